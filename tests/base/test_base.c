@@ -1,0 +1,93 @@
+/* Base: status table, error buffers, allocation failure injection, rng. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "accelrt/base.h"
+
+static void test_status_names(void **state) {
+  (void)state;
+  assert_string_equal(ar_status_name(AR_OK), "AR_OK");
+  assert_string_equal(ar_status_name(AR_NOMEM), "AR_NOMEM");
+  assert_string_equal(ar_status_str(AR_NOMEM), "out of memory");
+  assert_string_equal(ar_status_name((ar_status)9999), "AR_UNKNOWN");
+  assert_int_equal(AR_OK, 0);
+}
+
+static void test_errf_and_wrap(void **state) {
+  (void)state;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_errf(&err, AR_IO, "cannot open '%s'", "x.txt"), AR_IO);
+  assert_int_equal(err.status, AR_IO);
+  assert_string_equal(err.msg, "cannot open 'x.txt'");
+  assert_int_equal(ar_err_wrap(&err, "loading %s", "job"), AR_IO);
+  assert_string_equal(err.msg, "loading job: cannot open 'x.txt'");
+  assert_int_equal(ar_errf(NULL, AR_PARSE, "ignored"), AR_PARSE);
+  /* A message longer than the buffer is cut, never overflowed. */
+  char big[3000];
+  memset(big, 'a', sizeof big - 1);
+  big[sizeof big - 1] = '\0';
+  ar_errf(&err, AR_INVALID, "%s", big);
+  assert_int_equal(strlen(err.msg), AR_ERR_MAX - 1);
+}
+
+static void test_alloc_failure_injection(void **state) {
+  (void)state;
+  ar_alloc_fail_after(2);
+  void *a = ar_malloc(10), *b = ar_calloc(2, 8), *c = ar_malloc(10);
+  assert_non_null(a);
+  assert_non_null(b);
+  assert_null(c);
+  assert_null(ar_strdup("x"));
+  ar_alloc_fail_after(-1);
+  void *d = ar_aligned_alloc(64, 100);
+  assert_non_null(d);
+  assert_int_equal((uintptr_t)d % 64, 0);
+  ar_free(a);
+  ar_free(b);
+  ar_free(d);
+}
+
+static void test_rng_repeatable_and_uniform(void **state) {
+  (void)state;
+  ar_rng a, b, c;
+  ar_rng_seed(&a, 42, 0);
+  ar_rng_seed(&b, 42, 0);
+  ar_rng_seed(&c, 42, 1);
+  int same_c = 0;
+  for (int i = 0; i < 100; i++) {
+    uint64_t x = ar_rng_next(&a);
+    assert_true(x == ar_rng_next(&b));
+    same_c += x == ar_rng_next(&c);
+  }
+  assert_true(same_c < 2);
+  /* below(n) stays in range and hits every bucket about equally. */
+  int hist[7] = {0};
+  for (int i = 0; i < 70000; i++) {
+    uint64_t v = ar_rng_below(&a, 7);
+    assert_true(v < 7);
+    hist[v]++;
+  }
+  for (int i = 0; i < 7; i++)
+    assert_true(hist[i] > 9000 && hist[i] < 11000);
+  double sum = 0, sq = 0;
+  for (int i = 0; i < 100000; i++) {
+    double z = ar_rng_normal(&a);
+    sum += z;
+    sq += z * z;
+  }
+  assert_true(sum / 100000 > -0.02 && sum / 100000 < 0.02);
+  assert_true(sq / 100000 > 0.97 && sq / 100000 < 1.03);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_status_names),
+      cmocka_unit_test(test_errf_and_wrap),
+      cmocka_unit_test(test_alloc_failure_injection),
+      cmocka_unit_test(test_rng_repeatable_and_uniform),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
