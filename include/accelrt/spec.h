@@ -1,0 +1,181 @@
+/*
+ * accelrt spec: the YAML job description, parsed with libyaml and validated
+ * against one schema table (runtime/spec/schema.c), which is also the source
+ * of the job-file reference (docs/job-file.md, `accelrt schema`).
+ *
+ * Every error names FILE:LINE:COL and the key path, and all errors of a
+ * file are reported, not only the first.  Command-line overrides
+ * (`--set key.path=value`) are applied to the parsed tree before
+ * validation, so they are checked exactly like the file.
+ *
+ * Tests: tests/spec/test_spec.c; fuzzing: tests/fuzz/fuzz_spec.c.
+ */
+#ifndef ACCELRT_SPEC_H
+#define ACCELRT_SPEC_H
+
+#include "accelrt/base.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ar_act {
+  AR_ACT_NONE = 0, /* identity */
+  AR_ACT_RELU,
+  AR_ACT_SIGMOID,
+  AR_ACT_SOFTMAX /* output layer only: softmax cross-entropy loss */
+} ar_act;
+
+typedef enum ar_data_format { AR_FMT_XC = 0, AR_FMT_LIBSVM } ar_data_format;
+
+typedef enum ar_opt_kind { AR_OPT_ADAM = 0, AR_OPT_SGD } ar_opt_kind;
+
+typedef enum ar_init_kind {
+  AR_INIT_AUTO = 0, /* He for relu layers, Xavier otherwise */
+  AR_INIT_HE,
+  AR_INIT_XAVIER
+} ar_init_kind;
+
+/* Where a value came from, for messages that point at it. */
+typedef struct ar_srcpos {
+  int line, col; /* 1-based; 0 when the value came from a default */
+} ar_srcpos;
+
+typedef struct ar_layer_spec {
+  char *name;     /* unique within the model */
+  int64_t width;  /* output neurons ("dense: N") */
+  ar_act act;
+  ar_srcpos pos;  /* the list item; 0 when the layer came from a --set */
+} ar_layer_spec;
+
+/* data.generate: a synthetic XC dataset with planted structure written by
+ * the runtime before training (see include/accelrt/data.h). */
+typedef struct ar_gen_spec {
+  int64_t train_points, test_points;
+  int64_t features, labels;
+  int32_t nnz;              /* average non-zero features per point */
+  int32_t labels_per_point; /* average labels per point */
+  double noise;             /* fraction of features drawn at random, 0..1 */
+} ar_gen_spec;
+
+typedef struct ar_spec {
+  char *file; /* path of the job file as given ("<string>" when parsed from memory) */
+  char *name;
+  char *device; /* "auto", "host" or "cuda:N" */
+  uint64_t seed;
+
+  struct {
+    bool sparse;      /* model.input: {sparse: N} or {dense: N} */
+    int64_t features; /* N */
+  } input;
+  int n_layers;
+  ar_layer_spec *layers; /* (n_layers); the last one is the output layer */
+
+  struct {
+    char *train; /* resolved: relative to the job file's folder when given in
+                    the file, relative to the working directory from --set;
+                    NULL when generate is set */
+    char *test;  /* may be NULL: then no test evaluation */
+    ar_data_format format;
+    bool generate;   /* data.generate given */
+    ar_gen_spec gen; /* valid when generate */
+    int64_t shuffle_window; /* rows shuffled together while streaming; 0 = file order */
+  } data;
+
+  struct {
+    int32_t batch;
+    int64_t epochs;     /* 0 when only iterations is given */
+    int64_t iterations; /* 0 when only epochs is given; both: stop at the first reached */
+    int32_t threads;    /* 0 = all cores */
+    ar_opt_kind optimizer;
+    double lr;
+    double momentum;             /* sgd */
+    double beta1, beta2, eps;    /* adam */
+    double weight_decay;
+    ar_init_kind init;
+    int64_t eval_every;       /* iterations; 0 = only at the end */
+    int64_t eval_points;      /* at most this many test points per evaluation; 0 = all */
+    int64_t checkpoint_every; /* iterations; 0 = only at the end */
+  } train;
+
+  struct {
+    char *dir; /* relative to the working directory */
+  } output;
+} ar_spec;
+
+/* One diagnostic: "FILE:LINE:COL: error: KEY.PATH: message".  A problem in
+ * a command-line override has `set` non-NULL and line = col = -1; it is
+ * printed as "--set KEY.PATH=VALUE: error: KEY.PATH: message". */
+typedef struct ar_diag {
+  int line, col;  /* 1-based; 0 when not tied to a place; -1 for an override */
+  char *path;     /* key path such as "train.batch" or "model.layers[1].dense";
+                     NULL for problems of the file as a whole (YAML syntax) */
+  char *message;
+  char *set;      /* the override "KEY.PATH=VALUE" as given (control
+                     characters escaped), or NULL */
+} ar_diag;
+
+typedef struct ar_diags {
+  int count;
+  ar_diag *items;
+} ar_diags;
+
+/* Prints every diagnostic as "FILE:LINE:COL: error: KEY.PATH: message" (or
+ * "FILE: error: ..." when it has no position, "--set KEY.PATH=VALUE: error:
+ * ..." for an override), one per line.  `file` NULL prints "<string>". */
+void ar_diags_print(const ar_diags *d, const char *file, FILE *to);
+/* Frees the diagnostics and leaves *d empty.  NULL is a no-op. */
+void ar_diags_fini(ar_diags *d);
+
+/* Parses and validates the job file at `path`, applies the `n_sets`
+ * overrides "key.path=value" (value is parsed as YAML, so
+ * `model.input={sparse: 100}` works; list items are addressed by index
+ * "model.layers[1].dense" / "model.layers.1.dense" or by layer name
+ * "model.layers.out.dense", an unnamed layer by its default name
+ * "model.layers.layer0.dense"), and checks that data files exist.
+ *
+ * On success returns AR_OK and *out (free with ar_spec_destroy).  On a
+ * file or validation problem returns AR_SPEC with *out NULL and every
+ * problem in diags (caller frees with ar_diags_fini).  AR_IO when the file
+ * cannot be read (also reported in diags).  AR_NOMEM. */
+ar_status ar_spec_load(const char *path, const char *const *sets, int n_sets,
+                       ar_spec **out, ar_diags *diags);
+
+/* Notes that hold for ar_spec_load and ar_spec_parse:
+ *  - *diags is overwritten, not appended to (it need not be initialised);
+ *    it receives diagnostics in file order (overrides first) even when
+ *    the status is AR_OK (then it is empty).  diags may be NULL.
+ *  - Job files larger than AR_SPEC_MAX_BYTES are refused (AR_SPEC).
+ *  - A job file is parsed with anchors, aliases, tags and several
+ *    documents refused, nesting and size bounded: any byte input is safe.
+ *  - Reentrant: no global state; several threads may parse at once.
+ *  - AR_INVALID when out is NULL, text is NULL with len > 0, or n_sets < 0
+ *    (or > 0 with sets NULL). */
+#define AR_SPEC_MAX_BYTES (1u << 20)
+
+/* As ar_spec_load on text in memory (len bytes, need not be NUL-terminated).
+ * `file` names it in messages; relative data paths resolve against
+ * `base_dir` (NULL: the working directory).  When check_files is false,
+ * data files are not required to exist (used by the fuzzer and tests). */
+ar_status ar_spec_parse(const char *text, size_t len, const char *file,
+                        const char *base_dir, const char *const *sets,
+                        int n_sets, bool check_files, ar_spec **out,
+                        ar_diags *diags);
+
+/* Frees a spec and everything in it.  NULL is a no-op. */
+void ar_spec_destroy(ar_spec *spec);
+
+/* Writes the job-file reference, generated from the schema table, as
+ * Markdown.  docs/job-file.md is this output (a test keeps them equal). */
+void ar_spec_schema_markdown(FILE *to);
+
+/* Names for messages and summaries. */
+const char *ar_act_name(ar_act a);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACCELRT_SPEC_H */

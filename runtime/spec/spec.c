@@ -1,0 +1,1577 @@
+/*
+ * Job files: parse (yaml_tree.c), apply --set overrides, validate against
+ * the schema table (schema.c), check the rules that tie keys together,
+ * convert to ar_spec.
+ *
+ * Validation never stops at the first problem: every check appends a
+ * diagnostic and goes on, and conversion reads values through the same
+ * parsers, skipping (silently, as they are already reported) the ones that
+ * failed.  Only problems that leave no usable tree (YAML syntax, refused
+ * YAML features, an empty file) end the work early.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "accelrt/spec.h"
+
+#include "schema.h"
+#include "yaml_tree.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* More diagnostics than this are cut: past it they only bury the first. */
+#define MAX_DIAGS 1000
+/* Path segments in one --set key ("model.layers[1].dense" has 4). */
+#define MAX_SET_SEGMENTS 64
+/* Characters of user text quoted in a message before "..." */
+#define QUOTE_MAX 60
+
+/* ---- diagnostics -------------------------------------------------------- */
+
+/* Appends one diagnostic; copies the strings.  false when out of memory. */
+static bool diags_push(ar_diags *d, int line, int col, const char *set,
+                       const char *path, const char *msg) {
+  ar_diag *items = ar_realloc(d->items, (size_t)(d->count + 1) * sizeof *items);
+  if (!items)
+    return false;
+  d->items = items;
+  ar_diag *g = &d->items[d->count];
+  memset(g, 0, sizeof *g);
+  g->line = line;
+  g->col = col;
+  g->message = ar_strdup(msg);
+  g->path = path ? ar_strdup(path) : NULL;
+  g->set = set ? ar_strdup(set) : NULL;
+  if (!g->message || (path && !g->path) || (set && !g->set)) {
+    ar_free(g->message);
+    ar_free(g->path);
+    ar_free(g->set);
+    return false;
+  }
+  d->count++;
+  return true;
+}
+
+void ar_diags_fini(ar_diags *d) {
+  if (!d)
+    return;
+  for (int i = 0; i < d->count; i++) {
+    ar_free(d->items[i].path);
+    ar_free(d->items[i].message);
+    ar_free(d->items[i].set);
+  }
+  ar_free(d->items);
+  d->items = NULL;
+  d->count = 0;
+}
+
+void ar_diags_print(const ar_diags *d, const char *file, FILE *to) {
+  if (!d || !to)
+    return;
+  if (!file)
+    file = "<string>";
+  for (int i = 0; i < d->count; i++) {
+    const ar_diag *g = &d->items[i];
+    if (g->set)
+      fprintf(to, "--set %s: error: ", g->set);
+    else if (g->line > 0)
+      fprintf(to, "%s:%d:%d: error: ", file, g->line, g->col);
+    else
+      fprintf(to, "%s: error: ", file);
+    if (g->path && g->path[0])
+      fprintf(to, "%s: ", g->path);
+    fprintf(to, "%s\n", g->message);
+  }
+}
+
+/* Sort key: overrides first (in the order given), then by place in the
+ * file, then problems without a place; ties keep the order found. */
+typedef struct diag_ref {
+  ar_diag d;
+  int seq;
+} diag_ref;
+
+static int diag_group(const ar_diag *d) {
+  return d->set ? 0 : d->line > 0 ? 1 : 2;
+}
+
+static int diag_cmp(const void *pa, const void *pb) {
+  const diag_ref *a = pa, *b = pb;
+  int ga = diag_group(&a->d), gb = diag_group(&b->d);
+  if (ga != gb)
+    return ga - gb;
+  if (ga == 1) {
+    if (a->d.line != b->d.line)
+      return a->d.line < b->d.line ? -1 : 1;
+    if (a->d.col != b->d.col)
+      return a->d.col < b->d.col ? -1 : 1;
+  }
+  return (a->seq > b->seq) - (a->seq < b->seq);
+}
+
+/* Orders the diagnostics by place; leaves them as found when out of memory
+ * (the order is a nicety). */
+static void diags_sort(ar_diags *d) {
+  if (d->count < 2)
+    return;
+  diag_ref *refs = ar_malloc((size_t)d->count * sizeof *refs);
+  if (!refs)
+    return;
+  for (int i = 0; i < d->count; i++)
+    refs[i] = (diag_ref){d->items[i], i};
+  qsort(refs, (size_t)d->count, sizeof *refs, diag_cmp);
+  for (int i = 0; i < d->count; i++)
+    d->items[i] = refs[i].d;
+  ar_free(refs);
+}
+
+/* ---- context ------------------------------------------------------------ */
+
+typedef struct ctx {
+  ar_diags *d;
+  bool nomem;  /* an allocation failed: the result is AR_NOMEM */
+  bool capped; /* MAX_DIAGS reached */
+  const char *const *sets;
+  int n_sets;
+  char set_key[MAX_SET_SEGMENTS * 8]; /* key part of the override at hand */
+  const char *base_dir;
+  bool check_files;
+  char path[1024]; /* key path of the value being checked */
+  size_t plen;
+} ctx;
+
+static void vdiag(ctx *c, int line, int col, int set, const char *path,
+                  const char *fmt, va_list ap) {
+  if (c->capped)
+    return;
+  char msg[1024], settext[512];
+  const char *st = NULL;
+  if (set >= 0) {
+    const char *s = c->sets[set];
+    st = ar__yquote(s, strlen(s), 400, settext, sizeof settext);
+    line = col = -1;
+  }
+  if (c->d->count == MAX_DIAGS - 1) {
+    snprintf(msg, sizeof msg, "more than %d problems; fix these first",
+             MAX_DIAGS - 1);
+    c->capped = true;
+    if (!diags_push(c->d, 0, 0, NULL, NULL, msg))
+      c->nomem = true;
+    return;
+  }
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  if (!diags_push(c->d, line, col, st, path, msg))
+    c->nomem = true;
+}
+
+/* A problem at a node, with an explicit key path. */
+static void diag_path(ctx *c, const ar__ynode *at, const char *path,
+                      const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
+static void diag_path(ctx *c, const ar__ynode *at, const char *path,
+                      const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vdiag(c, at ? at->line : 0, at ? at->col : 0, at ? at->set : -1, path, fmt,
+        ap);
+  va_end(ap);
+}
+
+/* A problem at a node, about the key path being checked. */
+static void diag(ctx *c, const ar__ynode *at, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+static void diag(ctx *c, const ar__ynode *at, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vdiag(c, at ? at->line : 0, at ? at->col : 0, at ? at->set : -1,
+        c->plen ? c->path : NULL, fmt, ap);
+  va_end(ap);
+}
+
+/* Receives problems from the YAML parser of the file. */
+static void report_file(void *ud, int line, int col, const char *path,
+                        const char *msg) {
+  ctx *c = ud;
+  diag_path(c, &(ar__ynode){.line = line, .col = col, .set = -1}, path, "%s",
+            msg);
+}
+
+/* Receives problems from the YAML parser of an override's value; their
+ * paths are relative to the override's key. */
+typedef struct set_report {
+  ctx *c;
+  int set;
+} set_report;
+
+static void report_set(void *ud, int line, int col, const char *path,
+                       const char *msg) {
+  (void)line;
+  (void)col;
+  set_report *r = ud;
+  char full[1024];
+  snprintf(full, sizeof full, "%s%s%s", r->c->set_key, path ? "." : "",
+           path ? path : "");
+  diag_path(r->c, &(ar__ynode){.set = r->set}, full, "%s", msg);
+}
+
+/* Key path bookkeeping while walking the tree: push returns the length to
+ * restore. */
+static size_t push_key(ctx *c, const ar__ynode *key) {
+  size_t old = c->plen;
+  char q[128];
+  ar__yquote(key->text, key->len, 40, q, sizeof q);
+  int w = snprintf(c->path + c->plen, sizeof c->path - c->plen, "%s%s",
+                   c->plen ? "." : "", q);
+  if (w > 0)
+    c->plen = strlen(c->path);
+  return old;
+}
+
+static size_t push_index(ctx *c, int i) {
+  size_t old = c->plen;
+  snprintf(c->path + c->plen, sizeof c->path - c->plen, "[%d]", i);
+  c->plen = strlen(c->path);
+  return old;
+}
+
+static void pop(ctx *c, size_t old) {
+  c->plen = old;
+  c->path[old] = '\0';
+}
+
+/* ---- suggestions ------------------------------------------------------- */
+
+/* Edit distance (insert, delete, substitute; case-insensitive) between two
+ * short strings; a large number for long ones. */
+static int edit_distance(const char *a, size_t la, const char *b) {
+  size_t lb = strlen(b);
+  enum { MAXL = 64 };
+  if (la > MAXL || lb > MAXL)
+    return INT_MAX;
+  int prev[MAXL + 1], cur[MAXL + 1];
+  for (size_t j = 0; j <= lb; j++)
+    prev[j] = (int)j;
+  for (size_t i = 1; i <= la; i++) {
+    cur[0] = (int)i;
+    for (size_t j = 1; j <= lb; j++) {
+      int ca = a[i - 1] >= 'A' && a[i - 1] <= 'Z' ? a[i - 1] + 32 : a[i - 1];
+      int cb = b[j - 1] >= 'A' && b[j - 1] <= 'Z' ? b[j - 1] + 32 : b[j - 1];
+      int best = prev[j - 1] + (ca != cb);
+      if (prev[j] + 1 < best)
+        best = prev[j] + 1;
+      if (cur[j - 1] + 1 < best)
+        best = cur[j - 1] + 1;
+      cur[j] = best;
+    }
+    memcpy(prev, cur, (lb + 1) * sizeof *prev);
+  }
+  return prev[lb];
+}
+
+/* The candidate closest to the typed text when close enough to be a typo:
+ * one edit for short words, two for longer ones. */
+static const char *closest(const char *typed, size_t len,
+                           const char *const *cands, int n) {
+  const char *best = NULL;
+  int best_d = INT_MAX;
+  for (int i = 0; i < n; i++) {
+    int d = edit_distance(typed, len, cands[i]);
+    int limit = strlen(cands[i]) >= 5 ? 2 : 1;
+    if (d <= limit && (size_t)d < len + (len == 0) && d < best_d) {
+      best = cands[i];
+      best_d = d;
+    }
+  }
+  return best;
+}
+
+/* Writes into buf the path of the first schema entry named key outside
+ * `except`, e.g. "train.batch" for a "batch:" written at the top level. */
+static bool find_elsewhere(const ar__schema *s, const ar__schema *except,
+                           const char *key, size_t len, char *prefix,
+                           size_t cap) {
+  if (!s->kids)
+    return false;
+  size_t plen = strlen(prefix);
+  for (const ar__schema *k = s->kids; k->key; k++) {
+    const char *name = s->type == AR__S_LIST ? "[i]" : k->key;
+    if (plen + strlen(name) + 2 >= cap)
+      continue;
+    snprintf(prefix + plen, cap - plen, "%s%s",
+             plen && s->type != AR__S_LIST ? "." : "", name);
+    if (s != except && s->type != AR__S_LIST && strlen(k->key) == len &&
+        memcmp(k->key, key, len) == 0 && k->type != AR__S_RESERVED)
+      return true;
+    if (find_elsewhere(k, except, key, len, prefix, cap))
+      return true;
+    prefix[plen] = '\0';
+  }
+  return false;
+}
+
+/* ---- scalars ------------------------------------------------------------ */
+
+/* How a value reads in a message. */
+static const char *describe(const ar__ynode *v, char *buf, size_t cap) {
+  char q[160];
+  if (v->kind == AR__YMAP)
+    return "a mapping";
+  if (v->kind == AR__YSEQ)
+    return "a list";
+  if (ar__ynode_is_null(v))
+    return "an empty value";
+  ar__yquote(v->text, v->len, QUOTE_MAX, q, sizeof q);
+  snprintf(buf, cap, v->plain ? "'%s'" : "the quoted string '%s'", q);
+  return buf;
+}
+
+/* Strict decimal integer: optional sign, digits only, whole text, no
+ * overflow (*overflow set instead). */
+static bool parse_int(const char *t, size_t len, int64_t *out, bool *overflow) {
+  size_t i = 0;
+  bool neg = false;
+  *overflow = false;
+  if (i < len && (t[i] == '+' || t[i] == '-'))
+    neg = t[i++] == '-';
+  if (i == len)
+    return false;
+  uint64_t v = 0, lim = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+  for (; i < len; i++) {
+    if (t[i] < '0' || t[i] > '9')
+      return false;
+    unsigned d = (unsigned)(t[i] - '0');
+    if (v > (lim - d) / 10)
+      *overflow = true;
+    else
+      v = v * 10 + d;
+  }
+  if (*overflow)
+    return true;
+  *out = neg ? (v == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)v)
+             : (int64_t)v;
+  return true;
+}
+
+/* Decimal number through strtod; hex, "inf" and "nan" are refused by the
+ * character check, overflow by isfinite. */
+static bool parse_float(const char *t, size_t len, double *out, bool *range) {
+  char buf[64];
+  bool digit = false;
+  *range = false;
+  if (len == 0 || len >= sizeof buf)
+    return false;
+  for (size_t i = 0; i < len; i++) {
+    char ch = t[i];
+    if (ch >= '0' && ch <= '9')
+      digit = true;
+    else if (ch != '+' && ch != '-' && ch != '.' && ch != 'e' && ch != 'E')
+      return false;
+  }
+  if (!digit)
+    return false;
+  memcpy(buf, t, len);
+  buf[len] = '\0';
+  char *end;
+  errno = 0;
+  double v = strtod(buf, &end);
+  if (end != buf + len)
+    return false;
+  if (!isfinite(v)) {
+    *range = true;
+    return true;
+  }
+  *out = v;
+  return true;
+}
+
+static bool valid_device(const char *t, size_t len) {
+  if ((len == 4 && !memcmp(t, "auto", 4)) ||
+      (len == 4 && !memcmp(t, "host", 4)))
+    return true;
+  if (len < 6 || len > 14 || memcmp(t, "cuda:", 5) != 0)
+    return false;
+  int64_t n = 0;
+  for (size_t i = 5; i < len; i++) {
+    if (t[i] < '0' || t[i] > '9')
+      return false;
+    n = n * 10 + (t[i] - '0');
+  }
+  return n <= INT_MAX;
+}
+
+/* The value of one scalar entry. */
+typedef struct sval {
+  int64_t i;     /* INT */
+  double f;      /* FLOAT */
+  int e;         /* ENUM: index into values */
+  const char *s; /* STRING, NAME, PATH, DEVICE: borrowed text */
+} sval;
+
+/* Parses text as the scalar entry s.  Returns true with *out, or false
+ * with the problem in why (a whole message, without the key path).
+ * `plain` is false for quoted text (then never a number). */
+static bool scalar_value(const ar__schema *s, const char *t, size_t len,
+                         bool plain, sval *out, char *why, size_t cap) {
+  char q[160], range[96];
+  ar__yquote(t, len, QUOTE_MAX, q, sizeof q);
+  ar__schema_range_text(s, range, sizeof range);
+  switch (s->type) {
+  case AR__S_INT: {
+    bool ovf;
+    if (!plain) {
+      snprintf(why, cap,
+               "expected an integer, got the quoted string '%s'; "
+               "remove the quotes",
+               q);
+      return false;
+    }
+    if (!parse_int(t, len, &out->i, &ovf)) {
+      snprintf(why, cap, "expected an integer, got '%s'", q);
+      return false;
+    }
+    if (ovf || out->i < s->imin || out->i > s->imax) {
+      snprintf(why, cap, "%s is out of range: must be %s", q, range);
+      return false;
+    }
+    return true;
+  }
+  case AR__S_FLOAT: {
+    bool big;
+    if (!plain) {
+      snprintf(why, cap,
+               "expected a number, got the quoted string '%s'; "
+               "remove the quotes",
+               q);
+      return false;
+    }
+    if (!parse_float(t, len, &out->f, &big)) {
+      snprintf(why, cap, "expected a number, got '%s'", q);
+      return false;
+    }
+    double v = out->f;
+    if (big || v < s->fmin || (s->fmin_open && v == s->fmin) || v > s->fmax ||
+        (s->fmax_open && v == s->fmax)) {
+      snprintf(why, cap, "%s is out of range: must be %s", q, range);
+      return false;
+    }
+    return true;
+  }
+  case AR__S_ENUM: {
+    int n = 0;
+    for (; s->values[n]; n++)
+      if (strlen(s->values[n]) == len && !memcmp(s->values[n], t, len)) {
+        out->e = n;
+        return true;
+      }
+    char list[256] = "";
+    size_t used = 0;
+    for (int i = 0; i < n && used < sizeof list; i++)
+      used += (size_t)snprintf(list + used, sizeof list - used, "%s%s",
+                               i ? ", " : "", s->values[i]);
+    const char *near = closest(t, len, s->values, n);
+    if (near)
+      snprintf(why, cap,
+               "'%s' is not allowed: use one of %s; did you mean "
+               "'%s'?",
+               q, list, near);
+    else
+      snprintf(why, cap, "'%s' is not allowed: use one of %s", q, list);
+    return false;
+  }
+  case AR__S_DEVICE:
+    if (!valid_device(t, len)) {
+      static const char *const devs[] = {"auto", "host", "cuda:0"};
+      const char *near = closest(t, len, devs, 3);
+      snprintf(why, cap,
+               "expected 'auto', 'host' or 'cuda:N' (N >= 0), got '%s'%s%s%s",
+               q, near ? "; did you mean '" : "", near ? near : "",
+               near ? "'?" : "");
+      return false;
+    }
+    out->s = t;
+    return true;
+  case AR__S_STRING:
+  case AR__S_NAME:
+  case AR__S_PATH:
+    if (memchr(t, '\0', len)) {
+      snprintf(why, cap, "'%s' contains a NUL character", q);
+      return false;
+    }
+    if (s->type != AR__S_STRING && len == 0) {
+      snprintf(why, cap, "must not be empty");
+      return false;
+    }
+    if (s->type == AR__S_NAME) {
+      bool bad =
+          (len == 1 && t[0] == '.') || (len == 2 && t[0] == '.' && t[1] == '.');
+      for (size_t i = 0; i < len; i++)
+        if (t[i] == '/' || (unsigned char)t[i] < 0x20 || t[i] == 0x7f)
+          bad = true;
+      if (bad) {
+        snprintf(why, cap,
+                 "'%s' is not a valid name: no '/', no control "
+                 "characters, not '.' or '..'",
+                 q);
+        return false;
+      }
+    }
+    out->s = t;
+    return true;
+  default:
+    AR_ASSERT(!"not a scalar entry");
+    return false;
+  }
+}
+
+/* What an entry expects, in words, for type errors ("an integer",
+ * "one of xc, libsvm").  Returns buf. */
+static const char *expected(const ar__schema *s, char *buf, size_t cap) {
+  const char *w = NULL;
+  switch (s->type) {
+  case AR__S_MAP:
+    w = "a mapping of keys";
+    break;
+  case AR__S_LIST:
+    w = "a list";
+    break;
+  case AR__S_INT:
+    w = "an integer";
+    break;
+  case AR__S_FLOAT:
+    w = "a number";
+    break;
+  case AR__S_DEVICE:
+    w = "'auto', 'host' or 'cuda:N'";
+    break;
+  case AR__S_NAME:
+    w = "a name";
+    break;
+  case AR__S_PATH:
+    w = "a path";
+    break;
+  case AR__S_STRING:
+  case AR__S_RESERVED:
+    w = "a single value";
+    break;
+  case AR__S_ENUM: {
+    size_t used = (size_t)snprintf(buf, cap, "one of");
+    for (int i = 0; s->values[i] && used < cap; i++)
+      used += (size_t)snprintf(buf + used, cap - used, "%s %s", i ? "," : "",
+                               s->values[i]);
+    return buf;
+  }
+  case AR__S_VARIANT:
+    snprintf(buf, cap,
+             "'%s' or '%s' (or a mapping with one of them as its "
+             "only key)",
+             s->kids[0].key, s->kids[1].key);
+    return buf;
+  }
+  snprintf(buf, cap, "%s", w);
+  return buf;
+}
+
+/* ---- validation against the schema --------------------------------------- */
+
+static void check(ctx *c, const ar__schema *s, const ar__ynode *v,
+                  const ar__ynode *key);
+
+static void unknown_key(ctx *c, const ar__schema *s, const ar__ynode *k) {
+  const char *names[32];
+  int n = 0;
+  char list[512] = "";
+  size_t used = 0;
+  for (const ar__schema *e = s->kids; e->key && n < 32; e++) {
+    names[n++] = e->key;
+    if (used < sizeof list)
+      used += (size_t)snprintf(list + used, sizeof list - used, "%s%s",
+                               n > 1 ? ", " : "", e->key);
+  }
+  char q[160], where[256] = "";
+  ar__yquote(k->text, k->len, QUOTE_MAX, q, sizeof q);
+  const char *near = closest(k->text, k->len, names, n);
+  if (near)
+    diag(c, k, "unknown key '%s'; did you mean '%s'?", q, near);
+  else if (find_elsewhere(ar__schema_root(), s, k->text, k->len, where,
+                          sizeof where))
+    diag(c, k, "unknown key '%s' here; did you mean '%s'?", q, where);
+  else
+    diag(c, k, "unknown key '%s'; allowed keys: %s", q, list);
+}
+
+static void check_map(ctx *c, const ar__schema *s, const ar__ynode *m,
+                      const ar__ynode *key) {
+  for (int i = 0; i < m->n; i++) {
+    const ar__ynode *k = m->keys[i];
+    const ar__schema *ks = ar__schema_kid(s, k->text, k->len);
+    size_t old = push_key(c, k);
+    if (!ks)
+      unknown_key(c, s, k);
+    else
+      check(c, ks, m->vals[i], k);
+    pop(c, old);
+  }
+  const ar__ynode *at = key ? key : m;
+  for (const ar__schema *e = s->kids; e->key; e++)
+    if (e->required && ar__ymap_find(m, e->key) < 0)
+      diag(c, at, "missing required key '%s'", e->key);
+  for (const ar__srule *r = s->rules; r && r->kind != AR__R_END; r++) {
+    int ia = ar__ymap_find(m, r->a), ib = ar__ymap_find(m, r->b);
+    if (ia >= 0 && ib >= 0) {
+      /* Point at whichever of the two comes second. */
+      const ar__ynode *first = m->keys[ia < ib ? ia : ib];
+      const ar__ynode *second = m->keys[ia < ib ? ib : ia];
+      char q1[160], q2[160];
+      ar__yquote(first->text, first->len, 40, q1, sizeof q1);
+      ar__yquote(second->text, second->len, 40, q2, sizeof q2);
+      size_t old = push_key(c, second);
+      if (first->set < 0 && first->line > 0)
+        diag(c, second,
+             "conflicting keys '%s' (line %d) and '%s': give only "
+             "one; %s",
+             q1, first->line, q2, r->why);
+      else
+        diag(c, second, "conflicting keys '%s' and '%s': give only one; %s", q1,
+             q2, r->why);
+      pop(c, old);
+    } else if (r->kind == AR__R_ONE_OF && ia < 0 && ib < 0) {
+      diag(c, at, "missing key: give one of '%s' or '%s'; %s", r->a, r->b,
+           r->why);
+    }
+  }
+}
+
+static void check_variant(ctx *c, const ar__schema *s, const ar__ynode *v) {
+  const char *names[8];
+  int n = 0;
+  for (const ar__schema *e = s->kids; e->key && n < 8; e++)
+    names[n++] = e->key;
+  AR_ASSERT(n == 2); /* the messages name two alternatives */
+  char want[256];
+  if (v->kind == AR__YSCALAR) {
+    if (ar__schema_kid(s, v->text, v->len))
+      return;
+    char q[160];
+    const char *near = closest(v->text, v->len, names, n);
+    ar__yquote(v->text, v->len, QUOTE_MAX, q, sizeof q);
+    diag(c, v, "expected %s, got '%s'%s%s%s", expected(s, want, sizeof want), q,
+         near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
+    return;
+  }
+  if (v->kind != AR__YMAP) {
+    diag(c, v, "expected %s, got a list", expected(s, want, sizeof want));
+    return;
+  }
+  const ar__ynode *first = NULL;
+  for (int i = 0; i < v->n; i++) {
+    const ar__ynode *k = v->keys[i];
+    const ar__schema *ks = ar__schema_kid(s, k->text, k->len);
+    size_t old = push_key(c, k);
+    if (!ks) {
+      unknown_key(c, s, k);
+    } else {
+      if (first) {
+        char q1[160], q2[160];
+        ar__yquote(first->text, first->len, 40, q1, sizeof q1);
+        ar__yquote(k->text, k->len, 40, q2, sizeof q2);
+        diag(c, k, "conflicting keys '%s' and '%s': give only one", q1, q2);
+      }
+      first = first ? first : k;
+      check(c, ks, v->vals[i], k);
+    }
+    pop(c, old);
+  }
+  if (v->n == 0)
+    diag(c, v, "empty mapping: give '%s' or '%s'", names[0], names[1]);
+}
+
+/* Checks value v against entry s; key is the key node that led here (NULL
+ * at the top and for list items), for problems "at the parent". */
+static void check(ctx *c, const ar__schema *s, const ar__ynode *v,
+                  const ar__ynode *key) {
+  char desc[200], why[512], want[256];
+  if (s->type == AR__S_RESERVED) {
+    diag(c, key ? key : v, "%s", s->reserved_msg);
+    return;
+  }
+  if (ar__ynode_is_null(v)) {
+    diag(c, v, "expected %s, got an empty value; %s",
+         expected(s, want, sizeof want),
+         s->required ? "give a value" : "remove the key to use the default");
+    return;
+  }
+  switch (s->type) {
+  case AR__S_MAP:
+    if (v->kind != AR__YMAP)
+      diag(c, v, "expected a mapping of keys, got %s",
+           describe(v, desc, sizeof desc));
+    else
+      check_map(c, s, v, key);
+    return;
+  case AR__S_LIST:
+    if (v->kind != AR__YSEQ) {
+      diag(c, v, "expected a list, got %s", describe(v, desc, sizeof desc));
+      return;
+    }
+    if (v->n < s->min_items)
+      diag(c, v, "needs at least %d item%s, got %d", s->min_items,
+           s->min_items == 1 ? "" : "s", v->n);
+    for (int i = 0; i < v->n; i++) {
+      size_t old = push_index(c, i);
+      check(c, &s->kids[0], v->vals[i], NULL);
+      pop(c, old);
+    }
+    return;
+  case AR__S_VARIANT:
+    check_variant(c, s, v);
+    return;
+  default:
+    break;
+  }
+  if (v->kind != AR__YSCALAR) {
+    diag(c, v, "expected %s, got %s", expected(s, want, sizeof want),
+         describe(v, desc, sizeof desc));
+    return;
+  }
+  sval out;
+  if (!scalar_value(s, v->text, v->len, v->plain, &out, why, sizeof why))
+    diag(c, v, "%s", why);
+}
+
+/* ---- --set overrides ---------------------------------------------------- */
+
+typedef struct seg {
+  const char *s;
+  size_t len;
+  bool index; /* written as [N] */
+} seg;
+
+/* Splits "model.layers[1].dense" into segments; false on a malformed key
+ * with the reason in why. */
+static bool split_key(const char *k, size_t len, seg *segs, int *n, char *why,
+                      size_t cap) {
+  *n = 0;
+  size_t i = 0;
+  while (i < len) {
+    if (*n == MAX_SET_SEGMENTS) {
+      snprintf(why, cap, "too many parts in the key (at most %d)",
+               MAX_SET_SEGMENTS);
+      return false;
+    }
+    if (k[i] == '[') {
+      size_t j = i + 1;
+      while (j < len && k[j] >= '0' && k[j] <= '9')
+        j++;
+      if (j == i + 1 || j >= len || k[j] != ']') {
+        snprintf(why, cap, "expected [N] with N a list index");
+        return false;
+      }
+      segs[(*n)++] = (seg){k + i + 1, j - i - 1, true};
+      i = j + 1;
+      if (i < len && k[i] == '.') {
+        i++;
+        if (i == len) {
+          snprintf(why, cap, "the key ends with '.'");
+          return false;
+        }
+      } else if (i < len && k[i] != '[') {
+        snprintf(why, cap, "expected '.' or '[' after ']'");
+        return false;
+      }
+      continue;
+    }
+    size_t j = i;
+    while (j < len && k[j] != '.' && k[j] != '[')
+      j++;
+    if (j == i) {
+      snprintf(why, cap, "empty part in the key");
+      return false;
+    }
+    segs[(*n)++] = (seg){k + i, j - i, false};
+    i = j;
+    if (i < len && k[i] == '.') {
+      i++;
+      if (i == len) {
+        snprintf(why, cap, "the key ends with '.'");
+        return false;
+      }
+    }
+  }
+  if (*n == 0) {
+    snprintf(why, cap, "the key is empty");
+    return false;
+  }
+  return true;
+}
+
+static bool seg_is_number(const seg *g, int *out) {
+  if (g->len == 0 || g->len > 9)
+    return false;
+  int v = 0;
+  for (size_t i = 0; i < g->len; i++) {
+    if (g->s[i] < '0' || g->s[i] > '9')
+      return false;
+    v = v * 10 + (g->s[i] - '0');
+  }
+  *out = v;
+  return true;
+}
+
+/* The index of the item of a list addressed by g (index or name), or -1
+ * after reporting. */
+static int find_item(ctx *c, int set, const ar__ynode *seq, const seg *g,
+                     const char *where) {
+  int idx;
+  char q[160];
+  ar__yquote(g->s, g->len, 40, q, sizeof q);
+  if (g->index || seg_is_number(g, &idx)) {
+    if (!seg_is_number(g, &idx) || idx >= seq->n) {
+      diag_path(c, &(ar__ynode){.set = set}, c->set_key,
+                "index %s is out of range: '%s' has %d item%s", q, where,
+                seq->n, seq->n == 1 ? "" : "s");
+      return -1;
+    }
+    return idx;
+  }
+  for (int i = 0; i < seq->n; i++) {
+    const ar__ynode *name = ar__ymap_get(seq->vals[i], "name");
+    if (name && name->kind == AR__YSCALAR && name->len == g->len &&
+        !memcmp(name->text, g->s, g->len))
+      return i;
+  }
+  /* An item without a name answers to its default name, "layer<i>". */
+  if (g->len > 5 && !memcmp(g->s, "layer", 5)) {
+    seg num = {g->s + 5, g->len - 5, false};
+    if (seg_is_number(&num, &idx) && idx < seq->n &&
+        seq->vals[idx]->kind == AR__YMAP &&
+        !ar__ymap_get(seq->vals[idx], "name"))
+      return idx;
+  }
+  diag_path(c, &(ar__ynode){.set = set}, c->set_key,
+            "no item of '%s' is named '%s'; address items by index "
+            "('%s[0]') or by their name",
+            where, q, where);
+  return -1;
+}
+
+/* Applies override number i: parses its value and hangs it at its path,
+ * creating missing mappings.  Problems are reported and the override
+ * skipped. */
+static void apply_set(ctx *c, ar__ynode *root, int i) {
+  const char *arg = c->sets[i];
+  ar__ynode *fake = &(ar__ynode){.set = i};
+  if (!arg) {
+    diag_path(c, fake, NULL, "empty override; expected KEY.PATH=VALUE");
+    return;
+  }
+  const char *eq = strchr(arg, '=');
+  size_t klen = eq ? (size_t)(eq - arg) : strlen(arg);
+  ar__yquote(arg, klen, sizeof c->set_key - 8, c->set_key, sizeof c->set_key);
+  if (!eq) {
+    diag_path(c, fake, NULL, "expected KEY.PATH=VALUE, e.g. train.batch=256");
+    return;
+  }
+  seg segs[MAX_SET_SEGMENTS];
+  int n;
+  char why[256];
+  if (!split_key(arg, klen, segs, &n, why, sizeof why)) {
+    diag_path(c, fake, c->set_key, "%s", why);
+    return;
+  }
+
+  /* The value is YAML of its own, stamped with the override's number. */
+  ar__ynode *val = NULL;
+  set_report rep = {c, i};
+  ar_status st =
+      ar__yaml_parse(eq + 1, strlen(eq + 1), i, report_set, &rep, &val);
+  if (st == AR_NOMEM)
+    c->nomem = true;
+  if (st != AR_OK)
+    return;
+  if (!val) { /* "key=" : an empty value, judged by validation */
+    val = ar__ynode_new(AR__YSCALAR, 0, 0, i, "", 0);
+    if (!val) {
+      c->nomem = true;
+      return;
+    }
+  }
+
+  /* Walk down; `where` is the path walked so far, for messages. */
+  char where[512] = "";
+  size_t wl = 0;
+  ar__ynode *cur = root;
+  for (int s = 0; s < n; s++) {
+    const seg *g = &segs[s];
+    bool last = s == n - 1;
+    char q[160];
+    ar__yquote(g->s, g->len, 40, q, sizeof q);
+    if (cur->kind == AR__YMAP) {
+      if (g->index) {
+        diag_path(c, fake, c->set_key,
+                  "'%s' is a mapping, not a list: address it with a key, not "
+                  "[%s]",
+                  wl ? where : "the top level", q);
+        goto fail;
+      }
+      int j = -1;
+      for (int t = 0; t < cur->n; t++)
+        if (cur->keys[t]->len == g->len &&
+            !memcmp(cur->keys[t]->text, g->s, g->len))
+          j = t;
+      if (last) {
+        if (j >= 0) {
+          ar__ynode_free(cur->vals[j]);
+          cur->vals[j] = val;
+        } else {
+          ar__ynode *k = ar__ynode_new(AR__YSCALAR, 0, 0, i, g->s, g->len);
+          if (!k || ar__ynode_append(cur, k, val) != AR_OK) {
+            ar__ynode_free(k);
+            c->nomem = true;
+            goto fail;
+          }
+        }
+        return;
+      }
+      if (j >= 0 && ar__ynode_is_null(cur->vals[j])) {
+        /* "output:" left empty in the file: fill it like a missing key. */
+        ar__ynode *m = ar__ynode_new(AR__YMAP, 0, 0, i, NULL, 0);
+        if (!m) {
+          c->nomem = true;
+          goto fail;
+        }
+        ar__ynode_free(cur->vals[j]);
+        cur->vals[j] = m;
+      } else if (j >= 0 && cur->vals[j]->kind == AR__YSCALAR) {
+        const ar__ynode *sv = cur->vals[j];
+        char vq[160];
+        ar__yquote(sv->text, sv->len, 40, vq, sizeof vq);
+        char here[700], next[160];
+        snprintf(here, sizeof here, "%s%s%s", where, wl ? "." : "", q);
+        ar__yquote(segs[s + 1].s, segs[s + 1].len, 40, next, sizeof next);
+        diag_path(c, fake, c->set_key,
+                  "'%s' holds the single value '%s', so it has no key '%s'; "
+                  "set '%s' as a whole instead",
+                  here, vq, next, here);
+        goto fail;
+      } else if (j < 0) {
+        ar__ynode *k = ar__ynode_new(AR__YSCALAR, 0, 0, i, g->s, g->len);
+        ar__ynode *m = ar__ynode_new(AR__YMAP, 0, 0, i, NULL, 0);
+        if (!k || !m || ar__ynode_append(cur, k, m) != AR_OK) {
+          ar__ynode_free(k);
+          ar__ynode_free(m);
+          c->nomem = true;
+          goto fail;
+        }
+        j = cur->n - 1;
+      }
+      cur = cur->vals[j];
+    } else if (cur->kind == AR__YSEQ) {
+      int j = find_item(c, i, cur, g, where);
+      if (j < 0)
+        goto fail;
+      if (last) {
+        ar__ynode_free(cur->vals[j]);
+        cur->vals[j] = val;
+        return;
+      }
+      if (cur->vals[j]->kind == AR__YSCALAR) {
+        diag_path(c, fake, c->set_key,
+                  "item %d of '%s' is a single value, not a mapping", j, where);
+        goto fail;
+      }
+      cur = cur->vals[j];
+    } else {
+      AR_ASSERT(!"the walk only enters mappings and lists");
+    }
+    int w = snprintf(where + wl, sizeof where - wl, g->index ? "[%s]" : "%s%s",
+                     g->index ? q : (wl ? "." : ""), q);
+    if (w > 0)
+      wl = strlen(where);
+  }
+fail:
+  ar__ynode_free(val);
+}
+
+/* ---- conversion --------------------------------------------------------- */
+
+static const ar__schema *kid(const ar__schema *parent, const char *key) {
+  const ar__schema *k = ar__schema_kid(parent, key, strlen(key));
+  AR_ASSERT(k); /* a key missing from the table is a bug in this file */
+  return k;
+}
+
+/* The valid value of `key` in map m (entry ms), or its default.  false
+ * when the value is invalid (already reported) or absent without default;
+ * *node gets the value's node or NULL. */
+static bool get(const ar__ynode *m, const ar__schema *ms, const char *key,
+                sval *out, const ar__ynode **node) {
+  const ar__schema *s = kid(ms, key);
+  const ar__ynode *v = ar__ymap_get(m, key);
+  char why[512];
+  if (node)
+    *node = v;
+  if (v) {
+    if (v->kind != AR__YSCALAR || ar__ynode_is_null(v))
+      return false;
+    return scalar_value(s, v->text, v->len, v->plain, out, why, sizeof why);
+  }
+  if (!s->def)
+    return false;
+  bool ok = scalar_value(s, s->def, strlen(s->def), true, out, why, sizeof why);
+  AR_ASSERT(ok); /* defaults are checked by tests/spec */
+  return ok;
+}
+
+static int64_t get_int(const ar__ynode *m, const ar__schema *ms,
+                       const char *key, bool *ok) {
+  sval v = {0};
+  if (!get(m, ms, key, &v, NULL)) {
+    *ok = false;
+    return 0;
+  }
+  return v.i;
+}
+
+static double get_float(const ar__ynode *m, const ar__schema *ms,
+                        const char *key) {
+  sval v = {0};
+  return get(m, ms, key, &v, NULL) ? v.f : 0.0;
+}
+
+/* A map value or NULL (absent, or invalid and already reported). */
+static const ar__ynode *get_map(const ar__ynode *m, const char *key) {
+  const ar__ynode *v = ar__ymap_get(m, key);
+  return v && v->kind == AR__YMAP ? v : NULL;
+}
+
+/* A copy of a string; out of memory is noted in the context. */
+static char *dup_text(ctx *c, const char *s) {
+  char *d = ar_strdup(s);
+  if (!d)
+    c->nomem = true;
+  return d;
+}
+
+/* Data paths in the file resolve against the job file's folder; paths from
+ * --set are the user's own, relative to the working directory. */
+static char *resolve(ctx *c, const ar__ynode *v) {
+  const char *p = v->text;
+  if (v->set >= 0 || !c->base_dir || !c->base_dir[0] || p[0] == '/')
+    return dup_text(c, p);
+  size_t bl = strlen(c->base_dir), pl = strlen(p);
+  bool slash = c->base_dir[bl - 1] == '/';
+  char *r = ar_malloc(bl + pl + 2);
+  if (!r) {
+    c->nomem = true;
+    return NULL;
+  }
+  memcpy(r, c->base_dir, bl);
+  if (!slash)
+    r[bl++] = '/';
+  memcpy(r + bl, p, pl + 1);
+  return r;
+}
+
+static void check_file(ctx *c, const ar__ynode *at, const char *key,
+                       const char *path) {
+  char q[512];
+  struct stat st;
+  ar__yquote(path, strlen(path), 300, q, sizeof q);
+  if (stat(path, &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR)
+      diag_path(c, at, key,
+                "file '%s' does not exist; fix the path or use "
+                "--set %s=PATH",
+                q, key);
+    else
+      diag_path(c, at, key,
+                "file '%s' cannot be read (%s); fix the path or "
+                "use --set %s=PATH",
+                q, strerror(errno), key);
+    return;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    diag_path(c, at, key,
+              "'%s' is a folder, not a file; fix the path or use "
+              "--set %s=PATH",
+              q, key);
+    return;
+  }
+  if (access(path, R_OK) != 0)
+    diag_path(c, at, key,
+              "file '%s' cannot be read (%s); fix its permissions "
+              "or use --set %s=PATH",
+              q, strerror(errno), key);
+}
+
+/* The job name from the file name: "jobs/xc-small.yaml" -> "xc-small". */
+static char *name_from_file(ctx *c, const char *file) {
+  const char *base = file ? strrchr(file, '/') : NULL;
+  base = base ? base + 1 : file;
+  size_t len = base ? strlen(base) : 0;
+  const char *dot = len ? strrchr(base, '.') : NULL;
+  if (dot && dot != base)
+    len = (size_t)(dot - base);
+  char why[256];
+  sval v;
+  if (len == 0 || !scalar_value(kid(ar__schema_root(), "name"), base, len,
+                                false, &v, why, sizeof why))
+    return dup_text(c, "job");
+  char *n = ar_malloc(len + 1);
+  if (!n) {
+    c->nomem = true;
+    return NULL;
+  }
+  memcpy(n, base, len);
+  n[len] = '\0';
+  return n;
+}
+
+/* Layer names must be unique; sorting keeps this O(n log n). */
+typedef struct name_ref {
+  const char *name;
+  int i;
+} name_ref;
+
+static int name_cmp(const void *pa, const void *pb) {
+  const name_ref *a = pa, *b = pb;
+  int r = strcmp(a->name, b->name);
+  return r ? r : (a->i > b->i) - (a->i < b->i);
+}
+
+static void check_unique_names(ctx *c, const ar_spec *sp,
+                               const ar__ynode *layers) {
+  if (sp->n_layers < 2)
+    return;
+  name_ref *refs = ar_malloc((size_t)sp->n_layers * sizeof *refs);
+  if (!refs) {
+    c->nomem = true;
+    return;
+  }
+  int n = 0;
+  for (int i = 0; i < sp->n_layers; i++)
+    if (sp->layers[i].name)
+      refs[n++] = (name_ref){sp->layers[i].name, i};
+  qsort(refs, (size_t)n, sizeof *refs, name_cmp);
+  for (int j = 1; j < n; j++) {
+    if (strcmp(refs[j].name, refs[j - 1].name) != 0)
+      continue;
+    int first = refs[j - 1].i;
+    while (j < n && !strcmp(refs[j].name, sp->layers[first].name)) {
+      int i = refs[j].i;
+      const ar__ynode *item = layers->vals[i];
+      const ar__ynode *at = ar__ymap_get(item, "name");
+      char path[64], q[160];
+      snprintf(path, sizeof path, "model.layers[%d].name", i);
+      ar__yquote(refs[j].name, strlen(refs[j].name), 40, q, sizeof q);
+      diag_path(c, at ? at : item, path,
+                "layer name '%s' is already used by model.layers[%d]; names "
+                "must be unique",
+                q, first);
+      j++;
+    }
+  }
+  ar_free(refs);
+}
+
+static void convert_model(ctx *c, const ar__ynode *root, ar_spec *sp) {
+  const ar__schema *ms = kid(ar__schema_root(), "model");
+  const ar__ynode *model = get_map(root, "model");
+  const ar__ynode *input = get_map(model, "input");
+  const ar__schema *is = kid(ms, "input");
+  bool ok = true;
+  if (ar__ymap_get(input, "sparse")) {
+    sp->input.sparse = true;
+    sp->input.features = get_int(input, is, "sparse", &ok);
+  } else if (ar__ymap_get(input, "dense")) {
+    sp->input.features = get_int(input, is, "dense", &ok);
+  }
+
+  const ar__ynode *layers = ar__ymap_get(model, "layers");
+  if (!layers || layers->kind != AR__YSEQ || layers->n == 0)
+    return;
+  const ar__schema *item = &kid(ms, "layers")->kids[0];
+  sp->layers = ar_calloc((size_t)layers->n, sizeof *sp->layers);
+  if (!sp->layers) {
+    c->nomem = true;
+    return;
+  }
+  sp->n_layers = layers->n;
+  for (int i = 0; i < layers->n; i++) {
+    const ar__ynode *L = layers->vals[i];
+    ar_layer_spec *ls = &sp->layers[i];
+    bool last = i == layers->n - 1;
+    if (L->set < 0)
+      ls->pos = (ar_srcpos){L->line, L->col};
+    if (L->kind != AR__YMAP)
+      continue; /* reported */
+    sval v;
+    const ar__ynode *node;
+    if (get(L, item, "name", &v, &node)) {
+      ls->name = dup_text(c, v.s);
+    } else if (!node) {
+      char def[32];
+      snprintf(def, sizeof def, "layer%d", i);
+      ls->name = dup_text(c, def);
+    }
+    ok = true;
+    ls->width = get_int(L, item, "dense", &ok);
+    if (get(L, item, "activation", &v, &node)) {
+      static const ar_act acts[] = {AR_ACT_RELU, AR_ACT_SIGMOID, AR_ACT_NONE,
+                                    AR_ACT_SOFTMAX};
+      ls->act = acts[v.e];
+      char path[64];
+      snprintf(path, sizeof path, "model.layers[%d].activation", i);
+      if (last && ls->act != AR_ACT_SOFTMAX && ls->act != AR_ACT_SIGMOID)
+        diag_path(c, node, path,
+                  "the last layer's activation picks the loss "
+                  "and must be softmax or sigmoid, got '%s'",
+                  ar_act_name(ls->act));
+      else if (!last && ls->act == AR_ACT_SOFTMAX)
+        diag_path(c, node, path,
+                  "softmax is only allowed on the last "
+                  "layer; use relu, sigmoid or none here");
+    } else if (!node) {
+      ls->act = last ? AR_ACT_SOFTMAX : AR_ACT_RELU;
+    }
+  }
+  check_unique_names(c, sp, layers);
+}
+
+static void convert_data(ctx *c, const ar__ynode *root, ar_spec *sp) {
+  const ar__schema *ds = kid(ar__schema_root(), "data");
+  const ar__ynode *data = get_map(root, "data");
+  sval v;
+  const ar__ynode *node;
+  bool ok = true;
+  /* A missing file is reported at its key ("train:") when the path is
+   * written in the file, and against the override when it came from one. */
+  if (get(data, ds, "train", &v, &node)) {
+    sp->data.train = resolve(c, node);
+    const ar__ynode *k = data->keys[ar__ymap_find(data, "train")];
+    if (c->check_files && sp->data.train)
+      check_file(c, node->set >= 0 ? node : k, "data.train", sp->data.train);
+  }
+  if (get(data, ds, "test", &v, &node)) {
+    sp->data.test = resolve(c, node);
+    const ar__ynode *k = data->keys[ar__ymap_find(data, "test")];
+    if (c->check_files && sp->data.test)
+      check_file(c, node->set >= 0 ? node : k, "data.test", sp->data.test);
+  }
+  if (get(data, ds, "format", &v, NULL))
+    sp->data.format = v.e == 0 ? AR_FMT_XC : AR_FMT_LIBSVM;
+  sp->data.shuffle_window = get_int(data, ds, "shuffle_window", &ok);
+
+  const ar__ynode *gen = get_map(data, "generate");
+  if (!gen)
+    return;
+  const ar__schema *gs = kid(ds, "generate");
+  ar_gen_spec *g = &sp->data.gen;
+  sp->data.generate = true;
+  g->train_points = get_int(gen, gs, "train_points", &ok);
+  g->test_points = get_int(gen, gs, "test_points", &ok);
+  g->nnz = (int32_t)get_int(gen, gs, "nnz", &ok);
+  g->labels_per_point = (int32_t)get_int(gen, gs, "labels_per_point", &ok);
+  g->noise = get_float(gen, gs, "noise");
+
+  /* The generated data must fit the model: report both ends of a mismatch
+   * so that whichever is wrong can be fixed where it is written. */
+  bool fok = true, lok = true;
+  g->features = get_int(gen, gs, "features", &fok);
+  g->labels = get_int(gen, gs, "labels", &lok);
+  const ar__ynode *input = get_map(get_map(root, "model"), "input");
+  const char *in_key = sp->input.sparse ? "sparse" : "dense";
+  const ar__ynode *in_node = ar__ymap_get(input, in_key);
+  if (fok && sp->input.features > 0 && g->features != sp->input.features) {
+    char ip[32];
+    snprintf(ip, sizeof ip, "model.input.%s", in_key);
+    diag_path(c, in_node, ip,
+              "%" PRId64 " input features, but "
+              "data.generate.features is %" PRId64 "; they must be equal",
+              sp->input.features, g->features);
+    diag_path(c, ar__ymap_get(gen, "features"), "data.generate.features",
+              "%" PRId64 " features, but %s is %" PRId64 "; they must be "
+              "equal",
+              g->features, ip, sp->input.features);
+  }
+  int last = sp->n_layers - 1;
+  if (lok && last >= 0 && sp->layers[last].width > 0 &&
+      g->labels != sp->layers[last].width) {
+    const ar__ynode *layers = ar__ymap_get(get_map(root, "model"), "layers");
+    const ar__ynode *dn = ar__ymap_get(layers->vals[last], "dense");
+    char lp[64];
+    snprintf(lp, sizeof lp, "model.layers[%d].dense", last);
+    diag_path(c, dn, lp,
+              "the last layer has %" PRId64 " outputs, but "
+              "data.generate.labels is %" PRId64 "; they must be equal",
+              sp->layers[last].width, g->labels);
+    diag_path(c, ar__ymap_get(gen, "labels"), "data.generate.labels",
+              "%" PRId64 " labels, but the last layer (%s) has %" PRId64
+              " outputs; they must be equal",
+              g->labels, lp, sp->layers[last].width);
+  }
+}
+
+static void convert_train(ctx *c, const ar__ynode *root, ar_spec *sp) {
+  const ar__schema *ts = kid(ar__schema_root(), "train");
+  int ti = ar__ymap_find(root, "train");
+  const ar__ynode *train = get_map(root, "train");
+  bool eok = true, iok = true, ok = true;
+  sp->train.batch = (int32_t)get_int(train, ts, "batch", &ok);
+  sp->train.epochs = get_int(train, ts, "epochs", &eok);
+  sp->train.iterations = get_int(train, ts, "iterations", &iok);
+  sp->train.threads = (int32_t)get_int(train, ts, "threads", &ok);
+  sp->train.eval_every = get_int(train, ts, "eval_every", &ok);
+  sp->train.eval_points = get_int(train, ts, "eval_points", &ok);
+  sp->train.checkpoint_every = get_int(train, ts, "checkpoint_every", &ok);
+  sval v;
+  if (get(train, ts, "init", &v, NULL))
+    sp->train.init = (ar_init_kind)v.e; /* table order: auto, he, xavier */
+  if (train && eok && iok && sp->train.epochs == 0 &&
+      sp->train.iterations == 0) {
+    const ar__ynode *at = ar__ymap_get(train, "epochs");
+    at = at ? at : ar__ymap_get(train, "iterations");
+    diag_path(c, at ? at : root->keys[ti], "train",
+              "nothing to train: set epochs or iterations (or both) above 0");
+  }
+
+  /* optimizer: "adam", "sgd", or {adam: {...}} / {sgd: {...}}. */
+  const ar__schema *os = kid(ts, "optimizer");
+  const ar__ynode *opt = ar__ymap_get(train, "optimizer");
+  const char *kind = os->def;
+  const ar__ynode *params = NULL;
+  if (opt && opt->kind == AR__YSCALAR &&
+      ar__schema_kid(os, opt->text, opt->len))
+    kind = opt->text;
+  else if (opt && opt->kind == AR__YMAP && opt->n >= 1 &&
+           ar__schema_kid(os, opt->keys[0]->text, opt->keys[0]->len)) {
+    kind = opt->keys[0]->text;
+    params = get_map(opt, kind);
+  }
+  const ar__schema *ks = kid(os, kind);
+  if (!strcmp(kind, "sgd")) {
+    sp->train.optimizer = AR_OPT_SGD;
+    sp->train.momentum = get_float(params, ks, "momentum");
+  } else {
+    sp->train.optimizer = AR_OPT_ADAM;
+    sp->train.beta1 = get_float(params, ks, "beta1");
+    sp->train.beta2 = get_float(params, ks, "beta2");
+    sp->train.eps = get_float(params, ks, "eps");
+  }
+  sp->train.lr = get_float(params, ks, "lr");
+  sp->train.weight_decay = get_float(params, ks, "weight_decay");
+}
+
+static ar_spec *convert(ctx *c, const ar__ynode *root, const char *file) {
+  const ar__schema *rs = ar__schema_root();
+  ar_spec *sp = ar_calloc(1, sizeof *sp);
+  if (!sp) {
+    c->nomem = true;
+    return NULL;
+  }
+  sp->file = dup_text(c, file ? file : "<string>");
+  sval v;
+  const ar__ynode *node;
+  if (get(root, rs, "name", &v, &node))
+    sp->name = dup_text(c, v.s);
+  else if (!node)
+    sp->name = name_from_file(c, file);
+  sp->device = dup_text(c, get(root, rs, "device", &v, NULL) ? v.s : "auto");
+  bool ok = true;
+  sp->seed = (uint64_t)get_int(root, rs, "seed", &ok);
+
+  convert_model(c, root, sp);
+  convert_data(c, root, sp);
+  convert_train(c, root, sp);
+
+  const ar__ynode *out = get_map(root, "output");
+  if (get(out, kid(rs, "output"), "dir", &v, &node)) {
+    sp->output.dir = dup_text(c, v.s);
+  } else if (!node && sp->name) {
+    size_t n = strlen(sp->name) + sizeof "runs/";
+    sp->output.dir = ar_malloc(n);
+    if (sp->output.dir)
+      snprintf(sp->output.dir, n, "runs/%s", sp->name);
+    else
+      c->nomem = true;
+  }
+  return sp;
+}
+
+/* ---- public entry points ------------------------------------------------ */
+
+const char *ar_act_name(ar_act a) {
+  switch (a) {
+  case AR_ACT_NONE:
+    return "none";
+  case AR_ACT_RELU:
+    return "relu";
+  case AR_ACT_SIGMOID:
+    return "sigmoid";
+  case AR_ACT_SOFTMAX:
+    return "softmax";
+  }
+  return "unknown";
+}
+
+void ar_spec_destroy(ar_spec *sp) {
+  if (!sp)
+    return;
+  for (int i = 0; i < sp->n_layers; i++)
+    ar_free(sp->layers[i].name);
+  ar_free(sp->layers);
+  ar_free(sp->file);
+  ar_free(sp->name);
+  ar_free(sp->device);
+  ar_free(sp->data.train);
+  ar_free(sp->data.test);
+  ar_free(sp->output.dir);
+  ar_free(sp);
+}
+
+ar_status ar_spec_parse(const char *text, size_t len, const char *file,
+                        const char *base_dir, const char *const *sets,
+                        int n_sets, bool check_files, ar_spec **out,
+                        ar_diags *diags) {
+  ar_diags local = {0};
+  if (diags)
+    *diags = (ar_diags){0};
+  if (out)
+    *out = NULL;
+  if (!out || (!text && len) || n_sets < 0 || (n_sets > 0 && !sets))
+    return AR_INVALID;
+
+  /* The context is large (path buffers); it lives on the heap so that the
+   * parse is light on the caller's stack. */
+  ctx *c = ar_calloc(1, sizeof *c);
+  if (!c)
+    return AR_NOMEM;
+  c->d = diags ? diags : &local;
+  c->sets = sets;
+  c->n_sets = n_sets;
+  c->base_dir = base_dir;
+  c->check_files = check_files;
+
+  ar_status st = AR_OK;
+  ar__ynode *root = NULL;
+  ar_spec *sp = NULL;
+  if (len > AR_SPEC_MAX_BYTES) {
+    diag_path(c, NULL, NULL,
+              "the job file has %zu bytes; the limit is %u "
+              "(a job file is a few kilobytes)",
+              len, AR_SPEC_MAX_BYTES);
+    goto done;
+  }
+  st = ar__yaml_parse(text, len, -1, report_file, c, &root);
+  if (st != AR_OK)
+    goto done; /* AR_PARSE: reported; AR_NOMEM */
+  if (!root || ar__ynode_is_null(root)) {
+    diag_path(c, &(ar__ynode){.line = 1, .col = 1, .set = -1}, NULL,
+              "the job file is empty; it needs at least model:, data: and "
+              "train: (see docs/job-file.md)");
+    goto done;
+  }
+  if (root->kind != AR__YMAP) {
+    char desc[200];
+    diag_path(c, root, NULL,
+              "the top level of a job file must be a mapping "
+              "of keys (model:, data:, train:, ...), got %s",
+              describe(root, desc, sizeof desc));
+    goto done;
+  }
+  for (int i = 0; i < n_sets && !c->nomem; i++)
+    apply_set(c, root, i);
+  if (!c->nomem)
+    check(c, ar__schema_root(), root, NULL);
+  if (!c->nomem)
+    sp = convert(c, root, file);
+
+done:
+  if (c->nomem || st == AR_NOMEM)
+    st = AR_NOMEM;
+  else if (c->d->count > 0)
+    st = AR_SPEC;
+  else
+    st = AR_OK;
+  if (st == AR_OK)
+    *out = sp;
+  else
+    ar_spec_destroy(sp);
+  diags_sort(c->d);
+  ar__ynode_free(root);
+  ar_diags_fini(&local);
+  ar_free(c);
+  return st;
+}
+
+ar_status ar_spec_load(const char *path, const char *const *sets, int n_sets,
+                       ar_spec **out, ar_diags *diags) {
+  ar_diags local = {0};
+  ar_diags *d = diags ? diags : &local;
+  *d = (ar_diags){0};
+  if (out)
+    *out = NULL;
+  if (!path || !out)
+    return AR_INVALID;
+
+  /* Read at most one byte past the limit: enough for ar_spec_parse to
+   * refuse an oversized file without reading all of it. */
+  ar_status st = AR_OK;
+  char *buf = NULL, *dir = NULL;
+  size_t len = 0, cap = AR_SPEC_MAX_BYTES + 1;
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    goto io_error;
+  buf = ar_malloc(cap);
+  if (!buf) {
+    st = AR_NOMEM;
+    goto done;
+  }
+  len = fread(buf, 1, cap, f);
+  if (ferror(f))
+    goto io_error;
+
+  /* Data paths in the file are relative to the file's folder. */
+  const char *slash = strrchr(path, '/');
+  if (slash) {
+    size_t dl = slash == path ? 1 : (size_t)(slash - path);
+    dir = ar_malloc(dl + 1);
+    if (!dir) {
+      st = AR_NOMEM;
+      goto done;
+    }
+    memcpy(dir, path, dl);
+    dir[dl] = '\0';
+  }
+  st = ar_spec_parse(buf, len, path, dir, sets, n_sets, true, out, diags);
+  goto done;
+
+io_error : {
+  char msg[512];
+  snprintf(msg, sizeof msg, "cannot read the job file: %s",
+           strerror(errno ? errno : EIO));
+  st = diags_push(d, 0, 0, NULL, NULL, msg) ? AR_IO : AR_NOMEM;
+}
+done:
+  if (f)
+    fclose(f);
+  ar_free(buf);
+  ar_free(dir);
+  ar_diags_fini(&local);
+  return st;
+}
