@@ -1,0 +1,167 @@
+/*
+ * accelrt device: one opaque handle with a table of operations, in the
+ * manner of ggml's backends.  The engine (runtime/engine) only ever calls
+ * through this table, so a job runs unchanged on every backend:
+ *
+ *   host  always built: OpenMP threads pinned with hwloc, CBLAS (OpenBLAS)
+ *         for GEMM, vectorised loops for the rest (runtime/device/host/);
+ *   cuda  built with ACCELRT_CUDA (runtime/device/cuda/): cuBLAS + kernels.
+ *
+ * Conventions for every math op:
+ *   - matrices are row-major; shapes are given in the comments as
+ *     (rows, cols);
+ *   - pointers are device pointers from ar_device_alloc;
+ *   - ops are enqueued on the device's queue and may run asynchronously:
+ *     ar_device_sync waits for all of them;
+ *   - ops do not fail once their arguments are valid (the wrappers check),
+ *     so they return void; memory and copy calls return ar_status.
+ *
+ * Thread-safety: a device handle is used by one thread at a time; the
+ * backend parallelises inside each op.
+ *
+ * Tests: tests/device/test_host_ops.c runs every op against a naive
+ * reference; the CUDA parity test compares every op with the host backend.
+ */
+#ifndef ACCELRT_DEVICE_H
+#define ACCELRT_DEVICE_H
+
+#include "accelrt/base.h"
+#include "accelrt/spec.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ar_device ar_device;
+
+typedef struct ar_device_opts {
+  int threads; /* host: worker threads; 0 = one per core */
+  bool pin;    /* host: bind threads to cores with hwloc */
+} ar_device_opts;
+#define AR_DEVICE_OPTS_INIT {0, true}
+
+/* The operation table a backend fills in.  Slots marked (optional) may be
+ * NULL; the public wrappers then use a generic implementation or return
+ * AR_UNSUPPORTED. */
+typedef struct ar_device_ops {
+  const char *name; /* "host", "cuda" */
+
+  void (*destroy)(ar_device *dev);
+
+  /* ---- memory ---- */
+  ar_status (*alloc)(ar_device *dev, size_t bytes, void **out);
+  void (*free)(ar_device *dev, void *ptr);
+  ar_status (*copy_in)(ar_device *dev, void *dst, const void *host_src, size_t bytes);
+  ar_status (*copy_out)(ar_device *dev, void *host_dst, const void *src, size_t bytes);
+  ar_status (*sync)(ar_device *dev);
+  void (*fill)(ar_device *dev, float *x, int64_t n, float value);
+
+  /* ---- dense math ---- */
+  /* C (m,n) = alpha * op(A) op(B) + beta * C; op(A) is (m,k), op(B) (k,n);
+   * lda/ldb/ldc are the row strides of A, B, C as stored. */
+  void (*gemm)(ar_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
+               int64_t k, float alpha, const float *a, int64_t lda,
+               const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+
+  /* ---- sparse input (CSR batch) ----
+   * A batch of `rows` sparse rows: row r has entries
+   * idx[row_ptr[r] .. row_ptr[r+1]-1] with values val[...].
+   * W is (in, out), one contiguous row of `out` floats per input feature.
+   * spmm:     Y (rows, out) = X W      (Y overwritten)
+   * spmm_t:   dW (in, out) += X^T dY   (only rows of dW named in idx change) */
+  void (*spmm)(ar_device *dev, int64_t rows, const int64_t *row_ptr,
+               const int32_t *idx, const float *val, const float *w,
+               int64_t out, float *y);
+  void (*spmm_t)(ar_device *dev, int64_t rows, const int64_t *row_ptr,
+                 const int32_t *idx, const float *val, const float *dy,
+                 int64_t out, float *dw);
+
+  /* ---- elementwise and reductions ---- */
+  /* Y (rows, cols) = act(Y + bias) in place; bias (cols) may be NULL.
+   * act is NONE, RELU or SIGMOID (SOFTMAX is handled by the loss ops). */
+  void (*bias_act)(ar_device *dev, int64_t rows, int64_t cols,
+                   const float *bias, ar_act act, float *y);
+  /* dY *= act'(.) expressed through the activated output Y (n values). */
+  void (*act_grad)(ar_device *dev, int64_t n, ar_act act, const float *y,
+                   float *dy);
+  /* db (cols) = (beta ? db : 0) + sum over rows of dY (rows, cols). */
+  void (*col_sum)(ar_device *dev, int64_t rows, int64_t cols, const float *dy,
+                  bool accumulate, float *db);
+
+  /* ---- losses ----
+   * Labels of row r: lab[lab_ptr[r] .. lab_ptr[r+1]-1] (no duplicates).
+   * softmax_xent: multi-label softmax cross-entropy, the target mass 1/|L_r|
+   *   on each true label of row r; a row without labels contributes no loss
+   *   and no gradient.
+   * sigmoid_bce: binary cross-entropy of sigmoid(logit) against 0/1 targets,
+   *   summed over the cols of the row.
+   * Both: loss_rows (rows) receives each row's loss; if grad is not NULL it
+   * receives scale * dLoss/dLogit (rows, cols); grad may alias logits. */
+  void (*softmax_xent)(ar_device *dev, int64_t rows, int64_t cols,
+                       const float *logits, const int64_t *lab_ptr,
+                       const int32_t *lab, float scale, float *grad,
+                       float *loss_rows);
+  void (*sigmoid_bce)(ar_device *dev, int64_t rows, int64_t cols,
+                      const float *logits, const int64_t *lab_ptr,
+                      const int32_t *lab, float scale, float *grad,
+                      float *loss_rows);
+  /* For each row of scores (rows, cols), the indices of the k largest
+   * values in descending order into idx (rows, k); ties broken by the
+   * smaller index.  k <= cols. */
+  void (*topk)(ar_device *dev, int64_t rows, int64_t cols, const float *scores,
+               int k, int32_t *idx);
+
+  /* ---- optimizers (n parameters, flat) ----
+   * adam: Adam (Kingma & Ba) with bias correction for step t >= 1, decoupled
+   *   weight decay off (L2 added to the gradient when weight_decay > 0);
+   * sgd: v = momentum * v + g; p -= lr * v (v may be NULL when momentum 0).
+   * Both leave g unchanged. */
+  void (*adam)(ar_device *dev, int64_t n, float *p, const float *g, float *m,
+               float *v, float lr, float beta1, float beta2, float eps,
+               float weight_decay, int64_t t);
+  void (*sgd)(ar_device *dev, int64_t n, float *p, const float *g, float *vel,
+              float lr, float momentum, float weight_decay);
+} ar_device_ops;
+
+/* Base of every device; backends embed it as their first member. */
+struct ar_device {
+  const ar_device_ops *ops;
+  int index;           /* cuda: device ordinal; host: 0 */
+  int threads;         /* host: threads the ops use */
+  size_t bytes_in_use; /* maintained by ar_device_alloc / ar_device_free */
+  size_t bytes_peak;
+  ar_err err;          /* the device's last error message */
+};
+
+/* Opens a device by name: "host", "cuda:N", or "auto" (the first CUDA
+ * device when the backend is built and a device is present, else host with
+ * a one-line notice).  AR_NODEVICE with the reason in err when a named
+ * device is not available; AR_INVALID for an unknown name. */
+ar_status ar_device_open(const char *name, const ar_device_opts *opts,
+                         ar_device **out, ar_err *err);
+void ar_device_close(ar_device *dev); /* NULL is a no-op */
+
+/* Host backend constructor (runtime/device/host). */
+ar_status ar_host_device_create(const ar_device_opts *opts, ar_device **out,
+                                ar_err *err);
+
+/* Memory wrappers that keep the device's byte accounting. */
+ar_status ar_device_alloc(ar_device *dev, size_t bytes, void **out);
+void ar_device_free(ar_device *dev, void *ptr, size_t bytes);
+
+/* Describes the devices this build can see, one line each, into `to`
+ * (used by `accelrt info`): host always; CUDA devices when built and
+ * present, or the reason they are not. */
+void ar_device_describe_all(FILE *to);
+
+/* CUDA probe, always linkable: returns the number of CUDA devices, or 0
+ * with the reason in `why` (not built, no driver, no device). */
+int ar_cuda_device_count(char *why, size_t why_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACCELRT_DEVICE_H */

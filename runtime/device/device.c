@@ -1,0 +1,139 @@
+/*
+ * Device wrappers: opening a device by name, byte accounting of its memory,
+ * and the device list of `accelrt info`.  The backends live in host/ and
+ * cuda/; everything here is backend-neutral.
+ */
+#include "accelrt/device.h"
+
+#include "cuda/cuda_backend.h"
+#include "host/host_device.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Parses "cuda:N" (N decimal, no sign, no trailing text) into *ordinal. */
+static bool parse_cuda_name(const char *name, int *ordinal) {
+  if (strncmp(name, "cuda:", 5) != 0)
+    return false;
+  const char *digits = name + 5;
+  if (*digits < '0' || *digits > '9')
+    return false;
+  char *end = NULL;
+  errno = 0;
+  long v = strtol(digits, &end, 10);
+  if (errno != 0 || *end != '\0' || v > INT_MAX)
+    return false;
+  *ordinal = (int)v;
+  return true;
+}
+
+static ar_status open_cuda(int ordinal, const ar_device_opts *opts,
+                           ar_device **out, ar_err *err) {
+  char why[512];
+  int n = ar_cuda_device_count(why, sizeof why);
+  if (n <= 0)
+    return ar_errf(err, AR_NODEVICE,
+                   "device cuda:%d is not available: %s; use device: host "
+                   "(or auto)",
+                   ordinal, why);
+  if (ordinal >= n)
+    return ar_errf(err, AR_NODEVICE,
+                   "device cuda:%d is not available: this machine has %d CUDA "
+                   "device%s (cuda:0 to cuda:%d)",
+                   ordinal, n, n == 1 ? "" : "s", n - 1);
+  return ar__cuda_device_create(ordinal, opts, out, err);
+}
+
+/* "auto": the first CUDA device when one opens, else the host, saying why
+ * in one line so a user who expected the GPU learns what happened. */
+static ar_status open_auto(const ar_device_opts *opts, ar_device **out,
+                           ar_err *err) {
+  char why[AR_ERR_MAX];
+  int n = ar_cuda_device_count(why, sizeof why);
+  if (n > 0) {
+    ar_err cuda_err = AR_ERR_INIT;
+    if (ar__cuda_device_create(0, opts, out, &cuda_err) == AR_OK)
+      return AR_OK;
+    snprintf(why, sizeof why, "%s", cuda_err.msg);
+  }
+  ar_log(AR_LOG_INFO, "device auto: using the host (%s)", why);
+  return ar_host_device_create(opts, out, err);
+}
+
+ar_status ar_device_open(const char *name, const ar_device_opts *opts,
+                         ar_device **out, ar_err *err) {
+  if (!name || !out)
+    return ar_errf(err, AR_INVALID, "ar_device_open: %s is NULL",
+                   name ? "out" : "name");
+  ar_device *dev = NULL;
+  ar_status st;
+  int ordinal = 0;
+  if (strcmp(name, "host") == 0)
+    st = ar_host_device_create(opts, &dev, err);
+  else if (strcmp(name, "auto") == 0)
+    st = open_auto(opts, &dev, err);
+  else if (parse_cuda_name(name, &ordinal))
+    st = open_cuda(ordinal, opts, &dev, err);
+  else
+    return ar_errf(err, AR_INVALID,
+                   "unknown device '%s': use \"host\", \"auto\" or \"cuda:N\" "
+                   "(N = 0, 1, ...)",
+                   name);
+  if (st != AR_OK)
+    return st;
+  /* A backend that leaves a required slot empty is a bug, not a user error. */
+  const ar_device_ops *o = dev->ops;
+  AR_ASSERT(o && o->destroy && o->alloc && o->free && o->copy_in &&
+            o->copy_out && o->sync && o->fill && o->gemm && o->spmm &&
+            o->spmm_t && o->bias_act && o->act_grad && o->col_sum &&
+            o->softmax_xent && o->sigmoid_bce && o->topk && o->adam && o->sgd);
+  dev->bytes_in_use = 0;
+  dev->bytes_peak = 0;
+  dev->err = (ar_err)AR_ERR_INIT;
+  *out = dev;
+  return AR_OK;
+}
+
+void ar_device_close(ar_device *dev) {
+  if (!dev)
+    return;
+  if (dev->bytes_in_use != 0)
+    ar_log(AR_LOG_DEBUG, "device %s: closed with %zu bytes still allocated",
+           dev->ops->name, dev->bytes_in_use);
+  dev->ops->destroy(dev);
+}
+
+ar_status ar_device_alloc(ar_device *dev, size_t bytes, void **out) {
+  if (!dev)
+    return AR_INVALID;
+  if (!out)
+    return ar_errf(&dev->err, AR_INVALID, "ar_device_alloc: out is NULL");
+  void *p = NULL;
+  ar_status st = dev->ops->alloc(dev, bytes, &p);
+  if (st != AR_OK)
+    return ar_err_wrap(&dev->err, "device %s (%zu bytes in use)",
+                       dev->ops->name, dev->bytes_in_use);
+  dev->bytes_in_use += bytes;
+  if (dev->bytes_in_use > dev->bytes_peak)
+    dev->bytes_peak = dev->bytes_in_use;
+  *out = p;
+  return AR_OK;
+}
+
+void ar_device_free(ar_device *dev, void *ptr, size_t bytes) {
+  if (!dev || !ptr)
+    return;
+  /* Freeing more than was allocated means the caller's sizes are wrong. */
+  AR_ASSERT(bytes <= dev->bytes_in_use);
+  dev->ops->free(dev, ptr);
+  dev->bytes_in_use -= bytes;
+}
+
+void ar_device_describe_all(FILE *to) {
+  if (!to)
+    to = stdout;
+  ar__host_describe(to);
+  ar__cuda_describe(to);
+}
