@@ -1,0 +1,145 @@
+/*
+ * accelrt graph: the model a job trains (a chain of layers with named
+ * parameter tensors), its exact memory plan, and one training iteration
+ * split into steps (load batch, forward, loss, backward, optimizer step)
+ * that run through the device abstraction.
+ *
+ * The memory plan is computed from shapes alone (the layer widths, the
+ * batch size and the largest row of the data) and it is also what the model
+ * allocates: one persistent block (parameters, optimizer state) and one
+ * ephemeral block (everything one iteration needs), each carved by the
+ * plan's offsets.  So the plan is exact by construction, and after
+ * ar_model_create nothing is allocated again: the training loop is
+ * allocation-free.  The lanes module admits jobs on these two numbers.
+ *
+ * Parameter layouts (row-major):
+ *   layer fed by the sparse input: w (in, out) — one row per input
+ *     feature, so a sparse row gathers whole rows (as an embedding bag);
+ *   every other layer: w (out, in) — one row per neuron (as PyTorch's
+ *     Linear and as the LSH module hashes neurons).
+ *
+ * Tests: tests/engine/test_gradcheck.c (finite differences for every layer
+ * and loss), tests/engine/test_plan.c.
+ */
+#ifndef ACCELRT_GRAPH_H
+#define ACCELRT_GRAPH_H
+
+#include "accelrt/base.h"
+#include "accelrt/data.h"
+#include "accelrt/device.h"
+#include "accelrt/spec.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ar_mem_class { AR_MEM_PERSISTENT = 0, AR_MEM_EPHEMERAL = 1 } ar_mem_class;
+
+/* One tensor of the plan. */
+typedef struct ar_plan_entry {
+  char name[64];    /* "out.w", "hidden.adam_m", "batch.idx", ... */
+  ar_mem_class cls;
+  size_t bytes;     /* exact size */
+  size_t offset;    /* within its class's block, 64-byte aligned */
+} ar_plan_entry;
+
+typedef struct ar_plan {
+  int count;
+  ar_plan_entry *entries; /* (count) */
+  size_t persistent_bytes; /* parameters + optimizer state */
+  size_t ephemeral_bytes;  /* peak of one iteration: batch, activations,
+                              gradients, loss scratch */
+  size_t param_count;      /* trainable scalars */
+} ar_plan;
+
+/* Computes the plan for `spec` with input rows of at most max_nnz features
+ * and max_labels labels.  AR_NOMEM.  Free with ar_plan_fini. */
+ar_status ar_plan_compute(const ar_spec *spec, int64_t max_nnz,
+                          int64_t max_labels, ar_plan *out);
+void ar_plan_fini(ar_plan *plan);
+/* Prints the model summary and the plan (used by `accelrt check`). */
+void ar_plan_print(const ar_plan *plan, const ar_spec *spec, FILE *to);
+
+typedef struct ar_layer {
+  const char *name; /* borrowed from the spec */
+  int64_t in, out;
+  ar_act act;
+  bool sparse_in; /* fed by the sparse input: w is (in, out) */
+  float *w;       /* sparse_in: (in, out); else (out, in) */
+  float *b;       /* (out) */
+  float *gw, *gb; /* gradients, shapes of w and b (ephemeral) */
+  float *s1w, *s1b; /* adam first moment / sgd velocity (persistent) */
+  float *s2w, *s2b; /* adam second moment (persistent) */
+  float *y;  /* (batch, out) activated output; the last layer holds the
+                logits, then the loss gradient */
+  float *dy; /* (batch, out) gradient wrt y; hidden layers only */
+} ar_layer;
+
+typedef struct ar_model {
+  ar_device *dev;       /* borrowed */
+  const ar_spec *spec;  /* borrowed */
+  int n_layers;
+  ar_layer *layers;     /* (n_layers) */
+  int64_t batch, max_nnz, max_labels;
+  int64_t rows;         /* rows of the batch loaded now */
+  /* Device copy of the batch. */
+  int64_t *row_ptr;     /* (batch + 1) */
+  int32_t *idx;         /* (batch * max_nnz) */
+  float *val;           /* (batch * max_nnz) */
+  int64_t *lab_ptr;     /* (batch + 1) */
+  int32_t *lab;         /* (batch * max_labels) */
+  float *x;             /* (batch, in) dense input; NULL for sparse input */
+  float *loss_rows;     /* (batch) */
+  int32_t *topk;        /* (batch, 5) */
+  int64_t step;         /* optimizer steps taken (Adam's t) */
+  ar_plan plan;
+  void *persistent;     /* the two blocks carved by the plan */
+  void *ephemeral;
+  float *host_scratch;  /* (batch * in) host staging for dense input; else NULL */
+  ar_err err;
+} ar_model;
+
+/* Allocates the model on `dev` as planned and initialises the parameters
+ * from spec->seed (He for relu layers, Xavier otherwise, or as
+ * train.init says); optimizer state zero.  The spec and device must
+ * outlive the model.  AR_NOMEM / device statuses with the reason in err. */
+ar_status ar_model_create(ar_device *dev, const ar_spec *spec, int64_t max_nnz,
+                          int64_t max_labels, ar_model **out, ar_err *err);
+void ar_model_destroy(ar_model *m); /* NULL is a no-op */
+
+/* Copies a host batch to the device.  AR_RANGE when the batch exceeds the
+ * planned shape. */
+ar_status ar_model_load(ar_model *m, const ar_batch *b);
+/* Forward pass over the loaded rows; the last layer's y holds logits. */
+void ar_model_forward(ar_model *m);
+/* Loss of the loaded rows (mean over rows, as in training).  With want_grad
+ * the logits are replaced by the gradient of that mean loss. */
+float ar_model_loss(ar_model *m, bool want_grad);
+/* Back-propagates the gradient left by ar_model_loss(m, true) into every
+ * layer's gw/gb. */
+void ar_model_backward(ar_model *m);
+/* Applies the optimizer to every parameter and increments m->step. */
+void ar_model_step(ar_model *m);
+/* One whole training iteration on a host batch; returns the batch loss. */
+ar_status ar_model_train_batch(ar_model *m, const ar_batch *b, float *loss_out);
+
+/* Evaluation counters for P@k, k = 1, 3, 5. */
+typedef struct ar_eval_acc {
+  double loss_sum;
+  double hits[3]; /* correct labels among the top 1, 3, 5 */
+  int64_t rows;
+} ar_eval_acc;
+/* Scores the loaded rows (forward, loss, top-5) and adds them to acc;
+ * `b` is the host copy of the same batch (for the labels). */
+ar_status ar_model_eval_batch(ar_model *m, const ar_batch *b, ar_eval_acc *acc);
+
+/* The model's parameters and optimizer state as named tensors, in a fixed
+ * order, for checkpoints: tensor i is `count` floats at `ptr` (device
+ * memory).  Returns the number of tensors. */
+int ar_model_tensors(const ar_model *m, const char **names, float **ptrs,
+                     int64_t *counts, int max);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACCELRT_GRAPH_H */

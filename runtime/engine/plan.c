@@ -1,0 +1,140 @@
+/* The exact memory plan of a job, from shapes alone (see graph.h). */
+#include "accelrt/graph.h"
+
+#include <string.h>
+
+#define PLAN_ALIGN 64
+
+static size_t align_up(size_t x) { return (x + PLAN_ALIGN - 1) & ~(size_t)(PLAN_ALIGN - 1); }
+
+typedef struct plan_builder {
+  ar_plan *plan;
+  int cap;
+  size_t next[2]; /* next free offset per class */
+} plan_builder;
+
+static ar_status add(plan_builder *pb, const char *a, const char *b, ar_mem_class cls,
+                     size_t bytes) {
+  ar_plan *p = pb->plan;
+  if (p->count == pb->cap) {
+    int cap = pb->cap ? pb->cap * 2 : 32;
+    ar_plan_entry *e = ar_realloc(p->entries, (size_t)cap * sizeof *e);
+    if (!e)
+      return AR_NOMEM;
+    p->entries = e;
+    pb->cap = cap;
+  }
+  ar_plan_entry *e = &p->entries[p->count++];
+  memset(e, 0, sizeof *e);
+  snprintf(e->name, sizeof e->name, "%s%s%s", a, b ? "." : "", b ? b : "");
+  e->cls = cls;
+  e->bytes = bytes;
+  e->offset = pb->next[cls];
+  pb->next[cls] = align_up(pb->next[cls] + bytes);
+  return AR_OK;
+}
+
+ar_status ar_plan_compute(const ar_spec *spec, int64_t max_nnz, int64_t max_labels,
+                          ar_plan *out) {
+  memset(out, 0, sizeof *out);
+  plan_builder pb = {out, 0, {0, 0}};
+  const size_t f = sizeof(float);
+  const size_t B = (size_t)spec->train.batch;
+  const int state_per_param = spec->train.optimizer == AR_OPT_ADAM ? 2
+                              : spec->train.momentum > 0.0         ? 1
+                                                                   : 0;
+  if (max_nnz < 1)
+    max_nnz = 1;
+  if (max_labels < 1)
+    max_labels = 1;
+
+  /* Persistent: parameters and optimizer state, layer by layer. */
+  int64_t in = spec->input.features;
+  for (int l = 0; l < spec->n_layers; l++) {
+    const ar_layer_spec *ls = &spec->layers[l];
+    size_t nw = (size_t)in * (size_t)ls->width, nb = (size_t)ls->width;
+    out->param_count += nw + nb;
+    AR_CHECK(add(&pb, ls->name, "w", AR_MEM_PERSISTENT, nw * f));
+    AR_CHECK(add(&pb, ls->name, "b", AR_MEM_PERSISTENT, nb * f));
+    static const char *const state_names[2][2] = {{"state1.w", "state1.b"},
+                                                  {"state2.w", "state2.b"}};
+    for (int s = 0; s < state_per_param; s++) {
+      AR_CHECK(add(&pb, ls->name, state_names[s][0], AR_MEM_PERSISTENT, nw * f));
+      AR_CHECK(add(&pb, ls->name, state_names[s][1], AR_MEM_PERSISTENT, nb * f));
+    }
+    in = ls->width;
+  }
+
+  /* Ephemeral: the batch, activations, gradients, loss scratch. */
+  AR_CHECK(add(&pb, "batch", "row_ptr", AR_MEM_EPHEMERAL, (B + 1) * sizeof(int64_t)));
+  AR_CHECK(add(&pb, "batch", "idx", AR_MEM_EPHEMERAL, B * (size_t)max_nnz * sizeof(int32_t)));
+  AR_CHECK(add(&pb, "batch", "val", AR_MEM_EPHEMERAL, B * (size_t)max_nnz * f));
+  AR_CHECK(add(&pb, "batch", "lab_ptr", AR_MEM_EPHEMERAL, (B + 1) * sizeof(int64_t)));
+  AR_CHECK(add(&pb, "batch", "lab", AR_MEM_EPHEMERAL, B * (size_t)max_labels * sizeof(int32_t)));
+  if (!spec->input.sparse)
+    AR_CHECK(add(&pb, "batch", "x", AR_MEM_EPHEMERAL, B * (size_t)spec->input.features * f));
+  in = spec->input.features;
+  for (int l = 0; l < spec->n_layers; l++) {
+    const ar_layer_spec *ls = &spec->layers[l];
+    size_t nw = (size_t)in * (size_t)ls->width, nb = (size_t)ls->width;
+    AR_CHECK(add(&pb, ls->name, "grad.w", AR_MEM_EPHEMERAL, nw * f));
+    AR_CHECK(add(&pb, ls->name, "grad.b", AR_MEM_EPHEMERAL, nb * f));
+    AR_CHECK(add(&pb, ls->name, "y", AR_MEM_EPHEMERAL, B * nb * f));
+    if (l + 1 < spec->n_layers)
+      AR_CHECK(add(&pb, ls->name, "grad.y", AR_MEM_EPHEMERAL, B * nb * f));
+    in = ls->width;
+  }
+  AR_CHECK(add(&pb, "loss", "rows", AR_MEM_EPHEMERAL, B * f));
+  AR_CHECK(add(&pb, "eval", "topk", AR_MEM_EPHEMERAL, B * 5 * sizeof(int32_t)));
+
+  out->persistent_bytes = pb.next[AR_MEM_PERSISTENT];
+  out->ephemeral_bytes = pb.next[AR_MEM_EPHEMERAL];
+  return AR_OK;
+}
+
+void ar_plan_fini(ar_plan *plan) {
+  if (!plan)
+    return;
+  ar_free(plan->entries);
+  memset(plan, 0, sizeof *plan);
+}
+
+static void human(size_t bytes, char *buf, size_t n) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)bytes;
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    u++;
+  }
+  snprintf(buf, n, u ? "%.2f %s" : "%.0f %s", v, units[u]);
+}
+
+void ar_plan_print(const ar_plan *plan, const ar_spec *spec, FILE *to) {
+  char h1[32], h2[32], h3[32];
+  fprintf(to, "job '%s' on device %s\n", spec->name, spec->device);
+  fprintf(to, "model: input %s %lld\n", spec->input.sparse ? "sparse" : "dense",
+          (long long)spec->input.features);
+  int64_t in = spec->input.features;
+  for (int l = 0; l < spec->n_layers; l++) {
+    const ar_layer_spec *ls = &spec->layers[l];
+    fprintf(to, "  %-12s %10lld -> %-10lld %-8s params %lld\n", ls->name, (long long)in,
+            (long long)ls->width, ar_act_name(ls->act),
+            (long long)(in * ls->width + ls->width));
+    in = ls->width;
+  }
+  fprintf(to, "parameters: %zu\n", plan->param_count);
+  fprintf(to, "memory plan (exact, from shapes; batch %d):\n", spec->train.batch);
+  for (int i = 0; i < plan->count; i++) {
+    const ar_plan_entry *e = &plan->entries[i];
+    human(e->bytes, h1, sizeof h1);
+    fprintf(to, "  %-10s %-28s %14zu B  (%s)\n",
+            e->cls == AR_MEM_PERSISTENT ? "persistent" : "ephemeral", e->name, e->bytes, h1);
+  }
+  human(plan->persistent_bytes, h1, sizeof h1);
+  human(plan->ephemeral_bytes, h2, sizeof h2);
+  human(plan->persistent_bytes + plan->ephemeral_bytes, h3, sizeof h3);
+  fprintf(to, "persistent bytes: %zu (%s)\n", plan->persistent_bytes, h1);
+  fprintf(to, "ephemeral peak bytes: %zu (%s)\n", plan->ephemeral_bytes, h2);
+  fprintf(to, "total: %zu (%s)\n", plan->persistent_bytes + plan->ephemeral_bytes, h3);
+}

@@ -1,0 +1,463 @@
+/* One job end to end on one device: data, model, the training loop,
+ * evaluation, metrics, progress, checkpoints and the summary. */
+#define _GNU_SOURCE
+#include "accelrt/runtime.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig) {
+  (void)sig;
+  stop_requested = 1;
+}
+
+static char *join(const char *a, const char *b) {
+  size_t n = strlen(a) + strlen(b) + 2;
+  char *s = ar_malloc(n);
+  if (s)
+    snprintf(s, n, "%s/%s", a, b);
+  return s;
+}
+
+static int file_exists(const char *p) {
+  struct stat sb;
+  return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+ar_status ar_run_resolve_data(const ar_spec *spec, const char **train, const char **test,
+                              char **storage, ar_err *err) {
+  *storage = NULL;
+  if (!spec->data.generate) {
+    *train = spec->data.train;
+    *test = spec->data.test;
+    return AR_OK;
+  }
+  /* Generated data lives in output.dir/data/, with a stamp naming the
+   * parameters it was made with, so a rerun reuses it. */
+  const ar_gen_spec *g = &spec->data.gen;
+  char stamp[512];
+  snprintf(stamp, sizeof stamp,
+           "train_points=%lld test_points=%lld features=%lld labels=%lld nnz=%d "
+           "labels_per_point=%d noise=%.17g seed=%llu\n",
+           (long long)g->train_points, (long long)g->test_points, (long long)g->features,
+           (long long)g->labels, g->nnz, g->labels_per_point, g->noise,
+           (unsigned long long)spec->seed);
+  char *dir = join(spec->output.dir, "data");
+  if (!dir)
+    return ar_errf(err, AR_NOMEM, "out of memory");
+  size_t n = strlen(dir) + 32;
+  char *buf = ar_malloc(3 * n);
+  if (!buf) {
+    ar_free(dir);
+    return ar_errf(err, AR_NOMEM, "out of memory");
+  }
+  char *trp = buf, *tep = buf + n, *stp = buf + 2 * n;
+  snprintf(trp, n, "%s/train.txt", dir);
+  snprintf(tep, n, "%s/test.txt", dir);
+  snprintf(stp, n, "%s/generated", dir);
+  ar_status st = ar_mkdirs(dir, err);
+  ar_free(dir);
+  if (st != AR_OK) {
+    ar_free(buf);
+    return st;
+  }
+  int fresh = 0;
+  FILE *f = fopen(stp, "r");
+  if (f) {
+    char old[512] = {0};
+    size_t got = fread(old, 1, sizeof old - 1, f);
+    old[got] = '\0';
+    fclose(f);
+    fresh = strcmp(old, stamp) == 0 && file_exists(trp) &&
+            (g->test_points == 0 || file_exists(tep));
+  }
+  if (!fresh) {
+    unlink(stp);
+    ar_log(AR_LOG_INFO, "generating synthetic data into %s/data/", spec->output.dir);
+    st = ar_data_generate(g, spec->seed, trp, g->test_points > 0 ? tep : NULL, err);
+    if (st == AR_OK)
+      st = ar_write_file_atomic(stp, stamp, strlen(stamp), err);
+    if (st != AR_OK) {
+      ar_free(buf);
+      return st;
+    }
+  }
+  *train = trp;
+  *test = g->test_points > 0 ? tep : NULL;
+  *storage = buf;
+  return AR_OK;
+}
+
+/* Keeps only the metrics lines of iterations <= `upto` (a resumed run
+ * rewrites what came after its checkpoint). */
+static ar_status trim_metrics(const char *path, int64_t upto, ar_err *err) {
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return AR_OK;
+  char *keep = NULL, *line = NULL;
+  size_t klen = 0, lcap = 0;
+  FILE *mem = open_memstream(&keep, &klen);
+  if (!mem) {
+    fclose(f);
+    return ar_errf(err, AR_NOMEM, "out of memory");
+  }
+  ssize_t n;
+  while ((n = getline(&line, &lcap, f)) > 0) {
+    const char *p = strstr(line, "\"iteration\": ");
+    long long it = p ? strtoll(p + 13, NULL, 10) : 0;
+    if (it <= upto)
+      fwrite(line, 1, (size_t)n, mem);
+  }
+  free(line);
+  fclose(f);
+  fclose(mem);
+  ar_status st = ar_write_file_atomic(path, keep, klen, err);
+  free(keep);
+  return st;
+}
+
+typedef struct run_ctx {
+  const ar_spec *spec;
+  ar_device *dev;
+  ar_model *model;
+  ar_reader *train, *test;
+  ar_batch batch;
+  FILE *metrics;
+  ar_progress *progress;
+  ar_ckpt_state st;
+  char *ckpt_path, *metrics_path, *summary_path, *data_storage;
+  double loss_window;
+  int64_t loss_window_n;
+  double last_train_loss;
+  ar_eval_acc last_eval;
+  int64_t last_eval_iter;
+  ar_err *err;
+} run_ctx;
+
+static ar_status evaluate(run_ctx *c, ar_eval_acc *acc) {
+  memset(acc, 0, sizeof *acc);
+  if (!c->test)
+    return AR_OK;
+  AR_CHECK(ar_reader_rewind(c->test, 0, c->err));
+  int64_t limit = c->spec->train.eval_points;
+  for (;;) {
+    int64_t want = c->batch.cap_rows;
+    if (limit > 0 && limit - acc->rows < want)
+      want = limit - acc->rows;
+    if (want <= 0)
+      break;
+    AR_CHECK(ar_reader_next(c->test, want, &c->batch, c->err));
+    if (c->batch.rows == 0)
+      break;
+    ar_status st = ar_model_eval_batch(c->model, &c->batch, acc);
+    if (st != AR_OK)
+      return ar_errf(c->err, st, "evaluation: %s", c->model->err.msg);
+  }
+  return AR_OK;
+}
+
+static double p_at(const ar_eval_acc *a, int i) {
+  static const int ks[3] = {1, 3, 5};
+  return a->rows ? 100.0 * a->hits[i] / ((double)a->rows * ks[i]) : -1.0;
+}
+
+static ar_status eval_and_log(run_ctx *c) {
+  ar_eval_acc acc;
+  double t0 = ar_now();
+  AR_CHECK(evaluate(c, &acc));
+  double eval_s = ar_now() - t0;
+  c->last_eval = acc;
+  c->last_eval_iter = c->st.iteration;
+  double train_loss = c->loss_window_n ? c->loss_window / (double)c->loss_window_n
+                                       : c->last_train_loss;
+  c->last_train_loss = train_loss;
+  c->loss_window = 0;
+  c->loss_window_n = 0;
+  ar_json *j = ar_json_begin();
+  ar_json_int(j, "iteration", c->st.iteration);
+  ar_json_num(j, "epoch", c->st.epoch);
+  ar_json_int(j, "samples", c->st.samples);
+  ar_json_num(j, "train_loss", train_loss);
+  if (acc.rows) {
+    ar_json_num(j, "test_loss", acc.loss_sum / (double)acc.rows);
+    ar_json_num(j, "p_at_1", p_at(&acc, 0));
+    ar_json_num(j, "p_at_3", p_at(&acc, 1));
+    ar_json_num(j, "p_at_5", p_at(&acc, 2));
+    ar_json_int(j, "test_points", acc.rows);
+  }
+  ar_json_num(j, "samples_per_s", c->st.train_s > 0 ? (double)c->st.samples / c->st.train_s : 0);
+  ar_json_num(j, "train_s", c->st.train_s);
+  ar_json_num(j, "eval_s", eval_s);
+  const char *text = ar_json_end(j);
+  ar_status st = AR_OK;
+  if (!text || fputs(text, c->metrics) < 0 || fflush(c->metrics) != 0)
+    st = ar_errf(c->err, AR_IO, "cannot append to '%s': %s", c->metrics_path, strerror(errno));
+  ar_json_destroy(j);
+  if (st == AR_OK && acc.rows) {
+    char line[256];
+    snprintf(line, sizeof line,
+             "eval @ iter %lld: test loss %.4f  P@1 %.2f  P@3 %.2f  P@5 %.2f (%lld points)",
+             (long long)c->st.iteration, acc.loss_sum / (double)acc.rows, p_at(&acc, 0),
+             p_at(&acc, 1), p_at(&acc, 2), (long long)acc.rows);
+    ar_progress_note(c->progress, line);
+  }
+  return st;
+}
+
+static ar_status write_summary(run_ctx *c, ar_summary *s) {
+  ar_json *j = ar_json_begin();
+  ar_json_str(j, "name", c->spec->name);
+  ar_json_num(j, "samples_per_s", s->samples_per_s);
+  ar_json_num(j, "loss", s->loss);
+  ar_json_num(j, "train_loss", s->train_loss);
+  if (s->p_at[0] >= 0) {
+    ar_json_num(j, "p_at_1", s->p_at[0]);
+    ar_json_num(j, "p_at_3", s->p_at[1]);
+    ar_json_num(j, "p_at_5", s->p_at[2]);
+  }
+  ar_json_int(j, "iterations", s->iterations);
+  ar_json_int(j, "samples", s->samples);
+  ar_json_num(j, "epochs", (double)s->epochs_done);
+  ar_json_num(j, "wall_s", s->wall_s);
+  ar_json_num(j, "train_s", s->train_s);
+  ar_json_int(j, "peak_rss_bytes", s->peak_rss_bytes);
+  ar_json_int(j, "persistent_bytes", (int64_t)c->model->plan.persistent_bytes);
+  ar_json_int(j, "ephemeral_bytes", (int64_t)c->model->plan.ephemeral_bytes);
+  ar_json_str(j, "device", s->device);
+  ar_json_int(j, "threads", s->threads);
+  ar_json_int(j, "batch", c->spec->train.batch);
+  ar_json_bool(j, "interrupted", s->interrupted);
+  const char *text = ar_json_end(j);
+  ar_status st = text ? ar_write_file_atomic(c->summary_path, text, strlen(text), c->err)
+                      : ar_errf(c->err, AR_NOMEM, "out of memory writing the summary");
+  ar_json_destroy(j);
+  return st;
+}
+
+static ar_status open_readers(run_ctx *c, const char *train, const char *test) {
+  const ar_spec *s = c->spec;
+  ar_reader_opts ro = AR_READER_OPTS_INIT;
+  ro.format = s->data.format;
+  ro.shuffle_window = s->data.shuffle_window;
+  ro.seed = s->seed;
+  ro.features = s->input.features;
+  ro.labels = s->layers[s->n_layers - 1].width;
+  AR_CHECK(ar_reader_open(train, &ro, &c->train, c->err));
+  if (ar_reader_stats(c->train)->points == 0)
+    return ar_errf(c->err, AR_PARSE, "%s: error: the training file has no data points", train);
+  if (test) {
+    ro.shuffle_window = 0;
+    AR_CHECK(ar_reader_open(test, &ro, &c->test, c->err));
+  }
+  return AR_OK;
+}
+
+ar_status ar_run(const ar_spec *spec, const ar_run_opts *opts_in, ar_summary *summary,
+                 ar_err *err) {
+  ar_run_opts opts = opts_in ? *opts_in : (ar_run_opts)AR_RUN_OPTS_INIT;
+  run_ctx c;
+  memset(&c, 0, sizeof c);
+  c.spec = spec;
+  c.err = err;
+  double wall0 = ar_now();
+  ar_summary s;
+  memset(&s, 0, sizeof s);
+  const char *train_path = NULL, *test_path = NULL;
+  struct sigaction sa, old_int, old_term;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  stop_requested = 0;
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+
+  ar_status st = ar_mkdirs(spec->output.dir, err);
+  if (st != AR_OK)
+    goto done;
+  c.ckpt_path = join(spec->output.dir, "checkpoint.bin");
+  c.metrics_path = join(spec->output.dir, "metrics.jsonl");
+  c.summary_path = join(spec->output.dir, "summary.json");
+  if (!c.ckpt_path || !c.metrics_path || !c.summary_path) {
+    st = ar_errf(err, AR_NOMEM, "out of memory");
+    goto done;
+  }
+  if (opts.resume && !file_exists(c.ckpt_path)) {
+    st = ar_errf(err, AR_NOTFOUND, "--resume: no checkpoint at '%s'; run without --resume to "
+                 "start afresh", c.ckpt_path);
+    goto done;
+  }
+  st = ar_run_resolve_data(spec, &train_path, &test_path, &c.data_storage, err);
+  if (st != AR_OK)
+    goto done;
+
+  ar_device_opts dopts = AR_DEVICE_OPTS_INIT;
+  dopts.threads = spec->train.threads > 0 ? spec->train.threads : ar_topology_cores();
+  st = ar_device_open(spec->device, &dopts, &c.dev, err);
+  if (st != AR_OK)
+    goto done;
+  st = open_readers(&c, train_path, test_path);
+  if (st != AR_OK)
+    goto done;
+  const ar_data_stats *ts = ar_reader_stats(c.train);
+  int64_t max_nnz = ts->max_nnz, max_labels = ts->max_labels;
+  if (c.test) {
+    const ar_data_stats *es = ar_reader_stats(c.test);
+    if (es->max_nnz > max_nnz)
+      max_nnz = es->max_nnz;
+    if (es->max_labels > max_labels)
+      max_labels = es->max_labels;
+  }
+  st = ar_batch_init(&c.batch, spec->train.batch, max_nnz < 1 ? 1 : max_nnz,
+                     max_labels < 1 ? 1 : max_labels);
+  if (st != AR_OK) {
+    ar_errf(err, st, "out of host memory for a batch of %d rows", spec->train.batch);
+    goto done;
+  }
+  st = ar_model_create(c.dev, spec, max_nnz, max_labels, &c.model, err);
+  if (st != AR_OK)
+    goto done;
+
+  if (opts.resume) {
+    st = ar_checkpoint_load(c.model, &c.st, c.ckpt_path, err);
+    if (st == AR_OK)
+      st = ar_reader_rewind(c.train, (uint64_t)c.st.epoch, err);
+    if (st == AR_OK)
+      st = ar_reader_skip(c.train, c.st.rows_in_epoch, err);
+    if (st == AR_OK)
+      st = trim_metrics(c.metrics_path, c.st.iteration, err);
+    if (st != AR_OK)
+      goto done;
+  } else {
+    st = ar_reader_rewind(c.train, 0, err);
+    if (st != AR_OK)
+      goto done;
+  }
+  c.metrics = fopen(c.metrics_path, opts.resume ? "a" : "w");
+  if (!c.metrics) {
+    st = ar_errf(err, AR_IO, "cannot write '%s': %s", c.metrics_path, strerror(errno));
+    goto done;
+  }
+
+  int64_t per_epoch = (ts->points + spec->train.batch - 1) / spec->train.batch;
+  int64_t total = spec->train.iterations;
+  if (spec->train.epochs > 0 && (total == 0 || spec->train.epochs * per_epoch < total))
+    total = spec->train.epochs * per_epoch;
+  c.progress = ar_progress_create(opts.progress, opts.quiet, total);
+  if (opts.resume) {
+    char line[160];
+    snprintf(line, sizeof line, "resumed from %s at iteration %lld (epoch %lld)", c.ckpt_path,
+             (long long)c.st.iteration, (long long)c.st.epoch);
+    ar_progress_note(c.progress, line);
+  }
+  c.last_eval_iter = -1;
+  float loss = 0.0f;
+  bool finished = false;
+  while (!stop_requested) {
+    if (c.st.iteration >= total)
+      break;
+    double t0 = ar_now();
+    st = ar_reader_next(c.train, spec->train.batch, &c.batch, err);
+    if (st == AR_OK && c.batch.rows == 0) {
+      c.st.epoch++;
+      c.st.rows_in_epoch = 0;
+      st = ar_reader_rewind(c.train, (uint64_t)c.st.epoch, err);
+      if (st == AR_OK)
+        st = ar_reader_next(c.train, spec->train.batch, &c.batch, err);
+    }
+    if (st != AR_OK)
+      goto done;
+    st = ar_model_train_batch(c.model, &c.batch, &loss);
+    if (st != AR_OK) {
+      ar_errf(err, st, "iteration %lld: %s", (long long)c.st.iteration + 1, c.model->err.msg);
+      goto done;
+    }
+    if (!isfinite(loss)) {
+      st = ar_errf(err, AR_RANGE, "iteration %lld: the loss became %f; lower train.optimizer's "
+                   "lr", (long long)c.st.iteration + 1, (double)loss);
+      goto done;
+    }
+    c.st.train_s += ar_now() - t0;
+    c.st.iteration++;
+    c.st.rows_in_epoch += c.batch.rows;
+    c.st.samples += c.batch.rows;
+    c.loss_window += loss;
+    c.loss_window_n++;
+    ar_progress_update(c.progress, c.st.iteration, c.st.epoch, loss,
+                       (double)c.st.samples / c.st.train_s);
+    if (spec->train.eval_every > 0 && c.st.iteration % spec->train.eval_every == 0 &&
+        c.st.iteration < total) {
+      st = eval_and_log(&c);
+      if (st != AR_OK)
+        goto done;
+    }
+    if (spec->train.checkpoint_every > 0 && c.st.iteration % spec->train.checkpoint_every == 0 &&
+        c.st.iteration < total) {
+      st = ar_checkpoint_save(c.model, &c.st, c.ckpt_path, err);
+      if (st != AR_OK)
+        goto done;
+    }
+  }
+  finished = !stop_requested;
+  if (finished && c.last_eval_iter != c.st.iteration) {
+    st = eval_and_log(&c);
+    if (st != AR_OK)
+      goto done;
+  }
+  ar_progress_finish(c.progress);
+  st = ar_checkpoint_save(c.model, &c.st, c.ckpt_path, err);
+  if (st != AR_OK)
+    goto done;
+
+  s.iterations = c.st.iteration;
+  s.samples = c.st.samples;
+  s.train_s = c.st.train_s;
+  s.samples_per_s = c.st.train_s > 0 ? (double)c.st.samples / c.st.train_s : 0.0;
+  s.epochs_done = ts->points ? (double)c.st.samples / (double)ts->points : 0.0;
+  s.train_loss = c.loss_window_n ? c.loss_window / (double)c.loss_window_n : c.last_train_loss;
+  s.loss = c.last_eval.rows ? c.last_eval.loss_sum / (double)c.last_eval.rows : s.train_loss;
+  for (int i = 0; i < 3; i++)
+    s.p_at[i] = c.last_eval.rows ? p_at(&c.last_eval, i) : -1.0;
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  s.peak_rss_bytes = (int64_t)ru.ru_maxrss * 1024;
+  s.threads = c.dev->threads;
+  if (c.dev->ops->name && strcmp(c.dev->ops->name, "host") != 0)
+    snprintf(s.device, sizeof s.device, "%s:%d", c.dev->ops->name, c.dev->index);
+  else
+    snprintf(s.device, sizeof s.device, "host");
+  s.interrupted = !finished;
+  s.wall_s = ar_now() - wall0;
+  st = write_summary(&c, &s);
+  if (st != AR_OK)
+    goto done;
+  if (summary)
+    *summary = s;
+  if (!finished)
+    st = ar_errf(err, AR_INTERRUPTED, "interrupted at iteration %lld; checkpoint written to "
+                 "'%s': continue with --resume", (long long)c.st.iteration, c.ckpt_path);
+done:
+  if (c.progress)
+    ar_progress_finish(c.progress);
+  ar_progress_destroy(c.progress);
+  if (c.metrics)
+    fclose(c.metrics);
+  ar_model_destroy(c.model);
+  ar_batch_fini(&c.batch);
+  ar_reader_close(c.test);
+  ar_reader_close(c.train);
+  ar_device_close(c.dev);
+  ar_free(c.data_storage);
+  ar_free(c.ckpt_path);
+  ar_free(c.metrics_path);
+  ar_free(c.summary_path);
+  sigaction(SIGINT, &old_int, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
+  return st;
+}

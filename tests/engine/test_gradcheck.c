@@ -1,0 +1,197 @@
+/* Gradients of every layer kind and both losses against central finite
+ * differences of the model's own loss, and the memory plan against what the
+ * model allocates.  Uses the host device, whose device pointers are host
+ * pointers, so the test perturbs parameters in place. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <string.h>
+
+#include "accelrt/graph.h"
+
+static ar_spec *parse(const char *yaml) {
+  ar_spec *spec = NULL;
+  ar_diags d = {0, NULL};
+  ar_status st = ar_spec_parse(yaml, strlen(yaml), "<test>", NULL, NULL, 0, false, &spec, &d);
+  if (st != AR_OK)
+    ar_diags_print(&d, "<test>", stderr);
+  ar_diags_fini(&d);
+  assert_int_equal(st, AR_OK);
+  return spec;
+}
+
+/* A random batch of `rows` rows over `features` features and `labels`
+ * labels; some rows have several labels and one has none. */
+static void make_batch(ar_batch *b, int rows, int features, int labels, ar_rng *rng) {
+  assert_int_equal(ar_batch_init(b, rows, 6, 3), AR_OK);
+  b->rows = rows;
+  b->row_ptr[0] = 0;
+  b->lab_ptr[0] = 0;
+  for (int r = 0; r < rows; r++) {
+    int64_t p = b->row_ptr[r];
+    int nnz = 1 + (int)ar_rng_below(rng, 6);
+    for (int j = 0; j < nnz; j++) {
+      /* Distinct, increasing feature ids. */
+      int f = (int)((j * features) / nnz + ar_rng_below(rng, (uint64_t)(features / nnz)));
+      b->idx[p + j] = f;
+      b->val[p + j] = (float)(0.5 + ar_rng_uniform(rng));
+    }
+    b->row_ptr[r + 1] = p + nnz;
+    int64_t q = b->lab_ptr[r];
+    int nl = r == 1 ? 0 : 1 + (int)ar_rng_below(rng, 3);
+    for (int j = 0; j < nl; j++)
+      b->lab[q + j] = (int)((j * labels) / 3 + ar_rng_below(rng, (uint64_t)(labels / 3)));
+    b->lab_ptr[r + 1] = q + nl;
+  }
+}
+
+static double loss_at(ar_model *m) {
+  ar_model_forward(m);
+  return ar_model_loss(m, false);
+}
+
+/* Checks `n_checks` random entries of every parameter tensor. */
+static void gradcheck(const char *yaml) {
+  ar_spec *spec = parse(yaml);
+  ar_device *dev = NULL;
+  ar_device_opts o = AR_DEVICE_OPTS_INIT;
+  o.threads = 1;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_host_device_create(&o, &dev, &err), AR_OK);
+  ar_model *m = NULL;
+  assert_int_equal(ar_model_create(dev, spec, 6, 3, &m, &err), AR_OK);
+  /* The plan is what was allocated, to the byte. */
+  assert_int_equal(dev->bytes_in_use, m->plan.persistent_bytes + m->plan.ephemeral_bytes);
+
+  ar_rng rng;
+  ar_rng_seed(&rng, 7, 0);
+  ar_batch b;
+  make_batch(&b, 5, (int)spec->input.features, (int)spec->layers[spec->n_layers - 1].width, &rng);
+  /* Biases start at zero; give them values so their gradients matter. */
+  for (int l = 0; l < m->n_layers; l++)
+    for (int64_t i = 0; i < m->layers[l].out; i++)
+      m->layers[l].b[i] = (float)(0.2 * ar_rng_normal(&rng));
+
+  assert_int_equal(ar_model_load(m, &b), AR_OK);
+  ar_model_forward(m);
+  (void)ar_model_loss(m, true);
+  ar_model_backward(m);
+
+  const double h = 1e-2;
+  int checked = 0;
+  for (int l = 0; l < m->n_layers; l++) {
+    ar_layer *L = &m->layers[l];
+    for (int which = 0; which < 2; which++) {
+      float *p = which ? L->b : L->w;
+      const float *g = which ? L->gb : L->gw;
+      int64_t n = which ? L->out : L->in * L->out;
+      /* Copy the analytic gradient: the loss calls below overwrite nothing
+       * of gw/gb, but be explicit about what is compared. */
+      for (int c = 0; c < 12; c++) {
+        int64_t i = (int64_t)ar_rng_below(&rng, (uint64_t)n);
+        float keep = p[i];
+        p[i] = keep + (float)h;
+        double up = loss_at(m);
+        p[i] = keep - (float)h;
+        double down = loss_at(m);
+        p[i] = keep;
+        double num = (up - down) / (2 * h);
+        double ana = g[i];
+        if (fabs(num - ana) > 2e-3 + 3e-2 * fabs(ana))
+          fail_msg("layer %s %s[%lld]: analytic %.6g vs finite difference %.6g", L->name,
+                   which ? "b" : "w", (long long)i, ana, num);
+        checked++;
+      }
+    }
+  }
+  assert_true(checked >= 24);
+  ar_batch_fini(&b);
+  ar_model_destroy(m);
+  assert_int_equal(dev->bytes_in_use, 0);
+  ar_device_close(dev);
+  ar_spec_destroy(spec);
+}
+
+static const char *common_tail =
+    "data: {generate: {features: 40, labels: 12}}\n"
+    "train: {batch: 8, iterations: 1}\n";
+
+static void run_case(const char *model) {
+  char yaml[2048];
+  snprintf(yaml, sizeof yaml, "name: g\nseed: 3\n%s%s", model, common_tail);
+  gradcheck(yaml);
+}
+
+static void test_sparse_relu_softmax(void **state) {
+  (void)state;
+  run_case("model:\n  input: {sparse: 40}\n  layers:\n"
+           "    - {name: h, dense: 9, activation: relu}\n"
+           "    - {name: out, dense: 12, activation: softmax}\n");
+}
+
+static void test_sparse_sigmoid_none_softmax(void **state) {
+  (void)state;
+  run_case("model:\n  input: {sparse: 40}\n  layers:\n"
+           "    - {name: h1, dense: 7, activation: sigmoid}\n"
+           "    - {name: h2, dense: 5, activation: none}\n"
+           "    - {name: out, dense: 12, activation: softmax}\n");
+}
+
+static void test_dense_input_sigmoid_bce(void **state) {
+  (void)state;
+  run_case("model:\n  input: {dense: 40}\n  layers:\n"
+           "    - {name: h, dense: 6, activation: relu}\n"
+           "    - {name: out, dense: 12, activation: sigmoid}\n");
+}
+
+static void test_single_layer_softmax(void **state) {
+  (void)state;
+  run_case("model:\n  input: {sparse: 40}\n  layers:\n"
+           "    - {name: out, dense: 12, activation: softmax}\n");
+}
+
+/* One hand-sized plan where every tensor is a multiple of 64 bytes, so the
+ * expected sizes are plain sums. */
+static void test_plan_by_hand(void **state) {
+  (void)state;
+  ar_spec *spec = parse("name: p\nmodel:\n  input: {sparse: 64}\n  layers:\n"
+                        "    - {name: h, dense: 32}\n    - {name: out, dense: 16}\n"
+                        "data: {generate: {features: 64, labels: 16}}\n"
+                        "train: {batch: 16, iterations: 1}\n");
+  ar_plan plan;
+  assert_int_equal(ar_plan_compute(spec, 4, 2, &plan), AR_OK);
+  size_t params = 64 * 32 + 32 + 32 * 16 + 16;
+  assert_int_equal(plan.param_count, params);
+  /* Adam: parameters + two moments. */
+  assert_int_equal(plan.persistent_bytes, 3 * params * 4);
+  /* Ephemeral: row_ptr (17 x 8 -> 192 aligned), idx 16*4*4, val 16*4*4,
+   * lab_ptr 192, lab 16*2*4 = 128, grads = params*4, y of both layers,
+   * grad.y of the hidden layer, loss rows 64, topk 16*5*4 = 320. */
+  size_t eph = 192 + 256 + 256 + 192 + 128 + params * 4 + 16 * 32 * 4 + 16 * 16 * 4 +
+               16 * 32 * 4 + 64 + 320;
+  assert_int_equal(plan.ephemeral_bytes, eph);
+  ar_plan_fini(&plan);
+  /* SGD without momentum keeps no optimizer state. */
+  ar_spec_destroy(spec);
+  spec = parse("name: p\nmodel:\n  input: {sparse: 64}\n  layers:\n"
+               "    - {name: h, dense: 32}\n    - {name: out, dense: 16}\n"
+               "data: {generate: {features: 64, labels: 16}}\n"
+               "train: {batch: 16, iterations: 1, optimizer: {sgd: {lr: 0.1, momentum: 0}}}\n");
+  assert_int_equal(ar_plan_compute(spec, 4, 2, &plan), AR_OK);
+  assert_int_equal(plan.persistent_bytes, params * 4);
+  ar_plan_fini(&plan);
+  ar_spec_destroy(spec);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_sparse_relu_softmax),
+      cmocka_unit_test(test_sparse_sigmoid_none_softmax),
+      cmocka_unit_test(test_dense_input_sigmoid_bce),
+      cmocka_unit_test(test_single_layer_softmax),
+      cmocka_unit_test(test_plan_by_hand),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
