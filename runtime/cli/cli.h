@@ -1,0 +1,14 @@
+/* The accelrt command line: one function per subcommand.  Each returns the
+ * process exit status: 0 success, 1 runtime failure, 2 usage or job file. */
+#ifndef ACCELRT_CLI_H
+#define ACCELRT_CLI_H
+
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+int cli_run(int argc, char **argv);
+int cli_check(int argc, char **argv);
+int cli_info(int argc, char **argv);
+int cli_gen_data(int argc, char **argv);
+int cli_schema(int argc, char **argv);
+
+#endif

@@ -1,0 +1,198 @@
+/* accelrt run / check / schema: the job-file commands. */
+#define _GNU_SOURCE
+#include "accelrt/data.h"
+#include "accelrt/runtime.h"
+#include "accelrt/spec.h"
+#include "cli/cli.h"
+
+#include <getopt.h>
+#include <string.h>
+
+typedef struct job_args {
+  const char *job;
+  const char **sets; /* (n_sets) borrowed from argv */
+  int n_sets;
+  bool resume, quiet;
+} job_args;
+
+/* Parses "JOB.yaml [--set K=V]... [--resume] [--quiet]".  Returns -1 on
+ * success, else the exit status. */
+static int parse_job_args(int argc, char **argv, const char *cmd, bool run_flags,
+                          job_args *a) {
+  static const struct option longs[] = {{"set", required_argument, NULL, 's'},
+                                        {"resume", no_argument, NULL, 'r'},
+                                        {"quiet", no_argument, NULL, 'q'},
+                                        {"help", no_argument, NULL, 'h'},
+                                        {NULL, 0, NULL, 0}};
+  memset(a, 0, sizeof *a);
+  a->sets = ar_calloc((size_t)argc, sizeof *a->sets);
+  if (!a->sets)
+    return CLI_FAIL;
+  optind = 1;
+  int c;
+  while ((c = getopt_long(argc, argv, "s:qh", longs, NULL)) != -1) {
+    switch (c) {
+    case 's':
+      if (!strchr(optarg, '=')) {
+        fprintf(stderr, "accelrt %s: --set needs KEY=VALUE, got '%s'\n", cmd, optarg);
+        return CLI_USAGE;
+      }
+      a->sets[a->n_sets++] = optarg;
+      break;
+    case 'r':
+    case 'q':
+      if (!run_flags) {
+        fprintf(stderr, "accelrt %s: --%s is an option of 'accelrt run'\n", cmd,
+                c == 'r' ? "resume" : "quiet");
+        return CLI_USAGE;
+      }
+      if (c == 'r')
+        a->resume = true;
+      else
+        a->quiet = true;
+      break;
+    case 'h':
+      printf("usage: accelrt %s JOB.yaml [--set KEY=VALUE]...%s\n", cmd,
+             run_flags ? " [--resume] [--quiet]" : "");
+      return CLI_OK;
+    default:
+      return CLI_USAGE;
+    }
+  }
+  if (optind != argc - 1) {
+    fprintf(stderr, "accelrt %s: expected one job file (usage: accelrt %s JOB.yaml "
+            "[--set KEY=VALUE]...)\n", cmd, cmd);
+    return CLI_USAGE;
+  }
+  a->job = argv[optind];
+  return -1;
+}
+
+static int load_spec(const job_args *a, ar_spec **spec) {
+  ar_diags diags = {0, NULL};
+  ar_status st = ar_spec_load(a->job, a->sets, a->n_sets, spec, &diags);
+  if (st != AR_OK) {
+    if (diags.count)
+      ar_diags_print(&diags, a->job, stderr);
+    else
+      fprintf(stderr, "%s: error: %s\n", a->job, ar_status_str(st));
+    if (diags.count > 1)
+      fprintf(stderr, "%d errors in %s\n", diags.count, a->job);
+    ar_diags_fini(&diags);
+    return st == AR_NOMEM ? CLI_FAIL : CLI_USAGE;
+  }
+  ar_diags_fini(&diags);
+  return -1;
+}
+
+static void print_summary(const ar_spec *spec, const ar_summary *s) {
+  printf("\n%s: %lld iterations, %lld samples (%.2f epochs) on %s, %d threads\n", spec->name,
+         (long long)s->iterations, (long long)s->samples, s->epochs_done, s->device, s->threads);
+  printf("  train loss     %.4f\n", s->train_loss);
+  if (s->p_at[0] >= 0) {
+    printf("  test loss      %.4f\n", s->loss);
+    printf("  P@1 P@3 P@5    %.2f  %.2f  %.2f\n", s->p_at[0], s->p_at[1], s->p_at[2]);
+  }
+  printf("  samples/s      %.1f\n", s->samples_per_s);
+  printf("  wall time      %.1f s (training %.1f s)\n", s->wall_s, s->train_s);
+  printf("  peak RSS       %.1f MiB\n", (double)s->peak_rss_bytes / 1048576.0);
+  printf("  output         %s/{summary.json,metrics.jsonl,checkpoint.bin}\n", spec->output.dir);
+}
+
+int cli_run(int argc, char **argv) {
+  job_args a;
+  int rc = parse_job_args(argc, argv, "run", true, &a);
+  ar_spec *spec = NULL;
+  if (rc < 0)
+    rc = load_spec(&a, &spec);
+  if (rc < 0) {
+    ar_err err = AR_ERR_INIT;
+    ar_run_opts opts = AR_RUN_OPTS_INIT;
+    opts.resume = a.resume;
+    opts.quiet = a.quiet;
+    if (a.quiet && ar_log_get_level() > AR_LOG_WARN)
+      ar_log_set_level(AR_LOG_WARN);
+    ar_summary s;
+    ar_status st = ar_run(spec, &opts, &s, &err);
+    if (st == AR_OK) {
+      if (!a.quiet)
+        print_summary(spec, &s);
+      rc = CLI_OK;
+    } else {
+      fprintf(stderr, "accelrt run: error: %s\n", err.msg[0] ? err.msg : ar_status_str(st));
+      rc = CLI_FAIL;
+    }
+  }
+  ar_spec_destroy(spec);
+  ar_free(a.sets);
+  return rc;
+}
+
+int cli_check(int argc, char **argv) {
+  job_args a;
+  int rc = parse_job_args(argc, argv, "check", false, &a);
+  ar_spec *spec = NULL;
+  if (rc < 0)
+    rc = load_spec(&a, &spec);
+  if (rc < 0) {
+    /* The plan needs the largest row of the data: scan the files (which
+     * also validates every line of them). */
+    ar_err err = AR_ERR_INIT;
+    const char *train = NULL, *test = NULL;
+    char *storage = NULL;
+    ar_reader *rt = NULL, *re = NULL;
+    ar_plan plan = {0, NULL, 0, 0, 0};
+    ar_reader_opts ro = AR_READER_OPTS_INIT;
+    ro.format = spec->data.format;
+    ro.features = spec->input.features;
+    ro.labels = spec->layers[spec->n_layers - 1].width;
+    ar_status st = ar_run_resolve_data(spec, &train, &test, &storage, &err);
+    if (st == AR_OK)
+      st = ar_reader_open(train, &ro, &rt, &err);
+    if (st == AR_OK && test)
+      st = ar_reader_open(test, &ro, &re, &err);
+    if (st == AR_OK) {
+      const ar_data_stats *ts = ar_reader_stats(rt);
+      int64_t nnz = ts->max_nnz, lab = ts->max_labels;
+      if (re) {
+        const ar_data_stats *es = ar_reader_stats(re);
+        nnz = es->max_nnz > nnz ? es->max_nnz : nnz;
+        lab = es->max_labels > lab ? es->max_labels : lab;
+      }
+      st = ar_plan_compute(spec, nnz, lab, &plan);
+      if (st == AR_OK) {
+        printf("%s: valid\n", a.job);
+        printf("data: train %s (%lld points, at most %lld features and %lld labels a row)\n",
+               train, (long long)ts->points, (long long)ts->max_nnz, (long long)ts->max_labels);
+        if (re)
+          printf("      test %s (%lld points)\n", test, (long long)ar_reader_stats(re)->points);
+        ar_plan_print(&plan, spec, stdout);
+      } else {
+        ar_errf(&err, st, "out of memory computing the plan");
+      }
+    }
+    if (st != AR_OK) {
+      fprintf(stderr, "%s\n", err.msg);
+      rc = st == AR_PARSE ? CLI_USAGE : CLI_FAIL;
+    } else {
+      rc = CLI_OK;
+    }
+    ar_plan_fini(&plan);
+    ar_reader_close(re);
+    ar_reader_close(rt);
+    ar_free(storage);
+  }
+  ar_spec_destroy(spec);
+  ar_free(a.sets);
+  return rc;
+}
+
+int cli_schema(int argc, char **argv) {
+  (void)argv;
+  if (argc != 1) {
+    fprintf(stderr, "usage: accelrt schema\n");
+    return CLI_USAGE;
+  }
+  ar_spec_schema_markdown(stdout);
+  return CLI_OK;
+}

@@ -1,0 +1,53 @@
+/* accelrt: the command-line entry point. */
+#include "accelrt/base.h"
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void usage(FILE *to) {
+  fprintf(to,
+          "usage: accelrt <command> [options]\n"
+          "\n"
+          "commands:\n"
+          "  run JOB.yaml [--set KEY=VALUE]... [--resume] [--quiet]\n"
+          "                      train the job; metrics and checkpoints go to output.dir\n"
+          "  check JOB.yaml [--set KEY=VALUE]...\n"
+          "                      validate the job, print the model and its exact memory plan\n"
+          "  info                build features, machine topology, devices\n"
+          "  gen-data --out DIR [options]\n"
+          "                      write a synthetic XC-format dataset (see gen-data --help)\n"
+          "  schema              print the job-file reference (Markdown)\n"
+          "  help, --help        this text;  --version  the version\n"
+          "\n"
+          "exit status: 0 success, 1 runtime failure, 2 usage or job-file error\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return CLI_USAGE;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "run"))
+    return cli_run(argc - 1, argv + 1);
+  if (!strcmp(cmd, "check"))
+    return cli_check(argc - 1, argv + 1);
+  if (!strcmp(cmd, "info"))
+    return cli_info(argc - 1, argv + 1);
+  if (!strcmp(cmd, "gen-data"))
+    return cli_gen_data(argc - 1, argv + 1);
+  if (!strcmp(cmd, "schema"))
+    return cli_schema(argc - 1, argv + 1);
+  if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+    usage(stdout);
+    return CLI_OK;
+  }
+  if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+    printf("accelrt %s\n", ACCELRT_VERSION);
+    return CLI_OK;
+  }
+  fprintf(stderr, "accelrt: unknown command '%s'\n\n", cmd);
+  usage(stderr);
+  return CLI_USAGE;
+}

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# End-to-end tests of the accelrt command line.
+#   cli.sh ACCELRT_BINARY SOURCE_DIR CASE
+# Exit 0 pass, 1 fail, 77 skipped.
+set -uo pipefail
+bin=$1 src=$2 case=$3
+work=$(mktemp -d /tmp/accelrt-e2e-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+json_num() { # json_num FILE KEY -> the number
+  sed -n "s/.*\"$2\": \([-0-9.eE+]*\).*/\1/p" "$1" | head -1
+}
+ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
+
+small_job() { # a quick generated job in $work/job.yaml
+  cat > "$work/job.yaml" <<YAML
+name: small
+device: host
+seed: 5
+model:
+  input: {sparse: 2000}
+  layers:
+    - {name: hidden, dense: 64, activation: relu}
+    - {name: out, dense: 200, activation: softmax}
+data:
+  generate: {train_points: 4000, test_points: 500, features: 2000, labels: 200, nnz: 20,
+             labels_per_point: 2, noise: 0.1}
+train: {batch: 64, epochs: 3, threads: 2, eval_every: 50, checkpoint_every: 40,
+        optimizer: {adam: {lr: 0.003}}}
+output: {dir: $work/out}
+YAML
+}
+
+case $case in
+golden)
+  # The golden run: trains, writes every output, and learns the planted
+  # structure (P@1 far above the 0.5% of chance).
+  small_job
+  "$bin" run "$work/job.yaml" > "$work/stdout" 2> "$work/stderr" || fail "run exited $?: $(cat "$work/stderr")"
+  grep -q "P@1 P@3 P@5" "$work/stdout" || fail "no final metrics printed"
+  s=$work/out/summary.json
+  for k in samples_per_s loss p_at_1 p_at_3 p_at_5 iterations epochs wall_s peak_rss_bytes threads; do
+    [ -n "$(json_num "$s" $k)" ] || fail "summary.json lacks $k"
+  done
+  grep -q '"device": "host"' "$s" || fail "summary.json lacks device"
+  p1=$(json_num "$s" p_at_1)
+  ge "$p1" 40 || fail "P@1 $p1 below 40"
+  [ "$(json_num "$s" iterations)" = 189 ] || fail "3 epochs of 63 batches should be 189 iterations"
+  [ "$(wc -l < "$work/out/metrics.jsonl")" -ge 4 ] || fail "metrics.jsonl too short"
+  [ -s "$work/out/checkpoint.bin" ] || fail "no checkpoint"
+  # Off a terminal, progress is plain lines, never carriage returns.
+  ! grep -q $'\r' "$work/stderr" || fail "carriage return in non-terminal progress"
+  ;;
+quiet)
+  small_job
+  "$bin" run "$work/job.yaml" --quiet --set train.epochs=1 > "$work/stdout" 2> "$work/stderr" || fail "run failed"
+  [ ! -s "$work/stdout" ] && ! grep -q "iter" "$work/stderr" || fail "--quiet printed progress"
+  [ "$(json_num "$work/out/summary.json" iterations)" = 63 ] || fail "--set train.epochs=1 not applied"
+  ;;
+bad_job)
+  # All errors of a file are reported, each as FILE:LINE:COL: error: KEY: ...
+  small_job
+  sed -i 's/batch: 64/bacth: 64/; s/dense: 64, activation: relu/dense: -3, activation: relu/' "$work/job.yaml"
+  "$bin" run "$work/job.yaml" > /dev/null 2> "$work/err"; rc=$?
+  [ $rc = 2 ] || fail "exit $rc, want 2"
+  grep -Eq "job.yaml:[0-9]+:[0-9]+: error: train.bacth: .*batch" "$work/err" || fail "no did-you-mean: $(cat "$work/err")"
+  grep -Eq "job.yaml:[0-9]+:[0-9]+: error: model.layers\[0\].dense" "$work/err" || fail "range error missing: $(cat "$work/err")"
+  [ ! -e "$work/out" ] || fail "a rejected job wrote output"
+  "$bin" run "$work/nope.yaml" 2> "$work/err"; rc=$?
+  [ $rc = 2 ] || fail "missing job file: exit $rc"
+  "$bin" run --bogus 2> /dev/null; rc=$?
+  [ $rc = 2 ] || fail "bad option: exit $rc"
+  "$bin" frobnicate 2> /dev/null; rc=$?
+  [ $rc = 2 ] || fail "unknown command: exit $rc"
+  ;;
+missing_data)
+  printf 'model: {input: {sparse: 10}, layers: [{dense: 3}]}\ndata: {train: nothere.txt}\ntrain: {iterations: 1}\n' > "$work/job.yaml"
+  "$bin" run "$work/job.yaml" 2> "$work/err"; rc=$?
+  [ $rc = 2 ] || fail "exit $rc, want 2"
+  grep -q "data.train" "$work/err" && grep -q "nothere.txt" "$work/err" || fail "$(cat "$work/err")"
+  ;;
+bad_data)
+  # A malformed line: FILE:LINE: error, exit 1, nothing written over.
+  printf '3 10 3\n0 1:1 2:1\n1,2 3:1 x4:1\n2 5:1\n' > "$work/train.txt"
+  printf 'model: {input: {sparse: 10}, layers: [{dense: 3}]}\ndata: {train: train.txt}\ntrain: {iterations: 1}\noutput: {dir: %s/out}\n' "$work" > "$work/job.yaml"
+  "$bin" run "$work/job.yaml" 2> "$work/err"; rc=$?
+  [ $rc = 1 ] || fail "exit $rc, want 1"
+  grep -q "train.txt:3: error" "$work/err" || fail "$(cat "$work/err")"
+  # A label beyond the output layer.
+  printf '2 10 3\n0 1:1\n7 3:1\n' > "$work/train.txt"
+  "$bin" run "$work/job.yaml" 2> "$work/err"; rc=$?
+  [ $rc = 1 ] && grep -q "train.txt:3: error" "$work/err" || fail "label range: $(cat "$work/err")"
+  ;;
+interrupt_resume)
+  # SIGINT stops at an iteration boundary with a checkpoint; --resume ends
+  # the job where an uninterrupted one would.
+  small_job
+  sed -i 's/epochs: 3/epochs: 40/' "$work/job.yaml"
+  "$bin" run "$work/job.yaml" --quiet --set train.threads=1 & pid=$!
+  for _ in $(seq 1 100); do [ -s "$work/out/checkpoint.bin" ] && break; sleep 0.1; done
+  kill -INT $pid; wait $pid; rc=$?
+  [ $rc = 1 ] || fail "interrupted run exited $rc, want 1"
+  grep -q '"interrupted": true' "$work/out/summary.json" || fail "summary does not say interrupted"
+  it=$(json_num "$work/out/summary.json" iterations)
+  "$bin" run "$work/job.yaml" --quiet --resume --set train.iterations=$((it + 5)) 2> "$work/err" || fail "resume failed: $(cat "$work/err")"
+  [ "$(json_num "$work/out/summary.json" iterations)" = $((it + 5)) ] || fail "resume did not continue from $it"
+  ;;
+resume_missing)
+  small_job
+  "$bin" run "$work/job.yaml" --resume 2> "$work/err"; rc=$?
+  [ $rc = 1 ] && grep -q "no checkpoint" "$work/err" || fail "exit $rc: $(cat "$work/err")"
+  ;;
+check)
+  small_job
+  "$bin" check "$work/job.yaml" > "$work/out.txt" || fail "check failed"
+  grep -q "persistent bytes: " "$work/out.txt" && grep -q "ephemeral peak bytes: " "$work/out.txt" || fail "no plan"
+  # Adam: 3 x params x 4 bytes, params = 2000*64+64 + 64*200+200.
+  p=$(sed -n 's/^persistent bytes: \([0-9]*\).*/\1/p' "$work/out.txt")
+  [ "$p" -ge $(( 3 * 4 * (2000*64 + 64 + 64*200 + 200) )) ] && [ "$p" -le $(( 3 * 4 * (2000*64 + 64 + 64*200 + 200) + 64*12 )) ] || fail "persistent $p"
+  ;;
+info)
+  "$bin" info > "$work/out.txt" || fail "info failed"
+  grep -q "cores" "$work/out.txt" && grep -q "host" "$work/out.txt" && grep -qi "cuda" "$work/out.txt" || fail "$(cat "$work/out.txt")"
+  ;;
+schema_docs)
+  "$bin" schema > "$work/schema.md" || fail "schema failed"
+  diff -u "$src/docs/job-file.md" "$work/schema.md" || fail "docs/job-file.md is stale: regenerate with 'accelrt schema > docs/job-file.md'"
+  ;;
+bibtex|delicious)
+  # Real data: P@1 on the test split must reach the published-comparable bound.
+  dir=$src/../shared/data
+  [ -n "${ACCELRT_DATA_DIR:-}" ] && dir=$ACCELRT_DATA_DIR
+  name=$case; Name=$( [ $case = bibtex ] && echo Bibtex || echo Delicious )
+  bound=$( [ $case = bibtex ] && echo 60 || echo 65 )
+  if [ ! -f "$dir/$Name/${name}_train.txt" ]; then echo "skipped: $dir/$Name not present"; exit 77; fi
+  "$bin" run "$src/configs/$name.yaml" --quiet --set data.train="$dir/$Name/${name}_train.txt" \
+    --set data.test="$dir/$Name/${name}_test.txt" --set output.dir="$work/out" 2> "$work/err" || fail "$(cat "$work/err")"
+  p1=$(json_num "$work/out/summary.json" p_at_1)
+  echo "$name: P@1 $p1 P@3 $(json_num "$work/out/summary.json" p_at_3) P@5 $(json_num "$work/out/summary.json" p_at_5)"
+  ge "$p1" $bound || fail "$name P@1 $p1 below $bound"
+  ;;
+*) fail "unknown case $case" ;;
+esac
+echo "ok: $case"
