@@ -153,11 +153,13 @@ void ar__host_fill(ar_device *dev, float *x, int64_t n, float value) {
 /* C = alpha op(A) op(B) + beta C through CBLAS, parallelised here rather
  * than by OpenBLAS: the device's OpenMP team (pinned, dev->threads of it)
  * splits the larger of C's two dimensions and each thread makes one
- * single-threaded cblas_sgemm call on its slice.  OpenBLAS's own thread
- * pool is kept at one thread (host_device.c) because its workers spin for
- * up to 2^28 cycles after each call: on a 2-core machine that slowed the
- * op following a GEMM (softmax_xent, adam) by 50-60 ms, while the GEMMs
- * themselves ran as fast split this way. */
+ * single-threaded cblas_sgemm call on its slice.  OpenBLAS's own pool is
+ * kept at one thread (host_device.c) because its idle workers spin for up
+ * to 2^28 cycles after each call, on the cores the OpenMP team needs next:
+ * on the busy 2-core development VM that made the op after a GEMM
+ * (softmax_xent, adam) 50-60 ms slower.  On the idle machine the split was
+ * also faster for the engine's Amazon-670K GEMMs: 165 vs 170 ms forward,
+ * 165 vs 193 ms for dW, 165 vs 187 ms for dX (2 threads). */
 void ar__host_gemm(ar_device *dev, bool trans_a, bool trans_b, int64_t m,
                    int64_t n, int64_t k, float alpha, const float *a,
                    int64_t lda, const float *b, int64_t ldb, float beta,
