@@ -51,6 +51,36 @@ golden)
   # Off a terminal, progress is plain lines, never carriage returns.
   ! grep -q $'\r' "$work/stderr" || fail "carriage return in non-terminal progress"
   ;;
+tty)
+  # On a terminal the bar is redrawn in place (carriage returns, a bar).
+  command -v script > /dev/null || { echo "skipped: no script(1)"; exit 77; }
+  small_job
+  TERM=xterm script -qec "'$bin' run '$work/job.yaml' --set train.epochs=1" "$work/typescript" > /dev/null 2>&1 \
+    || fail "run under a terminal failed"
+  grep -q $'\r' "$work/typescript" || fail "no in-place redraw on a terminal"
+  grep -Eq '\[[#>.]{30}\]' "$work/typescript" || fail "no progress bar on a terminal"
+  grep -q "ETA" "$work/typescript" || fail "no ETA on the bar"
+  ;;
+stream)
+  # A data file is streamed, never loaded: training on a file several times
+  # larger than the process's peak memory.
+  cat > "$work/job.yaml" <<YAML
+model:
+  input: {sparse: 1000}
+  layers: [{name: out, dense: 50}]
+data: {train: $work/big/train.txt, shuffle_window: 256}
+train: {batch: 32, iterations: 50, threads: 1}
+output: {dir: $work/out}
+YAML
+  "$bin" gen-data --out "$work/big" --train-points 200000 --test-points 0 --features 1000 \
+    --labels 50 --nnz 150 > /dev/null || fail "gen-data failed"
+  size=$(stat -c %s "$work/big/train.txt")
+  [ "$size" -gt 100000000 ] || fail "test file only $size bytes"
+  "$bin" run "$work/job.yaml" --quiet 2> "$work/err" || fail "run failed: $(cat "$work/err")"
+  rss=$(json_num "$work/out/summary.json" peak_rss_bytes)
+  echo "file $size bytes, peak RSS $rss bytes"
+  [ "$rss" -lt $((size / 3)) ] || fail "peak RSS $rss is not far below the file size $size"
+  ;;
 quiet)
   small_job
   "$bin" run "$work/job.yaml" --quiet --set train.epochs=1 > "$work/stdout" 2> "$work/stderr" || fail "run failed"
