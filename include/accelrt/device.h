@@ -19,8 +19,11 @@
  * Thread-safety: a device handle is used by one thread at a time; the
  * backend parallelises inside each op.
  *
- * Tests: tests/device/test_host_ops.c runs every op against a naive
- * reference; the CUDA parity test compares every op with the host backend.
+ * Tests: tests/device/test_host_ops.c, test_host_losses.c and
+ * test_host_optim.c run every op against a naive double-precision
+ * reference; test_device_open.c covers opening by name and the memory
+ * accounting; test_cuda_probe.c the CUDA probe (the CUDA parity test that
+ * compares every op with the host backend lands with the CUDA backend).
  */
 #ifndef ACCELRT_DEVICE_H
 #define ACCELRT_DEVICE_H
