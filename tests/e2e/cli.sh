@@ -152,6 +152,16 @@ info)
   "$bin" info > "$work/out.txt" || fail "info failed"
   grep -q "cores" "$work/out.txt" && grep -q "host" "$work/out.txt" && grep -qi "cuda" "$work/out.txt" || fail "$(cat "$work/out.txt")"
   ;;
+topology)
+  # A two-socket machine, replayed through hwloc's synthetic topologies, is
+  # reported as such (the way hwloc tests exotic hardware without it).
+  HWLOC_SYNTHETIC="pack:2 [numa(memory=1GiB)] l3:1(size=32MiB) core:8 l2:1(size=1MiB) l1d:1(size=32KiB) pu:2" \
+    "$bin" info > "$work/out.txt" || fail "info failed"
+  grep -q "packages 2, cores 16, processing units 32, NUMA nodes 2" "$work/out.txt" || fail "$(cat "$work/out.txt")"
+  grep -q "L1d: 16 x 32 KiB" "$work/out.txt" && grep -q "L2: 16 x 1024 KiB" "$work/out.txt" \
+    && grep -q "L3: 2 x 32768 KiB" "$work/out.txt" && grep -q "NUMA node 1: 1024 MiB" "$work/out.txt" \
+    || fail "caches or NUMA memory misreported: $(cat "$work/out.txt")"
+  ;;
 schema_docs)
   "$bin" schema > "$work/schema.md" || fail "schema failed"
   diff -u "$src/docs/job-file.md" "$work/schema.md" || fail "docs/job-file.md is stale: regenerate with 'accelrt schema > docs/job-file.md'"
