@@ -19,7 +19,10 @@
  *   - ar_commsched_gate: sender-side enforcement of a schedule, as a data
  *     structure the transport polls (no threads, no MPI);
  *   - ar_commsched_metrics: per-iteration makespan, busy times, the bounds
- *     U_min and U_max, the scheduling efficiency E and straggler spread.
+ *     U_min and U_max, the scheduling efficiency E and straggler spread;
+ *   - ar_commsched_pacer: a token-bucket link emulator on a caller's clock;
+ *   - ar_commsched_simulate: a discrete-event simulation of one synchronous
+ *     parameter-server iteration under a schedule.
  *
  * Transfers are numbered 0, 1, 2, ... in the order their recv ops were
  * added to the graph; that number (the transfer id) names a transfer in
@@ -34,8 +37,9 @@
  *
  * Tests: tests/commsched/test_wizard.c (TIC and TAC on hand-worked DAGs and
  * random ones), test_graph.c, test_oracle.c, test_gate.c, test_schedule.c
- * (orders, normalisation, files), test_metrics.c; bench_tac.c times TAC on
- * 1,000 transfers (not part of ctest).
+ * (orders, normalisation, files), test_metrics.c, test_pacer.c,
+ * test_simulate.c; bench_tac.c times TAC on 1,000 transfers and
+ * bench_simulate.c sweeps the simulator (neither is part of ctest).
  */
 #ifndef ACCELRT_COMMSCHED_H
 #define ACCELRT_COMMSCHED_H
@@ -382,6 +386,137 @@ ar_status ar_commsched_metrics_compute(const ar_commsched_span *comm,
 /* Straggler spread: max - min of the workers' finish times (0 for n <= 1
  * or NULL). */
 double ar_commsched_straggler_spread(const double *finish, size_t n);
+
+/* ---- link emulation: a token-bucket pacer (sender side) ----------------- */
+
+/* One pacer paces one channel at its sender (issue 5's `link: {gbps,
+ * latency_us}`): a token bucket holding up to burst_bytes tokens, filled
+ * at the line rate, one token per byte.  It is a pure data structure on a
+ * clock the caller provides (seconds, any origin, e.g. ar_now()), so the
+ * transport asks it when a send may go and the tests drive it without
+ * sleeping.  Model, stated once:
+ *
+ *   - sends on one channel are serial: a send starts at max(now, the end of
+ *     the previous send);
+ *   - at its start a send takes the bucket's tokens at once (up to its
+ *     size: the burst), and its remaining bytes leave at the line rate, so
+ *     it is done (last byte out) at start + max(0, bytes - tokens) / rate;
+ *   - it arrives at done + latency: latency is added once per message and
+ *     overlaps the next send (the link is a pipe, not a stop-and-wait);
+ *   - over any interval of length t the channel sends at most
+ *     burst_bytes + rate x t bytes, and back to back it sends at the rate.
+ *
+ * A peak rate above the line rate is not modelled: a burst leaves in zero
+ * time.  burst_bytes 0 gives a plain serial link (done = start + bytes /
+ * rate), which is what the simulator's ports are.  gbps INFINITY leaves
+ * only the latency.  Tests: tests/commsched/test_pacer.c. */
+typedef struct ar_commsched_pacer ar_commsched_pacer;
+
+typedef struct ar_commsched_link_opts {
+  double gbps;        /* line rate, 10^9 bit/s, > 0; INFINITY = unpaced */
+  double latency_us;  /* one-way latency per message, >= 0, finite */
+  size_t burst_bytes; /* bucket depth; the bucket starts full */
+} ar_commsched_link_opts;
+
+#define AR_COMMSCHED_LINK_OPTS_INIT {10.0, 0.0, 0}
+
+/* When one send goes, on the caller's clock (seconds). */
+typedef struct ar_commsched_pace {
+  double start_s;  /* the send may be posted */
+  double done_s;   /* its last byte has left the sender */
+  double arrive_s; /* done_s + latency: the receiver has it */
+} ar_commsched_pace;
+
+/* Creates a pacer whose bucket is full at time now_s.  The options are
+ * copied.  Returns AR_OK, AR_INVALID (gbps <= 0 or NaN, latency negative or
+ * not finite: the message names the value) or AR_NOMEM. */
+ar_status ar_commsched_pacer_create(const ar_commsched_link_opts *opts,
+                                    double now_s, ar_commsched_pacer **out,
+                                    ar_err *err);
+void ar_commsched_pacer_destroy(ar_commsched_pacer *p);
+
+/* When a send of `bytes` offered at now_s would start, be done and arrive,
+ * without changing the pacer.  A now_s earlier than the previous send's
+ * end is allowed (the send queues).  Cannot fail. */
+void ar_commsched_pacer_earliest(const ar_commsched_pacer *p, double now_s,
+                                 size_t bytes, ar_commsched_pace *out);
+
+/* Commits that send: the same times as _earliest, and the bucket and the
+ * channel's busy time move on.  out may be NULL. */
+void ar_commsched_pacer_consume(ar_commsched_pacer *p, double now_s,
+                                size_t bytes, ar_commsched_pace *out);
+
+/* Bytes committed so far, and the tokens in the bucket at now_s (for
+ * traces and tests; tokens count from the end of the last send). */
+uint64_t ar_commsched_pacer_bytes(const ar_commsched_pacer *p);
+double ar_commsched_pacer_tokens(const ar_commsched_pacer *p, double now_s);
+
+/* ---- discrete-event simulation of one iteration ------------------------- */
+
+/* Simulates one synchronous parameter-server iteration of W identical
+ * workers and S servers (issue 5's simulator; model in simulate.c):
+ *
+ *   1. at time 0 every server offers, through an enforcement gate loaded
+ *      with the schedule, each transfer of its channel (the recv's channel
+ *      is its server) to every worker; it sends them round-robin over the
+ *      workers, each worker's in gate order (transfer-id order for none);
+ *   2. each node has one full-duplex port per direction, each a serial link
+ *      of the given bandwidth: a message holds its sender's out port and
+ *      its receiver's in port for bytes / bandwidth and arrives `latency`
+ *      later; so a server's out link is shared by all its workers, a
+ *      worker's in link by all servers, and the gradients fan in on each
+ *      server's in link;
+ *   3. each worker runs its compute ops one at a time, each when its
+ *      predecessors are done and its recvs have arrived, earliest-ready
+ *      first (ties by op id);
+ *   4. the gradient of a transfer (as many bytes as the parameter) is sent
+ *      back when every compute op that consumes the recv directly has
+ *      finished (at its arrival if none does), in the order gradients
+ *      become ready (ties by transfer id);
+ *   5. barrier: the last worker has finished computing and the last
+ *      gradient has reached its server; then every server applies the
+ *      update (update_s), in parallel; the iteration ends.
+ *
+ * Metrics (ar_commsched_metrics_compute over every worker's spans): a
+ * communication span is a message from when it was offered to when it
+ * arrived (as a worker's trace of its recvs sees it), a computation span
+ * is a compute op or a server's update.  makespan_s is the end of the
+ * update; U_min <= makespan <= U_max holds in this model.
+ * Tests: tests/commsched/test_simulate.c; bench_simulate.c sweeps workers. */
+typedef struct ar_commsched_sim_opts {
+  uint32_t workers;     /* W >= 1 */
+  uint32_t servers;     /* S >= 1; every recv's channel must be < S */
+  double bandwidth_Bps; /* bytes/s per port and direction, > 0; INFINITY */
+  double latency_s;     /* per message, >= 0, finite */
+  double update_s;      /* each server's update after the barrier, >= 0 */
+} ar_commsched_sim_opts;
+
+#define AR_COMMSCHED_SIM_OPTS_INIT {1, 1, 1.25e9, 0.0, 0.0}
+
+typedef struct ar_commsched_sim_result {
+  double makespan_s;       /* iteration: offer of the first parameter to
+                            * the end of the update */
+  double params_done_s;    /* last parameter arrival on any worker */
+  double compute_done_s;   /* last compute op's end on any worker */
+  double barrier_s;        /* compute done and every gradient arrived */
+  double straggler_s;      /* max - min over workers of their finish (last
+                            * compute end or gradient arrival) */
+  ar_commsched_metrics metrics; /* N, C, U_min, U_max, E over the iteration */
+  uint64_t messages;       /* sent in both directions: 2 x W x transfers */
+} ar_commsched_sim_result;
+
+/* Simulates one iteration of a sealed graph, with its op times (seconds:
+ * compute ops run that long; a recv's time is ignored, its bytes and the
+ * bandwidth decide) under schedule s (NULL, or a schedule of order none:
+ * every transfer as ready).  Deterministic: the same inputs give the same
+ * result bit for bit (a random order's seed is in its schedule).  Every
+ * allocation is freed before return.  Returns AR_OK, AR_STATE (graph not
+ * sealed), AR_INVALID (bad option, a recv channel >= servers, a schedule
+ * made for another graph: the message says which) or AR_NOMEM. */
+ar_status ar_commsched_simulate(const ar_commsched_graph *g,
+                                const ar_commsched_schedule *s,
+                                const ar_commsched_sim_opts *opts,
+                                ar_commsched_sim_result *out, ar_err *err);
 
 #ifdef __cplusplus
 }

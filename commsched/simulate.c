@@ -1,0 +1,487 @@
+/*
+ * A discrete-event simulation of one synchronous parameter-server
+ * iteration (issue 5's simulator; the model is listed in commsched.h).
+ * It exists to predict what an order buys at cluster sizes no testbed has,
+ * so the model is deliberately small, and every choice is stated here:
+ *
+ * Network.  Every node (server or worker) has an out port and an in port,
+ * each a serial link of `bandwidth` bytes/s (a token-bucket pacer with no
+ * burst, see pacer.c).  A message holds its sender's out port and its
+ * receiver's in port together for bytes / bandwidth (a non-blocking
+ * switch between them) and arrives `latency` after its last byte left.
+ * The two directions never interfere, so parameters (down) and gradients
+ * (up) are simulated one after the other.  Each sender sends its messages
+ * in its own order; when several senders compete, the message that can
+ * start earliest goes first (ties: lower node id), which is a list
+ * schedule: starts never decrease in commit order, so no message is ever
+ * placed before a decision it depends on.
+ *
+ * Order.  Departure from TicTac, which orders each worker-server channel
+ * separately: one server's out port is shared by all its workers, so the
+ * server interleaves them round-robin, taking each worker's next transfer
+ * from an ar_commsched_gate loaded with the schedule (the enforcement the
+ * runtime uses).  Every worker has the same schedule; with order none the
+ * gate lists nothing and transfers go in transfer-id order, the order the
+ * recvs were added (all parameters are ready at once, so "as ready" has
+ * no other meaning here).  Bytes-in-flight bounds are not simulated.
+ *
+ * Workers.  One compute op at a time, each when its compute predecessors
+ * finished and its recvs arrived, earliest-ready first (ties by op id), so
+ * a worker never idles while some op could run.  A gradient (as many
+ * bytes as its parameter) is ready when the compute ops fed directly by
+ * the recv have all finished: the graph should make each recv feed the
+ * backward op that produces its gradient.
+ *
+ * Why U_min <= makespan <= U_max holds: a message's span runs from its
+ * offer to its arrival, so the worker that finishes last is covered by
+ * its parameter spans from 0 to its last arrival, computes without a gap
+ * from then to its last op (every op's inputs are there), is covered by
+ * its gradient spans from then to the barrier, and the update covers the
+ * rest; the makespan is thus at most N + C.  test_simulate.c checks it on
+ * random DAGs.
+ *
+ * Cost: O(S x W x T) for parameters, O(W x (ops + edges) log ops) for
+ * compute and O(W^2 x T) for gradients, with T transfers; memory
+ * O(W x (T + ops)).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commsched_impl.h"
+
+/* A gradient and when it is ready, for sorting a worker's sends. */
+typedef struct ready_key {
+  double ready;
+  uint32_t t;
+} ready_key;
+
+typedef struct sim {
+  const ar_commsched_graph *g;
+  ar_commsched_sim_opts o;
+  size_t n, T, W, S;
+  /* Graph, compute side. */
+  uint32_t *succ_off; /* (n + 1) */
+  uint32_t *succ;     /* (nedges) */
+  uint32_t *npred;    /* (n) compute predecessors, duplicates counted */
+  /* Per worker. */
+  double *arrive; /* (W, T) parameter arrival */
+  double *gready; /* (W, T) gradient ready */
+  double *finish; /* (W) last compute end or gradient arrival */
+  /* Scratch. */
+  uint32_t *cnt;         /* (n) */
+  double *rdy;           /* (n) */
+  uint32_t *heap;        /* (n) */
+  uint32_t *dl_w, *dl_t; /* (W x T) parameter messages, grouped by server */
+  uint32_t *srv_off;     /* (S + 1) */
+  uint32_t *up;          /* (W, T) each worker's gradients in send order */
+  ready_key *keys;       /* (T) */
+  double *out_free, *in_free; /* (max(W, S)) port busy-until */
+  uint32_t *head;             /* (max(W, S)) */
+  ar_commsched_span *comm;    /* (2 x W x T) */
+  ar_commsched_span *comp;    /* (W x ncompute + S) */
+  size_t ncomm, ncomp, ncompute;
+} sim;
+
+static double xfer_s(const sim *m, size_t bytes) {
+  return isinf(m->o.bandwidth_Bps) ? 0.0 : (double)bytes / m->o.bandwidth_Bps;
+}
+
+static ar_status check_opts(const ar_commsched_graph *g,
+                            const ar_commsched_schedule *s,
+                            const ar_commsched_sim_opts *o, ar_err *err) {
+  if (!g->sealed)
+    return ar_errf(err, AR_STATE, "commsched simulate: seal the graph first");
+  if (o->workers == 0 || o->servers == 0)
+    return ar_errf(err, AR_INVALID,
+                   "commsched simulate: %u workers and %u servers; need at "
+                   "least one of each",
+                   o->workers, o->servers);
+  if (!(o->bandwidth_Bps > 0.0))
+    return ar_errf(err, AR_INVALID,
+                   "commsched simulate: bandwidth %g bytes/s; give a rate > 0 "
+                   "(INFINITY for a free network)",
+                   o->bandwidth_Bps);
+  if (!isfinite(o->latency_s) || o->latency_s < 0.0 || !isfinite(o->update_s) ||
+      o->update_s < 0.0)
+    return ar_errf(err, AR_INVALID,
+                   "commsched simulate: latency %g s and update %g s must be "
+                   "finite and >= 0",
+                   o->latency_s, o->update_s);
+  for (size_t t = 0; t < g->nrecv; t++)
+    if (g->recvs[t].channel >= o->servers)
+      return ar_errf(err, AR_INVALID,
+                     "commsched simulate: transfer %zu ('%s') is on channel "
+                     "%u but only %u servers are simulated; raise servers or "
+                     "reshard the graph",
+                     t, g->ops[g->recvs[t].op].name, g->recvs[t].channel,
+                     o->servers);
+  if (s)
+    AR_CHECK(ar_commsched_schedule_check(s, g, err));
+  uint64_t wt = (uint64_t)o->workers * g->nrecv;
+  if (wt > UINT32_MAX / 2 || (uint64_t)o->workers * g->nops > UINT32_MAX)
+    return ar_errf(err, AR_RANGE,
+                   "commsched simulate: %u workers x %zu ops is too large to "
+                   "simulate",
+                   o->workers, g->nops);
+  return AR_OK;
+}
+
+static void sim_free(sim *m) {
+  ar_free(m->succ_off);
+  ar_free(m->succ);
+  ar_free(m->npred);
+  ar_free(m->arrive);
+  ar_free(m->gready);
+  ar_free(m->finish);
+  ar_free(m->cnt);
+  ar_free(m->rdy);
+  ar_free(m->heap);
+  ar_free(m->dl_w);
+  ar_free(m->dl_t);
+  ar_free(m->srv_off);
+  ar_free(m->up);
+  ar_free(m->keys);
+  ar_free(m->out_free);
+  ar_free(m->in_free);
+  ar_free(m->head);
+  ar_free(m->comm);
+  ar_free(m->comp);
+}
+
+static int sim_alloc(sim *m) {
+  const ar_commsched_graph *g = m->g;
+  size_t n = m->n, WT = m->W * m->T, P = m->W > m->S ? m->W : m->S;
+  m->ncompute = n - g->nrecv;
+  m->succ_off = ar_calloc(n + 1, sizeof *m->succ_off);
+  m->succ = ar_malloc((g->nedges + 1) * sizeof *m->succ);
+  m->npred = ar_calloc(n + 1, sizeof *m->npred);
+  m->arrive = ar_malloc((WT + 1) * sizeof *m->arrive);
+  m->gready = ar_malloc((WT + 1) * sizeof *m->gready);
+  m->finish = ar_calloc(m->W, sizeof *m->finish);
+  m->cnt = ar_malloc((n + 1) * sizeof *m->cnt);
+  m->rdy = ar_malloc((n + 1) * sizeof *m->rdy);
+  m->heap = ar_malloc((n + 1) * sizeof *m->heap);
+  m->dl_w = ar_malloc((WT + 1) * sizeof *m->dl_w);
+  m->dl_t = ar_malloc((WT + 1) * sizeof *m->dl_t);
+  m->srv_off = ar_calloc(m->S + 1, sizeof *m->srv_off);
+  m->up = ar_malloc((WT + 1) * sizeof *m->up);
+  m->keys = ar_malloc((m->T + 1) * sizeof *m->keys);
+  m->out_free = ar_malloc(P * sizeof *m->out_free);
+  m->in_free = ar_malloc(P * sizeof *m->in_free);
+  m->head = ar_malloc(P * sizeof *m->head);
+  m->comm = ar_malloc((2 * WT + 1) * sizeof *m->comm);
+  m->comp = ar_malloc((m->W * m->ncompute + m->S) * sizeof *m->comp);
+  return m->succ_off && m->succ && m->npred && m->arrive && m->gready &&
+         m->finish && m->cnt && m->rdy && m->heap && m->dl_w && m->dl_t &&
+         m->srv_off && m->up && m->keys && m->out_free && m->in_free &&
+         m->head && m->comm && m->comp;
+}
+
+/* Successor lists, and each compute op's count of compute predecessors
+ * (recv predecessors are waited for through their arrival times). */
+static void build_csr(sim *m) {
+  const ar_commsched_graph *g = m->g;
+  for (size_t e = 0; e < g->nedges; e++)
+    m->succ_off[g->edges[2 * e] + 1]++;
+  for (size_t i = 0; i < m->n; i++)
+    m->succ_off[i + 1] += m->succ_off[i];
+  for (size_t i = 0; i < m->n; i++)
+    m->cnt[i] = m->succ_off[i];
+  for (size_t e = 0; e < g->nedges; e++) {
+    uint32_t f = g->edges[2 * e], t = g->edges[2 * e + 1];
+    m->succ[m->cnt[f]++] = t;
+    if (g->ops[f].kind == AR_COMMSCHED_COMPUTE)
+      m->npred[t]++;
+  }
+}
+
+/* Lists every server's parameter messages in send order: round-robin over
+ * the workers, each worker's next transfer as the gate releases it. */
+static ar_status list_params(sim *m, const ar_commsched_schedule *s,
+                             ar_err *err) {
+  const ar_commsched_graph *g = m->g;
+  ar_commsched_gate_opts go = AR_COMMSCHED_GATE_OPTS_INIT;
+  go.destinations = (uint32_t)m->W;
+  go.transfers = m->T > 0 ? (uint32_t)m->T : 1;
+  ar_commsched_gate *gate = NULL;
+  AR_CHECK(ar_commsched_gate_create(&go, &gate, err));
+  ar_status st = AR_OK;
+  size_t k = 0;
+  for (uint32_t srv = 0; srv < m->S; srv++) {
+    m->srv_off[srv] = (uint32_t)k;
+    st = ar_commsched_gate_load(gate, s, srv, err);
+    if (st != AR_OK)
+      goto done;
+    for (uint32_t w = 0; w < m->W; w++)
+      for (uint32_t t = 0; t < m->T; t++)
+        if (g->recvs[t].channel == srv &&
+            (st = ar_commsched_gate_offer(gate, w, t, g->recvs[t].bytes,
+                                          err)) != AR_OK)
+          goto done;
+    for (int progress = 1; progress;) {
+      progress = 0;
+      for (uint32_t w = 0; w < m->W; w++) {
+        uint32_t t;
+        if (ar_commsched_gate_next(gate, w, &t) != AR_OK)
+          continue;
+        st = ar_commsched_gate_release(gate, w, t, err);
+        if (st != AR_OK)
+          goto done;
+        m->dl_w[k] = w;
+        m->dl_t[k] = t;
+        k++;
+        progress = 1;
+      }
+    }
+  }
+  m->srv_off[m->S] = (uint32_t)k;
+  /* Every offered transfer was posted: the gate never holds one back
+   * without a bytes-in-flight bound. */
+  AR_ASSERT(k == m->W * m->T);
+done:
+  ar_commsched_gate_destroy(gate);
+  return st;
+}
+
+/* Parameters: servers are the senders, workers' in ports the receivers. */
+static void sim_params(sim *m) {
+  const ar_commsched_graph *g = m->g;
+  for (size_t i = 0; i < m->S; i++) {
+    m->out_free[i] = 0.0;
+    m->head[i] = m->srv_off[i];
+  }
+  for (size_t w = 0; w < m->W; w++)
+    m->in_free[w] = 0.0;
+  for (size_t left = m->W * m->T; left > 0; left--) {
+    size_t best = SIZE_MAX;
+    double best_t = INFINITY;
+    for (size_t srv = 0; srv < m->S; srv++) {
+      if (m->head[srv] == m->srv_off[srv + 1])
+        continue;
+      uint32_t w = m->dl_w[m->head[srv]];
+      double t =
+          m->out_free[srv] > m->in_free[w] ? m->out_free[srv] : m->in_free[w];
+      if (best == SIZE_MAX || t < best_t) {
+        best = srv;
+        best_t = t;
+      }
+    }
+    uint32_t k = m->head[best]++, w = m->dl_w[k], t = m->dl_t[k];
+    double done = best_t + xfer_s(m, g->recvs[t].bytes);
+    m->out_free[best] = m->in_free[w] = done;
+    double arr = done + m->o.latency_s;
+    m->arrive[(size_t)w * m->T + t] = arr;
+    m->comm[m->ncomm].start = 0.0;
+    m->comm[m->ncomm].end = arr;
+    m->ncomm++;
+  }
+}
+
+/* Min-heap of compute ops keyed by (ready time, op id). */
+static int before(const sim *m, uint32_t a, uint32_t b) {
+  if (m->rdy[a] != m->rdy[b])
+    return m->rdy[a] < m->rdy[b];
+  return a < b;
+}
+
+static void heap_push(sim *m, size_t *len, uint32_t v) {
+  size_t i = (*len)++;
+  while (i > 0 && before(m, v, m->heap[(i - 1) / 2])) {
+    m->heap[i] = m->heap[(i - 1) / 2];
+    i = (i - 1) / 2;
+  }
+  m->heap[i] = v;
+}
+
+static uint32_t heap_pop(sim *m, size_t *len) {
+  uint32_t top = m->heap[0], v = m->heap[--*len];
+  size_t i = 0;
+  for (;;) {
+    size_t c = 2 * i + 1;
+    if (c >= *len)
+      break;
+    if (c + 1 < *len && before(m, m->heap[c + 1], m->heap[c]))
+      c++;
+    if (!before(m, m->heap[c], v))
+      break;
+    m->heap[i] = m->heap[c];
+    i = c;
+  }
+  m->heap[i] = v;
+  return top;
+}
+
+/* One worker's compute; returns its last compute end.  Reuses rdy as the
+ * op's end time once the op has run. */
+static double sim_compute(sim *m, size_t w) {
+  const ar_commsched_graph *g = m->g;
+  const double *arr = m->arrive + w * m->T;
+  size_t len = 0;
+  for (size_t i = 0; i < m->n; i++) {
+    m->cnt[i] = m->npred[i];
+    m->rdy[i] = 0.0;
+  }
+  /* A recv's arrival makes its consumers ready no earlier than that. */
+  for (size_t t = 0; t < m->T; t++) {
+    uint32_t r = g->recvs[t].op;
+    for (uint32_t k = m->succ_off[r]; k < m->succ_off[r + 1]; k++) {
+      uint32_t c = m->succ[k];
+      if (arr[t] > m->rdy[c])
+        m->rdy[c] = arr[t];
+    }
+  }
+  for (size_t i = 0; i < m->n; i++)
+    if (g->ops[i].kind == AR_COMMSCHED_COMPUTE && m->cnt[i] == 0)
+      heap_push(m, &len, (uint32_t)i);
+  double now = 0.0;
+  while (len > 0) {
+    uint32_t v = heap_pop(m, &len);
+    double start = m->rdy[v] > now ? m->rdy[v] : now;
+    now = start + g->ops[v].time_s;
+    m->rdy[v] = now;
+    m->comp[m->ncomp].start = start;
+    m->comp[m->ncomp].end = now;
+    m->ncomp++;
+    for (uint32_t k = m->succ_off[v]; k < m->succ_off[v + 1]; k++) {
+      uint32_t c = m->succ[k];
+      if (now > m->rdy[c])
+        m->rdy[c] = now;
+      if (--m->cnt[c] == 0)
+        heap_push(m, &len, c);
+    }
+  }
+  /* Gradient readiness: the end of the last direct consumer. */
+  double *gr = m->gready + w * m->T;
+  for (size_t t = 0; t < m->T; t++) {
+    uint32_t r = g->recvs[t].op;
+    gr[t] = arr[t];
+    for (uint32_t k = m->succ_off[r]; k < m->succ_off[r + 1]; k++)
+      if (m->rdy[m->succ[k]] > gr[t])
+        gr[t] = m->rdy[m->succ[k]];
+  }
+  return now;
+}
+
+static int cmp_ready(const void *a, const void *b) {
+  const ready_key *x = a, *y = b;
+  if (x->ready != y->ready)
+    return x->ready < y->ready ? -1 : 1;
+  return x->t < y->t ? -1 : x->t > y->t;
+}
+
+/* Gradients: workers are the senders, servers' in ports the receivers.
+ * Returns the last arrival. */
+static double sim_grads(sim *m) {
+  const ar_commsched_graph *g = m->g;
+  double last = 0.0;
+  for (size_t w = 0; w < m->W; w++) {
+    for (size_t t = 0; t < m->T; t++) {
+      m->keys[t].ready = m->gready[w * m->T + t];
+      m->keys[t].t = (uint32_t)t;
+    }
+    qsort(m->keys, m->T, sizeof *m->keys, cmp_ready);
+    for (size_t t = 0; t < m->T; t++)
+      m->up[w * m->T + t] = m->keys[t].t;
+    m->out_free[w] = 0.0;
+    m->head[w] = 0;
+  }
+  for (size_t srv = 0; srv < m->S; srv++)
+    m->in_free[srv] = 0.0;
+  for (size_t left = m->W * m->T; left > 0; left--) {
+    size_t best = SIZE_MAX;
+    double best_t = INFINITY;
+    for (size_t w = 0; w < m->W; w++) {
+      if (m->head[w] == m->T)
+        continue;
+      uint32_t t = m->up[w * m->T + m->head[w]];
+      uint32_t srv = g->recvs[t].channel;
+      double st = m->gready[w * m->T + t];
+      if (m->out_free[w] > st)
+        st = m->out_free[w];
+      if (m->in_free[srv] > st)
+        st = m->in_free[srv];
+      if (best == SIZE_MAX || st < best_t) {
+        best = w;
+        best_t = st;
+      }
+    }
+    uint32_t t = m->up[best * m->T + m->head[best]++];
+    uint32_t srv = g->recvs[t].channel;
+    double done = best_t + xfer_s(m, g->recvs[t].bytes);
+    m->out_free[best] = m->in_free[srv] = done;
+    double arr = done + m->o.latency_s;
+    m->comm[m->ncomm].start = m->gready[best * m->T + t];
+    m->comm[m->ncomm].end = arr;
+    m->ncomm++;
+    if (arr > m->finish[best])
+      m->finish[best] = arr;
+    if (arr > last)
+      last = arr;
+  }
+  return last;
+}
+
+ar_status ar_commsched_simulate(const ar_commsched_graph *g,
+                                const ar_commsched_schedule *s,
+                                const ar_commsched_sim_opts *opts,
+                                ar_commsched_sim_result *out, ar_err *err) {
+  ar_commsched_sim_opts o = AR_COMMSCHED_SIM_OPTS_INIT;
+  if (opts)
+    o = *opts;
+  AR_CHECK(check_opts(g, s, &o, err));
+  sim m;
+  memset(&m, 0, sizeof m);
+  m.g = g;
+  m.o = o;
+  m.n = g->nops;
+  m.T = g->nrecv;
+  m.W = o.workers;
+  m.S = o.servers;
+  ar_status st = AR_OK;
+  if (!sim_alloc(&m)) {
+    st = ar_errf(err, AR_NOMEM,
+                 "commsched simulate: out of memory for %zu workers x %zu "
+                 "ops",
+                 m.W, m.n);
+    goto done;
+  }
+  build_csr(&m);
+  st = list_params(&m, s, err);
+  if (st != AR_OK)
+    goto done;
+  sim_params(&m);
+
+  ar_commsched_sim_result r;
+  memset(&r, 0, sizeof r);
+  for (size_t k = 0; k < m.ncomm; k++)
+    if (m.comm[k].end > r.params_done_s)
+      r.params_done_s = m.comm[k].end;
+  for (size_t w = 0; w < m.W; w++) {
+    double end = sim_compute(&m, w);
+    m.finish[w] = end;
+    if (end > r.compute_done_s)
+      r.compute_done_s = end;
+  }
+  double grads = sim_grads(&m);
+  r.barrier_s = grads > r.compute_done_s ? grads : r.compute_done_s;
+  r.makespan_s = r.barrier_s + o.update_s;
+  for (size_t srv = 0; srv < m.S; srv++) {
+    m.comp[m.ncomp].start = r.barrier_s;
+    m.comp[m.ncomp].end = r.makespan_s;
+    m.ncomp++;
+  }
+  r.straggler_s = ar_commsched_straggler_spread(m.finish, m.W);
+  r.messages = (uint64_t)m.ncomm;
+  st = ar_commsched_metrics_compute(m.comm, m.ncomm, m.comp, m.ncomp,
+                                    &r.metrics, err);
+  if (st != AR_OK)
+    goto done;
+  /* Some span starts at 0 (a parameter, the first op, or the update of an
+   * empty graph) and the update ends last, so both sides agree exactly. */
+  AR_ASSERT(r.metrics.makespan_s == r.makespan_s);
+  *out = r;
+done:
+  sim_free(&m);
+  return st;
+}

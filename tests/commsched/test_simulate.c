@@ -1,0 +1,351 @@
+/* commsched: the discrete-event simulator of one parameter-server
+ * iteration. */
+#include <math.h>
+#include <unistd.h>
+
+#include "cs_model.h"
+#include "cs_util.h"
+
+static char path[256];
+
+static const ar_commsched_order orders[] = {
+    AR_COMMSCHED_ORDER_NONE, AR_COMMSCHED_ORDER_RANDOM, AR_COMMSCHED_ORDER_TIC,
+    AR_COMMSCHED_ORDER_TAC};
+
+static ar_commsched_sim_result run(const ar_commsched_graph *g,
+                                   const ar_commsched_schedule *s,
+                                   const ar_commsched_sim_opts *o) {
+  ar_commsched_sim_result r;
+  ar_err err = AR_ERR_INIT;
+  if (ar_commsched_simulate(g, s, o, &r, &err) != AR_OK)
+    fail_msg("simulate: %s", err.msg);
+  return r;
+}
+
+/* A random DAG: recvs on channels < servers with 1 KB .. 1 MB, compute ops
+ * each needing up to three earlier ops.  Compute times are multiples of
+ * 1/1024 s below 1/16 s, so every sum of them is exact in a double. */
+static ar_commsched_graph *random_dag(uint64_t seed, uint32_t servers,
+                                      double *total_compute) {
+  ar_rng r;
+  ar_rng_seed(&r, seed, 3);
+  ar_commsched_graph *g = new_graph();
+  ar_err err = AR_ERR_INIT;
+  size_t nrecv = 1 + (size_t)ar_rng_below(&r, 12);
+  size_t ncomp = 1 + (size_t)ar_rng_below(&r, 30);
+  ar_commsched_op ops[64];
+  size_t n = 0;
+  *total_compute = 0.0;
+  for (size_t i = 0; i < nrecv; i++) {
+    size_t bytes = 1000 + (size_t)ar_rng_below(&r, 1000000);
+    assert_int_equal(ar_commsched_graph_add_recv(
+                         g, NULL, bytes, (uint32_t)ar_rng_below(&r, servers),
+                         0.0, &ops[n++], &err),
+                     AR_OK);
+  }
+  for (size_t i = 0; i < ncomp; i++) {
+    double t = (double)ar_rng_below(&r, 64) / 1024.0;
+    ar_commsched_op c;
+    assert_int_equal(ar_commsched_graph_add_compute(g, NULL, t, &c, &err),
+                     AR_OK);
+    size_t k = ar_rng_below(&r, 4);
+    for (size_t j = 0; j < k; j++)
+      assert_int_equal(
+          ar_commsched_graph_add_edge(g, ops[ar_rng_below(&r, n)], c, &err),
+          AR_OK);
+    ops[n++] = c;
+    *total_compute += t;
+  }
+  seal(g);
+  return g;
+}
+
+/* With a free network every parameter is there at time 0 and gradients
+ * cost nothing, so a worker computes without a gap: the makespan is the
+ * sum of the compute times plus the update, exactly. */
+static void test_infinite_bandwidth(void **state) {
+  (void)state;
+  for (uint64_t seed = 0; seed < 200; seed++) {
+    ar_rng r;
+    ar_rng_seed(&r, seed, 4);
+    ar_commsched_sim_opts o = AR_COMMSCHED_SIM_OPTS_INIT;
+    o.workers = 1 + (uint32_t)ar_rng_below(&r, 6);
+    o.servers = 1 + (uint32_t)ar_rng_below(&r, 3);
+    o.bandwidth_Bps = INFINITY;
+    o.update_s = (double)ar_rng_below(&r, 16) / 1024.0;
+    double total;
+    ar_commsched_graph *g = random_dag(seed, o.servers, &total);
+    for (int k = 0; k < 4; k++) {
+      ar_commsched_schedule *s = schedule(g, orders[k], seed, 0);
+      ar_commsched_sim_result res = run(g, s, &o);
+      assert_true(res.makespan_s == total + o.update_s);
+      assert_true(res.compute_done_s == total);
+      assert_true(res.metrics.comm_busy_s == 0.0);
+      assert_true(res.straggler_s == 0.0);
+      ar_commsched_schedule_destroy(s);
+    }
+    ar_commsched_graph_destroy(g);
+  }
+}
+
+/* U_min <= makespan <= U_max on hundreds of random DAGs, every order, with
+ * random cluster shapes, bandwidths, latencies and update times. */
+static void test_bounds_random(void **state) {
+  (void)state;
+  int defined = 0;
+  for (uint64_t seed = 0; seed < 400; seed++) {
+    ar_rng r;
+    ar_rng_seed(&r, seed, 5);
+    ar_commsched_sim_opts o = AR_COMMSCHED_SIM_OPTS_INIT;
+    o.workers = 1 + (uint32_t)ar_rng_below(&r, 8);
+    o.servers = 1 + (uint32_t)ar_rng_below(&r, 3);
+    o.bandwidth_Bps = 1e6 * (1 + (double)ar_rng_below(&r, 200));
+    o.latency_s = 1e-3 * ar_rng_uniform(&r);
+    o.update_s = 1e-2 * ar_rng_uniform(&r);
+    double total;
+    ar_commsched_graph *g = random_dag(1000 + seed, o.servers, &total);
+    for (int k = 0; k < 4; k++) {
+      ar_commsched_schedule *s = schedule(g, orders[k], seed, 1);
+      ar_commsched_sim_result res = run(g, s, &o);
+      const ar_commsched_metrics *m = &res.metrics;
+      double tol = 1e-12 * res.makespan_s;
+      assert_true(m->u_min_s <= res.makespan_s + tol);
+      assert_true(res.makespan_s <= m->u_max_s + tol);
+      assert_true(m->comp_busy_s >= total + o.update_s - tol);
+      assert_true(res.params_done_s <= res.barrier_s);
+      assert_true(res.compute_done_s <= res.barrier_s);
+      assert_true(res.messages ==
+                  2ull * o.workers * ar_commsched_graph_transfer_count(g));
+      defined += m->efficiency_defined;
+      ar_commsched_schedule_destroy(s);
+    }
+    ar_commsched_graph_destroy(g);
+  }
+  assert_true(defined > 1000); /* the bounds were not vacuous */
+}
+
+/* Two layers, one worker, one server, 1000 bytes/s, no latency or update:
+ *
+ *   w1, w2: 2000 bytes each (2 s per message either way)
+ *   f1 <- w1;  f2 <- f1, w2;  b2 <- f2, w2;  b1 <- b2, w1  (1 s each)
+ *
+ * w1 first: w1 arrives 2, w2 4; f1 2-3, f2 4-5, b2 5-6, b1 6-7; gradient
+ *   w2 ready 6 (b2) goes 6-8, w1 ready 7 (b1) waits for the port, 8-10.
+ *   Makespan 10; N = |[0,4] u [6,10]| = 8, C = |[2,3] u [4,7]| = 4,
+ *   U_min 8, U_max 12, E = (12 - 10) / 4 = 0.5.
+ * w2 first: w2 arrives 2, w1 4; f1 4-5, f2 5-6, b2 6-7, b1 7-8; gradient
+ *   w2 7-9, w1 ready 8, goes 9-11.  Makespan 11; N = |[0,4] u [7,11]| = 8,
+ *   C = 4, E = (12 - 11) / 4 = 0.25.
+ *
+ * TAC puts w1 first (P(w1) = 1 since f1 needs w1 alone, P(w2) = 0, so
+ * min(P(w2), M(w1)) = 0 < min(P(w1), M(w2)) = 1). */
+static void test_hand_order(void **state) {
+  (void)state;
+  ar_commsched_graph *g = new_graph();
+  ar_err err = AR_ERR_INIT;
+  ar_commsched_op w1, w2;
+  assert_int_equal(ar_commsched_graph_add_recv(g, "w1", 2000, 0, 2, &w1, &err),
+                   AR_OK);
+  assert_int_equal(ar_commsched_graph_add_recv(g, "w2", 2000, 0, 2, &w2, &err),
+                   AR_OK);
+  ar_commsched_op d[2] = {w1, 0};
+  ar_commsched_op f1 = compute_op(g, "f1", 1, 1, d);
+  d[0] = f1, d[1] = w2;
+  ar_commsched_op f2 = compute_op(g, "f2", 1, 2, d);
+  d[0] = f2;
+  ar_commsched_op b2 = compute_op(g, "b2", 1, 2, d);
+  d[0] = b2, d[1] = w1;
+  compute_op(g, "b1", 1, 2, d);
+  seal(g);
+  ar_commsched_sim_opts o = AR_COMMSCHED_SIM_OPTS_INIT;
+  o.bandwidth_Bps = 1000;
+
+  ar_commsched_schedule *tac = schedule(g, AR_COMMSCHED_ORDER_TAC, 0, 0);
+  assert_true(prio_of(tac, 0) < prio_of(tac, 1));
+  ar_commsched_sim_result rt = run(g, tac, &o);
+  assert_true(rt.makespan_s == 10.0);
+  assert_true(rt.metrics.comm_busy_s == 8.0 && rt.metrics.comp_busy_s == 4.0);
+  assert_true(fabs(rt.metrics.efficiency - 0.5) < 1e-12);
+
+  /* The bad order, from a file. */
+  snprintf(path, sizeof path, "/tmp/test_commsched_sim_%d.txt", (int)getpid());
+  write_file(path, "order random\n0 w1 0 1\n1 w2 0 0\n");
+  ar_commsched_schedule *bad = NULL;
+  assert_int_equal(ar_commsched_schedule_read(path, &bad, &err), AR_OK);
+  unlink(path);
+  ar_commsched_sim_result rb = run(g, bad, &o);
+  assert_true(rb.makespan_s == 11.0);
+  assert_true(fabs(rb.metrics.efficiency - 0.25) < 1e-12);
+  assert_true(rt.makespan_s < rb.makespan_s);
+
+  /* Random orders: both appear over 50 iterations; TAC and TIC are never
+   * worse than the worst of them. */
+  double worst = 0.0, best = INFINITY;
+  for (uint64_t it = 0; it < 50; it++) {
+    ar_commsched_schedule *s = schedule(g, AR_COMMSCHED_ORDER_RANDOM, 9, it);
+    ar_commsched_sim_result rr = run(g, s, &o);
+    worst = rr.makespan_s > worst ? rr.makespan_s : worst;
+    best = rr.makespan_s < best ? rr.makespan_s : best;
+    ar_commsched_schedule_destroy(s);
+  }
+  assert_true(worst == 11.0 && best == 10.0);
+  ar_commsched_schedule *tic = schedule(g, AR_COMMSCHED_ORDER_TIC, 0, 0);
+  assert_true(run(g, tic, &o).makespan_s <= worst + 1e-9);
+  assert_true(rt.makespan_s <= worst + 1e-9);
+  /* none: transfer-id order, w1 first. */
+  assert_true(run(g, NULL, &o).makespan_s == 10.0);
+  ar_commsched_schedule_destroy(tic);
+  ar_commsched_schedule_destroy(bad);
+  ar_commsched_schedule_destroy(tac);
+  ar_commsched_graph_destroy(g);
+}
+
+/* The 20-layer model at 10 Gbit/s with two workers, where communication
+ * about equals computation (bench_simulate.c): TAC and TIC beat the mean
+ * of 20 random orders and are no worse than the worst one. */
+static void test_model_orders(void **state) {
+  (void)state;
+  ar_commsched_graph *g = cs_model(20, 1, 0.5e-9, 1);
+  ar_commsched_sim_opts o = AR_COMMSCHED_SIM_OPTS_INIT;
+  o.workers = 2;
+  o.bandwidth_Bps = 1.25e9;
+  o.latency_s = 50e-6;
+  o.update_s = 1e-3;
+  double mean = 0.0, worst = 0.0;
+  for (uint64_t it = 0; it < 20; it++) {
+    ar_commsched_schedule *s = schedule(g, AR_COMMSCHED_ORDER_RANDOM, 1, it);
+    double m = run(g, s, &o).makespan_s;
+    mean += m / 20;
+    worst = m > worst ? m : worst;
+    ar_commsched_schedule_destroy(s);
+  }
+  for (int k = 2; k < 4; k++) {
+    ar_commsched_schedule *s = schedule(g, orders[k], 0, 0);
+    ar_commsched_sim_result r = run(g, s, &o);
+    assert_true(r.makespan_s < mean);
+    assert_true(r.makespan_s <= worst * (1 + 1e-9));
+    assert_true(r.metrics.efficiency > 0.9);
+    ar_commsched_schedule_destroy(s);
+  }
+  ar_commsched_graph_destroy(g);
+}
+
+/* More workers sharing one server's link: strictly more communication
+ * time, and never a shorter iteration. */
+static void test_monotonic_workers(void **state) {
+  (void)state;
+  ar_commsched_graph *g = cs_model(20, 1, 0.5e-9, 1);
+  assert_non_null(g);
+  for (int k = 0; k < 4; k++) {
+    ar_commsched_schedule *s = schedule(g, orders[k], 1, 0);
+    double prev_n = 0.0, prev_m = 0.0;
+    for (uint32_t w = 1; w <= 64; w *= 2) {
+      ar_commsched_sim_opts o = AR_COMMSCHED_SIM_OPTS_INIT;
+      o.workers = w;
+      o.bandwidth_Bps = 1.25e9;
+      o.latency_s = 50e-6;
+      ar_commsched_sim_result r = run(g, s, &o);
+      assert_true(r.metrics.comm_busy_s > prev_n);
+      assert_true(r.makespan_s >= prev_m);
+      prev_n = r.metrics.comm_busy_s;
+      prev_m = r.makespan_s;
+    }
+    ar_commsched_schedule_destroy(s);
+  }
+  ar_commsched_graph_destroy(g);
+}
+
+/* The same inputs give the same result bit for bit; a random order's
+ * result depends only on its seed and iteration. */
+static void test_deterministic(void **state) {
+  (void)state;
+  ar_commsched_graph *g = cs_model(12, 2, 1e-9, 5);
+  ar_commsched_sim_opts o = AR_COMMSCHED_SIM_OPTS_INIT;
+  o.workers = 5;
+  o.servers = 2;
+  o.latency_s = 1e-5;
+  o.update_s = 1e-3;
+  int differs = 0;
+  for (uint64_t it = 0; it < 10; it++) {
+    ar_commsched_schedule *a = schedule(g, AR_COMMSCHED_ORDER_RANDOM, 3, it);
+    ar_commsched_schedule *b = schedule(g, AR_COMMSCHED_ORDER_RANDOM, 3, it);
+    ar_commsched_sim_result ra = run(g, a, &o), rb = run(g, b, &o),
+                            rc = run(g, a, &o);
+    assert_memory_equal(&ra, &rb, sizeof ra);
+    assert_memory_equal(&ra, &rc, sizeof ra);
+    ar_commsched_schedule *c =
+        schedule(g, AR_COMMSCHED_ORDER_RANDOM, 3, it + 100);
+    differs += run(g, c, &o).makespan_s != ra.makespan_s;
+    ar_commsched_schedule_destroy(c);
+    ar_commsched_schedule_destroy(b);
+    ar_commsched_schedule_destroy(a);
+  }
+  assert_true(differs > 0);
+  ar_commsched_graph_destroy(g);
+}
+
+static void test_errors(void **state) {
+  (void)state;
+  ar_commsched_graph *g = new_graph();
+  recv_op(g, "a", 1, 0.0);
+  ar_commsched_sim_opts o = AR_COMMSCHED_SIM_OPTS_INIT;
+  ar_commsched_sim_result r;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_commsched_simulate(g, NULL, &o, &r, &err), AR_STATE);
+  seal(g);
+  assert_int_equal(ar_commsched_simulate(g, NULL, &o, &r, &err), AR_INVALID);
+  assert_non_null(strstr(err.msg, "channel 1"));
+  o.servers = 2;
+  assert_int_equal(ar_commsched_simulate(g, NULL, &o, &r, &err), AR_OK);
+  o.workers = 0;
+  assert_int_equal(ar_commsched_simulate(g, NULL, &o, &r, &err), AR_INVALID);
+  o.workers = 1;
+  o.bandwidth_Bps = 0;
+  assert_int_equal(ar_commsched_simulate(g, NULL, &o, &r, &err), AR_INVALID);
+  o.bandwidth_Bps = 1e9;
+  o.latency_s = NAN;
+  assert_int_equal(ar_commsched_simulate(g, NULL, &o, &r, &err), AR_INVALID);
+  o.latency_s = 0;
+  /* A schedule of another graph. */
+  ar_commsched_graph *h = new_graph();
+  recv_op(h, "zz", 0, 0.0);
+  seal(h);
+  ar_commsched_schedule *s = schedule(h, AR_COMMSCHED_ORDER_TAC, 0, 0);
+  assert_int_equal(ar_commsched_simulate(g, s, &o, &r, &err), AR_INVALID);
+  ar_commsched_schedule_destroy(s);
+  ar_commsched_graph_destroy(h);
+  ar_commsched_graph_destroy(g);
+
+  /* Out of memory at every allocation: AR_NOMEM, nothing leaked (the
+   * sanitizer build checks), then success. */
+  g = cs_model(6, 2, 1e-9, 2);
+  s = schedule(g, AR_COMMSCHED_ORDER_TAC, 0, 0);
+  o = (ar_commsched_sim_opts)AR_COMMSCHED_SIM_OPTS_INIT;
+  o.workers = 3;
+  o.servers = 2;
+  ar_status st = AR_NOMEM;
+  int fails = 0;
+  for (long k = 0; st == AR_NOMEM && k < 1000; k++) {
+    ar_alloc_fail_after(k);
+    st = ar_commsched_simulate(g, s, &o, &r, &err);
+    ar_alloc_fail_after(-1);
+    fails += st == AR_NOMEM;
+  }
+  assert_int_equal(st, AR_OK);
+  assert_true(fails > 10);
+  ar_commsched_schedule_destroy(s);
+  ar_commsched_graph_destroy(g);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_infinite_bandwidth),
+      cmocka_unit_test(test_bounds_random),
+      cmocka_unit_test(test_hand_order),
+      cmocka_unit_test(test_model_orders),
+      cmocka_unit_test(test_monotonic_workers),
+      cmocka_unit_test(test_deterministic),
+      cmocka_unit_test(test_errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
