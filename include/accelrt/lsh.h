@@ -1,0 +1,302 @@
+/*
+ * accelrt lsh: locality-sensitive hash tables that pick the active neurons
+ * of a wide layer (SLIDE, Chen et al., MLSys 2020).
+ *
+ * A leaf library on top of accelrt/base.h.  It knows float rows (a weight
+ * row per neuron, an input vector) and index sets (neuron ids); it never
+ * sees the job spec, the engine or a device.  Four pieces:
+ *
+ *   - ar_lsh_hash: a hash family (SRP/SimHash, WTA, DWTA, DOPH) with K codes
+ *     per table and L tables.  It maps a dense row (float[dim]) or a sparse
+ *     row (idx[nnz], val[nnz]) to L bucket ids, one per table, each in
+ *     [0, 2^bits).  Sparse and dense rows of the same vector give the same
+ *     bucket ids (bit for bit when the sparse indices are ascending).
+ *   - ar_lsh_tables: L tables of buckets holding neuron ids, at most
+ *     `capacity` per bucket, kept by a FIFO ring or by reservoir sampling.
+ *     Bucket storage is allocated as items arrive (a bucket grows 4, 8, ...
+ *     up to capacity inside a per-table pool); only a 4-byte directory entry
+ *     per bucket exists up front, and it is calloc'ed, so untouched pages
+ *     cost nothing.
+ *   - sampling: the active set of one input from its L buckets (union up to
+ *     a budget, top-k by frequency, threshold), with an always-include list,
+ *     minimum and maximum counts, into a caller buffer.
+ *   - ar_lsh_rehash: the schedule of table rebuilds (every N iterations, N
+ *     growing by a factor) and of new hash functions.
+ *
+ * Randomness comes only from the seeds given here (ar_rng, never the clock);
+ * table builds give the same tables for every thread count.
+ *
+ * Errors: create functions write into the ar_err they are given; a tables
+ * handle keeps its own message (ar_lsh_tables_errmsg); hashing and sampling
+ * write into the per-thread scratch's message (ar_lsh_scratch_errmsg).
+ *
+ * Tests: tests/lsh/test_hash.c (families, sparse == dense, collision
+ * probabilities, DWTA coverage), tests/lsh/test_tables.c (policies, lazy
+ * memory, parallel build, re-insertion, retrieval), tests/lsh/test_sampling.c
+ * (strategies on hand-built buckets), tests/lsh/test_rehash.c (schedule).
+ */
+#ifndef ACCELRT_LSH_H
+#define ACCELRT_LSH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "accelrt/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- hash families --------------------------------------------------- */
+
+typedef enum ar_lsh_family {
+  /* Signed random projections (SimHash, Charikar 2002), with sparse
+   * projections: each of the K*L projections has a +1 or -1 on a random
+   * 1/srp_ratio of the coordinates and 0 elsewhere.  One bit per code.
+   * Collides with probability 1 - angle/pi for dense projections. */
+  AR_LSH_SRP = 0,
+  /* Winner-take-all (Yagnik et al., ICCV 2011): each code looks at bin_size
+   * random coordinates and records the position of the largest value
+   * (ties: the first position).  Absent sparse entries count as 0. */
+  AR_LSH_WTA = 1,
+  /* Densified WTA (Chen & Shrivastava, 2018; SLIDE's default): as WTA over
+   * the non-zero entries only; a code whose coordinates are all zero
+   * borrows the code of another, chosen by a seeded hash of (code,
+   * attempt), then the next non-empty one.  An all-zero row gives codes 0. */
+  AR_LSH_DWTA = 2,
+  /* Densified one-permutation minhash (Shrivastava, ICML 2017) of the set of
+   * non-zero coordinates (binary inputs): each coordinate is hashed to one
+   * of the K*L bins and a 32-bit value; a code is the minimum value of its
+   * bin, mixed and cut to log2(bin_size) bits; empty bins borrow as DWTA. */
+  AR_LSH_DOPH = 3
+} ar_lsh_family;
+
+typedef struct ar_lsh_hash_opts {
+  ar_lsh_family family;
+  uint32_t dim;       /* input dimension; required (> 0) */
+  uint32_t K;         /* codes per table, 1..64 */
+  uint32_t L;         /* tables, 1..1024 */
+  /* Bits of a table index (2^bits buckets per table), 1..28.  0 chooses
+   * K * (bits per code), at most 20.  When K codes fit in `bits` they are
+   * concatenated (every bucket reachable); otherwise they are mixed by a
+   * seeded 64-bit hash and the top `bits` bits kept. */
+  uint32_t bits;
+  /* WTA/DWTA: coordinates per code, 2..64; a code has ceil(log2(bin_size))
+   * bits (SLIDE's DWTA kept 2 bits of its 3-bit codes: ~4% of buckets).
+   * DOPH: 2^ceil(log2(bin_size)) values per code. */
+  uint32_t bin_size;
+  uint32_t srp_ratio; /* SRP: a projection touches 1 in srp_ratio coords */
+  uint64_t seed;
+} ar_lsh_hash_opts;
+
+#define AR_LSH_HASH_OPTS_INIT {AR_LSH_DWTA, 0, 6, 50, 0, 8, 3, 0}
+
+typedef struct ar_lsh_hash ar_lsh_hash;
+typedef struct ar_lsh_scratch ar_lsh_scratch;
+typedef struct ar_lsh_tables ar_lsh_tables;
+
+/* Creates a hash family.  The options are copied.  Memory: SRP holds a
+ * (dim, K*L) table of int8 signs; WTA/DWTA hold K*L*bin_size coordinates
+ * and their transpose; DOPH holds nothing per coordinate.
+ * Returns AR_OK, AR_INVALID (options out of range, message says which) or
+ * AR_NOMEM.  *out is set only on success. */
+ar_status ar_lsh_hash_create(const ar_lsh_hash_opts *opts, ar_lsh_hash **out,
+                             ar_err *err);
+/* Frees the family; NULL is a no-op. */
+void ar_lsh_hash_destroy(ar_lsh_hash *h);
+
+/* Getters (never fail): L, K, 2^bits (buckets per table), bits per code,
+ * and the options as resolved (bits filled in). */
+uint32_t ar_lsh_hash_L(const ar_lsh_hash *h);
+uint32_t ar_lsh_hash_K(const ar_lsh_hash *h);
+uint32_t ar_lsh_hash_buckets(const ar_lsh_hash *h);
+uint32_t ar_lsh_hash_code_bits(const ar_lsh_hash *h);
+const ar_lsh_hash_opts *ar_lsh_hash_opts_get(const ar_lsh_hash *h);
+
+/* Hashes a dense row x (dim) into out (L) bucket ids, or, for the _codes
+ * variants, into the raw codes out (L*K, table-major) before combining.
+ * s is a scratch made for a family with at least this K*L; it is the only
+ * thing written besides out, so a hash may be shared by threads that each
+ * have their own scratch.  Returns AR_OK or AR_INVALID (scratch too small). */
+ar_status ar_lsh_hash_dense(const ar_lsh_hash *h, const float *x,
+                            ar_lsh_scratch *s, uint32_t *out);
+ar_status ar_lsh_hash_dense_codes(const ar_lsh_hash *h, const float *x,
+                                  ar_lsh_scratch *s, uint32_t *out);
+/* The same for a sparse row: nnz distinct indices idx (any order, ascending
+ * for bit-identical SRP sums) with values val; val may be NULL for a binary
+ * row (all ones).  Returns AR_OK, AR_INVALID or AR_RANGE (an index >= dim;
+ * out is then unspecified). */
+ar_status ar_lsh_hash_sparse(const ar_lsh_hash *h, const uint32_t *idx,
+                             const float *val, size_t nnz, ar_lsh_scratch *s,
+                             uint32_t *out);
+ar_status ar_lsh_hash_sparse_codes(const ar_lsh_hash *h, const uint32_t *idx,
+                                   const float *val, size_t nnz,
+                                   ar_lsh_scratch *s, uint32_t *out);
+
+/* ---- per-thread scratch ----------------------------------------------- */
+
+/* Creates the scratch one thread uses for hashing (sized for h) and
+ * sampling (sized for t's neuron count); either may be NULL.  Create one
+ * per thread once; no hashing or sampling call allocates.
+ * Returns AR_OK or AR_NOMEM. */
+ar_status ar_lsh_scratch_create(const ar_lsh_hash *h, const ar_lsh_tables *t,
+                                ar_lsh_scratch **out, ar_err *err);
+void ar_lsh_scratch_destroy(ar_lsh_scratch *s);
+/* The message of the last failed call that used s (borrowed). */
+const char *ar_lsh_scratch_errmsg(const ar_lsh_scratch *s);
+
+/* ---- tables ------------------------------------------------------------ */
+
+typedef enum ar_lsh_policy {
+  /* A full bucket overwrites its oldest entry: it keeps the most recent
+   * `capacity` insertions (SLIDE's default). */
+  AR_LSH_FIFO = 0,
+  /* Reservoir sampling (Vitter's algorithm R): after N insertions into a
+   * bucket, each of them is kept with probability capacity/N. */
+  AR_LSH_RESERVOIR = 1
+} ar_lsh_policy;
+
+typedef struct ar_lsh_tables_opts {
+  uint32_t neurons;  /* largest neuron count built; ids are < neurons */
+  uint32_t capacity; /* ids per bucket, 1..65535 */
+  ar_lsh_policy policy;
+  uint64_t seed;     /* reservoir draws */
+  int threads;       /* builds: OpenMP threads, 0 = OpenMP's default */
+} ar_lsh_tables_opts;
+
+#define AR_LSH_TABLES_OPTS_INIT {0, 128, AR_LSH_FIFO, 0, 0}
+
+/* Creates empty tables shaped for h (L tables of ar_lsh_hash_buckets(h)
+ * buckets); h is not kept.  Memory up front: the directory (4 bytes per
+ * bucket, calloc'ed) and one 4-byte bucket record per (neuron, table).
+ * Returns AR_OK, AR_INVALID or AR_NOMEM. */
+ar_status ar_lsh_tables_create(const ar_lsh_hash *h,
+                               const ar_lsh_tables_opts *opts,
+                               ar_lsh_tables **out, ar_err *err);
+void ar_lsh_tables_destroy(ar_lsh_tables *t);
+const char *ar_lsh_tables_errmsg(const ar_lsh_tables *t);
+
+/* Empties every bucket; the pools keep their memory for the next build. */
+void ar_lsh_tables_clear(ar_lsh_tables *t);
+
+/* Clears and inserts neurons 0..n-1, whose weight rows are w (n, dim) with
+ * row stride ld floats (ld >= dim), hashed by h (same L and buckets as at
+ * create; a new family for "new hash functions" is fine).  Rows are hashed
+ * in parallel; each table is then filled by one thread in neuron order, so
+ * the result does not depend on the thread count.  Allocates (per-thread
+ * scratch, pool growth).  Not to run concurrently with anything else on t.
+ * Returns AR_OK, AR_INVALID (shape mismatch, n > neurons) or AR_NOMEM (the
+ * tables are then empty). */
+ar_status ar_lsh_tables_build(ar_lsh_tables *t, const ar_lsh_hash *h,
+                              const float *w, uint32_t n, size_t ld);
+
+/* Re-hashes the neurons ids[count] from their current rows in w and moves
+ * each, in each table, from its old bucket (if still there) to its new one;
+ * ids in that order, so results do not depend on threads.  For the neurons
+ * whose weights changed most.  Same rules and statuses as build, plus
+ * AR_RANGE for an id >= the count built. */
+ar_status ar_lsh_tables_reinsert(ar_lsh_tables *t, const ar_lsh_hash *h,
+                                 const float *w, size_t ld,
+                                 const uint32_t *ids, size_t count);
+
+/* Inserts neuron id into bucket buckets[l] of each table l (L entries), as
+ * if last in a build (for tests and callers with their own hashing).
+ * Returns AR_OK, AR_RANGE or AR_NOMEM. */
+ar_status ar_lsh_tables_insert(ar_lsh_tables *t, uint32_t id,
+                               const uint32_t *buckets);
+
+/* The ids in bucket b of table l, borrowed until the next change of t;
+ * *count is 0 for an empty or out-of-range bucket.  Safe from many threads
+ * while nothing changes t.  FIFO buckets are in ring order. */
+const uint32_t *ar_lsh_tables_bucket(const ar_lsh_tables *t, uint32_t l,
+                                     uint32_t b, uint32_t *count);
+
+typedef struct ar_lsh_tables_stats {
+  uint32_t L, buckets_per_table, capacity;
+  uint32_t neurons_built;     /* n of the last build */
+  uint64_t items;             /* ids stored, all tables */
+  uint64_t nonempty_buckets;
+  size_t directory_bytes;     /* 4 per bucket, calloc'ed */
+  size_t record_bytes;        /* 4 per (neuron, table) */
+  size_t pool_bytes;          /* bucket storage allocated */
+  size_t total_bytes;         /* all of the above and the handle */
+} ar_lsh_tables_stats;
+
+void ar_lsh_tables_stats_get(const ar_lsh_tables *t, ar_lsh_tables_stats *out);
+
+/* ---- sampling ----------------------------------------------------------- */
+
+typedef enum ar_lsh_strategy {
+  /* Ids of the L buckets in table order, first come, until `budget`. */
+  AR_LSH_UNION = 0,
+  /* The `budget` ids found in most tables (ties: first found first). */
+  AR_LSH_TOPK = 1,
+  /* Ids found in at least `threshold` tables, first found first. */
+  AR_LSH_THRESHOLD = 2
+} ar_lsh_strategy;
+
+typedef struct ar_lsh_sample_opts {
+  ar_lsh_strategy strategy;
+  uint32_t budget;     /* UNION/TOPK: ids taken from buckets; 0 = no limit */
+  uint32_t threshold;  /* THRESHOLD: m >= 1 */
+  /* Below min_active, random neurons not yet chosen are added (never more
+   * than there are).  0 lets a small layer stay sparse. */
+  uint32_t min_active;
+  /* At most this many outputs (0 = neurons), unless the always-include list
+   * alone is longer: it is output whole. */
+  uint32_t max_active;
+} ar_lsh_sample_opts;
+
+#define AR_LSH_SAMPLE_OPTS_INIT {AR_LSH_UNION, 0, 2, 0, 0}
+
+/* The active set of one input whose bucket ids are buckets (L): first the
+ * always-include ids always[n_always] (e.g. true labels; duplicates
+ * dropped), then candidates by the strategy, then random fill from rng.
+ * Writes distinct ids < neurons into out (out_cap) and their number into
+ * *out_count.  No allocation.  t is only read (many threads may sample
+ * concurrently, each with its own s and rng).  Requires out_cap >=
+ * max(max_active or neurons, n_always).  Returns AR_OK, AR_INVALID
+ * (options, out_cap, scratch too small) or AR_RANGE (an always id >=
+ * neurons); the message is in s. */
+ar_status ar_lsh_sample(const ar_lsh_tables *t, const uint32_t *buckets,
+                        const ar_lsh_sample_opts *opts, const uint32_t *always,
+                        size_t n_always, ar_lsh_scratch *s, ar_rng *rng,
+                        uint32_t *out, size_t out_cap, size_t *out_count);
+
+/* ---- rehash schedule ---------------------------------------------------- */
+
+typedef struct ar_lsh_rehash_opts {
+  uint64_t every;          /* first rebuild after this many iterations, >= 1 */
+  double growth;           /* each gap is the previous one times this, >= 1 */
+  uint64_t new_hash_every; /* new hash functions every M iterations, 0 never */
+} ar_lsh_rehash_opts;
+
+#define AR_LSH_REHASH_OPTS_INIT {50, 1.0, 1000}
+
+typedef enum ar_lsh_rehash_action {
+  AR_LSH_REHASH_NONE = 0,
+  AR_LSH_REHASH_REBUILD = 1,  /* rebuild the tables with the same family */
+  AR_LSH_REHASH_NEW_HASH = 2  /* draw a new family, then rebuild */
+} ar_lsh_rehash_action;
+
+/* Caller-owned schedule state (ar_lsh_rehash_init, nothing to free). */
+typedef struct ar_lsh_rehash {
+  ar_lsh_rehash_opts o;
+  uint64_t next;   /* iteration of the next rebuild */
+  double gap;      /* current gap between rebuilds, before rounding */
+} ar_lsh_rehash;
+
+/* Starts a schedule.  Rebuilds fall at t1 = every, t(k+1) = t(k) +
+ * round(every * growth^k) (never less than 1 apart); new hash functions at
+ * the positive multiples of new_hash_every.  Returns AR_OK or AR_INVALID. */
+ar_status ar_lsh_rehash_init(ar_lsh_rehash *r, const ar_lsh_rehash_opts *opts,
+                             ar_err *err);
+/* Call after iteration `iter` (counting from 1) completed, with iter
+ * increasing.  Says what to do now; a skipped rebuild point is caught up
+ * once.  Never fails. */
+ar_lsh_rehash_action ar_lsh_rehash_check(ar_lsh_rehash *r, uint64_t iter);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACCELRT_LSH_H */

@@ -1,0 +1,64 @@
+/* Private to lsh/: the structs behind the opaque handles and the per-family
+ * entry points that hash.c dispatches to. */
+#ifndef ACCELRT_LSH_IMPL_H
+#define ACCELRT_LSH_IMPL_H
+
+#include "accelrt/lsh.h"
+
+/* Largest K*L and bin size; codes use a uint8 position and a 64-bit mask. */
+#define AR__LSH_MAX_BIN 64u
+#define AR__LSH_EMPTY 0xFFu
+
+struct ar_lsh_hash {
+  ar_lsh_hash_opts o;  /* resolved: bits filled in */
+  uint32_t kl;         /* K * L codes */
+  uint32_t cb;         /* bits per code */
+  uint32_t nb;         /* buckets per table, 2^bits */
+  int concat;          /* K*cb <= bits: codes are concatenated */
+  uint64_t key;        /* seeds the combining and densification hashes */
+  int8_t *sgn;         /* SRP: (dim, kl) signs in {-1, 0, +1} */
+  uint32_t *bin;       /* WTA/DWTA: (kl, bin_size) coordinates */
+  uint32_t *tptr;      /* WTA/DWTA: (dim + 1) CSR row starts of the transpose */
+  uint32_t *tent;      /* WTA/DWTA: (kl * bin_size) entries code*64 + pos */
+};
+
+struct ar_lsh_scratch {
+  ar_err err;
+  uint32_t kl;     /* hashing capacity in codes */
+  float *acc;      /* (kl) SRP sums, WTA/DWTA best values */
+  uint8_t *pos;    /* (kl) best position or AR__LSH_EMPTY */
+  uint64_t *mask;  /* (kl) WTA: positions seen in a sparse row */
+  uint32_t *code;  /* (kl) codes before combining, DOPH minima */
+  uint32_t n;      /* sampling capacity in neurons */
+  uint32_t *cnt;   /* (n) per neuron: tables found in, high bit = chosen */
+  uint32_t *seen;  /* (n) neurons with cnt != 0, first found first */
+  uint32_t *tmp;   /* (n) ordering work */
+};
+
+/* Family entry points: fill s->code (kl codes, table-major). */
+ar_status ar__lsh_srp_init(ar_lsh_hash *h, ar_err *err);
+void ar__lsh_srp_dense(const ar_lsh_hash *h, const float *x, ar_lsh_scratch *s);
+void ar__lsh_srp_sparse(const ar_lsh_hash *h, const uint32_t *idx,
+                        const float *val, size_t nnz, ar_lsh_scratch *s);
+ar_status ar__lsh_bins_init(ar_lsh_hash *h, ar_err *err);
+void ar__lsh_wta_dense(const ar_lsh_hash *h, const float *x, ar_lsh_scratch *s);
+void ar__lsh_wta_sparse(const ar_lsh_hash *h, const uint32_t *idx,
+                        const float *val, size_t nnz, ar_lsh_scratch *s);
+void ar__lsh_dwta_dense(const ar_lsh_hash *h, const float *x, ar_lsh_scratch *s);
+void ar__lsh_dwta_sparse(const ar_lsh_hash *h, const uint32_t *idx,
+                         const float *val, size_t nnz, ar_lsh_scratch *s);
+void ar__lsh_doph_dense(const ar_lsh_hash *h, const float *x, ar_lsh_scratch *s);
+void ar__lsh_doph_sparse(const ar_lsh_hash *h, const uint32_t *idx,
+                         const float *val, size_t nnz, ar_lsh_scratch *s);
+
+/* Densification shared by DWTA and DOPH: every code i with
+ * s->pos[i] == AR__LSH_EMPTY takes the code of a non-empty one. */
+void ar__lsh_densify(const ar_lsh_hash *h, ar_lsh_scratch *s);
+
+
+/* Tables geometry for sampling.c and the scratch (tables.c). */
+uint32_t ar__lsh_tables_neurons(const ar_lsh_tables *t);
+uint32_t ar__lsh_tables_L(const ar_lsh_tables *t);
+uint32_t ar__lsh_tables_nb(const ar_lsh_tables *t);
+
+#endif /* ACCELRT_LSH_IMPL_H */

@@ -1,0 +1,135 @@
+/* Active sets from the L buckets of one input: union, top-k by frequency,
+ * threshold; always-include ids; minimum and maximum counts.
+ *
+ * The scratch holds one word per neuron: the number of tables an id was
+ * found in, with the high bit set once the id is chosen.  Every word set by
+ * a call is in the call's output or its `seen` list and is reset before
+ * returning, so a call costs O(candidates), not O(neurons).
+ *
+ * Departures from SLIDE: it padded every active set with random neurons to
+ * 1,000, so a layer below ~1,000 neurons was never sparse; here the floor is
+ * min_active (0 by default), and random fill never repeats an id. */
+#include <string.h>
+
+#include "lsh_impl.h"
+
+#define CHOSEN 0x80000000u
+
+static void choose(ar_lsh_scratch *s, uint32_t id, uint32_t *out, size_t *k) {
+  s->cnt[id] |= CHOSEN;
+  out[(*k)++] = id;
+}
+
+ar_status ar_lsh_sample(const ar_lsh_tables *t, const uint32_t *buckets,
+                        const ar_lsh_sample_opts *o, const uint32_t *always,
+                        size_t n_always, ar_lsh_scratch *s, ar_rng *rng,
+                        uint32_t *out, size_t out_cap, size_t *out_count) {
+  uint32_t n = ar__lsh_tables_neurons(t), L = ar__lsh_tables_L(t);
+  if (s->n < n)
+    return ar_errf(&s->err, AR_INVALID,
+                   "lsh sample: scratch made for %u neurons, the tables hold "
+                   "%u; create it with these tables",
+                   s->n, n);
+  if ((unsigned)o->strategy > AR_LSH_THRESHOLD ||
+      (o->strategy == AR_LSH_THRESHOLD && o->threshold < 1))
+    return ar_errf(&s->err, AR_INVALID,
+                   "lsh sample: bad strategy %d or threshold %u (must be >= 1)",
+                   (int)o->strategy, o->threshold);
+  size_t maxa = o->max_active && o->max_active < n ? o->max_active : n;
+  if (out_cap < maxa || out_cap < n_always)
+    return ar_errf(&s->err, AR_INVALID,
+                   "lsh sample: out holds %zu ids, needs max(max_active %zu, "
+                   "always %zu)",
+                   out_cap, maxa, n_always);
+  for (size_t i = 0; i < n_always; i++)
+    if (always[i] >= n)
+      return ar_errf(&s->err, AR_RANGE,
+                     "lsh sample: always-include id %u >= %u neurons",
+                     always[i], n);
+  size_t k = 0, nseen = 0;
+  for (size_t i = 0; i < n_always; i++)
+    if (!(s->cnt[always[i]] & CHOSEN))
+      choose(s, always[i], out, &k);
+  size_t limit = maxa > k ? maxa - k : 0, take = limit;
+  if (o->strategy != AR_LSH_THRESHOLD && o->budget && o->budget < take)
+    take = o->budget;
+
+  if (o->strategy == AR_LSH_UNION) {
+    size_t got = 0;
+    for (uint32_t l = 0; l < L && got < take; l++) {
+      uint32_t c;
+      const uint32_t *ids = ar_lsh_tables_bucket(t, l, buckets[l], &c);
+      for (uint32_t j = 0; j < c && got < take; j++)
+        if (!(s->cnt[ids[j]] & CHOSEN)) {
+          choose(s, ids[j], out, &k);
+          got++;
+        }
+    }
+  } else {
+    for (uint32_t l = 0; l < L; l++) {
+      uint32_t c;
+      const uint32_t *ids = ar_lsh_tables_bucket(t, l, buckets[l], &c);
+      for (uint32_t j = 0; j < c; j++) {
+        uint32_t w = s->cnt[ids[j]];
+        if (w & CHOSEN)
+          continue;
+        if (w == 0)
+          s->seen[nseen++] = ids[j];
+        s->cnt[ids[j]] = w + 1;
+      }
+    }
+    if (o->strategy == AR_LSH_THRESHOLD) {
+      for (size_t i = 0, got = 0; i < nseen && got < take; i++)
+        if (s->cnt[s->seen[i]] >= o->threshold) {
+          choose(s, s->seen[i], out, &k);
+          got++;
+        }
+    } else if (take > 0 && nseen > 0) {
+      /* Stable counting sort by count, descending (counts clamp at L: a
+       * hand-filled bucket may hold an id twice). */
+      uint32_t hist[1026] = {0};
+      for (size_t i = 0; i < nseen; i++) {
+        uint32_t c = s->cnt[s->seen[i]];
+        hist[L - (c < L ? c : L) + 1]++;
+      }
+      for (uint32_t c = 1; c <= L + 1; c++)
+        hist[c] += hist[c - 1];
+      for (size_t i = 0; i < nseen; i++) {
+        uint32_t c = s->cnt[s->seen[i]];
+        s->tmp[hist[L - (c < L ? c : L)]++] = s->seen[i];
+      }
+      for (size_t i = 0; i < nseen && i < take; i++)
+        choose(s, s->tmp[i], out, &k);
+    }
+  }
+
+  size_t target = o->min_active < maxa ? o->min_active : maxa;
+  if (k < target) {
+    size_t want = target - k;
+    if (2 * want > n - k) { /* dense fill: partial Fisher-Yates of the rest */
+      size_t m = 0;
+      for (uint32_t id = 0; id < n; id++)
+        if (!(s->cnt[id] & CHOSEN))
+          s->tmp[m++] = id;
+      for (size_t i = 0; i < want; i++) {
+        size_t j = i + ar_rng_below(rng, m - i);
+        uint32_t x = s->tmp[j];
+        s->tmp[j] = s->tmp[i];
+        s->tmp[i] = x;
+        choose(s, x, out, &k);
+      }
+    } else {
+      while (k < target) {
+        uint32_t id = (uint32_t)ar_rng_below(rng, n);
+        if (!(s->cnt[id] & CHOSEN))
+          choose(s, id, out, &k);
+      }
+    }
+  }
+  for (size_t i = 0; i < k; i++)
+    s->cnt[out[i]] = 0;
+  for (size_t i = 0; i < nseen; i++)
+    s->cnt[s->seen[i]] = 0;
+  *out_count = k;
+  return AR_OK;
+}

@@ -1,0 +1,426 @@
+/* L hash tables of neuron ids with lazily allocated buckets.
+ *
+ * SLIDE allocated every bucket of every table up front and zero-filled it
+ * (L * 2^bits * capacity ids: 6.7 GB for K=6 DWTA, L=50, capacity 128).
+ * Here a table is a directory of 2^bits words (0 = empty bucket, else 1 +
+ * the offset of the bucket's block) and a pool of blocks.  A block is
+ *
+ *   [class, count, aux, ids[cap(class)]]     aux: FIFO head / reservoir seen
+ *
+ * and its capacity grows 4, 8, 16, ... up to the bucket capacity: a full
+ * block moves to a block of the next class and the old one goes to that
+ * class's free list (the `count` word links it).  Memory thus follows the
+ * items stored, plus 4 bytes per bucket of directory, calloc'ed so pages no
+ * bucket touches are never made resident.
+ *
+ * Builds hash rows in parallel, then fill each table from one thread in
+ * neuron order; the reservoir draws of table l come from a stream seeded by
+ * (seed, l, build number).  Tables are therefore identical for any thread
+ * count. */
+#include <omp.h>
+#include <string.h>
+
+#include "lsh_impl.h"
+
+#define NCLASS 16
+#define HDR 3u
+#define NONE UINT32_MAX
+
+typedef struct lsh_table {
+  uint32_t *dir;   /* (nb) 0 or 1 + block offset */
+  uint32_t *pool;  /* (size) words of blocks */
+  size_t len, size;
+  uint32_t free_head[NCLASS]; /* 0 or 1 + offset of a free block */
+  ar_rng rng;
+  uint64_t items, nonempty;
+} lsh_table;
+
+struct ar_lsh_tables {
+  ar_err err;
+  ar_lsh_tables_opts o;
+  uint32_t L, nb;
+  uint32_t nclass, ccap[NCLASS]; /* block capacity per class */
+  uint32_t built;                /* neurons of the last build */
+  uint64_t generation;
+  uint32_t *rec;                 /* (neurons, L) bucket last hashed to */
+  lsh_table *tab;                /* (L) */
+};
+
+uint32_t ar__lsh_tables_neurons(const ar_lsh_tables *t) {
+  return t->o.neurons;
+}
+
+ar_status ar_lsh_tables_create(const ar_lsh_hash *h,
+                               const ar_lsh_tables_opts *opts,
+                               ar_lsh_tables **out, ar_err *err) {
+  if (!h || !opts || !out)
+    return ar_errf(err, AR_INVALID, "lsh tables: NULL argument");
+  if (opts->neurons == 0 || opts->neurons >= NONE)
+    return ar_errf(err, AR_INVALID, "lsh tables: neurons=%u; set the layer width",
+                   opts->neurons);
+  if (opts->capacity < 1 || opts->capacity > 65535)
+    return ar_errf(err, AR_INVALID, "lsh tables: capacity %u not in 1..65535",
+                   opts->capacity);
+  if ((unsigned)opts->policy > AR_LSH_RESERVOIR)
+    return ar_errf(err, AR_INVALID, "lsh tables: unknown policy %d",
+                   (int)opts->policy);
+  ar_lsh_tables *t = ar_calloc(1, sizeof *t);
+  if (!t)
+    return ar_errf(err, AR_NOMEM, "lsh tables: out of memory");
+  t->o = *opts;
+  t->L = h->o.L;
+  t->nb = h->nb;
+  for (uint32_t c = 4;; c *= 2) {
+    t->ccap[t->nclass++] = c < opts->capacity ? c : opts->capacity;
+    if (c >= opts->capacity)
+      break;
+  }
+  size_t nrec = (size_t)opts->neurons * t->L;
+  t->rec = ar_malloc(nrec * sizeof *t->rec);
+  t->tab = ar_calloc(t->L, sizeof *t->tab);
+  int ok = t->rec && t->tab;
+  for (uint32_t l = 0; ok && l < t->L; l++) {
+    ok = (t->tab[l].dir = ar_calloc(t->nb, sizeof(uint32_t))) != NULL;
+    ar_rng_seed3(&t->tab[l].rng, opts->seed, l, 0);
+  }
+  if (!ok) {
+    ar_lsh_tables_destroy(t);
+    return ar_errf(err, AR_NOMEM,
+                   "lsh tables: out of memory for %u tables of %u buckets and "
+                   "%u neurons",
+                   h->o.L, h->nb, opts->neurons);
+  }
+  memset(t->rec, 0xFF, nrec * sizeof *t->rec);
+  *out = t;
+  return AR_OK;
+}
+
+void ar_lsh_tables_destroy(ar_lsh_tables *t) {
+  if (!t)
+    return;
+  for (uint32_t l = 0; t->tab && l < t->L; l++) {
+    ar_free(t->tab[l].dir);
+    ar_free(t->tab[l].pool);
+  }
+  ar_free(t->tab);
+  ar_free(t->rec);
+  ar_free(t);
+}
+
+const char *ar_lsh_tables_errmsg(const ar_lsh_tables *t) {
+  return t ? t->err.msg : "";
+}
+
+static void clear_table(ar_lsh_tables *t, lsh_table *b) {
+  if (b->len)
+    memset(b->dir, 0, (size_t)t->nb * sizeof *b->dir);
+  b->len = 0;
+  b->items = b->nonempty = 0;
+  memset(b->free_head, 0, sizeof b->free_head);
+}
+
+void ar_lsh_tables_clear(ar_lsh_tables *t) {
+  for (uint32_t l = 0; l < t->L; l++)
+    clear_table(t, &t->tab[l]);
+  memset(t->rec, 0xFF, (size_t)t->o.neurons * t->L * sizeof *t->rec);
+  t->built = 0;
+}
+
+/* Offset of a fresh block of class cls, or NONE when out of memory. */
+static uint32_t alloc_block(const ar_lsh_tables *t, lsh_table *b, uint32_t cls) {
+  uint32_t off;
+  if (b->free_head[cls]) {
+    off = b->free_head[cls] - 1;
+    b->free_head[cls] = b->pool[off + 1];
+  } else {
+    size_t need = HDR + t->ccap[cls];
+    if (b->len + need > b->size) {
+      size_t ns = b->size ? 2 * b->size : 1024;
+      if (ns < b->len + need)
+        ns = b->len + need;
+      if (ns >= NONE - 1)
+        return NONE; /* offsets are 32-bit words */
+      uint32_t *p = ar_realloc(b->pool, ns * sizeof *p);
+      if (!p)
+        return NONE;
+      b->pool = p;
+      b->size = ns;
+    }
+    off = (uint32_t)b->len;
+    b->len += need;
+  }
+  b->pool[off] = cls;
+  b->pool[off + 1] = 0;
+  b->pool[off + 2] = 0;
+  return off;
+}
+
+static void free_block(lsh_table *b, uint32_t off) {
+  uint32_t cls = b->pool[off];
+  b->pool[off + 1] = b->free_head[cls];
+  b->free_head[cls] = off + 1;
+}
+
+static int insert(const ar_lsh_tables *t, lsh_table *b, uint32_t bucket,
+                  uint32_t id) {
+  uint32_t off;
+  if (!b->dir[bucket]) {
+    if ((off = alloc_block(t, b, 0)) == NONE)
+      return 0;
+    b->dir[bucket] = off + 1;
+    b->nonempty++;
+  } else {
+    off = b->dir[bucket] - 1;
+  }
+  uint32_t cnt = b->pool[off + 1], cap = t->o.capacity;
+  if (cnt < cap) {
+    uint32_t cls = b->pool[off];
+    if (cnt == t->ccap[cls]) { /* move to the next class */
+      uint32_t noff = alloc_block(t, b, cls + 1);
+      if (noff == NONE)
+        return 0;
+      memcpy(b->pool + noff + 1, b->pool + off + 1,
+             (size_t)(2 + cnt) * sizeof *b->pool);
+      free_block(b, off);
+      b->dir[bucket] = noff + 1;
+      off = noff;
+    }
+    uint32_t *blk = b->pool + off;
+    blk[HDR + cnt] = id;
+    blk[1] = cnt + 1;
+    if (t->o.policy == AR_LSH_RESERVOIR)
+      blk[2]++;
+    b->items++;
+    return 1;
+  }
+  uint32_t *blk = b->pool + off;
+  if (t->o.policy == AR_LSH_FIFO) {
+    blk[HDR + blk[2]] = id; /* overwrite the oldest */
+    blk[2] = (blk[2] + 1) % cap;
+  } else { /* algorithm R: the (seen+1)-th item replaces a slot w.p. cap/(seen+1) */
+    uint64_t j = ar_rng_below(&b->rng, (uint64_t)blk[2] + 1);
+    if (j < cap)
+      blk[HDR + j] = id;
+    if (blk[2] < NONE)
+      blk[2]++;
+  }
+  return 1;
+}
+
+static void reverse(uint32_t *a, uint32_t n) {
+  for (uint32_t i = 0; i < n / 2; i++) {
+    uint32_t x = a[i];
+    a[i] = a[n - 1 - i];
+    a[n - 1 - i] = x;
+  }
+}
+
+static void remove_id(const ar_lsh_tables *t, lsh_table *b, uint32_t bucket,
+                      uint32_t id) {
+  if (!b->dir[bucket])
+    return;
+  uint32_t off = b->dir[bucket] - 1, *blk = b->pool + off, cnt = blk[1];
+  uint32_t *ids = blk + HDR, p = 0;
+  while (p < cnt && ids[p] != id)
+    p++;
+  if (p == cnt)
+    return; /* evicted already */
+  if (t->o.policy == AR_LSH_FIFO) {
+    uint32_t head = blk[2];
+    if (head) { /* rotate the ring so that the oldest is first */
+      reverse(ids, head);
+      reverse(ids + head, cnt - head);
+      reverse(ids, cnt);
+      p = (p + cnt - head) % cnt;
+      blk[2] = 0;
+    }
+    memmove(ids + p, ids + p + 1, (size_t)(cnt - p - 1) * sizeof *ids);
+  } else {
+    ids[p] = ids[cnt - 1];
+    if (blk[2] > cnt - 1)
+      blk[2]--;
+  }
+  blk[1] = cnt - 1;
+  b->items--;
+  if (cnt == 1) {
+    free_block(b, off);
+    b->dir[bucket] = 0;
+    b->nonempty--;
+  }
+}
+
+ar_status ar_lsh_tables_insert(ar_lsh_tables *t, uint32_t id,
+                               const uint32_t *buckets) {
+  if (id >= t->o.neurons)
+    return ar_errf(&t->err, AR_RANGE, "lsh tables: id %u >= neurons %u", id,
+                   t->o.neurons);
+  for (uint32_t l = 0; l < t->L; l++)
+    if (buckets[l] >= t->nb)
+      return ar_errf(&t->err, AR_RANGE, "lsh tables: bucket %u >= %u (table %u)",
+                     buckets[l], t->nb, l);
+  for (uint32_t l = 0; l < t->L; l++) {
+    if (!insert(t, &t->tab[l], buckets[l], id))
+      return ar_errf(&t->err, AR_NOMEM, "lsh tables: out of memory in table %u",
+                     l);
+    t->rec[(size_t)id * t->L + l] = buckets[l];
+  }
+  if (id >= t->built)
+    t->built = id + 1;
+  return AR_OK;
+}
+
+static ar_status check_hash(ar_lsh_tables *t, const ar_lsh_hash *h, size_t ld,
+                            const char *what) {
+  if (!h || h->o.L != t->L || h->nb != t->nb)
+    return ar_errf(&t->err, AR_INVALID,
+                   "lsh tables %s: the family must have L=%u and %u buckets "
+                   "as at create",
+                   what, t->L, t->nb);
+  if (ld < h->o.dim)
+    return ar_errf(&t->err, AR_INVALID, "lsh tables %s: ld %zu < dim %u", what,
+                   ld, h->o.dim);
+  return AR_OK;
+}
+
+/* Hashes rows ids[i] (or i when ids is NULL) of w into out (count, L). */
+static ar_status hash_rows(ar_lsh_tables *t, const ar_lsh_hash *h,
+                           const float *w, size_t ld, const uint32_t *ids,
+                           size_t count, uint32_t *out, int nt) {
+  ar_lsh_scratch **sc = ar_calloc((size_t)nt, sizeof *sc);
+  ar_status st = sc ? AR_OK : AR_NOMEM;
+  for (int i = 0; st == AR_OK && i < nt; i++)
+    st = ar_lsh_scratch_create(h, NULL, &sc[i], NULL);
+  if (st == AR_OK) {
+#pragma omp parallel num_threads(nt)
+    {
+      ar_lsh_scratch *s = sc[omp_get_thread_num()];
+#pragma omp for schedule(static)
+      for (size_t i = 0; i < count; i++) {
+        size_t r = ids ? ids[i] : i;
+        ar_lsh_hash_dense(h, w + r * ld, s, out + i * t->L);
+      }
+    }
+  }
+  for (int i = 0; sc && i < nt; i++)
+    ar_lsh_scratch_destroy(sc[i]);
+  ar_free(sc);
+  if (st != AR_OK)
+    return ar_errf(&t->err, AR_NOMEM, "lsh tables: out of memory for scratch");
+  return AR_OK;
+}
+
+static int nthreads(const ar_lsh_tables *t) {
+  return t->o.threads > 0 ? t->o.threads : omp_get_max_threads();
+}
+
+ar_status ar_lsh_tables_build(ar_lsh_tables *t, const ar_lsh_hash *h,
+                              const float *w, uint32_t n, size_t ld) {
+  AR_CHECK(check_hash(t, h, ld, "build"));
+  if (n > t->o.neurons)
+    return ar_errf(&t->err, AR_INVALID,
+                   "lsh tables build: %u rows but the tables hold %u neurons", n,
+                   t->o.neurons);
+  ar_lsh_tables_clear(t);
+  int nt = nthreads(t);
+  AR_CHECK(hash_rows(t, h, w, ld, NULL, n, t->rec, nt));
+  t->generation++;
+  int failed = 0;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+  for (uint32_t l = 0; l < t->L; l++) {
+    lsh_table *b = &t->tab[l];
+    ar_rng_seed3(&b->rng, t->o.seed, l, t->generation);
+    for (uint32_t i = 0; i < n; i++)
+      if (!insert(t, b, t->rec[(size_t)i * t->L + l], i)) {
+#pragma omp atomic write
+        failed = 1;
+        break;
+      }
+  }
+  if (failed) {
+    ar_lsh_tables_clear(t);
+    return ar_errf(&t->err, AR_NOMEM,
+                   "lsh tables build: out of memory for %u neurons x %u tables",
+                   n, t->L);
+  }
+  t->built = n;
+  return AR_OK;
+}
+
+ar_status ar_lsh_tables_reinsert(ar_lsh_tables *t, const ar_lsh_hash *h,
+                                 const float *w, size_t ld,
+                                 const uint32_t *ids, size_t count) {
+  AR_CHECK(check_hash(t, h, ld, "reinsert"));
+  for (size_t i = 0; i < count; i++)
+    if (ids[i] >= t->built)
+      return ar_errf(&t->err, AR_RANGE,
+                     "lsh tables reinsert: id %u at %zu >= %u neurons built",
+                     ids[i], i, t->built);
+  if (count == 0)
+    return AR_OK;
+  uint32_t *nw = ar_malloc(count * t->L * sizeof *nw);
+  if (!nw)
+    return ar_errf(&t->err, AR_NOMEM, "lsh tables reinsert: out of memory");
+  int nt = nthreads(t);
+  ar_status st = hash_rows(t, h, w, ld, ids, count, nw, nt);
+  int failed = 0;
+  if (st == AR_OK) {
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (uint32_t l = 0; l < t->L; l++) {
+      lsh_table *b = &t->tab[l];
+      for (size_t i = 0; i < count; i++) {
+        uint32_t *rec = &t->rec[(size_t)ids[i] * t->L + l];
+        uint32_t nb = nw[i * t->L + l];
+        if (*rec == nb)
+          continue;
+        if (*rec != NONE)
+          remove_id(t, b, *rec, ids[i]);
+        if (!insert(t, b, nb, ids[i])) {
+#pragma omp atomic write
+          failed = 1;
+          break;
+        }
+        *rec = nb;
+      }
+    }
+  }
+  ar_free(nw);
+  if (st != AR_OK)
+    return st;
+  if (failed) {
+    ar_lsh_tables_clear(t);
+    return ar_errf(&t->err, AR_NOMEM,
+                   "lsh tables reinsert: out of memory; tables emptied, rebuild");
+  }
+  return AR_OK;
+}
+
+const uint32_t *ar_lsh_tables_bucket(const ar_lsh_tables *t, uint32_t l,
+                                     uint32_t b, uint32_t *count) {
+  *count = 0;
+  if (l >= t->L || b >= t->nb || !t->tab[l].dir[b])
+    return NULL;
+  const uint32_t *blk = t->tab[l].pool + (t->tab[l].dir[b] - 1);
+  *count = blk[1];
+  return blk + HDR;
+}
+
+void ar_lsh_tables_stats_get(const ar_lsh_tables *t, ar_lsh_tables_stats *out) {
+  memset(out, 0, sizeof *out);
+  out->L = t->L;
+  out->buckets_per_table = t->nb;
+  out->capacity = t->o.capacity;
+  out->neurons_built = t->built;
+  for (uint32_t l = 0; l < t->L; l++) {
+    out->items += t->tab[l].items;
+    out->nonempty_buckets += t->tab[l].nonempty;
+    out->pool_bytes += t->tab[l].size * sizeof(uint32_t);
+  }
+  out->directory_bytes = (size_t)t->L * t->nb * sizeof(uint32_t);
+  out->record_bytes = (size_t)t->o.neurons * t->L * sizeof(uint32_t);
+  out->total_bytes = out->directory_bytes + out->record_bytes +
+                     out->pool_bytes + sizeof *t + t->L * sizeof *t->tab;
+}
+
+/* For sampling.c. */
+uint32_t ar__lsh_tables_L(const ar_lsh_tables *t) { return t->L; }
+uint32_t ar__lsh_tables_nb(const ar_lsh_tables *t) { return t->nb; }
