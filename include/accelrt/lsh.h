@@ -30,10 +30,15 @@
  * handle keeps its own message (ar_lsh_tables_errmsg); hashing and sampling
  * write into the per-thread scratch's message (ar_lsh_scratch_errmsg).
  *
+ * A fifth piece, the sparse kernels (forward, softmax over the active set,
+ * backward, touched rows, Adam on touched rows), computes a layer for the
+ * active set; it is described at its section below.
+ *
  * Tests: tests/lsh/test_hash.c (families, sparse == dense, collision
  * probabilities, DWTA coverage), tests/lsh/test_tables.c (policies, lazy
  * memory, parallel build, re-insertion, retrieval), tests/lsh/test_sampling.c
- * (strategies on hand-built buckets), tests/lsh/test_rehash.c (schedule).
+ * (strategies on hand-built buckets), tests/lsh/test_rehash.c (schedule),
+ * tests/lsh/test_kernels.c (kernels).
  */
 #ifndef ACCELRT_LSH_H
 #define ACCELRT_LSH_H
@@ -295,6 +300,186 @@ ar_status ar_lsh_rehash_init(ar_lsh_rehash *r, const ar_lsh_rehash_opts *opts,
  * increasing.  Says what to do now; a skipped rebuild point is caught up
  * once.  Never fails. */
 ar_lsh_rehash_action ar_lsh_rehash_check(ar_lsh_rehash *r, uint64_t iter);
+
+/* ---- sparse kernels ------------------------------------------------------
+ * The compute of a SLIDE layer for one sample restricted to its active set
+ * (Chen et al., MLSys 2020, §3): forward, softmax over the active outputs,
+ * backward into caller-owned gradient rows, and Adam over the rows touched
+ * in a batch.  Portable C vectorised with `#pragma omp simd`; the inner
+ * loops run over the input dimension (dense input) or the input's non-zeros
+ * (sparse input).  No call allocates except the _create functions.
+ *
+ * Layout: a layer of `neurons` rows with `in` inputs keeps its weights as
+ * w (neurons, ld) row-major, ld >= in, and biases b (neurons).  Gradients
+ * use the same layout in separate arrays (ar_lsh_rows).
+ *
+ * HOGWILD (SLIDE §4.1): SLIDE runs each sample of a batch in its own thread
+ * and lets them add into the shared gradient rows without locks.  The
+ * backward kernel does the same: concurrent calls for different samples may
+ * race on a gradient row both touch.  That race is by design (updates may
+ * be lost or interleaved, and the sum is then not bit-deterministic); it is
+ * a data race in the C11 sense, tolerated as SLIDE tolerates it.  The
+ * deterministic path is to call the kernels for the samples of a batch in
+ * order from one thread: every result is then bit-identical from run to run.
+ * The touched-row set is exact under concurrency (atomic marks).
+ *
+ * Tests: tests/lsh/test_kernels.c (naive double reference, sparse == dense
+ * input, all-active == dense layer, finite differences of the loss, Adam
+ * against a step-by-step scalar reference, touched-set clearing). */
+
+typedef enum ar_lsh_act {
+  AR_LSH_ACT_NONE = 0, /* out = z */
+  AR_LSH_ACT_RELU = 1  /* out = max(z, 0); derivative 0 at z <= 0 */
+} ar_lsh_act;
+
+/* One layer's rows: weights or, with the same shapes, their gradients. */
+typedef struct ar_lsh_rows {
+  float *w;         /* (neurons, ld) row-major; only the first in of a row */
+  float *b;         /* (neurons); NULL: the layer has no bias */
+  uint32_t neurons; /* rows */
+  uint32_t in;      /* inputs per row */
+  size_t ld;        /* row stride in floats, >= in */
+} ar_lsh_rows;
+
+/* One input sample: dense (dense != NULL, `in` floats) or sparse (dense ==
+ * NULL; nnz distinct indices idx, each < in, any order, with values val).
+ * Distinct indices are required: the backward kernel scatters to them. */
+typedef struct ar_lsh_input {
+  const float *dense;  /* (in) or NULL */
+  const uint32_t *idx; /* (nnz) */
+  const float *val;    /* (nnz) */
+  size_t nnz;
+} ar_lsh_input;
+
+/* Forward of one sample: for i < n, out[i] = act(dot(w[active[i]], x) +
+ * b[active[i]]), where out (n) is caller-owned.  Reads only the n active
+ * rows.  Re-entrant: any number of threads may run it on the same layer.
+ * Returns AR_OK, AR_INVALID (a NULL array, ld < in) or AR_RANGE (an active
+ * id >= neurons or an input index >= in; out is then unspecified); the
+ * message goes to err (may be NULL). */
+ar_status ar_lsh_forward(const ar_lsh_rows *layer, const ar_lsh_input *x,
+                         const uint32_t *active, size_t n, ar_lsh_act act,
+                         float *out, ar_err *err);
+
+/* Softmax over the n active outputs only, with SLIDE's multi-label target:
+ * each of the nlab labels (distinct ids, each in active) has target mass
+ * 1/nlab, every other active neuron 0.  Writes dL/dlogit = p - target
+ * into dlogit (n; may alias logit) and the cross-entropy -sum t log p,
+ * computed in double with the maximum subtracted, into *loss.  O(n * nlab)
+ * to locate the labels (SLIDE puts them first in the active set, so the
+ * scan stops early there).  Returns AR_OK, AR_INVALID (n == 0, nlab == 0)
+ * or AR_NOTFOUND (a label is not in active). */
+ar_status ar_lsh_softmax_active(const float *logit, const uint32_t *active,
+                                size_t n, const uint32_t *labels, size_t nlab,
+                                float *dlogit, double *loss, ar_err *err);
+
+typedef struct ar_lsh_touched ar_lsh_touched;
+
+/* Backward of one sample, given dout (n) = dL/dout of the active outputs
+ * and out (n) from the forward (read only for RELU: g_i = dout_i when
+ * out_i > 0, else 0; NONE: g_i = dout_i).  For every i with g_i != 0:
+ *   grad->w[active[i]] += g_i * x      (only at x's indices when sparse)
+ *   grad->b[active[i]] += g_i          (when grad->b != NULL)
+ *   dx += g_i * w[active[i]]           (when dx != NULL)
+ * and, when touched != NULL, active[i] is marked in it (every active id,
+ * also those with g_i == 0, so that Adam still decays their moments as
+ * dense Adam would; the set only says which rows may have changed).
+ * dx is dense (in floats) for a dense input; for a sparse input it has nnz
+ * entries aligned with x->idx: the gradient with respect to x->val, i.e.
+ * only at the input's non-zero positions, which is all an input layer or a
+ * sparse upstream needs.  dx is accumulated into (the caller zeroes it).
+ * grad must have layer's shape (neurons, in); it may have its own ld.
+ * Thread-safety: HOGWILD, see above: concurrent calls for different
+ * samples race on shared gradient rows by design; run from one thread in
+ * sample order for bit-deterministic results.
+ * Returns AR_OK, AR_INVALID (shapes, NULL arrays) or AR_RANGE (ids or
+ * indices out of range; nothing is written then). */
+ar_status ar_lsh_backward(const ar_lsh_rows *layer, const ar_lsh_input *x,
+                          const uint32_t *active, size_t n, ar_lsh_act act,
+                          const float *out, const float *dout,
+                          const ar_lsh_rows *grad, float *dx,
+                          ar_lsh_touched *touched, ar_err *err);
+
+/* ---- touched rows ------------------------------------------------------ */
+
+/* The rows changed in a batch: a bitmap (neurons bits) and the list of
+ * marked ids in first-marked order.  Marking is thread-safe and exact (an
+ * id enters the list once, by atomic test-and-set on its bitmap word and an
+ * atomic list slot); clearing costs O(marked), not O(neurons).
+ * Creates a set for ids < neurons.  Returns AR_OK, AR_INVALID or AR_NOMEM. */
+ar_status ar_lsh_touched_create(uint32_t neurons, ar_lsh_touched **out,
+                                ar_err *err);
+void ar_lsh_touched_destroy(ar_lsh_touched *t);
+/* Marks id (< neurons; larger ids are a bug: AR_ASSERT).  Thread-safe. */
+void ar_lsh_touched_mark(ar_lsh_touched *t, uint32_t id);
+/* Whether id is marked. */
+int ar_lsh_touched_has(const ar_lsh_touched *t, uint32_t id);
+/* The marked ids (borrowed, valid until the next mark or clear) and their
+ * number.  The order depends on the marking threads' interleaving. */
+const uint32_t *ar_lsh_touched_ids(const ar_lsh_touched *t, size_t *count);
+/* Unmarks every marked id in O(marked).  Not concurrent with marks. */
+void ar_lsh_touched_clear(ar_lsh_touched *t);
+
+/* ---- sparse Adam --------------------------------------------------------- */
+
+typedef struct ar_lsh_adam_opts {
+  float lr, beta1, beta2, eps;
+  int threads; /* rows of a step are split over OpenMP threads; 0 = default */
+} ar_lsh_adam_opts;
+
+/* SLIDE's settings: Adam (0.9, 0.999, 1e-8), lr 1e-4. */
+#define AR_LSH_ADAM_OPTS_INIT                                                  \
+  { 1e-4f, 0.9f, 0.999f, 1e-8f, 0 }
+
+typedef struct ar_lsh_adam ar_lsh_adam;
+
+/* Adam (Kingma & Ba, 2015) applied only to the rows touched in a batch.
+ *
+ * Semantics, exactly: a global step t counts ar_lsh_adam_step calls (1, 2,
+ * ...); each row r remembers the step s_r of its last update (0: never).
+ * When r is touched at step t with gradient g (its row of grad):
+ *   m = beta1^(t-s_r-1) * m;  v = beta2^(t-s_r-1) * v     (skipped steps)
+ *   m = beta1 * m + (1-beta1) * g;  v = beta2 * v + (1-beta2) * g^2
+ *   w -= lr * (m / (1-beta1^t)) / (sqrt(v / (1-beta2^t)) + eps)
+ * so m and v are exactly those of dense Adam fed zero gradients on the
+ * skipped steps (up to float rounding of the power), and the update at a
+ * touched step equals dense Adam's update at that step, bias correction
+ * with the global t included.  Departure from dense Adam: on the skipped
+ * steps dense Adam would still move w by its decaying momentum; those
+ * moves are not applied (nor caught up later, which would need the whole
+ * geometric sum per element and is not what SLIDE-style training wants).
+ * This is the "lazy" Adam of TF's LazyAdam / PyTorch's SparseAdam for the
+ * parameters, but with the moments decayed for skipped steps, which
+ * SparseAdam omits.  Biases follow the same rule with their row's s_r.
+ *
+ * Creates the state for a layer of `neurons` rows of `in` inputs (has_bias:
+ * keep bias moments too): m and v (neurons, in) and the step counters,
+ * calloc'ed so rows never touched cost no memory.  The options are copied.
+ * Returns AR_OK, AR_INVALID (shape, lr <= 0, betas outside [0, 1), eps <
+ * 0) or AR_NOMEM. */
+ar_status ar_lsh_adam_create(uint32_t neurons, uint32_t in, int has_bias,
+                             const ar_lsh_adam_opts *opts, ar_lsh_adam **out,
+                             ar_err *err);
+void ar_lsh_adam_destroy(ar_lsh_adam *a);
+
+/* One Adam step over the rows in touched: advances t, updates layer rows
+ * (and biases when both layer->b and the state have them) from grad, then
+ * zeroes those grad rows and clears touched, ready for the next batch.
+ * Rows are split over threads; each row is owned by one thread, so the
+ * result does not depend on the thread count.  Not concurrent with
+ * backward calls on the same grad or touched.  Returns AR_OK or AR_INVALID
+ * (shapes differ from the state's). */
+ar_status ar_lsh_adam_step(ar_lsh_adam *a, const ar_lsh_rows *layer,
+                           const ar_lsh_rows *grad, ar_lsh_touched *touched,
+                           ar_err *err);
+
+/* The state, borrowed (for tests and checkpoints): the step count, m and v
+ * (neurons, in) as of each row's last update, bias moments (neurons, NULL
+ * without bias) and the per-row step of the last update. */
+uint64_t ar_lsh_adam_t(const ar_lsh_adam *a);
+void ar_lsh_adam_state(const ar_lsh_adam *a, const float **m, const float **v,
+                       const float **mb, const float **vb,
+                       const uint64_t **last);
 
 #ifdef __cplusplus
 }
