@@ -169,4 +169,24 @@ static inline void fx_expect_identical(const char *what, const float *a,
   }
 }
 
+/* The two host devices an op test group compares: one thread and two
+ * threads (the ops must agree, bit for bit where they are deterministic).
+ * Open them with fx_setup_pair and close them with fx_teardown_pair, the
+ * group's setup and teardown. */
+static ar_device *dev1, *dev2;
+
+static inline int fx_setup_pair(void **state) {
+  (void)state;
+  dev1 = fx_open_host(1);
+  dev2 = fx_open_host(2);
+  return 0;
+}
+
+static inline int fx_teardown_pair(void **state) {
+  (void)state;
+  ar_device_close(dev1);
+  ar_device_close(dev2);
+  return 0;
+}
+
 #endif /* ACCELRT_TEST_OP_FIXTURES_H */

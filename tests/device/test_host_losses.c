@@ -8,22 +8,6 @@
 
 #include <float.h>
 
-static ar_device *dev1, *dev2;
-
-static int setup(void **state) {
-  (void)state;
-  dev1 = fx_open_host(1);
-  dev2 = fx_open_host(2);
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  ar_device_close(dev1);
-  ar_device_close(dev2);
-  return 0;
-}
-
 typedef enum loss_kind { SOFTMAX, BCE } loss_kind;
 
 static void run_loss(ar_device *dev, loss_kind kind, int64_t rows, int64_t cols,
@@ -341,5 +325,5 @@ int main(void) {
       cmocka_unit_test(test_grad_aliases_logits),
       cmocka_unit_test(test_threads_identical),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, fx_setup_pair, fx_teardown_pair);
 }

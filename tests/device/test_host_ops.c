@@ -8,22 +8,6 @@
 
 #include <stdlib.h>
 
-static ar_device *dev1, *dev2; /* threads = 1 and threads = 2 */
-
-static int setup(void **state) {
-  (void)state;
-  dev1 = fx_open_host(1);
-  dev2 = fx_open_host(2);
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  ar_device_close(dev1);
-  ar_device_close(dev2);
-  return 0;
-}
-
 /* ---- gemm ------------------------------------------------------------------- */
 
 static void check_gemm(ar_device *dev, fx_rng *r, bool ta, bool tb, int64_t m,
@@ -447,5 +431,5 @@ int main(void) {
       cmocka_unit_test(test_topk),        cmocka_unit_test(test_topk_ties),
       cmocka_unit_test(test_threads_identical),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, fx_setup_pair, fx_teardown_pair);
 }

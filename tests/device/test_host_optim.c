@@ -6,22 +6,6 @@
  */
 #include "op_fixtures.h"
 
-static ar_device *dev1, *dev2;
-
-static int setup(void **state) {
-  (void)state;
-  dev1 = fx_open_host(1);
-  dev2 = fx_open_host(2);
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  ar_device_close(dev1);
-  ar_device_close(dev2);
-  return 0;
-}
-
 typedef struct adam_cfg {
   float lr, beta1, beta2, eps, wd;
   float grad_range; /* gradients uniform in +-grad_range */
@@ -204,5 +188,5 @@ int main(void) {
       cmocka_unit_test(test_sgd),
       cmocka_unit_test(test_threads_identical),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, fx_setup_pair, fx_teardown_pair);
 }
