@@ -196,18 +196,7 @@ static void test_fuzz(void **state) {
   free(t.b);
 }
 
-static int setup(void **state) {
-  (void)state;
-  return tu_setup();
-}
-
-static int teardown(void **state) {
-  (void)state;
-  tu_teardown();
-  return 0;
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_fuzz)};
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
 }

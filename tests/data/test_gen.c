@@ -358,22 +358,11 @@ static void test_alloc_failures(void **state) {
   assert_true(ok);
 }
 
-static int setup(void **state) {
-  (void)state;
-  return tu_setup();
-}
-
-static int teardown(void **state) {
-  (void)state;
-  tu_teardown();
-  return 0;
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_deterministic),   cmocka_unit_test(test_structure),
       cmocka_unit_test(test_amazon_shape),    cmocka_unit_test(test_errors),
       cmocka_unit_test(test_alloc_failures),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
 }

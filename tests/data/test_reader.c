@@ -687,17 +687,6 @@ static void test_alloc_failures(void **state) {
   }
 }
 
-static int setup(void **state) {
-  (void)state;
-  return tu_setup();
-}
-
-static int teardown(void **state) {
-  (void)state;
-  tu_teardown();
-  return 0;
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_xc_exact),
@@ -713,5 +702,5 @@ int main(void) {
       cmocka_unit_test(test_file_changed),
       cmocka_unit_test(test_alloc_failures),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
 }

@@ -14,15 +14,19 @@
 
 static char tu_dir[256];
 
-/* Creates the scratch folder; returns 0 on success. */
-static inline int tu_setup(void) {
+/* Creates the scratch folder; returns 0 on success.  Has cmocka's group
+ * setup signature so tests pass it directly. */
+static inline int tu_setup(void **state) {
+  (void)state;
   const char *base = getenv("TMPDIR");
   snprintf(tu_dir, sizeof tu_dir, "%s/accelrt-data-XXXXXX", base ? base : "/tmp");
   return mkdtemp(tu_dir) ? 0 : -1;
 }
 
-/* Removes every file in the scratch folder, then the folder. */
-static inline void tu_teardown(void) {
+/* Removes every file in the scratch folder, then the folder (cmocka's
+ * group teardown signature). */
+static inline int tu_teardown(void **state) {
+  (void)state;
   DIR *d = opendir(tu_dir);
   if (d) {
     struct dirent *e;
@@ -36,6 +40,7 @@ static inline void tu_teardown(void) {
     closedir(d);
   }
   rmdir(tu_dir);
+  return 0;
 }
 
 /* Path of `name` in the scratch folder (a static buffer per slot). */
