@@ -100,6 +100,23 @@ static int overlaps_any(const ar_lanes *l, size_t off, size_t size) {
   return 0;
 }
 
+/* The k-th allocation (live jobs' persistent blocks first, then lanes) as
+ * [*start, *end); returns 0 for a job slot that holds no block. */
+static int allocation(const ar_lanes *l, size_t k, size_t *start, size_t *end) {
+  if (k < l->nlive) {
+    const ar__job *j = l->live[k];
+    if (j->state != AR_LANES_ADMITTED)
+      return 0;
+    *start = j->poff;
+    *end = j->poff + j->P;
+    return 1;
+  }
+  const ar__lane *ln = &l->lanes[k - l->nlive];
+  *start = ln->off;
+  *end = ln->off + ln->size;
+  return 1;
+}
+
 /* Candidate offsets are the range's own ends and the ends of every
  * allocation: a free range always starts where an allocation (or the
  * range) ends, and ends where one begins.  O(n^2), fine for the tens to
@@ -108,18 +125,10 @@ int ar__lanes_lowest_fit(const ar_lanes *l, size_t lo, size_t hi, size_t size,
                          size_t *off) {
   int found = 0;
   size_t best = 0;
-  size_t ncand = 1 + l->nlive + l->nlanes;
-  for (size_t k = 0; k < ncand; k++) {
-    size_t c;
-    if (k == 0)
-      c = lo;
-    else if (k <= l->nlive) {
-      const ar__job *j = l->live[k - 1];
-      if (j->state != AR_LANES_ADMITTED)
-        continue;
-      c = j->poff + j->P;
-    } else
-      c = l->lanes[k - 1 - l->nlive].off + l->lanes[k - 1 - l->nlive].size;
+  for (size_t k = 0; k <= l->nlive + l->nlanes; k++) {
+    size_t c = lo, unused;
+    if (k > 0 && !allocation(l, k - 1, &unused, &c))
+      continue;
     if (c < lo || c > hi || hi - c < size || (found && c >= best))
       continue;
     if (!overlaps_any(l, c, size)) {
@@ -136,18 +145,10 @@ int ar__lanes_highest_fit(const ar_lanes *l, size_t lo, size_t hi, size_t size,
                           size_t *off) {
   int found = 0;
   size_t best = 0;
-  size_t ncand = 1 + l->nlive + l->nlanes;
-  for (size_t k = 0; k < ncand; k++) {
-    size_t end;
-    if (k == 0)
-      end = hi;
-    else if (k <= l->nlive) {
-      const ar__job *j = l->live[k - 1];
-      if (j->state != AR_LANES_ADMITTED)
-        continue;
-      end = j->poff;
-    } else
-      end = l->lanes[k - 1 - l->nlive].off;
+  for (size_t k = 0; k <= l->nlive + l->nlanes; k++) {
+    size_t end = hi, unused;
+    if (k > 0 && !allocation(l, k - 1, &end, &unused))
+      continue;
     if (end > hi || end < size || end - size < lo)
       continue;
     size_t c = end - size;
