@@ -50,6 +50,55 @@ typedef struct ar_summary {
 ar_status ar_run(const ar_spec *spec, const ar_run_opts *opts,
                  ar_summary *summary, ar_err *err);
 
+/* ---- one job, an iteration at a time ----
+ *
+ * ar_run is ar_job_open, ar_job_start, ar_job_step until ar_job_done,
+ * ar_job_finish, ar_job_close.  Schedulers that interleave jobs on one
+ * device (lanes/, runtime/tenancy) drive the same calls, so a job behaves
+ * the same alone and shared.  The calls of one job must not run
+ * concurrently with each other; different jobs may run in different
+ * threads.  A job never installs signal handlers (ar_run does). */
+typedef struct ar_job ar_job;
+
+/* Phase 1, no device memory: makes output.dir, resolves or generates the
+ * data, opens the readers, computes the exact memory plan.  With
+ * opts->resume the checkpoint must exist (AR_NOTFOUND otherwise). */
+ar_status ar_job_open(const ar_spec *spec, const ar_run_opts *opts,
+                      ar_job **out, ar_err *err);
+/* The plan computed by ar_job_open: persistent and ephemeral bytes. */
+const ar_plan *ar_job_plan(const ar_job *j);
+/* Phase 2: creates the model on dev (borrowed; outlives the job).  With
+ * persistent and ephemeral non-NULL the model uses those device blocks
+ * (plan sizes, 256-byte aligned) instead of allocating its own: lanes
+ * carve them from one arena.  Initialises the parameters, or loads the
+ * checkpoint when resuming, and opens metrics.jsonl. */
+ar_status ar_job_start(ar_job *j, ar_device *dev, void *persistent,
+                       void *ephemeral, ar_err *err);
+/* Moves the job to new blocks between iterations (defragmentation): the
+ * caller has already copied the persistent bytes to new_persistent (a
+ * device copy); the ephemeral block holds nothing between iterations, so
+ * only its address changes.  Either may be NULL to keep the old one. */
+void ar_job_rebase(ar_job *j, void *new_persistent, void *new_ephemeral);
+/* One training iteration, with the evaluation and checkpoint the spec
+ * asks for at this iteration.  AR_OK; on failure (data, NaN loss) the
+ * reason is in err and the job must only be finished or closed. */
+ar_status ar_job_step(ar_job *j, ar_err *err);
+bool ar_job_done(const ar_job *j);          /* all iterations run */
+int64_t ar_job_iteration(const ar_job *j);  /* iterations done */
+int64_t ar_job_total(const ar_job *j);      /* iterations the job runs */
+/* Writes a checkpoint of the current state (between iterations). */
+ar_status ar_job_checkpoint(ar_job *j, ar_err *err);
+/* Ends the job: the final evaluation when it ran to the end, the
+ * checkpoint and summary.json (interrupted: true when stopped early).
+ * Fills *summary when not NULL. */
+ar_status ar_job_finish(ar_job *j, bool interrupted, ar_summary *summary,
+                        ar_err *err);
+/* Frees the job (and the model's own memory, not blocks given to
+ * ar_job_start).  NULL is a no-op. */
+void ar_job_close(ar_job *j);
+/* The model, after ar_job_start (borrowed). */
+ar_model *ar_job_model(ar_job *j);
+
 /* Data a job will train on: generates data.generate into
  * output.dir/data/ when needed (reused when the same parameters and seed
  * were generated before) and returns the train and test paths (test may be

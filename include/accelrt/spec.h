@@ -44,12 +44,70 @@ typedef struct ar_srcpos {
   int line, col; /* 1-based; 0 when the value came from a default */
 } ar_srcpos;
 
+/* layers[].sparse: LSH-sampled execution of a layer (SLIDE; lsh/). */
+typedef enum ar_sparse_mode {
+  AR_SPARSE_NONE = 0, /* no `sparse` key: the layer is dense */
+  AR_SPARSE_DENSE,    /* sparse: {mode: dense}: dense, settings kept */
+  AR_SPARSE_LSH,      /* always LSH-sampled (host devices only) */
+  AR_SPARSE_AUTO      /* sampled on a host device when wide enough */
+} ar_sparse_mode;
+
+/* By position, the same order as ar_lsh_family in accelrt/lsh.h. */
+typedef enum ar_sparse_hash {
+  AR_HASH_SRP = 0,
+  AR_HASH_WTA,
+  AR_HASH_DWTA,
+  AR_HASH_DOPH
+} ar_sparse_hash;
+
+/* By position, the same order as ar_lsh_strategy in accelrt/lsh.h. */
+typedef enum ar_sparse_sampling {
+  AR_SAMPLE_UNION = 0,
+  AR_SAMPLE_TOPK,
+  AR_SAMPLE_THRESHOLD
+} ar_sparse_sampling;
+
+typedef struct ar_sparse_spec {
+  ar_sparse_mode mode;
+  ar_sparse_hash hash;
+  int32_t K, L;         /* codes per table, tables */
+  int32_t bucket;       /* ids per bucket */
+  bool reservoir;       /* insertion policy: false FIFO, true reservoir */
+  ar_sparse_sampling sampling;
+  double active;        /* fraction of the width retrieved per sample, (0, 1] */
+  int32_t min_active;   /* 0: none */
+  int32_t max_active;   /* 0: no limit besides `active` */
+  int32_t threshold;    /* sampling: threshold: tables an id must be in */
+  int64_t rehash_every; /* first table rebuild after this many iterations */
+  double rehash_growth; /* each gap times this */
+  int64_t new_hash_every; /* new hash functions every N iterations; 0 never */
+  int64_t auto_min_width; /* mode auto: sampled from this width on */
+} ar_sparse_spec;
+
 typedef struct ar_layer_spec {
   char *name;     /* unique within the model */
   int64_t width;  /* output neurons ("dense: N") */
   ar_act act;
+  ar_sparse_spec sparse; /* mode AR_SPARSE_NONE without a `sparse` key */
   ar_srcpos pos;  /* the list item; 0 when the layer came from a --set */
 } ar_layer_spec;
+
+/* runtime.policy: the lane scheduler's policy (lanes/). */
+typedef enum ar_policy_kind {
+  AR_POLICY_FIFO = 0,
+  AR_POLICY_PACK,
+  AR_POLICY_SRTF,
+  AR_POLICY_FAIR,
+  AR_POLICY_PRIORITY
+} ar_policy_kind;
+
+/* distributed.order (commsched/). */
+typedef enum ar_order_kind {
+  AR_ORDER_NONE = 0,
+  AR_ORDER_RANDOM,
+  AR_ORDER_TIC,
+  AR_ORDER_TAC
+} ar_order_kind;
 
 /* data.generate: a synthetic XC dataset with planted structure written by
  * the runtime before training (see include/accelrt/data.h). */
@@ -104,6 +162,39 @@ typedef struct ar_spec {
   struct {
     char *dir; /* relative to the working directory */
   } output;
+
+  /* runtime: how the jobs of this file share a device (lanes/).  Given or
+   * not, every field holds its default. */
+  struct {
+    ar_policy_kind policy;   /* default fifo */
+    uint64_t memory_bytes;   /* "memory: 8GiB"; 0 when given as a fraction */
+    double memory_fraction;  /* "memory: 90%" as 0.9; 0 when given in bytes;
+                                both 0: the device's whole free memory */
+  } runtime;
+
+  /* distributed: parameter-server training over MPI (commsched/). */
+  struct {
+    bool enabled;            /* the `distributed` key is present */
+    int32_t servers;         /* ranks 0..servers-1 are servers; default 1 */
+    ar_order_kind order;     /* default tac */
+    int32_t trace_iterations; /* default 3 */
+    double link_gbps;        /* 0: no link emulation */
+    double link_latency_us;
+    int64_t max_bytes_in_flight; /* per channel; 0: no bound */
+    char *schedule_file;     /* read the schedule from / write it to; NULL */
+  } distributed;
+
+  /* A job of a multi-job file (an item of `jobs:`). */
+  double arrival_s;  /* seconds after the run starts; 0 for a single job */
+  int32_t priority;  /* policy priority: higher first; default 0 */
+
+  /* jobs: a multi-job file.  Each item is a complete ar_spec (its own name,
+   * model, data, train, output, arrival, priority; runtime, device and
+   * distributed copied from the top level).  When n_jobs > 0 the top-level
+   * model/layers/data/train are empty and output.dir is the folder of the
+   * run's summary (jobs default to output.dir/<job name>). */
+  int n_jobs;
+  struct ar_spec **jobs;
 } ar_spec;
 
 /* One diagnostic: "FILE:LINE:COL: error: KEY.PATH: message".  A problem in

@@ -1,8 +1,10 @@
 /* accelrt run / check / schema: the job-file commands. */
 #define _GNU_SOURCE
 #include "accelrt/data.h"
+#include "accelrt/dist.h"
 #include "accelrt/runtime.h"
 #include "accelrt/spec.h"
+#include "accelrt/tenancy.h"
 #include "cli/cli.h"
 
 #include <getopt.h>
@@ -113,9 +115,21 @@ int cli_run(int argc, char **argv) {
     if (a.quiet && ar_log_get_level() > AR_LOG_WARN)
       ar_log_set_level(AR_LOG_WARN);
     ar_summary s;
-    ar_status st = ar_run(spec, &opts, &s, &err);
+    ar_status st;
+    bool single = true;
+    if (spec->n_jobs > 0) {
+      st = ar_tenancy_run(spec, &opts, &err);
+      single = false;
+    } else if (spec->distributed.enabled) {
+      memset(&s, 0, sizeof s);
+      s.iterations = -1; /* ranks other than 0 leave it: nothing to print */
+      st = ar_dist_run(spec, &opts, &s, &err);
+      single = s.iterations >= 0;
+    } else {
+      st = ar_run(spec, &opts, &s, &err);
+    }
     if (st == AR_OK) {
-      if (!a.quiet)
+      if (!a.quiet && single)
         print_summary(spec, &s);
       rc = CLI_OK;
     } else {

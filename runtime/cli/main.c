@@ -39,6 +39,13 @@ int main(int argc, char **argv) {
     return cli_gen_data(argc - 1, argv + 1);
   if (!strcmp(cmd, "schema"))
     return cli_schema(argc - 1, argv + 1);
+  if (!strcmp(cmd, "eval"))
+    return cli_eval(argc - 1, argv + 1);
+  if (!strcmp(cmd, "simulate"))
+    return cli_simulate(argc - 1, argv + 1);
+  if (!strcmp(cmd, "serve") || !strcmp(cmd, "submit") || !strcmp(cmd, "ps") ||
+      !strcmp(cmd, "logs") || !strcmp(cmd, "cancel"))
+    return cli_service(argc - 1, argv + 1);
   if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
     usage(stdout);
     return CLI_OK;
