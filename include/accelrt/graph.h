@@ -111,6 +111,13 @@ void ar_model_destroy(ar_model *m); /* NULL is a no-op */
  * planned shape. */
 ar_status ar_model_load(ar_model *m, const ar_batch *b);
 /* Forward pass over the loaded rows; the last layer's y holds logits. */
+/* Per-layer pieces of forward, backward and step, in the order the whole-
+ * model calls use them (forward 0..n-1, backward n-1..0); for callers that
+ * interleave them with communication (runtime/dist).  step_layer uses
+ * m->step as Adam's t: increment it once per iteration before the layers. */
+void ar_model_forward_layer(ar_model *m, int l);
+void ar_model_backward_layer(ar_model *m, int l);
+void ar_model_step_layer(ar_model *m, int l);
 void ar_model_forward(ar_model *m);
 /* Loss of the loaded rows (mean over rows, as in training).  With want_grad
  * the logits are replaced by the gradient of that mean loss. */

@@ -197,20 +197,22 @@ ar_status ar_model_load(ar_model *m, const ar_batch *b) {
   return AR_OK;
 }
 
-void ar_model_forward(ar_model *m) {
+void ar_model_forward_layer(ar_model *m, int l) {
   ar_device *d = m->dev;
-  const float *x = m->x;
-  for (int l = 0; l < m->n_layers; l++) {
-    ar_layer *L = &m->layers[l];
-    if (L->sparse_in)
-      d->ops->spmm(d, m->rows, m->row_ptr, m->idx, m->val, L->w, L->out, L->y);
-    else
-      d->ops->gemm(d, false, true, m->rows, L->out, L->in, 1.0f, x, L->in, L->w, L->in, 0.0f,
-                   L->y, L->out);
-    bool last = l + 1 == m->n_layers;
-    d->ops->bias_act(d, m->rows, L->out, L->b, last ? AR_ACT_NONE : L->act, L->y);
-    x = L->y;
-  }
+  ar_layer *L = &m->layers[l];
+  const float *x = l == 0 ? m->x : m->layers[l - 1].y;
+  if (L->sparse_in)
+    d->ops->spmm(d, m->rows, m->row_ptr, m->idx, m->val, L->w, L->out, L->y);
+  else
+    d->ops->gemm(d, false, true, m->rows, L->out, L->in, 1.0f, x, L->in, L->w, L->in, 0.0f,
+                 L->y, L->out);
+  bool last = l + 1 == m->n_layers;
+  d->ops->bias_act(d, m->rows, L->out, L->b, last ? AR_ACT_NONE : L->act, L->y);
+}
+
+void ar_model_forward(ar_model *m) {
+  for (int l = 0; l < m->n_layers; l++)
+    ar_model_forward_layer(m, l);
 }
 
 float ar_model_loss(ar_model *m, bool want_grad) {
@@ -237,53 +239,59 @@ float ar_model_loss(ar_model *m, bool want_grad) {
   return (float)(sum / (double)m->rows);
 }
 
-void ar_model_backward(ar_model *m) {
+void ar_model_backward_layer(ar_model *m, int l) {
   ar_device *d = m->dev;
-  for (int l = m->n_layers - 1; l >= 0; l--) {
-    ar_layer *L = &m->layers[l];
-    /* G: gradient wrt this layer's pre-activation output (rows, out). */
-    const float *g = l + 1 == m->n_layers ? L->y : L->dy;
-    d->ops->col_sum(d, m->rows, L->out, g, false, L->gb);
-    if (L->sparse_in) {
-      d->ops->fill(d, L->gw, L->in * L->out, 0.0f);
-      d->ops->spmm_t(d, m->rows, m->row_ptr, m->idx, m->val, g, L->out, L->gw);
-    } else {
-      const float *x = l == 0 ? m->x : m->layers[l - 1].y;
-      /* gw (out, in) = G^T X */
-      d->ops->gemm(d, true, false, L->out, L->in, m->rows, 1.0f, g, L->out, x, L->in, 0.0f,
-                   L->gw, L->in);
-    }
-    if (l > 0) {
-      ar_layer *P = &m->layers[l - 1];
-      /* dY_prev (rows, in) = G W, then through the previous activation. */
-      d->ops->gemm(d, false, false, m->rows, L->in, L->out, 1.0f, g, L->out, L->w, L->in, 0.0f,
-                   P->dy, P->out);
-      d->ops->act_grad(d, m->rows * P->out, P->act, P->y, P->dy);
-    }
+  ar_layer *L = &m->layers[l];
+  /* G: gradient wrt this layer's pre-activation output (rows, out). */
+  const float *g = l + 1 == m->n_layers ? L->y : L->dy;
+  d->ops->col_sum(d, m->rows, L->out, g, false, L->gb);
+  if (L->sparse_in) {
+    d->ops->fill(d, L->gw, L->in * L->out, 0.0f);
+    d->ops->spmm_t(d, m->rows, m->row_ptr, m->idx, m->val, g, L->out, L->gw);
+  } else {
+    const float *x = l == 0 ? m->x : m->layers[l - 1].y;
+    /* gw (out, in) = G^T X */
+    d->ops->gemm(d, true, false, L->out, L->in, m->rows, 1.0f, g, L->out, x, L->in, 0.0f,
+                 L->gw, L->in);
+  }
+  if (l > 0) {
+    ar_layer *P = &m->layers[l - 1];
+    /* dY_prev (rows, in) = G W, then through the previous activation. */
+    d->ops->gemm(d, false, false, m->rows, L->in, L->out, 1.0f, g, L->out, L->w, L->in, 0.0f,
+                 P->dy, P->out);
+    d->ops->act_grad(d, m->rows * P->out, P->act, P->y, P->dy);
+  }
+}
+
+void ar_model_backward(ar_model *m) {
+  for (int l = m->n_layers - 1; l >= 0; l--)
+    ar_model_backward_layer(m, l);
+}
+
+void ar_model_step_layer(ar_model *m, int l) {
+  ar_device *d = m->dev;
+  const ar_spec *s = m->spec;
+  ar_layer *L = &m->layers[l];
+  int64_t nw = L->in * L->out;
+  if (s->train.optimizer == AR_OPT_ADAM) {
+    d->ops->adam(d, nw, L->w, L->gw, L->s1w, L->s2w, (float)s->train.lr, (float)s->train.beta1,
+                 (float)s->train.beta2, (float)s->train.eps, (float)s->train.weight_decay,
+                 m->step);
+    d->ops->adam(d, L->out, L->b, L->gb, L->s1b, L->s2b, (float)s->train.lr,
+                 (float)s->train.beta1, (float)s->train.beta2, (float)s->train.eps,
+                 (float)s->train.weight_decay, m->step);
+  } else {
+    d->ops->sgd(d, nw, L->w, L->gw, L->s1w, (float)s->train.lr, (float)s->train.momentum,
+                (float)s->train.weight_decay);
+    d->ops->sgd(d, L->out, L->b, L->gb, L->s1b, (float)s->train.lr, (float)s->train.momentum,
+                (float)s->train.weight_decay);
   }
 }
 
 void ar_model_step(ar_model *m) {
-  ar_device *d = m->dev;
-  const ar_spec *s = m->spec;
   m->step++;
-  for (int l = 0; l < m->n_layers; l++) {
-    ar_layer *L = &m->layers[l];
-    int64_t nw = L->in * L->out;
-    if (s->train.optimizer == AR_OPT_ADAM) {
-      d->ops->adam(d, nw, L->w, L->gw, L->s1w, L->s2w, (float)s->train.lr, (float)s->train.beta1,
-                   (float)s->train.beta2, (float)s->train.eps, (float)s->train.weight_decay,
-                   m->step);
-      d->ops->adam(d, L->out, L->b, L->gb, L->s1b, L->s2b, (float)s->train.lr,
-                   (float)s->train.beta1, (float)s->train.beta2, (float)s->train.eps,
-                   (float)s->train.weight_decay, m->step);
-    } else {
-      d->ops->sgd(d, nw, L->w, L->gw, L->s1w, (float)s->train.lr, (float)s->train.momentum,
-                  (float)s->train.weight_decay);
-      d->ops->sgd(d, L->out, L->b, L->gb, L->s1b, (float)s->train.lr, (float)s->train.momentum,
-                  (float)s->train.weight_decay);
-    }
-  }
+  for (int l = 0; l < m->n_layers; l++)
+    ar_model_step_layer(m, l);
 }
 
 ar_status ar_model_train_batch(ar_model *m, const ar_batch *b, float *loss_out) {
