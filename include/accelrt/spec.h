@@ -170,6 +170,8 @@ typedef struct ar_spec {
     uint64_t memory_bytes;   /* "memory: 8GiB"; 0 when given as a fraction */
     double memory_fraction;  /* "memory: 90%" as 0.9; 0 when given in bytes;
                                 both 0: the device's whole free memory */
+    double poisson_mean_s;   /* > 0: jobs without arrival arrive as a
+                                Poisson process with this mean gap */
   } runtime;
 
   /* distributed: parameter-server training over MPI (commsched/). */

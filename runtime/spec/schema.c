@@ -49,6 +49,106 @@ static const ar__srule input_rules[] = {
 static const char *const act_values[] = {"relu", "sigmoid", "none", "softmax",
                                          NULL};
 
+/* By position: ar_sparse_mode from AR_SPARSE_DENSE on. */
+static const char *const sparse_mode_values[] = {"dense", "lsh", "auto", NULL};
+/* By position: ar_sparse_hash. */
+static const char *const hash_values[] = {"srp", "wta", "dwta", "doph", NULL};
+/* By position: ar_sparse_sampling. */
+static const char *const sampling_values[] = {"union", "topk", "threshold",
+                                              NULL};
+static const char *const insert_values[] = {"fifo", "reservoir", NULL};
+
+static const ar__schema rehash_keys[] = {
+    {.key = "every",
+     INT_RANGE(1, INT64_MAX),
+     .def = "50",
+     .doc = "Rebuild the hash tables from the current weights after this "
+            "many iterations."},
+    {.key = "growth",
+     FLOAT_FROM(1.0),
+     .def = "1.1",
+     .doc = "Each gap between rebuilds is the previous one times this (as "
+            "SLIDE does: rebuilds get rarer as training settles)."},
+    {.key = "new_hash_every",
+     INT_RANGE(0, INT64_MAX),
+     .def = "0",
+     .doc = "Draw new hash functions every this many iterations; 0 never."},
+    {0}};
+
+static const ar__schema sparse_keys[] = {
+    {.key = "mode",
+     .type = AR__S_ENUM,
+     .values = sparse_mode_values,
+     .def = "auto",
+     .doc = "`lsh`: always sampled (host devices only). `dense`: computed "
+            "dense, the settings kept. `auto`: sampled on a host device "
+            "when the layer is at least `auto_min_width` wide, dense "
+            "otherwise and on GPUs, so one job file suits both."},
+    {.key = "auto_min_width",
+     INT_RANGE(1, COUNT_MAX),
+     .def = "32768",
+     .doc = "`mode: auto` samples layers at least this wide. The default is "
+            "where sampling measured faster than the dense path on this "
+            "project's CPUs (bench/lsh, the width sweep)."},
+    {.key = "hash",
+     .type = AR__S_ENUM,
+     .values = hash_values,
+     .def = "dwta",
+     .doc = "Hash family: `srp` (signed random projections), `wta` "
+            "(winner-take-all), `dwta` (densified WTA, SLIDE's default), "
+            "`doph` (densified one-permutation minhash)."},
+    {.key = "K",
+     INT_RANGE(1, 64),
+     .def = "6",
+     .doc = "Codes per table: more codes make buckets more selective."},
+    {.key = "L",
+     INT_RANGE(1, 1024),
+     .def = "50",
+     .doc = "Hash tables: more tables retrieve more candidates."},
+    {.key = "bucket",
+     INT_RANGE(1, 65535),
+     .def = "128",
+     .doc = "Neuron ids kept per bucket."},
+    {.key = "insert",
+     .type = AR__S_ENUM,
+     .values = insert_values,
+     .def = "fifo",
+     .doc = "A full bucket keeps its newest ids (`fifo`) or a uniform "
+            "sample of all ids offered to it (`reservoir`)."},
+    {.key = "sampling",
+     .type = AR__S_ENUM,
+     .values = sampling_values,
+     .def = "topk",
+     .doc = "How candidates become the active set: `union` (bucket "
+            "contents in table order up to the budget), `topk` (the ids "
+            "found in most tables), `threshold` (ids found in at least "
+            "`threshold` tables)."},
+    {.key = "active",
+     FLOAT_RANGE(0.0, true, 1.0, false),
+     .def = "0.01",
+     .doc = "Neurons retrieved per input, as a fraction of the layer's "
+            "width (the budget of `union` and `topk`, the cap of "
+            "`threshold`). In training, the true labels of an output layer "
+            "are always added."},
+    {.key = "min_active",
+     INT_RANGE(0, COUNT_MAX),
+     .def = "0",
+     .doc = "Fewer candidates than this are topped up with random neurons."},
+    {.key = "max_active",
+     INT_RANGE(0, COUNT_MAX),
+     .def = "0",
+     .doc = "At most this many active neurons per input (labels always "
+            "kept); 0: only `active` limits."},
+    {.key = "threshold",
+     INT_RANGE(1, 1024),
+     .def = "2",
+     .doc = "`sampling: threshold`: tables an id must be found in."},
+    {.key = "rehash",
+     .type = AR__S_MAP,
+     .kids = rehash_keys,
+     .doc = "When the tables are rebuilt from the changing weights."},
+    {0}};
+
 static const ar__schema layer_keys[] = {
     {.key = "name",
      .type = AR__S_NAME,
@@ -69,10 +169,12 @@ static const ar__schema layer_keys[] = {
             "cross-entropy per label). `softmax` is only allowed on the last "
             "layer."},
     {.key = "sparse",
-     .type = AR__S_RESERVED,
-     .reserved_msg = "LSH-sampled layers are not available in this build yet",
-     .doc = "Reserved for LSH-sampled layers (SLIDE); not available in this "
-            "build yet."},
+     .type = AR__S_MAP,
+     .kids = sparse_keys,
+     .doc = "Run this layer LSH-sampled (SLIDE): hash tables over the "
+            "neurons' weights pick, per input, the few neurons worth "
+            "computing, and only those are computed and updated. Host "
+            "devices only; see `mode`."},
     {0}};
 
 static const ar__schema layer_item[] = {{.key = "item",
@@ -269,6 +371,86 @@ static const ar__schema train_keys[] = {
             "end."},
     {0}};
 
+/* ---- runtime, distributed -------------------------------------------------- */
+
+/* By position: ar_policy_kind. */
+static const char *const policy_values[] = {"fifo", "pack", "srtf", "fair",
+                                            "priority", NULL};
+
+static const ar__schema runtime_keys[] = {
+    {.key = "policy",
+     .type = AR__S_ENUM,
+     .values = policy_values,
+     .def = "fifo",
+     .doc = "How the jobs of a `jobs:` file share the device (Salus): "
+            "`fifo` one at a time in arrival order, `pack` as many lanes "
+            "as fit, `srtf` shortest remaining time first, `fair` equal "
+            "device time, `priority` by each job's `priority`."},
+    {.key = "memory",
+     .type = AR__S_SIZE,
+     .def_doc = "the device's free memory",
+     .doc = "Device memory the jobs may use, as bytes with a unit "
+            "(`8GiB`, `512MiB`, `4GB`) or a percentage of the free memory "
+            "(`90%`)."},
+    {.key = "poisson_mean_s",
+     FLOAT_FROM(0.0),
+     .def = "0",
+     .doc = "When above 0, jobs without an `arrival` arrive as a Poisson "
+            "process with this mean gap in seconds (seeded by `seed`), in "
+            "list order."},
+    {0}};
+
+/* By position: ar_order_kind. */
+static const char *const order_values[] = {"none", "random", "tic", "tac",
+                                           NULL};
+
+static const ar__schema link_keys[] = {
+    {.key = "gbps",
+     FLOAT_ABOVE(0.0),
+     .required = true,
+     .doc = "Bandwidth of each worker-server channel, in gigabits per "
+            "second."},
+    {.key = "latency_us",
+     FLOAT_FROM(0.0),
+     .def = "0",
+     .doc = "Latency added to each transfer, in microseconds."},
+    {0}};
+
+static const ar__schema distributed_keys[] = {
+    {.key = "servers",
+     INT_RANGE(1, 65536),
+     .def = "1",
+     .doc = "The first this many MPI ranks are parameter servers; the "
+            "others are workers (at least one)."},
+    {.key = "order",
+     .type = AR__S_ENUM,
+     .values = order_values,
+     .def = "tac",
+     .doc = "Order of the parameter transfers on each server-worker "
+            "channel (TicTac): `none` (as ready), `random` (a seeded "
+            "shuffle per iteration), `tic` (from the graph alone), `tac` "
+            "(from the graph and measured op times)."},
+    {.key = "trace_iterations",
+     INT_RANGE(1, 1000),
+     .def = "3",
+     .doc = "Iterations traced to measure op times before the schedule is "
+            "computed; they are reported as warm-up."},
+    {.key = "link",
+     .type = AR__S_MAP,
+     .kids = link_keys,
+     .doc = "Emulate a slower network: each channel is paced at the "
+            "sender. Off when absent."},
+    {.key = "max_bytes_in_flight",
+     INT_RANGE(0, INT64_MAX),
+     .def = "0",
+     .doc = "At most this many bytes posted and not yet received per "
+            "channel; 0 for no bound."},
+    {.key = "schedule",
+     .type = AR__S_PATH,
+     .doc = "A schedule file: read when it exists, else written once "
+            "computed. Relative to the job file's folder."},
+    {0}};
+
 /* ---- output and the top level ------------------------------------------ */
 
 static const ar__schema output_keys[] = {
@@ -278,6 +460,59 @@ static const ar__schema output_keys[] = {
      .doc = "Folder for metrics, checkpoints and traces, relative to the "
             "working directory (not to the job file)."},
     {0}};
+
+/* One item of `jobs:`: a job of its own. */
+static const ar__schema job_keys[] = {
+    {.key = "name",
+     .type = AR__S_NAME,
+     .def_doc = "`job<i>`, with i the position in the list counted from 0",
+     .doc = "Names the job; with `repeat`, copies are NAME-1, NAME-2, ..."},
+    {.key = "seed",
+     INT_RANGE(0, INT64_MAX),
+     .def_doc = "the top-level `seed` plus the job's position",
+     .doc = "Seeds this job."},
+    {.key = "model",
+     .type = AR__S_MAP,
+     .required = true,
+     .kids = model_keys,
+     .doc = "The job's network, as the top-level `model`."},
+    {.key = "data",
+     .type = AR__S_MAP,
+     .required = true,
+     .kids = data_keys,
+     .rules = data_rules,
+     .doc = "The job's data, as the top-level `data`."},
+    {.key = "train",
+     .type = AR__S_MAP,
+     .required = true,
+     .kids = train_keys,
+     .doc = "How the job trains, as the top-level `train`."},
+    {.key = "output",
+     .type = AR__S_MAP,
+     .kids = output_keys,
+     .doc = "Where the job's results go; default `OUTPUT/NAME` with OUTPUT "
+            "the file's `output.dir`."},
+    {.key = "arrival",
+     FLOAT_FROM(0.0),
+     .def_doc = "0, or drawn when `runtime.poisson_mean_s` is set",
+     .doc = "Seconds after the start of the run at which the job is "
+            "submitted."},
+    {.key = "priority",
+     INT_RANGE(-1000000, 1000000),
+     .def = "0",
+     .doc = "With `runtime.policy: priority`, higher runs first."},
+    {.key = "repeat",
+     INT_RANGE(1, 10000),
+     .def = "1",
+     .doc = "Submit this many copies of the job (seeds differ, arrivals "
+            "as for separate items)."},
+    {0}};
+
+static const ar__schema job_item[] = {{.key = "item",
+                                       .type = AR__S_MAP,
+                                       .kids = job_keys,
+                                       .doc = "One job."},
+                                      {0}};
 
 static const ar__schema top_keys[] = {
     {.key = "name",
@@ -297,19 +532,19 @@ static const ar__schema top_keys[] = {
             "run can be repeated."},
     {.key = "model",
      .type = AR__S_MAP,
-     .required = true,
+     .def_doc = "**required** unless `jobs` is given",
      .kids = model_keys,
      .doc = "The network."},
     {.key = "data",
      .type = AR__S_MAP,
-     .required = true,
+     .def_doc = "**required** unless `jobs` is given",
      .kids = data_keys,
      .rules = data_rules,
      .doc = "Where the points come from: exactly one of `train` (files) or "
             "`generate` (synthetic)."},
     {.key = "train",
      .type = AR__S_MAP,
-     .required = true,
+     .def_doc = "**required** unless `jobs` is given",
      .kids = train_keys,
      .doc = "How long and how to train."},
     {.key = "output",
@@ -317,29 +552,39 @@ static const ar__schema top_keys[] = {
      .kids = output_keys,
      .doc = "Where results go."},
     {.key = "runtime",
-     .type = AR__S_RESERVED,
-     .reserved_msg = "not available in this build yet (see the "
-                     "lanes/commsched issue)",
-     .doc = "Reserved for the multi-tenant runtime (GPU lanes); not "
-            "available in this build yet."},
+     .type = AR__S_MAP,
+     .kids = runtime_keys,
+     .doc = "How the jobs of this file share one device (lanes, Salus)."},
     {.key = "distributed",
-     .type = AR__S_RESERVED,
-     .reserved_msg = "not available in this build yet (see the "
-                     "lanes/commsched issue)",
-     .doc = "Reserved for distributed training with communication "
-            "scheduling; not available in this build yet."},
+     .type = AR__S_MAP,
+     .kids = distributed_keys,
+     .doc = "Train over MPI with parameter servers and ordered transfers "
+            "(TicTac): run with `mpirun -np N accelrt run JOB.yaml`."},
     {.key = "jobs",
-     .type = AR__S_RESERVED,
-     .reserved_msg = "not available in this build yet (see the "
-                     "lanes/commsched issue)",
-     .doc = "Reserved for multi-job files; not available in this build "
-            "yet."},
+     .type = AR__S_LIST,
+     .min_items = 1,
+     .kids = job_item,
+     .doc = "Several jobs in one run, sharing the device under `runtime`. "
+            "With `jobs`, the top level has no `model`, `data` or "
+            "`train`; `device` and `runtime` apply to all jobs."},
+    {0}};
+
+static const ar__srule top_rules[] = {
+    {AR__R_ONE_OF, "model", "jobs",
+     "a job file describes one job (model, data, train) or lists several "
+     "under jobs"},
+    {AR__R_CONFLICT, "jobs", "data", "each job of jobs has its own data"},
+    {AR__R_CONFLICT, "jobs", "train", "each job of jobs has its own train"},
+    {AR__R_CONFLICT, "jobs", "distributed",
+     "a multi-job file shares one device; run a distributed job on its own "
+     "with mpirun"},
     {0}};
 
 static const ar__schema root_entry = {
     .key = "",
     .type = AR__S_MAP,
     .kids = top_keys,
+    .rules = top_rules,
     .doc = "A job file is one YAML mapping with these keys."};
 
 const ar__schema *ar__schema_root(void) { return &root_entry; }
@@ -504,6 +749,9 @@ static void md_type(FILE *to, const ar__schema *s) {
   case AR__S_DEVICE:
     fputs("`auto`, `host` or `cuda:N`", to);
     break;
+  case AR__S_SIZE:
+    fputs("bytes with a unit (`8GiB`) or a percentage (`90%`)", to);
+    break;
   case AR__S_RESERVED:
     fputs("reserved", to);
     break;
@@ -524,8 +772,21 @@ static void md_default(FILE *to, const ar__schema *s) {
 static void md_section(FILE *to, const ar__schema *s, const char *path);
 
 /* Sections for the entries below a row, in table order. */
+/* A nested entry that reuses a top-level table (jobs[].model is the
+ * top-level model) is documented once, at the top level. */
+static bool md_shared(const ar__schema *k, const char *path) {
+  if (!path[0])
+    return false;
+  for (const ar__schema *t = top_keys; t->key; t++)
+    if (t != k && t->kids && t->kids == k->kids)
+      return true;
+  return false;
+}
+
 static void md_subsections(FILE *to, const ar__schema *s, const char *path) {
   for (const ar__schema *k = s->kids; k && k->key; k++) {
+    if (md_shared(k, path))
+      continue;
     char sub[256];
     snprintf(sub, sizeof sub, "%s%s%s", path, path[0] ? "." : "", k->key);
     if (k->type == AR__S_MAP || k->type == AR__S_VARIANT) {

@@ -32,6 +32,8 @@ typedef enum ar__stype {
   AR__S_FLOAT,   /* finite decimal number within the float range */
   AR__S_ENUM,    /* one of values */
   AR__S_DEVICE,  /* "auto", "host" or "cuda:N" */
+  AR__S_SIZE,    /* bytes with a unit ("8GiB", "512MiB", "1000000") or a
+                    percentage ("90%"): sval.i bytes, or sval.f fraction */
   AR__S_RESERVED /* key accepted, reported as not available in this build */
 } ar__stype;
 

@@ -145,6 +145,7 @@ typedef struct ctx {
   bool check_files;
   char path[1024]; /* key path of the value being checked */
   size_t plen;
+  const ar__ynode *root; /* the file's top mapping (jobs items are not) */
 } ctx;
 
 static void vdiag(ctx *c, int line, int col, int set, const char *path,
@@ -425,6 +426,68 @@ typedef struct sval {
 /* Parses text as the scalar entry s.  Returns true with *out, or false
  * with the problem in why (a whole message, without the key path).
  * `plain` is false for quoted text (then never a number). */
+/* "8GiB", "512MiB", "4GB", "1000000" (bytes) or "90%" (a fraction of the
+ * device's free memory, in (0, 100]). */
+static bool parse_size(const char *t, size_t len, bool plain, sval *out,
+                       char *why, size_t cap) {
+  static const struct {
+    const char *unit;
+    double mult;
+  } units[] = {{"", 1.0},           {"B", 1.0},
+               {"KiB", 1024.0},     {"MiB", 1048576.0},
+               {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+               {"KB", 1e3},         {"MB", 1e6},
+               {"GB", 1e9},         {"TB", 1e12}};
+  char q[160], num[64];
+  ar__yquote(t, len, QUOTE_MAX, q, sizeof q);
+  size_t n = 0;
+  while (n < len && ((t[n] >= '0' && t[n] <= '9') || t[n] == '.'))
+    n++;
+  double v = 0.0;
+  bool big = false;
+  if (n == 0 || n >= sizeof num || !parse_float(t, n, &v, &big) || big) {
+    snprintf(why, cap,
+             "expected a size such as 8GiB, 512MiB or 90%%, got '%s'", q);
+    return false;
+  }
+  (void)plain;
+  memcpy(num, t, n);
+  num[n] = '\0';
+  const char *u = t + n;
+  size_t ul = len - n;
+  while (ul > 0 && *u == ' ') {
+    u++;
+    ul--;
+  }
+  if (ul == 1 && *u == '%') {
+    if (!(v > 0.0 && v <= 100.0)) {
+      snprintf(why, cap, "'%s' is out of range: a percentage must be above 0 "
+               "and at most 100", q);
+      return false;
+    }
+    out->i = 0;
+    out->f = v / 100.0;
+    return true;
+  }
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+    if (strlen(units[i].unit) != ul || memcmp(units[i].unit, u, ul) != 0)
+      continue;
+    double b = v * units[i].mult;
+    if (b < 1.0 || b > 9.0e18) {
+      snprintf(why, cap, "'%s' is out of range: between 1 byte and 8 EiB", q);
+      return false;
+    }
+    out->i = (int64_t)b;
+    out->f = 0.0;
+    return true;
+  }
+  snprintf(why, cap,
+           "'%s' has an unknown unit: use B, KiB, MiB, GiB, TiB, KB, MB, GB, "
+           "TB or %%",
+           q);
+  return false;
+}
+
 static bool scalar_value(const ar__schema *s, const char *t, size_t len,
                          bool plain, sval *out, char *why, size_t cap) {
   char q[160], range[96];
@@ -493,6 +556,8 @@ static bool scalar_value(const ar__schema *s, const char *t, size_t len,
       snprintf(why, cap, "'%s' is not allowed: use one of %s", q, list);
     return false;
   }
+  case AR__S_SIZE:
+    return parse_size(t, len, plain, out, why, cap);
   case AR__S_DEVICE:
     if (!valid_device(t, len)) {
       static const char *const devs[] = {"auto", "host", "cuda:0"};
@@ -557,6 +622,9 @@ static const char *expected(const ar__schema *s, char *buf, size_t cap) {
     break;
   case AR__S_DEVICE:
     w = "'auto', 'host' or 'cuda:N'";
+    break;
+  case AR__S_SIZE:
+    w = "a size such as 8GiB or 90%";
     break;
   case AR__S_NAME:
     w = "a name";
@@ -1189,6 +1257,50 @@ static void check_unique_names(ctx *c, const ar_spec *sp,
   ar_free(refs);
 }
 
+/* layers[i].sparse; the layer's activation is already converted. */
+static void convert_sparse(ctx *c, const ar__ynode *m, const ar__schema *ss,
+                           int i, ar_layer_spec *ls) {
+  ar_sparse_spec *sp = &ls->sparse;
+  if (!m)
+    return; /* absent (or invalid, reported): a dense layer */
+  sval v;
+  bool ok = true;
+  sp->mode = get(m, ss, "mode", &v, NULL) ? (ar_sparse_mode)(AR_SPARSE_DENSE + v.e)
+                                          : AR_SPARSE_AUTO;
+  sp->auto_min_width = get_int(m, ss, "auto_min_width", &ok);
+  if (get(m, ss, "hash", &v, NULL))
+    sp->hash = (ar_sparse_hash)v.e;
+  sp->K = (int32_t)get_int(m, ss, "K", &ok);
+  sp->L = (int32_t)get_int(m, ss, "L", &ok);
+  sp->bucket = (int32_t)get_int(m, ss, "bucket", &ok);
+  sp->reservoir = get(m, ss, "insert", &v, NULL) && v.e == 1;
+  if (get(m, ss, "sampling", &v, NULL))
+    sp->sampling = (ar_sparse_sampling)v.e;
+  sp->active = get_float(m, ss, "active");
+  sp->min_active = (int32_t)get_int(m, ss, "min_active", &ok);
+  sp->max_active = (int32_t)get_int(m, ss, "max_active", &ok);
+  sp->threshold = (int32_t)get_int(m, ss, "threshold", &ok);
+  const ar__schema *rs = kid(ss, "rehash");
+  const ar__ynode *r = get_map(m, "rehash");
+  sp->rehash_every = get_int(r, rs, "every", &ok);
+  sp->rehash_growth = get_float(r, rs, "growth");
+  sp->new_hash_every = get_int(r, rs, "new_hash_every", &ok);
+  char path[64];
+  snprintf(path, sizeof path, "model.layers[%d].sparse", i);
+  /* The sampled kernels compute relu or identity layers and softmax
+   * output layers (SLIDE's network); sigmoid needs every neuron. */
+  if (ls->act == AR_ACT_SIGMOID && sp->mode != AR_SPARSE_DENSE)
+    diag_path(c, m, path,
+              "a sigmoid layer cannot be LSH-sampled (its loss or output "
+              "needs every neuron); use relu, none or softmax, or mode: "
+              "dense");
+  if (sp->min_active > 0 && sp->max_active > 0 &&
+      sp->min_active > sp->max_active)
+    diag_path(c, ar__ymap_get(m, "min_active"), path,
+              "min_active %d is above max_active %d", sp->min_active,
+              sp->max_active);
+}
+
 static void convert_model(ctx *c, const ar__ynode *root, ar_spec *sp) {
   const ar__schema *ms = kid(ar__schema_root(), "model");
   const ar__ynode *model = get_map(root, "model");
@@ -1249,6 +1361,7 @@ static void convert_model(ctx *c, const ar__ynode *root, ar_spec *sp) {
     } else if (!node) {
       ls->act = last ? AR_ACT_SOFTMAX : AR_ACT_RELU;
     }
+    convert_sparse(c, get_map(L, "sparse"), kid(item, "sparse"), i, ls);
   }
   check_unique_names(c, sp, layers);
 }
@@ -1377,6 +1490,140 @@ static void convert_train(ctx *c, const ar__ynode *root, ar_spec *sp) {
   sp->train.weight_decay = get_float(params, ks, "weight_decay");
 }
 
+static void convert_runtime(ctx *c, const ar__ynode *root, ar_spec *sp) {
+  const ar__schema *rs = kid(ar__schema_root(), "runtime");
+  const ar__ynode *m = get_map(root, "runtime");
+  sval v;
+  if (get(m, rs, "policy", &v, NULL))
+    sp->runtime.policy = (ar_policy_kind)v.e;
+  if (get(m, rs, "memory", &v, NULL)) {
+    sp->runtime.memory_bytes = (uint64_t)v.i;
+    sp->runtime.memory_fraction = v.f;
+  }
+  sp->runtime.poisson_mean_s = get_float(m, rs, "poisson_mean_s");
+  (void)c;
+}
+
+static void convert_distributed(ctx *c, const ar__ynode *root, ar_spec *sp) {
+  const ar__schema *ds = kid(ar__schema_root(), "distributed");
+  const ar__ynode *m = get_map(root, "distributed");
+  sval v;
+  const ar__ynode *node;
+  bool ok = true;
+  sp->distributed.enabled = m != NULL;
+  sp->distributed.servers = (int32_t)get_int(m, ds, "servers", &ok);
+  sp->distributed.order =
+      get(m, ds, "order", &v, NULL) ? (ar_order_kind)v.e : AR_ORDER_TAC;
+  sp->distributed.trace_iterations =
+      (int32_t)get_int(m, ds, "trace_iterations", &ok);
+  sp->distributed.max_bytes_in_flight =
+      get_int(m, ds, "max_bytes_in_flight", &ok);
+  const ar__ynode *link = get_map(m, "link");
+  if (link) {
+    const ar__schema *ls = kid(ds, "link");
+    sp->distributed.link_gbps = get_float(link, ls, "gbps");
+    sp->distributed.link_latency_us = get_float(link, ls, "latency_us");
+  }
+  if (get(m, ds, "schedule", &v, &node))
+    sp->distributed.schedule_file = resolve(c, node);
+}
+
+static ar_spec *convert(ctx *c, const ar__ynode *root, const char *file);
+
+/* The output folder "PARENT/NAME" (PARENT NULL: "runs/NAME"). */
+static char *join_dir(ctx *c, const char *parent, const char *name) {
+  size_t n = strlen(name) + (parent ? strlen(parent) : 4) + 2;
+  char *d = ar_malloc(n);
+  if (!d) {
+    c->nomem = true;
+    return NULL;
+  }
+  snprintf(d, n, "%s/%s", parent ? parent : "runs", name);
+  return d;
+}
+
+/* jobs: each item (and each copy of a repeated item) becomes a complete
+ * ar_spec of its own. */
+static void convert_jobs(ctx *c, const ar__ynode *root, ar_spec *sp) {
+  const ar__ynode *jobs = ar__ymap_get(root, "jobs");
+  if (!jobs || jobs->kind != AR__YSEQ || jobs->n == 0)
+    return;
+  const ar__schema *js = &kid(ar__schema_root(), "jobs")->kids[0];
+  int total = 0;
+  bool ok = true;
+  for (int i = 0; i < jobs->n; i++)
+    if (jobs->vals[i]->kind == AR__YMAP)
+      total += (int)get_int(jobs->vals[i], js, "repeat", &ok);
+  if (total == 0)
+    return;
+  sp->jobs = ar_calloc((size_t)total, sizeof *sp->jobs);
+  if (!sp->jobs) {
+    c->nomem = true;
+    return;
+  }
+  ar_rng rng;
+  ar_rng_seed(&rng, sp->seed, 77);
+  double clock = 0.0;
+  for (int i = 0; i < jobs->n && !c->nomem; i++) {
+    const ar__ynode *it = jobs->vals[i];
+    if (it->kind != AR__YMAP)
+      continue;
+    int64_t reps = get_int(it, js, "repeat", &ok);
+    sval v;
+    const ar__ynode *node;
+    bool named = get(it, js, "name", &v, &node);
+    bool has_seed = ar__ymap_get(it, "seed") != NULL;
+    bool has_arrival = ar__ymap_get(it, "arrival") != NULL;
+    for (int64_t r = 0; r < reps && !c->nomem; r++) {
+      ar_spec *j = convert(c, it, NULL);
+      if (!j)
+        return;
+      sp->jobs[sp->n_jobs++] = j;
+      char name[300];
+      if (named && reps > 1)
+        snprintf(name, sizeof name, "%s-%lld", v.s, (long long)r + 1);
+      else if (named)
+        snprintf(name, sizeof name, "%s", v.s);
+      else if (reps > 1)
+        snprintf(name, sizeof name, "job%d-%lld", i, (long long)r + 1);
+      else
+        snprintf(name, sizeof name, "job%d", i);
+      ar_free(j->name);
+      j->name = dup_text(c, name);
+      ar_free(j->file);
+      j->file = dup_text(c, sp->file);
+      ar_free(j->device);
+      j->device = dup_text(c, sp->device);
+      if (!has_seed)
+        j->seed = sp->seed + (uint64_t)sp->n_jobs;
+      if (!get_map(it, "output") || !ar__ymap_get(get_map(it, "output"), "dir")) {
+        ar_free(j->output.dir);
+        j->output.dir = j->name ? join_dir(c, sp->output.dir, j->name) : NULL;
+      }
+      j->runtime = sp->runtime;
+      j->priority = (int32_t)get_int(it, js, "priority", &ok);
+      if (has_arrival) {
+        j->arrival_s = get_float(it, js, "arrival");
+      } else if (sp->runtime.poisson_mean_s > 0) {
+        /* Exponential gaps: the inter-arrival times of a Poisson process. */
+        clock += -log(1.0 - ar_rng_uniform(&rng)) * sp->runtime.poisson_mean_s;
+        j->arrival_s = clock;
+      }
+    }
+  }
+  /* Output folders must differ, or jobs would overwrite each other. */
+  for (int a = 0; a < sp->n_jobs; a++)
+    for (int b = a + 1; b < sp->n_jobs; b++)
+      if (sp->jobs[a]->name && sp->jobs[b]->name &&
+          !strcmp(sp->jobs[a]->name, sp->jobs[b]->name)) {
+        diag_path(c, jobs, "jobs",
+                  "two jobs are named '%s'; give each job (and each "
+                  "repeated job) its own name",
+                  sp->jobs[a]->name);
+        return;
+      }
+}
+
 static ar_spec *convert(ctx *c, const ar__ynode *root, const char *file) {
   const ar__schema *rs = ar__schema_root();
   ar_spec *sp = ar_calloc(1, sizeof *sp);
@@ -1395,9 +1642,27 @@ static ar_spec *convert(ctx *c, const ar__ynode *root, const char *file) {
   bool ok = true;
   sp->seed = (uint64_t)get_int(root, rs, "seed", &ok);
 
-  convert_model(c, root, sp);
-  convert_data(c, root, sp);
-  convert_train(c, root, sp);
+  bool multi = ar__ymap_get(root, "jobs") != NULL;
+  if (!multi) {
+    if (root == c->root) {
+      /* model is covered by the schema's one-of rule with jobs. */
+      int n = 0;
+      const char *missing[2];
+      if (ar__ymap_find(root, "data") < 0)
+        missing[n++] = "data";
+      if (ar__ymap_find(root, "train") < 0)
+        missing[n++] = "train";
+      for (int i = 0; i < n; i++)
+        diag_path(c, root, NULL, "missing required key '%s'", missing[i]);
+    }
+    convert_model(c, root, sp);
+    convert_data(c, root, sp);
+    convert_train(c, root, sp);
+  }
+  if (root == c->root) {
+    convert_runtime(c, root, sp);
+    convert_distributed(c, root, sp);
+  }
 
   const ar__ynode *out = get_map(root, "output");
   if (get(out, kid(rs, "output"), "dir", &v, &node)) {
@@ -1410,6 +1675,8 @@ static ar_spec *convert(ctx *c, const ar__ynode *root, const char *file) {
     else
       c->nomem = true;
   }
+  if (root == c->root && multi)
+    convert_jobs(c, root, sp);
   return sp;
 }
 
@@ -1432,6 +1699,10 @@ const char *ar_act_name(ar_act a) {
 void ar_spec_destroy(ar_spec *sp) {
   if (!sp)
     return;
+  for (int i = 0; i < sp->n_jobs; i++)
+    ar_spec_destroy(sp->jobs[i]);
+  ar_free(sp->jobs);
+  ar_free(sp->distributed.schedule_file);
   for (int i = 0; i < sp->n_layers; i++)
     ar_free(sp->layers[i].name);
   ar_free(sp->layers);
@@ -1498,6 +1769,7 @@ ar_status ar_spec_parse(const char *text, size_t len, const char *file,
     apply_set(c, root, i);
   if (!c->nomem)
     check(c, ar__schema_root(), root, NULL);
+  c->root = root;
   if (!c->nomem)
     sp = convert(c, root, file);
 

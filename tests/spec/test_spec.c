@@ -21,6 +21,7 @@
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -503,27 +504,201 @@ static void test_layer_rules(void **state) {
           DATA, TRAIN);
   expect_error(t, 1, 4, "model.layers[0].name", "not a valid name");
   free(t);
-  t = job("  input: {sparse: 100}\n  layers:\n    - dense: 10\n      sparse: "
-          "{hash: dwta}\n",
+  t = job("  input: {sparse: 100}\n  layers:\n    - dense: 10\n      "
+          "activation: sigmoid\n      sparse: {hash: dwta}\n",
           DATA, TRAIN);
-  expect_error(t, 1, 5, "model.layers[0].sparse",
-               "LSH-sampled layers are not available in this build yet");
+  expect_error(t, 1, 6, "model.layers[0].sparse", "cannot be LSH-sampled");
+  free(t);
+  t = job("  input: {sparse: 100}\n  layers:\n    - dense: 10\n      sparse: "
+          "{min_active: 50, max_active: 20}\n",
+          DATA, TRAIN);
+  expect_error(t, 1, 5, "model.layers[0].sparse", "min_active 50 is above");
   free(t);
 }
 
-static void test_reserved_sections(void **state) {
-  (void)state;
-  const char *keys[] = {"runtime", "distributed", "jobs"};
-  for (int i = 0; i < 3; i++) {
-    char *base = job(MODEL, DATA, TRAIN);
-    char *t = malloc(strlen(base) + 64);
-    sprintf(t, "%s%s: {policy: srtf}\n", base, keys[i]);
-    expect_error(t, 1, 10, keys[i],
-                 "not available in this build yet (see the lanes/commsched "
-                 "issue)");
-    free(t);
-    free(base);
+static ar_spec *parse_ok(const char *text) {
+  ar_spec *s = NULL;
+  ar_diags d;
+  ar_status st = parse(text, &s, &d);
+  if (st != AR_OK) {
+    char *p = printed(&d);
+    print_error("%s", p);
+    free(p);
   }
+  ar_diags_fini(&d);
+  assert_int_equal(st, AR_OK);
+  return s;
+}
+
+static void test_sparse_section(void **state) {
+  (void)state;
+  /* Without `sparse` a layer is dense; an empty mapping takes defaults. */
+  char *t = job("  input: {sparse: 100}\n  layers:\n    - dense: 8\n"
+                "    - dense: 10\n      sparse: {}\n",
+                DATA, TRAIN);
+  ar_spec *s = parse_ok(t);
+  assert_int_equal(s->layers[0].sparse.mode, AR_SPARSE_NONE);
+  const ar_sparse_spec *sp = &s->layers[1].sparse;
+  assert_int_equal(sp->mode, AR_SPARSE_AUTO);
+  assert_int_equal(sp->hash, AR_HASH_DWTA);
+  assert_int_equal(sp->K, 6);
+  assert_int_equal(sp->L, 50);
+  assert_int_equal(sp->bucket, 128);
+  assert_int_equal(sp->sampling, AR_SAMPLE_TOPK);
+  assert_false(sp->reservoir);
+  assert_int_equal(sp->rehash_every, 50);
+  assert_true(sp->rehash_growth == 1.1);
+  ar_spec_destroy(s);
+  free(t);
+  t = job("  input: {sparse: 100}\n  layers:\n    - dense: 10\n      sparse: "
+          "{mode: lsh, hash: srp, K: 4, L: 20, bucket: 64, insert: reservoir, "
+          "sampling: threshold, threshold: 3, active: 0.5, min_active: 2, "
+          "max_active: 7, rehash: {every: 9, growth: 2, new_hash_every: 40}}\n",
+          DATA, TRAIN);
+  s = parse_ok(t);
+  sp = &s->layers[0].sparse;
+  assert_int_equal(sp->mode, AR_SPARSE_LSH);
+  assert_int_equal(sp->hash, AR_HASH_SRP);
+  assert_int_equal(sp->K, 4);
+  assert_int_equal(sp->L, 20);
+  assert_int_equal(sp->bucket, 64);
+  assert_true(sp->reservoir);
+  assert_int_equal(sp->sampling, AR_SAMPLE_THRESHOLD);
+  assert_int_equal(sp->threshold, 3);
+  assert_true(sp->active == 0.5);
+  assert_int_equal(sp->min_active, 2);
+  assert_int_equal(sp->max_active, 7);
+  assert_int_equal(sp->rehash_every, 9);
+  assert_true(sp->rehash_growth == 2.0);
+  assert_int_equal(sp->new_hash_every, 40);
+  ar_spec_destroy(s);
+  free(t);
+  t = job("  input: {sparse: 100}\n  layers:\n    - dense: 10\n      sparse: "
+          "{active: 0}\n",
+          DATA, TRAIN);
+  expect_error(t, 1, 5, "model.layers[0].sparse.active", "out of range");
+  free(t);
+}
+
+/* A valid single job plus `extra` at the end. */
+static char *job_plus(const char *extra) {
+  char *base = job(MODEL, DATA, TRAIN);
+  char *t = malloc(strlen(base) + strlen(extra) + 1);
+  sprintf(t, "%s%s", base, extra);
+  free(base);
+  return t;
+}
+
+static void test_runtime_section(void **state) {
+  (void)state;
+  char *t = job_plus("runtime: {policy: srtf, memory: 8GiB}\n");
+  ar_spec *s = parse_ok(t);
+  assert_int_equal(s->runtime.policy, AR_POLICY_SRTF);
+  assert_true(s->runtime.memory_bytes == 8ull << 30);
+  assert_true(s->runtime.memory_fraction == 0.0);
+  ar_spec_destroy(s);
+  free(t);
+  t = job_plus("runtime: {memory: 90%}\n");
+  s = parse_ok(t);
+  assert_int_equal(s->runtime.policy, AR_POLICY_FIFO);
+  assert_true(s->runtime.memory_bytes == 0);
+  assert_true(fabs(s->runtime.memory_fraction - 0.9) < 1e-12);
+  ar_spec_destroy(s);
+  free(t);
+  t = job_plus("runtime: {memory: 1.5MB}\n");
+  s = parse_ok(t);
+  assert_true(s->runtime.memory_bytes == 1500000);
+  ar_spec_destroy(s);
+  free(t);
+  t = job_plus("runtime: {memory: 8 GiBs}\n");
+  expect_error(t, 1, 10, "runtime.memory", "unknown unit");
+  free(t);
+  t = job_plus("runtime: {memory: 150%}\n");
+  expect_error(t, 1, 10, "runtime.memory", "at most 100");
+  free(t);
+  t = job_plus("runtime: {policy: lifo}\n");
+  expect_error(t, 1, 10, "runtime.policy", "use one of fifo, pack");
+  free(t);
+}
+
+static void test_distributed_section(void **state) {
+  (void)state;
+  char *t = job(MODEL, DATA, TRAIN);
+  ar_spec *s = parse_ok(t);
+  assert_false(s->distributed.enabled);
+  ar_spec_destroy(s);
+  free(t);
+  t = job_plus("distributed: {servers: 2, order: random, link: {gbps: 1.5, "
+               "latency_us: 50}, schedule: sched.txt}\n");
+  s = parse_ok(t);
+  assert_true(s->distributed.enabled);
+  assert_int_equal(s->distributed.servers, 2);
+  assert_int_equal(s->distributed.order, AR_ORDER_RANDOM);
+  assert_int_equal(s->distributed.trace_iterations, 3);
+  assert_true(s->distributed.link_gbps == 1.5);
+  assert_true(s->distributed.link_latency_us == 50.0);
+  assert_string_equal(s->distributed.schedule_file, "/base/sched.txt");
+  ar_spec_destroy(s);
+  free(t);
+  t = job_plus("distributed: {}\n");
+  s = parse_ok(t);
+  assert_true(s->distributed.enabled);
+  assert_int_equal(s->distributed.order, AR_ORDER_TAC);
+  assert_true(s->distributed.link_gbps == 0.0);
+  ar_spec_destroy(s);
+  free(t);
+  t = job_plus("distributed: {link: {latency_us: 5}}\n");
+  expect_error(t, 1, 10, "distributed.link", "missing required key 'gbps'");
+  free(t);
+}
+
+static const char JOBS[] =
+    "name: mt\n"
+    "seed: 5\n"
+    "runtime: {policy: pack, poisson_mean_s: 2}\n"
+    "jobs:\n"
+    "  - name: small\n"                                       /* 5 */
+    "    repeat: 3\n"
+    "    model: {input: {sparse: 100}, layers: [{dense: 10}]}\n"
+    "    data: {train: data/train.txt}\n"
+    "    train: {iterations: 5}\n"
+    "  - model: {input: {sparse: 100}, layers: [{dense: 10}]}\n" /* 10 */
+    "    data: {train: data/train.txt}\n"
+    "    train: {iterations: 7}\n"
+    "    arrival: 1.5\n"
+    "    priority: 3\n";
+
+static void test_jobs_section(void **state) {
+  (void)state;
+  ar_spec *s = parse_ok(JOBS);
+  assert_int_equal(s->n_jobs, 4);
+  assert_int_equal(s->n_layers, 0);
+  assert_string_equal(s->jobs[0]->name, "small-1");
+  assert_string_equal(s->jobs[2]->name, "small-3");
+  assert_string_equal(s->jobs[3]->name, "job1");
+  assert_string_equal(s->jobs[1]->output.dir, "runs/mt/small-2");
+  assert_int_equal(s->jobs[3]->train.iterations, 7);
+  assert_int_equal(s->jobs[3]->priority, 3);
+  assert_true(s->jobs[3]->arrival_s == 1.5);
+  assert_int_equal(s->jobs[3]->runtime.policy, AR_POLICY_PACK);
+  assert_string_equal(s->jobs[0]->data.train, "/base/data/train.txt");
+  /* Poisson arrivals: increasing, distinct seeds per copy. */
+  assert_true(s->jobs[0]->arrival_s > 0.0);
+  assert_true(s->jobs[1]->arrival_s > s->jobs[0]->arrival_s);
+  assert_true(s->jobs[2]->arrival_s > s->jobs[1]->arrival_s);
+  assert_true(s->jobs[0]->seed != s->jobs[1]->seed);
+  ar_spec_destroy(s);
+
+  expect_error("name: x\n", 3, 1, NULL, "give one of 'model' or 'jobs'");
+  char *t = malloc(sizeof JOBS + 256);
+  sprintf(t, "%sdata: {train: a.txt}\n", JOBS);
+  expect_error(t, 1, 15, "data", "each job of jobs has its own data");
+  sprintf(t, "%s  - name: small-2\n    model: {input: {sparse: 1}, layers: "
+          "[{dense: 2}]}\n    data: {train: a}\n    train: {epochs: 1}\n", JOBS);
+  expect_error(t, 1, 0, "jobs", "two jobs are named 'small-2'");
+  free(t);
+  expect_error("model: {input: {sparse: 1}, layers: [{dense: 2}]}\n", 2, 0,
+               NULL, "missing required key 'data'");
 }
 
 static void test_generate_must_match_model(void **state) {
@@ -1210,7 +1385,10 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_conflicting_keys),
       cmocka_unit_test(test_enums_and_device),
       cmocka_unit_test(test_layer_rules),
-      cmocka_unit_test(test_reserved_sections),
+      cmocka_unit_test(test_sparse_section),
+      cmocka_unit_test(test_runtime_section),
+      cmocka_unit_test(test_distributed_section),
+      cmocka_unit_test(test_jobs_section),
       cmocka_unit_test(test_generate_must_match_model),
       cmocka_unit_test(test_nothing_to_train),
       cmocka_unit_test(test_optimizer_forms),
