@@ -96,6 +96,7 @@ typedef struct ar_model {
   void *persistent;     /* the two blocks carved by the plan */
   void *ephemeral;
   float *host_scratch;  /* (batch * in) host staging for dense input; else NULL */
+  bool blocks_given;    /* the two blocks belong to the caller (lanes) */
   ar_err err;
 } ar_model;
 
@@ -105,6 +106,14 @@ typedef struct ar_model {
  * outlive the model.  AR_NOMEM / device statuses with the reason in err. */
 ar_status ar_model_create(ar_device *dev, const ar_spec *spec, int64_t max_nnz,
                           int64_t max_labels, ar_model **out, ar_err *err);
+/* As ar_model_create, in caller-owned device blocks of the plan's sizes
+ * (persistent NULL: allocate them as ar_model_create does). */
+ar_status ar_model_create_in(ar_device *dev, const ar_spec *spec, int64_t max_nnz,
+                             int64_t max_labels, void *persistent, void *ephemeral,
+                             ar_model **out, ar_err *err);
+/* Points the model at moved blocks (either NULL: unchanged); the caller
+ * moved the persistent bytes.  Between iterations only. */
+void ar_model_rebase(ar_model *m, void *persistent, void *ephemeral);
 void ar_model_destroy(ar_model *m); /* NULL is a no-op */
 
 /* Copies a host batch to the device.  AR_RANGE when the batch exceeds the

@@ -72,8 +72,42 @@ static ar_status init_params(ar_model *m) {
   return st;
 }
 
+/* Points every tensor of the model into the two blocks. */
+static void bind(ar_model *m) {
+  const ar_spec *spec = m->spec;
+  for (int l = 0; l < m->n_layers; l++) {
+    const ar_layer_spec *ls = &spec->layers[l];
+    ar_layer *L = &m->layers[l];
+    L->w = plan_ptr(m, ls->name, "w");
+    L->b = plan_ptr(m, ls->name, "b");
+    L->s1w = plan_ptr(m, ls->name, "state1.w");
+    L->s1b = plan_ptr(m, ls->name, "state1.b");
+    L->s2w = plan_ptr(m, ls->name, "state2.w");
+    L->s2b = plan_ptr(m, ls->name, "state2.b");
+    L->gw = plan_ptr(m, ls->name, "grad.w");
+    L->gb = plan_ptr(m, ls->name, "grad.b");
+    L->y = plan_ptr(m, ls->name, "y");
+    L->dy = plan_ptr(m, ls->name, "grad.y");
+    AR_ASSERT(L->w && L->b && L->gw && L->gb && L->y);
+  }
+  m->row_ptr = plan_ptr(m, "batch", "row_ptr");
+  m->idx = plan_ptr(m, "batch", "idx");
+  m->val = plan_ptr(m, "batch", "val");
+  m->lab_ptr = plan_ptr(m, "batch", "lab_ptr");
+  m->lab = plan_ptr(m, "batch", "lab");
+  m->x = plan_ptr(m, "batch", "x");
+  m->loss_rows = plan_ptr(m, "loss", "rows");
+  m->topk = plan_ptr(m, "eval", "topk");
+}
+
 ar_status ar_model_create(ar_device *dev, const ar_spec *spec, int64_t max_nnz,
                           int64_t max_labels, ar_model **out, ar_err *err) {
+  return ar_model_create_in(dev, spec, max_nnz, max_labels, NULL, NULL, out, err);
+}
+
+ar_status ar_model_create_in(ar_device *dev, const ar_spec *spec, int64_t max_nnz,
+                             int64_t max_labels, void *persistent, void *ephemeral,
+                             ar_model **out, ar_err *err) {
   *out = NULL;
   ar_model *m = ar_calloc(1, sizeof *m);
   if (!m)
@@ -88,18 +122,24 @@ ar_status ar_model_create(ar_device *dev, const ar_spec *spec, int64_t max_nnz,
     ar_errf(err, st, "out of host memory computing the memory plan");
     goto fail;
   }
-  st = ar_device_alloc(dev, m->plan.persistent_bytes, &m->persistent);
-  if (st != AR_OK) {
-    ar_errf(err, st, "cannot allocate %zu bytes of persistent memory (parameters and "
-            "optimizer state) on %s: %s; use a smaller model", m->plan.persistent_bytes,
-            dev->ops->name, dev->err.msg);
-    goto fail;
-  }
-  st = ar_device_alloc(dev, m->plan.ephemeral_bytes, &m->ephemeral);
-  if (st != AR_OK) {
-    ar_errf(err, st, "cannot allocate %zu bytes of ephemeral memory (one iteration) on %s: "
-            "%s; lower train.batch", m->plan.ephemeral_bytes, dev->ops->name, dev->err.msg);
-    goto fail;
+  m->blocks_given = persistent != NULL;
+  if (persistent) {
+    m->persistent = persistent;
+    m->ephemeral = ephemeral;
+  } else {
+    st = ar_device_alloc(dev, m->plan.persistent_bytes, &m->persistent);
+    if (st != AR_OK) {
+      ar_errf(err, st, "cannot allocate %zu bytes of persistent memory (parameters and "
+              "optimizer state) on %s: %s; use a smaller model", m->plan.persistent_bytes,
+              dev->ops->name, dev->err.msg);
+      goto fail;
+    }
+    st = ar_device_alloc(dev, m->plan.ephemeral_bytes, &m->ephemeral);
+    if (st != AR_OK) {
+      ar_errf(err, st, "cannot allocate %zu bytes of ephemeral memory (one iteration) on %s: "
+              "%s; lower train.batch", m->plan.ephemeral_bytes, dev->ops->name, dev->err.msg);
+      goto fail;
+    }
   }
   m->n_layers = spec->n_layers;
   m->layers = ar_calloc((size_t)m->n_layers, sizeof *m->layers);
@@ -116,27 +156,9 @@ ar_status ar_model_create(ar_device *dev, const ar_spec *spec, int64_t max_nnz,
     L->out = ls->width;
     L->act = ls->act;
     L->sparse_in = l == 0 && spec->input.sparse;
-    L->w = plan_ptr(m, ls->name, "w");
-    L->b = plan_ptr(m, ls->name, "b");
-    L->s1w = plan_ptr(m, ls->name, "state1.w");
-    L->s1b = plan_ptr(m, ls->name, "state1.b");
-    L->s2w = plan_ptr(m, ls->name, "state2.w");
-    L->s2b = plan_ptr(m, ls->name, "state2.b");
-    L->gw = plan_ptr(m, ls->name, "grad.w");
-    L->gb = plan_ptr(m, ls->name, "grad.b");
-    L->y = plan_ptr(m, ls->name, "y");
-    L->dy = plan_ptr(m, ls->name, "grad.y");
-    AR_ASSERT(L->w && L->b && L->gw && L->gb && L->y);
     in = ls->width;
   }
-  m->row_ptr = plan_ptr(m, "batch", "row_ptr");
-  m->idx = plan_ptr(m, "batch", "idx");
-  m->val = plan_ptr(m, "batch", "val");
-  m->lab_ptr = plan_ptr(m, "batch", "lab_ptr");
-  m->lab = plan_ptr(m, "batch", "lab");
-  m->x = plan_ptr(m, "batch", "x");
-  m->loss_rows = plan_ptr(m, "loss", "rows");
-  m->topk = plan_ptr(m, "eval", "topk");
+  bind(m);
   if (!spec->input.sparse) {
     m->host_scratch = ar_malloc((size_t)m->batch * (size_t)spec->input.features * sizeof(float));
     if (!m->host_scratch) {
@@ -156,12 +178,20 @@ fail:
   return st;
 }
 
+void ar_model_rebase(ar_model *m, void *persistent, void *ephemeral) {
+  if (persistent)
+    m->persistent = persistent;
+  if (ephemeral)
+    m->ephemeral = ephemeral;
+  bind(m);
+}
+
 void ar_model_destroy(ar_model *m) {
   if (!m)
     return;
-  if (m->ephemeral)
+  if (m->ephemeral && !m->blocks_given)
     ar_device_free(m->dev, m->ephemeral, m->plan.ephemeral_bytes);
-  if (m->persistent)
+  if (m->persistent && !m->blocks_given)
     ar_device_free(m->dev, m->persistent, m->plan.persistent_bytes);
   ar_free(m->host_scratch);
   ar_free(m->layers);

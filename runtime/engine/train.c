@@ -124,12 +124,15 @@ static ar_status trim_metrics(const char *path, int64_t upto, ar_err *err) {
   return st;
 }
 
-typedef struct run_ctx {
+struct ar_job {
   const ar_spec *spec;
-  ar_device *dev;
+  ar_run_opts opts;
+  ar_device *dev; /* borrowed */
   ar_model *model;
   ar_reader *train, *test;
   ar_batch batch;
+  int64_t max_nnz, max_labels;
+  ar_plan plan; /* computed at open, before the model exists */
   FILE *metrics;
   ar_progress *progress;
   ar_ckpt_state st;
@@ -139,8 +142,12 @@ typedef struct run_ctx {
   double last_train_loss;
   ar_eval_acc last_eval;
   int64_t last_eval_iter;
-  ar_err *err;
-} run_ctx;
+  int64_t total; /* iterations the job runs */
+  double wall0;
+  bool started;
+  ar_err *err; /* the caller's, for the call at hand */
+};
+typedef struct ar_job run_ctx;
 
 static ar_status evaluate(run_ctx *c, ar_eval_acc *acc) {
   memset(acc, 0, sizeof *acc);
@@ -260,203 +267,247 @@ static ar_status open_readers(run_ctx *c, const char *train, const char *test) {
   return AR_OK;
 }
 
-ar_status ar_run(const ar_spec *spec, const ar_run_opts *opts_in, ar_summary *summary,
-                 ar_err *err) {
-  ar_run_opts opts = opts_in ? *opts_in : (ar_run_opts)AR_RUN_OPTS_INIT;
-  run_ctx c;
-  memset(&c, 0, sizeof c);
-  c.spec = spec;
-  c.err = err;
-  double wall0 = ar_now();
+ar_status ar_job_open(const ar_spec *spec, const ar_run_opts *opts, ar_job **out,
+                      ar_err *err) {
+  *out = NULL;
+  run_ctx *c = ar_calloc(1, sizeof *c);
+  if (!c)
+    return ar_errf(err, AR_NOMEM, "out of memory");
+  c->spec = spec;
+  c->opts = opts ? *opts : (ar_run_opts)AR_RUN_OPTS_INIT;
+  c->err = err;
+  c->wall0 = ar_now();
+  c->last_eval_iter = -1;
+  const char *train_path = NULL, *test_path = NULL;
+  ar_status st = ar_mkdirs(spec->output.dir, err);
+  if (st != AR_OK)
+    goto fail;
+  c->ckpt_path = join(spec->output.dir, "checkpoint.bin");
+  c->metrics_path = join(spec->output.dir, "metrics.jsonl");
+  c->summary_path = join(spec->output.dir, "summary.json");
+  if (!c->ckpt_path || !c->metrics_path || !c->summary_path) {
+    st = ar_errf(err, AR_NOMEM, "out of memory");
+    goto fail;
+  }
+  if (c->opts.resume && !file_exists(c->ckpt_path)) {
+    st = ar_errf(err, AR_NOTFOUND, "--resume: no checkpoint at '%s'; run without --resume to "
+                 "start afresh", c->ckpt_path);
+    goto fail;
+  }
+  st = ar_run_resolve_data(spec, &train_path, &test_path, &c->data_storage, err);
+  if (st != AR_OK)
+    goto fail;
+  st = open_readers(c, train_path, test_path);
+  if (st != AR_OK)
+    goto fail;
+  const ar_data_stats *ts = ar_reader_stats(c->train);
+  c->max_nnz = ts->max_nnz;
+  c->max_labels = ts->max_labels;
+  if (c->test) {
+    const ar_data_stats *es = ar_reader_stats(c->test);
+    if (es->max_nnz > c->max_nnz)
+      c->max_nnz = es->max_nnz;
+    if (es->max_labels > c->max_labels)
+      c->max_labels = es->max_labels;
+  }
+  c->max_nnz = c->max_nnz < 1 ? 1 : c->max_nnz;
+  c->max_labels = c->max_labels < 1 ? 1 : c->max_labels;
+  st = ar_batch_init(&c->batch, spec->train.batch, c->max_nnz, c->max_labels);
+  if (st != AR_OK) {
+    ar_errf(err, st, "out of host memory for a batch of %d rows", spec->train.batch);
+    goto fail;
+  }
+  st = ar_plan_compute(spec, c->max_nnz, c->max_labels, &c->plan);
+  if (st != AR_OK) {
+    ar_errf(err, st, "out of host memory computing the memory plan");
+    goto fail;
+  }
+  int64_t per_epoch = (ts->points + spec->train.batch - 1) / spec->train.batch;
+  c->total = spec->train.iterations;
+  if (spec->train.epochs > 0 && (c->total == 0 || spec->train.epochs * per_epoch < c->total))
+    c->total = spec->train.epochs * per_epoch;
+  *out = c;
+  return AR_OK;
+fail:
+  ar_job_close(c);
+  return st;
+}
+
+const ar_plan *ar_job_plan(const ar_job *j) { return &j->plan; }
+ar_model *ar_job_model(ar_job *j) { return j->model; }
+bool ar_job_done(const ar_job *j) { return j->st.iteration >= j->total; }
+int64_t ar_job_iteration(const ar_job *j) { return j->st.iteration; }
+int64_t ar_job_total(const ar_job *j) { return j->total; }
+
+ar_status ar_job_start(ar_job *c, ar_device *dev, void *persistent, void *ephemeral,
+                       ar_err *err) {
+  if (c->started)
+    return ar_errf(err, AR_STATE, "job already started");
+  c->err = err;
+  c->dev = dev;
+  const ar_spec *spec = c->spec;
+  AR_CHECK(ar_model_create_in(dev, spec, c->max_nnz, c->max_labels, persistent, ephemeral,
+                              &c->model, err));
+  c->started = true;
+  if (c->opts.resume) {
+    AR_CHECK(ar_checkpoint_load(c->model, &c->st, c->ckpt_path, err));
+    AR_CHECK(ar_reader_rewind(c->train, (uint64_t)c->st.epoch, err));
+    AR_CHECK(ar_reader_skip(c->train, c->st.rows_in_epoch, err));
+    AR_CHECK(trim_metrics(c->metrics_path, c->st.iteration, err));
+  } else {
+    AR_CHECK(ar_reader_rewind(c->train, 0, err));
+  }
+  c->metrics = fopen(c->metrics_path, c->opts.resume ? "a" : "w");
+  if (!c->metrics)
+    return ar_errf(err, AR_IO, "cannot write '%s': %s", c->metrics_path, strerror(errno));
+  c->progress = ar_progress_create(c->opts.progress, c->opts.quiet, c->total);
+  if (c->opts.resume) {
+    char line[160];
+    snprintf(line, sizeof line, "resumed from %s at iteration %lld (epoch %lld)", c->ckpt_path,
+             (long long)c->st.iteration, (long long)c->st.epoch);
+    ar_progress_note(c->progress, line);
+  }
+  return AR_OK;
+}
+
+void ar_job_rebase(ar_job *j, void *new_persistent, void *new_ephemeral) {
+  if (j->model)
+    ar_model_rebase(j->model, new_persistent, new_ephemeral);
+}
+
+ar_status ar_job_step(ar_job *c, ar_err *err) {
+  const ar_spec *spec = c->spec;
+  c->err = err;
+  if (!c->started || ar_job_done(c))
+    return ar_errf(err, AR_STATE, "no iteration to run");
+  double t0 = ar_now();
+  ar_status st = ar_reader_next(c->train, spec->train.batch, &c->batch, err);
+  if (st == AR_OK && c->batch.rows == 0) {
+    c->st.epoch++;
+    c->st.rows_in_epoch = 0;
+    st = ar_reader_rewind(c->train, (uint64_t)c->st.epoch, err);
+    if (st == AR_OK)
+      st = ar_reader_next(c->train, spec->train.batch, &c->batch, err);
+  }
+  if (st != AR_OK)
+    return st;
+  float loss = 0.0f;
+  st = ar_model_train_batch(c->model, &c->batch, &loss);
+  if (st != AR_OK)
+    return ar_errf(err, st, "iteration %lld: %s", (long long)c->st.iteration + 1,
+                   c->model->err.msg);
+  if (!isfinite(loss))
+    return ar_errf(err, AR_RANGE, "iteration %lld: the loss became %f; lower "
+                   "train.optimizer's lr", (long long)c->st.iteration + 1, (double)loss);
+  c->st.train_s += ar_now() - t0;
+  c->st.iteration++;
+  c->st.rows_in_epoch += c->batch.rows;
+  c->st.samples += c->batch.rows;
+  c->loss_window += loss;
+  c->loss_window_n++;
+  ar_progress_update(c->progress, c->st.iteration, c->st.epoch, loss,
+                     (double)c->st.samples / c->st.train_s);
+  if (spec->train.eval_every > 0 && c->st.iteration % spec->train.eval_every == 0 &&
+      c->st.iteration < c->total)
+    AR_CHECK(eval_and_log(c));
+  if (spec->train.checkpoint_every > 0 && c->st.iteration % spec->train.checkpoint_every == 0 &&
+      c->st.iteration < c->total)
+    AR_CHECK(ar_checkpoint_save(c->model, &c->st, c->ckpt_path, err));
+  return AR_OK;
+}
+
+ar_status ar_job_checkpoint(ar_job *j, ar_err *err) {
+  if (!j->started)
+    return ar_errf(err, AR_STATE, "job not started");
+  return ar_checkpoint_save(j->model, &j->st, j->ckpt_path, err);
+}
+
+ar_status ar_job_finish(ar_job *c, bool interrupted, ar_summary *summary, ar_err *err) {
+  c->err = err;
+  if (!c->started)
+    return ar_errf(err, AR_STATE, "job not started");
+  bool finished = !interrupted;
+  if (finished && c->last_eval_iter != c->st.iteration)
+    AR_CHECK(eval_and_log(c));
+  ar_progress_finish(c->progress);
+  AR_CHECK(ar_checkpoint_save(c->model, &c->st, c->ckpt_path, err));
   ar_summary s;
   memset(&s, 0, sizeof s);
-  const char *train_path = NULL, *test_path = NULL;
+  const ar_data_stats *ts = ar_reader_stats(c->train);
+  s.iterations = c->st.iteration;
+  s.samples = c->st.samples;
+  s.train_s = c->st.train_s;
+  s.samples_per_s = c->st.train_s > 0 ? (double)c->st.samples / c->st.train_s : 0.0;
+  s.epochs_done = ts->points ? (double)c->st.samples / (double)ts->points : 0.0;
+  s.train_loss = c->loss_window_n ? c->loss_window / (double)c->loss_window_n : c->last_train_loss;
+  s.loss = c->last_eval.rows ? c->last_eval.loss_sum / (double)c->last_eval.rows : s.train_loss;
+  for (int i = 0; i < 3; i++)
+    s.p_at[i] = c->last_eval.rows ? p_at(&c->last_eval, i) : -1.0;
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  s.peak_rss_bytes = (int64_t)ru.ru_maxrss * 1024;
+  s.threads = c->dev->threads;
+  if (c->dev->ops->name && strcmp(c->dev->ops->name, "host") != 0)
+    snprintf(s.device, sizeof s.device, "%s:%d", c->dev->ops->name, c->dev->index);
+  else
+    snprintf(s.device, sizeof s.device, "host");
+  s.interrupted = !finished;
+  s.wall_s = ar_now() - c->wall0;
+  AR_CHECK(write_summary(c, &s));
+  if (summary)
+    *summary = s;
+  return AR_OK;
+}
+
+void ar_job_close(ar_job *c) {
+  if (!c)
+    return;
+  if (c->progress)
+    ar_progress_finish(c->progress);
+  ar_progress_destroy(c->progress);
+  if (c->metrics)
+    fclose(c->metrics);
+  ar_model_destroy(c->model);
+  ar_plan_fini(&c->plan);
+  ar_batch_fini(&c->batch);
+  ar_reader_close(c->test);
+  ar_reader_close(c->train);
+  ar_free(c->data_storage);
+  ar_free(c->ckpt_path);
+  ar_free(c->metrics_path);
+  ar_free(c->summary_path);
+  ar_free(c);
+}
+
+ar_status ar_run(const ar_spec *spec, const ar_run_opts *opts, ar_summary *summary,
+                 ar_err *err) {
   struct sigaction sa, old_int, old_term;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
   stop_requested = 0;
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
-
-  ar_status st = ar_mkdirs(spec->output.dir, err);
-  if (st != AR_OK)
-    goto done;
-  c.ckpt_path = join(spec->output.dir, "checkpoint.bin");
-  c.metrics_path = join(spec->output.dir, "metrics.jsonl");
-  c.summary_path = join(spec->output.dir, "summary.json");
-  if (!c.ckpt_path || !c.metrics_path || !c.summary_path) {
-    st = ar_errf(err, AR_NOMEM, "out of memory");
-    goto done;
+  ar_job *j = NULL;
+  ar_device *dev = NULL;
+  ar_status st = ar_job_open(spec, opts, &j, err);
+  if (st == AR_OK) {
+    ar_device_opts dopts = AR_DEVICE_OPTS_INIT;
+    dopts.threads = spec->train.threads > 0 ? spec->train.threads : ar_topology_cores();
+    st = ar_device_open(spec->device, &dopts, &dev, err);
   }
-  if (opts.resume && !file_exists(c.ckpt_path)) {
-    st = ar_errf(err, AR_NOTFOUND, "--resume: no checkpoint at '%s'; run without --resume to "
-                 "start afresh", c.ckpt_path);
-    goto done;
+  if (st == AR_OK)
+    st = ar_job_start(j, dev, NULL, NULL, err);
+  while (st == AR_OK && !stop_requested && !ar_job_done(j))
+    st = ar_job_step(j, err);
+  if (st == AR_OK) {
+    bool interrupted = !ar_job_done(j);
+    st = ar_job_finish(j, interrupted, summary, err);
+    if (st == AR_OK && interrupted)
+      st = ar_errf(err, AR_INTERRUPTED, "interrupted at iteration %lld; checkpoint written to "
+                   "'%s': continue with --resume", (long long)ar_job_iteration(j), j->ckpt_path);
   }
-  st = ar_run_resolve_data(spec, &train_path, &test_path, &c.data_storage, err);
-  if (st != AR_OK)
-    goto done;
-
-  ar_device_opts dopts = AR_DEVICE_OPTS_INIT;
-  dopts.threads = spec->train.threads > 0 ? spec->train.threads : ar_topology_cores();
-  st = ar_device_open(spec->device, &dopts, &c.dev, err);
-  if (st != AR_OK)
-    goto done;
-  st = open_readers(&c, train_path, test_path);
-  if (st != AR_OK)
-    goto done;
-  const ar_data_stats *ts = ar_reader_stats(c.train);
-  int64_t max_nnz = ts->max_nnz, max_labels = ts->max_labels;
-  if (c.test) {
-    const ar_data_stats *es = ar_reader_stats(c.test);
-    if (es->max_nnz > max_nnz)
-      max_nnz = es->max_nnz;
-    if (es->max_labels > max_labels)
-      max_labels = es->max_labels;
-  }
-  st = ar_batch_init(&c.batch, spec->train.batch, max_nnz < 1 ? 1 : max_nnz,
-                     max_labels < 1 ? 1 : max_labels);
-  if (st != AR_OK) {
-    ar_errf(err, st, "out of host memory for a batch of %d rows", spec->train.batch);
-    goto done;
-  }
-  st = ar_model_create(c.dev, spec, max_nnz, max_labels, &c.model, err);
-  if (st != AR_OK)
-    goto done;
-
-  if (opts.resume) {
-    st = ar_checkpoint_load(c.model, &c.st, c.ckpt_path, err);
-    if (st == AR_OK)
-      st = ar_reader_rewind(c.train, (uint64_t)c.st.epoch, err);
-    if (st == AR_OK)
-      st = ar_reader_skip(c.train, c.st.rows_in_epoch, err);
-    if (st == AR_OK)
-      st = trim_metrics(c.metrics_path, c.st.iteration, err);
-    if (st != AR_OK)
-      goto done;
-  } else {
-    st = ar_reader_rewind(c.train, 0, err);
-    if (st != AR_OK)
-      goto done;
-  }
-  c.metrics = fopen(c.metrics_path, opts.resume ? "a" : "w");
-  if (!c.metrics) {
-    st = ar_errf(err, AR_IO, "cannot write '%s': %s", c.metrics_path, strerror(errno));
-    goto done;
-  }
-
-  int64_t per_epoch = (ts->points + spec->train.batch - 1) / spec->train.batch;
-  int64_t total = spec->train.iterations;
-  if (spec->train.epochs > 0 && (total == 0 || spec->train.epochs * per_epoch < total))
-    total = spec->train.epochs * per_epoch;
-  c.progress = ar_progress_create(opts.progress, opts.quiet, total);
-  if (opts.resume) {
-    char line[160];
-    snprintf(line, sizeof line, "resumed from %s at iteration %lld (epoch %lld)", c.ckpt_path,
-             (long long)c.st.iteration, (long long)c.st.epoch);
-    ar_progress_note(c.progress, line);
-  }
-  c.last_eval_iter = -1;
-  float loss = 0.0f;
-  bool finished = false;
-  while (!stop_requested) {
-    if (c.st.iteration >= total)
-      break;
-    double t0 = ar_now();
-    st = ar_reader_next(c.train, spec->train.batch, &c.batch, err);
-    if (st == AR_OK && c.batch.rows == 0) {
-      c.st.epoch++;
-      c.st.rows_in_epoch = 0;
-      st = ar_reader_rewind(c.train, (uint64_t)c.st.epoch, err);
-      if (st == AR_OK)
-        st = ar_reader_next(c.train, spec->train.batch, &c.batch, err);
-    }
-    if (st != AR_OK)
-      goto done;
-    st = ar_model_train_batch(c.model, &c.batch, &loss);
-    if (st != AR_OK) {
-      ar_errf(err, st, "iteration %lld: %s", (long long)c.st.iteration + 1, c.model->err.msg);
-      goto done;
-    }
-    if (!isfinite(loss)) {
-      st = ar_errf(err, AR_RANGE, "iteration %lld: the loss became %f; lower train.optimizer's "
-                   "lr", (long long)c.st.iteration + 1, (double)loss);
-      goto done;
-    }
-    c.st.train_s += ar_now() - t0;
-    c.st.iteration++;
-    c.st.rows_in_epoch += c.batch.rows;
-    c.st.samples += c.batch.rows;
-    c.loss_window += loss;
-    c.loss_window_n++;
-    ar_progress_update(c.progress, c.st.iteration, c.st.epoch, loss,
-                       (double)c.st.samples / c.st.train_s);
-    if (spec->train.eval_every > 0 && c.st.iteration % spec->train.eval_every == 0 &&
-        c.st.iteration < total) {
-      st = eval_and_log(&c);
-      if (st != AR_OK)
-        goto done;
-    }
-    if (spec->train.checkpoint_every > 0 && c.st.iteration % spec->train.checkpoint_every == 0 &&
-        c.st.iteration < total) {
-      st = ar_checkpoint_save(c.model, &c.st, c.ckpt_path, err);
-      if (st != AR_OK)
-        goto done;
-    }
-  }
-  finished = !stop_requested;
-  if (finished && c.last_eval_iter != c.st.iteration) {
-    st = eval_and_log(&c);
-    if (st != AR_OK)
-      goto done;
-  }
-  ar_progress_finish(c.progress);
-  st = ar_checkpoint_save(c.model, &c.st, c.ckpt_path, err);
-  if (st != AR_OK)
-    goto done;
-
-  s.iterations = c.st.iteration;
-  s.samples = c.st.samples;
-  s.train_s = c.st.train_s;
-  s.samples_per_s = c.st.train_s > 0 ? (double)c.st.samples / c.st.train_s : 0.0;
-  s.epochs_done = ts->points ? (double)c.st.samples / (double)ts->points : 0.0;
-  s.train_loss = c.loss_window_n ? c.loss_window / (double)c.loss_window_n : c.last_train_loss;
-  s.loss = c.last_eval.rows ? c.last_eval.loss_sum / (double)c.last_eval.rows : s.train_loss;
-  for (int i = 0; i < 3; i++)
-    s.p_at[i] = c.last_eval.rows ? p_at(&c.last_eval, i) : -1.0;
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  s.peak_rss_bytes = (int64_t)ru.ru_maxrss * 1024;
-  s.threads = c.dev->threads;
-  if (c.dev->ops->name && strcmp(c.dev->ops->name, "host") != 0)
-    snprintf(s.device, sizeof s.device, "%s:%d", c.dev->ops->name, c.dev->index);
-  else
-    snprintf(s.device, sizeof s.device, "host");
-  s.interrupted = !finished;
-  s.wall_s = ar_now() - wall0;
-  st = write_summary(&c, &s);
-  if (st != AR_OK)
-    goto done;
-  if (summary)
-    *summary = s;
-  if (!finished)
-    st = ar_errf(err, AR_INTERRUPTED, "interrupted at iteration %lld; checkpoint written to "
-                 "'%s': continue with --resume", (long long)c.st.iteration, c.ckpt_path);
-done:
-  if (c.progress)
-    ar_progress_finish(c.progress);
-  ar_progress_destroy(c.progress);
-  if (c.metrics)
-    fclose(c.metrics);
-  ar_model_destroy(c.model);
-  ar_batch_fini(&c.batch);
-  ar_reader_close(c.test);
-  ar_reader_close(c.train);
-  ar_device_close(c.dev);
-  ar_free(c.data_storage);
-  ar_free(c.ckpt_path);
-  ar_free(c.metrics_path);
-  ar_free(c.summary_path);
+  ar_job_close(j);
+  ar_device_close(dev);
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);
   return st;

@@ -110,6 +110,64 @@ static void test_resume_matches_uninterrupted(void **state) {
   assert_int_equal(n, 5);
 }
 
+/* The job API in caller-owned blocks (as lanes use it), with the
+ * persistent block moved to another address after iteration 6, ends with
+ * the same checkpoint as ar_run. */
+static void test_job_api_in_given_blocks_with_a_move(void **state) {
+  (void)state;
+  char a[300], b[300], pa[340], pb[340];
+  snprintf(a, sizeof a, "%s/api_ref", tmpdir);
+  snprintf(b, sizeof b, "%s/api_blocks", tmpdir);
+  ar_summary sa, sb;
+  run_job(a, 13, false, &sa);
+  ar_spec *spec = job(b, 13);
+  ar_run_opts o = AR_RUN_OPTS_INIT;
+  o.quiet = true;
+  ar_err err = AR_ERR_INIT;
+  ar_job *j = NULL;
+  assert_int_equal(ar_job_open(spec, &o, &j, &err), AR_OK);
+  const ar_plan *plan = ar_job_plan(j);
+  assert_true(plan->persistent_bytes > 0 && plan->ephemeral_bytes > 0);
+  ar_device *dev = NULL;
+  ar_device_opts dopts = AR_DEVICE_OPTS_INIT;
+  dopts.threads = 1;
+  assert_int_equal(ar_device_open("host", &dopts, &dev, &err), AR_OK);
+  size_t pb1 = plan->persistent_bytes, eb = plan->ephemeral_bytes;
+  unsigned char *p1 = aligned_alloc(256, (pb1 + 255) / 256 * 256);
+  unsigned char *p2 = aligned_alloc(256, (pb1 + 255) / 256 * 256);
+  unsigned char *e1 = aligned_alloc(256, (eb + 255) / 256 * 256);
+  assert_int_equal(ar_job_start(j, dev, p1, e1, &err), AR_OK);
+  assert_ptr_equal(ar_job_model(j)->persistent, p1);
+  assert_int_equal(ar_job_total(j), 13);
+  while (!ar_job_done(j)) {
+    assert_int_equal(ar_job_step(j, &err), AR_OK);
+    if (ar_job_iteration(j) == 6) {
+      memcpy(p2, p1, pb1);
+      memset(p1, 0xff, pb1); /* any read of the old block would show */
+      ar_job_rebase(j, p2, NULL);
+    }
+  }
+  assert_int_equal(ar_job_step(j, &err), AR_STATE);
+  assert_int_equal(ar_job_finish(j, false, &sb, &err), AR_OK);
+  ar_job_close(j);
+  ar_device_close(dev);
+  free(p1);
+  free(p2);
+  free(e1);
+  ar_spec_destroy(spec);
+  assert_int_equal(sb.iterations, 13);
+  snprintf(pa, sizeof pa, "%s/checkpoint.bin", a);
+  snprintf(pb, sizeof pb, "%s/checkpoint.bin", b);
+  size_t la, lb;
+  unsigned char *ca = slurp(pa, &la), *cb = slurp(pb, &lb);
+  assert_int_equal(la, lb);
+  assert_memory_equal(ca, cb, OFF_TRAIN_S);
+  assert_memory_equal(ca + OFF_TRAIN_S + 8, cb + OFF_TRAIN_S + 8, la - OFF_TRAIN_S - 8 - 4);
+  assert_true(sa.p_at[0] == sb.p_at[0]);
+  free(ca);
+  free(cb);
+}
+
 static void test_damaged_checkpoint_refused(void **state) {
   (void)state;
   char d[300], p[340];
@@ -176,6 +234,7 @@ static int teardown(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_resume_matches_uninterrupted),
+      cmocka_unit_test(test_job_api_in_given_blocks_with_a_move),
       cmocka_unit_test(test_damaged_checkpoint_refused),
       cmocka_unit_test(test_training_learns),
   };
