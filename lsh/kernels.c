@@ -342,16 +342,16 @@ void ar_lsh_touched_clear(ar_lsh_touched *t) {
 struct ar_lsh_adam {
   ar_lsh_adam_opts o;
   uint32_t neurons, in;
+  int owned;      /* the arrays are ours to free (create, not attach) */
   uint64_t t;     /* steps taken */
   float *m, *v;   /* (neurons, in) */
   float *mb, *vb; /* (neurons) or NULL without bias */
   uint64_t *last; /* (neurons) step of the row's last update, 0 never */
 };
 
-ar_status ar_lsh_adam_create(uint32_t neurons, uint32_t in, int has_bias,
-                             const ar_lsh_adam_opts *opts, ar_lsh_adam **out,
-                             ar_err *err) {
-  if (!out || !opts || neurons == 0 || in == 0)
+static ar_status check_adam(uint32_t neurons, uint32_t in,
+                            const ar_lsh_adam_opts *opts, ar_err *err) {
+  if (!opts || neurons == 0 || in == 0)
     return ar_errf(err, AR_INVALID, "lsh adam: need neurons > 0 and in > 0");
   if (!(opts->lr > 0.0f) || !(opts->beta1 >= 0.0f && opts->beta1 < 1.0f) ||
       !(opts->beta2 >= 0.0f && opts->beta2 < 1.0f) || !(opts->eps >= 0.0f))
@@ -360,6 +360,15 @@ ar_status ar_lsh_adam_create(uint32_t neurons, uint32_t in, int has_bias,
                    "betas in [0, 1) and eps >= 0",
                    (double)opts->lr, (double)opts->beta1, (double)opts->beta2,
                    (double)opts->eps);
+  return AR_OK;
+}
+
+ar_status ar_lsh_adam_create(uint32_t neurons, uint32_t in, int has_bias,
+                             const ar_lsh_adam_opts *opts, ar_lsh_adam **out,
+                             ar_err *err) {
+  if (!out)
+    return ar_errf(err, AR_INVALID, "lsh adam: out is NULL");
+  AR_CHECK(check_adam(neurons, in, opts, err));
   const size_t cells = (size_t)neurons * in;
   ar_lsh_adam *a = ar_calloc(1, sizeof *a);
   if (!a)
@@ -367,6 +376,7 @@ ar_status ar_lsh_adam_create(uint32_t neurons, uint32_t in, int has_bias,
   a->o = *opts;
   a->neurons = neurons;
   a->in = in;
+  a->owned = 1;
   a->m = ar_calloc(cells, sizeof *a->m);
   a->v = ar_calloc(cells, sizeof *a->v);
   a->last = ar_calloc(neurons, sizeof *a->last);
@@ -384,9 +394,39 @@ ar_status ar_lsh_adam_create(uint32_t neurons, uint32_t in, int has_bias,
   return AR_OK;
 }
 
+ar_status ar_lsh_adam_attach(uint32_t neurons, uint32_t in,
+                             const ar_lsh_adam_opts *opts, float *m, float *v,
+                             float *mb, float *vb, uint64_t *last,
+                             ar_lsh_adam **out, ar_err *err) {
+  if (!out || !m || !v || !last || (!mb) != (!vb))
+    return ar_errf(err, AR_INVALID,
+                   "lsh adam: attach needs m, v and last, and both or neither "
+                   "of mb and vb");
+  AR_CHECK(check_adam(neurons, in, opts, err));
+  ar_lsh_adam *a = ar_calloc(1, sizeof *a);
+  if (!a)
+    return ar_errf(err, AR_NOMEM, "lsh adam: no memory for the handle");
+  a->o = *opts;
+  a->neurons = neurons;
+  a->in = in;
+  a->m = m;
+  a->v = v;
+  a->mb = mb;
+  a->vb = vb;
+  a->last = last;
+  *out = a;
+  return AR_OK;
+}
+
+void ar_lsh_adam_set_t(ar_lsh_adam *a, uint64_t t) { a->t = t; }
+
 void ar_lsh_adam_destroy(ar_lsh_adam *a) {
   if (!a)
     return;
+  if (!a->owned) {
+    ar_free(a);
+    return;
+  }
   ar_free(a->last);
   ar_free(a->vb);
   ar_free(a->mb);

@@ -56,9 +56,31 @@ typedef struct ar_plan {
  * and max_labels labels.  AR_NOMEM.  Free with ar_plan_fini. */
 ar_status ar_plan_compute(const ar_spec *spec, int64_t max_nnz,
                           int64_t max_labels, ar_plan *out);
+/* As ar_plan_compute for a device of the given kind (host: true), which
+ * decides whether `sparse: {mode: auto}` layers are sampled;
+ * ar_plan_compute takes the kind from spec->device (auto: host when no
+ * CUDA device is present). */
+ar_status ar_plan_compute_on(const ar_spec *spec, int64_t max_nnz, int64_t max_labels,
+                             bool host, ar_plan *out);
+/* Whether spec->device resolves to the host (auto probes for CUDA). */
+bool ar_spec_runs_on_host(const ar_spec *spec);
+/* Whether layer l runs LSH-sampled on a device of this kind: mode lsh on
+ * a host; mode auto on a host when the layer is at least
+ * sparse.auto_min_width wide; never on a GPU (the same job file runs
+ * dense there). */
+bool ar_layer_sampled(const ar_spec *spec, int l, bool host);
+/* Neurons a sampled layer retrieves per input: ceil(active * width),
+ * within [min_active, max_active] and at most the width. */
+int64_t ar_layer_budget(const ar_spec *spec, int l);
+/* Room per sample for active ids: the budget, plus max_labels for the
+ * output layer (its true labels are always active in training). */
+int64_t ar_layer_active_cap(const ar_spec *spec, int l, int64_t max_labels);
 void ar_plan_fini(ar_plan *plan);
 /* Prints the model summary and the plan (used by `accelrt check`). */
 void ar_plan_print(const ar_plan *plan, const ar_spec *spec, FILE *to);
+
+/* A sampled layer's hash tables, scratch and statistics (engine-private). */
+typedef struct ar_sampled ar_sampled;
 
 typedef struct ar_layer {
   const char *name; /* borrowed from the spec */
@@ -73,6 +95,7 @@ typedef struct ar_layer {
   float *y;  /* (batch, out) activated output; the last layer holds the
                 logits, then the loss gradient */
   float *dy; /* (batch, out) gradient wrt y; hidden layers only */
+  ar_sampled *smp; /* non-NULL: LSH-sampled on this device (w is (out, in)) */
 } ar_layer;
 
 typedef struct ar_model {
@@ -97,6 +120,7 @@ typedef struct ar_model {
   void *ephemeral;
   float *host_scratch;  /* (batch * in) host staging for dense input; else NULL */
   bool blocks_given;    /* the two blocks belong to the caller (lanes) */
+  int n_sampled;        /* layers running LSH-sampled */
   ar_err err;
 } ar_model;
 
@@ -152,6 +176,36 @@ ar_status ar_model_eval_batch(ar_model *m, const ar_batch *b, ar_eval_acc *acc);
 /* The model's parameters and optimizer state as named tensors, in a fixed
  * order, for checkpoints: tensor i is `count` floats at `ptr` (device
  * memory).  Returns the number of tensors. */
+/* ---- LSH-sampled layers (runtime/engine/sampled.c) ----
+ * ar_model_train_batch runs sampled layers per sample (SLIDE); evaluation
+ * (ar_model_eval_batch) scores every neuron, so P@k is exact and
+ * comparable with the dense path. */
+
+/* Rebuilds every sampled layer's hash tables from the current weights
+ * and replays the rebuild schedule to m->step (after loading a
+ * checkpoint). */
+ar_status ar_model_sampled_rebuild(ar_model *m);
+/* As ar_model_eval_batch, but the output layer's candidates are
+ * retrieved from its hash tables (no labels added) and the top 5 is taken
+ * among them: LSH inference.  The loss is not computed.  AR_STATE when the
+ * output layer is not sampled. */
+ar_status ar_model_eval_batch_lsh(ar_model *m, const ar_batch *b, ar_eval_acc *acc);
+
+/* What a sampled layer did since the last reset. */
+typedef struct ar_sampled_stats {
+  double query_s;    /* hashing the inputs and retrieving active sets */
+  double compute_s;  /* forward and backward over the active sets */
+  double update_s;   /* sparse Adam over the touched rows */
+  double rehash_s;   /* table rebuilds */
+  int64_t rehashes;
+  int64_t active_sum;  /* active neurons summed over samples */
+  int64_t samples;
+  int64_t touched_sum; /* rows updated, summed over steps */
+  size_t tables_bytes; /* hash tables now (not reset) */
+} ar_sampled_stats;
+void ar_model_sampled_stats(const ar_model *m, int l, ar_sampled_stats *out);
+void ar_model_sampled_stats_reset(ar_model *m);
+
 int ar_model_tensors(const ar_model *m, const char **names, float **ptrs,
                      int64_t *counts, int max);
 

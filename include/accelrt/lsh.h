@@ -461,6 +461,17 @@ ar_status ar_lsh_adam_create(uint32_t neurons, uint32_t in, int has_bias,
                              const ar_lsh_adam_opts *opts, ar_lsh_adam **out,
                              ar_err *err);
 void ar_lsh_adam_destroy(ar_lsh_adam *a);
+/* As create, but the state lives in caller-owned arrays (an engine's
+ * planned, checkpointed memory): m and v (neurons, in), mb and vb
+ * (neurons; both NULL for no bias), last (neurons).  They must hold a
+ * valid state (zeros for a fresh layer) and outlive the handle, which
+ * never frees them.  Returns AR_OK, AR_INVALID or AR_NOMEM. */
+ar_status ar_lsh_adam_attach(uint32_t neurons, uint32_t in,
+                             const ar_lsh_adam_opts *opts, float *m, float *v,
+                             float *mb, float *vb, uint64_t *last,
+                             ar_lsh_adam **out, ar_err *err);
+/* Sets the step count (the next step is t + 1), e.g. after a resume. */
+void ar_lsh_adam_set_t(ar_lsh_adam *a, uint64_t t);
 
 /* One Adam step over the rows in touched: advances t, updates layer rows
  * (and biases when both layer->b and the state have them) from grad, then

@@ -99,6 +99,27 @@ void ar_job_close(ar_job *j);
 /* The model, after ar_job_start (borrowed). */
 ar_model *ar_job_model(ar_job *j);
 
+/* ---- evaluating a checkpoint (accelrt eval) ---- */
+typedef struct ar_eval_report {
+  int64_t points;        /* test points evaluated */
+  char device[32];
+  int threads;
+  /* Every output neuron scored (exact). */
+  double p_at[3], loss, seconds, samples_per_s;
+  /* LSH inference: the output layer's candidates retrieved from its hash
+   * tables (only when the output layer is sampled on this device). */
+  bool lsh;
+  double lsh_p_at[3], lsh_seconds, lsh_samples_per_s, lsh_active_mean;
+} ar_eval_report;
+
+/* Evaluates the parameters in checkpoint `ckpt` (written by a run of the
+ * same model) on the job's test split, at most max_points points (0: all),
+ * both ways when the output layer is sampled; each way is timed over
+ * `reps` passes (>= 1) and the fastest pass reported.  AR_NOTFOUND when
+ * the job has no test split or the checkpoint is missing. */
+ar_status ar_eval_checkpoint(const ar_spec *spec, const char *ckpt, int64_t max_points,
+                             int reps, ar_eval_report *out, ar_err *err);
+
 /* Data a job will train on: generates data.generate into
  * output.dir/data/ when needed (reused when the same parameters and seed
  * were generated before) and returns the train and test paths (test may be

@@ -75,7 +75,8 @@ typedef struct ar_sparse_spec {
   bool reservoir;       /* insertion policy: false FIFO, true reservoir */
   ar_sparse_sampling sampling;
   double active;        /* fraction of the width retrieved per sample, (0, 1] */
-  int32_t min_active;   /* 0: none */
+  int32_t min_active;   /* top up to this many with random neurons;
+                           -1 (not given): to the budget */
   int32_t max_active;   /* 0: no limit besides `active` */
   int32_t threshold;    /* sampling: threshold: tables an id must be in */
   int64_t rehash_every; /* first table rebuild after this many iterations */

@@ -17,6 +17,8 @@ static void usage(FILE *to) {
           "  info                build features, machine topology, devices\n"
           "  gen-data --out DIR [options]\n"
           "                      write a synthetic XC-format dataset (see gen-data --help)\n"
+          "  eval JOB.yaml [--checkpoint PATH] [--set KEY=VALUE]...\n"
+          "                      score a checkpoint on the test split (all labels, and by LSH)\n"
           "  schema              print the job-file reference (Markdown)\n"
           "  help, --help        this text;  --version  the version\n"
           "\n"

@@ -226,6 +226,10 @@ ar_status ar_checkpoint_load(ar_model *m, ar_ckpt_state *st, const char *path, a
   st->samples = hdr[3];
   m->step = hdr[4];
   st->train_s = train_s;
+  /* Hash tables are not saved: rebuilt from the loaded weights, so a
+   * resumed sampled layer retrieves by the weights it resumes with. */
+  if (m->n_sampled && ar_model_sampled_rebuild(m) != AR_OK)
+    status = ar_errf(err, AR_NOMEM, "checkpoint '%s': %s", path, m->err.msg);
 done:
   if (r.f)
     fclose(r.f);

@@ -1,6 +1,6 @@
 /* The model: allocation by the plan, initialisation, and one iteration as
  * forward, loss, backward and optimizer step through the device table. */
-#include "accelrt/graph.h"
+#include "engine_impl.h"
 
 #include <math.h>
 #include <string.h>
@@ -98,6 +98,7 @@ static void bind(ar_model *m) {
   m->x = plan_ptr(m, "batch", "x");
   m->loss_rows = plan_ptr(m, "loss", "rows");
   m->topk = plan_ptr(m, "eval", "topk");
+  ar__sampled_bind(m);
 }
 
 ar_status ar_model_create(ar_device *dev, const ar_spec *spec, int64_t max_nnz,
@@ -117,7 +118,8 @@ ar_status ar_model_create_in(ar_device *dev, const ar_spec *spec, int64_t max_nn
   m->batch = spec->train.batch;
   m->max_nnz = max_nnz < 1 ? 1 : max_nnz;
   m->max_labels = max_labels < 1 ? 1 : max_labels;
-  ar_status st = ar_plan_compute(spec, m->max_nnz, m->max_labels, &m->plan);
+  const bool host = dev->ops->name && !strcmp(dev->ops->name, "host");
+  ar_status st = ar_plan_compute_on(spec, m->max_nnz, m->max_labels, host, &m->plan);
   if (st != AR_OK) {
     ar_errf(err, st, "out of host memory computing the memory plan");
     goto fail;
@@ -159,6 +161,18 @@ ar_status ar_model_create_in(ar_device *dev, const ar_spec *spec, int64_t max_nn
     in = ls->width;
   }
   bind(m);
+  for (int l = 0; l < m->n_layers; l++) {
+    if (!ar_layer_sampled(spec, l, host))
+      continue;
+    m->n_sampled++;
+    /* Sampled rows are (out, in) even behind the sparse input. */
+    m->layers[l].sparse_in = false;
+    st = ar__sampled_create(m, l);
+    if (st != AR_OK) {
+      ar_errf(err, st, "%s", m->err.msg);
+      goto fail;
+    }
+  }
   if (!spec->input.sparse) {
     m->host_scratch = ar_malloc((size_t)m->batch * (size_t)spec->input.features * sizeof(float));
     if (!m->host_scratch) {
@@ -167,6 +181,8 @@ ar_status ar_model_create_in(ar_device *dev, const ar_spec *spec, int64_t max_nn
     }
   }
   st = init_params(m);
+  if (st == AR_OK)
+    st = ar__sampled_init(m);
   if (st != AR_OK) {
     ar_errf(err, st, "initialising parameters: %s", m->err.msg[0] ? m->err.msg : dev->err.msg);
     goto fail;
@@ -194,6 +210,8 @@ void ar_model_destroy(ar_model *m) {
   if (m->persistent && !m->blocks_given)
     ar_device_free(m->dev, m->persistent, m->plan.persistent_bytes);
   ar_free(m->host_scratch);
+  for (int l = 0; m->layers && l < m->n_layers; l++)
+    ar__sampled_destroy(m->layers[l].smp);
   ar_free(m->layers);
   ar_plan_fini(&m->plan);
   ar_free(m);
@@ -324,24 +342,33 @@ void ar_model_step(ar_model *m) {
     ar_model_step_layer(m, l);
 }
 
-ar_status ar_model_train_batch(ar_model *m, const ar_batch *b, float *loss_out) {
-  AR_CHECK(ar_model_load(m, b));
-  if (m->rows == 0) {
-    *loss_out = 0.0f;
-    return AR_OK;
+void ar__count_hits(ar_eval_acc *acc, const int32_t *top, int k, const int32_t *lab,
+                    int64_t nl) {
+  int hits = 0;
+  for (int j = 0; j < 5; j++) {
+    if (j < k)
+      for (int64_t q = 0; q < nl; q++)
+        if (lab[q] == top[j]) {
+          hits++;
+          break;
+        }
+    if (j == 0)
+      acc->hits[0] += hits;
+    else if (j == 2)
+      acc->hits[1] += hits;
+    else if (j == 4)
+      acc->hits[2] += hits;
   }
-  ar_model_forward(m);
-  *loss_out = ar_model_loss(m, true);
-  ar_model_backward(m);
-  ar_model_step(m);
-  return AR_OK;
 }
 
 ar_status ar_model_eval_batch(ar_model *m, const ar_batch *b, ar_eval_acc *acc) {
   AR_CHECK(ar_model_load(m, b));
   if (m->rows == 0)
     return AR_OK;
-  ar_model_forward(m);
+  if (m->n_sampled)
+    AR_CHECK(ar__model_forward_eval(m));
+  else
+    ar_model_forward(m);
   ar_layer *L = &m->layers[m->n_layers - 1];
   int k = L->out < 5 ? (int)L->out : 5;
   /* Top-k of the logits (softmax and sigmoid are monotonic) before the loss
@@ -355,23 +382,7 @@ ar_status ar_model_eval_batch(ar_model *m, const ar_batch *b, ar_eval_acc *acc) 
                                    (size_t)(c * k) * sizeof(int32_t)));
     for (int64_t r = 0; r < c; r++) {
       const int32_t *lab = b->lab + b->lab_ptr[off + r];
-      int64_t nl = b->lab_ptr[off + r + 1] - b->lab_ptr[off + r];
-      int hits = 0;
-      for (int j = 0; j < 5; j++) {
-        if (j < k) {
-          for (int64_t q = 0; q < nl; q++)
-            if (lab[q] == top[r * k + j]) {
-              hits++;
-              break;
-            }
-        }
-        if (j == 0)
-          acc->hits[0] += hits;
-        else if (j == 2)
-          acc->hits[1] += hits;
-        else if (j == 4)
-          acc->hits[2] += hits;
-      }
+      ar__count_hits(acc, top + r * k, k, lab, b->lab_ptr[off + r + 1] - b->lab_ptr[off + r]);
     }
   }
   acc->loss_sum += loss * (double)m->rows;

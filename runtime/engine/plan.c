@@ -1,6 +1,7 @@
 /* The exact memory plan of a job, from shapes alone (see graph.h). */
 #include "accelrt/graph.h"
 
+#include <math.h>
 #include <string.h>
 
 #define PLAN_ALIGN 64
@@ -34,8 +35,53 @@ static ar_status add(plan_builder *pb, const char *a, const char *b, ar_mem_clas
   return AR_OK;
 }
 
+bool ar_spec_runs_on_host(const ar_spec *spec) {
+  if (!strcmp(spec->device, "host"))
+    return true;
+  if (strncmp(spec->device, "cuda:", 5) == 0)
+    return false;
+  char why[128];
+  return ar_cuda_device_count(why, sizeof why) == 0; /* auto */
+}
+
+bool ar_layer_sampled(const ar_spec *spec, int l, bool host) {
+  const ar_sparse_spec *sp = &spec->layers[l].sparse;
+  switch (sp->mode) {
+  case AR_SPARSE_LSH:
+    return host;
+  case AR_SPARSE_AUTO:
+    return host && spec->layers[l].width >= sp->auto_min_width;
+  default:
+    return false;
+  }
+}
+
+int64_t ar_layer_budget(const ar_spec *spec, int l) {
+  const ar_layer_spec *ls = &spec->layers[l];
+  int64_t b = (int64_t)ceil(ls->sparse.active * (double)ls->width);
+  if (ls->sparse.max_active > 0 && b > ls->sparse.max_active)
+    b = ls->sparse.max_active;
+  if (b < ls->sparse.min_active)
+    b = ls->sparse.min_active;
+  if (b < 1)
+    b = 1;
+  return b > ls->width ? ls->width : b;
+}
+
+int64_t ar_layer_active_cap(const ar_spec *spec, int l, int64_t max_labels) {
+  int64_t c = ar_layer_budget(spec, l);
+  if (l == spec->n_layers - 1)
+    c += max_labels < 1 ? 1 : max_labels; /* the true labels are always active */
+  return c > spec->layers[l].width ? spec->layers[l].width : c;
+}
+
 ar_status ar_plan_compute(const ar_spec *spec, int64_t max_nnz, int64_t max_labels,
                           ar_plan *out) {
+  return ar_plan_compute_on(spec, max_nnz, max_labels, ar_spec_runs_on_host(spec), out);
+}
+
+ar_status ar_plan_compute_on(const ar_spec *spec, int64_t max_nnz, int64_t max_labels,
+                             bool host, ar_plan *out) {
   memset(out, 0, sizeof *out);
   plan_builder pb = {out, 0, {0, 0}};
   const size_t f = sizeof(float);
@@ -62,6 +108,15 @@ ar_status ar_plan_compute(const ar_spec *spec, int64_t max_nnz, int64_t max_labe
       AR_CHECK(add(&pb, ls->name, state_names[s][0], AR_MEM_PERSISTENT, nw * f));
       AR_CHECK(add(&pb, ls->name, state_names[s][1], AR_MEM_PERSISTENT, nb * f));
     }
+    if (ar_layer_sampled(spec, l, host)) {
+      /* A sampled layer's gradient rows are accumulated by the samples of
+       * a batch and zeroed by the sparse Adam step row by row, so they
+       * live across iterations; the step of each row's last update makes
+       * the moments decay exactly for the steps it skipped. */
+      AR_CHECK(add(&pb, ls->name, "grad.w", AR_MEM_PERSISTENT, nw * f));
+      AR_CHECK(add(&pb, ls->name, "grad.b", AR_MEM_PERSISTENT, nb * f));
+      AR_CHECK(add(&pb, ls->name, "lsh.last", AR_MEM_PERSISTENT, nb * sizeof(uint64_t)));
+    }
     in = ls->width;
   }
 
@@ -77,8 +132,19 @@ ar_status ar_plan_compute(const ar_spec *spec, int64_t max_nnz, int64_t max_labe
   for (int l = 0; l < spec->n_layers; l++) {
     const ar_layer_spec *ls = &spec->layers[l];
     size_t nw = (size_t)in * (size_t)ls->width, nb = (size_t)ls->width;
-    AR_CHECK(add(&pb, ls->name, "grad.w", AR_MEM_EPHEMERAL, nw * f));
-    AR_CHECK(add(&pb, ls->name, "grad.b", AR_MEM_EPHEMERAL, nb * f));
+    if (ar_layer_sampled(spec, l, host)) {
+      /* Per sample: the active ids, their count, activations and
+       * gradients; y stays for the dense evaluation and dense layers
+       * after this one. */
+      size_t cap = (size_t)ar_layer_active_cap(spec, l, max_labels);
+      AR_CHECK(add(&pb, ls->name, "lsh.active", AR_MEM_EPHEMERAL, B * cap * sizeof(uint32_t)));
+      AR_CHECK(add(&pb, ls->name, "lsh.n", AR_MEM_EPHEMERAL, B * sizeof(uint32_t)));
+      AR_CHECK(add(&pb, ls->name, "lsh.out", AR_MEM_EPHEMERAL, B * cap * f));
+      AR_CHECK(add(&pb, ls->name, "lsh.dout", AR_MEM_EPHEMERAL, B * cap * f));
+    } else {
+      AR_CHECK(add(&pb, ls->name, "grad.w", AR_MEM_EPHEMERAL, nw * f));
+      AR_CHECK(add(&pb, ls->name, "grad.b", AR_MEM_EPHEMERAL, nb * f));
+    }
     AR_CHECK(add(&pb, ls->name, "y", AR_MEM_EPHEMERAL, B * nb * f));
     if (l + 1 < spec->n_layers)
       AR_CHECK(add(&pb, ls->name, "grad.y", AR_MEM_EPHEMERAL, B * nb * f));

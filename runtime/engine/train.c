@@ -149,6 +149,31 @@ struct ar_job {
 };
 typedef struct ar_job run_ctx;
 
+/* The sampled layers' statistics since the start (or resume) of the run:
+ * "LAYER.lsh_active_mean", the time split of the sampled work, rebuilds,
+ * and the tables' memory. */
+static void json_sampled(ar_json *j, const ar_model *m) {
+  for (int l = 0; m && l < m->n_layers; l++) {
+    if (!m->layers[l].smp)
+      continue;
+    ar_sampled_stats st;
+    ar_model_sampled_stats(m, l, &st);
+    char key[96];
+    const char *n = m->layers[l].name;
+#define KEY(what) (snprintf(key, sizeof key, "%s.lsh_%s", n, what), key)
+    ar_json_num(j, KEY("active_mean"), st.samples ? (double)st.active_sum / (double)st.samples : 0);
+    ar_json_num(j, KEY("touched_mean"),
+                m->step ? (double)st.touched_sum / (double)m->step : 0);
+    ar_json_num(j, KEY("query_s"), st.query_s);
+    ar_json_num(j, KEY("compute_s"), st.compute_s);
+    ar_json_num(j, KEY("update_s"), st.update_s);
+    ar_json_num(j, KEY("rehash_s"), st.rehash_s);
+    ar_json_int(j, KEY("rehashes"), st.rehashes);
+    ar_json_int(j, KEY("tables_bytes"), (int64_t)st.tables_bytes);
+#undef KEY
+  }
+}
+
 static ar_status evaluate(run_ctx *c, ar_eval_acc *acc) {
   memset(acc, 0, sizeof *acc);
   if (!c->test)
@@ -203,6 +228,7 @@ static ar_status eval_and_log(run_ctx *c) {
   ar_json_num(j, "samples_per_s", c->st.train_s > 0 ? (double)c->st.samples / c->st.train_s : 0);
   ar_json_num(j, "train_s", c->st.train_s);
   ar_json_num(j, "eval_s", eval_s);
+  json_sampled(j, c->model);
   const char *text = ar_json_end(j);
   ar_status st = AR_OK;
   if (!text || fputs(text, c->metrics) < 0 || fflush(c->metrics) != 0)
@@ -242,6 +268,7 @@ static ar_status write_summary(run_ctx *c, ar_summary *s) {
   ar_json_int(j, "threads", s->threads);
   ar_json_int(j, "batch", c->spec->train.batch);
   ar_json_bool(j, "interrupted", s->interrupted);
+  json_sampled(j, c->model);
   const char *text = ar_json_end(j);
   ar_status st = text ? ar_write_file_atomic(c->summary_path, text, strlen(text), c->err)
                       : ar_errf(c->err, AR_NOMEM, "out of memory writing the summary");
@@ -510,5 +537,114 @@ ar_status ar_run(const ar_spec *spec, const ar_run_opts *opts, ar_summary *summa
   ar_device_close(dev);
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);
+  return st;
+}
+
+/* One pass over the test split, at most max_points; lsh: LSH inference. */
+static ar_status eval_pass(ar_model *m, ar_reader *r, ar_batch *b, int64_t max_points, bool lsh,
+                           ar_eval_acc *acc, double *seconds, ar_err *err) {
+  memset(acc, 0, sizeof *acc);
+  AR_CHECK(ar_reader_rewind(r, 0, err));
+  double t = 0;
+  for (;;) {
+    int64_t want = b->cap_rows;
+    if (max_points > 0 && max_points - acc->rows < want)
+      want = max_points - acc->rows;
+    if (want <= 0)
+      break;
+    AR_CHECK(ar_reader_next(r, want, b, err));
+    if (b->rows == 0)
+      break;
+    double t0 = ar_now();
+    ar_status st = lsh ? ar_model_eval_batch_lsh(m, b, acc) : ar_model_eval_batch(m, b, acc);
+    t += ar_now() - t0;
+    if (st != AR_OK)
+      return ar_errf(err, st, "evaluation: %s", m->err.msg);
+  }
+  *seconds = t;
+  return AR_OK;
+}
+
+ar_status ar_eval_checkpoint(const ar_spec *spec, const char *ckpt, int64_t max_points,
+                             int reps, ar_eval_report *out, ar_err *err) {
+  memset(out, 0, sizeof *out);
+  if (reps < 1)
+    reps = 1;
+  const char *train = NULL, *test = NULL;
+  char *storage = NULL;
+  ar_reader *rt = NULL;
+  ar_device *dev = NULL;
+  ar_model *m = NULL;
+  ar_batch b;
+  memset(&b, 0, sizeof b);
+  if (!file_exists(ckpt))
+    return ar_errf(err, AR_NOTFOUND, "no checkpoint at '%s'; train the job first (accelrt run) "
+                   "or pass --checkpoint PATH", ckpt);
+  ar_status st = ar_run_resolve_data(spec, &train, &test, &storage, err);
+  if (st == AR_OK && !test)
+    st = ar_errf(err, AR_NOTFOUND, "the job has no test split to evaluate on; set data.test");
+  if (st == AR_OK) {
+    ar_reader_opts ro = AR_READER_OPTS_INIT;
+    ro.format = spec->data.format;
+    ro.features = spec->input.features;
+    ro.labels = spec->layers[spec->n_layers - 1].width;
+    st = ar_reader_open(test, &ro, &rt, err);
+  }
+  if (st == AR_OK) {
+    const ar_data_stats *ds = ar_reader_stats(rt);
+    int64_t nnz = ds->max_nnz < 1 ? 1 : ds->max_nnz, lab = ds->max_labels < 1 ? 1 : ds->max_labels;
+    st = ar_batch_init(&b, spec->train.batch, nnz, lab);
+    if (st != AR_OK)
+      ar_errf(err, st, "out of host memory for a batch");
+    ar_device_opts dopts = AR_DEVICE_OPTS_INIT;
+    dopts.threads = spec->train.threads > 0 ? spec->train.threads : ar_topology_cores();
+    if (st == AR_OK)
+      st = ar_device_open(spec->device, &dopts, &dev, err);
+    if (st == AR_OK)
+      st = ar_model_create(dev, spec, nnz, lab, &m, err);
+  }
+  ar_ckpt_state cs;
+  if (st == AR_OK)
+    st = ar_checkpoint_load(m, &cs, ckpt, err);
+  for (int pass = 0; st == AR_OK && pass < 2; pass++) {
+    bool lsh = pass == 1;
+    if (lsh && !m->layers[m->n_layers - 1].smp)
+      break;
+    ar_eval_acc acc;
+    double best = INFINITY;
+    ar_sampled_stats ss;
+    for (int k = 0; st == AR_OK && k < reps; k++) {
+      double sec = 0;
+      ar_model_sampled_stats_reset(m);
+      st = eval_pass(m, rt, &b, max_points, lsh, &acc, &sec, err);
+      best = sec < best ? sec : best;
+    }
+    if (st != AR_OK)
+      break;
+    out->points = acc.rows;
+    double *p = lsh ? out->lsh_p_at : out->p_at;
+    for (int i = 0; i < 3; i++)
+      p[i] = p_at(&acc, i);
+    if (lsh) {
+      out->lsh = true;
+      out->lsh_seconds = best;
+      out->lsh_samples_per_s = best > 0 ? (double)acc.rows / best : 0;
+      ar_model_sampled_stats(m, m->n_layers - 1, &ss);
+      out->lsh_active_mean = ss.samples ? (double)ss.active_sum / (double)ss.samples : 0;
+    } else {
+      out->loss = acc.rows ? acc.loss_sum / (double)acc.rows : 0;
+      out->seconds = best;
+      out->samples_per_s = best > 0 ? (double)acc.rows / best : 0;
+    }
+  }
+  if (st == AR_OK) {
+    out->threads = dev->threads;
+    snprintf(out->device, sizeof out->device, "%s", dev->ops->name);
+  }
+  ar_model_destroy(m);
+  ar_device_close(dev);
+  ar_batch_fini(&b);
+  ar_reader_close(rt);
+  ar_free(storage);
   return st;
 }

@@ -132,8 +132,10 @@ static const ar__schema sparse_keys[] = {
             "are always added."},
     {.key = "min_active",
      INT_RANGE(0, COUNT_MAX),
-     .def = "0",
-     .doc = "Fewer candidates than this are topped up with random neurons."},
+     .def_doc = "the budget: `active` x width",
+     .doc = "Fewer candidates than this are topped up with random neurons "
+            "(as SLIDE does), so each input trains against enough "
+            "negatives; 0 keeps only what the tables retrieve."},
     {.key = "max_active",
      INT_RANGE(0, COUNT_MAX),
      .def = "0",

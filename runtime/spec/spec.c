@@ -1277,7 +1277,9 @@ static void convert_sparse(ctx *c, const ar__ynode *m, const ar__schema *ss,
   if (get(m, ss, "sampling", &v, NULL))
     sp->sampling = (ar_sparse_sampling)v.e;
   sp->active = get_float(m, ss, "active");
-  sp->min_active = (int32_t)get_int(m, ss, "min_active", &ok);
+  sp->min_active = ar__ymap_get(m, "min_active")
+                       ? (int32_t)get_int(m, ss, "min_active", &ok)
+                       : -1; /* the budget */
   sp->max_active = (int32_t)get_int(m, ss, "max_active", &ok);
   sp->threshold = (int32_t)get_int(m, ss, "threshold", &ok);
   const ar__schema *rs = kid(ss, "rehash");

@@ -179,6 +179,71 @@ bibtex|delicious)
   echo "$name: P@1 $p1 P@3 $(json_num "$work/out/summary.json" p_at_3) P@5 $(json_num "$work/out/summary.json" p_at_5)"
   ge "$p1" $bound || fail "$name P@1 $p1 below $bound"
   ;;
+lsh)
+  # The small job with an LSH-sampled output layer: learns, reports the
+  # sampled statistics, and with one thread two runs are bit-identical.
+  small_job
+  sparse="{mode: lsh, hash: srp, active: 0.1}"
+  for r in a b; do
+    "$bin" run "$work/job.yaml" --quiet --set "model.layers.out.sparse=$sparse" --set train.threads=1 \
+      --set output.dir="$work/$r" 2> "$work/err" || fail "lsh run exited $?: $(cat "$work/err")"
+  done
+  s=$work/a/summary.json
+  p1=$(json_num "$s" p_at_1)
+  ge "$p1" 40 || fail "LSH P@1 $p1 below 40"
+  [ "$p1" = "$(json_num "$work/b/summary.json" p_at_1)" ] || fail "two one-thread runs differ"
+  # Checkpoints equal but for the training time (bytes 56-63) and the checksum.
+  part() { head -c 56 "$1" | md5sum; tail -c +65 "$1" | head -c -4 | md5sum; }
+  [ "$(part "$work/a/checkpoint.bin")" = "$(part "$work/b/checkpoint.bin")" ] \
+    || fail "two one-thread runs end with different parameters"
+  act=$(json_num "$s" out.lsh_active_mean)
+  [ -n "$act" ] || fail "summary.json lacks out.lsh_active_mean"
+  # a budget of 20 of 200 plus about 2 labels: far from all 200
+  ge 30 "$act" || fail "mean active $act: the layer is not sparse"
+  ge "$act" 20 || fail "mean active $act below the budget of 20"
+  grep -q '"out.lsh_rehashes": [1-9]' "$s" || fail "no table rebuild reported"
+  grep -q 'out.lsh_query_s' "$work/a/metrics.jsonl" || fail "metrics.jsonl lacks the sampled statistics"
+  # The same file on a GPU worker would run dense: mode auto below its width is dense here.
+  "$bin" check "$work/job.yaml" --set "model.layers.out.sparse={mode: auto, auto_min_width: 1000}" \
+    > "$work/check" || fail "check failed"
+  ! grep -q "lsh.active" "$work/check" || fail "mode auto sampled a 200-wide layer below auto_min_width"
+  "$bin" check "$work/job.yaml" --set "model.layers.out.sparse={mode: auto, auto_min_width: 100}" \
+    > "$work/check" || fail "check failed"
+  grep -q "out.lsh.active" "$work/check" || fail "mode auto did not sample a layer above auto_min_width"
+  ;;
+eval)
+  # accelrt eval scores a checkpoint both ways and writes eval.json; a
+  # missing checkpoint is a clear error.
+  small_job
+  sparse="{mode: lsh, hash: srp, active: 0.1}"
+  "$bin" run "$work/job.yaml" --quiet --set "model.layers.out.sparse=$sparse" 2> "$work/err" \
+    || fail "run exited $?: $(cat "$work/err")"
+  "$bin" eval "$work/job.yaml" --set "model.layers.out.sparse=$sparse" --reps 1 > "$work/eval" 2> "$work/err" \
+    || fail "eval exited $?: $(cat "$work/err")"
+  grep -q "LSH candidates" "$work/eval" || fail "eval printed no LSH row: $(cat "$work/eval")"
+  e=$work/out/eval.json
+  [ "$(json_num "$e" p_at_1)" = "$(json_num "$work/out/summary.json" p_at_1)" ] \
+    || fail "eval P@1 $(json_num "$e" p_at_1) differs from the run's $(json_num "$work/out/summary.json" p_at_1)"
+  ge "$(json_num "$e" lsh_p_at_1)" 30 || fail "LSH inference P@1 $(json_num "$e" lsh_p_at_1) below 30"
+  "$bin" eval "$work/job.yaml" --checkpoint "$work/nope.bin" > /dev/null 2> "$work/err"
+  [ $? = 1 ] || fail "missing checkpoint should exit 1"
+  grep -q "no checkpoint at" "$work/err" || fail "unclear message: $(cat "$work/err")"
+  ;;
+delicious_lsh)
+  # Real data: the LSH output layer within 2 points of the dense job's P@1.
+  dir=$src/../shared/data
+  [ -n "${ACCELRT_DATA_DIR:-}" ] && dir=$ACCELRT_DATA_DIR
+  if [ ! -f "$dir/Delicious/delicious_train.txt" ]; then echo "skipped: $dir/Delicious not present"; exit 77; fi
+  for c in delicious delicious-lsh; do
+    "$bin" run "$src/configs/$c.yaml" --quiet --set data.train="$dir/Delicious/delicious_train.txt" \
+      --set data.test="$dir/Delicious/delicious_test.txt" --set output.dir="$work/$c" 2> "$work/err" \
+      || fail "$c: $(cat "$work/err")"
+  done
+  d=$(json_num "$work/delicious/summary.json" p_at_1)
+  l=$(json_num "$work/delicious-lsh/summary.json" p_at_1)
+  echo "delicious: dense P@1 $d, LSH P@1 $l, active $(json_num "$work/delicious-lsh/summary.json" out.lsh_active_mean) of 983"
+  ge "$l" "$(awk -v d="$d" 'BEGIN { print d - 2 }')" || fail "LSH P@1 $l more than 2 points below dense $d"
+  ;;
 *) fail "unknown case $case" ;;
 esac
 echo "ok: $case"

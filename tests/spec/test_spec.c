@@ -544,6 +544,7 @@ static void test_sparse_section(void **state) {
   assert_int_equal(sp->K, 6);
   assert_int_equal(sp->L, 50);
   assert_int_equal(sp->bucket, 128);
+  assert_int_equal(sp->min_active, -1); /* fill to the budget */
   assert_int_equal(sp->sampling, AR_SAMPLE_TOPK);
   assert_false(sp->reservoir);
   assert_int_equal(sp->rehash_every, 50);

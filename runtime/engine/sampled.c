@@ -1,0 +1,587 @@
+/* LSH-sampled layers (SLIDE, Chen et al., MLSys 2020) inside the model.
+ *
+ * A sampled layer keeps its weights as (out, in) rows in the model's
+ * planned memory, like a dense hidden layer, plus hash tables over those
+ * rows (lsh/).  One training iteration, per sample of the batch and in
+ * parallel over samples (SLIDE §4.1: one sample per thread, HOGWILD adds
+ * into shared gradient rows): hash the layer's input, retrieve the active
+ * set from the tables (the output layer's true labels always included),
+ * compute only those neurons, then backward into only their gradient
+ * rows.  The optimizer then updates only the rows touched in the batch
+ * (sparse Adam with the skipped steps' decay, lsh/kernels.c), and the
+ * tables are rebuilt on SLIDE's growing schedule.
+ *
+ * Dense layers before and after a sampled layer keep their batched device
+ * ops: a sampled layer reads a dense input row (the previous dense layer's
+ * y, the dense input), a sparse input row (the job's sparse input), or the
+ * previous sampled layer's active set; it writes its activations into y
+ * (zeros elsewhere) when a dense layer follows, and its input gradient
+ * into the previous layer's gradient rows.
+ *
+ * Evaluation scores every neuron (exact P@k, comparable with the dense
+ * path); ar_model_eval_batch_lsh retrieves the output candidates by LSH
+ * instead (inference, `accelrt eval --lsh`).
+ *
+ * Determinism: each sample draws from its own stream (seed, layer,
+ * iteration, row), so the active sets do not depend on the thread count;
+ * with one thread a run repeats bit for bit.  With several threads the
+ * HOGWILD gradient adds are unordered, as in SLIDE.
+ */
+#include "engine_impl.h"
+
+#include "accelrt/lsh.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+struct ar_sampled {
+  int l;
+  uint32_t neurons, in;
+  uint32_t cap;     /* active ids per sample, room */
+  uint32_t budget;  /* ids retrieved per sample */
+  uint32_t generation; /* hash functions drawn so far - 1 */
+  ar_lsh_hash_opts hopts;
+  ar_lsh_hash *hash;
+  ar_lsh_tables *tables;
+  ar_lsh_adam *adam;
+  ar_lsh_touched *touched;
+  ar_lsh_rehash sched;
+  ar_lsh_sample_opts so;
+  int nt;                   /* threads */
+  ar_lsh_scratch **scratch; /* (nt) */
+  uint32_t *buckets;        /* (nt, L) */
+  uint32_t *active;         /* (batch, cap), planned ephemeral */
+  uint32_t *n_active;       /* (batch) */
+  float *out, *dout;        /* (batch, cap) */
+  uint64_t *last;           /* (neurons), planned persistent */
+  uint32_t *all;            /* 0..neurons-1 for full scoring of sparse inputs */
+  ar_sampled_stats st;
+};
+
+/* The layer's rows as the lsh kernels see them. */
+static ar_lsh_rows rows_of(const ar_layer *L, bool grad) {
+  ar_lsh_rows r = {grad ? L->gw : L->w, grad ? L->gb : L->b, (uint32_t)L->out,
+                   (uint32_t)L->in, (size_t)L->in};
+  return r;
+}
+
+static void *plan_get(ar_model *m, const char *layer, const char *what) {
+  char name[64];
+  snprintf(name, sizeof name, "%s.%s", layer, what);
+  for (int i = 0; i < m->plan.count; i++) {
+    const ar_plan_entry *e = &m->plan.entries[i];
+    if (strcmp(e->name, name) == 0)
+      return (char *)(e->cls == AR_MEM_PERSISTENT ? m->persistent : m->ephemeral) + e->offset;
+  }
+  return NULL;
+}
+
+void ar__sampled_bind(ar_model *m) {
+  for (int l = 0; l < m->n_layers; l++) {
+    ar_sampled *s = m->layers[l].smp;
+    if (!s)
+      continue;
+    const char *n = m->layers[l].name;
+    s->active = plan_get(m, n, "lsh.active");
+    s->n_active = plan_get(m, n, "lsh.n");
+    s->out = plan_get(m, n, "lsh.out");
+    s->dout = plan_get(m, n, "lsh.dout");
+    s->last = plan_get(m, n, "lsh.last");
+    AR_ASSERT(s->active && s->n_active && s->out && s->dout && s->last);
+  }
+}
+
+static ar_status make_hash(ar_model *m, ar_sampled *s) {
+  ar_lsh_hash_destroy(s->hash);
+  s->hash = NULL;
+  s->hopts.seed = m->spec->seed * 1000003u + (uint64_t)s->l * 7919u + s->generation;
+  return ar_lsh_hash_create(&s->hopts, &s->hash, &m->err);
+}
+
+static ar_status rebuild(ar_model *m, ar_sampled *s) {
+  double t0 = ar_now();
+  ar_layer *L = &m->layers[s->l];
+  ar_status st = ar_lsh_tables_build(s->tables, s->hash, L->w, s->neurons, (size_t)L->in);
+  if (st != AR_OK)
+    return ar_errf(&m->err, st, "layer %s: rebuilding the hash tables: %s", L->name,
+                   ar_lsh_tables_errmsg(s->tables));
+  s->st.rehash_s += ar_now() - t0;
+  s->st.rehashes++;
+  return AR_OK;
+}
+
+/* Replays the rebuild schedule up to the model's step (after a resume) so
+ * later rebuilds fall where they would have, and the hash generation
+ * matches. */
+static ar_status schedule_to(ar_model *m, ar_sampled *s) {
+  const ar_sparse_spec *sp = &m->spec->layers[s->l].sparse;
+  ar_lsh_rehash_opts ro = {(uint64_t)sp->rehash_every, sp->rehash_growth,
+                           (uint64_t)sp->new_hash_every};
+  AR_CHECK(ar_lsh_rehash_init(&s->sched, &ro, &m->err));
+  s->generation = 0;
+  for (int64_t it = 1; it <= m->step; it++)
+    if (ar_lsh_rehash_check(&s->sched, (uint64_t)it) == AR_LSH_REHASH_NEW_HASH)
+      s->generation++;
+  return AR_OK;
+}
+
+ar_status ar__sampled_create(ar_model *m, int l) {
+  const ar_spec *spec = m->spec;
+  const ar_sparse_spec *sp = &spec->layers[l].sparse;
+  ar_layer *L = &m->layers[l];
+  if (spec->train.optimizer != AR_OPT_ADAM)
+    return ar_errf(&m->err, AR_UNSUPPORTED, "layer %s is LSH-sampled, which trains with "
+                   "Adam only; set train.optimizer to adam or the layer's sparse.mode to "
+                   "dense", L->name);
+  if (spec->train.weight_decay > 0)
+    return ar_errf(&m->err, AR_UNSUPPORTED, "layer %s is LSH-sampled, whose sparse Adam has "
+                   "no weight decay; set train.optimizer's weight_decay to 0 or the layer's "
+                   "sparse.mode to dense", L->name);
+  if (L->out > UINT32_MAX || L->in > UINT32_MAX)
+    return ar_errf(&m->err, AR_RANGE, "layer %s is too large to sample", L->name);
+  ar_sampled *s = ar_calloc(1, sizeof *s);
+  if (!s)
+    return ar_errf(&m->err, AR_NOMEM, "out of host memory for layer %s's hash tables",
+                   L->name);
+  L->smp = s;
+  s->l = l;
+  s->neurons = (uint32_t)L->out;
+  s->in = (uint32_t)L->in;
+  s->budget = (uint32_t)ar_layer_budget(spec, l);
+  s->cap = (uint32_t)ar_layer_active_cap(spec, l, m->max_labels);
+  s->nt = m->dev->threads > 0 ? m->dev->threads : 1;
+  ar_lsh_hash_opts ho = AR_LSH_HASH_OPTS_INIT;
+  static const ar_lsh_family fam[] = {AR_LSH_SRP, AR_LSH_WTA, AR_LSH_DWTA, AR_LSH_DOPH};
+  ho.family = fam[sp->hash];
+  ho.dim = s->in;
+  ho.K = (uint32_t)sp->K;
+  ho.L = (uint32_t)sp->L;
+  s->hopts = ho;
+  AR_CHECK(schedule_to(m, s));
+  AR_CHECK(make_hash(m, s));
+  ar_lsh_tables_opts to = AR_LSH_TABLES_OPTS_INIT;
+  to.neurons = s->neurons;
+  to.capacity = (uint32_t)sp->bucket;
+  to.policy = sp->reservoir ? AR_LSH_RESERVOIR : AR_LSH_FIFO;
+  to.seed = spec->seed + 31u * (uint64_t)l;
+  to.threads = s->nt;
+  AR_CHECK(ar_lsh_tables_create(s->hash, &to, &s->tables, &m->err));
+  static const ar_lsh_strategy strat[] = {AR_LSH_UNION, AR_LSH_TOPK, AR_LSH_THRESHOLD};
+  s->so.strategy = strat[sp->sampling];
+  s->so.budget = s->budget;
+  s->so.threshold = (uint32_t)sp->threshold;
+  s->so.min_active = sp->min_active < 0 ? s->budget : (uint32_t)sp->min_active;
+  s->so.max_active = s->cap;
+  ar_lsh_adam_opts ao = {(float)spec->train.lr, (float)spec->train.beta1,
+                         (float)spec->train.beta2, (float)spec->train.eps, s->nt};
+  ar__sampled_bind(m);
+  AR_CHECK(ar_lsh_adam_attach(s->neurons, s->in, &ao, L->s1w, L->s2w, L->s1b, L->s2b, s->last,
+                              &s->adam, &m->err));
+  AR_CHECK(ar_lsh_touched_create(s->neurons, &s->touched, &m->err));
+  s->scratch = ar_calloc((size_t)s->nt, sizeof *s->scratch);
+  s->buckets = ar_malloc((size_t)s->nt * (size_t)sp->L * sizeof *s->buckets);
+  if (!s->scratch || !s->buckets)
+    return ar_errf(&m->err, AR_NOMEM, "out of host memory for layer %s's scratch", L->name);
+  for (int t = 0; t < s->nt; t++)
+    AR_CHECK(ar_lsh_scratch_create(s->hash, s->tables, &s->scratch[t], &m->err));
+  return AR_OK;
+}
+
+ar_status ar__sampled_init(ar_model *m) {
+  for (int l = 0; l < m->n_layers; l++) {
+    ar_sampled *s = m->layers[l].smp;
+    if (!s)
+      continue;
+    ar_layer *L = &m->layers[l];
+    memset(L->gw, 0, (size_t)L->in * (size_t)L->out * sizeof(float));
+    memset(L->gb, 0, (size_t)L->out * sizeof(float));
+    memset(s->last, 0, (size_t)L->out * sizeof(uint64_t));
+  }
+  return ar_model_sampled_rebuild(m);
+}
+
+ar_status ar_model_sampled_rebuild(ar_model *m) {
+  for (int l = 0; l < m->n_layers; l++) {
+    ar_sampled *s = m->layers[l].smp;
+    if (!s)
+      continue;
+    AR_CHECK(schedule_to(m, s));
+    AR_CHECK(make_hash(m, s));
+    AR_CHECK(rebuild(m, s));
+    ar_lsh_adam_set_t(s->adam, (uint64_t)m->step);
+  }
+  return AR_OK;
+}
+
+void ar__sampled_destroy(ar_sampled *s) {
+  if (!s)
+    return;
+  for (int t = 0; s->scratch && t < s->nt; t++)
+    ar_lsh_scratch_destroy(s->scratch[t]);
+  ar_free(s->scratch);
+  ar_free(s->buckets);
+  ar_free(s->all);
+  ar_lsh_touched_destroy(s->touched);
+  ar_lsh_adam_destroy(s->adam);
+  ar_lsh_tables_destroy(s->tables);
+  ar_lsh_hash_destroy(s->hash);
+  ar_free(s);
+}
+
+/* The input of layer l for row r of the batch.  prev_dense: the previous
+ * layer was scored in full into its y (evaluation, inference). */
+static ar_lsh_input input_of(const ar_model *m, int l, int64_t r, bool prev_dense) {
+  ar_lsh_input x = {NULL, NULL, NULL, 0};
+  const ar_layer *L = &m->layers[l];
+  if (l == 0 && m->spec->input.sparse) {
+    int64_t a = m->row_ptr[r], b = m->row_ptr[r + 1];
+    x.idx = (const uint32_t *)(m->idx + a); /* ids are >= 0: same bits */
+    x.val = m->val + a;
+    x.nnz = (size_t)(b - a);
+  } else if (l == 0) {
+    x.dense = m->x + r * L->in;
+  } else if (m->layers[l - 1].smp && !prev_dense) {
+    const ar_sampled *p = m->layers[l - 1].smp;
+    x.idx = p->active + (size_t)r * p->cap;
+    x.val = p->out + (size_t)r * p->cap;
+    x.nnz = p->n_active[r];
+  } else {
+    x.dense = m->layers[l - 1].y + r * L->in;
+  }
+  return x;
+}
+
+static ar_status hash_input(const ar_sampled *s, const ar_lsh_input *x, ar_lsh_scratch *scr,
+                            uint32_t *buckets) {
+  if (x->dense)
+    return ar_lsh_hash_dense(s->hash, x->dense, scr, buckets);
+  return ar_lsh_hash_sparse(s->hash, x->idx, x->val, x->nnz, scr, buckets);
+}
+
+static ar_lsh_act lsh_act(const ar_layer *L, bool last) {
+  return !last && L->act == AR_ACT_RELU ? AR_LSH_ACT_RELU : AR_LSH_ACT_NONE;
+}
+
+/* Per-thread error capture: the first failing sample's message wins. */
+typedef struct fail_box {
+  ar_status st;
+  char msg[sizeof(((ar_err *)0)->msg)];
+} fail_box;
+
+static void fail_note(fail_box *f, ar_status st, const char *msg) {
+#pragma omp critical(ar_sampled_fail)
+  if (f->st == AR_OK) {
+    f->st = st;
+    snprintf(f->msg, sizeof f->msg, "%s", msg);
+  }
+}
+
+/* Forward of sampled layer l over the batch.  training: labels join the
+ * output layer's active set and its softmax loss and gradient are
+ * computed here (loss_rows).  *loss_sum gets the summed row losses. */
+static ar_status sampled_forward(ar_model *m, int l, bool training, double *loss_sum) {
+  ar_layer *L = &m->layers[l];
+  ar_sampled *s = L->smp;
+  const bool last = l + 1 == m->n_layers;
+  const bool scatter = training && !last && !m->layers[l + 1].smp;
+  const ar_lsh_act act = lsh_act(L, last);
+  const int64_t rows = m->rows;
+  const float inv_rows = 1.0f / (float)rows;
+  const ar_lsh_rows W = rows_of(L, false);
+  const uint32_t Lt = ar_lsh_hash_L(s->hash);
+  fail_box fb = {AR_OK, ""};
+  double tq = 0, tc = 0, lsum = 0;
+  int64_t asum = 0;
+  if (scatter)
+    memset(L->y, 0, (size_t)rows * (size_t)L->out * sizeof(float));
+#pragma omp parallel for num_threads(s->nt) schedule(dynamic, 4) \
+    reduction(+ : tq, tc, lsum, asum)
+  for (int64_t r = 0; r < rows; r++) {
+    const int t = omp_get_thread_num();
+    ar_lsh_scratch *scr = s->scratch[t];
+    uint32_t *buckets = s->buckets + (size_t)t * Lt;
+    uint32_t *active = s->active + (size_t)r * s->cap;
+    float *out = s->out + (size_t)r * s->cap;
+    ar_lsh_input x = input_of(m, l, r, !training);
+    double t0 = ar_now();
+    const uint32_t *lab = NULL;
+    size_t nlab = 0;
+    if (last && training) {
+      lab = (const uint32_t *)(m->lab + m->lab_ptr[r]);
+      nlab = (size_t)(m->lab_ptr[r + 1] - m->lab_ptr[r]);
+    }
+    ar_rng rng;
+    ar_rng_seed3(&rng, m->spec->seed ^ 0x5a3d1e5bu, (uint64_t)m->step * 4096u + (uint64_t)l,
+                 (uint64_t)r);
+    size_t n = 0;
+    ar_status st = hash_input(s, &x, scr, buckets);
+    if (st == AR_OK)
+      st = ar_lsh_sample(s->tables, buckets, &s->so, lab, nlab, scr, &rng, active, s->cap, &n);
+    if (st != AR_OK) {
+      fail_note(&fb, st, ar_lsh_scratch_errmsg(scr));
+      continue;
+    }
+    double t1 = ar_now();
+    ar_err e = AR_ERR_INIT;
+    st = ar_lsh_forward(&W, &x, active, n, act, out, &e);
+    if (st == AR_OK && last && training && nlab > 0) {
+      double loss = 0;
+      float *dout = s->dout + (size_t)r * s->cap;
+      st = ar_lsh_softmax_active(out, active, n, lab, nlab, dout, &loss, &e);
+      for (size_t i = 0; i < n; i++)
+        dout[i] *= inv_rows; /* the batch loss is the mean over rows */
+      lsum += loss;
+    } else if (st == AR_OK && last && training) {
+      memset(s->dout + (size_t)r * s->cap, 0, n * sizeof(float)); /* no labels: no loss */
+    }
+    if (st != AR_OK) {
+      fail_note(&fb, st, e.msg);
+      continue;
+    }
+    s->n_active[r] = (uint32_t)n;
+    if (scatter) {
+      float *y = L->y + r * L->out;
+      for (size_t i = 0; i < n; i++)
+        y[active[i]] = out[i];
+    }
+    asum += (int64_t)n;
+    tq += t1 - t0;
+    tc += ar_now() - t1;
+  }
+  if (fb.st != AR_OK)
+    return ar_errf(&m->err, fb.st, "layer %s: %s", L->name, fb.msg);
+  s->st.query_s += tq;
+  s->st.compute_s += tc;
+  s->st.active_sum += asum;
+  s->st.samples += rows;
+  if (loss_sum)
+    *loss_sum = lsum;
+  return AR_OK;
+}
+
+/* Backward of sampled layer l: its dout rows are ready (the loss for the
+ * output layer, the next sampled layer's dx, or gathered here from the
+ * next dense layer's dy). */
+static ar_status sampled_backward(ar_model *m, int l) {
+  ar_layer *L = &m->layers[l];
+  ar_sampled *s = L->smp;
+  const bool last = l + 1 == m->n_layers;
+  const ar_lsh_act act = lsh_act(L, last);
+  const int64_t rows = m->rows;
+  const ar_lsh_rows W = rows_of(L, false), G = rows_of(L, true);
+  ar_layer *P = l > 0 ? &m->layers[l - 1] : NULL;
+  ar_sampled *ps = P ? P->smp : NULL;
+  if (P && !ps)
+    memset(P->dy, 0, (size_t)rows * (size_t)P->out * sizeof(float));
+  if (ps)
+    memset(ps->dout, 0, (size_t)rows * ps->cap * sizeof(float));
+  const bool gather = !last && !m->layers[l + 1].smp;
+  fail_box fb = {AR_OK, ""};
+  double tc = 0;
+#pragma omp parallel for num_threads(s->nt) schedule(dynamic, 4) reduction(+ : tc)
+  for (int64_t r = 0; r < rows; r++) {
+    double t0 = ar_now();
+    const uint32_t *active = s->active + (size_t)r * s->cap;
+    const size_t n = s->n_active[r];
+    float *out = s->out + (size_t)r * s->cap;
+    float *dout = s->dout + (size_t)r * s->cap;
+    if (gather) {
+      const float *dy = L->dy + r * L->out;
+      for (size_t i = 0; i < n; i++)
+        dout[i] = dy[active[i]];
+    }
+    ar_lsh_input x = input_of(m, l, r, false);
+    float *dx = NULL;
+    if (ps)
+      dx = ps->dout + (size_t)r * ps->cap;
+    else if (P)
+      dx = P->dy + r * P->out;
+    ar_err e = AR_ERR_INIT;
+    ar_status st = ar_lsh_backward(&W, &x, active, n, act, out, dout, &G, dx, s->touched, &e);
+    if (st != AR_OK)
+      fail_note(&fb, st, e.msg);
+    tc += ar_now() - t0;
+  }
+  if (fb.st != AR_OK)
+    return ar_errf(&m->err, fb.st, "layer %s: %s", L->name, fb.msg);
+  s->st.compute_s += tc;
+  if (P && !ps)
+    m->dev->ops->act_grad(m->dev, rows * P->out, P->act, P->y, P->dy);
+  return AR_OK;
+}
+
+ar_status ar_model_train_batch(ar_model *m, const ar_batch *b, float *loss_out) {
+  AR_CHECK(ar_model_load(m, b));
+  if (m->rows == 0) {
+    *loss_out = 0.0f;
+    return AR_OK;
+  }
+  if (!m->n_sampled) {
+    ar_model_forward(m);
+    *loss_out = ar_model_loss(m, true);
+    ar_model_backward(m);
+    ar_model_step(m);
+    return AR_OK;
+  }
+  /* Forward: dense layers batched, sampled layers per sample. */
+  double loss_sum = 0;
+  for (int l = 0; l < m->n_layers; l++) {
+    if (m->layers[l].smp)
+      AR_CHECK(sampled_forward(m, l, true, &loss_sum));
+    else
+      ar_model_forward_layer(m, l);
+  }
+  ar_layer *last = &m->layers[m->n_layers - 1];
+  *loss_out = last->smp ? (float)(loss_sum / (double)m->rows) : ar_model_loss(m, true);
+  for (int l = m->n_layers - 1; l >= 0; l--) {
+    if (m->layers[l].smp)
+      AR_CHECK(sampled_backward(m, l));
+    else
+      ar_model_backward_layer(m, l);
+  }
+  /* Step: dense layers as usual, sampled ones only on touched rows. */
+  m->step++;
+  for (int l = 0; l < m->n_layers; l++) {
+    ar_layer *L = &m->layers[l];
+    ar_sampled *s = L->smp;
+    if (!s) {
+      ar_model_step_layer(m, l);
+      continue;
+    }
+    double t0 = ar_now();
+    ar_lsh_rows W = rows_of(L, false), G = rows_of(L, true);
+    size_t touched = 0;
+    ar_lsh_touched_ids(s->touched, &touched);
+    s->st.touched_sum += (int64_t)touched;
+    ar_lsh_adam_set_t(s->adam, (uint64_t)m->step - 1);
+    AR_CHECK(ar_lsh_adam_step(s->adam, &W, &G, s->touched, &m->err));
+    s->st.update_s += ar_now() - t0;
+    ar_lsh_rehash_action a = ar_lsh_rehash_check(&s->sched, (uint64_t)m->step);
+    if (a == AR_LSH_REHASH_NEW_HASH) {
+      s->generation++;
+      AR_CHECK(make_hash(m, s));
+    }
+    if (a != AR_LSH_REHASH_NONE)
+      AR_CHECK(rebuild(m, s));
+  }
+  return AR_OK;
+}
+
+/* Full scoring of a sampled layer for evaluation: y (rows, out) for every
+ * neuron.  Dense inputs go through the device GEMM like a dense layer;
+ * sparse inputs (the job's sparse input, a previous sampled layer in
+ * sampled mode never happens here) use the kernels with every neuron
+ * active. */
+static ar_status sampled_full(ar_model *m, int l) {
+  ar_layer *L = &m->layers[l];
+  ar_sampled *s = L->smp;
+  if (l > 0 || !m->spec->input.sparse) {
+    ar_model_forward_layer(m, l); /* (out, in) rows: the dense layout */
+    return AR_OK;
+  }
+  if (!s->all) {
+    s->all = ar_malloc((size_t)s->neurons * sizeof *s->all);
+    if (!s->all)
+      return ar_errf(&m->err, AR_NOMEM, "out of host memory scoring layer %s", L->name);
+    for (uint32_t i = 0; i < s->neurons; i++)
+      s->all[i] = i;
+  }
+  const bool last = l + 1 == m->n_layers;
+  const ar_lsh_rows W = rows_of(L, false);
+  fail_box fb = {AR_OK, ""};
+#pragma omp parallel for num_threads(s->nt) schedule(dynamic, 4)
+  for (int64_t r = 0; r < m->rows; r++) {
+    ar_lsh_input x = input_of(m, l, r, true);
+    ar_err e = AR_ERR_INIT;
+    ar_status st = ar_lsh_forward(&W, &x, s->all, s->neurons, lsh_act(L, last),
+                                  L->y + r * L->out, &e);
+    if (st != AR_OK)
+      fail_note(&fb, st, e.msg);
+  }
+  if (fb.st != AR_OK)
+    return ar_errf(&m->err, fb.st, "layer %s: %s", L->name, fb.msg);
+  return AR_OK;
+}
+
+ar_status ar__model_forward_eval(ar_model *m) {
+  for (int l = 0; l < m->n_layers; l++) {
+    if (m->layers[l].smp)
+      AR_CHECK(sampled_full(m, l));
+    else
+      ar_model_forward_layer(m, l);
+  }
+  return AR_OK;
+}
+
+/* LSH inference: the output layer's candidates come from its tables; the
+ * top-k is taken among them (P@k over the retrieved set).  Earlier layers
+ * run as in evaluation. */
+ar_status ar_model_eval_batch_lsh(ar_model *m, const ar_batch *b, ar_eval_acc *acc) {
+  int lo = m->n_layers - 1;
+  ar_layer *O = &m->layers[lo];
+  ar_sampled *s = O->smp;
+  if (!s)
+    return ar_errf(&m->err, AR_STATE, "the output layer %s is not LSH-sampled on this "
+                   "device; LSH inference needs its sparse section (mode lsh or auto)",
+                   O->name);
+  AR_CHECK(ar_model_load(m, b));
+  if (m->rows == 0)
+    return AR_OK;
+  for (int l = 0; l < lo; l++) {
+    if (m->layers[l].smp)
+      AR_CHECK(sampled_full(m, l));
+    else
+      ar_model_forward_layer(m, l);
+  }
+  /* Scores of the retrieved candidates only; the previous layer's y is
+   * dense here (full scoring), so read it as a dense input. */
+  AR_CHECK(sampled_forward(m, lo, false, NULL));
+  for (int64_t r = 0; r < m->rows; r++) {
+    const uint32_t *active = s->active + (size_t)r * s->cap;
+    const float *out = s->out + (size_t)r * s->cap;
+    size_t n = s->n_active[r];
+    int32_t top[5];
+    int k = 0;
+    /* Top 5 by insertion: n is small (the retrieval budget). */
+    float best[5];
+    for (size_t i = 0; i < n; i++) {
+      float v = out[i];
+      int pos = k < 5 ? k : 5;
+      while (pos > 0 && best[pos - 1] < v)
+        pos--;
+      if (pos >= 5)
+        continue;
+      int end = k < 5 ? k : 4;
+      for (int q = end; q > pos; q--) {
+        best[q] = best[q - 1];
+        top[q] = top[q - 1];
+      }
+      best[pos] = v;
+      top[pos] = (int32_t)active[i];
+      if (k < 5)
+        k++;
+    }
+    ar__count_hits(acc, top, k, b->lab + b->lab_ptr[r], b->lab_ptr[r + 1] - b->lab_ptr[r]);
+  }
+  acc->rows += m->rows;
+  return AR_OK;
+}
+
+void ar_model_sampled_stats(const ar_model *m, int l, ar_sampled_stats *out) {
+  memset(out, 0, sizeof *out);
+  const ar_sampled *s = m->layers[l].smp;
+  if (!s)
+    return;
+  *out = s->st;
+  ar_lsh_tables_stats ts;
+  ar_lsh_tables_stats_get(s->tables, &ts);
+  out->tables_bytes = ts.total_bytes;
+}
+
+void ar_model_sampled_stats_reset(ar_model *m) {
+  for (int l = 0; l < m->n_layers; l++)
+    if (m->layers[l].smp)
+      memset(&m->layers[l].smp->st, 0, sizeof m->layers[l].smp->st);
+}
