@@ -313,8 +313,13 @@ static ar_status sampled_forward(ar_model *m, int l, bool training, double *loss
       nlab = (size_t)(m->lab_ptr[r + 1] - m->lab_ptr[r]);
     }
     ar_rng rng;
+    /* The random top-up draws the same stream for every row of the batch:
+     * the rows share their random negatives (less those they retrieved),
+     * so the rows touched in a batch are the retrieved ones plus one
+     * budget's worth, not a budget per row; the sparse update then costs
+     * what the retrieval costs. */
     ar_rng_seed3(&rng, m->spec->seed ^ 0x5a3d1e5bu, (uint64_t)m->step * 4096u + (uint64_t)l,
-                 (uint64_t)r);
+                 training ? 0 : (uint64_t)r);
     size_t n = 0;
     ar_status st = hash_input(s, &x, scr, buckets);
     if (st == AR_OK)
