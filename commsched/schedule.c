@@ -217,3 +217,44 @@ ar_status ar_commsched_schedule_check(const ar_commsched_schedule *s,
   }
   return AR_OK;
 }
+
+ar_status ar_commsched_schedule_from_priorities(const ar_commsched_graph *g,
+                                                ar_commsched_order order,
+                                                const uint32_t *priority,
+                                                ar_commsched_schedule **out,
+                                                ar_err *err) {
+  if ((unsigned)order > AR_COMMSCHED_ORDER_TAC)
+    return ar_errf(err, AR_INVALID, "commsched schedule: unknown order %d",
+                   (int)order);
+  if (!g->sealed)
+    return ar_errf(err, AR_STATE,
+                   "commsched schedule: seal the graph first "
+                   "(ar_commsched_graph_seal)");
+  size_t n = g->nrecv;
+  uint32_t *buf = ar_malloc((3 * n + 1) * sizeof *buf);
+  const char **names = ar_malloc((n + 1) * sizeof *names);
+  ar_status st = AR_OK;
+  if (!buf || !names) {
+    st = ar_errf(err, AR_NOMEM, "commsched schedule: out of memory");
+    goto done;
+  }
+  uint32_t *ids = buf, *chan = buf + n, *prio = buf + 2 * n;
+  size_t k = 0;
+  for (size_t t = 0; t < n; t++) {
+    if (priority[t] == UINT32_MAX)
+      continue;
+    ids[k] = (uint32_t)t;
+    chan[k] = g->recvs[t].channel;
+    prio[k] = priority[t];
+    names[k] = g->ops[g->recvs[t].op].name;
+    k++;
+  }
+  ar_commsched_schedule *s = NULL;
+  st = ar__cs_schedule_build(order, k, ids, names, chan, prio, &s, err);
+  if (st == AR_OK)
+    *out = s;
+done:
+  ar_free(names);
+  ar_free(buf);
+  return st;
+}

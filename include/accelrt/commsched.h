@@ -244,6 +244,18 @@ ar_status ar_commsched_schedule_write(const ar_commsched_schedule *s,
 ar_status ar_commsched_schedule_read(const char *path,
                                      ar_commsched_schedule **out, ar_err *err);
 
+/* Builds a schedule of `order` for a sealed graph from one priority per
+ * transfer (priority[t] for t < transfer count; UINT32_MAX: not listed),
+ * with the graph's names and channels; numbers are normalised as for
+ * computed schedules.  Used to hand a schedule computed or read on one
+ * rank to the others.  compute_s is 0.  Returns AR_OK, AR_INVALID (unknown
+ * order), AR_STATE (graph not sealed) or AR_NOMEM. */
+ar_status ar_commsched_schedule_from_priorities(const ar_commsched_graph *g,
+                                                ar_commsched_order order,
+                                                const uint32_t *priority,
+                                                ar_commsched_schedule **out,
+                                                ar_err *err);
+
 /* Checks a schedule against a graph: every listed transfer exists in it
  * with the same name and channel.  Returns AR_OK or AR_INVALID. */
 ar_status ar_commsched_schedule_check(const ar_commsched_schedule *s,

@@ -3,22 +3,96 @@
  * TicTac-ordered transfers (commsched/).  `mpirun -np N accelrt run JOB`
  * with a `distributed:` section in the job: ranks 0..servers-1 are
  * parameter servers, the others workers.
+ *
+ * Each iteration every worker receives the current parameters (one
+ * transfer per parameter tensor, from the server that owns it; tensors are
+ * sharded over the servers balanced by bytes), runs forward and backward
+ * on its contiguous slice of the global batch (the same shuffled stream
+ * and seed as a single-process run), scales its gradients by its share of
+ * the rows (so their sum is the single-process mean gradient) and sends
+ * them; each server sums them in worker order and applies the optimizer.
+ * The order of the parameter transfers on each channel is enforced at the
+ * server with commsched's gate: none, random, or TIC/TAC computed after
+ * the first distributed.trace_iterations iterations (the warm-up, traced
+ * and reported).  distributed.link paces each server's ports with a token
+ * bucket (parameters at its out port, gradients at its in port).
+ *
+ * Failures: communicators return errors (MPI_ERRORS_RETURN) and every wait
+ * is a polling loop, so a rank that dies is reported by the ranks waiting
+ * for it ("iteration 7: rank 2 (worker 1) sent no gradients for 30 s ...")
+ * and, with mpirun --enable-recovery, relayed to every other rank; under a
+ * plain mpirun the other ranks get SIGTERM from mpirun and report what they
+ * were waiting for.  The process exits non-zero; checkpoints are written
+ * atomically, so the last one stays valid.
+ *
+ * Outputs (rank 0, output.dir): metrics.jsonl (one line per iteration with
+ * makespan, busy times, E; evaluations as in single-process runs),
+ * summary.json (the usual keys plus order, iteration_s_median, warmup_s,
+ * efficiency_median, comm_busy_s_median, comp_busy_s_median, schedule_ms,
+ * straggler_s_median), checkpoint.bin (the whole model, shards gathered),
+ * oracle.tsv (the op times after warm-up, read by `accelrt simulate`).
+ *
+ * Tests: tests/dist/ (under mpiexec -n 3: receive order equals the
+ * priority order, random orders differ, distributed equals single-process
+ * training, a killed rank is reported without a hang).
  */
 #ifndef ACCELRT_DIST_H
 #define ACCELRT_DIST_H
 
+#include "accelrt/commsched.h"
 #include "accelrt/runtime.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* Options of a distributed run beyond the job file. */
+typedef struct ar_dist_opts {
+  /* Seconds without progress after which a peer is declared dead; 0: the
+   * environment variable ACCELRT_DIST_TIMEOUT, else 120. */
+  double timeout_s;
+  /* Fault injection for tests: rank fail_rank kills itself (SIGKILL) at
+   * the start of iteration fail_iteration (1-based); -1: never.  The
+   * environment variable ACCELRT_DIST_FAULT="RANK:ITERATION" sets it for
+   * ar_dist_run. */
+  int fail_rank;
+  int64_t fail_iteration;
+  /* Observers for tests (may be NULL), called on the calling rank:
+   * on_recv_order on every worker after each iteration with the transfer
+   * ids in the order their server posted them (per worker, all servers'
+   * transfers interleaved as probed); on_schedule on every rank when the
+   * fixed schedule (tic, tac or a file) is set. */
+  void (*on_recv_order)(void *ctx, int64_t iteration, const uint32_t *transfers,
+                        size_t n);
+  void (*on_schedule)(void *ctx, const ar_commsched_schedule *s);
+  void *ctx;
+} ar_dist_opts;
+
+#define AR_DIST_OPTS_INIT {0.0, -1, -1, NULL, NULL, NULL}
+
 /* Runs spec (distributed.enabled) as this MPI rank's part of the job.
- * Initialises and finalises MPI.  Rank 0 writes summary.json and prints
- * the summary when summary_out is given.  AR_OK, or a status with the
- * reason (naming the rank and iteration of a dead peer) in err. */
+ * Initialises MPI when it is not initialised yet and then finalises it
+ * (on success; after a failure MPI is left as is, since finalising with a
+ * dead peer can hang: the process should exit).  Rank 0 writes the
+ * outputs and fills *summary (other ranks leave it untouched).  AR_OK, or
+ * a status with the reason (naming the rank and iteration of a dead peer)
+ * in err. */
 ar_status ar_dist_run(const ar_spec *spec, const ar_run_opts *opts,
                       ar_summary *summary, ar_err *err);
+/* As ar_dist_run with options (dopts may be NULL: defaults). */
+ar_status ar_dist_run_ex(const ar_spec *spec, const ar_run_opts *opts,
+                         const ar_dist_opts *dopts, ar_summary *summary,
+                         ar_err *err);
+
+/* The workers' op graph of a job for commsched (sealed; caller destroys):
+ * one recv per parameter tensor (layer l's w is transfer 2l, its b 2l+1,
+ * named "<layer>.w"/"<layer>.b", channel = its server, tensors sharded
+ * over `servers` balanced by bytes), a forward and a backward op per
+ * layer and the loss, with placeholder times (the runtime's oracle or
+ * `accelrt simulate` sets them).  The runtime schedules exactly this
+ * graph.  AR_OK, AR_INVALID, AR_NOMEM. */
+ar_status ar_dist_op_graph(const ar_spec *spec, int servers,
+                           ar_commsched_graph **out, ar_err *err);
 
 #ifdef __cplusplus
 }

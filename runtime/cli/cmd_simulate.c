@@ -1,10 +1,391 @@
-/* Placeholder until this command lands. */
+/* accelrt simulate JOB.yaml --workers W --servers S --gbps B: predicts one
+ * synchronous parameter-server iteration of the job for each transfer
+ * order (none, random, tic, tac) with commsched's discrete-event simulator
+ * (model in commsched/simulate.c), on the op graph the runtime schedules
+ * (ar_dist_op_graph).  Compute op times come from a real run's time oracle
+ * (--oracle runs/JOB/oracle.tsv, written by `mpirun ... accelrt run`) or
+ * are measured here: each layer's forward and backward on one worker's
+ * share of the batch, one thread, the minimum of a few runs. */
+#define _GNU_SOURCE
+#include "accelrt/dist.h"
+#include "accelrt/runtime.h"
+#include "accelrt/spec.h"
 #include "cli/cli.h"
 
+#include <getopt.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct sim_args {
+  const char *job, *oracle;
+  const char **sets;
+  int n_sets;
+  int workers, servers;
+  double gbps, latency_us;
+  long rows; /* per worker; 0: train.batch / workers */
+  int random_iters;
+  bool json;
+} sim_args;
+
+static int usage(void) {
+  fprintf(stderr,
+          "usage: accelrt simulate JOB.yaml --workers W --servers S --gbps B\n"
+          "         [--latency-us L] [--oracle FILE] [--rows-per-worker N]\n"
+          "         [--random-iterations K] [--json] [--set KEY=VALUE]...\n");
+  return CLI_USAGE;
+}
+
+static int parse_args(int argc, char **argv, sim_args *a) {
+  static const struct option longs[] = {{"workers", required_argument, NULL, 'w'},
+                                        {"servers", required_argument, NULL, 's'},
+                                        {"gbps", required_argument, NULL, 'g'},
+                                        {"latency-us", required_argument, NULL, 'l'},
+                                        {"oracle", required_argument, NULL, 'o'},
+                                        {"rows-per-worker", required_argument, NULL, 'r'},
+                                        {"random-iterations", required_argument, NULL, 'k'},
+                                        {"json", no_argument, NULL, 'j'},
+                                        {"set", required_argument, NULL, 'S'},
+                                        {"help", no_argument, NULL, 'h'},
+                                        {NULL, 0, NULL, 0}};
+  memset(a, 0, sizeof *a);
+  a->workers = 0;
+  a->servers = 1;
+  a->gbps = 0;
+  a->random_iters = 10;
+  a->sets = ar_calloc((size_t)argc + 1, sizeof *a->sets);
+  if (!a->sets)
+    return CLI_FAIL;
+  optind = 1;
+  int c;
+  char *end;
+  while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+    switch (c) {
+    case 'w':
+      a->workers = (int)strtol(optarg, &end, 10);
+      if (*end || a->workers < 1 || a->workers > 100000) {
+        fprintf(stderr, "accelrt simulate: --workers needs an integer in 1..100000\n");
+        return CLI_USAGE;
+      }
+      break;
+    case 's':
+      a->servers = (int)strtol(optarg, &end, 10);
+      if (*end || a->servers < 1 || a->servers > 65536) {
+        fprintf(stderr, "accelrt simulate: --servers needs an integer in 1..65536\n");
+        return CLI_USAGE;
+      }
+      break;
+    case 'g':
+      a->gbps = strtod(optarg, &end);
+      if (*end || !(a->gbps > 0)) {
+        fprintf(stderr, "accelrt simulate: --gbps needs a positive number (Gbit/s)\n");
+        return CLI_USAGE;
+      }
+      break;
+    case 'l':
+      a->latency_us = strtod(optarg, &end);
+      if (*end || !(a->latency_us >= 0) || !isfinite(a->latency_us)) {
+        fprintf(stderr, "accelrt simulate: --latency-us needs a number >= 0\n");
+        return CLI_USAGE;
+      }
+      break;
+    case 'o':
+      a->oracle = optarg;
+      break;
+    case 'r':
+      a->rows = strtol(optarg, &end, 10);
+      if (*end || a->rows < 1) {
+        fprintf(stderr, "accelrt simulate: --rows-per-worker needs a positive integer\n");
+        return CLI_USAGE;
+      }
+      break;
+    case 'k':
+      a->random_iters = (int)strtol(optarg, &end, 10);
+      if (*end || a->random_iters < 1 || a->random_iters > 10000) {
+        fprintf(stderr, "accelrt simulate: --random-iterations needs an integer in 1..10000\n");
+        return CLI_USAGE;
+      }
+      break;
+    case 'j':
+      a->json = true;
+      break;
+    case 'S':
+      if (!strchr(optarg, '=')) {
+        fprintf(stderr, "accelrt simulate: --set needs KEY=VALUE, got '%s'\n", optarg);
+        return CLI_USAGE;
+      }
+      a->sets[a->n_sets++] = optarg;
+      break;
+    case 'h':
+      usage();
+      return CLI_OK;
+    default:
+      return usage();
+    }
+  }
+  if (optind != argc - 1 || a->workers < 1 || a->gbps <= 0) {
+    fprintf(stderr, "accelrt simulate: one job file, --workers and --gbps are required\n");
+    return usage();
+  }
+  a->job = argv[optind];
+  return -1;
+}
+
+/* Times every compute op of g on this machine: one worker's rows, one
+ * thread, the minimum of `reps` runs; and the optimizer over the whole
+ * model (*update_s).  Inputs are random rows of the job's shape. */
+static ar_status measure(const ar_spec *spec, long rows, ar_commsched_graph *g,
+                         double *update_s, ar_err *err) {
+  ar_device *dev = NULL;
+  ar_device_opts dopts = AR_DEVICE_OPTS_INIT;
+  dopts.threads = 1;
+  AR_CHECK(ar_device_open("host", &dopts, &dev, err));
+  ar_spec local = *spec;
+  local.train.batch = (int32_t)rows;
+  int64_t nnz = spec->input.features < 32 ? spec->input.features : 32;
+  ar_model *m = NULL;
+  ar_batch b;
+  memset(&b, 0, sizeof b);
+  ar_status st = ar_model_create(dev, &local, nnz, 1, &m, err);
+  if (st == AR_OK && (st = ar_batch_init(&b, rows, nnz, 1)) != AR_OK)
+    ar_errf(err, st, "out of memory for a batch of %ld rows", rows);
+  if (st == AR_OK) {
+    ar_rng r;
+    ar_rng_seed(&r, spec->seed, 99);
+    int64_t labels = spec->layers[spec->n_layers - 1].width;
+    b.rows = rows;
+    for (long i = 0; i <= rows; i++) {
+      b.row_ptr[i] = i * nnz;
+      b.lab_ptr[i] = i;
+    }
+    for (long i = 0; i < rows; i++) {
+      for (int64_t j = 0; j < nnz; j++) {
+        b.idx[i * nnz + j] = (int32_t)(j * (spec->input.features / nnz));
+        b.val[i * nnz + j] = (float)ar_rng_uniform(&r);
+      }
+      b.lab[i] = (int32_t)ar_rng_below(&r, (uint64_t)labels);
+    }
+    st = ar_model_load(m, &b);
+  }
+  if (st == AR_OK) {
+    int n = m->n_layers;
+    double *best = ar_malloc((size_t)(2 * n + 2) * sizeof *best);
+    if (!best) {
+      st = ar_errf(err, AR_NOMEM, "out of memory");
+    } else {
+      for (int i = 0; i < 2 * n + 2; i++)
+        best[i] = INFINITY;
+      for (int rep = 0; rep < 5; rep++) {
+        for (int l = 0; l < n; l++) {
+          double t0 = ar_now();
+          ar_model_forward_layer(m, l);
+          dev->ops->sync(dev);
+          best[l] = fmin(best[l], ar_now() - t0);
+        }
+        double t0 = ar_now();
+        ar_model_loss(m, true);
+        dev->ops->sync(dev);
+        best[2 * n] = fmin(best[2 * n], ar_now() - t0);
+        for (int l = n - 1; l >= 0; l--) {
+          t0 = ar_now();
+          ar_model_backward_layer(m, l);
+          dev->ops->sync(dev);
+          best[n + l] = fmin(best[n + l], ar_now() - t0);
+        }
+        t0 = ar_now();
+        m->step++;
+        for (int l = 0; l < n; l++)
+          ar_model_step_layer(m, l);
+        dev->ops->sync(dev);
+        best[2 * n + 1] = fmin(best[2 * n + 1], ar_now() - t0);
+      }
+      /* Op ids as ar_dist_op_graph lays them out. */
+      for (int l = 0; l < n && st == AR_OK; l++) {
+        st = ar_commsched_graph_set_time(g, (ar_commsched_op)(2 * n + l), best[l], err);
+        if (st == AR_OK)
+          st = ar_commsched_graph_set_time(g, (ar_commsched_op)(3 * n + 1 + (n - 1 - l)),
+                                           best[n + l], err);
+      }
+      if (st == AR_OK)
+        st = ar_commsched_graph_set_time(g, (ar_commsched_op)(3 * n), best[2 * n], err);
+      *update_s = best[2 * n + 1];
+      ar_free(best);
+    }
+  }
+  ar_batch_fini(&b);
+  ar_model_destroy(m);
+  ar_device_close(dev);
+  return st;
+}
+
+/* Reads "name<TAB>kind<TAB>seconds" lines (oracle.tsv) into the compute
+ * ops of g with the same name.  Returns the number of ops set. */
+static ar_status read_oracle(const char *path, ar_commsched_graph *g, int *set, ar_err *err) {
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return ar_errf(err, AR_IO, "%s: cannot open the time oracle (written by a distributed "
+                   "run into output.dir/oracle.tsv)", path);
+  char line[512], name[256], kind[32];
+  double secs;
+  int lineno = 0;
+  *set = 0;
+  size_t nops = ar_commsched_graph_op_count(g);
+  ar_status st = AR_OK;
+  while (st == AR_OK && fgets(line, sizeof line, f)) {
+    lineno++;
+    if (line[0] == '#' || line[0] == '\n')
+      continue;
+    if (sscanf(line, "%255s %31s %lf", name, kind, &secs) != 3 || !(secs >= 0)) {
+      st = ar_errf(err, AR_PARSE, "%s:%d: error: expected 'name kind seconds'", path, lineno);
+      break;
+    }
+    if (strcmp(kind, "compute") != 0)
+      continue;
+    for (size_t op = 0; op < nops; op++)
+      if (strcmp(ar_commsched_graph_name(g, (ar_commsched_op)op), name) == 0) {
+        st = ar_commsched_graph_set_time(g, (ar_commsched_op)op, secs, err);
+        (*set)++;
+      }
+  }
+  fclose(f);
+  return st;
+}
+
+typedef struct row {
+  double makespan, eff, comm, comp, umin, umax, params, straggler;
+  int eff_n;
+} row;
+
+static ar_status simulate_order(const ar_commsched_graph *g, const ar_spec *spec,
+                                ar_commsched_order order, int reps,
+                                const ar_commsched_sim_opts *so, row *out, double *sched_ms,
+                                ar_err *err) {
+  memset(out, 0, sizeof *out);
+  *sched_ms = 0;
+  int n = order == AR_COMMSCHED_ORDER_RANDOM ? reps : 1;
+  for (int i = 0; i < n; i++) {
+    ar_commsched_schedule_opts o = AR_COMMSCHED_SCHEDULE_OPTS_INIT;
+    o.order = order;
+    o.seed = spec->seed;
+    o.iteration = (uint64_t)i + 1;
+    ar_commsched_schedule *s = NULL;
+    AR_CHECK(ar_commsched_schedule_create(g, &o, &s, err));
+    *sched_ms += 1e3 * ar_commsched_schedule_compute_s(s) / n;
+    ar_commsched_sim_result r;
+    ar_status st = ar_commsched_simulate(g, s, so, &r, err);
+    ar_commsched_schedule_destroy(s);
+    AR_CHECK(st);
+    out->makespan += r.makespan_s / n;
+    out->comm += r.metrics.comm_busy_s / n;
+    out->comp += r.metrics.comp_busy_s / n;
+    out->umin += r.metrics.u_min_s / n;
+    out->umax += r.metrics.u_max_s / n;
+    out->params += r.params_done_s / n;
+    out->straggler += r.straggler_s / n;
+    if (r.metrics.efficiency_defined) {
+      out->eff += r.metrics.efficiency;
+      out->eff_n++;
+    }
+  }
+  out->eff = out->eff_n ? out->eff / out->eff_n : NAN;
+  return AR_OK;
+}
+
+static int run(const sim_args *a, const ar_spec *spec) {
+  ar_err err = AR_ERR_INIT;
+  ar_commsched_graph *g = NULL;
+  ar_status st = ar_dist_op_graph(spec, a->servers, &g, &err);
+  long rows = a->rows > 0 ? a->rows : (spec->train.batch + a->workers - 1) / a->workers;
+  double update_s = 0.0;
+  int from_oracle = 0;
+  if (st == AR_OK)
+    st = measure(spec, rows, g, &update_s, &err);
+  if (st == AR_OK && a->oracle)
+    st = read_oracle(a->oracle, g, &from_oracle, &err);
+  if (st != AR_OK) {
+    fprintf(stderr, "accelrt simulate: error: %s\n", err.msg);
+    ar_commsched_graph_destroy(g);
+    return CLI_FAIL;
+  }
+  size_t bytes = 0, nt = ar_commsched_graph_transfer_count(g);
+  for (size_t t = 0; t < nt; t++)
+    bytes += ar_commsched_graph_bytes(g, (uint32_t)t);
+  ar_commsched_sim_opts so = AR_COMMSCHED_SIM_OPTS_INIT;
+  so.workers = (uint32_t)a->workers;
+  so.servers = (uint32_t)a->servers;
+  so.bandwidth_Bps = a->gbps * 1e9 / 8.0;
+  so.latency_s = a->latency_us * 1e-6;
+  so.update_s = update_s / a->servers;
+  if (!a->json) {
+    printf("%s: %d layers, %zu transfers (%.2f MB), %d workers, %d servers, %.3g Gbit/s, "
+           "latency %.0f us\n",
+           spec->name, spec->n_layers, nt, (double)bytes / 1e6, a->workers, a->servers, a->gbps,
+           a->latency_us);
+    if (a->oracle)
+      printf("compute times: %d ops from %s (the rest measured here, %ld rows per worker)\n",
+             from_oracle, a->oracle, rows);
+    else
+      printf("compute times: measured here, %ld rows per worker, 1 thread; update %.2f ms\n",
+             rows, 1e3 * so.update_s);
+    printf("%-7s %12s %6s %9s %9s %9s %9s %11s %12s %9s\n", "order", "makespan_ms", "E",
+           "N_ms", "C_ms", "Umin_ms", "Umax_ms", "params_ms", "straggler_ms", "vs_random");
+  }
+  static const ar_commsched_order orders[4] = {AR_COMMSCHED_ORDER_NONE, AR_COMMSCHED_ORDER_RANDOM,
+                                               AR_COMMSCHED_ORDER_TIC, AR_COMMSCHED_ORDER_TAC};
+  row rows_out[4];
+  double ms[4];
+  for (int i = 0; i < 4 && st == AR_OK; i++)
+    st = simulate_order(g, spec, orders[i], a->random_iters, &so, &rows_out[i], &ms[i], &err);
+  if (st != AR_OK) {
+    fprintf(stderr, "accelrt simulate: error: %s\n", err.msg);
+    ar_commsched_graph_destroy(g);
+    return CLI_FAIL;
+  }
+  for (int i = 0; i < 4; i++) {
+    const row *r = &rows_out[i];
+    double vs = rows_out[1].makespan / r->makespan;
+    if (a->json)
+      printf("{\"order\": \"%s\", \"workers\": %d, \"servers\": %d, \"gbps\": %g, "
+             "\"makespan_s\": %.9g, \"efficiency\": %.6g, \"comm_busy_s\": %.9g, "
+             "\"comp_busy_s\": %.9g, \"straggler_s\": %.9g, \"speedup_vs_random\": %.6g, "
+             "\"schedule_ms\": %.6g}\n",
+             ar_commsched_order_name(orders[i]), a->workers, a->servers, a->gbps, r->makespan,
+             r->eff, r->comm, r->comp, r->straggler, vs, ms[i]);
+    else
+      printf("%-7s %12.3f %6.3f %9.3f %9.3f %9.3f %9.3f %11.3f %12.3f %8.3fx\n",
+             ar_commsched_order_name(orders[i]), 1e3 * r->makespan, r->eff, 1e3 * r->comm,
+             1e3 * r->comp, 1e3 * r->umin, 1e3 * r->umax, 1e3 * r->params, 1e3 * r->straggler,
+             vs);
+  }
+  if (!a->json)
+    printf("random: mean of %d shuffles; tac schedule computed in %.3f ms\n", a->random_iters,
+           ms[3]);
+  ar_commsched_graph_destroy(g);
+  return CLI_OK;
+}
 
 int cli_simulate(int argc, char **argv) {
-  (void)argc;
-  fprintf(stderr, "accelrt %s: not in this build yet\n", argv[0]);
-  return CLI_USAGE;
+  sim_args a;
+  int rc = parse_args(argc, argv, &a);
+  if (rc >= 0) {
+    ar_free(a.sets);
+    return rc;
+  }
+  ar_spec *spec = NULL;
+  ar_diags diags = {0, NULL};
+  ar_status st = ar_spec_load(a.job, a.sets, a.n_sets, &spec, &diags);
+  if (st != AR_OK) {
+    if (diags.count)
+      ar_diags_print(&diags, a.job, stderr);
+    else
+      fprintf(stderr, "%s: error: %s\n", a.job, ar_status_str(st));
+    rc = st == AR_NOMEM ? CLI_FAIL : CLI_USAGE;
+  } else {
+    rc = run(&a, spec);
+  }
+  ar_diags_fini(&diags);
+  ar_spec_destroy(spec);
+  ar_free(a.sets);
+  return rc;
 }

@@ -1,10 +1,414 @@
-/* Placeholder until the MPI transport lands (issue 5). */
-#include "accelrt/dist.h"
+/* ar_dist_run: one MPI rank's part of a parameter-server job — set-up
+ * (MPI, roles, shards, data, model, op graph), the iteration loop, resume,
+ * teardown.  The iterations themselves are in server.c and worker.c. */
+#define _GNU_SOURCE
+#include "dist_impl.h"
 
-ar_status ar_dist_run(const ar_spec *spec, const ar_run_opts *opts,
-                      ar_summary *summary, ar_err *err) {
-  (void)spec;
-  (void)opts;
-  (void)summary;
-  return ar_errf(err, AR_UNSUPPORTED, "distributed training is not in this build yet");
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void read_env(ar_dist_opts *o) {
+  const char *v = getenv("ACCELRT_DIST_TIMEOUT");
+  if (o->timeout_s <= 0 && v && atof(v) > 0)
+    o->timeout_s = atof(v);
+  if (o->timeout_s <= 0)
+    o->timeout_s = 120.0;
+  v = getenv("ACCELRT_DIST_FAULT");
+  if (o->fail_rank < 0 && v) {
+    int r;
+    long long it;
+    if (sscanf(v, "%d:%lld", &r, &it) == 2) {
+      o->fail_rank = r;
+      o->fail_iteration = it;
+    }
+  }
+}
+
+/* Every rank learns whether every rank's step succeeded, so that a rank
+ * that failed alone (a missing file on one machine) does not leave the
+ * others waiting for the dead-peer timeout. */
+static ar_status agree(ar__dist *c, ar_status mine, const char *what) {
+  int ok = mine == AR_OK ? 1 : 0, all = 0;
+  MPI_Request q;
+  int rc = MPI_Iallreduce(&ok, &all, 1, MPI_INT, MPI_MIN, c->cctl, &q);
+  if (rc != MPI_SUCCESS)
+    return mine != AR_OK ? mine : ar__dist_mpi_err(c, rc, "agreeing on %s", what);
+  ar_status st = ar__dist_wait(c, &q, -1, what);
+  if (mine != AR_OK)
+    return mine;
+  if (st != AR_OK)
+    return st;
+  if (!all)
+    return ar_errf(c->err, AR_STATE, "rank %d: another rank failed during %s (its message "
+                   "says why)", c->rank, what);
+  return AR_OK;
+}
+
+static ar_status mpi_setup(ar__dist *c, bool *we_init) {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) {
+    int argc = 0;
+    char **argv = NULL;
+    if (MPI_Init(&argc, &argv) != MPI_SUCCESS)
+      return ar_errf(c->err, AR_IO, "MPI_Init failed: start the job with mpirun -np N");
+    *we_init = true;
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &c->size);
+  MPI_Comm *comms[3] = {&c->cparam, &c->cgrad, &c->cctl};
+  for (int i = 0; i < 3; i++) {
+    int rc = MPI_Comm_dup(MPI_COMM_WORLD, comms[i]);
+    if (rc != MPI_SUCCESS)
+      return ar__dist_mpi_err(c, rc, "duplicating MPI_COMM_WORLD");
+    MPI_Comm_set_errhandler(*comms[i], MPI_ERRORS_RETURN);
+  }
+  int rc = MPI_Irecv(c->abort_msg, 3, MPI_INT64_T, MPI_ANY_SOURCE, AR__DIST_TAG_ABORT, c->cctl,
+                     &c->abort_req);
+  if (rc != MPI_SUCCESS)
+    return ar__dist_mpi_err(c, rc, "posting the abort receive");
+  /* One clock for every rank's spans: rank 0's, at start. */
+  double base = c->rank == 0 ? ar__dist_clock(c) : 0.0;
+  AR_CHECK(ar__dist_bcast(c, &base, 1, MPI_DOUBLE, "the clock base"));
+  c->clock0 = base;
+  return AR_OK;
+}
+
+static ar_status check_roles(ar__dist *c) {
+  const ar_spec *s = c->spec;
+  c->S = s->distributed.servers > 0 ? s->distributed.servers : 1;
+  c->W = c->size - c->S;
+  if (c->W < 1)
+    return ar_errf(c->err, AR_SPEC,
+                   "distributed.servers is %d but the job has %d MPI rank%s: start it with "
+                   "mpirun -np N where N > %d (servers plus at least one worker)",
+                   c->S, c->size, c->size == 1 ? "" : "s", c->S);
+  if (s->train.batch < c->W)
+    return ar_errf(c->err, AR_SPEC,
+                   "train.batch %d is smaller than the %d workers: every worker needs at least "
+                   "one row; raise train.batch or start fewer ranks",
+                   s->train.batch, c->W);
+  if (strncmp(s->device, "cuda", 4) == 0)
+    return ar_errf(c->err, AR_UNSUPPORTED,
+                   "distributed training runs on host devices in this build (MPI moves host "
+                   "memory); set device: host");
+  c->server = c->rank < c->S;
+  c->widx = c->server ? -1 : c->rank - c->S;
+  /* Servers hear from every worker, so they notice a dead rank first and
+   * relay its name; workers wait longer so that the relay reaches them
+   * before their own timer names only their server. */
+  if (!c->server)
+    c->timeout_s *= 1.5;
+  return AR_OK;
+}
+
+/* Rank 0 resolves (and maybe generates) the data first; the others then
+ * find it ready. */
+static ar_status open_data(ar__dist *c) {
+  const ar_spec *s = c->spec;
+  ar_status st = AR_OK;
+  if (c->rank == 0) {
+    st = ar_mkdirs(s->output.dir, c->err);
+    if (st == AR_OK)
+      st = ar_run_resolve_data(s, &c->train_path, &c->test_path, &c->data_storage, c->err);
+  }
+  AR_CHECK(agree(c, st, "preparing the data"));
+  if (c->rank != 0)
+    AR_CHECK(ar_run_resolve_data(s, &c->train_path, &c->test_path, &c->data_storage, c->err));
+  ar_reader_opts ro = AR_READER_OPTS_INIT;
+  ro.format = s->data.format;
+  ro.shuffle_window = s->data.shuffle_window;
+  ro.seed = s->seed;
+  ro.features = s->input.features;
+  ro.labels = s->layers[s->n_layers - 1].width;
+  AR_CHECK(ar_reader_open(c->train_path, &ro, &c->train, c->err));
+  const ar_data_stats *ts = ar_reader_stats(c->train);
+  if (ts->points == 0)
+    return ar_errf(c->err, AR_PARSE, "%s: error: the training file has no data points",
+                   c->train_path);
+  if (c->rank == 0 && c->test_path) {
+    ro.shuffle_window = 0;
+    AR_CHECK(ar_reader_open(c->test_path, &ro, &c->test, c->err));
+  }
+  int64_t per_epoch = (ts->points + s->train.batch - 1) / s->train.batch;
+  c->total = s->train.iterations;
+  if (s->train.epochs > 0 && (c->total == 0 || s->train.epochs * per_epoch < c->total))
+    c->total = s->train.epochs * per_epoch;
+  return AR_OK;
+}
+
+static int local_ranks(void) {
+  MPI_Comm local;
+  int n = 1;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) ==
+      MPI_SUCCESS) {
+    MPI_Comm_size(local, &n);
+    MPI_Comm_free(&local);
+  }
+  return n;
+}
+
+static ar_status make_model(ar__dist *c) {
+  const ar_spec *s = c->spec;
+  /* Workers compute; servers only sum and step.  Ranks on one machine
+   * share its cores. */
+  ar_device_opts dopts = AR_DEVICE_OPTS_INIT;
+  int cores = ar_topology_cores(), local = local_ranks();
+  dopts.threads = s->train.threads > 0 ? s->train.threads : (cores / local > 1 ? cores / local : 1);
+  if (c->server)
+    dopts.threads = 1;
+  dopts.pin = false; /* several ranks per machine: let the OS place them */
+  AR_CHECK(ar_device_open("host", &dopts, &c->dev, c->err));
+  const ar_data_stats *ts = ar_reader_stats(c->train);
+  int64_t nnz = ts->max_nnz, lab = ts->max_labels;
+  if (c->test) {
+    const ar_data_stats *es = ar_reader_stats(c->test);
+    nnz = es->max_nnz > nnz ? es->max_nnz : nnz;
+    lab = es->max_labels > lab ? es->max_labels : lab;
+  }
+  nnz = nnz < 1 ? 1 : nnz;
+  lab = lab < 1 ? 1 : lab;
+  c->wspec = *s;
+  int32_t B = s->train.batch;
+  if (!c->server)
+    c->wspec.train.batch = (B + c->W - 1) / c->W;
+  else if (c->rank != 0)
+    c->wspec.train.batch = 1;
+  AR_CHECK(ar_model_create(c->dev, &c->wspec, nnz, lab, &c->model, c->err));
+  ar_status st = ar_batch_init(&c->gbatch, B, nnz, lab);
+  if (st == AR_OK && !c->server)
+    st = ar_batch_init(&c->lbatch, c->wspec.train.batch, nnz, lab);
+  if (st != AR_OK)
+    return ar_errf(c->err, st, "out of host memory for a batch of %d rows", B);
+  return AR_OK;
+}
+
+/* Every layer's w and b is a transfer, ids 2l and 2l+1 (their servers
+ * come from the op graph, see ar_dist_op_graph). */
+static ar_status make_tensors(ar__dist *c) {
+  ar_model *m = c->model;
+  c->nt = 2 * m->n_layers;
+  c->t = ar_calloc((size_t)c->nt, sizeof *c->t);
+  if (!c->t)
+    return ar_errf(c->err, AR_NOMEM, "out of memory for the tensor table");
+  for (int l = 0; l < m->n_layers; l++) {
+    ar_layer *L = &m->layers[l];
+    for (int k = 0; k < 2; k++) {
+      ar__dist_tensor *T = &c->t[2 * l + k];
+      snprintf(T->name, sizeof T->name, "%s.%s", L->name, k ? "b" : "w");
+      for (char *p = T->name; *p; p++)
+        if (*p == ' ' || *p == '\t' || *p == '#')
+          *p = '_';
+      T->layer = l;
+      T->bias = k == 1;
+      T->count = k ? L->out : L->in * L->out;
+      T->bytes = (size_t)T->count * sizeof(float);
+      T->p = k ? L->b : L->w;
+      T->g = k ? L->gb : L->gw;
+      T->s1 = k ? L->s1b : L->s1w;
+      T->s2 = k ? L->s2b : L->s2w;
+      if (T->count > INT32_MAX)
+        return ar_errf(c->err, AR_UNSUPPORTED, "tensor '%s' has %lld floats; one MPI message "
+                       "holds at most %d: split the layer", T->name, (long long)T->count,
+                       INT32_MAX);
+    }
+  }
+  return AR_OK;
+}
+
+/* --resume: rank 0 loads the checkpoint and broadcasts the state and the
+ * whole model, so no other rank needs the file. */
+static ar_status resume(ar__dist *c) {
+  ar_status st = AR_OK;
+  char *path = NULL;
+  if (c->rank == 0) {
+    size_t n = strlen(c->spec->output.dir) + 32;
+    path = ar_malloc(n);
+    if (!path)
+      st = ar_errf(c->err, AR_NOMEM, "out of memory");
+    else {
+      snprintf(path, n, "%s/checkpoint.bin", c->spec->output.dir);
+      struct stat sb;
+      if (stat(path, &sb) != 0)
+        st = ar_errf(c->err, AR_NOTFOUND, "--resume: no checkpoint at '%s'; run without "
+                     "--resume to start afresh", path);
+      else
+        st = ar_checkpoint_load(c->model, &c->st, path, c->err);
+    }
+    ar_free(path);
+  }
+  AR_CHECK(agree(c, st, "loading the checkpoint"));
+  int64_t hdr[5] = {c->st.iteration, c->st.epoch, c->st.rows_in_epoch, c->st.samples,
+                    c->model->step};
+  double train_s = c->st.train_s;
+  AR_CHECK(ar__dist_bcast(c, hdr, 5, MPI_INT64_T, "the checkpoint state"));
+  AR_CHECK(ar__dist_bcast(c, &train_s, 1, MPI_DOUBLE, "the checkpoint state"));
+  c->st.iteration = hdr[0];
+  c->st.epoch = hdr[1];
+  c->st.rows_in_epoch = hdr[2];
+  c->st.samples = hdr[3];
+  c->st.train_s = train_s;
+  c->model->step = hdr[4];
+  const char *names[512];
+  float *ptrs[512];
+  int64_t counts[512];
+  int n = ar_model_tensors(c->model, names, ptrs, counts, 512);
+  if (n > 512)
+    return ar_errf(c->err, AR_UNSUPPORTED, "the model has %d tensors; resume handles 512", n);
+  for (int i = 0; i < n; i++)
+    AR_CHECK(ar__dist_bcast(c, ptrs[i], (int)counts[i], MPI_FLOAT, names[i]));
+  if (!c->server) {
+    AR_CHECK(ar_reader_rewind(c->train, (uint64_t)c->st.epoch, c->err));
+    AR_CHECK(ar_reader_skip(c->train, c->st.rows_in_epoch, c->err));
+  }
+  return AR_OK;
+}
+
+static ar_status setup(ar__dist *c, const ar_run_opts *opts) {
+  AR_CHECK(check_roles(c));
+  AR_CHECK(open_data(c));
+  ar_status st = make_model(c);
+  if (st == AR_OK)
+    st = make_tensors(c);
+  if (st == AR_OK)
+    st = ar__dist_graph_build(c);
+  AR_CHECK(agree(c, st, "building the model"));
+  c->order = ar__dist_order_of(c->spec->distributed.order);
+  c->srep_len = ar__dist_server_report_len(c);
+  AR_CHECK(ar__dist_schedule_from_file(c));
+  if (opts->resume)
+    AR_CHECK(resume(c));
+  else if (!c->server)
+    AR_CHECK(ar_reader_rewind(c->train, 0, c->err));
+  st = c->server ? ar__dist_server_init(c) : ar__dist_worker_init(c);
+  if (st == AR_OK && c->rank == 0)
+    st = ar__dist_report_init(c, opts->resume);
+  if (st == AR_OK && c->rank == 0)
+    c->progress = ar_progress_create(opts->progress, opts->quiet, c->total);
+  return agree(c, st, "setting up the ranks");
+}
+
+/* Evaluation and checkpoints at the spec's intervals: every server sends
+ * its shard to rank 0, which evaluates or saves. */
+static ar_status between_iterations(ar__dist *c, int64_t iter) {
+  const ar_spec *s = c->spec;
+  if (!c->server || iter >= c->total)
+    return AR_OK;
+  bool ev = s->train.eval_every > 0 && iter % s->train.eval_every == 0;
+  bool ck = s->train.checkpoint_every > 0 && iter % s->train.checkpoint_every == 0;
+  if (!ev && !ck)
+    return AR_OK;
+  AR_CHECK(ar__dist_gather(c));
+  if (c->rank != 0)
+    return AR_OK;
+  if (ev)
+    AR_CHECK(ar__dist_eval_and_log(c));
+  if (ck)
+    AR_CHECK(ar_checkpoint_save(c->model, &c->st, c->ckpt_path, c->err));
+  return AR_OK;
+}
+
+static ar_status loop(ar__dist *c) {
+  c->first_iter = c->st.iteration + 1;
+  int64_t left = c->total - c->st.iteration;
+  c->warmup = c->spec->distributed.trace_iterations;
+  if (c->warmup > left)
+    c->warmup = left > 0 ? left : 0;
+  if (c->warmup <= 0)
+    AR_CHECK(ar__dist_schedule_setup(c));
+  for (int64_t iter = c->first_iter; iter <= c->total; iter++) {
+    if (c->rank == c->o.fail_rank && iter == c->o.fail_iteration)
+      raise(SIGKILL); /* fault injection (tests): die without a word */
+    ar_commsched_schedule *s = NULL;
+    bool owned = false;
+    if (c->server)
+      AR_CHECK(ar__dist_schedule_for(c, iter, &s, &owned));
+    ar_status st = c->server ? ar__dist_server_iteration(c, iter, s)
+                             : ar__dist_worker_iteration(c, iter);
+    if (owned)
+      ar_commsched_schedule_destroy(s);
+    AR_CHECK(st);
+    c->st.iteration = iter;
+    if (iter == c->first_iter + c->warmup - 1)
+      AR_CHECK(ar__dist_schedule_setup(c));
+    AR_CHECK(between_iterations(c, iter));
+  }
+  if (c->server)
+    AR_CHECK(ar__dist_gather(c));
+  return AR_OK;
+}
+
+static void teardown(ar__dist *c) {
+  if (c->server)
+    ar__dist_server_fini(c);
+  else
+    ar__dist_worker_fini(c);
+  if (c->rank == 0)
+    ar__dist_report_fini(c);
+  ar_commsched_schedule_destroy(c->sched);
+  ar_commsched_graph_destroy(c->g);
+  ar_free(c->fwd);
+  ar_free(c->bwd);
+  ar_free(c->t);
+  ar_model_destroy(c->model);
+  ar_batch_fini(&c->gbatch);
+  ar_batch_fini(&c->lbatch);
+  ar_reader_close(c->test);
+  ar_reader_close(c->train);
+  ar_device_close(c->dev);
+  ar_free(c->data_storage);
+}
+
+ar_status ar_dist_run_ex(const ar_spec *spec, const ar_run_opts *opts_in,
+                         const ar_dist_opts *dopts, ar_summary *summary, ar_err *err) {
+  ar_run_opts opts = opts_in ? *opts_in : (ar_run_opts)AR_RUN_OPTS_INIT;
+  ar__dist c;
+  memset(&c, 0, sizeof c);
+  c.spec = spec;
+  c.err = err;
+  c.o = dopts ? *dopts : (ar_dist_opts)AR_DIST_OPTS_INIT;
+  read_env(&c.o);
+  c.timeout_s = c.o.timeout_s;
+  c.cparam = c.cgrad = c.cctl = MPI_COMM_NULL;
+  c.abort_req = MPI_REQUEST_NULL;
+  double wall0 = ar_now();
+  bool we_init = false;
+  ar__dist_install_signals();
+  ar_status st = mpi_setup(&c, &we_init);
+  if (st == AR_OK)
+    st = setup(&c, &opts);
+  if (st == AR_OK)
+    st = loop(&c);
+  if (st == AR_OK && c.rank == 0)
+    st = ar__dist_finish(&c, true, wall0, summary);
+  if (st == AR_OK)
+    st = agree(&c, st, "finishing the job");
+  teardown(&c);
+  ar__dist_restore_signals();
+  if (st != AR_OK) {
+    /* Leave MPI as it is: finalising with a dead peer can hang, and the
+     * caller is about to exit non-zero (cmd_run prints err on every rank). */
+    return st;
+  }
+  if (c.abort_req != MPI_REQUEST_NULL) {
+    MPI_Cancel(&c.abort_req);
+    MPI_Request_free(&c.abort_req);
+  }
+  MPI_Comm *comms[3] = {&c.cparam, &c.cgrad, &c.cctl};
+  for (int i = 0; i < 3; i++)
+    if (*comms[i] != MPI_COMM_NULL)
+      MPI_Comm_free(comms[i]);
+  if (we_init)
+    MPI_Finalize();
+  return AR_OK;
+}
+
+ar_status ar_dist_run(const ar_spec *spec, const ar_run_opts *opts, ar_summary *summary,
+                      ar_err *err) {
+  return ar_dist_run_ex(spec, opts, NULL, summary, err);
 }

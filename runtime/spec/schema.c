@@ -410,8 +410,10 @@ static const ar__schema link_keys[] = {
     {.key = "gbps",
      FLOAT_ABOVE(0.0),
      .required = true,
-     .doc = "Bandwidth of each worker-server channel, in gigabits per "
-            "second."},
+     .doc = "Bandwidth of each parameter server's port, in gigabits per "
+            "second: the parameters it sends and the gradients it receives "
+            "are each paced at this rate by a token bucket at the server "
+            "(the fan-in a real server link has)."},
     {.key = "latency_us",
      FLOAT_FROM(0.0),
      .def = "0",
@@ -440,8 +442,8 @@ static const ar__schema distributed_keys[] = {
     {.key = "link",
      .type = AR__S_MAP,
      .kids = link_keys,
-     .doc = "Emulate a slower network: each channel is paced at the "
-            "sender. Off when absent."},
+     .doc = "Emulate a slower network for testbeds on one machine or a "
+            "fast fabric. Off when absent."},
     {.key = "max_bytes_in_flight",
      INT_RANGE(0, INT64_MAX),
      .def = "0",

@@ -158,6 +158,53 @@ static void expect_parse_error(const char *text, const char *where,
     fail_msg("expected '%s' and '%s' in: %s", loc, what, err.msg);
 }
 
+/* A schedule rebuilt from its priorities (how a rank hands a schedule to
+ * the others) equals the original entry for entry; unlisted transfers stay
+ * unlisted; shared priorities share a number. */
+static void test_from_priorities(void **state) {
+  (void)state;
+  ar_commsched_graph *g = chain_graph(12);
+  ar_err err = AR_ERR_INIT;
+  ar_commsched_schedule_opts o = AR_COMMSCHED_SCHEDULE_OPTS_INIT;
+  o.order = AR_COMMSCHED_ORDER_TAC;
+  ar_commsched_schedule *s = NULL, *r = NULL;
+  assert_int_equal(ar_commsched_schedule_create(g, &o, &s, &err), AR_OK);
+  size_t n = ar_commsched_graph_transfer_count(g);
+  uint32_t prio[64];
+  for (uint32_t t = 0; t < n; t++)
+    prio[t] = ar_commsched_schedule_find(s, t)->priority;
+  assert_int_equal(ar_commsched_schedule_from_priorities(g, AR_COMMSCHED_ORDER_TAC, prio, &r,
+                                                         &err),
+                   AR_OK);
+  assert_int_equal(ar_commsched_schedule_count(r), ar_commsched_schedule_count(s));
+  for (size_t i = 0; i < n; i++) {
+    const ar_commsched_entry *a = ar_commsched_schedule_entry(s, i);
+    const ar_commsched_entry *b = ar_commsched_schedule_entry(r, i);
+    assert_int_equal(a->transfer, b->transfer);
+    assert_int_equal(a->number, b->number);
+    assert_string_equal(a->name, b->name);
+  }
+  assert_int_equal(ar_commsched_schedule_check(r, g, &err), AR_OK);
+  ar_commsched_schedule_destroy(r);
+  /* Transfer 0 unlisted; on channel 1 (transfers 1, 4, 7, 10) 1 and 4
+   * tied. */
+  for (uint32_t t = 0; t < n; t++)
+    prio[t] = t == 0 ? UINT32_MAX : (t == 4 ? 1 : t);
+  assert_int_equal(ar_commsched_schedule_from_priorities(g, AR_COMMSCHED_ORDER_TIC, prio, &r,
+                                                         &err),
+                   AR_OK);
+  assert_int_equal(ar_commsched_schedule_count(r), n - 1);
+  assert_null(ar_commsched_schedule_find(r, 0));
+  assert_int_equal(ar_commsched_schedule_find(r, 1)->number, 0);
+  assert_int_equal(ar_commsched_schedule_find(r, 4)->number, 0);
+  assert_int_equal(ar_commsched_schedule_find(r, 7)->number, 2);
+  assert_int_equal(ar_commsched_schedule_find(r, 10)->number, 3);
+  assert_int_equal(ar_commsched_schedule_order(r), AR_COMMSCHED_ORDER_TIC);
+  ar_commsched_schedule_destroy(r);
+  ar_commsched_schedule_destroy(s);
+  ar_commsched_graph_destroy(g);
+}
+
 static void test_malformed(void **state) {
   (void)state;
   expect_parse_error("order tac\n0 a 0 0\n1 b 0\n", "3", "found 3");
@@ -185,6 +232,7 @@ int main(void) {
       cmocka_unit_test(test_order_names),
       cmocka_unit_test(test_round_trip),
       cmocka_unit_test(test_malformed),
+      cmocka_unit_test(test_from_priorities),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   remove(path);

@@ -1,0 +1,241 @@
+/*
+ * runtime/dist private header: the state one MPI rank holds while it runs
+ * its part of a parameter-server job (ar_dist_run), shared by the files of
+ * this folder:
+ *
+ *   dist_run.c   set-up (MPI, roles, shards, data, model), the iteration
+ *                loop, resume, teardown;
+ *   transport.c  clock, waiting (abort channel, signals, dead-peer
+ *                timeout), MPI error text;
+ *   opgraph.c    the workers' op graph for commsched, the schedule
+ *                (tracing -> oracle -> TIC/TAC wizard, schedule files);
+ *   server.c     one server iteration: gated, paced parameter sends,
+ *                gradient receives, the optimizer;
+ *   worker.c     one worker iteration: receives, per-layer compute,
+ *                gradient sends, the iteration report to rank 0;
+ *   report.c     rank 0: per-iteration metrics, metrics.jsonl, evaluation,
+ *                checkpoints (shards gathered), summary.json.
+ *
+ * Roles: ranks 0..S-1 are servers, S..size-1 workers; worker w is rank
+ * S + w.  Every parameter tensor (each layer's w and b) is one transfer
+ * of the commsched graph, owned by one server (sharding balanced by
+ * bytes).  Three duplicated communicators keep the traffic apart so that
+ * a worker can probe parameters with MPI_ANY_TAG and see them exactly in
+ * the order its server posted them (MPI's non-overtaking rule holds for
+ * matched probes): cparam (server -> worker parameters, tag = transfer),
+ * cgrad (worker -> server gradients, tag = transfer) and cctl (reports,
+ * aborts, broadcasts, gathers).
+ *
+ * Times: every span is seconds of CLOCK_REALTIME minus rank 0's clock at
+ * start-up (broadcast), so the spans of different ranks are on one clock
+ * on one machine and, across machines, off by the NTP skew only.
+ */
+#ifndef ACCELRT_DIST_IMPL_H
+#define ACCELRT_DIST_IMPL_H
+
+#include <mpi.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "accelrt/commsched.h"
+#include "accelrt/data.h"
+#include "accelrt/dist.h"
+#include "accelrt/runtime.h"
+
+enum {
+  AR__DIST_TAG_ABORT = 1,  /* cctl: int64 {iteration, failed rank, reporter} */
+  AR__DIST_TAG_REPORT = 2, /* cctl: a worker's or a server's iteration report */
+  AR__DIST_TAG_GATHER = 3  /* cctl: shards sent to rank 0 (base tag) */
+};
+
+/* One parameter tensor = one transfer (id = index in ar__dist.t). */
+typedef struct ar__dist_tensor {
+  char name[80];   /* "<layer>.w" / "<layer>.b" */
+  int layer;
+  bool bias;
+  int64_t count;   /* floats */
+  size_t bytes;
+  int server;      /* owning server rank */
+  float *p, *g;    /* in this rank's model: parameter, gradient */
+  float *s1, *s2;  /* optimizer state (may be NULL) */
+} ar__dist_tensor;
+
+/* A worker's report of one iteration, as doubles (fixed layout, so it is
+ * one message): see ar__dist_worker_report_len. */
+enum {
+  AR__WREP_ITER = 0,
+  AR__WREP_ROWS,
+  AR__WREP_LOSS_SUM,
+  AR__WREP_EPOCH,
+  AR__WREP_ROWS_IN_EPOCH,
+  AR__WREP_T0,          /* began waiting for parameters */
+  AR__WREP_HEAD         /* then op_start[nops], op_end[nops], ready[nt],
+                           recv order[nt] (transfer ids as doubles) */
+};
+/* A server's report: {iteration, start, update start, update end}, then
+ * send_start[W x nt] (bytes on the wire), arrive[W x nt] (at the worker:
+ * the emulated arrival, or the post time without link emulation),
+ * delivered[W x nt] (gradient at the server), NaN where not its
+ * transfer. */
+enum {
+  AR__SREP_ITER = 0,
+  AR__SREP_START,
+  AR__SREP_UPD0,
+  AR__SREP_UPD1,
+  AR__SREP_HEAD
+};
+
+/* Per-iteration figures kept by rank 0 for the summary. */
+typedef struct ar__dist_iter_stat {
+  double makespan, comm, comp, eff, straggler, wall;
+  int eff_defined;
+  bool warm; /* a traced (warm-up) iteration */
+} ar__dist_iter_stat;
+
+typedef struct ar__dist {
+  const ar_spec *spec;
+  ar_spec wspec;          /* a worker's copy: train.batch = its share */
+  ar_dist_opts o;
+  ar_err *err;
+  int rank, size, S, W;   /* W = size - S */
+  bool server;
+  int widx;               /* worker index, -1 on servers */
+  MPI_Comm cparam, cgrad, cctl;
+  double clock0;          /* rank 0's CLOCK_REALTIME at start */
+
+  ar_device *dev;
+  ar_model *model;
+  int nt;                 /* transfers = 2 x layers */
+  ar__dist_tensor *t;     /* (nt) */
+
+  /* Data: every rank opens the training file (same shuffled stream);
+   * workers slice the global batch, rank 0 evaluates. */
+  char *data_storage;
+  const char *train_path, *test_path;
+  ar_reader *train, *test;
+  ar_batch gbatch;        /* a global batch (workers) / eval batch (rank 0) */
+  ar_batch lbatch;        /* a worker's rows of it */
+  int64_t total;          /* iterations the job runs */
+  ar_ckpt_state st;       /* iterations done, data position, samples */
+
+  /* The op graph and the schedule (opgraph.c). */
+  ar_commsched_graph *g;
+  ar_commsched_op *fwd, *bwd; /* (n_layers) */
+  ar_commsched_op loss_op;
+  size_t nops;
+  ar_commsched_oracle *oracle;  /* rank 0, during the traced iterations */
+  ar_commsched_schedule *sched; /* tic/tac/file: fixed after warm-up */
+  ar_commsched_order order;     /* the order in force after warm-up */
+  bool from_file;               /* the schedule came from schedule_file */
+  int64_t warmup;               /* iterations traced before the schedule */
+  int64_t first_iter;           /* the first iteration this run executes */
+  double schedule_ms;
+
+  /* Server state (server.c). */
+  ar_commsched_gate *gate;
+  ar_commsched_pacer *out_pacer, *in_pacer; /* NULL without link emulation */
+  float *gradbuf;         /* (W, own floats): each worker's gradients */
+  size_t *gradoff;        /* (nt) offset of a tensor in one worker's part */
+  size_t own_floats;
+  MPI_Request *sreq, *rreq; /* (W x nt) */
+  double *send_start, *arrive, *delivered; /* (W x nt) */
+  uint32_t *pend_w, *pend_t; /* (W x nt) FIFO of paced sends not posted */
+  double *pend_at;
+  /* Worker state (worker.c). */
+  MPI_Request *preq;      /* (nt) parameter receives */
+  double *report;         /* (report length) */
+  size_t report_len;
+  /* Rank 0 (report.c). */
+  double *reports;        /* (W + S - 1, max report length) */
+  size_t srep_len;
+  MPI_Request *rep_req;   /* (W + S - 1) */
+  ar__dist_iter_stat *stats; /* (total) */
+  ar_commsched_span *spans;  /* scratch for the metrics */
+  double *finish;            /* (W) */
+  double loss_window;
+  int64_t loss_window_n;
+  double last_train_loss;
+  ar_eval_acc last_eval;
+  int64_t last_eval_iter;
+  FILE *metrics;
+  ar_progress *progress;
+  char *ckpt_path, *metrics_path, *summary_path, *oracle_path;
+
+  /* Waiting (transport.c). */
+  MPI_Request abort_req;
+  int64_t abort_msg[3];
+  double last_progress;
+  double timeout_s;
+} ar__dist;
+
+/* ---- transport.c ---- */
+double ar__dist_clock(const ar__dist *c);
+/* The MPI error text of rc, "what failed" first.  Returns AR_IO. */
+ar_status ar__dist_mpi_err(ar__dist *c, int rc, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* One turn of a wait loop.  progressed: something completed since the
+ * last call (resets the dead-peer timer); otherwise sleeps a little.
+ * Fails, with a message naming `peer` and the iteration, when another
+ * rank reported a failure, a signal arrived (mpirun stops the other ranks
+ * with SIGTERM when one dies), or nothing progressed for timeout_s while
+ * waiting for `what` from `peer`. */
+ar_status ar__dist_poll(ar__dist *c, bool progressed, int peer, const char *what);
+void ar__dist_poll_reset(ar__dist *c);
+/* Tells every other rank (but `failed`) that `failed` failed: best effort,
+ * never blocks for long. */
+void ar__dist_notify_failure(ar__dist *c, int failed);
+/* Waits for one request with the poll rules. */
+ar_status ar__dist_wait(ar__dist *c, MPI_Request *r, int peer, const char *what);
+/* MPI_Ibcast of n items from rank 0 on cctl, waited with the poll rules. */
+ar_status ar__dist_bcast(ar__dist *c, void *buf, int n, MPI_Datatype type,
+                         const char *what);
+void ar__dist_install_signals(void);
+void ar__dist_restore_signals(void);
+
+/* ---- opgraph.c ---- */
+ar_status ar__dist_graph_build(ar__dist *c);
+ar_commsched_order ar__dist_order_of(ar_order_kind k);
+/* The schedule the servers enforce in iteration `iter` (1-based): NULL
+ * (as ready) during warm-up for tic/tac and under none; a fresh random
+ * schedule under random (owned by the caller: *owned is set). */
+ar_status ar__dist_schedule_for(ar__dist *c, int64_t iter,
+                                ar_commsched_schedule **out, bool *owned);
+/* After the last traced iteration: rank 0 turns the oracle into op times,
+ * broadcasts them, every rank computes the same TIC/TAC schedule.  Reads
+ * the schedule file instead when it exists; writes it when it does not. */
+ar_status ar__dist_schedule_setup(ar__dist *c);
+/* At start-up: a schedule_file that exists is read on rank 0 and
+ * broadcast (then no warm-up schedule is computed). */
+ar_status ar__dist_schedule_from_file(ar__dist *c);
+
+/* ---- server.c / worker.c ---- */
+ar_status ar__dist_server_init(ar__dist *c);
+void ar__dist_server_fini(ar__dist *c);
+ar_status ar__dist_server_iteration(ar__dist *c, int64_t iter,
+                                    const ar_commsched_schedule *s);
+ar_status ar__dist_worker_init(ar__dist *c);
+void ar__dist_worker_fini(ar__dist *c);
+ar_status ar__dist_worker_iteration(ar__dist *c, int64_t iter);
+
+/* ---- report.c (rank 0) ---- */
+size_t ar__dist_worker_report_len(const ar__dist *c);
+size_t ar__dist_server_report_len(const ar__dist *c);
+ar_status ar__dist_report_init(ar__dist *c, bool resume);
+void ar__dist_report_fini(ar__dist *c);
+/* Rank 0: posts the receives of iteration iter's reports. */
+ar_status ar__dist_reports_post(ar__dist *c);
+/* Rank 0: waits for them, feeds the oracle while tracing, computes the
+ * iteration's metrics, logs. */
+ar_status ar__dist_reports_collect(ar__dist *c, int64_t iter, double wall_s,
+                                   const double *own_server_report);
+/* All servers: the shards of servers 1..S-1 go to rank 0 (before an
+ * evaluation or a checkpoint). */
+ar_status ar__dist_gather(ar__dist *c);
+ar_status ar__dist_eval_and_log(ar__dist *c);
+ar_status ar__dist_finish(ar__dist *c, bool finished, double wall0,
+                          ar_summary *summary);
+
+#endif /* ACCELRT_DIST_IMPL_H */

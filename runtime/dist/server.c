@@ -1,0 +1,299 @@
+/* One parameter server's iteration: the parameters of its shard go to
+ * every worker through the commsched gate (TicTac §5's sender-side
+ * enforcement) and, with link emulation, through a token bucket at its
+ * out port; the workers' gradients come back through its in port; then
+ * it sums them and applies the optimizer to its shard. */
+#define _GNU_SOURCE
+#include "dist_impl.h"
+
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+ar_status ar__dist_server_init(ar__dist *c) {
+  const ar_spec *s = c->spec;
+  size_t wt = (size_t)c->W * (size_t)c->nt;
+  ar_commsched_gate_opts go = AR_COMMSCHED_GATE_OPTS_INIT;
+  go.destinations = (uint32_t)c->W;
+  go.transfers = (uint32_t)c->nt;
+  go.max_bytes_in_flight = (size_t)s->distributed.max_bytes_in_flight;
+  AR_CHECK(ar_commsched_gate_create(&go, &c->gate, c->err));
+  if (s->distributed.link_gbps > 0) {
+    /* One pacer per port of this server: its out port is shared by the
+     * parameters of all its workers, its in port by their gradients (the
+     * fan-in); the simulator models the same ports.  No burst: a plain
+     * serial link at the line rate. */
+    ar_commsched_link_opts lo = AR_COMMSCHED_LINK_OPTS_INIT;
+    lo.gbps = s->distributed.link_gbps;
+    lo.latency_us = s->distributed.link_latency_us;
+    lo.burst_bytes = 0;
+    double now = ar__dist_clock(c);
+    AR_CHECK(ar_commsched_pacer_create(&lo, now, &c->out_pacer, c->err));
+    AR_CHECK(ar_commsched_pacer_create(&lo, now, &c->in_pacer, c->err));
+  }
+  c->gradoff = ar_calloc((size_t)c->nt, sizeof *c->gradoff);
+  c->sreq = ar_malloc(wt * sizeof *c->sreq);
+  c->rreq = ar_malloc(wt * sizeof *c->rreq);
+  c->send_start = ar_malloc(wt * sizeof *c->send_start);
+  c->delivered = ar_malloc(wt * sizeof *c->delivered);
+  c->arrive = ar_malloc(wt * sizeof *c->arrive);
+  c->pend_w = ar_malloc(wt * sizeof *c->pend_w);
+  c->pend_t = ar_malloc(wt * sizeof *c->pend_t);
+  c->pend_at = ar_malloc(wt * sizeof *c->pend_at);
+  if (!c->gradoff || !c->sreq || !c->rreq || !c->send_start || !c->delivered || !c->arrive || !c->pend_w ||
+      !c->pend_t || !c->pend_at)
+    return ar_errf(c->err, AR_NOMEM, "out of memory for the server's bookkeeping");
+  for (size_t i = 0; i < wt; i++)
+    c->sreq[i] = c->rreq[i] = MPI_REQUEST_NULL;
+  c->own_floats = 0;
+  for (int t = 0; t < c->nt; t++)
+    if (c->t[t].server == c->rank) {
+      c->gradoff[t] = c->own_floats;
+      c->own_floats += (size_t)c->t[t].count;
+    }
+  c->gradbuf = ar_malloc((size_t)c->W * c->own_floats * sizeof(float) + 1);
+  c->report = ar_malloc(c->srep_len * sizeof *c->report);
+  if (!c->report)
+    return ar_errf(c->err, AR_NOMEM, "out of memory for the iteration report");
+  if (!c->gradbuf)
+    return ar_errf(c->err, AR_NOMEM, "out of memory for %d workers' gradients (%zu floats each)",
+                   c->W, c->own_floats);
+  return AR_OK;
+}
+
+void ar__dist_server_fini(ar__dist *c) {
+  if (c->sreq) {
+    size_t wt = (size_t)c->W * (size_t)c->nt;
+    for (size_t i = 0; i < wt; i++) {
+      if (c->sreq[i] != MPI_REQUEST_NULL)
+        MPI_Request_free(&c->sreq[i]);
+      if (c->rreq && c->rreq[i] != MPI_REQUEST_NULL) {
+        MPI_Cancel(&c->rreq[i]);
+        MPI_Request_free(&c->rreq[i]);
+      }
+    }
+  }
+  ar_commsched_gate_destroy(c->gate);
+  ar_commsched_pacer_destroy(c->out_pacer);
+  ar_commsched_pacer_destroy(c->in_pacer);
+  ar_free(c->gradbuf);
+  ar_free(c->gradoff);
+  ar_free(c->sreq);
+  ar_free(c->rreq);
+  ar_free(c->send_start);
+  ar_free(c->delivered);
+  ar_free(c->arrive);
+  ar_free(c->pend_w);
+  ar_free(c->pend_t);
+  ar_free(c->pend_at);
+  ar_free(c->report);
+}
+
+typedef struct srv_iter {
+  size_t head, tail;   /* the FIFO of paced sends not posted yet */
+  size_t sent, recvd, expect;
+  double last_delivery;
+} srv_iter;
+
+/* Moves every transfer the gate lets go into the FIFO, round-robin over
+ * the workers (each worker's in gate order), stamping when its bytes go
+ * on the emulated wire.  Without link emulation a send goes at once. */
+static bool gate_to_fifo(ar__dist *c, srv_iter *it) {
+  bool any = false, more = true;
+  while (more) {
+    more = false;
+    for (int w = 0; w < c->W; w++) {
+      uint32_t t;
+      if (ar_commsched_gate_next(c->gate, (uint32_t)w, &t) != AR_OK)
+        continue;
+      more = any = true;
+      double now = ar__dist_clock(c), at = now, start = now;
+      if (c->out_pacer) {
+        ar_commsched_pace pace;
+        ar_commsched_pacer_consume(c->out_pacer, now, c->t[t].bytes, &pace);
+        at = pace.arrive_s;
+        start = pace.start_s;
+      }
+      size_t k = it->tail++;
+      c->pend_w[k] = (uint32_t)w;
+      c->pend_t[k] = t;
+      c->pend_at[k] = at;
+      c->send_start[(size_t)w * (size_t)c->nt + t] = start;
+      c->arrive[(size_t)w * (size_t)c->nt + t] = at;
+    }
+  }
+  return any;
+}
+
+/* Posts the sends whose emulated arrival has come (the FIFO's times never
+ * decrease: one serial port). */
+static ar_status post_due(ar__dist *c, srv_iter *it, bool *progressed) {
+  double now = ar__dist_clock(c);
+  while (it->head < it->tail && c->pend_at[it->head] <= now) {
+    size_t k = it->head++;
+    uint32_t w = c->pend_w[k], t = c->pend_t[k];
+    const ar__dist_tensor *T = &c->t[t];
+    int rc = MPI_Isend(T->p, (int)T->count, MPI_FLOAT, c->S + (int)w, (int)t, c->cparam,
+                       &c->sreq[(size_t)w * (size_t)c->nt + t]);
+    if (rc != MPI_SUCCESS) {
+      ar__dist_notify_failure(c, c->S + (int)w);
+      return ar__dist_mpi_err(c, rc, "iteration %lld: sending '%s' to rank %d",
+                              (long long)c->st.iteration + 1, T->name, c->S + (int)w);
+    }
+    *progressed = true;
+  }
+  return AR_OK;
+}
+
+/* The rank of the first request still open (for messages). */
+static int first_open(const ar__dist *c, const MPI_Request *r) {
+  size_t wt = (size_t)c->W * (size_t)c->nt;
+  for (size_t i = 0; i < wt; i++)
+    if (r[i] != MPI_REQUEST_NULL)
+      return c->S + (int)(i / (size_t)c->nt);
+  return -1;
+}
+
+/* Tests a request array: idx[0..*n) are the ones that completed. */
+static ar_status test_some(ar__dist *c, MPI_Request *r, int *idx, int *n, const char *what) {
+  int wt = c->W * c->nt;
+  int rc = MPI_Testsome(wt, r, n, idx, MPI_STATUSES_IGNORE);
+  if (rc != MPI_SUCCESS) {
+    int peer = first_open(c, r);
+    ar__dist_notify_failure(c, peer);
+    return ar__dist_mpi_err(c, rc, "iteration %lld: %s of rank %d",
+                            (long long)c->st.iteration + 1, what, peer);
+  }
+  if (*n == MPI_UNDEFINED)
+    *n = 0;
+  return AR_OK;
+}
+
+static ar_status exchange(ar__dist *c, srv_iter *it, int *idx) {
+  ar__dist_poll_reset(c);
+  for (;;) {
+    bool progressed = gate_to_fifo(c, it);
+    AR_CHECK(post_due(c, it, &progressed));
+    int n;
+    AR_CHECK(test_some(c, c->sreq, idx, &n, "a parameter send"));
+    for (int i = 0; i < n; i++) {
+      uint32_t w = (uint32_t)(idx[i] / c->nt), t = (uint32_t)(idx[i] % c->nt);
+      AR_CHECK(ar_commsched_gate_release(c->gate, w, t, c->err));
+      it->sent++;
+      progressed = true;
+    }
+    AR_CHECK(test_some(c, c->rreq, idx, &n, "a gradient receive"));
+    double now = ar__dist_clock(c);
+    for (int i = 0; i < n; i++) {
+      double at = now;
+      if (c->in_pacer) {
+        ar_commsched_pace pace;
+        ar_commsched_pacer_consume(c->in_pacer, now, c->t[idx[i] % c->nt].bytes, &pace);
+        at = pace.arrive_s;
+      }
+      c->delivered[idx[i]] = at;
+      if (at > it->last_delivery)
+        it->last_delivery = at;
+      it->recvd++;
+      progressed = true;
+    }
+    if (it->sent == it->expect && it->recvd == it->expect)
+      return AR_OK;
+    int peer = first_open(c, c->rreq);
+    AR_CHECK(ar__dist_poll(c, progressed, peer >= 0 ? peer : first_open(c, c->sreq),
+                           peer >= 0 ? "gradients" : "acceptance of parameters"));
+  }
+}
+
+static void apply_update(ar__dist *c) {
+  const ar_spec *s = c->spec;
+  ar_device *d = c->dev;
+  c->model->step++;
+  for (int t = 0; t < c->nt; t++) {
+    const ar__dist_tensor *T = &c->t[t];
+    if (T->server != c->rank)
+      continue;
+    /* Sum in worker order, so the result does not depend on arrival. */
+    const float *g0 = c->gradbuf + c->gradoff[t];
+    memcpy(T->g, g0, (size_t)T->count * sizeof(float));
+    for (int w = 1; w < c->W; w++) {
+      const float *gw = g0 + (size_t)w * c->own_floats;
+      for (int64_t i = 0; i < T->count; i++)
+        T->g[i] += gw[i];
+    }
+    if (s->train.optimizer == AR_OPT_ADAM)
+      d->ops->adam(d, T->count, T->p, T->g, T->s1, T->s2, (float)s->train.lr,
+                   (float)s->train.beta1, (float)s->train.beta2, (float)s->train.eps,
+                   (float)s->train.weight_decay, c->model->step);
+    else
+      d->ops->sgd(d, T->count, T->p, T->g, T->s1, (float)s->train.lr,
+                  (float)s->train.momentum, (float)s->train.weight_decay);
+  }
+  d->ops->sync(d);
+}
+
+static ar_status post_grad_recvs(ar__dist *c, srv_iter *it) {
+  for (int w = 0; w < c->W; w++)
+    for (int t = 0; t < c->nt; t++) {
+      const ar__dist_tensor *T = &c->t[t];
+      size_t k = (size_t)w * (size_t)c->nt + (size_t)t;
+      c->send_start[k] = c->arrive[k] = c->delivered[k] = NAN;
+      if (T->server != c->rank)
+        continue;
+      AR_CHECK(ar_commsched_gate_offer(c->gate, (uint32_t)w, (uint32_t)t, T->bytes, c->err));
+      float *buf = c->gradbuf + (size_t)w * c->own_floats + c->gradoff[t];
+      int rc = MPI_Irecv(buf, (int)T->count, MPI_FLOAT, c->S + w, t, c->cgrad, &c->rreq[k]);
+      if (rc != MPI_SUCCESS)
+        return ar__dist_mpi_err(c, rc, "posting the receive of '%s' from rank %d", T->name,
+                                c->S + w);
+      it->expect++;
+    }
+  return AR_OK;
+}
+
+static ar_status send_report(ar__dist *c, const double *rep) {
+  MPI_Request q;
+  int rc = MPI_Isend(rep, (int)c->srep_len, MPI_DOUBLE, 0, AR__DIST_TAG_REPORT, c->cctl, &q);
+  if (rc != MPI_SUCCESS)
+    return ar__dist_mpi_err(c, rc, "sending the iteration report to rank 0");
+  return ar__dist_wait(c, &q, 0, "acceptance of the iteration report");
+}
+
+ar_status ar__dist_server_iteration(ar__dist *c, int64_t iter, const ar_commsched_schedule *s) {
+  double wall0 = ar__dist_clock(c);
+  /* Load the schedule into the gate (tic/tac once, random every
+   * iteration), then start the iteration: counters reset (TicTac's
+   * reference never reset them, see commsched.h). */
+  AR_CHECK(ar_commsched_gate_load(c->gate, s, (uint32_t)c->rank, c->err));
+  AR_CHECK(ar_commsched_gate_begin(c->gate, (uint64_t)iter, c->err));
+  srv_iter it = {0, 0, 0, 0, 0, -INFINITY};
+  if (c->rank == 0)
+    AR_CHECK(ar__dist_reports_post(c));
+  double start = ar__dist_clock(c);
+  AR_CHECK(post_grad_recvs(c, &it));
+  int *idx = ar_malloc((size_t)c->W * (size_t)c->nt * sizeof *idx + 1);
+  if (!idx)
+    return ar_errf(c->err, AR_NOMEM, "out of memory");
+  ar_status st = exchange(c, &it, idx);
+  ar_free(idx);
+  AR_CHECK(st);
+  /* With link emulation a gradient counts from its emulated arrival. */
+  for (double now = ar__dist_clock(c); now < it.last_delivery; now = ar__dist_clock(c)) {
+    double left = it.last_delivery - now;
+    struct timespec ts = {0, (long)(left * 1e9)};
+    nanosleep(&ts, NULL);
+  }
+  double *rep = c->report;
+  rep[AR__SREP_ITER] = (double)iter;
+  rep[AR__SREP_START] = start;
+  rep[AR__SREP_UPD0] = ar__dist_clock(c);
+  apply_update(c);
+  rep[AR__SREP_UPD1] = ar__dist_clock(c);
+  size_t wt = (size_t)c->W * (size_t)c->nt;
+  memcpy(rep + AR__SREP_HEAD, c->send_start, wt * sizeof *rep);
+  memcpy(rep + AR__SREP_HEAD + wt, c->arrive, wt * sizeof *rep);
+  memcpy(rep + AR__SREP_HEAD + 2 * wt, c->delivered, wt * sizeof *rep);
+  if (c->rank != 0)
+    return send_report(c, rep);
+  return ar__dist_reports_collect(c, iter, ar__dist_clock(c) - wall0, rep);
+}

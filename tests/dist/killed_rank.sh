@@ -1,0 +1,66 @@
+#!/bin/sh
+# A worker (rank 2) kills itself at iteration 5 of a 3-rank job
+# (ACCELRT_DIST_FAULT).  Checked:
+#   1. plain mpiexec: the job ends (no hang), exits non-zero, the surviving
+#      ranks say what they were waiting for when mpiexec stopped them, and
+#      the checkpoint left behind resumes to the end;
+#   2. mpiexec --enable-recovery (the survivors keep running): each survivor
+#      exits non-zero with an error naming rank 2 and the iteration.
+# usage: killed_rank.sh MPIEXEC ACCELRT
+set -u
+MPIEXEC=$1
+ACCELRT=$2
+dir=$(mktemp -d /tmp/accelrt_killed_XXXXXX)
+fail() {
+  echo "FAIL: $*"
+  echo "---- output ----"
+  cat "$dir"/out*.txt 2>/dev/null
+  exit 1
+}
+cat > "$dir/job.yaml" <<EOF
+name: killed
+seed: 2
+device: host
+model:
+  input: {dense: 32}
+  layers:
+    - {name: h, dense: 64, activation: relu}
+    - {name: out, dense: 16, activation: softmax}
+data: {generate: {train_points: 400, test_points: 0, features: 32, labels: 16, nnz: 6, labels_per_point: 2}}
+train: {batch: 32, iterations: 12, threads: 1, checkpoint_every: 2, optimizer: {adam: {lr: 0.01}}}
+output: {dir: '$dir/run'}
+distributed: {servers: 1, order: tac, trace_iterations: 2}
+EOF
+
+# 1. Plain mpiexec.
+ACCELRT_DIST_FAULT=2:5 ACCELRT_DIST_TIMEOUT=10 timeout 120 \
+  "$MPIEXEC" --oversubscribe -n 3 "$ACCELRT" run "$dir/job.yaml" --quiet > "$dir/out1.txt" 2>&1
+rc=$?
+[ $rc -eq 124 ] && fail "plain mpiexec: the job hung"
+[ $rc -eq 0 ] && fail "plain mpiexec: exit status 0 after a rank died"
+grep -q "rank 2" "$dir/out1.txt" || fail "plain mpiexec: no message names rank 2"
+survivors=$(grep -c "accelrt run: error: iteration 5: rank [01] " "$dir/out1.txt")
+[ "$survivors" -ge 1 ] || fail "plain mpiexec: no surviving rank reported iteration 5"
+# The checkpoint of iteration 4 is valid: resuming finishes the job.
+timeout 120 "$MPIEXEC" --oversubscribe -n 3 "$ACCELRT" run "$dir/job.yaml" --resume --quiet \
+  > "$dir/out2.txt" 2>&1 || fail "resuming from the last checkpoint failed"
+grep -q '"iterations": 12' "$dir/run/summary.json" || fail "the resumed run did not reach 12"
+
+# 2. With recovery: the survivors run on, find out and exit non-zero.
+rm -rf "$dir/run"
+ACCELRT_DIST_FAULT=2:5 ACCELRT_DIST_TIMEOUT=5 timeout 120 \
+  "$MPIEXEC" --oversubscribe --enable-recovery -n 3 sh -c \
+  '"$0" run "$1" --quiet; echo $? > "$2/rc.$OMPI_COMM_WORLD_RANK"' \
+  "$ACCELRT" "$dir/job.yaml" "$dir" > "$dir/out3.txt" 2>&1
+[ $? -eq 124 ] && fail "--enable-recovery: the job hung"
+for r in 0 1; do
+  [ -f "$dir/rc.$r" ] || fail "--enable-recovery: rank $r did not exit"
+  [ "$(cat "$dir/rc.$r")" != 0 ] || fail "--enable-recovery: rank $r exited 0"
+done
+grep -q "iteration 5: rank 0 got no gradients from rank 2 (worker 1)" "$dir/out3.txt" ||
+  fail "--enable-recovery: the server did not name rank 2"
+grep -q "rank 2 (worker 1) failed (reported by rank 0" "$dir/out3.txt" ||
+  fail "--enable-recovery: worker 0 did not name rank 2"
+echo "ok"
+cat "$dir/out3.txt" | grep "error:"
+rm -rf "$dir"
