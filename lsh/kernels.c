@@ -10,6 +10,7 @@
  * they missed (see ar_lsh_adam_create in the header for the exact rule). */
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "lsh_impl.h"
@@ -72,64 +73,77 @@ static ar_status check_active(const uint32_t *active, size_t n,
   return AR_OK;
 }
 
-/* ---- inner loops ------------------------------------------------------------
- */
+/* ---- instruction sets ------------------------------------------------------
+ * The inner loops come in three builds (kernels_isa.h); the first call of
+ * a kernel picks the widest the CPU has, unless ar_lsh_isa_set or the
+ * ACCELRT_LSH_ISA environment variable chose one. */
 
-static inline float dot_dense(const float *restrict w, const float *restrict x,
-                              uint32_t in) {
-  float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-  for (uint32_t j = 0; j < in; j++)
-    s += w[j] * x[j];
-  return s;
-}
-
-static inline float dot_sparse(const float *restrict w,
-                               const uint32_t *restrict idx,
-                               const float *restrict val, size_t nnz) {
-  float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-  for (size_t k = 0; k < nnz; k++)
-    s += w[idx[k]] * val[k];
-  return s;
-}
-
-/* gw += g * x and, when dx, dx += g * w, over a dense row. */
-static inline void axpy_dense(float g, const float *restrict x,
-                              const float *restrict w, float *restrict gw,
-                              float *restrict dx, uint32_t in) {
-  if (dx) {
-#pragma omp simd
-    for (uint32_t j = 0; j < in; j++) {
-      gw[j] += g * x[j];
-      dx[j] += g * w[j];
-    }
-  } else {
-#pragma omp simd
-    for (uint32_t j = 0; j < in; j++)
-      gw[j] += g * x[j];
+static const ar__lsh_isa *isa_table(ar_lsh_isa isa) {
+  switch (isa) {
+  case AR_LSH_ISA_AVX512:
+    return &ar__lsh_isa_avx512;
+  case AR_LSH_ISA_AVX2:
+    return &ar__lsh_isa_avx2;
+  default:
+    return &ar__lsh_isa_portable;
   }
 }
 
-/* The same at the input's non-zeros; dx is aligned with idx.  The indices
- * are distinct (a documented requirement), so the scatter has no conflict
- * between vector lanes. */
-static inline void axpy_sparse(float g, const uint32_t *restrict idx,
-                               const float *restrict val,
-                               const float *restrict w, float *restrict gw,
-                               float *restrict dx, size_t nnz) {
-  if (dx) {
-#pragma omp simd
-    for (size_t k = 0; k < nnz; k++) {
-      gw[idx[k]] += g * val[k];
-      dx[k] += g * w[idx[k]];
-    }
-  } else {
-#pragma omp simd
-    for (size_t k = 0; k < nnz; k++)
-      gw[idx[k]] += g * val[k];
+int ar_lsh_isa_supported(ar_lsh_isa isa) {
+  switch (isa) {
+  case AR_LSH_ISA_PORTABLE:
+    return 1;
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  case AR_LSH_ISA_AVX2:
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  case AR_LSH_ISA_AVX512:
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+  default:
+    return 0;
   }
 }
+
+static const ar__lsh_isa *_Atomic isa_now;
+
+static const ar__lsh_isa *isa(void) {
+  const ar__lsh_isa *t = isa_now;
+  if (t)
+    return t;
+  ar_lsh_isa pick = AR_LSH_ISA_PORTABLE;
+  if (ar_lsh_isa_supported(AR_LSH_ISA_AVX512))
+    pick = AR_LSH_ISA_AVX512;
+  else if (ar_lsh_isa_supported(AR_LSH_ISA_AVX2))
+    pick = AR_LSH_ISA_AVX2;
+  const char *env = getenv("ACCELRT_LSH_ISA");
+  if (env && *env) {
+    ar_lsh_isa want = !strcmp(env, "avx512") ? AR_LSH_ISA_AVX512
+                      : !strcmp(env, "avx2") ? AR_LSH_ISA_AVX2
+                      : !strcmp(env, "portable") ? AR_LSH_ISA_PORTABLE
+                                               : (ar_lsh_isa)-1;
+    if ((int)want < 0)
+      ar_log(AR_LOG_WARN, "ACCELRT_LSH_ISA=%s is not portable, avx2 or avx512; using %s",
+             env, isa_table(pick)->name);
+    else if (!ar_lsh_isa_supported(want))
+      ar_log(AR_LOG_WARN, "ACCELRT_LSH_ISA=%s: this CPU lacks it; using %s", env,
+             isa_table(pick)->name);
+    else
+      pick = want;
+  }
+  isa_now = isa_table(pick);
+  return isa_now;
+}
+
+ar_status ar_lsh_isa_set(ar_lsh_isa which) {
+  if (!ar_lsh_isa_supported(which))
+    return AR_UNSUPPORTED;
+  isa_now = isa_table(which);
+  return AR_OK;
+}
+
+const char *ar_lsh_isa_name(void) { return isa()->name; }
 
 /* ---- forward --------------------------------------------------------------
  */
@@ -144,12 +158,13 @@ ar_status ar_lsh_forward(const ar_lsh_rows *layer, const ar_lsh_input *x,
     return ar_errf(err, AR_INVALID, "lsh forward: out is NULL");
   const float *w = layer->w;
   const size_t ld = layer->ld;
+  const ar__lsh_isa *k = isa();
   for (size_t i = 0; i < n; i++) {
     if (i + AR__AHEAD < n)
       AR__PREFETCH(w + (size_t)active[i + AR__AHEAD] * ld);
     const float *row = w + (size_t)active[i] * ld;
-    float z = x->dense ? dot_dense(row, x->dense, layer->in)
-                       : dot_sparse(row, x->idx, x->val, x->nnz);
+    float z = x->dense ? k->dot_dense(row, x->dense, layer->in)
+                       : k->dot_sparse(row, x->idx, x->val, x->nnz);
     if (layer->b)
       z += layer->b[active[i]];
     if (act == AR_LSH_ACT_RELU && !(z > 0.0f))
@@ -228,6 +243,7 @@ ar_status ar_lsh_backward(const ar_lsh_rows *layer, const ar_lsh_input *x,
     return ar_errf(err, AR_INVALID,
                    "lsh backward: dout is NULL, or out is NULL with RELU");
   const float *w = layer->w;
+  const ar__lsh_isa *k = isa();
   for (size_t i = 0; i < n; i++) {
     const uint32_t r = active[i];
     if (touched)
@@ -244,9 +260,9 @@ ar_status ar_lsh_backward(const ar_lsh_rows *layer, const ar_lsh_input *x,
     const float *row = w + (size_t)r * layer->ld;
     float *grow = grad->w + (size_t)r * grad->ld;
     if (x->dense)
-      axpy_dense(g, x->dense, row, grow, dx, layer->in);
+      k->axpy_dense(g, x->dense, row, grow, dx, layer->in);
     else
-      axpy_sparse(g, x->idx, x->val, row, grow, dx, x->nnz);
+      k->axpy_sparse(g, x->idx, x->val, row, grow, dx, x->nnz);
     if (grad->b)
       grad->b[r] += g;
   }
@@ -485,6 +501,7 @@ ar_status ar_lsh_adam_step(ar_lsh_adam *a, const ar_lsh_rows *layer,
   const uint32_t *ids = touched->ids;
   const long count = (long)touched->count;
   const int nt = a->o.threads > 0 ? a->o.threads : omp_get_max_threads();
+  const ar__lsh_isa *isa_k = isa();
 #pragma omp parallel for num_threads(nt) schedule(static) if (count > 256)
   for (long k = 0; k < count; k++) {
     const uint32_t r = ids[k];
@@ -492,20 +509,9 @@ ar_status ar_lsh_adam_step(ar_lsh_adam *a, const ar_lsh_rows *layer,
     /* m = b1 * (b1^skip * m) + (1 - b1) g: the skipped steps' decay and
      * this step's in one factor. */
     const float d1 = b1 * decay(b1, skip), d2 = b2 * decay(b2, skip);
-    float *restrict w = layer->w + (size_t)r * layer->ld;
-    float *restrict g = grad->w + (size_t)r * grad->ld;
-    float *restrict m = a->m + (size_t)r * in;
-    float *restrict v = a->v + (size_t)r * in;
-#pragma omp simd
-    for (uint32_t j = 0; j < in; j++) {
-      const float gj = g[j];
-      const float mj = d1 * m[j] + (1.0f - b1) * gj;
-      const float vj = d2 * v[j] + (1.0f - b2) * gj * gj;
-      m[j] = mj;
-      v[j] = vj;
-      w[j] -= lr_t * mj / (sqrtf(vj) * isq2 + eps);
-      g[j] = 0.0f;
-    }
+    isa_k->adam_row(layer->w + (size_t)r * layer->ld, grad->w + (size_t)r * grad->ld,
+                a->m + (size_t)r * in, a->v + (size_t)r * in, in, d1, d2, b1, b2, lr_t, isq2,
+                eps);
     if (bias) {
       const float gb = grad->b[r];
       const float mj = d1 * a->mb[r] + (1.0f - b1) * gb;

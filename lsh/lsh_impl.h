@@ -56,6 +56,20 @@ void ar__lsh_doph_sparse(const ar_lsh_hash *h, const uint32_t *idx,
 void ar__lsh_densify(const ar_lsh_hash *h, ar_lsh_scratch *s);
 
 
+/* The sparse kernels' inner loops for one instruction set (kernels_isa.h). */
+typedef struct ar__lsh_isa {
+  const char *name;
+  float (*dot_dense)(const float *w, const float *x, uint32_t in);
+  float (*dot_sparse)(const float *w, const uint32_t *idx, const float *val, size_t nnz);
+  void (*axpy_dense)(float g, const float *x, const float *w, float *gw, float *dx,
+                     uint32_t in);
+  void (*axpy_sparse)(float g, const uint32_t *idx, const float *val, const float *w,
+                      float *gw, float *dx, size_t nnz);
+  void (*adam_row)(float *w, float *g, float *m, float *v, uint32_t in, float d1, float d2,
+                   float b1, float b2, float lr_t, float isq2, float eps);
+} ar__lsh_isa;
+extern const ar__lsh_isa ar__lsh_isa_portable, ar__lsh_isa_avx2, ar__lsh_isa_avx512;
+
 /* Tables geometry for sampling.c and the scratch (tables.c). */
 uint32_t ar__lsh_tables_neurons(const ar_lsh_tables *t);
 uint32_t ar__lsh_tables_L(const ar_lsh_tables *t);

@@ -427,6 +427,25 @@ typedef struct ar_lsh_adam_opts {
   int threads; /* rows of a step are split over OpenMP threads; 0 = default */
 } ar_lsh_adam_opts;
 
+/* ---- instruction sets ------------------------------------------------------
+ * The inner loops of forward, backward and Adam are built three times
+ * (portable C, AVX2+FMA, AVX-512F/BW/VL/DQ) and picked at run time: the
+ * widest the CPU has, or ACCELRT_LSH_ISA=portable|avx2|avx512 in the
+ * environment, or ar_lsh_isa_set.  All give the same results to float
+ * tolerance (the association of sums differs). */
+typedef enum ar_lsh_isa {
+  AR_LSH_ISA_PORTABLE = 0,
+  AR_LSH_ISA_AVX2 = 1,
+  AR_LSH_ISA_AVX512 = 2
+} ar_lsh_isa;
+/* Whether this CPU runs the set (portable: always). */
+int ar_lsh_isa_supported(ar_lsh_isa isa);
+/* Uses that set from now on, for every thread; AR_UNSUPPORTED when the
+ * CPU lacks it.  Not to be called while kernels run. */
+ar_status ar_lsh_isa_set(ar_lsh_isa isa);
+/* The set in use: "portable", "avx2" or "avx512". */
+const char *ar_lsh_isa_name(void);
+
 /* SLIDE's settings: Adam (0.9, 0.999, 1e-8), lr 1e-4. */
 #define AR_LSH_ADAM_OPTS_INIT                                                  \
   { 1e-4f, 0.9f, 0.999f, 1e-8f, 0 }

@@ -1,0 +1,5 @@
+/* The sparse kernels' inner loops for the avx2 instruction set (see
+ * kernels_isa.h; the -march of this file is set in lsh/CMakeLists.txt). */
+#define AR__ISA_TABLE ar__lsh_isa_avx2
+#define AR__ISA_NAME "avx2"
+#include "kernels_isa.h"
