@@ -41,7 +41,8 @@
  *
  * Tests: tests/lanes/test_admission.c (random job mixes under every
  * policy), tests/lanes/test_sched.c (pick orders), tests/lanes/test_defrag.c
- * (data survives every move, byte for byte).
+ * (data survives every move, byte for byte), tests/lanes/test_offsets.c
+ * (in-lane tensor offsets under random lifetimes).
  */
 #ifndef ACCELRT_LANES_H
 #define ACCELRT_LANES_H
@@ -220,6 +221,39 @@ ar_status ar_lanes_pick(ar_lanes *lanes, ar_lanes_lane_id lane,
  * AR_INVALID (negative or non-finite seconds). */
 ar_status ar_lanes_iteration_done(ar_lanes *lanes, ar_lanes_job_id job,
                                   double seconds);
+
+/* ---- in-lane tensor offsets --------------------------------------------- */
+
+/* One tensor of an iteration: its size and the steps (any integer clock,
+ * e.g. op indices of one iteration) at which it is first and last used,
+ * both inclusive.  Two tensors are live together when their intervals
+ * [first_use, last_use] intersect. */
+typedef struct ar_lanes_tensor {
+  size_t bytes;
+  int64_t first_use, last_use; /* first_use <= last_use */
+} ar_lanes_tensor;
+
+/* Static memory plan of one iteration inside a lane (Salus keeps one
+ * iteration's ephemeral memory in its lane and frees all of it at the end;
+ * the offsets inside are ours): assigns each tensor an offset so that no
+ * two tensors live at the same time share a byte.  Greedy by size: tensors
+ * are placed largest first (ties: earlier first_use, then lower index),
+ * each into the smallest gap between the already placed tensors that
+ * overlap it in time, or above the highest of them.
+ *
+ * Sizes are rounded up to `align` (a power of two; 0 means 64) and every
+ * offset is a multiple of it.  Tensors of 0 bytes get offset 0 and take no
+ * space.  The peak (the end of the highest tensor) is never larger than
+ * the sum of the rounded sizes, and never below the largest sum of the
+ * rounded sizes of the tensors live at one step.
+ *
+ * t (n) and offsets (n) are the caller's; *peak receives the peak.
+ * Thread-safe (no shared state).  Returns AR_OK, AR_INVALID (NULL arrays
+ * with n > 0, align not a power of two, first_use > last_use: the message
+ * names the tensor), AR_RANGE (the sizes overflow size_t) or AR_NOMEM. */
+ar_status ar_lanes_plan_offsets(const ar_lanes_tensor *t, size_t n,
+                                size_t align, size_t *offsets, size_t *peak,
+                                ar_err *err);
 
 /* ---- testing ----------------------------------------------------------- */
 

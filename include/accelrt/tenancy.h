@@ -2,6 +2,11 @@
  * accelrt tenancy: many jobs on one device through lanes (lanes/): the
  * multi-job runner behind `accelrt run` of a file with `jobs:`, and the
  * execution service (`accelrt serve`, `submit`, `ps`, `logs`, `cancel`).
+ *
+ * Tests: tests/tenancy/test_runner.c (the runner with synthetic jobs:
+ * random mixes under every policy, failures, cancels, defragmentation byte
+ * for byte), tests/tenancy/multi_job.sh (a `jobs:` file end to end),
+ * tests/tenancy/service.sh (two users, a killed server, garbage).
  */
 #ifndef ACCELRT_TENANCY_H
 #define ACCELRT_TENANCY_H
@@ -17,6 +22,28 @@ extern "C" {
  * summary.json into spec->output.dir.  AR_OK when every job succeeded. */
 ar_status ar_tenancy_run(const ar_spec *spec, const ar_run_opts *opts,
                          ar_err *err);
+
+/* The execution service (runtime/tenancy/service.c): `accelrt serve`.
+ * Listens on socket_path (a Unix socket every user may connect to; the
+ * kernel's SO_PEERCRED uid identifies them), keeps its journal in
+ * state_dir, and runs the submitted jobs through the same runner as
+ * ar_tenancy_run on `device` under `policy` with memory_bytes (or
+ * memory_fraction of the free memory; both 0: all of it).  Returns when
+ * SIGINT or SIGTERM arrives, after the running jobs wrote their
+ * checkpoints; AR_STATE when another server holds state_dir.
+ * Tests: tests/tenancy/service.sh. */
+typedef struct ar_serve_opts {
+  const char *state_dir;
+  const char *socket_path;
+  const char *device;  /* "auto", "host", "cuda:N" */
+  const char *policy;  /* "fifo", "pack", "srtf", "fair", "priority" */
+  uint64_t memory_bytes;
+  double memory_fraction;
+  int threads;         /* host threads in all; 0 = all cores */
+} ar_serve_opts;
+#define AR_SERVE_OPTS_INIT {NULL, NULL, "auto", "pack", 0, 0.0, 0}
+
+ar_status ar_tenancy_serve(const ar_serve_opts *opts, ar_err *err);
 
 #ifdef __cplusplus
 }

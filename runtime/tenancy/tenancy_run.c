@@ -1,8 +1,319 @@
-/* Placeholder until the multi-job runner lands (issue 4). */
+/*
+ * `accelrt run` of a file with `jobs:`: every job in one process on one
+ * device, sharing it through lanes under runtime.policy and runtime.memory
+ * (Salus, Yu & Chowdhury, MLSys 2020).  The engine's ar_job (open, start
+ * in carved blocks, step, rebase, finish) is what the runner drives; the
+ * plan sizes it admits on are exact (Salus took them from profiling).
+ */
+#define _GNU_SOURCE
 #include "accelrt/tenancy.h"
 
+#include "tenancy_impl.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- the engine job behind the runner's table ---- */
+
+static ar_status e_start(void *job, ar_device *dev, void *p, void *e, ar_err *err) {
+  return ar_job_start(job, dev, p, e, err);
+}
+static ar_status e_step(void *job, ar_err *err) { return ar_job_step(job, err); }
+static bool e_done(void *job) { return ar_job_done(job); }
+static void e_rebase(void *job, void *p, void *e) { ar_job_rebase(job, p, e); }
+static ar_status e_finish(void *job, bool interrupted, ar_err *err) {
+  return ar_job_finish(job, interrupted, NULL, err);
+}
+static void e_close(void *job) { ar_job_close(job); }
+
+static const ar__tjob_ops engine_ops = {e_start, e_step, e_done, e_rebase, e_finish, e_close};
+
+ar_status ar__tenancy_open_job(const ar_spec *spec, bool resume, ar__tjob_desc *d,
+                               ar_err *err) {
+  ar_run_opts o = AR_RUN_OPTS_INIT;
+  o.quiet = true;
+  o.resume = resume;
+  ar_job *j = NULL;
+  AR_CHECK(ar_job_open(spec, &o, &j, err));
+  const ar_plan *plan = ar_job_plan(j);
+  memset(d, 0, sizeof *d);
+  d->name = spec->name;
+  d->out_dir = spec->output.dir;
+  d->persistent = plan->persistent_bytes;
+  d->ephemeral = plan->ephemeral_bytes;
+  /* A resumed job's position is known only once its checkpoint is loaded
+   * (at start), so it is admitted for all its iterations; the runner ends
+   * it when the engine says it is done. */
+  int64_t total = ar_job_total(j), done = ar_job_iteration(j);
+  if (total - done <= 0) {
+    ar_job_close(j);
+    return ar_errf(err, AR_STATE, "job '%s' has no iteration left to run", spec->name);
+  }
+  d->iterations = (uint64_t)(total - done);
+  d->iterations_before = (uint64_t)done;
+  d->priority = spec->priority;
+  d->max_threads = spec->train.threads;
+  d->arrival_s = spec->arrival_s;
+  d->job = j;
+  d->ops = &engine_ops;
+  return AR_OK;
+}
+
+/* ---- a job that could not be opened ---- */
+
+typedef struct failed_job {
+  char *message;
+} failed_job;
+
+static ar_status f_start(void *job, ar_device *dev, void *p, void *e, ar_err *err) {
+  (void)dev;
+  (void)p;
+  (void)e;
+  return ar_errf(err, AR_INVALID, "%s", ((failed_job *)job)->message);
+}
+static ar_status f_step(void *job, ar_err *err) {
+  return f_start(job, NULL, NULL, NULL, err);
+}
+static bool f_done(void *job) {
+  (void)job;
+  return false;
+}
+static void f_rebase(void *job, void *p, void *e) {
+  (void)job;
+  (void)p;
+  (void)e;
+}
+static ar_status f_finish(void *job, bool interrupted, ar_err *err) {
+  (void)job;
+  (void)interrupted;
+  (void)err;
+  return AR_OK;
+}
+static void f_close(void *job) {
+  failed_job *f = job;
+  if (f)
+    ar_free(f->message);
+  ar_free(f);
+}
+static const ar__tjob_ops failed_ops = {f_start, f_step, f_done, f_rebase, f_finish, f_close};
+
+ar_status ar__tenancy_failed_job(const char *name, const char *out_dir, const char *message,
+                                 ar__tjob_desc *d) {
+  failed_job *f = ar_calloc(1, sizeof *f);
+  if (!f || !(f->message = ar_strdup(message ? message : "failed"))) {
+    ar_free(f);
+    return AR_NOMEM;
+  }
+  memset(d, 0, sizeof *d);
+  d->name = name;
+  d->out_dir = out_dir;
+  d->persistent = 1;
+  d->ephemeral = 1;
+  d->iterations = 1;
+  d->job = f;
+  d->ops = &failed_ops;
+  return AR_OK;
+}
+
+/* ---- capacity ---- */
+
+ar_status ar__tenancy_capacity(const ar_spec *spec, const char *device, size_t *out,
+                               ar_err *err) {
+  bool host = strcmp(device, "host") == 0;
+  if (!host && strcmp(device, "auto") == 0) {
+    char why[256];
+    host = ar_cuda_device_count(why, sizeof why) == 0;
+  }
+  if (spec->runtime.memory_bytes > 0) {
+    *out = (size_t)spec->runtime.memory_bytes;
+    return AR_OK;
+  }
+  if (!host)
+    return ar_errf(err, AR_UNSUPPORTED,
+                   "runtime.memory as a share of free device memory is not available on "
+                   "%s in this build; give it in bytes (e.g. memory: 8GiB)",
+                   device);
+  size_t avail = ar__host_available_bytes();
+  if (avail == 0)
+    return ar_errf(err, AR_UNSUPPORTED,
+                   "cannot read the host's available memory (/proc/meminfo); give "
+                   "runtime.memory in bytes (e.g. memory: 8GiB)");
+  double f = spec->runtime.memory_fraction > 0 ? spec->runtime.memory_fraction : 1.0;
+  *out = (size_t)((double)avail * f);
+  return AR_OK;
+}
+
+/* ---- signals: a watcher turns SIGINT/SIGTERM into ar__runner_stop ---- */
+
+static volatile sig_atomic_t stop_signal;
+static void on_signal(int sig) {
+  (void)sig;
+  stop_signal = 1;
+}
+
+typedef struct watcher {
+  ar__runner *r;
+  volatile int done;
+} watcher;
+
+static void *watch(void *arg) {
+  watcher *w = arg;
+  while (!w->done) {
+    if (stop_signal) {
+      ar__runner_stop(w->r);
+      break;
+    }
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return NULL;
+}
+
+/* ---- progress lines ---- */
+
+typedef struct run_ctx {
+  const ar_spec *spec;
+  bool quiet;
+  double t0;
+} run_ctx;
+
+static void on_event(void *ctxp, size_t idx, const ar__tjob_result *res) {
+  run_ctx *c = ctxp;
+  if (c->quiet || idx >= (size_t)c->spec->n_jobs)
+    return;
+  const char *name = c->spec->jobs[idx]->name;
+  double t = ar_now() - c->t0;
+  switch (res->state) {
+  case AR__TJ_ADMITTED:
+    fprintf(stderr, "[%8.2fs] %-16s admitted to lane %u (queued %.2f s)\n", t, name,
+            (unsigned)res->lane, res->queue_s);
+    break;
+  case AR__TJ_DONE:
+    fprintf(stderr, "[%8.2fs] %-16s done: %llu iterations, JCT %.2f s\n", t, name,
+            (unsigned long long)res->iterations, res->jct_s);
+    break;
+  case AR__TJ_FAILED:
+    fprintf(stderr, "[%8.2fs] %-16s FAILED: %s\n", t, name, res->error);
+    break;
+  case AR__TJ_STOPPED:
+  case AR__TJ_CANCELLED:
+    fprintf(stderr, "[%8.2fs] %-16s %s after %llu iterations\n", t, name,
+            ar__tjob_state_name(res->state), (unsigned long long)res->iterations);
+    break;
+  default:
+    break;
+  }
+}
+
+static const char *policy_name(ar_policy_kind k) {
+  static const char *const names[] = {"fifo", "pack", "srtf", "fair", "priority"};
+  return (unsigned)k < 5 ? names[k] : "fifo";
+}
+
 ar_status ar_tenancy_run(const ar_spec *spec, const ar_run_opts *opts, ar_err *err) {
-  (void)spec;
-  (void)opts;
-  return ar_errf(err, AR_UNSUPPORTED, "multi-job files are not in this build yet");
+  if (!spec || spec->n_jobs <= 0)
+    return ar_errf(err, AR_INVALID, "ar_tenancy_run: the file has no jobs");
+  bool quiet = opts && opts->quiet;
+  bool resume = opts && opts->resume;
+  ar__runner_opts ro = AR__RUNNER_OPTS_INIT;
+  ro.policy = policy_name(spec->runtime.policy);
+  ro.device = spec->device ? spec->device : "auto";
+  ro.threads = 0;
+  ro.out_dir = spec->output.dir;
+  AR_CHECK(ar__tenancy_capacity(spec, ro.device, &ro.capacity, err));
+  run_ctx rc = {spec, quiet, ar_now()};
+  ro.on_event = on_event;
+  ro.ctx = &rc;
+  ar__runner *r = NULL;
+  AR_CHECK(ar__runner_create(&ro, &r, err));
+
+  ar_status st = AR_OK;
+  int failed_open = 0;
+  for (int i = 0; i < spec->n_jobs && st == AR_OK; i++) {
+    const ar_spec *js = spec->jobs[i];
+    ar__tjob_desc d;
+    ar_err je = AR_ERR_INIT;
+    ar_status os = ar__tenancy_open_job(js, resume, &d, &je);
+    if (os == AR_NOTFOUND && resume) /* no checkpoint: it starts afresh */
+      os = ar__tenancy_open_job(js, false, &d, &je);
+    if (os == AR_NOMEM) {
+      st = ar_errf(err, AR_NOMEM, "out of memory opening job '%s'", js->name);
+      break;
+    }
+    if (os != AR_OK) {
+      /* It fails alone, in the records like any failed job. */
+      failed_open++;
+      if (!quiet)
+        fprintf(stderr, "accelrt run: job '%s': %s\n", js->name, je.msg);
+      if (ar__tenancy_failed_job(js->name, js->output.dir, je.msg, &d) != AR_OK) {
+        st = ar_errf(err, AR_NOMEM, "out of memory");
+        break;
+      }
+      d.arrival_s = js->arrival_s;
+    }
+    ar_err ae = AR_ERR_INIT;
+    if (ar__runner_add(r, &d, NULL, &ae) != AR_OK) {
+      d.ops->close(d.job);
+      st = ar_errf(err, AR_NOMEM, "%s", ae.msg);
+    }
+  }
+  if (st == AR_OK) {
+    if (!quiet)
+      fprintf(stderr, "accelrt run: %d jobs on %s under %s, %.2f GiB of memory\n",
+              spec->n_jobs, ro.device, ro.policy, (double)ro.capacity / (1 << 30));
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    stop_signal = 0;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    watcher w = {r, 0};
+    pthread_t wt;
+    bool watching = pthread_create(&wt, NULL, watch, &w) == 0;
+    rc.t0 = ar_now();
+    st = ar__runner_run(r, err);
+    w.done = 1;
+    if (watching)
+      pthread_join(wt, NULL);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    ar__runner_summary s;
+    ar__runner_summary_get(r, &s);
+    if (st == AR_OK && !quiet) {
+      printf("\n%s: %zu jobs under %s on %s\n", spec->name, s.jobs, s.policy, ro.device);
+      printf("  %-20s %-9s %10s %10s %10s %5s\n", "job", "status", "JCT s", "queue s",
+             "iters", "lane");
+      for (size_t i = 0; i < s.jobs; i++) {
+        ar__tjob_result res;
+        if (ar__runner_result(r, i, &res) != AR_OK)
+          continue;
+        printf("  %-20s %-9s %10.2f %10.2f %10llu %5u\n", spec->jobs[i]->name,
+               ar__tjob_state_name(res.state), res.jct_s, res.queue_s,
+               (unsigned long long)res.iterations, (unsigned)res.lane);
+      }
+      printf("  makespan %.2f s, avg JCT %.2f s, p95 JCT %.2f s, avg queue %.2f s\n",
+             s.makespan_s, s.avg_jct_s, s.p95_jct_s, s.avg_queue_s);
+      printf("  switch latency p50 %.3f ms, p99 %.3f ms (%llu switches); busy %.0f%%\n",
+             s.switch_ms_p50, s.switch_ms_p99, (unsigned long long)s.switches,
+             100.0 * s.busy_fraction);
+      printf("  memory: at most %.1f MiB of %.1f MiB; %llu defragmentations\n",
+             (double)s.max_memory_bytes / 1048576.0, (double)s.capacity_bytes / 1048576.0,
+             (unsigned long long)s.defrags);
+      printf("  output %s/{summary.json,metrics.jsonl,trace.json}\n", spec->output.dir);
+    }
+    if (st == AR_OK && stop_signal)
+      st = ar_errf(err, AR_INTERRUPTED,
+                   "interrupted; running jobs wrote their checkpoints: continue with "
+                   "--resume");
+    else if (st == AR_OK && s.failed > 0)
+      st = ar_errf(err, AR_STATE, "%zu of %zu jobs failed (see %s/summary.json)", s.failed,
+                   s.jobs, spec->output.dir);
+  }
+  (void)failed_open;
+  ar__runner_destroy(r);
+  return st;
 }

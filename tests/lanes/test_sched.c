@@ -51,6 +51,71 @@ static void test_srtf_reference(void **state) {
   ar_lanes_destroy(l);
 }
 
+/* srtf against a reference simulator over random mixes: jobs of random
+ * lengths and per-iteration times (binary fractions, so both sides compute
+ * the same doubles) share one lane and arrive at random picks; at every
+ * pick the reference takes the least (iterations left x mean measured
+ * time, or the 1 s default before a measurement), ties by arrival then
+ * id.  Every pick must agree, and every job must finish. */
+static void test_srtf_random_reference(void **state) {
+  (void)state;
+  static const double times[4] = {0.25, 0.5, 1.0, 2.0};
+  for (uint64_t seed = 0; seed < 1000; seed++) {
+    ar_rng r;
+    ar_rng_seed3(&r, seed, 11, 0);
+    ar_lanes *l = make("srtf", 1 * GiB);
+    enum { MAXJ = 10 };
+    uint64_t iters[MAXJ + 1], done[MAXJ + 1] = {0}, measured[MAXJ + 1] = {0};
+    double used[MAXJ + 1] = {0}, t[MAXJ + 1];
+    int n = 0, left = 0;
+    size_t target = 2 + ar_rng_below(&r, MAXJ - 1);
+    ar_lanes_lane_id lane = 0;
+    for (int pick = 0; left > 0 || n < (int)target; pick++) {
+      /* Arrivals: the first job at once, then at random picks. */
+      while (n < (int)target && (n == 0 || left == 0 || ar_rng_below(&r, 4) == 0)) {
+        n++;
+        iters[n] = 1 + ar_rng_below(&r, 12);
+        t[n] = times[ar_rng_below(&r, 4)];
+        ar_lanes_job_id id = submit(l, "j", MiB, 8 * MiB, iters[n], (double)n);
+        assert_int_equal(id, (ar_lanes_job_id)n);
+        if (left == 0) /* the lane went with its last job */
+          lane = 0;
+        if (!lane)
+          lane = info(l, id).lane;
+        assert_int_equal(info(l, id).lane, lane);
+        left++;
+      }
+      int want = 0;
+      double best = 0;
+      for (int k = 1; k <= n; k++) {
+        if (done[k] >= iters[k])
+          continue;
+        double mean = measured[k] ? used[k] / (double)measured[k] : 1.0;
+        double rem = (double)(iters[k] - done[k]) * mean;
+        if (!want || rem < best) { /* ties: the earlier (lower) id stays */
+          want = k;
+          best = rem;
+        }
+      }
+      ar_lanes_job_id got = 0;
+      assert_int_equal(ar_lanes_pick(l, lane, &got), AR_OK);
+      if ((int)got != want)
+        fail_msg("seed %llu pick %d: srtf ran job %llu, the reference job %d",
+                 (unsigned long long)seed, pick, (unsigned long long)got, want);
+      assert_int_equal(ar_lanes_iteration_done(l, got, t[want]), AR_OK);
+      done[want]++;
+      measured[want]++;
+      used[want] += t[want];
+      if (done[want] == iters[want]) {
+        assert_int_equal(ar_lanes_finish(l, got), AR_OK);
+        left--;
+      }
+    }
+    check_ok(l);
+    ar_lanes_destroy(l);
+  }
+}
+
 /* fair: with iteration times in Salus's 0.1-0.9 s range, every active job
  * runs within a bounded number of picks, and used times stay within one
  * iteration of each other; a newcomer does not monopolise the lane. */
@@ -179,6 +244,7 @@ static void test_pick_misuse(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_srtf_reference),
+      cmocka_unit_test(test_srtf_random_reference),
       cmocka_unit_test(test_fair_no_starvation),
       cmocka_unit_test(test_pack_round_robin),
       cmocka_unit_test(test_priority_order),

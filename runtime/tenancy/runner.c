@@ -1,0 +1,1245 @@
+/*
+ * The multi-job runner: many jobs on one device through lanes (Salus, Yu &
+ * Chowdhury, MLSys 2020).
+ *
+ * One arena allocation holds every byte the jobs use on the device; the
+ * lanes library (lanes/) hands out its offsets: each admitted job's
+ * persistent block and, per lane, the ephemeral range its jobs' iterations
+ * use in turn (Salus §3, memory model and lanes).  The scheduler thread
+ * admits arriving jobs, asks the policy which job runs the next iteration
+ * in each free lane (iteration-granularity scheduling, Salus §4) and hands
+ * the iteration to a worker thread, so lanes run concurrently: on the host
+ * each running iteration gets its share of the cores (each job has its own
+ * host device handle whose thread count is set before every iteration);
+ * on a GPU each lane would be a stream.
+ *
+ * A job that fails (an error, a NaN loss) ends alone: its lane and block
+ * are reclaimed and the others keep running.  When a job leaves a hole and
+ * another waits, the scheduler lets the running iterations end, compacts
+ * the persistent blocks (copying their bytes) and re-packs the lanes
+ * (Salus §3.3 describes this defragmentation; its code never had it).
+ *
+ * Records: per job queueing time, JCT, iterations, switch latency (end of
+ * one job's iteration to the start of another job's iteration in the same
+ * lane); per device memory by region and lanes over time, busy fraction;
+ * in out_dir/metrics.jsonl, out_dir/trace.json (Chrome trace format, one
+ * track per lane) and out_dir/summary.json.
+ */
+#define _GNU_SOURCE
+#include "tenancy_impl.h"
+
+#include "accelrt/runtime.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* The trace is kept in memory and written at the end; past this size
+ * iteration events are dropped (a long-lived service), counted in the
+ * summary. */
+#define TRACE_MAX_BYTES ((size_t)64 << 20)
+/* Switch latencies kept for the quantiles (the first ones). */
+#define SWITCH_KEEP 1000000
+
+typedef struct tjob {
+  ar__tjob_desc d;
+  char *name, *out_dir; /* owned copies */
+  ar_lanes_job_id lid;  /* 0 before arrival */
+  ar__tjob_result res;
+  bool started, running, cancel_req, closed;
+  ar_device *dev; /* its own handle (opened at start) */
+  void *pers, *eph;
+  double *sw; /* (nsw) switch latencies, seconds */
+  size_t nsw, capsw;
+} tjob;
+
+typedef enum { W_IDLE = 0, W_BUSY, W_DONE, W_EXIT } wstate;
+
+typedef struct worker {
+  ar__runner *r;
+  pthread_t th;
+  bool th_ok;
+  pthread_cond_t cv;
+  wstate state;
+  /* the task */
+  size_t job;
+  ar_lanes_lane_id lane;
+  int threads;
+  void *pers, *eph;
+  /* its outcome */
+  ar_status st;
+  ar_err err;
+  bool stepped, ended, started_now;
+  double t_setup, t_start, t_end, t_fin; /* start began, step began/ended,
+                                            finish ended */
+} worker;
+
+typedef struct lane_rec {
+  ar_lanes_lane_id id;
+  bool named, has_last;
+  size_t last_job;
+  double last_end;
+  uint64_t last_dispatch;
+} lane_rec;
+
+struct ar__runner {
+  ar__runner_opts o;
+  char *policy, *device_name, *out_dir, *trace_path;
+  ar_device *arena_dev;
+  void *arena_raw;
+  size_t arena_raw_bytes;
+  unsigned char *arena; /* 256-byte aligned base */
+  ar_lanes *lanes;
+  int threads, nworkers;
+  bool host;
+
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  tjob **jobs;
+  size_t njobs, capjobs;
+  size_t *by_lid; /* (nlid) lanes job id - 1 -> index */
+  size_t nlid, caplid;
+  worker *workers;
+  lane_rec *lrec;
+  size_t nlrec, caplrec;
+
+  double t0;
+  bool clock_started, stop, draining, departed;
+  int nrunning;
+  double busy_since, busy_total;
+  uint64_t dispatch_seq, defrags, moved;
+  size_t max_mem;
+  ar_lanes_usage last_usage;
+  size_t last_lanes;
+  double *sw_all;
+  size_t nsw_all, capsw_all;
+  uint64_t switches;
+  ar__sbuf trace;
+  uint64_t trace_dropped;
+  FILE *metrics;
+  ar__runner_summary sum;
+  char sum_policy[32];
+};
+
+static double clock_now(ar__runner *r) {
+  return r->clock_started ? ar_now() - r->t0 : 0.0;
+}
+
+double ar__runner_now(ar__runner *r) {
+  pthread_mutex_lock(&r->mu);
+  double t = clock_now(r);
+  pthread_mutex_unlock(&r->mu);
+  return t;
+}
+
+/* ---- lifecycle ----------------------------------------------------------- */
+
+ar_status ar__runner_create(const ar__runner_opts *opts, ar__runner **out,
+                            ar_err *err) {
+  if (!opts || !out || !opts->policy || !opts->device)
+    return ar_errf(err, AR_INVALID, "runner: options, policy and device are required");
+  if (opts->capacity == 0)
+    return ar_errf(err, AR_INVALID,
+                   "runner: a memory capacity of 0 bytes holds no job; set "
+                   "runtime.memory (e.g. 2GiB or 50%%)");
+  ar__runner *r = ar_calloc(1, sizeof *r);
+  if (!r)
+    return ar_errf(err, AR_NOMEM, "out of memory");
+  r->o = *opts;
+  r->policy = ar_strdup(opts->policy);
+  r->out_dir = opts->out_dir ? ar_strdup(opts->out_dir) : NULL;
+  r->trace_path = opts->trace_path ? ar_strdup(opts->trace_path) : NULL;
+  pthread_mutex_init(&r->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&r->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  ar_status st = AR_OK;
+  if (!r->policy || (opts->out_dir && !r->out_dir) ||
+      (opts->trace_path && !r->trace_path)) {
+    st = ar_errf(err, AR_NOMEM, "out of memory");
+    goto fail;
+  }
+  ar_lanes_opts lo = AR_LANES_OPTS_INIT;
+  lo.capacity = opts->capacity;
+  lo.policy = opts->policy;
+  /* A job's iteration time is unknown until it ran one: assume it tiny, so
+   * srtf runs a newcomer's first iteration soon and measures it (Salus
+   * used the times its clients declared). */
+  lo.default_iteration_s = 1e-6;
+  st = ar_lanes_create(&lo, &r->lanes, err);
+  if (st != AR_OK)
+    goto fail;
+
+  ar_device_opts dopts = AR_DEVICE_OPTS_INIT;
+  dopts.threads = 1;
+  dopts.pin = false;
+  st = ar_device_open(opts->device, &dopts, &r->arena_dev, err);
+  if (st != AR_OK)
+    goto fail;
+  r->host = strcmp(r->arena_dev->ops->name, "host") == 0;
+  char name[32];
+  if (r->host)
+    snprintf(name, sizeof name, "host");
+  else
+    snprintf(name, sizeof name, "%s:%d", r->arena_dev->ops->name, r->arena_dev->index);
+  r->device_name = ar_strdup(name);
+  if (!r->device_name) {
+    st = ar_errf(err, AR_NOMEM, "out of memory");
+    goto fail;
+  }
+  r->threads = opts->threads > 0 ? opts->threads : ar_topology_cores();
+  if (r->threads < 1)
+    r->threads = 1;
+  r->nworkers = opts->max_concurrent > 0 ? opts->max_concurrent
+                : r->host                ? r->threads
+                                         : 8;
+  /* One allocation for the whole arena, aligned to the lanes' 256 bytes. */
+  r->arena_raw_bytes = opts->capacity + 256;
+  st = ar_device_alloc(r->arena_dev, r->arena_raw_bytes, &r->arena_raw);
+  if (st != AR_OK) {
+    char b[32];
+    st = ar_errf(err, st,
+                 "cannot reserve the %s arena of runtime.memory on %s (%s); "
+                 "lower runtime.memory",
+                 ar_lanes_fmt_bytes(opts->capacity, b, sizeof b), name,
+                 r->arena_dev->err.msg);
+    r->arena_raw = NULL;
+    goto fail;
+  }
+  r->arena = (unsigned char *)(((uintptr_t)r->arena_raw + 255) & ~(uintptr_t)255);
+  r->workers = ar_calloc((size_t)r->nworkers, sizeof *r->workers);
+  if (!r->workers) {
+    st = ar_errf(err, AR_NOMEM, "out of memory");
+    goto fail;
+  }
+  for (int i = 0; i < r->nworkers; i++) {
+    r->workers[i].r = r;
+    pthread_cond_init(&r->workers[i].cv, NULL);
+  }
+  *out = r;
+  return AR_OK;
+fail:
+  ar__runner_destroy(r);
+  return st;
+}
+
+static void job_free(ar__runner *r, tjob *j) {
+  (void)r;
+  if (!j)
+    return;
+  if (!j->closed && j->d.ops && j->d.ops->close)
+    j->d.ops->close(j->d.job);
+  ar_device_close(j->dev);
+  ar_free(j->name);
+  ar_free(j->out_dir);
+  ar_free(j->sw);
+  ar_free(j);
+}
+
+void ar__runner_destroy(ar__runner *r) {
+  if (!r)
+    return;
+  for (size_t i = 0; i < r->njobs; i++)
+    job_free(r, r->jobs[i]);
+  ar_free(r->jobs);
+  ar_free(r->by_lid);
+  if (r->workers) {
+    for (int i = 0; i < r->nworkers; i++)
+      pthread_cond_destroy(&r->workers[i].cv);
+    ar_free(r->workers);
+  }
+  ar_free(r->lrec);
+  ar_free(r->sw_all);
+  ar__sb_fini(&r->trace);
+  if (r->metrics)
+    fclose(r->metrics);
+  if (r->arena_raw)
+    ar_device_free(r->arena_dev, r->arena_raw, r->arena_raw_bytes);
+  ar_device_close(r->arena_dev);
+  ar_lanes_destroy(r->lanes);
+  pthread_cond_destroy(&r->cv);
+  pthread_mutex_destroy(&r->mu);
+  ar_free(r->policy);
+  ar_free(r->device_name);
+  ar_free(r->out_dir);
+  ar_free(r->trace_path);
+  ar_free(r);
+}
+
+/* ---- jobs from any thread -------------------------------------------------- */
+
+static void result_init(ar__tjob_result *res) {
+  memset(res, 0, sizeof *res);
+  res->arrival_s = res->admit_s = res->first_s = res->end_s = -1;
+}
+
+ar_status ar__runner_add(ar__runner *r, const ar__tjob_desc *d, size_t *index,
+                         ar_err *err) {
+  if (!d || !d->ops || !d->ops->start || !d->ops->step || !d->ops->done ||
+      !d->ops->rebase || !d->ops->finish || !d->ops->close)
+    return ar_errf(err, AR_INVALID, "runner: a job needs its whole table of functions");
+  if (d->iterations == 0)
+    return ar_errf(err, AR_INVALID, "job '%s' has no iterations left to run",
+                   d->name ? d->name : "?");
+  tjob *j = ar_calloc(1, sizeof *j);
+  if (!j)
+    return ar_errf(err, AR_NOMEM, "out of memory");
+  j->d = *d;
+  j->name = ar_strdup(d->name ? d->name : "job");
+  j->out_dir = d->out_dir ? ar_strdup(d->out_dir) : NULL;
+  if (!j->name || (d->out_dir && !j->out_dir)) {
+    ar_free(j->name);
+    ar_free(j->out_dir);
+    ar_free(j);
+    return ar_errf(err, AR_NOMEM, "out of memory");
+  }
+  j->d.name = j->name;
+  j->d.out_dir = j->out_dir;
+  result_init(&j->res);
+  j->res.state = AR__TJ_PENDING;
+  pthread_mutex_lock(&r->mu);
+  if (r->njobs == r->capjobs) {
+    size_t cap = r->capjobs ? 2 * r->capjobs : 16;
+    tjob **nj = ar_realloc(r->jobs, cap * sizeof *nj);
+    if (!nj) {
+      pthread_mutex_unlock(&r->mu);
+      ar_free(j->name);
+      ar_free(j->out_dir);
+      ar_free(j);
+      return ar_errf(err, AR_NOMEM, "out of memory");
+    }
+    r->jobs = nj;
+    r->capjobs = cap;
+  }
+  if (index)
+    *index = r->njobs;
+  r->jobs[r->njobs++] = j;
+  pthread_cond_signal(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+  return AR_OK;
+}
+
+ar_status ar__runner_cancel(ar__runner *r, size_t index) {
+  pthread_mutex_lock(&r->mu);
+  ar_status st = AR_OK;
+  if (index >= r->njobs)
+    st = AR_NOTFOUND;
+  else if (ar__tjob_ended(r->jobs[index]->res.state))
+    st = AR_STATE;
+  else {
+    r->jobs[index]->cancel_req = true;
+    pthread_cond_signal(&r->cv);
+  }
+  pthread_mutex_unlock(&r->mu);
+  return st;
+}
+
+void ar__runner_stop(ar__runner *r) {
+  pthread_mutex_lock(&r->mu);
+  r->stop = true;
+  pthread_cond_signal(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+}
+
+size_t ar__runner_count(ar__runner *r) {
+  pthread_mutex_lock(&r->mu);
+  size_t n = r->njobs;
+  pthread_mutex_unlock(&r->mu);
+  return n;
+}
+
+ar_status ar__runner_result(ar__runner *r, size_t index, ar__tjob_result *out) {
+  pthread_mutex_lock(&r->mu);
+  ar_status st = AR_NOTFOUND;
+  if (index < r->njobs) {
+    *out = r->jobs[index]->res;
+    st = AR_OK;
+  }
+  pthread_mutex_unlock(&r->mu);
+  return st;
+}
+
+void ar__runner_summary_get(ar__runner *r, ar__runner_summary *out) {
+  pthread_mutex_lock(&r->mu);
+  *out = r->sum;
+  pthread_mutex_unlock(&r->mu);
+}
+
+/* ---- records --------------------------------------------------------------- */
+
+static double us(double s) { return s * 1e6; }
+
+static void metrics_line(ar__runner *r, const char *text) {
+  if (r->metrics && text) {
+    fputs(text, r->metrics);
+    fputc('\n', r->metrics);
+    fflush(r->metrics);
+  }
+}
+
+static bool trace_room(ar__runner *r) {
+  if (r->trace.len < TRACE_MAX_BYTES)
+    return true;
+  r->trace_dropped++;
+  return false;
+}
+
+static void trace_sep(ar__runner *r) {
+  ar__sb_printf(&r->trace, r->trace.len ? ",\n" : "");
+}
+
+static lane_rec *lane_rec_get(ar__runner *r, ar_lanes_lane_id id) {
+  for (size_t i = 0; i < r->nlrec; i++)
+    if (r->lrec[i].id == id)
+      return &r->lrec[i];
+  if (r->nlrec == r->caplrec) {
+    size_t cap = r->caplrec ? 2 * r->caplrec : 16;
+    lane_rec *n = ar_realloc(r->lrec, cap * sizeof *n);
+    if (!n)
+      return NULL;
+    r->lrec = n;
+    r->caplrec = cap;
+  }
+  lane_rec *l = &r->lrec[r->nlrec++];
+  memset(l, 0, sizeof *l);
+  l->id = id;
+  return l;
+}
+
+/* Memory by region and the lanes, when they changed. */
+static void sample_memory(ar__runner *r, const char *why) {
+  ar_lanes_usage u;
+  ar_lanes_usage_get(r->lanes, &u);
+  size_t nl = ar_lanes_lane_count(r->lanes);
+  if (u.persistent_bytes == r->last_usage.persistent_bytes &&
+      u.lane_bytes == r->last_usage.lane_bytes && u.admitted == r->last_usage.admitted &&
+      u.queued == r->last_usage.queued && nl == r->last_lanes && strcmp(why, "start") != 0)
+    return;
+  r->last_usage = u;
+  r->last_lanes = nl;
+  size_t used = u.persistent_bytes + u.lane_bytes;
+  if (used > r->max_mem)
+    r->max_mem = used;
+  double t = clock_now(r);
+  ar__sbuf b = {0};
+  ar__sb_printf(&b,
+                "{\"event\": \"memory\", \"t_s\": %.6f, \"why\": \"%s\", "
+                "\"persistent_bytes\": %zu, \"lane_bytes\": %zu, \"free_bytes\": %zu, "
+                "\"capacity_bytes\": %zu, \"lanes\": %zu, \"admitted\": %zu, "
+                "\"queued\": %zu, \"lane_sizes\": [",
+                t, why, u.persistent_bytes, u.lane_bytes, u.capacity - used, u.capacity, nl,
+                u.admitted, u.queued);
+  for (size_t k = 0; k < nl; k++) {
+    ar_lanes_lane_info li;
+    if (ar_lanes_lane_at(r->lanes, k, &li) == AR_OK)
+      ar__sb_printf(&b, "%s{\"lane\": %u, \"offset\": %zu, \"bytes\": %zu, \"jobs\": %zu}",
+                    k ? ", " : "", (unsigned)li.id, li.offset, li.size, li.jobs);
+  }
+  ar__sb_printf(&b, "]}");
+  if (!b.oom)
+    metrics_line(r, b.buf);
+  ar__sb_fini(&b);
+  if (trace_room(r)) {
+    trace_sep(r);
+    ar__sb_printf(&r->trace,
+                  "{\"name\": \"memory\", \"ph\": \"C\", \"pid\": 1, \"ts\": %.1f, "
+                  "\"args\": {\"persistent\": %zu, \"lanes\": %zu, \"free\": %zu}}",
+                  us(t), u.persistent_bytes, u.lane_bytes, u.capacity - used);
+    trace_sep(r);
+    ar__sb_printf(&r->trace,
+                  "{\"name\": \"jobs\", \"ph\": \"C\", \"pid\": 1, \"ts\": %.1f, "
+                  "\"args\": {\"admitted\": %zu, \"queued\": %zu, \"lanes\": %zu}}",
+                  us(t), u.admitted, u.queued, nl);
+  }
+}
+
+static void trace_instant(ar__runner *r, const char *what, const tjob *j) {
+  if (!trace_room(r))
+    return;
+  trace_sep(r);
+  ar__sb_printf(&r->trace, "{\"name\": \"%s ", what);
+  ar__sbuf *b = &r->trace;
+  /* the job name, escaped, inside the quoted event name */
+  for (const char *p = j->name; *p; p++)
+    ar__sb_printf(b, (*p == '"' || *p == '\\') ? "\\%c" : ((unsigned char)*p < 0x20 ? "?" : "%c"),
+                  *p);
+  ar__sb_printf(b, "\", \"ph\": \"i\", \"s\": \"t\", \"pid\": 1, \"tid\": 0, \"ts\": %.1f}",
+                us(clock_now(r)));
+}
+
+static void job_event(ar__runner *r, size_t idx) {
+  if (r->o.on_event)
+    r->o.on_event(r->o.ctx, idx, &r->jobs[idx]->res);
+}
+
+/* A job's lines: in the run's metrics.jsonl and its own. */
+static void job_record(ar__runner *r, tjob *j) {
+  ar__tjob_result *res = &j->res;
+  res->switch_ms_p50 = 1e3 * ar__quantile(j->sw, j->nsw, 0.5);
+  res->switch_ms_p99 = 1e3 * ar__quantile(j->sw, j->nsw, 0.99);
+  ar__sbuf b = {0};
+  ar__sb_printf(&b, "{\"event\": \"job\", \"name\": ");
+  ar__sb_json_str(&b, j->name);
+  ar__sb_printf(&b,
+                ", \"status\": \"%s\", \"arrival_s\": %.6f, \"queue_s\": %.6f, "
+                "\"jct_s\": %.6f, \"iterations\": %llu, \"lane\": %u, \"switches\": %llu, "
+                "\"switch_latency_ms_p50\": %.4f, \"switch_latency_ms_p99\": %.4f, "
+                "\"busy_s\": %.6f, \"persistent_bytes\": %zu, \"ephemeral_bytes\": %zu",
+                ar__tjob_state_name(res->state), res->arrival_s, res->queue_s, res->jct_s,
+                (unsigned long long)res->iterations, (unsigned)res->lane,
+                (unsigned long long)res->switches, res->switch_ms_p50, res->switch_ms_p99,
+                res->busy_s, j->d.persistent, j->d.ephemeral);
+  if (res->error[0]) {
+    ar__sb_printf(&b, ", \"error\": ");
+    ar__sb_json_str(&b, res->error);
+  }
+  ar__sb_printf(&b, "}");
+  if (!b.oom) {
+    metrics_line(r, b.buf);
+    if (j->out_dir) {
+      char path[4096];
+      snprintf(path, sizeof path, "%s/metrics.jsonl", j->out_dir);
+      ar_err e = AR_ERR_INIT;
+      if (ar_mkdirs(j->out_dir, &e) == AR_OK) {
+        FILE *f = fopen(path, "a");
+        if (f) {
+          fprintf(f, "%s\n", b.buf);
+          fclose(f);
+        }
+      }
+    }
+  }
+  ar__sb_fini(&b);
+  trace_instant(r, res->state == AR__TJ_DONE ? "done" : ar__tjob_state_name(res->state), j);
+}
+
+/* ---- the scheduler ---------------------------------------------------------- */
+
+/* Ends a job that runs no iteration now: finishes it when started (an
+ * interrupted one writes its checkpoint), closes it, gives its memory back
+ * to the lanes. */
+static void end_job(ar__runner *r, size_t idx, ar__tjob_state state, bool call_finish,
+                    const char *error) {
+  tjob *j = r->jobs[idx];
+  AR_ASSERT(!j->running);
+  if (call_finish && j->started) {
+    ar_err e = AR_ERR_INIT;
+    ar_status st = j->d.ops->finish(j->d.job, state != AR__TJ_DONE, &e);
+    if (st != AR_OK && state == AR__TJ_DONE) {
+      state = AR__TJ_FAILED;
+      snprintf(j->res.error, sizeof j->res.error, "finishing: %s", e.msg);
+    }
+  }
+  if (!j->closed) {
+    j->d.ops->close(j->d.job);
+    j->closed = true;
+  }
+  ar_device_close(j->dev);
+  j->dev = NULL;
+  if (j->lid) {
+    ar_lanes_job_info ji;
+    if (ar_lanes_job(r->lanes, j->lid, &ji) == AR_OK) {
+      if (ji.state == AR_LANES_ADMITTED) {
+        AR_ASSERT(ar_lanes_finish(r->lanes, j->lid) == AR_OK);
+        r->departed = true;
+      } else if (ji.state == AR_LANES_QUEUED) {
+        AR_ASSERT(ar_lanes_cancel(r->lanes, j->lid) == AR_OK);
+      }
+    }
+  }
+  double now = clock_now(r);
+  if (error && !j->res.error[0])
+    snprintf(j->res.error, sizeof j->res.error, "%s", error);
+  j->res.state = state;
+  j->res.reason[0] = '\0';
+  j->res.end_s = now;
+  if (j->res.arrival_s >= 0)
+    j->res.jct_s = now - j->res.arrival_s;
+  if (j->res.admit_s < 0 && j->res.arrival_s >= 0)
+    j->res.queue_s = now - j->res.arrival_s;
+  if (state == AR__TJ_FAILED)
+    ar_log(AR_LOG_WARN, "job '%s' failed: %s (the other jobs keep running)", j->name,
+           j->res.error);
+  job_record(r, j);
+  job_event(r, idx);
+}
+
+/* Queued jobs the lanes admitted since the last look. */
+static void refresh_admissions(ar__runner *r) {
+  double now = clock_now(r);
+  for (size_t i = 0; i < r->njobs; i++) {
+    tjob *j = r->jobs[i];
+    if (j->res.state != AR__TJ_QUEUED)
+      continue;
+    ar_lanes_job_info ji;
+    if (ar_lanes_job(r->lanes, j->lid, &ji) != AR_OK)
+      continue;
+    if (ji.state == AR_LANES_ADMITTED) {
+      j->res.state = AR__TJ_ADMITTED;
+      j->res.admit_s = now;
+      j->res.queue_s = now - j->res.arrival_s;
+      j->res.lane = ji.lane;
+      j->res.reason[0] = '\0';
+      trace_instant(r, "admit", j);
+      job_event(r, i);
+    } else if (strcmp(j->res.reason, ji.reason ? ji.reason : "") != 0) {
+      snprintf(j->res.reason, sizeof j->res.reason, "%s", ji.reason ? ji.reason : "");
+      job_event(r, i);
+    }
+  }
+}
+
+static void arrivals(ar__runner *r, double *next_arrival) {
+  double now = clock_now(r);
+  *next_arrival = INFINITY;
+  for (size_t i = 0; i < r->njobs; i++) {
+    tjob *j = r->jobs[i];
+    if (j->res.state != AR__TJ_PENDING)
+      continue;
+    if (j->cancel_req) {
+      j->res.arrival_s = j->d.arrival_s < now ? j->d.arrival_s : now;
+      end_job(r, i, AR__TJ_CANCELLED, false, NULL);
+      continue;
+    }
+    if (j->d.arrival_s > now) {
+      if (j->d.arrival_s < *next_arrival)
+        *next_arrival = j->d.arrival_s;
+      continue;
+    }
+    j->res.arrival_s = j->d.arrival_s;
+    ar_lanes_job_desc ld = AR_LANES_JOB_DESC_INIT;
+    ld.name = j->name;
+    ld.persistent = j->d.persistent;
+    ld.ephemeral = j->d.ephemeral;
+    ld.iterations = j->d.iterations;
+    ld.priority = j->d.priority;
+    ld.arrival = j->d.arrival_s;
+    ar_lanes_job_id lid = 0;
+    if (r->nlid == r->caplid) {
+      size_t cap = r->caplid ? 2 * r->caplid : 16;
+      size_t *n = ar_realloc(r->by_lid, cap * sizeof *n);
+      if (!n) {
+        end_job(r, i, AR__TJ_FAILED, false, "out of memory admitting the job");
+        continue;
+      }
+      r->by_lid = n;
+      r->caplid = cap;
+    }
+    ar_status st = ar_lanes_submit(r->lanes, &ld, &lid);
+    if (st != AR_OK) {
+      char msg[600];
+      snprintf(msg, sizeof msg, "%s", ar_lanes_errmsg(r->lanes));
+      end_job(r, i, AR__TJ_FAILED, false, msg);
+      continue;
+    }
+    AR_ASSERT(lid == r->nlid + 1);
+    r->by_lid[r->nlid++] = i;
+    j->lid = lid;
+    j->res.state = AR__TJ_QUEUED;
+    trace_instant(r, "arrive", j);
+    job_event(r, i);
+  }
+}
+
+static void busy_change(ar__runner *r, int delta) {
+  double now = clock_now(r);
+  if (r->nrunning == 0 && delta > 0)
+    r->busy_since = now;
+  r->nrunning += delta;
+  if (r->nrunning == 0 && delta < 0)
+    r->busy_total += now - r->busy_since;
+}
+
+static void push_switch(ar__runner *r, tjob *j, double s) {
+  if (j->nsw == j->capsw) {
+    size_t cap = j->capsw ? 2 * j->capsw : 64;
+    double *n = ar_realloc(j->sw, cap * sizeof *n);
+    if (n) {
+      j->sw = n;
+      j->capsw = cap;
+    }
+  }
+  if (j->nsw < j->capsw)
+    j->sw[j->nsw++] = s;
+  r->switches++;
+  if (r->nsw_all < SWITCH_KEEP) {
+    if (r->nsw_all == r->capsw_all) {
+      size_t cap = r->capsw_all ? 2 * r->capsw_all : 256;
+      double *n = ar_realloc(r->sw_all, cap * sizeof *n);
+      if (n) {
+        r->sw_all = n;
+        r->capsw_all = cap;
+      }
+    }
+    if (r->nsw_all < r->capsw_all)
+      r->sw_all[r->nsw_all++] = s;
+  }
+}
+
+/* A worker handed an iteration back. */
+static void complete(ar__runner *r, worker *w) {
+  size_t idx = w->job;
+  tjob *j = r->jobs[idx];
+  j->running = false;
+  busy_change(r, -1);
+  double secs = w->stepped ? w->t_end - w->t_start : 0.0;
+  if (!(secs >= 0))
+    secs = 0;
+  AR_ASSERT(ar_lanes_iteration_done(r->lanes, j->lid, secs) == AR_OK);
+  if (w->stepped) {
+    double ts = w->t_start - r->t0, te = w->t_end - r->t0;
+    j->res.iterations++;
+    j->res.busy_s += secs;
+    if (j->res.first_s < 0)
+      j->res.first_s = ts;
+    lane_rec *lr = lane_rec_get(r, w->lane);
+    if (lr) {
+      /* A switch: another job's iteration ended last in this lane.  A job
+       * that had to be started first (its model created) is not a switch
+       * but an admission; a finished job's final evaluation and checkpoint
+       * are not part of the next switch either. */
+      if (lr->has_last && lr->last_job != idx && !w->started_now) {
+        j->res.switches++;
+        push_switch(r, j, ts - lr->last_end);
+      }
+      lr->has_last = true;
+      lr->last_job = idx;
+      lr->last_end = w->ended ? w->t_fin - r->t0 : te;
+      if (!lr->named && trace_room(r)) {
+        lr->named = true;
+        trace_sep(r);
+        ar__sb_printf(&r->trace,
+                      "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %u, "
+                      "\"args\": {\"name\": \"lane %u\"}}",
+                      (unsigned)w->lane, (unsigned)w->lane);
+      }
+    }
+    if (w->started_now && trace_room(r)) {
+      trace_sep(r);
+      ar__sb_printf(&r->trace, "{\"name\": \"start\", \"cat\": \"setup\", \"ph\": \"X\", "
+                    "\"pid\": 1, \"tid\": %u, \"ts\": %.1f, \"dur\": %.1f}",
+                    (unsigned)w->lane, us(w->t_setup - r->t0), us(w->t_start - w->t_setup));
+    }
+    if (w->ended && trace_room(r)) {
+      trace_sep(r);
+      ar__sb_printf(&r->trace, "{\"name\": \"finish\", \"cat\": \"setup\", \"ph\": \"X\", "
+                    "\"pid\": 1, \"tid\": %u, \"ts\": %.1f, \"dur\": %.1f}",
+                    (unsigned)w->lane, us(te), us(w->t_fin - w->t_end));
+    }
+    if (trace_room(r)) {
+      trace_sep(r);
+      ar__sb_printf(&r->trace, "{\"name\": ");
+      ar__sb_json_str(&r->trace, j->name);
+      ar__sb_printf(&r->trace,
+                    ", \"cat\": \"iteration\", \"ph\": \"X\", \"pid\": 1, \"tid\": %u, "
+                    "\"ts\": %.1f, \"dur\": %.1f, \"args\": {\"iteration\": %llu, "
+                    "\"threads\": %d}}",
+                    (unsigned)w->lane, us(ts), us(te - ts),
+                    (unsigned long long)(j->d.iterations_before + j->res.iterations),
+                    w->threads);
+    }
+  }
+  if (w->st != AR_OK) {
+    end_job(r, idx, AR__TJ_FAILED, false, w->err.msg[0] ? w->err.msg : ar_status_str(w->st));
+  } else if (w->ended) {
+    /* The worker already called finish (the final evaluation uses the
+     * lane, so it ran inside the last iteration's turn). */
+    end_job(r, idx, AR__TJ_DONE, false, NULL);
+  } else if (j->cancel_req) {
+    end_job(r, idx, AR__TJ_CANCELLED, true, NULL);
+  } else if (r->stop) {
+    /* handled by the stop pass */
+  }
+  w->state = W_IDLE;
+}
+
+/* Copies a persistent block down (or up) inside the arena.  The ranges may
+ * overlap; on the host one memmove does it, other devices go through a
+ * host staging buffer in chunks taken in the order that never overwrites
+ * bytes not yet read. */
+typedef struct move_ctx {
+  ar__runner *r;
+  ar_status st;
+  unsigned char *stage;
+  size_t stage_bytes;
+} move_ctx;
+
+static void move_block(void *ctxp, size_t dst, size_t src, size_t bytes) {
+  move_ctx *m = ctxp;
+  ar__runner *r = m->r;
+  r->moved += bytes;
+  if (m->st != AR_OK)
+    return;
+  ar_device *d = r->arena_dev;
+  if (r->host) {
+    m->st = d->ops->copy_in(d, r->arena + dst, r->arena + src, bytes);
+    return;
+  }
+  size_t chunk = m->stage_bytes;
+  size_t n = (bytes + chunk - 1) / chunk;
+  for (size_t k = 0; k < n && m->st == AR_OK; k++) {
+    size_t c = dst <= src ? k : n - 1 - k;
+    size_t off = c * chunk, len = bytes - off < chunk ? bytes - off : chunk;
+    m->st = d->ops->copy_out(d, m->stage, r->arena + src + off, len);
+    if (m->st == AR_OK)
+      m->st = d->ops->copy_in(d, r->arena + dst + off, m->stage, len);
+  }
+}
+
+static ar_status defragment(ar__runner *r, ar_err *err) {
+  double t = clock_now(r);
+  move_ctx m = {r, AR_OK, NULL, 0};
+  if (!r->host) {
+    m.stage_bytes = (size_t)64 << 20;
+    m.stage = ar_malloc(m.stage_bytes);
+    if (!m.stage)
+      return ar_errf(err, AR_NOMEM, "out of host memory for the defragmentation buffer");
+  }
+  uint64_t moved0 = r->moved;
+  AR_ASSERT(ar_lanes_defrag(r->lanes, move_block, &m) == AR_OK);
+  ar_free(m.stage);
+  if (m.st != AR_OK)
+    return ar_errf(err, m.st, "defragmentation: copying a persistent block failed: %s",
+                   r->arena_dev->err.msg);
+  r->defrags++;
+  /* Started jobs whose block moved learn its new address. */
+  for (size_t i = 0; i < r->njobs; i++) {
+    tjob *j = r->jobs[i];
+    if (j->res.state != AR__TJ_ADMITTED || !j->started)
+      continue;
+    ar_lanes_job_info ji;
+    AR_ASSERT(ar_lanes_job(r->lanes, j->lid, &ji) == AR_OK);
+    void *p = r->arena + ji.persistent_offset;
+    if (p != j->pers) {
+      j->d.ops->rebase(j->d.job, p, NULL);
+      j->pers = p;
+    }
+  }
+  double dt = clock_now(r) - t;
+  char line[256];
+  snprintf(line, sizeof line,
+           "{\"event\": \"defrag\", \"t_s\": %.6f, \"duration_s\": %.6f, \"bytes_moved\": %llu}",
+           t, dt, (unsigned long long)(r->moved - moved0));
+  metrics_line(r, line);
+  if (trace_room(r)) {
+    trace_sep(r);
+    ar__sb_printf(&r->trace,
+                  "{\"name\": \"defrag\", \"ph\": \"X\", \"pid\": 1, \"tid\": 0, \"ts\": %.1f, "
+                  "\"dur\": %.1f, \"args\": {\"bytes_moved\": %llu}}",
+                  us(t), us(dt), (unsigned long long)(r->moved - moved0));
+  }
+  return AR_OK;
+}
+
+static int by_last_dispatch(const void *a, const void *b) {
+  const lane_rec *x = *(lane_rec *const *)a, *y = *(lane_rec *const *)b;
+  return x->last_dispatch < y->last_dispatch ? -1 : x->last_dispatch > y->last_dispatch;
+}
+
+/* Hands iterations to idle workers, one per free lane, lanes that waited
+ * longest first. */
+static void dispatch(ar__runner *r) {
+  size_t nl = ar_lanes_lane_count(r->lanes);
+  if (nl == 0)
+    return;
+  lane_rec *order[256];
+  size_t n = 0;
+  for (size_t k = 0; k < nl && n < 256; k++) {
+    ar_lanes_lane_info li;
+    if (ar_lanes_lane_at(r->lanes, k, &li) != AR_OK || li.running)
+      continue;
+    lane_rec *lr = lane_rec_get(r, li.id);
+    if (lr)
+      order[n++] = lr;
+  }
+  qsort(order, n, sizeof *order, by_last_dispatch);
+  size_t concurrent = nl < (size_t)r->nworkers ? nl : (size_t)r->nworkers;
+  int share = r->threads / (int)(concurrent ? concurrent : 1);
+  if (share < 1)
+    share = 1;
+  int wi = 0;
+  for (size_t k = 0; k < n; k++) {
+    while (wi < r->nworkers && r->workers[wi].state != W_IDLE)
+      wi++;
+    if (wi == r->nworkers)
+      return;
+    ar_lanes_job_id lid = 0;
+    if (ar_lanes_pick(r->lanes, order[k]->id, &lid) != AR_OK)
+      continue;
+    size_t idx = r->by_lid[lid - 1];
+    tjob *j = r->jobs[idx];
+    ar_lanes_job_info ji;
+    ar_lanes_lane_info li;
+    AR_ASSERT(ar_lanes_job(r->lanes, lid, &ji) == AR_OK);
+    AR_ASSERT(ar_lanes_lane(r->lanes, order[k]->id, &li) == AR_OK);
+    worker *w = &r->workers[wi];
+    w->job = idx;
+    w->lane = li.id;
+    w->threads = j->d.max_threads > 0 && j->d.max_threads < share ? j->d.max_threads : share;
+    w->pers = r->arena + ji.persistent_offset;
+    w->eph = r->arena + li.offset;
+    w->st = AR_OK;
+    w->err.status = AR_OK;
+    w->err.msg[0] = '\0';
+    w->stepped = w->ended = w->started_now = false;
+    w->state = W_BUSY;
+    j->running = true;
+    j->res.lane = li.id;
+    busy_change(r, +1);
+    order[k]->last_dispatch = ++r->dispatch_seq;
+    pthread_cond_signal(&w->cv);
+  }
+}
+
+/* The worker's side of one iteration.  The job is the worker's alone
+ * until it reports back, so no lock is held. */
+static void run_task(ar__runner *r, worker *w, tjob *j) {
+  const ar__tjob_ops *ops = j->d.ops;
+  ar_status st = AR_OK;
+  w->t_setup = ar_now();
+  if (!j->started) {
+    w->started_now = true;
+    ar_device_opts o = AR_DEVICE_OPTS_INIT;
+    o.threads = w->threads;
+    o.pin = false; /* lanes share the cores; pinning would stack them */
+    st = ar_device_open(r->device_name, &o, &j->dev, &w->err);
+    if (st == AR_OK)
+      st = ops->start(j->d.job, j->dev, w->pers, w->eph, &w->err);
+    if (st == AR_OK) {
+      j->started = true;
+      j->pers = w->pers;
+      j->eph = w->eph;
+    }
+  } else if (w->eph != j->eph) {
+    ops->rebase(j->d.job, NULL, w->eph);
+    j->eph = w->eph;
+  }
+  if (st == AR_OK && ops->done(j->d.job)) {
+    /* A resumed job whose checkpoint was already at its end. */
+    st = ops->finish(j->d.job, false, &w->err);
+    w->ended = true;
+    w->st = st;
+    w->t_start = w->t_end = w->t_fin = ar_now();
+    return;
+  }
+  if (st == AR_OK) {
+    if (r->host)
+      j->dev->threads = w->threads;
+    w->t_start = ar_now();
+    st = ops->step(j->d.job, &w->err);
+    w->t_end = ar_now();
+    w->stepped = true;
+  }
+  if (st == AR_OK &&
+      (ops->done(j->d.job) || j->res.iterations + 1 >= j->d.iterations)) {
+    st = ops->finish(j->d.job, false, &w->err);
+    if (st != AR_OK)
+      ar_err_wrap(&w->err, "finishing");
+    w->ended = true;
+  }
+  w->t_fin = ar_now();
+  w->st = st;
+}
+
+static void *worker_main(void *arg) {
+  worker *w = arg;
+  ar__runner *r = w->r;
+  pthread_mutex_lock(&r->mu);
+  for (;;) {
+    while (w->state != W_BUSY && w->state != W_EXIT)
+      pthread_cond_wait(&w->cv, &r->mu);
+    if (w->state == W_EXIT)
+      break;
+    tjob *j = r->jobs[w->job];
+    pthread_mutex_unlock(&r->mu);
+    run_task(r, w, j);
+    pthread_mutex_lock(&r->mu);
+    w->state = W_DONE;
+    pthread_cond_signal(&r->cv);
+  }
+  pthread_mutex_unlock(&r->mu);
+  return NULL;
+}
+
+static bool all_ended(ar__runner *r) {
+  for (size_t i = 0; i < r->njobs; i++)
+    if (!ar__tjob_ended(r->jobs[i]->res.state))
+      return false;
+  return true;
+}
+
+static void finish_summary(ar__runner *r) {
+  ar__runner_summary *s = &r->sum;
+  memset(s, 0, sizeof *s);
+  snprintf(r->sum_policy, sizeof r->sum_policy, "%s", r->policy);
+  s->policy = r->sum_policy;
+  double *jct = ar_malloc((r->njobs + 1) * sizeof *jct);
+  double sum_jct = 0, sum_q = 0, end = 0;
+  size_t n = 0;
+  for (size_t i = 0; i < r->njobs; i++) {
+    const ar__tjob_result *res = &r->jobs[i]->res;
+    if (res->end_s > end)
+      end = res->end_s;
+    if (res->state == AR__TJ_FAILED)
+      s->failed++;
+    if (res->arrival_s < 0 || res->end_s < 0)
+      continue;
+    if (jct)
+      jct[n] = res->jct_s;
+    n++;
+    sum_jct += res->jct_s;
+    sum_q += res->queue_s;
+  }
+  s->jobs = r->njobs;
+  s->makespan_s = end;
+  s->avg_jct_s = n ? sum_jct / (double)n : 0;
+  s->avg_queue_s = n ? sum_q / (double)n : 0;
+  s->p95_jct_s = jct ? ar__quantile(jct, n, 0.95) : 0;
+  ar_free(jct);
+  s->switches = r->switches;
+  s->switch_ms_p50 = 1e3 * ar__quantile(r->sw_all, r->nsw_all, 0.5);
+  s->switch_ms_p99 = 1e3 * ar__quantile(r->sw_all, r->nsw_all, 0.99);
+  s->max_memory_bytes = r->max_mem;
+  ar_lanes_usage u;
+  ar_lanes_usage_get(r->lanes, &u);
+  s->capacity_bytes = u.capacity;
+  s->busy_fraction = end > 0 ? r->busy_total / end : 0;
+  s->defrags = r->defrags;
+  s->defrag_bytes_moved = r->moved;
+}
+
+static ar_status write_outputs(ar__runner *r, ar_err *err) {
+  const ar__runner_summary *s = &r->sum;
+  ar__sbuf b = {0};
+  ar__sb_printf(&b, "{\n  \"policy\": ");
+  ar__sb_json_str(&b, s->policy);
+  ar__sb_printf(&b, ",\n  \"device\": ");
+  ar__sb_json_str(&b, r->device_name);
+  ar__sb_printf(&b,
+                ",\n  \"makespan_s\": %.6f,\n  \"avg_jct_s\": %.6f,\n  \"p95_jct_s\": %.6f,\n"
+                "  \"avg_queue_s\": %.6f,\n  \"switch_latency_ms_p50\": %.6f,\n"
+                "  \"switch_latency_ms_p99\": %.6f,\n  \"switches\": %llu,\n"
+                "  \"max_memory_bytes\": %zu,\n  \"capacity_bytes\": %zu,\n"
+                "  \"busy_fraction\": %.6f,\n  \"defrags\": %llu,\n"
+                "  \"defrag_bytes_moved\": %llu,\n  \"threads\": %d,\n"
+                "  \"failed\": %zu,\n  \"jobs\": [",
+                s->makespan_s, s->avg_jct_s, s->p95_jct_s, s->avg_queue_s, s->switch_ms_p50,
+                s->switch_ms_p99, (unsigned long long)s->switches, s->max_memory_bytes,
+                s->capacity_bytes, s->busy_fraction, (unsigned long long)s->defrags,
+                (unsigned long long)s->defrag_bytes_moved, r->threads, s->failed);
+  for (size_t i = 0; i < r->njobs; i++) {
+    const tjob *j = r->jobs[i];
+    const ar__tjob_result *res = &j->res;
+    ar__sb_printf(&b, "%s\n    {\"name\": ", i ? "," : "");
+    ar__sb_json_str(&b, j->name);
+    ar__sb_printf(&b,
+                  ", \"status\": \"%s\", \"arrival_s\": %.6f, \"jct_s\": %.6f, "
+                  "\"queue_s\": %.6f, \"iterations\": %llu, \"lane\": %u, "
+                  "\"switch_latency_ms_p50\": %.4f",
+                  ar__tjob_state_name(res->state), res->arrival_s, res->jct_s, res->queue_s,
+                  (unsigned long long)res->iterations, (unsigned)res->lane,
+                  res->switch_ms_p50);
+    if (res->error[0]) {
+      ar__sb_printf(&b, ", \"error\": ");
+      ar__sb_json_str(&b, res->error);
+    }
+    ar__sb_printf(&b, "}");
+  }
+  ar__sb_printf(&b, "\n  ]\n}\n");
+  if (b.oom) {
+    ar__sb_fini(&b);
+    return ar_errf(err, AR_NOMEM, "out of memory writing summary.json");
+  }
+  char path[4096];
+  snprintf(path, sizeof path, "%s/summary.json", r->out_dir);
+  ar_status st = ar_write_file_atomic(path, b.buf, b.len, err);
+  ar__sb_fini(&b);
+  if (st != AR_OK)
+    return st;
+  /* The trace: {"traceEvents": [...]} */
+  ar__sbuf t = {0};
+  ar__sb_printf(&t,
+                "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n"
+                "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"args\": {\"name\": "
+                "\"accelrt lanes on %s (%s)\"}},\n"
+                "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 0, "
+                "\"args\": {\"name\": \"admission\"}}%s",
+                r->device_name, r->policy, r->trace.len ? ",\n" : "");
+  if (r->trace.len)
+    ar__sb_printf(&t, "%s", r->trace.buf);
+  ar__sb_printf(&t, "\n], \"otherData\": {\"dropped_events\": %llu}}\n",
+                (unsigned long long)r->trace_dropped);
+  if (t.oom) {
+    ar__sb_fini(&t);
+    return ar_errf(err, AR_NOMEM, "out of memory writing the trace");
+  }
+  if (r->trace_path)
+    snprintf(path, sizeof path, "%s", r->trace_path);
+  else
+    snprintf(path, sizeof path, "%s/trace.json", r->out_dir);
+  st = ar_write_file_atomic(path, t.buf, t.len, err);
+  ar__sb_fini(&t);
+  return st;
+}
+
+static void stop_all(ar__runner *r) {
+  for (size_t i = 0; i < r->njobs; i++) {
+    tjob *j = r->jobs[i];
+    if (ar__tjob_ended(j->res.state))
+      continue;
+    if (j->res.arrival_s < 0)
+      j->res.arrival_s = j->d.arrival_s < clock_now(r) ? j->d.arrival_s : clock_now(r);
+    end_job(r, i, AR__TJ_STOPPED, true, NULL);
+  }
+}
+
+ar_status ar__runner_run(ar__runner *r, ar_err *err) {
+  ar_status st = AR_OK;
+  if (r->out_dir) {
+    st = ar_mkdirs(r->out_dir, err);
+    if (st != AR_OK)
+      return st;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", r->out_dir);
+    r->metrics = fopen(path, "w");
+    if (!r->metrics)
+      return ar_errf(err, AR_IO, "cannot write '%s': %s", path, strerror(errno));
+  }
+  pthread_mutex_lock(&r->mu);
+  r->t0 = ar_now();
+  r->clock_started = true;
+  int started = 0;
+  for (; started < r->nworkers; started++) {
+    worker *w = &r->workers[started];
+    if (pthread_create(&w->th, NULL, worker_main, w) != 0)
+      break;
+    w->th_ok = true;
+  }
+  if (started == 0) {
+    pthread_mutex_unlock(&r->mu);
+    return ar_errf(err, AR_NOMEM, "cannot start the lane threads");
+  }
+  r->nworkers = started;
+  sample_memory(r, "start");
+  for (;;) {
+    for (int i = 0; i < r->nworkers; i++)
+      if (r->workers[i].state == W_DONE)
+        complete(r, &r->workers[i]);
+    if (r->stop) {
+      if (r->nrunning == 0) {
+        stop_all(r);
+        sample_memory(r, "stop");
+        break;
+      }
+      pthread_cond_wait(&r->cv, &r->mu);
+      continue;
+    }
+    /* Cancels of jobs that run no iteration now. */
+    for (size_t i = 0; i < r->njobs; i++) {
+      tjob *j = r->jobs[i];
+      if (j->cancel_req && !j->running &&
+          (j->res.state == AR__TJ_QUEUED || j->res.state == AR__TJ_ADMITTED))
+        end_job(r, i, AR__TJ_CANCELLED, true, NULL);
+    }
+    double next_arrival;
+    arrivals(r, &next_arrival);
+    refresh_admissions(r);
+    sample_memory(r, "change");
+    /* Defragmentation at an iteration boundary of every lane. */
+    if (r->o.defrag && r->departed && !r->draining) {
+      ar_lanes_usage u;
+      ar_lanes_usage_get(r->lanes, &u);
+      if (!ar_lanes_fragmented(r->lanes))
+        r->departed = false;
+      else if (r->o.defrag == 2 || u.queued > 0)
+        r->draining = true;
+    }
+    if (r->draining && r->nrunning == 0) {
+      r->draining = false;
+      r->departed = false;
+      st = defragment(r, err);
+      if (st != AR_OK)
+        break;
+      refresh_admissions(r);
+      sample_memory(r, "defrag");
+    }
+    if (!r->draining)
+      dispatch(r);
+    if (!r->o.service && r->nrunning == 0 && all_ended(r))
+      break;
+    if (r->nrunning == 0 && !r->draining && isinf(next_arrival) && !r->o.service) {
+      /* Nothing runs, nothing arrives, yet jobs remain: they can never be
+       * admitted (a bug in the lanes, or a job that never ends). */
+      bool queued_only = true;
+      for (size_t i = 0; i < r->njobs; i++)
+        if (r->jobs[i]->res.state == AR__TJ_ADMITTED)
+          queued_only = false;
+      if (queued_only) {
+        for (size_t i = 0; i < r->njobs; i++)
+          if (r->jobs[i]->res.state == AR__TJ_QUEUED)
+            end_job(r, i, AR__TJ_FAILED, false,
+                    "never admitted: nothing else runs and it still does not fit");
+        continue;
+      }
+    }
+    /* Sleep until a worker reports, a job is added or cancelled, or the
+     * next arrival (at most a second in service mode). */
+    bool work_pending = false;
+    for (int i = 0; i < r->nworkers; i++)
+      if (r->workers[i].state == W_DONE)
+        work_pending = true;
+    if (work_pending)
+      continue;
+    double wait = isinf(next_arrival) ? 1.0 : next_arrival - clock_now(r);
+    if (wait > 1.0)
+      wait = 1.0;
+    if (wait > 0) {
+      struct timespec ts;
+      clock_gettime(CLOCK_MONOTONIC, &ts);
+      double at = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + wait;
+      ts.tv_sec = (time_t)at;
+      ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
+      pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    }
+  }
+  if (st != AR_OK) {
+    /* A runner-level failure: let iterations end, stop everything. */
+    while (r->nrunning > 0) {
+      for (int i = 0; i < r->nworkers; i++)
+        if (r->workers[i].state == W_DONE)
+          complete(r, &r->workers[i]);
+      if (r->nrunning > 0)
+        pthread_cond_wait(&r->cv, &r->mu);
+    }
+    stop_all(r);
+  }
+  for (int i = 0; i < r->nworkers; i++) {
+    r->workers[i].state = W_EXIT;
+    pthread_cond_signal(&r->workers[i].cv);
+  }
+  pthread_mutex_unlock(&r->mu);
+  for (int i = 0; i < r->nworkers; i++)
+    if (r->workers[i].th_ok) {
+      pthread_join(r->workers[i].th, NULL);
+      r->workers[i].th_ok = false;
+    }
+  pthread_mutex_lock(&r->mu);
+  finish_summary(r);
+  pthread_mutex_unlock(&r->mu);
+  if (r->out_dir) {
+    ar_err e2 = AR_ERR_INIT;
+    ar_status ws = write_outputs(r, st == AR_OK ? err : &e2);
+    if (st == AR_OK)
+      st = ws;
+  }
+  if (r->metrics) {
+    fclose(r->metrics);
+    r->metrics = NULL;
+  }
+  return st;
+}

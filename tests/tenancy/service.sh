@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# tests/tenancy/service.sh ACCELRT GARBAGE_PY: the execution service.
+#  1. two users: root and nobody (through setpriv) submit; each sees and
+#     cancels only their own jobs, root sees all;
+#  2. garbage on the socket is refused and logged, the server keeps serving;
+#  3. a server killed with SIGKILL restarts with its queue: the queued job
+#     is still queued and the running one resumes from its checkpoint;
+#  4. logs -f follows a job to its end; SIGTERM stops the server cleanly.
+# Skipped (77) when not run as root or when setpriv is missing.
+set -euo pipefail
+bin=$1
+garbage=$2
+[ "$(id -u)" -eq 0 ] || { echo "skipped: needs root to act as a second user"; exit 77; }
+command -v setpriv >/dev/null || { echo "skipped: setpriv (util-linux) missing"; exit 77; }
+t=$(mktemp -d)
+chmod 755 "$t"
+spid=
+cleanup() {
+  [ -n "$spid" ] && kill -9 "$spid" 2>/dev/null || true
+  rm -rf "$t"
+}
+trap cleanup EXIT
+sock=$t/s.sock
+st=$t/state
+as_nobody() { (cd "$t" && setpriv --reuid nobody --regid nogroup --clear-groups "$@"); }
+fail() { echo "FAIL: $*"; echo "--- server log"; cat "$t/serve.log" || true; exit 1; }
+start() {
+  "$bin" serve --state "$st" --socket "$sock" --device host --policy fifo --memory 256MiB \
+    --threads 1 >>"$t/serve.log" 2>&1 &
+  spid=$!
+  for _ in $(seq 200); do
+    "$bin" ps --socket "$sock" >/dev/null 2>&1 && return 0
+    sleep 0.05
+  done
+  fail "the server did not come up"
+}
+# until CMD...: retries for up to 60 s (a hang guard, not a timing check).
+until_ok() {
+  for _ in $(seq 600); do "$@" && return 0; sleep 0.1; done
+  fail "timed out waiting for: $*"
+}
+state_of() { "$bin" ps --socket "$sock" | awk -v id="$1" '$1 == id {print $3}'; }
+
+cat >"$t/job.yaml" <<YAML
+name: svc
+device: host
+model:
+  input: {sparse: 2000}
+  layers:
+    - {name: hidden, dense: 32, activation: relu}
+    - {name: out, dense: 300, activation: softmax}
+data:
+  generate: {train_points: 1000, test_points: 0, features: 2000, labels: 300,
+             nnz: 10, labels_per_point: 2, noise: 0.2}
+train: {batch: 32, iterations: 30, checkpoint_every: 10, threads: 1,
+        optimizer: {adam: {lr: 0.001}}}
+YAML
+chmod 644 "$t/job.yaml"
+start
+
+# 1. Two users.  fifo: the long root job runs, the others queue behind it.
+A=$("$bin" submit --socket "$sock" "$t/job.yaml" --set output.dir="$t/outA" \
+      --set train.iterations=100000000)
+B=$(as_nobody "$bin" submit --socket "$sock" "$t/job.yaml")
+[ -n "$A" ] && [ -n "$B" ] && [ "$A" != "$B" ] || fail "submit ids '$A' '$B'"
+as_nobody "$bin" ps --socket "$sock" >"$t/ps.nobody"
+grep -qE "^$B +nobody" "$t/ps.nobody" || fail "nobody does not see its job: $(cat "$t/ps.nobody")"
+grep -qE "^$A " "$t/ps.nobody" && fail "nobody sees root's job"
+"$bin" ps --socket "$sock" >"$t/ps.root"
+grep -qE "^$A +root" "$t/ps.root" && grep -qE "^$B +nobody" "$t/ps.root" || fail "root sees all"
+as_nobody "$bin" cancel --socket "$sock" "$A" 2>/dev/null && fail "nobody cancelled root's job"
+as_nobody "$bin" logs --socket "$sock" "$A" >/dev/null 2>&1 && fail "nobody read root's log"
+[ "$(state_of "$A")" = running ] || fail "root's job was touched: $(state_of "$A")"
+as_nobody "$bin" cancel --socket "$sock" "$B" >/dev/null || fail "nobody cannot cancel its job"
+until_ok test "$(state_of "$B")" = cancelled
+as_nobody "$bin" logs --socket "$sock" "$B" | grep -q "cancel requested by uid 65534" ||
+  fail "nobody's log"
+
+# 2. Garbage: refused and logged; the server still answers.
+python3 "$garbage" "$sock" >/dev/null || fail "garbage client"
+grep -q "rejected" "$t/serve.log" || fail "garbage was not logged"
+"$bin" ps --socket "$sock" | grep -qE "^$A " || fail "the server stopped answering"
+kill -0 "$spid" || fail "the server died"
+
+# 3. Crash: C queues behind A; A has a checkpoint; SIGKILL; restart.
+C=$("$bin" submit --socket "$sock" "$t/job.yaml" --set output.dir="$t/outC")
+until_ok test -f "$t/outA/checkpoint.bin"
+[ "$(state_of "$C")" = queued ] || fail "C is not queued: $(state_of "$C")"
+kill -9 "$spid"
+wait "$spid" 2>/dev/null || true
+spid=
+start
+[ "$(state_of "$C")" = queued ] || fail "after the restart C is $(state_of "$C"), not queued"
+until_ok test "$(state_of "$A")" = running
+"$bin" logs --socket "$sock" "$A" | grep -q "resuming from $t/outA/checkpoint.bin" ||
+  fail "A did not resume from its checkpoint: $("$bin" logs --socket "$sock" "$A")"
+"$bin" cancel --socket "$sock" "$A" >/dev/null
+
+# 4. logs -f follows C to its end.
+"$bin" logs --socket "$sock" -f "$C" >"$t/logC"
+grep -q "done: 30 iterations" "$t/logC" || fail "C's log: $(cat "$t/logC")"
+[ "$(state_of "$A")" = cancelled ] || fail "A is $(state_of "$A")"
+kill -TERM "$spid"
+wait "$spid" || fail "the server exited with $?"
+spid=
+echo "ok"

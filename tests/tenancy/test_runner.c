@@ -1,0 +1,526 @@
+/*
+ * tenancy: the multi-job runner with synthetic jobs.  Each fake job fills
+ * its persistent block with a pattern at start and checks every byte of it
+ * at every iteration (so a defragmentation that loses or misplaces a byte
+ * fails the job), writes its id over its lane at every iteration and
+ * checks it is still there at the end of the iteration (so two iterations
+ * sharing a lane at once fail), and registers the ranges it uses in a
+ * global table that refuses any overlap between jobs (so admission never
+ * overcommits the arena).
+ */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tenancy_impl.h"
+
+#define KiB ((size_t)1024)
+
+typedef struct fake {
+  int id;
+  size_t P, E;
+  uint64_t iters, done;
+  uint64_t fail_at;   /* fail at this iteration (1-based); 0 never */
+  uint64_t cancel_at; /* cancel itself at this iteration */
+  uint64_t stop_at;   /* stop the runner at this iteration */
+  unsigned spin_us;   /* busy work per iteration */
+  ar__runner *r;
+  size_t index;
+  unsigned char *pers, *eph;
+  int starts, finishes, interrupted, closes, rebases, corrupt;
+} fake;
+
+/* ---- the overlap registry --------------------------------------------- */
+
+typedef struct range {
+  const void *lo, *hi;
+  int owner;
+  int kind; /* 0 persistent, 1 ephemeral */
+} range;
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static range reg[4096];
+static int nreg, overlaps;
+
+/* Sets (replaces) a range of owner; checks nothing (a defragmentation
+ * rebases jobs one at a time, so ranges overlap stale ones meanwhile). */
+static void reg_set(int owner, int kind, const void *p, size_t n) {
+  pthread_mutex_lock(&reg_mu);
+  int i = 0;
+  while (i < nreg && !(reg[i].owner == owner && reg[i].kind == kind))
+    i++;
+  if (i == nreg && nreg < 4096)
+    nreg++;
+  if (i < nreg)
+    reg[i] = (range){p, (const char *)p + n, owner, kind};
+  pthread_mutex_unlock(&reg_mu);
+}
+
+/* Counts overlaps of owner's ranges with other owners' ranges. */
+static void reg_check(int owner) {
+  pthread_mutex_lock(&reg_mu);
+  for (int i = 0; i < nreg; i++)
+    for (int k = 0; k < nreg; k++)
+      if (reg[i].owner == owner && reg[k].owner != owner &&
+          (const char *)reg[i].lo < (const char *)reg[k].hi &&
+          (const char *)reg[k].lo < (const char *)reg[i].hi)
+        overlaps++;
+  pthread_mutex_unlock(&reg_mu);
+}
+
+static void reg_del(int owner, int kind) {
+  pthread_mutex_lock(&reg_mu);
+  for (int i = 0; i < nreg; i++)
+    if (reg[i].owner == owner && reg[i].kind == kind)
+      reg[i--] = reg[--nreg];
+  pthread_mutex_unlock(&reg_mu);
+}
+
+/* ---- the fake job ------------------------------------------------------ */
+
+static unsigned char pattern(int id, size_t i) {
+  return (unsigned char)(id * 131 + i * 7 + (i >> 8));
+}
+
+static ar_status f_start(void *job, ar_device *dev, void *p, void *e, ar_err *err) {
+  fake *f = job;
+  (void)dev;
+  f->starts++;
+  if (((uintptr_t)p & 255) || ((uintptr_t)e & 255))
+    return ar_errf(err, AR_INVALID, "blocks not 256-byte aligned");
+  f->pers = p;
+  f->eph = e;
+  for (size_t i = 0; i < f->P; i++)
+    f->pers[i] = pattern(f->id, i);
+  reg_set(f->id, 0, f->pers, f->P);
+  reg_check(f->id);
+  return AR_OK;
+}
+
+static void spin(unsigned us) {
+  double t = ar_now() + us * 1e-6;
+  while (ar_now() < t)
+    ;
+}
+
+static ar_status f_step(void *job, ar_err *err) {
+  fake *f = job;
+  for (size_t i = 0; i < f->P; i++)
+    if (f->pers[i] != pattern(f->id, i)) {
+      f->corrupt++;
+      return ar_errf(err, AR_CORRUPT, "job %d: persistent byte %zu lost", f->id, i);
+    }
+  reg_set(f->id, 1, f->eph, f->E);
+  reg_check(f->id);
+  memset(f->eph, f->id & 0xff, f->E);
+  spin(f->spin_us);
+  for (size_t i = 0; i < f->E; i++)
+    if (f->eph[i] != (unsigned char)(f->id & 0xff)) {
+      f->corrupt++;
+      reg_del(f->id, 1);
+      return ar_errf(err, AR_CORRUPT, "job %d: its lane was written during its iteration",
+                     f->id);
+    }
+  reg_del(f->id, 1);
+  f->done++;
+  if (f->cancel_at && f->done == f->cancel_at)
+    ar__runner_cancel(f->r, f->index);
+  if (f->stop_at && f->done == f->stop_at)
+    ar__runner_stop(f->r);
+  if (f->fail_at && f->done == f->fail_at)
+    return ar_errf(err, AR_RANGE, "iteration %llu: the loss became nan",
+                   (unsigned long long)f->done);
+  return AR_OK;
+}
+
+static bool f_done(void *job) {
+  fake *f = job;
+  return f->done >= f->iters;
+}
+
+static void f_rebase(void *job, void *p, void *e) {
+  fake *f = job;
+  f->rebases++;
+  if (p) {
+    f->pers = p;
+    reg_set(f->id, 0, f->pers, f->P);
+  }
+  if (e)
+    f->eph = e;
+}
+
+static ar_status f_finish(void *job, bool interrupted, ar_err *err) {
+  (void)err;
+  fake *f = job;
+  f->finishes++;
+  f->interrupted += interrupted;
+  return AR_OK;
+}
+
+static void f_close(void *job) {
+  fake *f = job;
+  f->closes++;
+  reg_del(f->id, 0);
+  reg_del(f->id, 1);
+}
+
+static const ar__tjob_ops fake_ops = {f_start, f_step, f_done, f_rebase, f_finish, f_close};
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static ar__runner *make_runner(const char *policy, size_t capacity, int defrag,
+                               const char *out_dir) {
+  ar__runner_opts o = AR__RUNNER_OPTS_INIT;
+  o.policy = policy;
+  o.capacity = capacity;
+  o.device = "host";
+  o.threads = 2;
+  o.defrag = defrag;
+  o.out_dir = out_dir;
+  ar__runner *r = NULL;
+  ar_err err = AR_ERR_INIT;
+  if (ar__runner_create(&o, &r, &err) != AR_OK)
+    fail_msg("runner: %s", err.msg);
+  return r;
+}
+
+static void add(ar__runner *r, fake *f, double arrival) {
+  char name[32];
+  snprintf(name, sizeof name, "f%d", f->id);
+  ar__tjob_desc d = {name, NULL, f->P, f->E, f->iters, 0, 0, 0, arrival, f, &fake_ops};
+  f->r = r;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar__runner_add(r, &d, &f->index, &err), AR_OK);
+}
+
+static void run(ar__runner *r) {
+  ar_err err = AR_ERR_INIT;
+  if (ar__runner_run(r, &err) != AR_OK)
+    fail_msg("run: %s", err.msg);
+}
+
+static ar__tjob_result result(ar__runner *r, size_t i) {
+  ar__tjob_result res;
+  assert_int_equal(ar__runner_result(r, i, &res), AR_OK);
+  return res;
+}
+
+static const char *policies[] = {"fifo", "pack", "srtf", "fair", "priority"};
+
+/* ---- tests -------------------------------------------------------------- */
+
+/* Random mixes under every policy: every job ends done, runs exactly its
+ * iterations, is started, finished and closed once; no two jobs ever use
+ * the same byte; memory never exceeds the capacity. */
+static void test_random_mixes(void **state) {
+  (void)state;
+  for (int p = 0; p < 5; p++) {
+    for (uint64_t seed = 1; seed <= 12; seed++) {
+      ar_rng g;
+      ar_rng_seed(&g, seed, (uint64_t)p);
+      size_t cap = 64 * KiB + (size_t)ar_rng_below(&g, 64) * KiB;
+      int n = 4 + (int)ar_rng_below(&g, 8);
+      fake f[12];
+      memset(f, 0, sizeof f);
+      ar__runner *r = make_runner(policies[p], cap, (int)ar_rng_below(&g, 3), NULL);
+      overlaps = 0;
+      for (int i = 0; i < n; i++) {
+        f[i].id = i + 1;
+        f[i].P = 1 + (size_t)ar_rng_below(&g, cap / 4);
+        f[i].E = 1 + (size_t)ar_rng_below(&g, cap / 4);
+        f[i].iters = 1 + ar_rng_below(&g, 12);
+        add(r, &f[i], (double)ar_rng_below(&g, 3) * 1e-3);
+      }
+      run(r);
+      ar__runner_summary s;
+      ar__runner_summary_get(r, &s);
+      for (int i = 0; i < n; i++) {
+        ar__tjob_result res = result(r, (size_t)i);
+        if (res.state != AR__TJ_DONE)
+          fail_msg("%s seed %llu job %d: %s %s", policies[p], (unsigned long long)seed, i,
+                   ar__tjob_state_name(res.state), res.error);
+        assert_int_equal(res.iterations, f[i].iters);
+        assert_int_equal(f[i].done, f[i].iters);
+        assert_int_equal(f[i].starts, 1);
+        assert_int_equal(f[i].finishes, 1);
+        assert_int_equal(f[i].interrupted, 0);
+        assert_int_equal(f[i].corrupt, 0);
+        assert_true(res.queue_s >= 0 && res.jct_s >= res.queue_s);
+        assert_true(res.lane > 0);
+      }
+      assert_int_equal(overlaps, 0);
+      assert_true(s.max_memory_bytes <= s.capacity_bytes);
+      assert_int_equal(s.failed, 0);
+      ar__runner_destroy(r);
+      for (int i = 0; i < n; i++)
+        assert_int_equal(f[i].closes, 1);
+    }
+  }
+}
+
+/* fifo runs jobs one at a time in arrival order: each starts after the
+ * previous one ended, and nothing shares its lane. */
+static void test_fifo_order(void **state) {
+  (void)state;
+  fake f[4];
+  memset(f, 0, sizeof f);
+  ar__runner *r = make_runner("fifo", 1 << 20, 1, NULL);
+  for (int i = 0; i < 4; i++) {
+    f[i] = (fake){.id = i + 1, .P = 1000, .E = 2000, .iters = (uint64_t)(6 - i)};
+    add(r, &f[i], 0.0005 * i);
+  }
+  run(r);
+  for (int i = 1; i < 4; i++) {
+    ar__tjob_result a = result(r, (size_t)i - 1), b = result(r, (size_t)i);
+    assert_true(b.first_s >= a.end_s);
+    assert_int_equal(b.switches, 0);
+  }
+  ar__runner_destroy(r);
+}
+
+/* srtf in one lane: the shortest job ends before the longest, though it
+ * arrived after it (a preemption at an iteration boundary). */
+static void test_srtf_short_first(void **state) {
+  (void)state;
+  fake f[3];
+  memset(f, 0, sizeof f);
+  ar__runner *r = make_runner("srtf", 1 << 20, 1, NULL);
+  const uint64_t iters[3] = {150, 40, 6};
+  for (int i = 0; i < 3; i++) {
+    f[i] = (fake){.id = i + 1, .P = 512, .E = 4096, .iters = iters[i], .spin_us = 300};
+    add(r, &f[i], 0.002 * i);
+  }
+  run(r);
+  ar__tjob_result a = result(r, 0), b = result(r, 1), c = result(r, 2);
+  assert_int_equal(a.lane, c.lane); /* one lane, time-shared */
+  assert_true(c.end_s < a.end_s);
+  assert_true(b.end_s < a.end_s);
+  assert_true(c.switches > 0 || a.switches > 0);
+  ar__runner_destroy(r);
+}
+
+/* A failing job (an error at its third iteration) ends alone. */
+static void test_failure_alone(void **state) {
+  (void)state;
+  for (int p = 0; p < 5; p++) {
+    fake f[3];
+    memset(f, 0, sizeof f);
+    ar__runner *r = make_runner(policies[p], 1 << 20, 1, NULL);
+    for (int i = 0; i < 3; i++) {
+      f[i] = (fake){.id = i + 1, .P = 3000, .E = 5000, .iters = 8};
+      if (i == 1)
+        f[i].fail_at = 3;
+      add(r, &f[i], 0);
+    }
+    run(r);
+    ar__tjob_result bad = result(r, 1);
+    assert_int_equal(bad.state, AR__TJ_FAILED);
+    assert_non_null(strstr(bad.error, "nan"));
+    assert_int_equal(bad.iterations, 3);
+    assert_int_equal(f[1].finishes, 0); /* a failed job is not checkpointed */
+    for (int i = 0; i < 3; i += 2) {
+      assert_int_equal(result(r, (size_t)i).state, AR__TJ_DONE);
+      assert_int_equal(f[i].done, 8);
+    }
+    ar__runner_summary s;
+    ar__runner_summary_get(r, &s);
+    assert_int_equal(s.failed, 1);
+    ar__runner_destroy(r);
+    for (int i = 0; i < 3; i++)
+      assert_int_equal(f[i].closes, 1);
+  }
+}
+
+/* Defragmentation: a hole in the middle of the persistent region must be
+ * closed before a large waiting job fits; every persistent byte of the
+ * jobs that moved survives (their steps check it), they learn their new
+ * addresses, and the waiting job runs. */
+static void test_defrag_moves_bytes(void **state) {
+  (void)state;
+  for (int mode = 1; mode <= 2; mode++) {
+    fake f[4];
+    memset(f, 0, sizeof f);
+    /* 40 KiB: A (8 KiB, short), B (8 KiB, long), lanes of 4 KiB; when A
+     * leaves its block is a hole below B; C needs 20 KiB persistent, which
+     * fits only once B slid down. */
+    ar__runner *r = make_runner("pack", 40 * KiB, mode, NULL);
+    f[0] = (fake){.id = 1, .P = 8 * KiB, .E = 4 * KiB, .iters = 2};
+    f[1] = (fake){.id = 2, .P = 8 * KiB, .E = 4 * KiB, .iters = 400, .spin_us = 50};
+    f[2] = (fake){.id = 3, .P = 20 * KiB, .E = 4 * KiB, .iters = 3};
+    add(r, &f[0], 0);
+    add(r, &f[1], 0);
+    add(r, &f[2], 0.001);
+    run(r);
+    ar__runner_summary s;
+    ar__runner_summary_get(r, &s);
+    for (int i = 0; i < 3; i++) {
+      ar__tjob_result res = result(r, (size_t)i);
+      if (res.state != AR__TJ_DONE)
+        fail_msg("mode %d job %d: %s %s", mode, i, ar__tjob_state_name(res.state), res.error);
+      assert_int_equal(f[i].corrupt, 0);
+    }
+    assert_true(s.defrags >= 1);
+    assert_true(s.defrag_bytes_moved >= 8 * KiB);
+    assert_true(f[1].rebases >= 1);
+    assert_true(result(r, 2).admit_s >= result(r, 0).end_s);
+    ar__runner_destroy(r);
+  }
+}
+
+/* Cancelling: a job that cancels itself mid-way is finished as interrupted
+ * (its checkpoint) and leaves; one cancelled before it arrives never
+ * starts. */
+static void test_cancel(void **state) {
+  (void)state;
+  fake f[3];
+  memset(f, 0, sizeof f);
+  ar__runner *r = make_runner("pack", 1 << 20, 1, NULL);
+  f[0] = (fake){.id = 1, .P = 1000, .E = 1000, .iters = 50, .cancel_at = 4};
+  f[1] = (fake){.id = 2, .P = 1000, .E = 1000, .iters = 5};
+  f[2] = (fake){.id = 3, .P = 1000, .E = 1000, .iters = 5};
+  add(r, &f[0], 0);
+  add(r, &f[1], 0);
+  add(r, &f[2], 5.0);
+  assert_int_equal(ar__runner_cancel(r, 2), AR_OK);
+  assert_int_equal(ar__runner_cancel(r, 9), AR_NOTFOUND);
+  run(r);
+  assert_int_equal(result(r, 0).state, AR__TJ_CANCELLED);
+  assert_int_equal(f[0].done, 4);
+  assert_int_equal(f[0].interrupted, 1);
+  assert_int_equal(result(r, 1).state, AR__TJ_DONE);
+  assert_int_equal(result(r, 2).state, AR__TJ_CANCELLED);
+  assert_int_equal(f[2].starts, 0);
+  assert_int_equal(ar__runner_cancel(r, 1), AR_STATE);
+  ar__runner_destroy(r);
+  assert_int_equal(f[2].closes, 1);
+}
+
+/* Stopping (a signal, a service shutdown): started jobs are finished as
+ * interrupted, the rest closed; all end as stopped. */
+static void test_stop(void **state) {
+  (void)state;
+  fake f[3];
+  memset(f, 0, sizeof f);
+  ar__runner *r = make_runner("srtf", 1 << 20, 1, NULL);
+  f[0] = (fake){.id = 1, .P = 1000, .E = 1000, .iters = 1000, .stop_at = 5};
+  f[1] = (fake){.id = 2, .P = 1000, .E = 1000, .iters = 1000, .stop_at = 5};
+  f[2] = (fake){.id = 3, .P = 1000, .E = 1000, .iters = 10};
+  add(r, &f[0], 0);
+  add(r, &f[1], 0);
+  add(r, &f[2], 60.0);
+  run(r);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(result(r, (size_t)i).state, AR__TJ_STOPPED);
+  /* srtf runs one of the two first; whichever reached 5 stopped it. */
+  assert_true(f[0].done == 5 || f[1].done == 5);
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(f[i].interrupted, f[i].starts);
+    assert_int_equal(f[i].finishes, f[i].starts);
+  }
+  assert_int_equal(f[2].starts, 0);
+  ar__runner_destroy(r);
+}
+
+/* A job that can never fit fails alone with the sizes in its message. */
+static void test_never_fits(void **state) {
+  (void)state;
+  fake f[2];
+  memset(f, 0, sizeof f);
+  ar__runner *r = make_runner("pack", 16 * KiB, 1, NULL);
+  f[0] = (fake){.id = 1, .P = 12 * KiB, .E = 8 * KiB, .iters = 2};
+  f[1] = (fake){.id = 2, .P = 1 * KiB, .E = 1 * KiB, .iters = 2};
+  add(r, &f[0], 0);
+  add(r, &f[1], 0);
+  run(r);
+  ar__tjob_result bad = result(r, 0);
+  assert_int_equal(bad.state, AR__TJ_FAILED);
+  assert_true(bad.error[0] != '\0');
+  assert_int_equal(result(r, 1).state, AR__TJ_DONE);
+  ar__runner_destroy(r);
+}
+
+static char *slurp(const char *path) {
+  FILE *fp = fopen(path, "rb");
+  if (!fp)
+    return NULL;
+  static char buf[1 << 20];
+  size_t n = fread(buf, 1, sizeof buf - 1, fp);
+  buf[n] = '\0';
+  fclose(fp);
+  return buf;
+}
+
+/* The records: summary.json with the contract's keys, metrics.jsonl with
+ * memory samples and job lines, a Chrome trace with lane tracks. */
+static void test_outputs(void **state) {
+  (void)state;
+  char dir[] = "/tmp/accelrt-tenancy-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  fake f[3];
+  memset(f, 0, sizeof f);
+  ar__runner *r = make_runner("fair", 1 << 20, 1, dir);
+  for (int i = 0; i < 3; i++) {
+    f[i] = (fake){.id = i + 1, .P = 2000, .E = 3000, .iters = 10};
+    add(r, &f[i], 0);
+  }
+  run(r);
+  char path[256];
+  snprintf(path, sizeof path, "%s/summary.json", dir);
+  const char *s = slurp(path);
+  assert_non_null(s);
+  const char *keys[] = {"\"policy\": \"fair\"", "\"makespan_s\"", "\"avg_jct_s\"",
+                        "\"p95_jct_s\"", "\"avg_queue_s\"", "\"switch_latency_ms_p50\"",
+                        "\"switch_latency_ms_p99\"", "\"max_memory_bytes\"",
+                        "\"capacity_bytes\"", "\"jobs\": [", "\"name\": \"f3\"", "\"jct_s\"",
+                        "\"queue_s\"", "\"iterations\": 10", "\"lane\""};
+  for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+    if (!strstr(s, keys[k]))
+      fail_msg("summary.json lacks %s:\n%s", keys[k], s);
+  snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+  s = slurp(path);
+  assert_non_null(s);
+  assert_non_null(strstr(s, "\"event\": \"memory\""));
+  assert_non_null(strstr(s, "\"persistent_bytes\""));
+  assert_non_null(strstr(s, "\"event\": \"job\""));
+  snprintf(path, sizeof path, "%s/trace.json", dir);
+  s = slurp(path);
+  assert_non_null(s);
+  assert_non_null(strstr(s, "\"traceEvents\""));
+  assert_non_null(strstr(s, "\"thread_name\""));
+  assert_non_null(strstr(s, "\"ph\": \"X\""));
+  assert_non_null(strstr(s, "\"ph\": \"C\""));
+  ar__runner_destroy(r);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+static void test_quantile(void **state) {
+  (void)state;
+  double v[5] = {5, 1, 4, 2, 3};
+  assert_true(ar__quantile(v, 5, 0.5) == 3);
+  assert_true(ar__quantile(v, 5, 0.95) == 5);
+  assert_true(ar__quantile(v, 5, 0.0) == 1);
+  assert_true(ar__quantile(v, 0, 0.5) == 0);
+  double w[100];
+  for (int i = 0; i < 100; i++)
+    w[i] = 100 - i;
+  assert_true(ar__quantile(w, 100, 0.99) == 99);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_quantile),       cmocka_unit_test(test_random_mixes),
+      cmocka_unit_test(test_fifo_order),     cmocka_unit_test(test_srtf_short_first),
+      cmocka_unit_test(test_failure_alone),  cmocka_unit_test(test_defrag_moves_bytes),
+      cmocka_unit_test(test_cancel),         cmocka_unit_test(test_stop),
+      cmocka_unit_test(test_never_fits),     cmocka_unit_test(test_outputs),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
