@@ -325,16 +325,26 @@ ar_status ar_lsh_tables_build(ar_lsh_tables *t, const ar_lsh_hash *h,
   AR_CHECK(hash_rows(t, h, w, ld, NULL, n, t->rec, nt));
   t->generation++;
   int failed = 0;
+  for (uint32_t l = 0; l < t->L; l++)
+    ar_rng_seed3(&t->tab[l].rng, t->o.seed, l, t->generation);
+  /* Neurons in blocks whose bucket records (block x L) stay in cache while
+   * every table takes the block: reading the records table by table over
+   * all neurons would stride through them L times.  Each table still gets
+   * its ids in neuron order from one thread, so the result does not depend
+   * on the thread count. */
+  const uint32_t block = 4096;
+  for (uint32_t lo = 0; lo < n && !failed; lo += block) {
+    const uint32_t hi = n - lo < block ? n : lo + block;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-  for (uint32_t l = 0; l < t->L; l++) {
-    lsh_table *b = &t->tab[l];
-    ar_rng_seed3(&b->rng, t->o.seed, l, t->generation);
-    for (uint32_t i = 0; i < n; i++)
-      if (!insert(t, b, t->rec[(size_t)i * t->L + l], i)) {
+    for (uint32_t l = 0; l < t->L; l++) {
+      lsh_table *b = &t->tab[l];
+      for (uint32_t i = lo; i < hi; i++)
+        if (!insert(t, b, t->rec[(size_t)i * t->L + l], i)) {
 #pragma omp atomic write
-        failed = 1;
-        break;
-      }
+          failed = 1;
+          break;
+        }
+    }
   }
   if (failed) {
     ar_lsh_tables_clear(t);
