@@ -5,6 +5,13 @@
 
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
+/* main's argv, for re-executing. */
+extern char **cli_argv;
+/* Re-executes the process with OMP_WAIT_POLICY=passive unless the user set
+ * it (returns when it did or cannot): for commands that run one thread
+ * team per lane (a jobs: file, the service). */
+void cli_passive_threads(void);
+
 int cli_run(int argc, char **argv);
 int cli_check(int argc, char **argv);
 int cli_info(int argc, char **argv);

@@ -118,6 +118,7 @@ int cli_run(int argc, char **argv) {
     ar_status st;
     bool single = true;
     if (spec->n_jobs > 0) {
+      cli_passive_threads();
       st = ar_tenancy_run(spec, &opts, &err);
       single = false;
     } else if (spec->distributed.enabled) {

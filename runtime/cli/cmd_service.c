@@ -131,6 +131,7 @@ static int request(const char *sock, const ar__msg *m, bool print_ok) {
 }
 
 static int serve(int argc, char **argv) {
+  cli_passive_threads();
   static const struct option longs[] = {{"state", required_argument, NULL, 's'},
                                         {"socket", required_argument, NULL, 'k'},
                                         {"device", required_argument, NULL, 'd'},

@@ -1,9 +1,12 @@
 /* accelrt: the command-line entry point. */
+#define _GNU_SOURCE
 #include "accelrt/base.h"
 #include "cli/cli.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void usage(FILE *to) {
   fprintf(to,
@@ -25,7 +28,23 @@ static void usage(FILE *to) {
           "exit status: 0 success, 1 runtime failure, 2 usage or job-file error\n");
 }
 
+char **cli_argv;
+
+void cli_passive_threads(void) {
+  /* libgomp reads OMP_WAIT_POLICY once, when the program starts, so a
+   * process that runs several thread teams at once (lanes: one team per
+   * lane) re-executes itself with the policy set: idle team threads then
+   * sleep instead of spinning on cores the other lanes need.  A user's own
+   * setting is kept. */
+  if (getenv("OMP_WAIT_POLICY") || !cli_argv)
+    return;
+  setenv("OMP_WAIT_POLICY", "passive", 1);
+  execv("/proc/self/exe", cli_argv);
+  /* Not fatal: without /proc the lanes still run, only slower. */
+}
+
 int main(int argc, char **argv) {
+  cli_argv = argv;
   if (argc < 2) {
     usage(stderr);
     return CLI_USAGE;
