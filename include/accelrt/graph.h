@@ -41,6 +41,8 @@ typedef struct ar_plan_entry {
   ar_mem_class cls;
   size_t bytes;     /* exact size */
   size_t offset;    /* within its class's block, 64-byte aligned */
+  int64_t first_use, last_use; /* ephemeral: steps of the iteration it lives
+                                  between (see plan.c); persistent: 0, max */
 } ar_plan_entry;
 
 typedef struct ar_plan {
@@ -48,7 +50,10 @@ typedef struct ar_plan {
   ar_plan_entry *entries; /* (count) */
   size_t persistent_bytes; /* parameters + optimizer state */
   size_t ephemeral_bytes;  /* peak of one iteration: batch, activations,
-                              gradients, loss scratch */
+                              gradients, loss scratch, placed by their
+                              lifetimes (tensors never live together
+                              share bytes) */
+  size_t ephemeral_sum_bytes; /* the same without sharing */
   size_t param_count;      /* trainable scalars */
 } ar_plan;
 

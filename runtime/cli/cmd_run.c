@@ -156,7 +156,8 @@ int cli_check(int argc, char **argv) {
     const char *train = NULL, *test = NULL;
     char *storage = NULL;
     ar_reader *rt = NULL, *re = NULL;
-    ar_plan plan = {0, NULL, 0, 0, 0};
+    ar_plan plan;
+    memset(&plan, 0, sizeof plan);
     ar_reader_opts ro = AR_READER_OPTS_INIT;
     ro.format = spec->data.format;
     ro.features = spec->input.features;

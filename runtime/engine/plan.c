@@ -1,5 +1,6 @@
 /* The exact memory plan of a job, from shapes alone (see graph.h). */
 #include "accelrt/graph.h"
+#include "accelrt/lanes.h"
 
 #include <math.h>
 #include <string.h>
@@ -14,8 +15,27 @@ typedef struct plan_builder {
   size_t next[2]; /* next free offset per class */
 } plan_builder;
 
+/* Steps of one iteration, for the ephemeral tensors' lifetimes: the batch
+ * load (0), the forward of layer l (1 + l), the loss (n + 1), the backward
+ * of layer l (n + 2 + (n - 1 - l)), the optimizer step (2n + 2).  The
+ * evaluation (forward, top-k, loss) fits the same timeline. */
+#define T_LOAD 0
+#define T_FWD(l) (1 + (l))
+#define T_LOSS(n) ((n) + 1)
+#define T_BWD(n, l) ((n) + 2 + ((n) - 1 - (l)))
+#define T_STEP(n) (2 * (n) + 2)
+
+static ar_status add_live(plan_builder *pb, const char *a, const char *b, ar_mem_class cls,
+                          size_t bytes, int64_t first, int64_t last);
+
+/* A persistent entry (its lifetime is the job's). */
 static ar_status add(plan_builder *pb, const char *a, const char *b, ar_mem_class cls,
                      size_t bytes) {
+  return add_live(pb, a, b, cls, bytes, 0, INT64_MAX);
+}
+
+static ar_status add_live(plan_builder *pb, const char *a, const char *b, ar_mem_class cls,
+                          size_t bytes, int64_t first, int64_t last) {
   ar_plan *p = pb->plan;
   if (p->count == pb->cap) {
     int cap = pb->cap ? pb->cap * 2 : 32;
@@ -30,9 +50,41 @@ static ar_status add(plan_builder *pb, const char *a, const char *b, ar_mem_clas
   snprintf(e->name, sizeof e->name, "%s%s%s", a, b ? "." : "", b ? b : "");
   e->cls = cls;
   e->bytes = bytes;
+  e->first_use = first;
+  e->last_use = last;
   e->offset = pb->next[cls];
   pb->next[cls] = align_up(pb->next[cls] + bytes);
   return AR_OK;
+}
+
+/* Offsets of the ephemeral tensors from their lifetimes (lanes/offsets.c):
+ * the lane an iteration runs in is the peak of what is live at once, not
+ * the sum of everything. */
+static ar_status place_ephemeral(ar_plan *p) {
+  int n = 0;
+  for (int i = 0; i < p->count; i++)
+    n += p->entries[i].cls == AR_MEM_EPHEMERAL;
+  ar_lanes_tensor *t = ar_malloc((size_t)(n ? n : 1) * sizeof *t);
+  size_t *off = ar_malloc((size_t)(n ? n : 1) * sizeof *off);
+  ar_status st = t && off ? AR_OK : AR_NOMEM;
+  int k = 0;
+  for (int i = 0; st == AR_OK && i < p->count; i++) {
+    const ar_plan_entry *e = &p->entries[i];
+    if (e->cls == AR_MEM_EPHEMERAL)
+      t[k++] = (ar_lanes_tensor){e->bytes, e->first_use, e->last_use};
+  }
+  size_t peak = 0;
+  if (st == AR_OK)
+    st = ar_lanes_plan_offsets(t, (size_t)n, PLAN_ALIGN, off, &peak, NULL);
+  k = 0;
+  for (int i = 0; st == AR_OK && i < p->count; i++)
+    if (p->entries[i].cls == AR_MEM_EPHEMERAL)
+      p->entries[i].offset = off[k++];
+  if (st == AR_OK)
+    p->ephemeral_bytes = peak;
+  ar_free(t);
+  ar_free(off);
+  return st;
 }
 
 bool ar_spec_runs_on_host(const ar_spec *spec) {
@@ -120,14 +172,22 @@ ar_status ar_plan_compute_on(const ar_spec *spec, int64_t max_nnz, int64_t max_l
     in = ls->width;
   }
 
-  /* Ephemeral: the batch, activations, gradients, loss scratch. */
-  AR_CHECK(add(&pb, "batch", "row_ptr", AR_MEM_EPHEMERAL, (B + 1) * sizeof(int64_t)));
-  AR_CHECK(add(&pb, "batch", "idx", AR_MEM_EPHEMERAL, B * (size_t)max_nnz * sizeof(int32_t)));
-  AR_CHECK(add(&pb, "batch", "val", AR_MEM_EPHEMERAL, B * (size_t)max_nnz * f));
-  AR_CHECK(add(&pb, "batch", "lab_ptr", AR_MEM_EPHEMERAL, (B + 1) * sizeof(int64_t)));
-  AR_CHECK(add(&pb, "batch", "lab", AR_MEM_EPHEMERAL, B * (size_t)max_labels * sizeof(int32_t)));
+  /* Ephemeral: the batch, activations, gradients, loss scratch, each with
+   * the steps it lives between; offsets come from the liveness plan below,
+   * so tensors that are never live together share bytes. */
+  const int64_t n = spec->n_layers, end = T_STEP(n);
+  AR_CHECK(add_live(&pb, "batch", "row_ptr", AR_MEM_EPHEMERAL, (B + 1) * sizeof(int64_t),
+                    T_LOAD, end));
+  AR_CHECK(add_live(&pb, "batch", "idx", AR_MEM_EPHEMERAL, B * (size_t)max_nnz * sizeof(int32_t),
+                    T_LOAD, end));
+  AR_CHECK(add_live(&pb, "batch", "val", AR_MEM_EPHEMERAL, B * (size_t)max_nnz * f, T_LOAD, end));
+  AR_CHECK(add_live(&pb, "batch", "lab_ptr", AR_MEM_EPHEMERAL, (B + 1) * sizeof(int64_t),
+                    T_LOAD, end));
+  AR_CHECK(add_live(&pb, "batch", "lab", AR_MEM_EPHEMERAL,
+                    B * (size_t)max_labels * sizeof(int32_t), T_LOAD, end));
   if (!spec->input.sparse)
-    AR_CHECK(add(&pb, "batch", "x", AR_MEM_EPHEMERAL, B * (size_t)spec->input.features * f));
+    AR_CHECK(add_live(&pb, "batch", "x", AR_MEM_EPHEMERAL, B * (size_t)spec->input.features * f,
+                      T_LOAD, end));
   in = spec->input.features;
   for (int l = 0; l < spec->n_layers; l++) {
     const ar_layer_spec *ls = &spec->layers[l];
@@ -137,25 +197,36 @@ ar_status ar_plan_compute_on(const ar_spec *spec, int64_t max_nnz, int64_t max_l
        * gradients; y stays for the dense evaluation and dense layers
        * after this one. */
       size_t cap = (size_t)ar_layer_active_cap(spec, l, max_labels);
-      AR_CHECK(add(&pb, ls->name, "lsh.active", AR_MEM_EPHEMERAL, B * cap * sizeof(uint32_t)));
-      AR_CHECK(add(&pb, ls->name, "lsh.n", AR_MEM_EPHEMERAL, B * sizeof(uint32_t)));
-      AR_CHECK(add(&pb, ls->name, "lsh.out", AR_MEM_EPHEMERAL, B * cap * f));
-      AR_CHECK(add(&pb, ls->name, "lsh.dout", AR_MEM_EPHEMERAL, B * cap * f));
+      AR_CHECK(add_live(&pb, ls->name, "lsh.active", AR_MEM_EPHEMERAL,
+                        B * cap * sizeof(uint32_t), T_FWD(l), T_BWD(n, l)));
+      AR_CHECK(add_live(&pb, ls->name, "lsh.n", AR_MEM_EPHEMERAL, B * sizeof(uint32_t), T_FWD(l),
+                        T_BWD(n, l)));
+      AR_CHECK(add_live(&pb, ls->name, "lsh.out", AR_MEM_EPHEMERAL, B * cap * f, T_FWD(l),
+                        T_BWD(n, l)));
+      AR_CHECK(add_live(&pb, ls->name, "lsh.dout", AR_MEM_EPHEMERAL, B * cap * f, T_FWD(l),
+                        T_BWD(n, l)));
     } else {
-      AR_CHECK(add(&pb, ls->name, "grad.w", AR_MEM_EPHEMERAL, nw * f));
-      AR_CHECK(add(&pb, ls->name, "grad.b", AR_MEM_EPHEMERAL, nb * f));
+      /* Written by the layer's backward, read by the optimizer step. */
+      AR_CHECK(add_live(&pb, ls->name, "grad.w", AR_MEM_EPHEMERAL, nw * f, T_BWD(n, l), end));
+      AR_CHECK(add_live(&pb, ls->name, "grad.b", AR_MEM_EPHEMERAL, nb * f, T_BWD(n, l), end));
     }
-    AR_CHECK(add(&pb, ls->name, "y", AR_MEM_EPHEMERAL, B * nb * f));
+    /* Made by the forward, read by the next layer's forward and backward
+     * (the last layer's holds the loss gradient until its backward). */
+    AR_CHECK(add_live(&pb, ls->name, "y", AR_MEM_EPHEMERAL, B * nb * f, T_FWD(l), T_BWD(n, l)));
+    /* Made by the next layer's backward, read by this layer's. */
     if (l + 1 < spec->n_layers)
-      AR_CHECK(add(&pb, ls->name, "grad.y", AR_MEM_EPHEMERAL, B * nb * f));
+      AR_CHECK(add_live(&pb, ls->name, "grad.y", AR_MEM_EPHEMERAL, B * nb * f, T_BWD(n, l + 1),
+                        T_BWD(n, l)));
     in = ls->width;
   }
-  AR_CHECK(add(&pb, "loss", "rows", AR_MEM_EPHEMERAL, B * f));
-  AR_CHECK(add(&pb, "eval", "topk", AR_MEM_EPHEMERAL, B * 5 * sizeof(int32_t)));
+  AR_CHECK(add_live(&pb, "loss", "rows", AR_MEM_EPHEMERAL, B * f, T_LOSS(n), T_LOSS(n)));
+  /* Evaluation takes the top-k after the forward, then the loss. */
+  AR_CHECK(add_live(&pb, "eval", "topk", AR_MEM_EPHEMERAL, B * 5 * sizeof(int32_t), T_LOSS(n),
+                    end));
 
   out->persistent_bytes = pb.next[AR_MEM_PERSISTENT];
-  out->ephemeral_bytes = pb.next[AR_MEM_EPHEMERAL];
-  return AR_OK;
+  out->ephemeral_sum_bytes = pb.next[AR_MEM_EPHEMERAL];
+  return place_ephemeral(out);
 }
 
 void ar_plan_fini(ar_plan *plan) {
@@ -201,6 +272,7 @@ void ar_plan_print(const ar_plan *plan, const ar_spec *spec, FILE *to) {
   human(plan->ephemeral_bytes, h2, sizeof h2);
   human(plan->persistent_bytes + plan->ephemeral_bytes, h3, sizeof h3);
   fprintf(to, "persistent bytes: %zu (%s)\n", plan->persistent_bytes, h1);
-  fprintf(to, "ephemeral peak bytes: %zu (%s)\n", plan->ephemeral_bytes, h2);
+  fprintf(to, "ephemeral peak bytes: %zu (%s; tensors share bytes when never live together, "
+          "%zu without sharing)\n", plan->ephemeral_bytes, h2, plan->ephemeral_sum_bytes);
   fprintf(to, "total: %zu (%s)\n", plan->persistent_bytes + plan->ephemeral_bytes, h3);
 }

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "accelrt/graph.h"
@@ -43,6 +44,17 @@ static void gradcheck(const char *yaml) {
   ar_model_forward(m);
   (void)ar_model_loss(m, true);
   ar_model_backward(m);
+  /* Copy the analytic gradients: the memory plan lets the next forward
+   * reuse their bytes (they are only live until the optimizer step). */
+  float *ana_w[8], *ana_b[8];
+  assert_true(m->n_layers <= 8);
+  for (int l = 0; l < m->n_layers; l++) {
+    ar_layer *L = &m->layers[l];
+    ana_w[l] = malloc((size_t)(L->in * L->out) * sizeof(float));
+    ana_b[l] = malloc((size_t)L->out * sizeof(float));
+    memcpy(ana_w[l], L->gw, (size_t)(L->in * L->out) * sizeof(float));
+    memcpy(ana_b[l], L->gb, (size_t)L->out * sizeof(float));
+  }
 
   const double h = 1e-2;
   int checked = 0;
@@ -50,10 +62,8 @@ static void gradcheck(const char *yaml) {
     ar_layer *L = &m->layers[l];
     for (int which = 0; which < 2; which++) {
       float *p = which ? L->b : L->w;
-      const float *g = which ? L->gb : L->gw;
+      const float *g = which ? ana_b[l] : ana_w[l];
       int64_t n = which ? L->out : L->in * L->out;
-      /* Copy the analytic gradient: the loss calls below overwrite nothing
-       * of gw/gb, but be explicit about what is compared. */
       for (int c = 0; c < 12; c++) {
         int64_t i = (int64_t)ar_rng_below(&rng, (uint64_t)n);
         float keep = p[i];
@@ -72,6 +82,10 @@ static void gradcheck(const char *yaml) {
     }
   }
   assert_true(checked >= 24);
+  for (int l = 0; l < m->n_layers; l++) {
+    free(ana_w[l]);
+    free(ana_b[l]);
+  }
   ar_batch_fini(&b);
   ar_model_destroy(m);
   assert_int_equal(dev->bytes_in_use, 0);
@@ -131,12 +145,30 @@ static void test_plan_by_hand(void **state) {
   assert_int_equal(plan.param_count, params);
   /* Adam: parameters + two moments. */
   assert_int_equal(plan.persistent_bytes, 3 * params * 4);
-  /* Ephemeral: row_ptr (17 x 8 -> 192 aligned), idx 16*4*4, val 16*4*4,
-   * lab_ptr 192, lab 16*2*4 = 128, grads = params*4, y of both layers,
-   * grad.y of the hidden layer, loss rows 64, topk 16*5*4 = 320. */
-  size_t eph = 192 + 256 + 256 + 192 + 128 + params * 4 + 16 * 32 * 4 + 16 * 16 * 4 +
+  /* Ephemeral without sharing: row_ptr (17 x 8 -> 192 aligned), idx
+   * 16*4*4, val 16*4*4, lab_ptr 192, lab 16*2*4 = 128, grads = params*4, y
+   * of both layers, grad.y of the hidden layer, loss rows 64, topk
+   * 16*5*4 = 320. */
+  size_t sum = 192 + 256 + 256 + 192 + 128 + params * 4 + 16 * 32 * 4 + 16 * 16 * 4 +
                16 * 32 * 4 + 64 + 320;
-  assert_int_equal(plan.ephemeral_bytes, eph);
+  assert_int_equal(plan.ephemeral_sum_bytes, sum);
+  /* With lifetimes (steps: load 0, forward h 1, out 2, loss 3, backward
+   * out 4, h 5, step 6), the most live at once is at the backward of h:
+   * the batch 1024, h's gradients 8192 + 128, h.y 2048, h.grad.y 2048,
+   * out's gradients 2048 + 64 and the top-k 320 = 15872; loss.rows and
+   * out.y are dead by then and share their bytes. */
+  assert_int_equal(plan.ephemeral_bytes, 15872);
+  /* No two tensors live at one step share a byte. */
+  for (int i = 0; i < plan.count; i++)
+    for (int j = i + 1; j < plan.count; j++) {
+      const ar_plan_entry *a = &plan.entries[i], *c = &plan.entries[j];
+      if (a->cls != AR_MEM_EPHEMERAL || c->cls != AR_MEM_EPHEMERAL)
+        continue;
+      bool together = a->first_use <= c->last_use && c->first_use <= a->last_use;
+      bool apart = a->offset + a->bytes <= c->offset || c->offset + c->bytes <= a->offset;
+      if (together && !apart)
+        fail_msg("%s and %s are live together but overlap", a->name, c->name);
+    }
   ar_plan_fini(&plan);
   /* SGD without momentum keeps no optimizer state. */
   ar_spec_destroy(spec);
