@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""The PyTorch side of bench/dense: the network accelrt's host engine trains,
-written the way a careful PyTorch user would write it for a CPU.
+"""The PyTorch side of bench/dense: the network accelrt's engine trains,
+written the way a careful PyTorch user would write it for a CPU, or for one
+GPU with --device cuda:N (model and batch tensors on the GPU; default fp32
+matmuls, no TF32, as accelrt's cuBLAS GEMMs).
 
 Network (matches accelrt's dense path, see bench/dense/README.md):
   h      = relu(sum over a row's non-zeros v_f * W1[f, :] + b1)   W1: (features, hidden)
@@ -39,6 +41,8 @@ def parse_args(argv):
     p.add_argument("--epochs", type=float, default=0.0,
                    help="if > 0, train ceil(epochs * points / batch) iterations instead of --iters")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="cpu",
+                   help="cpu (or host), or cuda:N: train on that GPU")
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--layer1", choices=("embbag", "spmm"), default="embbag",
@@ -68,6 +72,10 @@ def parse_args(argv):
         p.error("--eval needs --test")
     if a.batch <= 0 or a.hidden <= 0 or a.threads <= 0:
         p.error("--batch, --hidden and --threads must be positive")
+    if a.device == "host":
+        a.device = "cpu"
+    if a.device != "cpu" and not a.device.startswith("cuda:"):
+        p.error("--device must be cpu, host or cuda:N")
     return a
 
 
@@ -141,18 +149,22 @@ def gather(ptr, rows):
     return pos, counts
 
 
-def make_batch(d, rows):
+def make_batch(d, rows, dev=None):
     """The tensors of one batch: layer-1 input as (indices, offsets, weights)
-    and the loss targets as (row, label, mass) triples."""
+    and the loss targets as (row, label, mass) triples, on device dev (built
+    on the host, then copied, as a data loader would)."""
     fpos, fcnt = gather(d.fptr, rows)
     lpos, lcnt = gather(d.lptr, rows)
     offsets = np.cumsum(fcnt) - fcnt
     b = len(rows)
     lrow = np.repeat(np.arange(b, dtype=np.int64), lcnt)
     mass = np.repeat(1.0 / np.maximum(lcnt, 1), lcnt).astype(np.float32)
-    return (torch.from_numpy(d.fidx[fpos]), torch.from_numpy(offsets),
-            torch.from_numpy(d.fval[fpos]), torch.from_numpy(lrow),
-            torch.from_numpy(d.lidx[lpos]), torch.from_numpy(mass))
+    out = (torch.from_numpy(d.fidx[fpos]), torch.from_numpy(offsets),
+           torch.from_numpy(d.fval[fpos]), torch.from_numpy(lrow),
+           torch.from_numpy(d.lidx[lpos]), torch.from_numpy(mass))
+    if dev is not None and dev.type != "cpu":
+        out = tuple(t.to(dev, non_blocking=True) for t in out)
+    return out
 
 
 class DenseNet(nn.Module):
@@ -182,8 +194,8 @@ class DenseNet(nn.Module):
             z = self.emb(idx, offsets, per_sample_weights=vals)
         else:
             b = offsets.numel()
-            counts = torch.diff(offsets, append=torch.tensor([idx.numel()]))
-            rows = torch.repeat_interleave(torch.arange(b), counts)
+            counts = torch.diff(offsets, append=torch.tensor([idx.numel()], device=idx.device))
+            rows = torch.repeat_interleave(torch.arange(b, device=idx.device), counts)
             x = torch.sparse_coo_tensor(torch.stack((rows, idx)), vals, (b, self.features))
             z = torch.sparse.mm(x, self.w1)
         return self.out(F.relu(z + self.b1))
@@ -195,13 +207,13 @@ def batch_loss(logits, lrow, llab, mass, rows, kind):
         return -(logp[lrow, llab] * mass).sum() / rows
     # Per labelled row the masses sum to 1, so its loss is
     # logsumexp(logits) - sum(mass * logit at label).
-    labelled = torch.zeros(rows, dtype=logits.dtype)
+    labelled = torch.zeros(rows, dtype=logits.dtype, device=logits.device)
     labelled.index_fill_(0, lrow, 1.0)
     lse = torch.logsumexp(logits, dim=1)
     return ((lse * labelled).sum() - (logits[lrow, llab] * mass).sum()) / rows
 
 
-def evaluate(model, d, points, batch):
+def evaluate(model, d, points, batch, dev):
     """P@1, P@3, P@5 in percent over the first `points` test rows that have
     labels (0 = all of them)."""
     rows = np.nonzero(np.diff(d.lptr) > 0)[0]
@@ -212,8 +224,8 @@ def evaluate(model, d, points, batch):
     with torch.no_grad():
         for s in range(0, len(rows), batch):
             r = rows[s:s + batch]
-            idx, offs, vals, _, _, _ = make_batch(d, r)
-            top = torch.topk(model(idx, offs, vals), 5, dim=1).indices.numpy()
+            idx, offs, vals, _, _, _ = make_batch(d, r, dev)
+            top = torch.topk(model(idx, offs, vals), 5, dim=1).indices.cpu().numpy()
             for i, row in enumerate(r):
                 truth = set(d.lidx[d.lptr[row]:d.lptr[row + 1]].tolist())
                 for j, k in enumerate((1, 3, 5)):
@@ -229,27 +241,42 @@ def gemm_bound(a):
     forward (B,H)x(H,O), weight gradient (O,B)x(B,H) and input gradient
     (B,O)x(O,H), 2*B*H*O flops each, and converts to samples/s."""
     b, h, o = a.batch, a.hidden, a.labels_out
+    dev = torch.device(a.device)
     g = torch.Generator().manual_seed(a.seed)
-    x = torch.randn(b, h, generator=g)
-    w = torch.randn(o, h, generator=g)
-    dy = torch.randn(b, o, generator=g)
+    x = torch.randn(b, h, generator=g).to(dev)
+    w = torch.randn(o, h, generator=g).to(dev)
+    dy = torch.randn(b, o, generator=g).to(dev)
     ops = (lambda: x @ w.t(), lambda: dy.t() @ x, lambda: dy @ w)
+    reps = 1 if dev.type == "cpu" else 20  # a GPU needs more than one to time
     for op in ops:
         op()
+    sync(dev)
     best = float("inf")
     for _ in range(3):
         t0 = time.perf_counter()
-        for op in ops:
-            op()
-        best = min(best, time.perf_counter() - t0)
+        for _ in range(reps):
+            for op in ops:
+                op()
+        sync(dev)
+        best = min(best, (time.perf_counter() - t0) / reps)
     flops = 3 * 2.0 * b * h * o
     return {"gemm_gflops": flops / best / 1e9, "gemm_s_per_iter": best,
             "gemm_bound_samples_per_s": b / best, "threads": a.threads}
 
 
+def sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
 def main(a):
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
+    dev = torch.device(a.device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit(f"torch_dense.py: error: --device {a.device}: torch sees no CUDA device")
+        torch.cuda.set_device(dev)
     if a.gemm_bound:
         print(json.dumps(gemm_bound(a)))
         return 0
@@ -259,7 +286,7 @@ def main(a):
     test = XC(a.test) if a.eval else None
     t_load = time.perf_counter() - t_load
 
-    model = DenseNet(train.features, a.hidden, train.labels, a.layer1, a.seed)
+    model = DenseNet(train.features, a.hidden, train.labels, a.layer1, a.seed).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8,
                            foreach=(a.foreach == "on"))
     iters = a.iters
@@ -273,16 +300,17 @@ def main(a):
     t0 = time.perf_counter()
     for it in range(iters):
         rows = (it * a.batch + ar) % train.n
-        idx, offs, vals, lrow, llab, mass = make_batch(train, rows)
+        idx, offs, vals, lrow, llab, mass = make_batch(train, rows, dev)
         logits = model(idx, offs, vals)
         loss = batch_loss(logits, lrow, llab, mass, a.batch, a.loss)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        last = loss.item()
+        last = loss.item()  # on a GPU this also waits for the step
         loss_sum += last
         if it == 0:
             t_first = time.perf_counter() - t0
+    sync(dev)
     wall = time.perf_counter() - t0
 
     out = {
@@ -305,10 +333,15 @@ def main(a):
         "loss_kind": a.loss,
         "adam_foreach": a.foreach == "on",
         "torch": torch.__version__,
+        "device": a.device,
     }
+    if dev.type == "cuda":
+        out["gpu"] = torch.cuda.get_device_name(dev)
+        out["peak_gpu_bytes"] = torch.cuda.max_memory_allocated(dev)
+        out["tf32_matmul"] = torch.backends.cuda.matmul.allow_tf32
     if a.eval:
         t_eval = time.perf_counter()
-        out.update(evaluate(model, test, a.eval_points, a.batch))
+        out.update(evaluate(model, test, a.eval_points, a.batch, dev))
         out["eval_s"] = time.perf_counter() - t_eval
     print(json.dumps(out))
     return 0 if math.isfinite(last) else 1

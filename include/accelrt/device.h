@@ -5,7 +5,11 @@
  *
  *   host  always built: OpenMP threads pinned with hwloc, CBLAS (OpenBLAS)
  *         for GEMM, vectorised loops for the rest (runtime/device/host/);
- *   cuda  built with ACCELRT_CUDA (runtime/device/cuda/): cuBLAS + kernels.
+ *   cuda  built with ACCELRT_CUDA (runtime/device/cuda/): cuBLAS for GEMM,
+ *         own kernels for the rest; one cudaMalloc arena per device at
+ *         open (runtime.memory), from which every alloc is carved; one
+ *         stream and cuBLAS handle per handle, and ar_device_open_lane for
+ *         one more handle per lane over the same arena.
  *
  * Conventions for every math op:
  *   - matrices are row-major; shapes are given in the comments as
@@ -14,7 +18,11 @@
  *   - ops are enqueued on the device's queue and may run asynchronously:
  *     ar_device_sync waits for all of them;
  *   - ops do not fail once their arguments are valid (the wrappers check),
- *     so they return void; memory and copy calls return ar_status.
+ *     so they return void; memory and copy calls return ar_status.  A
+ *     backend whose ops run asynchronously (cuda) can still see a failure
+ *     (a launch error, a lost device): it records the first one, with the
+ *     call and the runtime's text, in dev->err, skips every later op, and
+ *     returns that status from the next sync, copy_in or copy_out.
  *
  * Thread-safety: a device handle is used by one thread at a time; the
  * backend parallelises inside each op.
@@ -22,8 +30,10 @@
  * Tests: tests/device/test_host_ops.c, test_host_losses.c and
  * test_host_optim.c run every op against a naive double-precision
  * reference; test_device_open.c covers opening by name and the memory
- * accounting; test_cuda_probe.c the CUDA probe (the CUDA parity test that
- * compares every op with the host backend lands with the CUDA backend).
+ * accounting; test_cuda_probe.c the CUDA probe; test_cuda_arena.c the
+ * carving of the device arena; test_cuda_parity.c runs every op on the
+ * CUDA backend against the host backend and trains a small network on
+ * both (label cuda, skipped without a GPU).
  */
 #ifndef ACCELRT_DEVICE_H
 #define ACCELRT_DEVICE_H
@@ -43,8 +53,23 @@ typedef struct ar_device ar_device;
 typedef struct ar_device_opts {
   int threads; /* host: worker threads; 0 = one per core */
   bool pin;    /* host: bind threads to cores with hwloc */
+  /* cuda: size of the arena reserved at open (runtime.memory): bytes when
+   * memory_bytes > 0, else memory_fraction (0 < f <= 1) of the device's
+   * free memory, else AR_DEVICE_DEFAULT_FRACTION of it.  The host backend
+   * reserves nothing (its lanes keep the budget themselves). */
+  uint64_t memory_bytes;
+  double memory_fraction;
 } ar_device_opts;
-#define AR_DEVICE_OPTS_INIT {0, true}
+#define AR_DEVICE_OPTS_INIT {0, true, 0, 0.0}
+#define AR_DEVICE_DEFAULT_FRACTION 0.9
+
+/* Memory of a device (ar_device_mem_info). */
+typedef struct ar_device_mem {
+  uint64_t total;    /* physical memory of the device (host: RAM) */
+  uint64_t free;     /* free now, outside any arena (host: available RAM) */
+  uint64_t capacity; /* the arena every alloc carves from; 0: no arena */
+  uint64_t available; /* of capacity, not carved yet (0 without arena) */
+} ar_device_mem;
 
 /* The operation table a backend fills in.  Slots marked (optional) may be
  * NULL; the public wrappers then use a generic implementation or return
@@ -127,6 +152,18 @@ typedef struct ar_device_ops {
                float weight_decay, int64_t t);
   void (*sgd)(ar_device *dev, int64_t n, float *p, const float *g, float *vel,
               float lr, float momentum, float weight_decay);
+
+  /* ---- (optional) memory query and lanes ---- */
+  /* Fills *out (see ar_device_mem).  NULL: ar_device_mem_info answers
+   * AR_UNSUPPORTED. */
+  ar_status (*mem_info)(ar_device *dev, ar_device_mem *out);
+  /* A second handle on the same device for one lane: its own queue (cuda:
+   * a stream and a cuBLAS handle bound to it), sharing this device's arena
+   * and memory, so one lane's ops overlap another's.  The handle belongs
+   * to the caller, closed with ar_device_close, in any order with its
+   * parent (the arena goes with the last handle).  NULL:
+   * ar_device_open_lane answers AR_UNSUPPORTED. */
+  ar_status (*open_lane)(ar_device *dev, ar_device **out);
 } ar_device_ops;
 
 /* Base of every device; backends embed it as their first member. */
@@ -154,6 +191,26 @@ ar_status ar_host_device_create(const ar_device_opts *opts, ar_device **out,
 /* Memory wrappers that keep the device's byte accounting. */
 ar_status ar_device_alloc(ar_device *dev, size_t bytes, void **out);
 void ar_device_free(ar_device *dev, void *ptr, size_t bytes);
+
+/* The device's memory (total, free, arena capacity and what is left of
+ * it), for runtime.memory and the lanes' capacity.  AR_UNSUPPORTED when the
+ * backend cannot tell; AR_DEVICE with the reason in dev->err. */
+ar_status ar_device_mem_info(ar_device *dev, ar_device_mem *out);
+
+/* Opens a lane handle on dev (see ar_device_ops.open_lane): same device,
+ * same arena, its own queue.  Ops on two handles are ordered only by
+ * ar_device_sync on each; memory freed through one handle waits for that
+ * handle's queue, so another lane may reuse it at once.  AR_UNSUPPORTED
+ * for a backend without queues (host); the reason in dev->err. */
+ar_status ar_device_open_lane(ar_device *dev, ar_device **out);
+
+/* The arena size for `opts` on a device with `free_bytes` free: bytes
+ * when given, else the fraction (or the default one) of free_bytes.
+ * AR_RANGE when bytes exceed free_bytes or the fraction is not in (0, 1],
+ * with what to set in err. */
+ar_status ar_device_arena_size(const ar_device_opts *opts, uint64_t free_bytes,
+                               const char *device_name, uint64_t *out,
+                               ar_err *err);
 
 /* Describes the devices this build can see, one line each, into `to`
  * (used by `accelrt info`): host always; CUDA devices when built and

@@ -131,6 +131,68 @@ void ar_device_free(ar_device *dev, void *ptr, size_t bytes) {
   dev->bytes_in_use -= bytes;
 }
 
+ar_status ar_device_mem_info(ar_device *dev, ar_device_mem *out) {
+  if (!dev)
+    return AR_INVALID;
+  if (!out)
+    return ar_errf(&dev->err, AR_INVALID, "ar_device_mem_info: out is NULL");
+  if (!dev->ops->mem_info)
+    return ar_errf(&dev->err, AR_UNSUPPORTED,
+                   "device %s cannot report its memory; give runtime.memory "
+                   "in bytes",
+                   dev->ops->name);
+  return dev->ops->mem_info(dev, out);
+}
+
+ar_status ar_device_open_lane(ar_device *dev, ar_device **out) {
+  if (!dev)
+    return AR_INVALID;
+  if (!out)
+    return ar_errf(&dev->err, AR_INVALID, "ar_device_open_lane: out is NULL");
+  if (!dev->ops->open_lane)
+    return ar_errf(&dev->err, AR_UNSUPPORTED,
+                   "device %s has no queues to give each lane its own; run "
+                   "the lanes' iterations on the device handle itself",
+                   dev->ops->name);
+  ar_device *lane = NULL;
+  ar_status st = dev->ops->open_lane(dev, &lane);
+  if (st != AR_OK)
+    return st;
+  lane->bytes_in_use = 0;
+  lane->bytes_peak = 0;
+  lane->err = (ar_err)AR_ERR_INIT;
+  *out = lane;
+  return AR_OK;
+}
+
+ar_status ar_device_arena_size(const ar_device_opts *opts, uint64_t free_bytes,
+                               const char *device_name, uint64_t *out,
+                               ar_err *err) {
+  ar_device_opts o = AR_DEVICE_OPTS_INIT;
+  if (opts)
+    o = *opts;
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  if (o.memory_bytes > 0) {
+    if (o.memory_bytes > free_bytes)
+      return ar_errf(err, AR_RANGE,
+                     "runtime.memory of %.2f GiB exceeds the %.2f GiB free on "
+                     "%s; lower runtime.memory or give a fraction such as 90%%",
+                     (double)o.memory_bytes / gib, (double)free_bytes / gib,
+                     device_name);
+    *out = o.memory_bytes;
+    return AR_OK;
+  }
+  double f = o.memory_fraction != 0.0 ? o.memory_fraction
+                                     : AR_DEVICE_DEFAULT_FRACTION;
+  if (!(f > 0.0 && f <= 1.0))
+    return ar_errf(err, AR_RANGE,
+                   "runtime.memory fraction %g is not in (0, 1]; give a "
+                   "percentage such as 90%% or a size in bytes",
+                   o.memory_fraction);
+  *out = (uint64_t)((double)free_bytes * f);
+  return AR_OK;
+}
+
 void ar_device_describe_all(FILE *to) {
   if (!to)
     to = stdout;

@@ -1,18 +1,148 @@
 /*
- * CUDA backend, first stage: the probe (how many devices, or why none) and
- * the `cuda:N` entry of ar_device_open.  The operation table (cuBLAS GEMM,
- * the kernels, one cudaMalloc arena per device) lands with the CUDA issue;
- * until then opening a present device returns AR_UNSUPPORTED and "auto"
- * falls back to the host.
+ * CUDA backend: the probe (how many devices, or why none), the device
+ * handle and its lane handles, the arena, copies, synchronisation, the
+ * memory query, and the operation table.  The kernels are in
+ * cuda_kernels.cu, the arena's carving in cuda_arena.c.
  *
- * Every CUDA runtime call goes through cuda_status(), which turns a
- * cudaError_t into an ar_status plus a message (the AR_CUDA_CHECK role of
- * STYLE.md).  No call here aborts or prints to stdout.
+ * One handle = one CUDA stream + one cuBLAS handle bound to it.  Opening
+ * "cuda:N" makes the one cudaMalloc of the device: an arena of
+ * runtime.memory bytes (or a fraction of the free memory, see
+ * ar_device_arena_size), from which every later ar_device_alloc is carved,
+ * cuBLAS's workspace included, so neither cuBLAS nor the training loop
+ * allocates device memory afterwards.  ar_device_open_lane makes another
+ * handle (its own stream and cuBLAS handle) over the same arena: one per
+ * lane, so the iterations of two lanes can overlap on the GPU (Salus §3's
+ * lanes as CUDA streams).  The arena is released with the last handle.
+ *
+ * Copies are synchronous with respect to the host buffer: copy_in and
+ * copy_out enqueue on the handle's stream and wait for it, so the caller
+ * may reuse or read its buffer at once (the engine stages through small
+ * stack buffers).  They therefore also wait for the ops enqueued before
+ * them; the engine copies once per batch in and once per loss out.
  */
-#include "cuda/cuda_backend.h"
+#include "cuda/cuda_impl.h"
 
-#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <string.h>
+
+/* cuBLAS workspace carved from the arena per handle.  NVIDIA recommends
+ * 32 MiB on Hopper (cuBLAS documentation, cublasSetWorkspace); smaller
+ * arenas get 1/16 of their size. */
+#define BLAS_WS_BYTES ((size_t)32 << 20)
+
+/* ---- cuBLAS, loaded on first use ---------------------------------------------- */
+
+ar__cublas_api ar__blas;
+static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *blas_lib;
+
+#define AR__STR2(x) #x
+#define AR__STR(x) AR__STR2(x)
+
+ar_status ar__cublas_load(ar_err *err) {
+  static const char *names[] = {"libcublas.so." AR__STR(CUBLAS_VER_MAJOR),
+                                "libcublas.so"};
+  ar_status st = AR_OK;
+  pthread_mutex_lock(&blas_lock);
+  if (blas_lib)
+    goto done;
+  {
+    void *lib = NULL;
+    const char *why = "";
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++) {
+      lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+      if (!lib && i == 0)
+        why = dlerror();
+    }
+    if (!lib) {
+      st = ar_errf(err, AR_NODEVICE,
+                   "cannot load cuBLAS (%s: %s); install the CUDA %d "
+                   "toolkit's cuBLAS or add its folder to LD_LIBRARY_PATH",
+                   names[0], why, CUBLAS_VER_MAJOR);
+      goto done;
+    }
+    ar__cublas_api api;
+    bool ok = true;
+#define SYM(field, name)                                                       \
+  api.field = (decltype(api.field))dlsym(lib, #name);                          \
+  ok = ok && api.field != NULL
+    SYM(create, cublasCreate_v2);
+    SYM(destroy, cublasDestroy_v2);
+    SYM(set_stream, cublasSetStream_v2);
+    SYM(set_workspace, cublasSetWorkspace_v2);
+    SYM(sgemm, cublasSgemm_v2);
+    SYM(sgemm_64, cublasSgemm_v2_64);
+#undef SYM
+    if (!ok) {
+      dlclose(lib);
+      st = ar_errf(err, AR_NODEVICE,
+                   "%s lacks a cuBLAS function accelrt needs (it is older "
+                   "than the CUDA %d headers accelrt was built with); install "
+                   "the matching cuBLAS",
+                   names[0], CUBLAS_VER_MAJOR);
+      goto done;
+    }
+    ar__blas = api;
+    blas_lib = lib;
+  }
+done:
+  pthread_mutex_unlock(&blas_lock);
+  return st;
+}
+
+/* ---- errors ------------------------------------------------------------------ */
+
+const char *ar__cublas_text(cublasStatus_t s) {
+  switch (s) {
+  case CUBLAS_STATUS_SUCCESS: return "success";
+  case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED (cuBLAS could not initialise: no usable GPU or out of device memory)";
+  case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED (out of device memory)";
+  case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE (an argument is out of range)";
+  case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH (the GPU lacks a feature this call needs)";
+  case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+  case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED (a kernel failed on the GPU)";
+  case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+  case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+  case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+  default: return "unknown cuBLAS status";
+  }
+}
+
+ar_status ar__cuda_status(cudaError_t e, ar_err *err, const char *call,
+                          int ordinal) {
+  if (e == cudaSuccess)
+    return AR_OK;
+  (void)cudaGetLastError(); /* do not leave the error for a later call */
+  ar_status st = e == cudaErrorMemoryAllocation ? AR_NOMEM : AR_DEVICE;
+  return ar_errf(err, st, "cuda:%d: %s failed: %s (%s)", ordinal, call,
+                 cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+bool ar__cuda_note(ar__cuda_device *d, cudaError_t e, const char *call) {
+  if (e == cudaSuccess)
+    return true;
+  if (d->failed == AR_OK) {
+    d->failed = ar__cuda_status(e, &d->base.err, call, d->ordinal);
+    ar_err_wrap(&d->base.err, "an op on the GPU failed; the device handle is "
+                              "unusable from here on");
+  } else {
+    (void)cudaGetLastError();
+  }
+  return false;
+}
+
+bool ar__cublas_note(ar__cuda_device *d, cublasStatus_t s, const char *call) {
+  if (s == CUBLAS_STATUS_SUCCESS)
+    return true;
+  if (d->failed == AR_OK)
+    d->failed = ar_errf(&d->base.err, AR_DEVICE, "cuda:%d: %s failed: %s",
+                        d->ordinal, call, ar__cublas_text(s));
+  return false;
+}
+
+/* ---- probe ------------------------------------------------------------------- */
 
 /* Why cudaGetDeviceCount found nothing, in words that say what to do. */
 static void explain(cudaError_t e, char *why, size_t why_len) {
@@ -43,7 +173,7 @@ extern "C" int ar_cuda_device_count(char *why, size_t why_len) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
-    (void)cudaGetLastError(); /* do not leave the error for a later call */
+    (void)cudaGetLastError();
     explain(e, why, why_len);
     return 0;
   }
@@ -56,21 +186,207 @@ extern "C" int ar_cuda_device_count(char *why, size_t why_len) {
   return n;
 }
 
-/* Translates a failed CUDA call into a status and message in err. */
-static ar_status cuda_status(cudaError_t e, ar_err *err, const char *what,
-                             int ordinal) {
-  if (e == cudaSuccess)
+/* ---- memory ------------------------------------------------------------------ */
+
+static ar_status cuda_alloc(ar_device *dev, size_t bytes, void **out) {
+  ar__cuda_device *d = ar__cuda(dev);
+  ar_status st = ar__arena_alloc(d->arena, bytes, out, &dev->err);
+  if (st != AR_OK)
+    ar_err_wrap(&dev->err, "cuda:%d", d->ordinal);
+  return st;
+}
+
+/* Waits for this handle's stream first: ops still running may use the
+ * block, and another lane handle may carve it again right after. */
+static void cuda_free(ar_device *dev, void *ptr) {
+  ar__cuda_device *d = ar__cuda(dev);
+  if (!ptr)
+    return;
+  ar__cuda_note(d, cudaSetDevice(d->ordinal), "cudaSetDevice");
+  ar__cuda_note(d, cudaStreamSynchronize(d->stream), "cudaStreamSynchronize");
+  bool ok = ar__arena_free(d->arena, ptr);
+  AR_ASSERT(ok && "freed pointer is not a block of this device's arena");
+}
+
+static ar_status cuda_copy(ar_device *dev, void *dst, const void *src,
+                           size_t bytes, const char *what) {
+  ar__cuda_device *d = ar__cuda(dev);
+  if (d->failed != AR_OK)
+    return d->failed;
+  if (bytes == 0)
     return AR_OK;
+  if (!dst || !src)
+    return ar_errf(&dev->err, AR_INVALID,
+                   "cuda:%d: %s of %zu bytes with a NULL %s pointer",
+                   d->ordinal, what, bytes, dst ? "source" : "destination");
+  if (!ar__cuda_note(d, cudaSetDevice(d->ordinal), "cudaSetDevice") ||
+      !ar__cuda_note(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
+                                        d->stream),
+                     "cudaMemcpyAsync") ||
+      !ar__cuda_note(d, cudaStreamSynchronize(d->stream),
+                     "cudaStreamSynchronize"))
+    return d->failed;
+  return AR_OK;
+}
+
+static ar_status cuda_copy_in(ar_device *dev, void *dst, const void *host_src,
+                              size_t bytes) {
+  return cuda_copy(dev, dst, host_src, bytes, "copy_in");
+}
+
+static ar_status cuda_copy_out(ar_device *dev, void *host_dst, const void *src,
+                               size_t bytes) {
+  return cuda_copy(dev, host_dst, src, bytes, "copy_out");
+}
+
+static ar_status cuda_sync(ar_device *dev) {
+  ar__cuda_device *d = ar__cuda(dev);
+  if (d->failed == AR_OK) {
+    ar__cuda_note(d, cudaSetDevice(d->ordinal), "cudaSetDevice");
+    ar__cuda_note(d, cudaStreamSynchronize(d->stream), "cudaStreamSynchronize");
+  }
+  return d->failed;
+}
+
+static ar_status cuda_mem_info(ar_device *dev, ar_device_mem *out) {
+  ar__cuda_device *d = ar__cuda(dev);
+  size_t free_b = 0, total_b = 0;
+  AR_CUDA_CHECK(d, cudaSetDevice(d->ordinal), &dev->err);
+  AR_CUDA_CHECK(d, cudaMemGetInfo(&free_b, &total_b), &dev->err);
+  size_t avail = 0, largest = 0;
+  ar__arena_stats(d->arena, &avail, &largest);
+  out->total = total_b;
+  out->free = free_b;
+  out->capacity = d->arena->size;
+  out->available = avail;
+  return AR_OK;
+}
+
+/* ---- handles ------------------------------------------------------------------ */
+
+/* Releases what setup_queue made, in reverse order, and the handle's share
+ * of the arena; the arena itself goes with its last owner. */
+static void teardown(ar__cuda_device *d) {
+  if (d->stream)
+    (void)cudaStreamSynchronize(d->stream);
+  if (d->blas)
+    ar__blas.destroy(d->blas);
+  if (d->blas_ws)
+    ar__arena_free(d->arena, d->blas_ws);
+  if (d->stream)
+    cudaStreamDestroy(d->stream);
+  if (d->arena && ar__arena_release(d->arena)) {
+    cudaFree(d->arena_base);
+    ar__arena_destroy(d->arena);
+  }
   (void)cudaGetLastError();
-  return ar_errf(err, AR_DEVICE, "cuda:%d: %s failed: %s (%s)", ordinal, what,
-                 cudaGetErrorString(e), cudaGetErrorName(e));
+  ar_free(d);
+}
+
+static void cuda_destroy(ar_device *dev) {
+  ar__cuda_device *d = ar__cuda(dev);
+  cudaSetDevice(d->ordinal);
+  teardown(d);
+}
+
+/* A stream, a cuBLAS handle on it, and its workspace from the arena. */
+static ar_status setup_queue(ar__cuda_device *d, ar_err *err) {
+  AR_CUDA_CHECK(d, cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking),
+                err);
+  cublasStatus_t s = ar__blas.create(&d->blas);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    d->blas = NULL;
+    return ar_errf(err, AR_DEVICE, "cuda:%d: cublasCreate failed: %s",
+                   d->ordinal, ar__cublas_text(s));
+  }
+  s = ar__blas.set_stream(d->blas, d->stream);
+  if (s != CUBLAS_STATUS_SUCCESS)
+    return ar_errf(err, AR_DEVICE, "cuda:%d: cublasSetStream failed: %s",
+                   d->ordinal, ar__cublas_text(s));
+  size_t ws = BLAS_WS_BYTES;
+  if (ws > d->arena->size / 16)
+    ws = d->arena->size / 16 & ~(AR__ARENA_ALIGN - 1);
+  if (ws > 0) {
+    ar_status st = ar__arena_alloc(d->arena, ws, &d->blas_ws, err);
+    if (st != AR_OK)
+      return ar_err_wrap(err, "cuda:%d: cuBLAS workspace", d->ordinal);
+    d->blas_ws_bytes = ws;
+    s = ar__blas.set_workspace(d->blas, d->blas_ws, ws);
+    if (s != CUBLAS_STATUS_SUCCESS)
+      return ar_errf(err, AR_DEVICE, "cuda:%d: cublasSetWorkspace failed: %s",
+                     d->ordinal, ar__cublas_text(s));
+  }
+  return AR_OK;
+}
+
+static ar_status cuda_open_lane(ar_device *dev, ar_device **out);
+
+static const ar_device_ops cuda_ops = {
+    /* name */ "cuda",
+    /* destroy */ cuda_destroy,
+    /* alloc */ cuda_alloc,
+    /* free */ cuda_free,
+    /* copy_in */ cuda_copy_in,
+    /* copy_out */ cuda_copy_out,
+    /* sync */ cuda_sync,
+    /* fill */ ar__cuda_fill,
+    /* gemm */ ar__cuda_gemm,
+    /* spmm */ ar__cuda_spmm,
+    /* spmm_t */ ar__cuda_spmm_t,
+    /* bias_act */ ar__cuda_bias_act,
+    /* act_grad */ ar__cuda_act_grad,
+    /* col_sum */ ar__cuda_col_sum,
+    /* softmax_xent */ ar__cuda_softmax_xent,
+    /* sigmoid_bce */ ar__cuda_sigmoid_bce,
+    /* topk */ ar__cuda_topk,
+    /* adam */ ar__cuda_adam,
+    /* sgd */ ar__cuda_sgd,
+    /* mem_info */ cuda_mem_info,
+    /* open_lane */ cuda_open_lane,
+};
+
+static ar__cuda_device *new_handle(int ordinal) {
+  ar__cuda_device *d = (ar__cuda_device *)ar_calloc(1, sizeof *d);
+  if (!d)
+    return NULL;
+  d->base.ops = &cuda_ops;
+  d->base.index = ordinal;
+  d->base.threads = 1;
+  d->base.err = (ar_err)AR_ERR_INIT;
+  d->ordinal = ordinal;
+  d->failed = AR_OK;
+  return d;
+}
+
+static ar_status cuda_open_lane(ar_device *dev, ar_device **out) {
+  ar__cuda_device *p = ar__cuda(dev);
+  if (p->failed != AR_OK)
+    return p->failed;
+  ar__cuda_device *d = new_handle(p->ordinal);
+  if (!d)
+    return ar_errf(&dev->err, AR_NOMEM,
+                   "cuda:%d: out of host memory for a lane handle", p->ordinal);
+  d->sm_count = p->sm_count;
+  memcpy(d->name, p->name, sizeof d->name);
+  d->arena = p->arena;
+  d->arena_base = p->arena_base;
+  ar__arena_retain(d->arena);
+  ar_status st = cudaSetDevice(p->ordinal) == cudaSuccess
+                     ? setup_queue(d, &dev->err)
+                     : ar__cuda_status(cudaGetLastError(), &dev->err,
+                                       "cudaSetDevice", p->ordinal);
+  if (st != AR_OK) {
+    ar_err_wrap(&dev->err, "opening a lane handle");
+    teardown(d);
+    return st;
+  }
+  *out = &d->base;
+  return AR_OK;
 }
 
 extern "C" ar_status ar__cuda_device_create(int ordinal,
                                             const ar_device_opts *opts,
                                             ar_device **out, ar_err *err) {
-  (void)opts;
-  (void)out;
   char why[512];
   int n = ar_cuda_device_count(why, sizeof why);
   if (n <= 0)
@@ -81,15 +397,70 @@ extern "C" ar_status ar__cuda_device_create(int ordinal,
                    "device cuda:%d is not available: this machine has %d CUDA "
                    "device%s",
                    ordinal, n, n == 1 ? "" : "s");
+  ar_status bst = ar__cublas_load(err);
+  if (bst != AR_OK)
+    return ar_err_wrap(err, "device cuda:%d is not available", ordinal);
+  ar__cuda_device *d = new_handle(ordinal);
+  if (!d)
+    return ar_errf(err, AR_NOMEM, "cuda:%d: out of host memory for the handle",
+                   ordinal);
+  ar_status st = AR_OK;
   cudaDeviceProp prop;
-  ar_status st = cuda_status(cudaGetDeviceProperties(&prop, ordinal), err,
-                             "cudaGetDeviceProperties", ordinal);
+  size_t free_b = 0, total_b = 0;
+  uint64_t bytes = 0;
+  char label[32];
+  snprintf(label, sizeof label, "cuda:%d", ordinal);
+#define STEP(call)                                                             \
+  do {                                                                         \
+    cudaError_t e_ = (call);                                                   \
+    if (e_ != cudaSuccess) {                                                   \
+      st = ar__cuda_status(e_, err, #call, ordinal);                           \
+      goto fail;                                                               \
+    }                                                                          \
+  } while (0)
+  STEP(cudaSetDevice(ordinal));
+  STEP(cudaGetDeviceProperties(&prop, ordinal));
+  snprintf(d->name, sizeof d->name, "%s", prop.name);
+  d->sm_count = prop.multiProcessorCount;
+  STEP(cudaMemGetInfo(&free_b, &total_b));
+  st = ar_device_arena_size(opts, free_b, label, &bytes, err);
   if (st != AR_OK)
-    return st;
-  return ar_errf(err, AR_UNSUPPORTED,
-                 "device cuda:%d (%s) is present, but the CUDA backend's ops "
-                 "land with the CUDA issue; use device: host until then",
-                 ordinal, prop.name);
+    goto fail;
+  bytes &= ~(uint64_t)(AR__ARENA_ALIGN - 1);
+  if (bytes < AR__ARENA_ALIGN) {
+    st = ar_errf(err, AR_NOMEM,
+                 "cuda:%d: an arena of %llu bytes is too small; raise "
+                 "runtime.memory",
+                 ordinal, (unsigned long long)bytes);
+    goto fail;
+  }
+  {
+    cudaError_t e = cudaMalloc(&d->arena_base, (size_t)bytes);
+    if (e != cudaSuccess) {
+      d->arena_base = NULL;
+      st = ar__cuda_status(e, err, "cudaMalloc", ordinal);
+      ar_err_wrap(err,
+                  "cuda:%d: reserving the arena of %.2f GiB (%.2f GiB free); "
+                  "lower runtime.memory",
+                  ordinal, (double)bytes / 1073741824.0,
+                  (double)free_b / 1073741824.0);
+      goto fail;
+    }
+  }
+#undef STEP
+  st = ar__arena_create(d->arena_base, (size_t)bytes, &d->arena, err);
+  if (st != AR_OK) {
+    cudaFree(d->arena_base);
+    goto fail;
+  }
+  st = setup_queue(d, err);
+  if (st != AR_OK)
+    goto fail;
+  *out = &d->base;
+  return AR_OK;
+fail:
+  teardown(d);
+  return st;
 }
 
 extern "C" void ar__cuda_describe(FILE *to) {
@@ -113,7 +484,7 @@ extern "C" void ar__cuda_describe(FILE *to) {
     }
     fprintf(to,
             "cuda:%d: %s, %.1f GiB, compute capability %d.%d, %d SMs "
-            "(driver %d.%d, runtime %d.%d; backend ops not built yet)\n",
+            "(driver %d.%d, runtime %d.%d)\n",
             i, prop.name,
             (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0),
             prop.major, prop.minor, prop.multiProcessorCount, drv / 1000,

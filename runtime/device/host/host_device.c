@@ -122,6 +122,34 @@ static void host_destroy(ar_device *dev) {
   ar_free(h);
 }
 
+/* ---- memory query ------------------------------------------------------------ */
+
+/* MemTotal and MemAvailable from /proc/meminfo (Linux); the total falls back
+ * to hwloc's count, the free figure to 0, where that file is missing. */
+static ar_status host_mem_info(ar_device *dev, ar_device_mem *out) {
+  ar__host_device *h = (ar__host_device *)dev;
+  uint64_t total = 0, avail = 0;
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (f) {
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+      unsigned long long kib = 0;
+      if (sscanf(line, "MemTotal: %llu kB", &kib) == 1)
+        total = (uint64_t)kib * 1024u;
+      else if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+        avail = (uint64_t)kib * 1024u;
+    }
+    fclose(f);
+  }
+  if (total == 0 && h->topo)
+    total = hwloc_get_root_obj(h->topo)->total_memory;
+  out->total = total;
+  out->free = avail;
+  out->capacity = 0; /* no arena: the lanes keep the host budget */
+  out->available = 0;
+  return AR_OK;
+}
+
 static const ar_device_ops host_ops = {
     .name = "host",
     .destroy = host_destroy,
@@ -142,6 +170,8 @@ static const ar_device_ops host_ops = {
     .topk = ar__host_topk,
     .adam = ar__host_adam,
     .sgd = ar__host_sgd,
+    .mem_info = host_mem_info,
+    .open_lane = NULL, /* one synchronous queue: lanes share the handle */
 };
 
 /* Loads the topology of the CPUs this process may use, or returns NULL. */
