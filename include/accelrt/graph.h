@@ -126,6 +126,8 @@ typedef struct ar_model {
   float *host_scratch;  /* (batch * in) host staging for dense input; else NULL */
   bool blocks_given;    /* the two blocks belong to the caller (lanes) */
   int n_sampled;        /* layers running LSH-sampled */
+  ar_status loss_status; /* not AR_OK: ar_model_loss could not read the
+                            loss (device error in err); it returned NaN */
   ar_err err;
 } ar_model;
 

@@ -60,6 +60,10 @@ ar_status ar_run(const ar_spec *spec, const ar_run_opts *opts,
  * threads.  A job never installs signal handlers (ar_run does). */
 typedef struct ar_job ar_job;
 
+/* The device options a job asks for: its train.threads (0: all cores) and
+ * runtime.memory as the device arena's size. */
+ar_device_opts ar_job_device_opts(const ar_spec *spec);
+
 /* Phase 1, no device memory: makes output.dir, resolves or generates the
  * data, opens the readers, computes the exact memory plan.  With
  * opts->resume the checkpoint must exist (AR_NOTFOUND otherwise). */

@@ -280,7 +280,14 @@ float ar_model_loss(ar_model *m, bool want_grad) {
   double sum = 0.0;
   for (int64_t off = 0; off < m->rows; off += 4096) {
     int64_t c = m->rows - off < 4096 ? m->rows - off : 4096;
-    d->ops->copy_out(d, rows_loss, m->loss_rows + off, (size_t)c * sizeof(float));
+    ar_status st = d->ops->copy_out(d, rows_loss, m->loss_rows + off, (size_t)c * sizeof(float));
+    if (st != AR_OK) {
+      /* A device failure (an asynchronous op's, reported here): NaN makes
+       * the caller stop, and m->loss_status says why. */
+      m->loss_status = st;
+      ar_errf(&m->err, st, "reading the loss from the device: %s", d->err.msg);
+      return NAN;
+    }
     for (int64_t i = 0; i < c; i++)
       sum += rows_loss[i];
   }

@@ -426,6 +426,8 @@ ar_status ar_model_train_batch(ar_model *m, const ar_batch *b, float *loss_out) 
   if (!m->n_sampled) {
     ar_model_forward(m);
     *loss_out = ar_model_loss(m, true);
+    if (m->loss_status != AR_OK)
+      return m->loss_status;
     ar_model_backward(m);
     ar_model_step(m);
     return AR_OK;
@@ -440,6 +442,8 @@ ar_status ar_model_train_batch(ar_model *m, const ar_batch *b, float *loss_out) 
   }
   ar_layer *last = &m->layers[m->n_layers - 1];
   *loss_out = last->smp ? (float)(loss_sum / (double)m->rows) : ar_model_loss(m, true);
+  if (m->loss_status != AR_OK)
+    return m->loss_status;
   for (int l = m->n_layers - 1; l >= 0; l--) {
     if (m->layers[l].smp)
       AR_CHECK(sampled_backward(m, l));

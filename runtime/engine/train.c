@@ -294,6 +294,14 @@ static ar_status open_readers(run_ctx *c, const char *train, const char *test) {
   return AR_OK;
 }
 
+ar_device_opts ar_job_device_opts(const ar_spec *spec) {
+  ar_device_opts o = AR_DEVICE_OPTS_INIT;
+  o.threads = spec->train.threads > 0 ? spec->train.threads : ar_topology_cores();
+  o.memory_bytes = spec->runtime.memory_bytes;
+  o.memory_fraction = spec->runtime.memory_fraction;
+  return o;
+}
+
 ar_status ar_job_open(const ar_spec *spec, const ar_run_opts *opts, ar_job **out,
                       ar_err *err) {
   *out = NULL;
@@ -518,8 +526,7 @@ ar_status ar_run(const ar_spec *spec, const ar_run_opts *opts, ar_summary *summa
   ar_device *dev = NULL;
   ar_status st = ar_job_open(spec, opts, &j, err);
   if (st == AR_OK) {
-    ar_device_opts dopts = AR_DEVICE_OPTS_INIT;
-    dopts.threads = spec->train.threads > 0 ? spec->train.threads : ar_topology_cores();
+    ar_device_opts dopts = ar_job_device_opts(spec);
     st = ar_device_open(spec->device, &dopts, &dev, err);
   }
   if (st == AR_OK)
@@ -596,8 +603,7 @@ ar_status ar_eval_checkpoint(const ar_spec *spec, const char *ckpt, int64_t max_
     st = ar_batch_init(&b, spec->train.batch, nnz, lab);
     if (st != AR_OK)
       ar_errf(err, st, "out of host memory for a batch");
-    ar_device_opts dopts = AR_DEVICE_OPTS_INIT;
-    dopts.threads = spec->train.threads > 0 ? spec->train.threads : ar_topology_cores();
+    ar_device_opts dopts = ar_job_device_opts(spec);
     if (st == AR_OK)
       st = ar_device_open(spec->device, &dopts, &dev, err);
     if (st == AR_OK)
