@@ -88,7 +88,8 @@ void ar_job_rebase(ar_job *j, void *new_persistent, void *new_ephemeral);
  * reason is in err and the job must only be finished or closed. */
 ar_status ar_job_step(ar_job *j, ar_err *err);
 bool ar_job_done(const ar_job *j);          /* all iterations run */
-int64_t ar_job_iteration(const ar_job *j);  /* iterations done */
+int64_t ar_job_iteration(const ar_job *j);  /* iterations done (a resumed
+                                               job's from ar_job_open on) */
 int64_t ar_job_total(const ar_job *j);      /* iterations the job runs */
 /* Writes a checkpoint of the current state (between iterations). */
 ar_status ar_job_checkpoint(ar_job *j, ar_err *err);
@@ -146,6 +147,9 @@ ar_status ar_checkpoint_save(const ar_model *m, const ar_ckpt_state *st,
 /* Loads a checkpoint into a model of the same shape.  AR_CORRUPT when the
  * checksum fails or the file is truncated; AR_SPEC when the shapes differ
  * from the job's (the message names the tensor). */
+/* Reads only the position (iteration, epoch, samples, time) of a
+ * checkpoint, without a model; the tensors are not checked. */
+ar_status ar_checkpoint_peek(const char *path, ar_ckpt_state *st, ar_err *err);
 ar_status ar_checkpoint_load(ar_model *m, ar_ckpt_state *st, const char *path,
                              ar_err *err);
 

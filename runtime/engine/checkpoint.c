@@ -140,6 +140,36 @@ static int get(reader *r, void *p, size_t n) {
   return 0;
 }
 
+ar_status ar_checkpoint_peek(const char *path, ar_ckpt_state *st, ar_err *err) {
+  reader r = {fopen(path, "rb"), crc32(0L, Z_NULL, 0), 0};
+  if (!r.f)
+    return ar_errf(err, AR_IO, "cannot open checkpoint '%s': %s; run without --resume to start "
+                   "afresh", path, strerror(errno));
+  char magic[8];
+  uint32_t version = 0, nt = 0;
+  int64_t hdr[5];
+  double train_s = 0;
+  ar_status status = AR_OK;
+  if (get(&r, magic, 8) || memcmp(magic, CKPT_MAGIC, 8) != 0)
+    status = ar_errf(err, AR_CORRUPT, "'%s' is not an accelrt checkpoint", path);
+  get(&r, &version, 4);
+  get(&r, &nt, 4);
+  get(&r, hdr, sizeof hdr);
+  get(&r, &train_s, sizeof train_s);
+  if (status == AR_OK && (r.short_read || version != CKPT_VERSION))
+    status = ar_errf(err, AR_CORRUPT, "checkpoint '%s' is truncated or of another version",
+                     path);
+  fclose(r.f);
+  if (status == AR_OK) {
+    st->iteration = hdr[0];
+    st->epoch = hdr[1];
+    st->rows_in_epoch = hdr[2];
+    st->samples = hdr[3];
+    st->train_s = train_s;
+  }
+  return status;
+}
+
 ar_status ar_checkpoint_load(ar_model *m, ar_ckpt_state *st, const char *path, ar_err *err) {
   const char *names[MAX_TENSORS];
   float *ptrs[MAX_TENSORS];

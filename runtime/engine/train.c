@@ -329,6 +329,13 @@ ar_status ar_job_open(const ar_spec *spec, const ar_run_opts *opts, ar_job **out
                  "start afresh", c->ckpt_path);
     goto fail;
   }
+  /* A resumed job knows its position before it has a model, so that a
+   * scheduler sees its remaining iterations (srtf). */
+  if (c->opts.resume) {
+    st = ar_checkpoint_peek(c->ckpt_path, &c->st, err);
+    if (st != AR_OK)
+      goto fail;
+  }
   st = ar_run_resolve_data(spec, &train_path, &test_path, &c->data_storage, err);
   if (st != AR_OK)
     goto fail;

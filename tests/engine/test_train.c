@@ -76,6 +76,20 @@ static void test_resume_matches_uninterrupted(void **state) {
   ar_summary sa, sb1, sb2;
   run_job(a, 13, false, &sa); /* 200 points / 32 = 7 batches: crosses an epoch */
   run_job(b, 5, false, &sb1);
+  {
+    /* A scheduler sees a resumed job's position before it starts. */
+    ar_spec *spec = job(b, 13);
+    ar_run_opts o = AR_RUN_OPTS_INIT;
+    o.resume = true;
+    o.quiet = true;
+    ar_err err = AR_ERR_INIT;
+    ar_job *j = NULL;
+    assert_int_equal(ar_job_open(spec, &o, &j, &err), AR_OK);
+    assert_int_equal(ar_job_iteration(j), 5);
+    assert_int_equal(ar_job_total(j), 13);
+    ar_job_close(j);
+    ar_spec_destroy(spec);
+  }
   run_job(b, 13, true, &sb2);
   assert_int_equal(sa.iterations, 13);
   assert_int_equal(sb2.iterations, 13);
