@@ -205,6 +205,7 @@ typedef struct ar_sampled_stats {
   double update_s;   /* sparse Adam over the touched rows */
   double rehash_s;   /* table rebuilds */
   int64_t rehashes;
+  int64_t reinserted;  /* rows re-hashed in place instead of full rebuilds */
   int64_t active_sum;  /* active neurons summed over samples */
   int64_t samples;
   int64_t touched_sum; /* rows updated, summed over steps */

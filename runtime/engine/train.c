@@ -169,6 +169,7 @@ static void json_sampled(ar_json *j, const ar_model *m) {
     ar_json_num(j, KEY("update_s"), st.update_s);
     ar_json_num(j, KEY("rehash_s"), st.rehash_s);
     ar_json_int(j, KEY("rehashes"), st.rehashes);
+    ar_json_int(j, KEY("reinserted_rows"), st.reinserted);
     ar_json_int(j, KEY("tables_bytes"), (int64_t)st.tables_bytes);
 #undef KEY
   }

@@ -179,6 +179,46 @@ static void test_one_thread_repeats(void **state) {
   ar_spec_destroy(s2);
 }
 
+/* Between builds with the same hash functions, only the rows updated since
+ * the last build are re-hashed (fewer than half of a 400-wide layer here),
+ * and training goes on with finite losses. */
+static void test_rebuilds_reinsert_changed_rows(void **state) {
+  (void)state;
+  char yaml[2048];
+  snprintf(yaml, sizeof yaml,
+           "name: r\nseed: 3\ndevice: host\nmodel:\n  input: {sparse: 60}\n  layers:\n"
+           "    - {name: h, dense: 24}\n"
+           "    - {name: out, dense: 400, sparse: {mode: lsh, active: 0.01, K: 3, L: 8,"
+           " rehash: {every: 2, growth: 1}}}\n"
+           "data: {train: x.txt}\ntrain: {batch: 16, iterations: 1, threads: 1}\n");
+  ar_spec *spec = parse(yaml);
+  ar_device *dev = NULL;
+  ar_device_opts o = AR_DEVICE_OPTS_INIT;
+  o.threads = 1;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_device_open("host", &o, &dev, &err), AR_OK);
+  ar_model *m = NULL;
+  assert_int_equal(ar_model_create(dev, spec, 6, 3, &m, &err), AR_OK);
+  ar_rng rng;
+  ar_rng_seed(&rng, 1, 0);
+  for (int i = 0; i < 6; i++) {
+    ar_batch b;
+    make_batch(&b, 16, 60, 400, &rng);
+    float loss = 0;
+    assert_int_equal(ar_model_train_batch(m, &b, &loss), AR_OK);
+    assert_true(isfinite(loss));
+    ar_batch_fini(&b);
+  }
+  ar_sampled_stats st;
+  ar_model_sampled_stats(m, 1, &st);
+  assert_int_equal(st.rehashes, 4); /* the first build, then at 2, 4, 6 */
+  assert_true(st.reinserted > 0);
+  assert_true(st.reinserted < 3 * 200); /* fewer than half the rows each time */
+  ar_model_destroy(m);
+  ar_device_close(dev);
+  ar_spec_destroy(spec);
+}
+
 static void test_plan_has_sampled_tensors(void **state) {
   (void)state;
   char yaml[2048];
@@ -210,6 +250,7 @@ int main(void) {
       cmocka_unit_test(test_two_sampled_layers_all_active_equal_dense),
       cmocka_unit_test(test_only_active_rows_change),
       cmocka_unit_test(test_one_thread_repeats),
+      cmocka_unit_test(test_rebuilds_reinsert_changed_rows),
       cmocka_unit_test(test_plan_has_sampled_tensors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
