@@ -32,10 +32,26 @@
  * the recv have all finished: the graph should make each recv feed the
  * backward op that produces its gradient.
  *
+ * Calibration (message_s, byte_s, compute_scale; the ideal model has 0,
+ * 0, 1).  A real runtime pays per message: the receiver matches it and
+ * copies it (MPI over shared memory copies at the receiver) before the
+ * data is usable.  So every arrival costs its receiver message_s + bytes x
+ * byte_s of CPU.  A worker is one CPU: it takes its arrivals in arrival
+ * order, only between compute ops (the runtime's worker polls before each
+ * layer), and before the next op when both are due; an op that could run
+ * now does not wait for a later arrival.  A parameter is "in" when its
+ * copy is done, and its comm span ends there.  A server takes its
+ * gradients in arrival order (its in port already orders them).  Compute
+ * ops of workers last time_s x compute_scale (workers time-sharing
+ * cores); copies and the update are not scaled (their costs are measured
+ * under the same sharing).  With zero costs a copy takes no time and an
+ * op's ready time is its recvs' arrivals, exactly the ideal model.
+ *
  * Why U_min <= makespan <= U_max holds: a message's span runs from its
  * offer to its arrival, so the worker that finishes last is covered by
  * its parameter spans from 0 to its last arrival, computes without a gap
- * from then to its last op (every op's inputs are there), is covered by
+ * from then to its last op (every op's inputs are there; copies count in
+ * the parameter spans), is covered by
  * its gradient spans from then to the barrier, and the update covers the
  * rest; the makespan is thus at most N + C.  test_simulate.c checks it on
  * random DAGs.
@@ -45,6 +61,7 @@
  * O(W x (T + ops)).
  */
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,6 +94,8 @@ typedef struct sim {
   uint32_t *up;          /* (W, T) each worker's gradients in send order */
   ready_key *keys;       /* (T) */
   double *out_free, *in_free; /* (max(W, S)) port busy-until */
+  double *cpu_free;           /* (S) a server's CPU busy-until (copies) */
+  uint32_t *nrpred;           /* (n) recv predecessors, duplicates counted */
   uint32_t *head;             /* (max(W, S)) */
   ar_commsched_span *comm;    /* (2 x W x T) */
   ar_commsched_span *comp;    /* (W x ncompute + S) */
@@ -85,6 +104,11 @@ typedef struct sim {
 
 static double xfer_s(const sim *m, size_t bytes) {
   return isinf(m->o.bandwidth_Bps) ? 0.0 : (double)bytes / m->o.bandwidth_Bps;
+}
+
+/* The receiver's CPU cost of one message (0 in the ideal model). */
+static double msg_s(const sim *m, size_t bytes) {
+  return m->o.message_s + (double)bytes * m->o.byte_s;
 }
 
 static ar_status check_opts(const ar_commsched_graph *g,
@@ -108,6 +132,13 @@ static ar_status check_opts(const ar_commsched_graph *g,
                    "commsched simulate: latency %g s and update %g s must be "
                    "finite and >= 0",
                    o->latency_s, o->update_s);
+  if (!isfinite(o->message_s) || o->message_s < 0.0 || !isfinite(o->byte_s) ||
+      o->byte_s < 0.0 || !isfinite(o->compute_scale) || !(o->compute_scale > 0.0))
+    return ar_errf(err, AR_INVALID,
+                   "commsched simulate: message cost %g s, byte cost %g s and "
+                   "compute scale %g must be finite, the costs >= 0 and the "
+                   "scale > 0",
+                   o->message_s, o->byte_s, o->compute_scale);
   for (size_t t = 0; t < g->nrecv; t++)
     if (g->recvs[t].channel >= o->servers)
       return ar_errf(err, AR_INVALID,
@@ -144,6 +175,8 @@ static void sim_free(sim *m) {
   ar_free(m->keys);
   ar_free(m->out_free);
   ar_free(m->in_free);
+  ar_free(m->cpu_free);
+  ar_free(m->nrpred);
   ar_free(m->head);
   ar_free(m->comm);
   ar_free(m->comp);
@@ -169,13 +202,15 @@ static int sim_alloc(sim *m) {
   m->keys = ar_malloc((m->T + 1) * sizeof *m->keys);
   m->out_free = ar_malloc(P * sizeof *m->out_free);
   m->in_free = ar_malloc(P * sizeof *m->in_free);
+  m->cpu_free = ar_malloc(P * sizeof *m->cpu_free);
+  m->nrpred = ar_calloc(n + 1, sizeof *m->nrpred);
   m->head = ar_malloc(P * sizeof *m->head);
   m->comm = ar_malloc((2 * WT + 1) * sizeof *m->comm);
   m->comp = ar_malloc((m->W * m->ncompute + m->S) * sizeof *m->comp);
   return m->succ_off && m->succ && m->npred && m->arrive && m->gready &&
          m->finish && m->cnt && m->rdy && m->heap && m->dl_w && m->dl_t &&
          m->srv_off && m->up && m->keys && m->out_free && m->in_free &&
-         m->head && m->comm && m->comp;
+         m->head && m->comm && m->comp && m->cpu_free && m->nrpred;
 }
 
 /* Successor lists, and each compute op's count of compute predecessors
@@ -193,6 +228,8 @@ static void build_csr(sim *m) {
     m->succ[m->cnt[f]++] = t;
     if (g->ops[f].kind == AR_COMMSCHED_COMPUTE)
       m->npred[t]++;
+    else
+      m->nrpred[t]++;
   }
 }
 
@@ -270,11 +307,7 @@ static void sim_params(sim *m) {
     uint32_t k = m->head[best]++, w = m->dl_w[k], t = m->dl_t[k];
     double done = best_t + xfer_s(m, g->recvs[t].bytes);
     m->out_free[best] = m->in_free[w] = done;
-    double arr = done + m->o.latency_s;
-    m->arrive[(size_t)w * m->T + t] = arr;
-    m->comm[m->ncomm].start = 0.0;
-    m->comm[m->ncomm].end = arr;
-    m->ncomm++;
+    m->arrive[(size_t)w * m->T + t] = done + m->o.latency_s;
   }
 }
 
@@ -312,33 +345,65 @@ static uint32_t heap_pop(sim *m, size_t *len) {
   return top;
 }
 
-/* One worker's compute; returns its last compute end.  Reuses rdy as the
- * op's end time once the op has run. */
+static int cmp_ready(const void *a, const void *b);
+
+/* Completes a parameter's copy at `have`: its comm span, and its
+ * consumers may run from then. */
+static void param_in(sim *m, size_t *len, uint32_t t, double have) {
+  const ar_commsched_graph *g = m->g;
+  uint32_t r = g->recvs[t].op;
+  m->comm[m->ncomm].start = 0.0;
+  m->comm[m->ncomm].end = have;
+  m->ncomm++;
+  for (uint32_t k = m->succ_off[r]; k < m->succ_off[r + 1]; k++) {
+    uint32_t c = m->succ[k];
+    if (have > m->rdy[c])
+      m->rdy[c] = have;
+    if (--m->cnt[c] == 0)
+      heap_push(m, len, c);
+  }
+}
+
+/* One worker's compute, with its parameter copies between ops; returns
+ * its last compute end and leaves in arrive[w] when each parameter was
+ * in.  Reuses rdy as the op's end time once the op has run. */
 static double sim_compute(sim *m, size_t w) {
   const ar_commsched_graph *g = m->g;
-  const double *arr = m->arrive + w * m->T;
-  size_t len = 0;
+  double *arr = m->arrive + w * m->T;
+  size_t len = 0, ci = 0;
   for (size_t i = 0; i < m->n; i++) {
-    m->cnt[i] = m->npred[i];
+    m->cnt[i] = m->npred[i] + m->nrpred[i];
     m->rdy[i] = 0.0;
   }
-  /* A recv's arrival makes its consumers ready no earlier than that. */
   for (size_t t = 0; t < m->T; t++) {
-    uint32_t r = g->recvs[t].op;
-    for (uint32_t k = m->succ_off[r]; k < m->succ_off[r + 1]; k++) {
-      uint32_t c = m->succ[k];
-      if (arr[t] > m->rdy[c])
-        m->rdy[c] = arr[t];
-    }
+    m->keys[t].ready = arr[t];
+    m->keys[t].t = (uint32_t)t;
   }
+  qsort(m->keys, m->T, sizeof *m->keys, cmp_ready);
   for (size_t i = 0; i < m->n; i++)
     if (g->ops[i].kind == AR_COMMSCHED_COMPUTE && m->cnt[i] == 0)
       heap_push(m, &len, (uint32_t)i);
-  double now = 0.0;
-  while (len > 0) {
+  double now = 0.0, last = 0.0;
+  while (len > 0 || ci < m->T) {
+    double ac = ci < m->T ? m->keys[ci].ready : INFINITY;
+    double rc = len > 0 ? m->rdy[m->heap[0]] : INFINITY;
+    bool op_now = len > 0 && rc <= now;
+    if (ci < m->T && (ac <= now || (!op_now && ac <= rc))) {
+      /* The next arrival: the worker takes it in (no cost: at once). */
+      uint32_t t = m->keys[ci++].t;
+      double cost = msg_s(m, g->recvs[t].bytes), have = ac;
+      if (cost > 0.0) {
+        have = (ac > now ? ac : now) + cost;
+        now = have;
+      }
+      arr[t] = have;
+      param_in(m, &len, t, have);
+      continue;
+    }
     uint32_t v = heap_pop(m, &len);
     double start = m->rdy[v] > now ? m->rdy[v] : now;
-    now = start + g->ops[v].time_s;
+    now = start + g->ops[v].time_s * m->o.compute_scale;
+    last = now;
     m->rdy[v] = now;
     m->comp[m->ncomp].start = start;
     m->comp[m->ncomp].end = now;
@@ -360,7 +425,7 @@ static double sim_compute(sim *m, size_t w) {
       if (m->rdy[m->succ[k]] > gr[t])
         gr[t] = m->rdy[m->succ[k]];
   }
-  return now;
+  return last;
 }
 
 static int cmp_ready(const void *a, const void *b) {
@@ -387,7 +452,7 @@ static double sim_grads(sim *m) {
     m->head[w] = 0;
   }
   for (size_t srv = 0; srv < m->S; srv++)
-    m->in_free[srv] = 0.0;
+    m->in_free[srv] = m->cpu_free[srv] = 0.0;
   for (size_t left = m->W * m->T; left > 0; left--) {
     size_t best = SIZE_MAX;
     double best_t = INFINITY;
@@ -411,6 +476,13 @@ static double sim_grads(sim *m) {
     double done = best_t + xfer_s(m, g->recvs[t].bytes);
     m->out_free[best] = m->in_free[srv] = done;
     double arr = done + m->o.latency_s;
+    /* Arrivals at one server come in commit order (its in port is
+     * serial), so its CPU takes them first come, first served. */
+    double cost = msg_s(m, g->recvs[t].bytes);
+    if (cost > 0.0) {
+      arr = (arr > m->cpu_free[srv] ? arr : m->cpu_free[srv]) + cost;
+      m->cpu_free[srv] = arr;
+    }
     m->comm[m->ncomm].start = m->gready[best * m->T + t];
     m->comm[m->ncomm].end = arr;
     m->ncomm++;
@@ -454,9 +526,9 @@ ar_status ar_commsched_simulate(const ar_commsched_graph *g,
 
   ar_commsched_sim_result r;
   memset(&r, 0, sizeof r);
-  for (size_t k = 0; k < m.ncomm; k++)
-    if (m.comm[k].end > r.params_done_s)
-      r.params_done_s = m.comm[k].end;
+  for (size_t k = 0; k < m.W * m.T; k++)
+    if (m.arrive[k] > r.params_done_s)
+      r.params_done_s = m.arrive[k];
   for (size_t w = 0; w < m.W; w++) {
     double end = sim_compute(&m, w);
     m.finish[w] = end;

@@ -480,13 +480,15 @@ double ar_commsched_pacer_tokens(const ar_commsched_pacer *p, double now_s);
  *      server's in link;
  *   3. each worker runs its compute ops one at a time, each when its
  *      predecessors are done and its recvs have arrived, earliest-ready
- *      first (ties by op id);
+ *      first (ties by op id); with message_s / byte_s each arrival first
+ *      costs the worker that much CPU, taken between its compute ops;
  *   4. the gradient of a transfer (as many bytes as the parameter) is sent
  *      back when every compute op that consumes the recv directly has
  *      finished (at its arrival if none does), in the order gradients
  *      become ready (ties by transfer id);
  *   5. barrier: the last worker has finished computing and the last
- *      gradient has reached its server; then every server applies the
+ *      gradient has reached its server (and, with message_s / byte_s,
+ *      been taken in by it, one at a time); then every server applies the
  *      update (update_s), in parallel; the iteration ends.
  *
  * Metrics (ar_commsched_metrics_compute over every worker's spans): a
@@ -501,9 +503,21 @@ typedef struct ar_commsched_sim_opts {
   double bandwidth_Bps; /* bytes/s per port and direction, > 0; INFINITY */
   double latency_s;     /* per message, >= 0, finite */
   double update_s;      /* each server's update after the barrier, >= 0 */
+  /* Calibration terms for a real runtime (all 0 / 1: the ideal model).
+   * Every message costs its receiver message_s + bytes x byte_s of CPU
+   * after it arrived (matching and copying it: MPI's per-message software
+   * cost and the receiver's memory copy); a worker does these one at a
+   * time between its compute ops (it notices arrivals only between ops,
+   * and does them before the next op), a server in arrival order.  A
+   * message is "in" when that is done.  compute_scale multiplies every
+   * worker compute op's time (e.g. workers / cores when more workers than
+   * cores share a machine); the update is not scaled. */
+  double message_s;     /* >= 0, finite */
+  double byte_s;        /* >= 0, finite: 1 / copy rate in bytes/s */
+  double compute_scale; /* > 0, finite */
 } ar_commsched_sim_opts;
 
-#define AR_COMMSCHED_SIM_OPTS_INIT {1, 1, 1.25e9, 0.0, 0.0}
+#define AR_COMMSCHED_SIM_OPTS_INIT {1, 1, 1.25e9, 0.0, 0.0, 0.0, 0.0, 1.0}
 
 typedef struct ar_commsched_sim_result {
   double makespan_s;       /* iteration: offer of the first parameter to

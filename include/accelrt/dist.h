@@ -30,7 +30,12 @@
  * summary.json (the usual keys plus order, iteration_s_median, warmup_s,
  * efficiency_median, comm_busy_s_median, comp_busy_s_median, schedule_ms,
  * straggler_s_median), checkpoint.bin (the whole model, shards gathered),
- * oracle.tsv (the op times after warm-up, read by `accelrt simulate`).
+ * oracle.tsv (the op times after warm-up, read by `accelrt simulate`),
+ * trace.tsv (every op and transfer of every worker, every iteration: the
+ * worker's start/end, a transfer's emulated wire and link times; read by
+ * `accelrt simulate --trace` to calibrate).  On --resume, metrics.jsonl and
+ * trace.tsv lose the lines past the checkpoint's iteration before the
+ * rerun appends its own.
  *
  * Tests: tests/dist/ (under mpiexec -n 3: receive order equals the
  * priority order, random orders differ, distributed equals single-process

@@ -5,7 +5,18 @@
  * (ar_dist_op_graph).  Compute op times come from a real run's time oracle
  * (--oracle runs/JOB/oracle.tsv, written by `mpirun ... accelrt run`) or
  * are measured here: each layer's forward and backward on one worker's
- * share of the batch, one thread, the minimum of a few runs. */
+ * share of the batch, one thread, the minimum of a few runs.
+ *
+ * Calibration against a real run (--trace runs/JOB/trace.tsv, written by
+ * every distributed run): compute ops take their median time over the
+ * run's iterations after warm-up (so the time-sharing of the cores and
+ * whatever else ran is in them), and the per-message cost the simulator
+ * charges each receiver (commsched.h: message_s + bytes x byte_s) is the
+ * least-squares fit of time = a + bytes / rate over the traced transfers
+ * the worker was idle for: from the link's delivery to the worker having
+ * the tensor.  --message-us / --copy-gbps override the fit; --cores N
+ * scales compute by workers / N when more workers than cores share the
+ * machine (for predictions without a trace). */
 #define _GNU_SOURCE
 #include "accelrt/dist.h"
 #include "accelrt/runtime.h"
@@ -13,13 +24,16 @@
 #include "cli/cli.h"
 
 #include <getopt.h>
+#include <stdbool.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct sim_args {
-  const char *job, *oracle;
+  const char *job, *oracle, *trace;
+  double message_us, copy_gbps, compute_scale; /* < 0: not given */
+  int cores;
   const char **sets;
   int n_sets;
   int workers, servers;
@@ -33,6 +47,8 @@ static int usage(void) {
   fprintf(stderr,
           "usage: accelrt simulate JOB.yaml --workers W --servers S --gbps B\n"
           "         [--latency-us L] [--oracle FILE] [--rows-per-worker N]\n"
+          "         [--trace FILE] [--message-us A] [--copy-gbps B] [--cores N]\n"
+          "         [--compute-scale X]\n"
           "         [--random-iterations K] [--json] [--set KEY=VALUE]...\n");
   return CLI_USAGE;
 }
@@ -46,6 +62,11 @@ static int parse_args(int argc, char **argv, sim_args *a) {
                                         {"rows-per-worker", required_argument, NULL, 'r'},
                                         {"random-iterations", required_argument, NULL, 'k'},
                                         {"json", no_argument, NULL, 'j'},
+                                        {"trace", required_argument, NULL, 'T'},
+                                        {"message-us", required_argument, NULL, 'm'},
+                                        {"copy-gbps", required_argument, NULL, 'c'},
+                                        {"cores", required_argument, NULL, 'C'},
+                                        {"compute-scale", required_argument, NULL, 'x'},
                                         {"set", required_argument, NULL, 'S'},
                                         {"help", no_argument, NULL, 'h'},
                                         {NULL, 0, NULL, 0}};
@@ -54,6 +75,7 @@ static int parse_args(int argc, char **argv, sim_args *a) {
   a->servers = 1;
   a->gbps = 0;
   a->random_iters = 10;
+  a->message_us = a->copy_gbps = a->compute_scale = -1.0;
   a->sets = ar_calloc((size_t)argc + 1, sizeof *a->sets);
   if (!a->sets)
     return CLI_FAIL;
@@ -109,6 +131,29 @@ static int parse_args(int argc, char **argv, sim_args *a) {
       break;
     case 'j':
       a->json = true;
+      break;
+    case 'T':
+      a->trace = optarg;
+      break;
+    case 'm':
+    case 'c':
+    case 'x': {
+      double v = strtod(optarg, &end);
+      if (*end || !isfinite(v) || v < 0 || (c != 'm' && v <= 0)) {
+        fprintf(stderr, "accelrt simulate: --%s needs a number %s\n",
+                c == 'm' ? "message-us" : c == 'c' ? "copy-gbps" : "compute-scale",
+                c == 'm' ? ">= 0" : "> 0");
+        return CLI_USAGE;
+      }
+      *(c == 'm' ? &a->message_us : c == 'c' ? &a->copy_gbps : &a->compute_scale) = v;
+      break;
+    }
+    case 'C':
+      a->cores = (int)strtol(optarg, &end, 10);
+      if (*end || a->cores < 1 || a->cores > 100000) {
+        fprintf(stderr, "accelrt simulate: --cores needs an integer in 1..100000\n");
+        return CLI_USAGE;
+      }
       break;
     case 'S':
       if (!strchr(optarg, '=')) {
@@ -252,6 +297,172 @@ static ar_status read_oracle(const char *path, ar_commsched_graph *g, int *set, 
   return st;
 }
 
+/* One worker-iteration of trace.tsv. */
+typedef struct trace_row {
+  char name[128], kind[16];
+  double bytes, start, end, link;
+} trace_row;
+
+static int cmp_dbl(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return a < b ? -1 : a > b;
+}
+
+/* Fit samples of one worker-iteration: every transfer the worker was idle
+ * for (no compute op of its overlaps (link, end)), time end - link. */
+static void fit_group(const trace_row *r, size_t n, double *sx, double *sy, double *sxx,
+                      double *sxy, long *k, double *xs, double *ys, size_t cap) {
+  for (size_t i = 0; i < n; i++) {
+    if (strcmp(r[i].kind, "recv") != 0 || !isfinite(r[i].link) || !isfinite(r[i].end))
+      continue;
+    double a = r[i].link, b = r[i].end;
+    if (b < a)
+      continue;
+    bool busy = false;
+    for (size_t j = 0; j < n && !busy; j++)
+      if (strcmp(r[j].kind, "compute") == 0 && r[j].start < b && r[j].end > a)
+        busy = true;
+    if (busy)
+      continue;
+    double x = r[i].bytes, y = b - a;
+    if ((size_t)*k < cap) {
+      xs[*k] = x;
+      ys[*k] = y;
+    } else {
+      continue;
+    }
+    *sx += x;
+    *sy += y;
+    *sxx += x * x;
+    *sxy += x * y;
+    (*k)++;
+  }
+}
+
+/* Reads trace.tsv: compute ops of g get their median time after warm-up
+ * (*set counts them), and *msg_s, *byte_s the fitted message cost (NAN
+ * when there are too few samples). */
+static ar_status read_trace(const char *path, ar_commsched_graph *g, int *set, double *msg_s,
+                            double *byte_s, long *samples, ar_err *err) {
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return ar_errf(err, AR_IO, "%s: cannot open the trace (written by a distributed run into "
+                   "output.dir/trace.tsv)", path);
+  size_t nops = ar_commsched_graph_op_count(g), cap = 1024, nv = 0;
+  trace_row *grp = ar_calloc(nops + 1, sizeof *grp);
+  double *dur = ar_malloc(cap * sizeof *dur);
+  uint32_t *opof = ar_malloc(cap * sizeof *opof);
+  ar_status st = AR_OK;
+  if (!grp || !dur || !opof) {
+    st = ar_errf(err, AR_NOMEM, "out of memory");
+    goto done;
+  }
+  char line[1024];
+  long it, w, lit = -1, lw = -1, k = 0;
+  int warm, lineno = 0;
+  size_t ng = 0;
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  enum { FIT_CAP = 1 << 16 };
+  double *fx = ar_malloc(2 * FIT_CAP * sizeof *fx), *fy = fx ? fx + FIT_CAP : NULL;
+  if (!fx) {
+    st = ar_errf(err, AR_NOMEM, "out of memory");
+    goto done;
+  }
+  for (;;) {
+    char *got = fgets(line, sizeof line, f);
+    trace_row r;
+    if (got) {
+      lineno++;
+      if (line[0] == '#' || strncmp(line, "iteration\t", 10) == 0 || line[0] == '\n')
+        continue;
+      char wire[64];
+      if (sscanf(line, "%ld %d %ld %127s %15s %lf %lf %lf %63s %lf", &it, &warm, &w, r.name,
+                 r.kind, &r.bytes, &r.start, &r.end, wire, &r.link) != 10) {
+        st = ar_errf(err, AR_PARSE, "%s:%d: error: expected 10 tab-separated fields", path,
+                     lineno);
+        break;
+      }
+      if (warm)
+        continue;
+    }
+    if (!got || it != lit || w != lw) {
+      fit_group(grp, ng, &sx, &sy, &sxx, &sxy, &k, fx, fy, FIT_CAP);
+      ng = 0;
+      lit = it;
+      lw = w;
+    }
+    if (!got)
+      break;
+    if (ng < nops + 1)
+      grp[ng++] = r;
+    if (strcmp(r.kind, "compute") != 0 || !(r.end >= r.start))
+      continue;
+    for (size_t op = 0; op < nops; op++)
+      if (strcmp(ar_commsched_graph_name(g, (ar_commsched_op)op), r.name) == 0) {
+        if (nv == cap) {
+          cap *= 2;
+          double *d2 = ar_realloc(dur, cap * sizeof *dur);
+          uint32_t *o2 = d2 ? ar_realloc(opof, cap * sizeof *opof) : NULL;
+          if (d2)
+            dur = d2;
+          if (o2)
+            opof = o2;
+          if (!d2 || !o2) {
+            st = ar_errf(err, AR_NOMEM, "out of memory");
+            goto done;
+          }
+        }
+        dur[nv] = r.end - r.start;
+        opof[nv++] = (uint32_t)op;
+        break;
+      }
+  }
+  /* Medians per op. */
+  *set = 0;
+  double *v = st == AR_OK ? ar_malloc((nv + 1) * sizeof *v) : NULL;
+  if (st == AR_OK && !v)
+    st = ar_errf(err, AR_NOMEM, "out of memory");
+  for (size_t op = 0; op < nops && st == AR_OK; op++) {
+    size_t m = 0;
+    for (size_t i = 0; i < nv; i++)
+      if (opof[i] == op)
+        v[m++] = dur[i];
+    if (m == 0)
+      continue;
+    qsort(v, m, sizeof *v, cmp_dbl);
+    double med = m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+    st = ar_commsched_graph_set_time(g, (ar_commsched_op)op, med, err);
+    (*set)++;
+  }
+  ar_free(v);
+  *msg_s = *byte_s = NAN;
+  *samples = k;
+  if (k >= 3) {
+    double den = (double)k * sxx - sx * sx;
+    double b = den > 0 ? ((double)k * sxy - sx * sy) / den : 0.0;
+    if (b < 0)
+      b = 0;
+    /* The intercept is the median residual, not the mean: an idle worker
+     * on a loaded machine sometimes waits milliseconds for a core, and a
+     * few such waits would otherwise set the cost of every message. */
+    for (long i = 0; i < k; i++)
+      fy[i] -= b * fx[i];
+    qsort(fy, (size_t)k, sizeof *fy, cmp_dbl);
+    double a = k % 2 ? fy[k / 2] : 0.5 * (fy[k / 2 - 1] + fy[k / 2]);
+    if (a < 0)
+      a = 0;
+    *msg_s = a;
+    *byte_s = b < 0 ? 0 : b;
+  }
+  ar_free(fx);
+done:
+  fclose(f);
+  ar_free(grp);
+  ar_free(dur);
+  ar_free(opof);
+  return st;
+}
+
 typedef struct row {
   double makespan, eff, comm, comp, umin, umax, params, straggler;
   int eff_n;
@@ -303,6 +514,11 @@ static int run(const sim_args *a, const ar_spec *spec) {
     st = measure(spec, rows, g, &update_s, &err);
   if (st == AR_OK && a->oracle)
     st = read_oracle(a->oracle, g, &from_oracle, &err);
+  int from_trace = 0;
+  long fit_n = 0;
+  double fit_msg = NAN, fit_byte = NAN;
+  if (st == AR_OK && a->trace)
+    st = read_trace(a->trace, g, &from_trace, &fit_msg, &fit_byte, &fit_n, &err);
   if (st != AR_OK) {
     fprintf(stderr, "accelrt simulate: error: %s\n", err.msg);
     ar_commsched_graph_destroy(g);
@@ -317,17 +533,38 @@ static int run(const sim_args *a, const ar_spec *spec) {
   so.bandwidth_Bps = a->gbps * 1e9 / 8.0;
   so.latency_s = a->latency_us * 1e-6;
   so.update_s = update_s / a->servers;
+  if (isfinite(fit_msg)) {
+    so.message_s = fit_msg;
+    so.byte_s = fit_byte;
+  }
+  if (a->message_us >= 0)
+    so.message_s = a->message_us * 1e-6;
+  if (a->copy_gbps > 0)
+    so.byte_s = 8.0 / (a->copy_gbps * 1e9);
+  if (a->cores > 0 && a->workers > a->cores)
+    so.compute_scale = (double)a->workers / a->cores;
+  if (a->compute_scale > 0)
+    so.compute_scale = a->compute_scale;
   if (!a->json) {
     printf("%s: %d layers, %zu transfers (%.2f MB), %d workers, %d servers, %.3g Gbit/s, "
            "latency %.0f us\n",
            spec->name, spec->n_layers, nt, (double)bytes / 1e6, a->workers, a->servers, a->gbps,
            a->latency_us);
-    if (a->oracle)
+    if (a->trace)
+      printf("compute times: medians of %d ops from %s (the rest measured here, %ld rows "
+             "per worker)\n", from_trace, a->trace, rows);
+    else if (a->oracle)
       printf("compute times: %d ops from %s (the rest measured here, %ld rows per worker)\n",
              from_oracle, a->oracle, rows);
     else
       printf("compute times: measured here, %ld rows per worker, 1 thread; update %.2f ms\n",
              rows, 1e3 * so.update_s);
+    printf("per message: %.1f us + %.3f ns/byte (copy %.2f Gbit/s)%s; compute x %.3g\n",
+           1e6 * so.message_s, 1e9 * so.byte_s,
+           so.byte_s > 0 ? 8e-9 / so.byte_s : INFINITY,
+           a->trace && isfinite(fit_msg) ? " fitted on the trace" : "", so.compute_scale);
+    if (a->trace)
+      printf("fit samples: %ld idle transfers\n", fit_n);
     printf("%-7s %12s %6s %9s %9s %9s %9s %11s %12s %9s\n", "order", "makespan_ms", "E",
            "N_ms", "C_ms", "Umin_ms", "Umax_ms", "params_ms", "straggler_ms", "vs_random");
   }
@@ -349,9 +586,11 @@ static int run(const sim_args *a, const ar_spec *spec) {
       printf("{\"order\": \"%s\", \"workers\": %d, \"servers\": %d, \"gbps\": %g, "
              "\"makespan_s\": %.9g, \"efficiency\": %.6g, \"comm_busy_s\": %.9g, "
              "\"comp_busy_s\": %.9g, \"straggler_s\": %.9g, \"speedup_vs_random\": %.6g, "
-             "\"schedule_ms\": %.6g}\n",
+             "\"schedule_ms\": %.6g, \"message_s\": %.6g, \"byte_s\": %.6g, "
+             "\"compute_scale\": %.6g}\n",
              ar_commsched_order_name(orders[i]), a->workers, a->servers, a->gbps, r->makespan,
-             r->eff, r->comm, r->comp, r->straggler, vs, ms[i]);
+             r->eff, r->comm, r->comp, r->straggler, vs, ms[i], so.message_s, so.byte_s,
+             so.compute_scale);
     else
       printf("%-7s %12.3f %6.3f %9.3f %9.3f %9.3f %9.3f %11.3f %12.3f %8.3fx\n",
              ar_commsched_order_name(orders[i]), 1e3 * r->makespan, r->eff, 1e3 * r->comm,

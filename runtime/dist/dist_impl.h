@@ -158,14 +158,18 @@ typedef struct ar__dist {
   ar_eval_acc last_eval;
   int64_t last_eval_iter;
   FILE *metrics;
+  FILE *trace;             /* trace.tsv: every op and transfer (NULL: off) */
   ar_progress *progress;
-  char *ckpt_path, *metrics_path, *summary_path, *oracle_path;
+  char *ckpt_path, *metrics_path, *summary_path, *oracle_path, *trace_path;
 
   /* Waiting (transport.c). */
   MPI_Request abort_req;
   int64_t abort_msg[3];
   double last_progress;
   double timeout_s;
+  /* A poll sleeps at most until this time (0: no deadline): the server
+   * sets it to the next paced send's due time. */
+  double wake_at;
 } ar__dist;
 
 /* ---- transport.c ---- */

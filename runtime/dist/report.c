@@ -34,6 +34,38 @@ static char *join(const char *a, const char *b) {
   return s;
 }
 
+/* --resume: keeps the lines of `path` whose iteration (the number after
+ * `key`, or at the start of the line when key is "") is at most upto, and
+ * the lines without one (headers), so iterations rerun after the
+ * checkpoint are not logged twice (as the single-process trainer's
+ * trim_metrics does).  A missing file is fine. */
+static ar_status trim_lines(const char *path, int64_t upto, const char *key, ar_err *err) {
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return AR_OK;
+  char *keep = NULL, *line = NULL;
+  size_t klen = 0, lcap = 0;
+  FILE *mem = open_memstream(&keep, &klen);
+  if (!mem) {
+    fclose(f);
+    return ar_errf(err, AR_NOMEM, "out of memory");
+  }
+  ssize_t n;
+  while ((n = getline(&line, &lcap, f)) > 0) {
+    const char *p = *key ? strstr(line, key) : line;
+    char *end = NULL;
+    long long it = p ? strtoll(p + strlen(key), &end, 10) : 0;
+    if (!p || end == p + strlen(key) || it <= upto)
+      fwrite(line, 1, (size_t)n, mem);
+  }
+  free(line);
+  fclose(f);
+  fclose(mem);
+  ar_status st = ar_write_file_atomic(path, keep ? keep : "", klen, err);
+  free(keep);
+  return st;
+}
+
 ar_status ar__dist_report_init(ar__dist *c, bool resume) {
   const ar_spec *s = c->spec;
   int peers = c->W + c->S - 1;
@@ -42,20 +74,34 @@ ar_status ar__dist_report_init(ar__dist *c, bool resume) {
   c->metrics_path = join(s->output.dir, "metrics.jsonl");
   c->summary_path = join(s->output.dir, "summary.json");
   c->oracle_path = join(s->output.dir, "oracle.tsv");
+  c->trace_path = join(s->output.dir, "trace.tsv");
   c->reports = ar_malloc((size_t)peers * slot_len(c) * sizeof *c->reports);
   c->rep_req = ar_malloc((size_t)peers * sizeof *c->rep_req);
   c->stats = ar_calloc((size_t)(c->total > 0 ? c->total : 1), sizeof *c->stats);
   c->spans = ar_malloc(spans * sizeof *c->spans);
   c->finish = ar_malloc((size_t)c->W * sizeof *c->finish);
-  if (!c->ckpt_path || !c->metrics_path || !c->summary_path || !c->oracle_path || !c->reports ||
+  if (!c->ckpt_path || !c->metrics_path || !c->summary_path || !c->oracle_path || !c->trace_path || !c->reports ||
       !c->rep_req || !c->stats || !c->spans || !c->finish)
     return ar_errf(c->err, AR_NOMEM, "out of memory for rank 0's reports");
   for (int i = 0; i < peers; i++)
     c->rep_req[i] = MPI_REQUEST_NULL;
   AR_CHECK(ar_commsched_oracle_create(c->g, &c->oracle, c->err));
+  if (resume)
+    AR_CHECK(trim_lines(c->metrics_path, c->st.iteration, "\"iteration\": ", c->err));
   c->metrics = fopen(c->metrics_path, resume ? "a" : "w");
   if (!c->metrics)
     return ar_errf(c->err, AR_IO, "cannot write '%s': %s", c->metrics_path, strerror(errno));
+  if (resume)
+    AR_CHECK(trim_lines(c->trace_path, c->st.iteration, "", c->err));
+  c->trace = fopen(c->trace_path, resume ? "a" : "w");
+  if (!c->trace)
+    return ar_errf(c->err, AR_IO, "cannot write '%s': %s", c->trace_path, strerror(errno));
+  if (!resume)
+    fputs("# accelrt dist trace: seconds on rank 0's clock; a recv's wire_s is when its\n"
+          "# bytes went on the (emulated) link, link_s when the link delivered it, start/end\n"
+          "# when the worker matched / had it; a compute op's start/end are its own\n"
+          "iteration\twarmup\tworker\top\tkind\tbytes\tstart_s\tend_s\twire_s\tlink_s\n",
+          c->trace);
   c->last_eval_iter = -1;
   return AR_OK;
 }
@@ -74,6 +120,8 @@ void ar__dist_report_fini(ar__dist *c) {
   }
   if (c->metrics)
     fclose(c->metrics);
+  if (c->trace)
+    fclose(c->trace);
   ar_commsched_oracle_destroy(c->oracle);
   ar_free(c->reports);
   ar_free(c->rep_req);
@@ -84,6 +132,7 @@ void ar__dist_report_fini(ar__dist *c) {
   ar_free(c->metrics_path);
   ar_free(c->summary_path);
   ar_free(c->oracle_path);
+  ar_free(c->trace_path);
 }
 
 ar_status ar__dist_reports_post(ar__dist *c) {
@@ -219,6 +268,33 @@ static ar_status iteration_metrics(ar__dist *c, const double *own, ar__dist_iter
   return AR_OK;
 }
 
+/* One line per op per worker into trace.tsv (see ar__dist_report_init). */
+static ar_status write_trace(ar__dist *c, int64_t iter, bool warm, const double *own) {
+  size_t nops = c->nops, nt = (size_t)c->nt, wt = nt * (size_t)c->W;
+  for (int w = 0; w < c->W; w++) {
+    const double *r = wrep(c, w) + AR__WREP_HEAD;
+    for (size_t op = 0; op < nops; op++) {
+      ar_commsched_op o = (ar_commsched_op)op;
+      bool recv = ar_commsched_graph_kind(c->g, o) == AR_COMMSCHED_RECV;
+      double wire = NAN, link = NAN, start = r[op];
+      size_t bytes = 0;
+      if (recv) {
+        uint32_t t = ar_commsched_graph_transfer(c->g, o);
+        const double *s = srep(c, c->t[t].server, own) + AR__SREP_HEAD + (size_t)w * nt + t;
+        wire = s[0];
+        link = s[wt];
+        bytes = c->t[t].bytes;
+      }
+      fprintf(c->trace, "%lld\t%d\t%d\t%s\t%s\t%zu\t%.9f\t%.9f\t%.9f\t%.9f\n",
+              (long long)iter, warm ? 1 : 0, w, ar_commsched_graph_name(c->g, o),
+              recv ? "recv" : "compute", bytes, start, r[nops + op], wire, link);
+    }
+  }
+  if (fflush(c->trace) != 0)
+    return ar_errf(c->err, AR_IO, "cannot append to '%s': %s", c->trace_path, strerror(errno));
+  return AR_OK;
+}
+
 static ar_status log_iteration(ar__dist *c, int64_t iter, double loss,
                                const ar__dist_iter_stat *s) {
   ar_json *j = ar_json_begin();
@@ -271,6 +347,7 @@ ar_status ar__dist_reports_collect(ar__dist *c, int64_t iter, double wall_s, con
   c->loss_window_n++;
   c->last_train_loss = loss;
   AR_CHECK(log_iteration(c, iter, loss, s));
+  AR_CHECK(write_trace(c, iter, traced, own));
   ar_progress_update(c->progress, iter, c->st.epoch, loss,
                      c->st.train_s > 0 ? (double)c->st.samples / c->st.train_s : 0.0);
   return AR_OK;

@@ -200,8 +200,11 @@ static ar_status exchange(ar__dist *c, srv_iter *it, int *idx) {
     if (it->sent == it->expect && it->recvd == it->expect)
       return AR_OK;
     int peer = first_open(c, c->rreq);
-    AR_CHECK(ar__dist_poll(c, progressed, peer >= 0 ? peer : first_open(c, c->sreq),
-                           peer >= 0 ? "gradients" : "acceptance of parameters"));
+    c->wake_at = it->head < it->tail ? c->pend_at[it->head] : 0.0;
+    ar_status st = ar__dist_poll(c, progressed, peer >= 0 ? peer : first_open(c, c->sreq),
+                                 peer >= 0 ? "gradients" : "acceptance of parameters");
+    c->wake_at = 0.0;
+    AR_CHECK(st);
   }
 }
 

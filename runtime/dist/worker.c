@@ -101,6 +101,8 @@ static ar_status recv_step(ar__dist *c, wrk_iter *w, bool *progressed) {
       rc = MPI_Imrecv(c->t[t].p, (int)c->t[t].count, MPI_FLOAT, &msg, &c->preq[t]);
       if (rc != MPI_SUCCESS)
         return ar__dist_mpi_err(c, rc, "receiving '%s' from rank %d", c->t[t].name, s);
+      c->report[AR__WREP_HEAD + ar_commsched_graph_recv_op(c->g, (uint32_t)t)] =
+          ar__dist_clock(c); /* matched: the copy starts */
       w->order[w->norder] = (double)t;
       w->order_u[w->norder++] = (uint32_t)t;
       *progressed = true;

@@ -1,6 +1,7 @@
 /* commsched: the discrete-event simulator of one parameter-server
  * iteration. */
 #include <math.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cs_model.h"
@@ -337,6 +338,103 @@ static void test_errors(void **state) {
   ar_commsched_graph_destroy(g);
 }
 
+/* The calibration terms, worked by hand on a two-layer chain: recv a, b
+ * (1024 B each, 1024 B/s, so a arrives at 1 s and b at 2 s), fwd1 (2 s)
+ * needs a, fwd2 (1 s) needs b and fwd1.  Each message costs its receiver
+ * 0.25 s + 1024 x 2^-12 s = 0.5 s.
+ *   ideal:  fwd1 1-3, fwd2 3-4; gradient a ready 3, at the server 4; b
+ *           ready 4, at 5: makespan 5.
+ *   costs:  copy a 1-1.5, fwd1 1.5-3.5 (b arrived at 2 but waits for the
+ *           op to end: the worker notices between ops), copy b 3.5-4,
+ *           fwd2 4-5; gradient a 3.5 -> 4.5 + 0.5 = 5, b 5 -> 6 + 0.5 =
+ *           6.5: makespan 6.5.
+ *   scale 2 as well: copy a 1-1.5, fwd1 1.5-5.5, copy b 5.5-6, fwd2 6-8;
+ *           gradient a 5.5 -> 7, b 8 -> 9.5: makespan 9.5. */
+static void test_calibration_terms(void **state) {
+  (void)state;
+  ar_commsched_graph *g = new_graph();
+  ar_err err = AR_ERR_INIT;
+  ar_commsched_op a, b, f1, f2;
+  assert_int_equal(ar_commsched_graph_add_recv(g, "a", 1024, 0, 0.0, &a, &err), AR_OK);
+  assert_int_equal(ar_commsched_graph_add_recv(g, "b", 1024, 0, 0.0, &b, &err), AR_OK);
+  assert_int_equal(ar_commsched_graph_add_compute(g, "f1", 2.0, &f1, &err), AR_OK);
+  assert_int_equal(ar_commsched_graph_add_compute(g, "f2", 1.0, &f2, &err), AR_OK);
+  assert_int_equal(ar_commsched_graph_add_edge(g, a, f1, &err), AR_OK);
+  assert_int_equal(ar_commsched_graph_add_edge(g, b, f2, &err), AR_OK);
+  assert_int_equal(ar_commsched_graph_add_edge(g, f1, f2, &err), AR_OK);
+  seal(g);
+  ar_commsched_sim_opts o = AR_COMMSCHED_SIM_OPTS_INIT;
+  o.bandwidth_Bps = 1024.0;
+  ar_commsched_sim_result r = run(g, NULL, &o);
+  assert_true(r.makespan_s == 5.0);
+  assert_true(r.compute_done_s == 4.0);
+  o.message_s = 0.25;
+  o.byte_s = 1.0 / 4096.0;
+  r = run(g, NULL, &o);
+  assert_true(r.params_done_s == 2.0); /* the link's arrival, not the copy */
+  assert_true(r.compute_done_s == 5.0);
+  assert_true(r.barrier_s == 6.5);
+  assert_true(r.makespan_s == 6.5);
+  assert_true(r.metrics.comp_busy_s == 3.0); /* copies are not compute */
+  o.compute_scale = 2.0;
+  r = run(g, NULL, &o);
+  assert_true(r.compute_done_s == 8.0);
+  assert_true(r.makespan_s == 9.5);
+  assert_true(r.metrics.comp_busy_s == 6.0);
+  /* Bad values are refused with a message. */
+  o.compute_scale = 0.0;
+  assert_int_equal(ar_commsched_simulate(g, NULL, &o, &r, &err), AR_INVALID);
+  assert_non_null(strstr(err.msg, "compute scale"));
+  o.compute_scale = 1.0;
+  o.message_s = -1.0;
+  assert_int_equal(ar_commsched_simulate(g, NULL, &o, &r, &err), AR_INVALID);
+  ar_commsched_graph_destroy(g);
+}
+
+/* With the calibration terms on, the bounds still hold on random DAGs
+ * (costs may shorten an iteration: list schedules have Graham's
+ * anomalies, so no monotonicity is asserted), and zero costs give the
+ * ideal model's result bit for bit. */
+static void test_calibration_bounds(void **state) {
+  (void)state;
+  for (uint64_t seed = 0; seed < 300; seed++) {
+    ar_rng r;
+    ar_rng_seed(&r, seed, 9);
+    ar_commsched_sim_opts o = AR_COMMSCHED_SIM_OPTS_INIT;
+    o.workers = 1 + (uint32_t)ar_rng_below(&r, 6);
+    o.servers = 1 + (uint32_t)ar_rng_below(&r, 3);
+    o.bandwidth_Bps = 1e6 * (1 + (double)ar_rng_below(&r, 200));
+    o.latency_s = 1e-3 * ar_rng_uniform(&r);
+    o.update_s = 1e-2 * ar_rng_uniform(&r);
+    double total;
+    ar_commsched_graph *g = random_dag(5000 + seed, o.servers, &total);
+    for (int k = 0; k < 4; k++) {
+      ar_commsched_schedule *s = schedule(g, orders[k], seed, 1);
+      ar_commsched_sim_result ideal = run(g, s, &o);
+      ar_commsched_sim_opts c = o;
+      c.message_s = 1e-3 * ar_rng_uniform(&r);
+      c.byte_s = 1e-8 * ar_rng_uniform(&r);
+      c.compute_scale = 1.0 + ar_rng_uniform(&r);
+      ar_commsched_sim_result res = run(g, s, &c);
+      const ar_commsched_metrics *m = &res.metrics;
+      double tol = 1e-12 * res.makespan_s;
+      assert_true(m->u_min_s <= res.makespan_s + tol);
+      assert_true(res.makespan_s <= m->u_max_s + tol);
+      assert_true(m->comp_busy_s >=
+                  total * c.compute_scale + c.update_s - 1e-9 * (1.0 + m->comp_busy_s));
+      assert_true(res.params_done_s == ideal.params_done_s);
+      c.message_s = c.byte_s = 0.0;
+      c.compute_scale = 1.0;
+      ar_commsched_sim_result same = run(g, s, &c);
+      assert_true(same.makespan_s == ideal.makespan_s);
+      assert_true(same.metrics.efficiency_raw == ideal.metrics.efficiency_raw ||
+                  (isnan(same.metrics.efficiency_raw) && isnan(ideal.metrics.efficiency_raw)));
+      ar_commsched_schedule_destroy(s);
+    }
+    ar_commsched_graph_destroy(g);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_infinite_bandwidth),
@@ -346,6 +444,8 @@ int main(void) {
       cmocka_unit_test(test_monotonic_workers),
       cmocka_unit_test(test_deterministic),
       cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_calibration_terms),
+      cmocka_unit_test(test_calibration_bounds),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

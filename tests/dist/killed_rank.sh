@@ -41,10 +41,18 @@ rc=$?
 grep -q "rank 2" "$dir/out1.txt" || fail "plain mpiexec: no message names rank 2"
 survivors=$(grep -c "accelrt run: error: iteration 5: rank [01] " "$dir/out1.txt")
 [ "$survivors" -ge 1 ] || fail "plain mpiexec: no surviving rank reported iteration 5"
-# The checkpoint of iteration 4 is valid: resuming finishes the job.
+# The checkpoint of iteration 4 is valid: resuming finishes the job.  A
+# line logged past the checkpoint (as a rank dying after logging iteration
+# 5 would leave) is trimmed on resume, not kept beside the rerun's.
+echo '{"iteration": 5, "kind": "iteration", "stale": true}' >> "$dir/run/metrics.jsonl"
+printf '5\t0\t0\tstale\tcompute\t0\t0\t0\tnan\tnan\n' >> "$dir/run/trace.tsv"
 timeout 120 "$MPIEXEC" --oversubscribe -n 3 "$ACCELRT" run "$dir/job.yaml" --resume --quiet \
   > "$dir/out2.txt" 2>&1 || fail "resuming from the last checkpoint failed"
 grep -q '"iterations": 12' "$dir/run/summary.json" || fail "the resumed run did not reach 12"
+grep -q stale "$dir/run/metrics.jsonl" && fail "resume kept metrics.jsonl lines past the checkpoint"
+grep -q stale "$dir/run/trace.tsv" && fail "resume kept trace.tsv lines past the checkpoint"
+n=$(grep -c '"kind": "iteration"' "$dir/run/metrics.jsonl")
+[ "$n" -eq 12 ] || fail "metrics.jsonl has $n iteration lines after resuming, not 12"
 
 # 2. With recovery: the survivors run on, find out and exit non-zero.
 rm -rf "$dir/run"
