@@ -77,6 +77,11 @@ bool ar_layer_sampled(const ar_spec *spec, int l, bool host);
 /* Neurons a sampled layer retrieves per input: ceil(active * width),
  * within [min_active, max_active] and at most the width. */
 int64_t ar_layer_budget(const ar_spec *spec, int l);
+/* Room for the batch's shared random negatives of a sampled output layer
+ * with a dense input (computed by GEMM, runtime/engine/sampled.c): the
+ * top-up target (min_active, default the budget), or the whole width when
+ * that is half of it or more; 0 when the layer does not take that path. */
+int64_t ar_layer_shared_cap(const ar_spec *spec, int l, int64_t max_labels);
 /* Room per sample for active ids: the budget, plus max_labels for the
  * output layer (its true labels are always active in training). */
 int64_t ar_layer_active_cap(const ar_spec *spec, int l, int64_t max_labels);

@@ -127,6 +127,21 @@ int64_t ar_layer_active_cap(const ar_spec *spec, int l, int64_t max_labels) {
   return c > spec->layers[l].width ? spec->layers[l].width : c;
 }
 
+int64_t ar_layer_shared_cap(const ar_spec *spec, int l, int64_t max_labels) {
+  (void)max_labels;
+  const ar_layer_spec *ls = &spec->layers[l];
+  if (l + 1 != spec->n_layers)
+    return 0; /* only an output layer */
+  if (l == 0 && spec->input.sparse)
+    return 0; /* its input must be a dense batch */
+  if (l > 0 && ar_layer_sampled(spec, l - 1, true))
+    return 0;
+  int64_t target = ls->sparse.min_active < 0 ? ar_layer_budget(spec, l) : ls->sparse.min_active;
+  if (target <= 0)
+    return 0;
+  return 2 * target >= ls->width ? ls->width : target;
+}
+
 ar_status ar_plan_compute(const ar_spec *spec, int64_t max_nnz, int64_t max_labels,
                           ar_plan *out) {
   return ar_plan_compute_on(spec, max_nnz, max_labels, ar_spec_runs_on_host(spec), out);
@@ -205,6 +220,23 @@ ar_status ar_plan_compute_on(const ar_spec *spec, int64_t max_nnz, int64_t max_l
                         T_BWD(n, l)));
       AR_CHECK(add_live(&pb, ls->name, "lsh.dout", AR_MEM_EPHEMERAL, B * cap * f, T_FWD(l),
                         T_BWD(n, l)));
+      size_t sc = (size_t)ar_layer_shared_cap(spec, l, max_labels);
+      if (sc) {
+        /* The batch's shared negatives (sampled.c): ids, gathered rows and
+         * their gradients, biases, and (batch, shared) logits. */
+        AR_CHECK(add_live(&pb, ls->name, "lsh.shared_ids", AR_MEM_EPHEMERAL,
+                          sc * sizeof(uint32_t), T_FWD(l), T_BWD(n, l)));
+        AR_CHECK(add_live(&pb, ls->name, "lsh.shared_w", AR_MEM_EPHEMERAL, sc * (size_t)in * f,
+                          T_FWD(l), T_BWD(n, l)));
+        AR_CHECK(add_live(&pb, ls->name, "lsh.shared_gw", AR_MEM_EPHEMERAL, sc * (size_t)in * f,
+                          T_BWD(n, l), T_BWD(n, l)));
+        AR_CHECK(add_live(&pb, ls->name, "lsh.shared_b", AR_MEM_EPHEMERAL, sc * f, T_FWD(l),
+                          T_BWD(n, l)));
+        AR_CHECK(add_live(&pb, ls->name, "lsh.shared_gb", AR_MEM_EPHEMERAL, sc * f, T_BWD(n, l),
+                          T_BWD(n, l)));
+        AR_CHECK(add_live(&pb, ls->name, "lsh.shared_z", AR_MEM_EPHEMERAL, B * sc * f, T_FWD(l),
+                          T_BWD(n, l)));
+      }
     } else {
       /* Written by the layer's backward, read by the optimizer step. */
       AR_CHECK(add_live(&pb, ls->name, "grad.w", AR_MEM_EPHEMERAL, nw * f, T_BWD(n, l), end));

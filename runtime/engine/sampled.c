@@ -57,6 +57,16 @@ struct ar_sampled {
   uint32_t *n_active;       /* (batch) */
   float *out, *dout;        /* (batch, cap) */
   uint64_t *last;           /* (neurons), planned persistent */
+  /* The shared negatives of a batch (output layer with a dense input):
+   * planned ephemeral. */
+  uint32_t scap;            /* room: ar_layer_shared_cap */
+  uint32_t ns;              /* ids drawn for this batch */
+  uint32_t *sids;           /* (scap) */
+  float *sw, *sgw;          /* (scap, in) their weight rows, gradient rows */
+  float *sb, *sgb;          /* (scap) biases, bias gradients */
+  float *sz;                /* (batch, scap) logits, then dL/dlogit */
+  int32_t *spos;            /* (neurons) host: position in sids or -1 */
+  ar_lsh_sample_opts so_own; /* retrieval only, no random top-up */
   uint32_t *all;            /* 0..neurons-1 for full scoring of sparse inputs */
   ar_sampled_stats st;
 };
@@ -91,6 +101,12 @@ void ar__sampled_bind(ar_model *m) {
     s->dout = plan_get(m, n, "lsh.dout");
     s->last = plan_get(m, n, "lsh.last");
     AR_ASSERT(s->active && s->n_active && s->out && s->dout && s->last);
+    s->sids = plan_get(m, n, "lsh.shared_ids");
+    s->sw = plan_get(m, n, "lsh.shared_w");
+    s->sgw = plan_get(m, n, "lsh.shared_gw");
+    s->sb = plan_get(m, n, "lsh.shared_b");
+    s->sgb = plan_get(m, n, "lsh.shared_gb");
+    s->sz = plan_get(m, n, "lsh.shared_z");
   }
 }
 
@@ -192,6 +208,16 @@ ar_status ar__sampled_create(ar_model *m, int l) {
   s->so.threshold = (uint32_t)sp->threshold;
   s->so.min_active = sp->min_active < 0 ? s->budget : (uint32_t)sp->min_active;
   s->so.max_active = s->cap;
+  s->so_own = s->so;
+  s->so_own.min_active = 0;
+  s->scap = (uint32_t)ar_layer_shared_cap(spec, l, m->max_labels);
+  if (s->scap) {
+    s->spos = ar_malloc((size_t)s->neurons * sizeof *s->spos);
+    if (!s->spos)
+      return ar_errf(&m->err, AR_NOMEM, "out of host memory for layer %s", L->name);
+    for (uint32_t i = 0; i < s->neurons; i++)
+      s->spos[i] = -1;
+  }
   ar_lsh_adam_opts ao = {(float)spec->train.lr, (float)spec->train.beta1,
                          (float)spec->train.beta2, (float)spec->train.eps, s->nt};
   ar__sampled_bind(m);
@@ -243,6 +269,7 @@ void ar__sampled_destroy(ar_sampled *s) {
   ar_free(s->scratch);
   ar_free(s->buckets);
   ar_free(s->all);
+  ar_free(s->spos);
   ar_lsh_touched_destroy(s->touched);
   ar_lsh_touched_destroy(s->changed);
 
@@ -334,11 +361,6 @@ static ar_status sampled_forward(ar_model *m, int l, bool training, double *loss
       nlab = (size_t)(m->lab_ptr[r + 1] - m->lab_ptr[r]);
     }
     ar_rng rng;
-    /* The random top-up draws the same stream for every row of the batch:
-     * the rows share their random negatives (less those they retrieved),
-     * so the rows touched in a batch are the retrieved ones plus one
-     * budget's worth, not a budget per row; the sparse update then costs
-     * what the retrieval costs. */
     /* In training every row of the batch draws its random top-up from the
      * same stream: the rows share their random negatives (less those
      * they retrieved), so a step touches the retrieved rows plus one
@@ -349,7 +371,8 @@ static ar_status sampled_forward(ar_model *m, int l, bool training, double *loss
     size_t n = 0;
     ar_status st = hash_input(s, &x, scr, buckets);
     if (st == AR_OK)
-      st = ar_lsh_sample(s->tables, buckets, &s->so, lab, nlab, scr, &rng, active, s->cap, &n);
+      st = ar_lsh_sample(s->tables, buckets, training ? &s->so : &s->so_own, lab, nlab, scr, &rng,
+                         active, s->cap, &n);
     if (st != AR_OK) {
       fail_note(&fb, st, ar_lsh_scratch_errmsg(scr));
       continue;
@@ -443,6 +466,233 @@ static ar_status sampled_backward(ar_model *m, int l) {
   return AR_OK;
 }
 
+/* ---- the output layer with shared negatives ---------------------------------
+ * The random top-up is drawn once per batch (the rows share the stream,
+ * see sampled_forward), so for an output layer whose input is a dense
+ * batch it is computed as a batch: the shared ids' rows are gathered into a
+ * small matrix and their logits for every row come from one GEMM, their
+ * gradients from two more; only each row's own ids (its labels and what
+ * the tables retrieved) go through the per-row kernels.  Each row's active
+ * set is its own ids plus the shared ones it did not retrieve; the batch
+ * draws max(0, min_active - mean own) shared ids, so the mean active count
+ * stays near min_active (the budget by default), and when that is half the
+ * layer or more, the whole layer is shared (dense softmax with the labels'
+ * and retrieved rows through the kernels). */
+
+static bool shared_path(const ar_model *m, int l) {
+  const ar_sampled *s = m->layers[l].smp;
+  if (!s || !s->scap || l + 1 != m->n_layers)
+    return false;
+  return l == 0 ? !m->spec->input.sparse : m->layers[l - 1].smp == NULL;
+}
+
+static const float *dense_input(const ar_model *m, int l) {
+  return l == 0 ? m->x : m->layers[l - 1].y;
+}
+
+/* Draws this batch's shared ids: want distinct ids from the batch stream,
+ * or every neuron when want reaches half the layer. */
+static void draw_shared(ar_model *m, ar_sampled *s, int l, uint32_t want) {
+  /* spos is all -1 here: shared_backward resets it while sids (ephemeral,
+   * its bytes reused between iterations) still holds this batch's ids. */
+  s->ns = 0;
+  if (want >= s->neurons / 2 || want >= s->scap) {
+    want = s->neurons < s->scap ? s->neurons : s->scap;
+    for (uint32_t i = 0; i < want; i++)
+      s->sids[i] = i;
+    s->ns = want;
+  } else {
+    ar_rng rng;
+    ar_rng_seed3(&rng, m->spec->seed ^ 0x5a3d1e5bu, (uint64_t)m->step * 4096u + (uint64_t)l,
+                 1u << 20);
+    while (s->ns < want) {
+      uint32_t id = (uint32_t)ar_rng_below(&rng, s->neurons);
+      if (s->spos[id] < 0) {
+        s->spos[id] = (int32_t)s->ns;
+        s->sids[s->ns++] = id;
+      }
+    }
+  }
+  for (uint32_t k = 0; k < s->ns; k++)
+    s->spos[s->sids[k]] = (int32_t)k;
+}
+
+static ar_status shared_forward(ar_model *m, int l, double *loss_sum) {
+  ar_layer *L = &m->layers[l];
+  ar_sampled *s = L->smp;
+  ar_device *d = m->dev;
+  const int64_t rows = m->rows, in = L->in;
+  const float inv_rows = 1.0f / (float)rows;
+  const float *X = dense_input(m, l);
+  const ar_lsh_rows W = rows_of(L, false);
+  const uint32_t Lt = ar_lsh_hash_L(s->hash);
+  fail_box fb = {AR_OK, ""};
+  double tq = 0, tc = 0, lsum = 0;
+  int64_t own_sum = 0, asum = 0;
+  /* 1. Each row's own ids: its labels, then what the tables retrieve. */
+#pragma omp parallel for num_threads(s->nt) schedule(static) reduction(+ : tq, tc, own_sum)
+  for (int64_t r = 0; r < rows; r++) {
+    const int t = omp_get_thread_num();
+    ar_lsh_scratch *scr = s->scratch[t];
+    uint32_t *buckets = s->buckets + (size_t)t * Lt;
+    uint32_t *active = s->active + (size_t)r * s->cap;
+    ar_lsh_input x = {X + r * in, NULL, NULL, 0};
+    double t0 = ar_now();
+    const uint32_t *lab = (const uint32_t *)(m->lab + m->lab_ptr[r]);
+    size_t nlab = (size_t)(m->lab_ptr[r + 1] - m->lab_ptr[r]), n = 0;
+    ar_status st = hash_input(s, &x, scr, buckets);
+    if (st == AR_OK)
+      st = ar_lsh_sample(s->tables, buckets, &s->so_own, lab, nlab, scr, NULL, active, s->cap,
+                         &n);
+    if (st != AR_OK) {
+      fail_note(&fb, st, ar_lsh_scratch_errmsg(scr));
+      continue;
+    }
+    double t1 = ar_now();
+    ar_err e = AR_ERR_INIT;
+    st = ar_lsh_forward(&W, &x, active, n, AR_LSH_ACT_NONE, s->out + (size_t)r * s->cap, &e);
+    if (st != AR_OK)
+      fail_note(&fb, st, e.msg);
+    s->n_active[r] = (uint32_t)n;
+    own_sum += (int64_t)n;
+    tq += t1 - t0;
+    tc += ar_now() - t1;
+  }
+  if (fb.st != AR_OK)
+    return ar_errf(&m->err, fb.st, "layer %s: %s", L->name, fb.msg);
+  /* 2. The shared ids and their logits for every row: one GEMM. */
+  double t0 = ar_now();
+  uint32_t target = s->so.min_active, mean_own = (uint32_t)(own_sum / rows);
+  draw_shared(m, s, l, 2 * (uint64_t)target >= s->neurons ? s->neurons
+                       : target > mean_own                ? target - mean_own
+                                                          : 0);
+  const uint32_t ns = s->ns;
+  for (uint32_t k = 0; k < ns; k++) {
+    memcpy(s->sw + (size_t)k * in, L->w + (size_t)s->sids[k] * in, (size_t)in * sizeof(float));
+    s->sb[k] = L->b[s->sids[k]];
+  }
+  if (ns) {
+    d->ops->gemm(d, false, true, rows, ns, in, 1.0f, X, in, s->sw, in, 0.0f, s->sz, ns);
+    d->ops->bias_act(d, rows, ns, s->sb, AR_ACT_NONE, s->sz);
+  }
+  /* 3. Softmax over each row's own ids and the shared ids it did not
+   * retrieve (those are masked out of the shared part). */
+#pragma omp parallel for num_threads(s->nt) schedule(static) reduction(+ : lsum, asum)
+  for (int64_t r = 0; r < rows; r++) {
+    const uint32_t *own = s->active + (size_t)r * s->cap;
+    const size_t n = s->n_active[r];
+    float *out = s->out + (size_t)r * s->cap, *dout = s->dout + (size_t)r * s->cap;
+    float *z = s->sz + (size_t)r * ns;
+    /* The sampler put the distinct labels first. */
+    const int32_t *lab = m->lab + m->lab_ptr[r];
+    const size_t nl_all = (size_t)(m->lab_ptr[r + 1] - m->lab_ptr[r]);
+    size_t nlab = 0;
+    for (size_t i = 0; i < nl_all; i++) {
+      bool again = false;
+      for (size_t q = 0; q < i; q++)
+        again |= lab[q] == lab[i];
+      nlab += !again;
+    }
+    size_t dup = 0;
+    for (size_t i = 0; i < n; i++) {
+      int32_t p = s->spos[own[i]];
+      if (p >= 0) {
+        z[p] = -INFINITY; /* counted once: as its own */
+        dup++;
+      }
+    }
+    asum += (int64_t)(n + ns - dup);
+    if (nlab == 0) { /* no labels: no loss, no gradient */
+      memset(dout, 0, n * sizeof(float));
+      for (uint32_t j = 0; j < ns; j++)
+        z[j] = 0.0f;
+      continue;
+    }
+    float mx = -INFINITY;
+    for (size_t i = 0; i < n; i++)
+      mx = out[i] > mx ? out[i] : mx;
+    for (uint32_t j = 0; j < ns; j++)
+      mx = z[j] > mx ? z[j] : mx;
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++)
+      sum += exp((double)out[i] - mx);
+    for (uint32_t j = 0; j < ns; j++)
+      sum += exp((double)z[j] - mx); /* exp(-inf) = 0 for the masked */
+    const double lse = log(sum) + mx, inv = 1.0 / sum;
+    /* The labels come first among the own ids (always-include list). */
+    double ce = 0.0;
+    for (size_t i = 0; i < nlab && i < n; i++)
+      ce -= (double)out[i] - lse;
+    lsum += ce / (double)nlab;
+    const float tgt = (float)(1.0 / (double)nlab);
+    for (size_t i = 0; i < n; i++)
+      dout[i] = ((float)(exp((double)out[i] - mx) * inv) - (i < nlab ? tgt : 0.0f)) * inv_rows;
+    for (uint32_t j = 0; j < ns; j++)
+      z[j] = (float)(exp((double)z[j] - mx) * inv) * inv_rows;
+  }
+  s->st.compute_s += (ar_now() - t0) * s->nt + tc;
+  s->st.query_s += tq;
+  s->st.active_sum += asum;
+  s->st.samples += rows;
+  *loss_sum = lsum;
+  return AR_OK;
+}
+
+static ar_status shared_backward(ar_model *m, int l) {
+  ar_layer *L = &m->layers[l];
+  ar_sampled *s = L->smp;
+  ar_device *d = m->dev;
+  const int64_t rows = m->rows, in = L->in;
+  const float *X = dense_input(m, l);
+  const ar_lsh_rows W = rows_of(L, false), G = rows_of(L, true);
+  ar_layer *P = l > 0 ? &m->layers[l - 1] : NULL;
+  if (P)
+    memset(P->dy, 0, (size_t)rows * (size_t)P->out * sizeof(float));
+  fail_box fb = {AR_OK, ""};
+  double tc = 0;
+  /* Own ids: per row, into the shared gradient rows (HOGWILD) and dX. */
+#pragma omp parallel for num_threads(s->nt) schedule(static) reduction(+ : tc)
+  for (int64_t r = 0; r < rows; r++) {
+    double t0 = ar_now();
+    ar_lsh_input x = {X + r * in, NULL, NULL, 0};
+    ar_err e = AR_ERR_INIT;
+    ar_status st = ar_lsh_backward(&W, &x, s->active + (size_t)r * s->cap, s->n_active[r],
+                                   AR_LSH_ACT_NONE, s->out + (size_t)r * s->cap,
+                                   s->dout + (size_t)r * s->cap, &G, P ? P->dy + r * P->out : NULL,
+                                   s->touched, &e);
+    if (st != AR_OK)
+      fail_note(&fb, st, e.msg);
+    tc += ar_now() - t0;
+  }
+  if (fb.st != AR_OK)
+    return ar_errf(&m->err, fb.st, "layer %s: %s", L->name, fb.msg);
+  /* Shared ids: gW_S = G^T X, gb_S = column sums, dX += G W_S. */
+  double t0 = ar_now();
+  const uint32_t ns = s->ns;
+  if (ns) {
+    d->ops->gemm(d, true, false, ns, in, rows, 1.0f, s->sz, ns, X, in, 0.0f, s->sgw, in);
+    d->ops->col_sum(d, rows, ns, s->sz, false, s->sgb);
+    if (P)
+      d->ops->gemm(d, false, false, rows, in, ns, 1.0f, s->sz, ns, s->sw, in, 1.0f, P->dy, P->out);
+  }
+#pragma omp parallel for num_threads(s->nt) schedule(static)
+  for (uint32_t k = 0; k < ns; k++) {
+    const uint32_t id = s->sids[k];
+    float *g = L->gw + (size_t)id * in;
+    const float *sg = s->sgw + (size_t)k * in;
+    for (int64_t j = 0; j < in; j++)
+      g[j] += sg[j];
+    L->gb[id] += s->sgb[k];
+    ar_lsh_touched_mark(s->touched, id);
+    s->spos[id] = -1;
+  }
+  s->ns = 0;
+  s->st.compute_s += (ar_now() - t0) * s->nt + tc;
+  if (P)
+    d->ops->act_grad(d, rows * P->out, P->act, P->y, P->dy);
+  return AR_OK;
+}
+
 ar_status ar_model_train_batch(ar_model *m, const ar_batch *b, float *loss_out) {
   AR_CHECK(ar_model_load(m, b));
   if (m->rows == 0) {
@@ -461,7 +711,9 @@ ar_status ar_model_train_batch(ar_model *m, const ar_batch *b, float *loss_out) 
   /* Forward: dense layers batched, sampled layers per sample. */
   double loss_sum = 0;
   for (int l = 0; l < m->n_layers; l++) {
-    if (m->layers[l].smp)
+    if (shared_path(m, l))
+      AR_CHECK(shared_forward(m, l, &loss_sum));
+    else if (m->layers[l].smp)
       AR_CHECK(sampled_forward(m, l, true, &loss_sum));
     else
       ar_model_forward_layer(m, l);
@@ -471,7 +723,9 @@ ar_status ar_model_train_batch(ar_model *m, const ar_batch *b, float *loss_out) 
   if (m->loss_status != AR_OK)
     return m->loss_status;
   for (int l = m->n_layers - 1; l >= 0; l--) {
-    if (m->layers[l].smp)
+    if (shared_path(m, l))
+      AR_CHECK(shared_backward(m, l));
+    else if (m->layers[l].smp)
       AR_CHECK(sampled_backward(m, l));
     else
       ar_model_backward_layer(m, l);
