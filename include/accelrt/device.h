@@ -33,7 +33,8 @@
  * accounting; test_cuda_probe.c the CUDA probe; test_cuda_arena.c the
  * carving of the device arena; test_cuda_parity.c runs every op on the
  * CUDA backend against the host backend and trains a small network on
- * both (label cuda, skipped without a GPU).
+ * both (label cuda, skipped without a GPU); test_device_copy.c the
+ * device-to-device copy over overlapping ranges.
  */
 #ifndef ACCELRT_DEVICE_H
 #define ACCELRT_DEVICE_H
@@ -164,6 +165,16 @@ typedef struct ar_device_ops {
    * parent (the arena goes with the last handle).  NULL:
    * ar_device_open_lane answers AR_UNSUPPORTED. */
   ar_status (*open_lane)(ar_device *dev, ar_device **out);
+
+  /* ---- (optional) device-to-device copy ---- */
+  /* Copies `bytes` from src to dst, both device memory of this device (any
+   * of its handles), with memmove semantics: the ranges may overlap and dst
+   * receives the bytes src held before the call (the lanes' defragmentation
+   * slides persistent blocks down over themselves).  Enqueued on the
+   * handle's queue after its earlier ops; ar_device_sync waits for it.
+   * NULL: ar_device_copy stages through host memory with copy_out and
+   * copy_in. */
+  ar_status (*copy)(ar_device *dev, void *dst, const void *src, size_t bytes);
 } ar_device_ops;
 
 /* Base of every device; backends embed it as their first member. */
@@ -203,6 +214,17 @@ ar_status ar_device_mem_info(ar_device *dev, ar_device_mem *out);
  * handle's queue, so another lane may reuse it at once.  AR_UNSUPPORTED
  * for a backend without queues (host); the reason in dev->err. */
 ar_status ar_device_open_lane(ar_device *dev, ar_device **out);
+
+/* Copies `bytes` of device memory from src to dst on dev's queue; the
+ * ranges may overlap (memmove semantics).  Uses the backend's copy op
+ * (host: memmove; cuda: cudaMemcpyAsync device to device, see
+ * runtime/device/cuda/cuda_device.cu for overlapping ranges), or stages
+ * through a host buffer of at most 64 MiB when the backend has none.
+ * AR_OK; AR_INVALID (NULL pointer with bytes > 0), AR_NOMEM (no host
+ * staging buffer), or the device's status, with the reason in dev->err.
+ * Thread-safety: as every op of the handle. */
+ar_status ar_device_copy(ar_device *dev, void *dst, const void *src,
+                         size_t bytes);
 
 /* The arena size for `opts` on a device with `free_bytes` free: bytes
  * when given, else the fraction (or the default one) of free_bytes.

@@ -27,8 +27,10 @@ ar_status ar_tenancy_run(const ar_spec *spec, const ar_run_opts *opts,
  * Listens on socket_path (a Unix socket every user may connect to; the
  * kernel's SO_PEERCRED uid identifies them), keeps its journal in
  * state_dir, and runs the submitted jobs through the same runner as
- * ar_tenancy_run on `device` under `policy` with memory_bytes (or
- * memory_fraction of the free memory; both 0: all of it).  Returns when
+ * ar_tenancy_run on `device` (opened once; its lanes get their own
+ * handles) under `policy` with memory_bytes (or memory_fraction of the
+ * free memory; both 0: all of the host's, or the CUDA default of 90% of
+ * the GPU's).  Returns when
  * SIGINT or SIGTERM arrives, after the running jobs wrote their
  * checkpoints; AR_STATE when another server holds state_dir.
  * Tests: tests/tenancy/service.sh. */

@@ -165,6 +165,43 @@ ar_status ar_device_open_lane(ar_device *dev, ar_device **out) {
   return AR_OK;
 }
 
+/* Host staging for a backend without its own copy: chunks taken in the
+ * order that never overwrites source bytes not yet read (ascending when
+ * dst is below src, descending otherwise). */
+#define COPY_STAGE_BYTES ((size_t)64 << 20)
+
+ar_status ar_device_copy(ar_device *dev, void *dst, const void *src,
+                         size_t bytes) {
+  if (!dev)
+    return AR_INVALID;
+  if (bytes == 0 || dst == src)
+    return AR_OK;
+  if (!dst || !src)
+    return ar_errf(&dev->err, AR_INVALID,
+                   "ar_device_copy: %zu bytes with a NULL %s pointer", bytes,
+                   dst ? "source" : "destination");
+  if (dev->ops->copy)
+    return dev->ops->copy(dev, dst, src, bytes);
+  size_t chunk = bytes < COPY_STAGE_BYTES ? bytes : COPY_STAGE_BYTES;
+  unsigned char *stage = ar_malloc(chunk);
+  if (!stage)
+    return ar_errf(&dev->err, AR_NOMEM,
+                   "device %s: no host memory for a %zu-byte copy buffer",
+                   dev->ops->name, chunk);
+  const bool down = (uintptr_t)dst < (uintptr_t)src;
+  size_t n = (bytes + chunk - 1) / chunk;
+  ar_status st = AR_OK;
+  for (size_t k = 0; k < n && st == AR_OK; k++) {
+    size_t c = down ? k : n - 1 - k;
+    size_t off = c * chunk, len = bytes - off < chunk ? bytes - off : chunk;
+    st = dev->ops->copy_out(dev, stage, (const unsigned char *)src + off, len);
+    if (st == AR_OK)
+      st = dev->ops->copy_in(dev, (unsigned char *)dst + off, stage, len);
+  }
+  ar_free(stage);
+  return st;
+}
+
 ar_status ar_device_arena_size(const ar_device_opts *opts, uint64_t free_bytes,
                                const char *device_name, uint64_t *out,
                                ar_err *err) {

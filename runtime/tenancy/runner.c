@@ -8,10 +8,28 @@
  * use in turn (Salus §3, memory model and lanes).  The scheduler thread
  * admits arriving jobs, asks the policy which job runs the next iteration
  * in each free lane (iteration-granularity scheduling, Salus §4) and hands
- * the iteration to a worker thread, so lanes run concurrently: on the host
- * each running iteration gets its share of the cores (each job has its own
- * host device handle whose thread count is set before every iteration);
- * on a GPU each lane would be a stream.
+ * the iteration to a worker thread, so lanes run concurrently.
+ *
+ * Devices: the runner opens the device once (runtime.memory sizes a CUDA
+ * device's arena at open) and carves every job's blocks from ONE
+ * ar_device_alloc of the lanes' capacity, so no job allocates device
+ * memory of its own.  Iterations run on lane handles.  On a backend with
+ * queues (CUDA) they are a fixed pool of ar_device_open_lane handles, one
+ * per concurrent iteration, each with its own stream and cuBLAS handle,
+ * opened before the capacity is measured so their cuBLAS workspaces come
+ * out of the arena first.  On the host each live lane gets a host device
+ * of its own (one per worker made at create, more opened as lanes need
+ * them, reused when a lane ends) whose thread count is set to the lane's
+ * share of the cores before every iteration.  A lane is bound to a handle
+ * when it first runs (one no live lane holds, if any), and a job runs every
+ * iteration on the handle it started on, which the engine's ar_job keeps
+ * (a job keeps its lane for life in lanes/, so that is its lane's handle).
+ * The scheduler never runs two iterations on one handle at once (a handle
+ * serves one thread at a time); with more live lanes than CUDA handles
+ * some lanes share one and take turns.  Memory a handle's queue may still
+ * touch is synchronised before it changes hands: a job's handle when the
+ * job leaves (its block and lane go back to the lanes), every handle
+ * before a defragmentation moves blocks, and the copying handle after.
  *
  * A job that fails (an error, a NaN loss) ends alone: its lane and block
  * are reclaimed and the others keep running.  When a job leaves a hole and
@@ -50,11 +68,19 @@ typedef struct tjob {
   ar_lanes_job_id lid;  /* 0 before arrival */
   ar__tjob_result res;
   bool started, running, cancel_req, closed;
-  ar_device *dev; /* its own handle (opened at start) */
+  int slot; /* the lane handle it started on (runner's slots); -1 before */
   void *pers, *eph;
   double *sw; /* (nsw) switch latencies, seconds */
   size_t nsw, capsw;
 } tjob;
+
+/* A lane handle.  Its struct never moves (workers keep a pointer to it
+ * while the scheduler grows the table). */
+typedef struct slot {
+  ar_device *dev; /* NULL until its first iteration opens it (host) */
+  bool owned;     /* false: the runner's device itself */
+  bool busy;      /* an iteration runs on it */
+} slot;
 
 typedef enum { W_IDLE = 0, W_BUSY, W_DONE, W_EXIT } wstate;
 
@@ -67,6 +93,8 @@ typedef struct worker {
   /* the task */
   size_t job;
   ar_lanes_lane_id lane;
+  int slot;     /* the lane handle the iteration runs on */
+  slot *slotp;  /* r->slots[slot], stable while the table grows */
   int threads;
   void *pers, *eph;
   /* its outcome */
@@ -79,6 +107,7 @@ typedef struct worker {
 
 typedef struct lane_rec {
   ar_lanes_lane_id id;
+  int slot; /* its lane handle; -1 until it first runs */
   bool named, has_last;
   size_t last_job;
   double last_end;
@@ -88,13 +117,17 @@ typedef struct lane_rec {
 struct ar__runner {
   ar__runner_opts o;
   char *policy, *device_name, *out_dir, *trace_path;
-  ar_device *arena_dev;
-  void *arena_raw;
+  ar_device *dev;  /* the one device opened by name; owns the arena */
+  void *arena_raw; /* the one ar_device_alloc every block is carved from */
   size_t arena_raw_bytes;
   unsigned char *arena; /* 256-byte aligned base */
+  size_t capacity;      /* the lanes' bytes from arena */
   ar_lanes *lanes;
   int threads, nworkers;
   bool host;
+  slot **slots; /* (nslots) lane handles */
+  int nslots, capslots;
+  bool grow_slots; /* host: a new handle for a lane when none is free */
 
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -137,14 +170,131 @@ double ar__runner_now(ar__runner *r) {
 
 /* ---- lifecycle ----------------------------------------------------------- */
 
+/* The handle iterations of slot i run on (NULL: not opened yet). */
+static ar_device *slot_dev(ar__runner *r, int i) { return r->slots[i]->dev; }
+
+/* Appends a lane handle (dev may be NULL: opened at its first iteration).
+ * Returns its index, or -1 when out of memory. */
+static int add_slot(ar__runner *r, ar_device *dev, bool owned) {
+  if (r->nslots == r->capslots) {
+    int cap = r->capslots ? 2 * r->capslots : 8;
+    slot **n = ar_realloc(r->slots, (size_t)cap * sizeof *n);
+    if (!n)
+      return -1;
+    r->slots = n;
+    r->capslots = cap;
+  }
+  slot *sl = ar_calloc(1, sizeof *sl);
+  if (!sl)
+    return -1;
+  sl->dev = dev;
+  sl->owned = owned;
+  r->slots[r->nslots] = sl;
+  return r->nslots++;
+}
+
+/* The host's budget for the lanes, as before lane handles: runtime.memory
+ * in bytes, or a fraction (default all) of the memory available now. */
+static ar_status host_capacity(const ar_device_opts *o, size_t *out, ar_err *err) {
+  if (o->memory_bytes > 0) {
+    *out = (size_t)o->memory_bytes;
+    return AR_OK;
+  }
+  size_t avail = ar__host_available_bytes();
+  if (avail == 0)
+    return ar_errf(err, AR_UNSUPPORTED,
+                   "cannot read the host's available memory (/proc/meminfo); give "
+                   "runtime.memory in bytes (e.g. memory: 8GiB)");
+  double f = o->memory_fraction > 0 ? o->memory_fraction : 1.0;
+  if (!(f <= 1.0))
+    return ar_errf(err, AR_RANGE,
+                   "runtime.memory fraction %g is not in (0, 1]; give a percentage such "
+                   "as 50%% or a size in bytes",
+                   f);
+  *out = (size_t)((double)avail * f);
+  return AR_OK;
+}
+
+/* The lanes' capacity on a device with an arena (CUDA): what is left of
+ * it once the lane handles took their workspaces, or opts->capacity when
+ * that fits. */
+static ar_status arena_capacity(ar__runner *r, size_t want, size_t *out, ar_err *err) {
+  ar_device_mem mi;
+  ar_status st = ar_device_mem_info(r->dev, &mi);
+  if (st == AR_OK && mi.capacity == 0)
+    st = ar_errf(&r->dev->err, AR_UNSUPPORTED, "device %s keeps no arena", r->device_name);
+  if (st != AR_OK) {
+    if (r->o.device_opts.memory_bytes > 0) { /* no arena to measure */
+      *out = want ? want : (size_t)r->o.device_opts.memory_bytes;
+      return AR_OK;
+    }
+    return ar_errf(err, st,
+                   "cannot size the lanes on %s (%s); give runtime.memory in bytes",
+                   r->device_name, r->dev->err.msg);
+  }
+  char a[32], b[32];
+  if (want > mi.available)
+    return ar_errf(err, AR_NOMEM,
+                   "the lanes need %s but the arena of %s has %s left after %d lane "
+                   "handles; raise runtime.memory",
+                   ar_lanes_fmt_bytes(want, a, sizeof a), r->device_name,
+                   ar_lanes_fmt_bytes(mi.available, b, sizeof b), r->nslots);
+  *out = want ? want : (size_t)mi.available;
+  ar_log(AR_LOG_INFO,
+         "lanes on %s: %s of the arena's %s (the rest: the cuBLAS workspaces of the "
+         "device and its %d lane handles)",
+         r->device_name, ar_lanes_fmt_bytes(*out, a, sizeof a),
+         ar_lanes_fmt_bytes(mi.capacity, b, sizeof b), r->nslots);
+  return AR_OK;
+}
+
+/* The lane handles made at create (see the top of this file): on the host
+ * one per worker to begin with (opening a host device loads the machine's
+ * topology, tens of milliseconds), more as lanes need them; on a device
+ * with queues a fixed pool, made now because each takes its cuBLAS
+ * workspace from the arena the lanes get the rest of. */
+static ar_status open_slots(ar__runner *r, ar_err *err) {
+  int n = r->o.max_lane_handles > 0 ? r->o.max_lane_handles : r->nworkers;
+  if (!r->host && !r->dev->ops->open_lane) {
+    /* Neither queues nor host threads: every iteration on the device
+     * handle, one at a time. */
+    r->nworkers = 1;
+    if (add_slot(r, r->dev, false) < 0)
+      return ar_errf(err, AR_NOMEM, "out of memory");
+    return AR_OK;
+  }
+  if (r->host && n > r->nworkers)
+    n = r->nworkers;
+  r->grow_slots = r->host && r->o.max_lane_handles == 0;
+  int share = r->threads / r->nworkers;
+  for (int i = 0; i < n; i++) {
+    ar_device *d = NULL;
+    ar_status st;
+    if (r->host) {
+      ar_device_opts o = AR_DEVICE_OPTS_INIT;
+      o.threads = share > 0 ? share : 1;
+      o.pin = false; /* lanes share the cores; pinning would stack them */
+      st = ar_device_open("host", &o, &d, err);
+    } else {
+      st = ar_device_open_lane(r->dev, &d);
+      if (st != AR_OK)
+        st = ar_errf(err, st, "opening lane handle %d of %d on %s: %s", i + 1, n,
+                     r->device_name, r->dev->err.msg);
+    }
+    if (st != AR_OK)
+      return st;
+    if (add_slot(r, d, true) < 0) {
+      ar_device_close(d);
+      return ar_errf(err, AR_NOMEM, "out of memory");
+    }
+  }
+  return AR_OK;
+}
+
 ar_status ar__runner_create(const ar__runner_opts *opts, ar__runner **out,
                             ar_err *err) {
   if (!opts || !out || !opts->policy || !opts->device)
     return ar_errf(err, AR_INVALID, "runner: options, policy and device are required");
-  if (opts->capacity == 0)
-    return ar_errf(err, AR_INVALID,
-                   "runner: a memory capacity of 0 bytes holds no job; set "
-                   "runtime.memory (e.g. 2GiB or 50%%)");
   ar__runner *r = ar_calloc(1, sizeof *r);
   if (!r)
     return ar_errf(err, AR_NOMEM, "out of memory");
@@ -164,29 +314,19 @@ ar_status ar__runner_create(const ar__runner_opts *opts, ar__runner **out,
     st = ar_errf(err, AR_NOMEM, "out of memory");
     goto fail;
   }
-  ar_lanes_opts lo = AR_LANES_OPTS_INIT;
-  lo.capacity = opts->capacity;
-  lo.policy = opts->policy;
-  /* A job's iteration time is unknown until it ran one: assume it tiny, so
-   * srtf runs a newcomer's first iteration soon and measures it (Salus
-   * used the times its clients declared). */
-  lo.default_iteration_s = 1e-6;
-  st = ar_lanes_create(&lo, &r->lanes, err);
-  if (st != AR_OK)
-    goto fail;
 
-  ar_device_opts dopts = AR_DEVICE_OPTS_INIT;
-  dopts.threads = 1;
-  dopts.pin = false;
-  st = ar_device_open(opts->device, &dopts, &r->arena_dev, err);
+  /* The device, once: a CUDA device reserves its arena here. */
+  ar_device_opts dopts = opts->device_opts;
+  dopts.pin = false; /* the scheduler thread issues only copies */
+  st = ar_device_open(opts->device, &dopts, &r->dev, err);
   if (st != AR_OK)
     goto fail;
-  r->host = strcmp(r->arena_dev->ops->name, "host") == 0;
+  r->host = strcmp(r->dev->ops->name, "host") == 0;
   char name[32];
   if (r->host)
     snprintf(name, sizeof name, "host");
   else
-    snprintf(name, sizeof name, "%s:%d", r->arena_dev->ops->name, r->arena_dev->index);
+    snprintf(name, sizeof name, "%s:%d", r->dev->ops->name, r->dev->index);
   r->device_name = ar_strdup(name);
   if (!r->device_name) {
     st = ar_errf(err, AR_NOMEM, "out of memory");
@@ -198,20 +338,55 @@ ar_status ar__runner_create(const ar__runner_opts *opts, ar__runner **out,
   r->nworkers = opts->max_concurrent > 0 ? opts->max_concurrent
                 : r->host                ? r->threads
                                          : 8;
-  /* One allocation for the whole arena, aligned to the lanes' 256 bytes. */
-  r->arena_raw_bytes = opts->capacity + 256;
-  st = ar_device_alloc(r->arena_dev, r->arena_raw_bytes, &r->arena_raw);
+  st = open_slots(r, err);
+  if (st != AR_OK)
+    goto fail;
+
+  /* The lanes' capacity, then the one allocation it is carved from. */
+  size_t cap = opts->capacity;
+  if (r->host) {
+    if (cap == 0)
+      st = host_capacity(&opts->device_opts, &cap, err);
+  } else {
+    st = arena_capacity(r, cap, &cap, err);
+  }
+  if (st != AR_OK)
+    goto fail;
+  cap &= ~(size_t)255;
+  if (cap == 0) {
+    st = ar_errf(err, AR_INVALID,
+                 "runner: a memory capacity under 256 bytes holds no job; set "
+                 "runtime.memory (e.g. 2GiB or 50%%)");
+    goto fail;
+  }
+  /* Host memory is only 64-byte aligned: 256 more bytes to align the base
+   * to the lanes' 256.  An arena's blocks are 256-byte aligned already. */
+  r->arena_raw_bytes = cap + (r->host ? 256 : 0);
+  st = ar_device_alloc(r->dev, r->arena_raw_bytes, &r->arena_raw);
   if (st != AR_OK) {
     char b[32];
     st = ar_errf(err, st,
-                 "cannot reserve the %s arena of runtime.memory on %s (%s); "
-                 "lower runtime.memory",
-                 ar_lanes_fmt_bytes(opts->capacity, b, sizeof b), name,
-                 r->arena_dev->err.msg);
+                 "cannot reserve the %s of runtime.memory on %s (%s); lower "
+                 "runtime.memory",
+                 ar_lanes_fmt_bytes(cap, b, sizeof b), name, r->dev->err.msg);
     r->arena_raw = NULL;
     goto fail;
   }
   r->arena = (unsigned char *)(((uintptr_t)r->arena_raw + 255) & ~(uintptr_t)255);
+  size_t lost = (size_t)(r->arena - (unsigned char *)r->arena_raw);
+  r->capacity = r->arena_raw_bytes - lost < cap ? (r->arena_raw_bytes - lost) & ~(size_t)255
+                                                : cap;
+
+  ar_lanes_opts lo = AR_LANES_OPTS_INIT;
+  lo.capacity = r->capacity;
+  lo.policy = opts->policy;
+  /* A job's iteration time is unknown until it ran one: assume it tiny, so
+   * srtf runs a newcomer's first iteration soon and measures it (Salus
+   * used the times its clients declared). */
+  lo.default_iteration_s = 1e-6;
+  st = ar_lanes_create(&lo, &r->lanes, err);
+  if (st != AR_OK)
+    goto fail;
   r->workers = ar_calloc((size_t)r->nworkers, sizeof *r->workers);
   if (!r->workers) {
     st = ar_errf(err, AR_NOMEM, "out of memory");
@@ -228,13 +403,25 @@ fail:
   return st;
 }
 
+size_t ar__runner_capacity(const ar__runner *r) { return r->capacity; }
+const char *ar__runner_device_name(const ar__runner *r) { return r->device_name; }
+
+ar_device *ar__runner_device(ar__runner *r, int *lane_handles) {
+  if (lane_handles)
+    *lane_handles = r->nslots;
+  return r->dev;
+}
+
+ar_device *ar__runner_lane_handle(ar__runner *r, int i) {
+  return i >= 0 && i < r->nslots ? slot_dev(r, i) : NULL;
+}
+
 static void job_free(ar__runner *r, tjob *j) {
   (void)r;
   if (!j)
     return;
   if (!j->closed && j->d.ops && j->d.ops->close)
     j->d.ops->close(j->d.job);
-  ar_device_close(j->dev);
   ar_free(j->name);
   ar_free(j->out_dir);
   ar_free(j->sw);
@@ -258,9 +445,17 @@ void ar__runner_destroy(ar__runner *r) {
   ar__sb_fini(&r->trace);
   if (r->metrics)
     fclose(r->metrics);
+  /* Jobs are closed above, so no queue touches the arena any more; lane
+   * handles go before the device (the arena goes with the last handle). */
+  for (int i = 0; i < r->nslots; i++) {
+    if (r->slots[i]->owned)
+      ar_device_close(r->slots[i]->dev);
+    ar_free(r->slots[i]);
+  }
+  ar_free(r->slots);
   if (r->arena_raw)
-    ar_device_free(r->arena_dev, r->arena_raw, r->arena_raw_bytes);
-  ar_device_close(r->arena_dev);
+    ar_device_free(r->dev, r->arena_raw, r->arena_raw_bytes);
+  ar_device_close(r->dev);
   ar_lanes_destroy(r->lanes);
   pthread_cond_destroy(&r->cv);
   pthread_mutex_destroy(&r->mu);
@@ -300,6 +495,7 @@ ar_status ar__runner_add(ar__runner *r, const ar__tjob_desc *d, size_t *index,
   }
   j->d.name = j->name;
   j->d.out_dir = j->out_dir;
+  j->slot = -1;
   result_init(&j->res);
   j->res.state = AR__TJ_PENDING;
   pthread_mutex_lock(&r->mu);
@@ -408,6 +604,7 @@ static lane_rec *lane_rec_get(ar__runner *r, ar_lanes_lane_id id) {
   lane_rec *l = &r->lrec[r->nlrec++];
   memset(l, 0, sizeof *l);
   l->id = id;
+  l->slot = -1;
   return l;
 }
 
@@ -539,8 +736,14 @@ static void end_job(ar__runner *r, size_t idx, ar__tjob_state state, bool call_f
     j->d.ops->close(j->d.job);
     j->closed = true;
   }
-  ar_device_close(j->dev);
-  j->dev = NULL;
+  ar_device *d = j->slot >= 0 ? slot_dev(r, j->slot) : NULL;
+  if (j->started && d) {
+    /* Its block and lane go back to the lanes, and another handle may
+     * carve them at once: nothing of this job may still be queued. */
+    if (d->ops->sync(d) != AR_OK)
+      ar_log(AR_LOG_WARN, "job '%s': its device queue failed at its end: %s", j->name,
+             d->err.msg);
+  }
   if (j->lid) {
     ar_lanes_job_info ji;
     if (ar_lanes_job(r->lanes, j->lid, &ji) == AR_OK) {
@@ -686,6 +889,7 @@ static void complete(ar__runner *r, worker *w) {
   size_t idx = w->job;
   tjob *j = r->jobs[idx];
   j->running = false;
+  w->slotp->busy = false;
   busy_change(r, -1);
   double secs = w->stepped ? w->t_end - w->t_start : 0.0;
   if (!(secs >= 0))
@@ -758,54 +962,42 @@ static void complete(ar__runner *r, worker *w) {
   w->state = W_IDLE;
 }
 
-/* Copies a persistent block down (or up) inside the arena.  The ranges may
- * overlap; on the host one memmove does it, other devices go through a
- * host staging buffer in chunks taken in the order that never overwrites
- * bytes not yet read. */
+/* Copies a persistent block down (or up) inside the arena, on the
+ * runner's device handle; the ranges may overlap (ar_device_copy has
+ * memmove semantics). */
 typedef struct move_ctx {
   ar__runner *r;
   ar_status st;
-  unsigned char *stage;
-  size_t stage_bytes;
 } move_ctx;
 
 static void move_block(void *ctxp, size_t dst, size_t src, size_t bytes) {
   move_ctx *m = ctxp;
   ar__runner *r = m->r;
   r->moved += bytes;
-  if (m->st != AR_OK)
-    return;
-  ar_device *d = r->arena_dev;
-  if (r->host) {
-    m->st = d->ops->copy_in(d, r->arena + dst, r->arena + src, bytes);
-    return;
-  }
-  size_t chunk = m->stage_bytes;
-  size_t n = (bytes + chunk - 1) / chunk;
-  for (size_t k = 0; k < n && m->st == AR_OK; k++) {
-    size_t c = dst <= src ? k : n - 1 - k;
-    size_t off = c * chunk, len = bytes - off < chunk ? bytes - off : chunk;
-    m->st = d->ops->copy_out(d, m->stage, r->arena + src + off, len);
-    if (m->st == AR_OK)
-      m->st = d->ops->copy_in(d, r->arena + dst + off, m->stage, len);
-  }
+  if (m->st == AR_OK)
+    m->st = ar_device_copy(r->dev, r->arena + dst, r->arena + src, bytes);
 }
 
 static ar_status defragment(ar__runner *r, ar_err *err) {
   double t = clock_now(r);
-  move_ctx m = {r, AR_OK, NULL, 0};
-  if (!r->host) {
-    m.stage_bytes = (size_t)64 << 20;
-    m.stage = ar_malloc(m.stage_bytes);
-    if (!m.stage)
-      return ar_errf(err, AR_NOMEM, "out of host memory for the defragmentation buffer");
+  /* No iteration runs, but a lane handle's queue may still hold work on
+   * bytes about to move (or about to be overwritten by a move). */
+  for (int i = 0; i < r->nslots; i++) {
+    ar_device *d = slot_dev(r, i);
+    if (d && d->ops->sync(d) != AR_OK)
+      return ar_errf(err, AR_DEVICE,
+                     "defragmentation: lane handle %d of %s failed before the move: %s", i,
+                     r->device_name, d->err.msg);
   }
+  move_ctx m = {r, AR_OK};
   uint64_t moved0 = r->moved;
   AR_ASSERT(ar_lanes_defrag(r->lanes, move_block, &m) == AR_OK);
-  ar_free(m.stage);
+  /* The lane handles use the moved bytes next: the copies must be done. */
+  if (m.st == AR_OK)
+    m.st = r->dev->ops->sync(r->dev);
   if (m.st != AR_OK)
     return ar_errf(err, m.st, "defragmentation: copying a persistent block failed: %s",
-                   r->arena_dev->err.msg);
+                   r->dev->err.msg);
   r->defrags++;
   /* Started jobs whose block moved learn its new address. */
   for (size_t i = 0; i < r->njobs; i++) {
@@ -841,6 +1033,54 @@ static int by_last_dispatch(const void *a, const void *b) {
   return x->last_dispatch < y->last_dispatch ? -1 : x->last_dispatch > y->last_dispatch;
 }
 
+/* The handle a lane is bound to when it first runs: one no live lane is
+ * bound to; else, on the host, a new one; else the one fewest live lanes
+ * are bound to (idle ones first, then the lowest index). */
+static int bind_slot(ar__runner *r) {
+  size_t nl = ar_lanes_lane_count(r->lanes);
+  int best = 0;
+  size_t best_n = SIZE_MAX;
+  for (int s = 0; s < r->nslots; s++) {
+    size_t n = 0;
+    for (size_t k = 0; k < nl; k++) {
+      ar_lanes_lane_info li;
+      if (ar_lanes_lane_at(r->lanes, k, &li) != AR_OK)
+        continue;
+      for (size_t q = 0; q < r->nlrec; q++)
+        if (r->lrec[q].id == li.id && r->lrec[q].slot == s)
+          n++;
+    }
+    if (n == 0 && !r->slots[s]->busy)
+      return s;
+    n = 2 * n + (r->slots[s]->busy ? 1 : 0);
+    if (n < best_n) {
+      best_n = n;
+      best = s;
+    }
+  }
+  if (r->grow_slots) {
+    int s = add_slot(r, NULL, true);
+    if (s >= 0)
+      return s;
+  }
+  return best;
+}
+
+/* Whether an iteration may start in lane lr now: whichever job the policy
+ * picks, the handle it runs on must be idle (its lane's handle for a new
+ * job, the one it started on otherwise). */
+static bool lane_handles_idle(ar__runner *r, const lane_rec *lr) {
+  if (r->slots[lr->slot]->busy)
+    return false;
+  for (size_t i = 0; i < r->njobs; i++) {
+    const tjob *j = r->jobs[i];
+    if (!j->running && j->started && j->res.state == AR__TJ_ADMITTED &&
+        j->res.lane == lr->id && r->slots[j->slot]->busy)
+      return false;
+  }
+  return true;
+}
+
 /* Hands iterations to idle workers, one per free lane, lanes that waited
  * longest first. */
 static void dispatch(ar__runner *r) {
@@ -868,6 +1108,10 @@ static void dispatch(ar__runner *r) {
       wi++;
     if (wi == r->nworkers)
       return;
+    if (order[k]->slot < 0)
+      order[k]->slot = bind_slot(r);
+    if (!lane_handles_idle(r, order[k]))
+      continue;
     ar_lanes_job_id lid = 0;
     if (ar_lanes_pick(r->lanes, order[k]->id, &lid) != AR_OK)
       continue;
@@ -880,6 +1124,11 @@ static void dispatch(ar__runner *r) {
     worker *w = &r->workers[wi];
     w->job = idx;
     w->lane = li.id;
+    if (!j->started)
+      j->slot = order[k]->slot; /* the engine keeps the handle it starts on */
+    w->slot = j->slot;
+    w->slotp = r->slots[j->slot];
+    w->slotp->busy = true;
     w->threads = j->d.max_threads > 0 && j->d.max_threads < share ? j->d.max_threads : share;
     w->pers = r->arena + ji.persistent_offset;
     w->eph = r->arena + li.offset;
@@ -902,14 +1151,28 @@ static void run_task(ar__runner *r, worker *w, tjob *j) {
   const ar__tjob_ops *ops = j->d.ops;
   ar_status st = AR_OK;
   w->t_setup = ar_now();
-  if (!j->started) {
-    w->started_now = true;
+  slot *sl = w->slotp;
+  if (!sl->dev) {
+    /* A lane's new host handle, opened here rather than by the scheduler
+     * (loading the topology takes tens of milliseconds). */
     ar_device_opts o = AR_DEVICE_OPTS_INIT;
     o.threads = w->threads;
-    o.pin = false; /* lanes share the cores; pinning would stack them */
-    st = ar_device_open(r->device_name, &o, &j->dev, &w->err);
-    if (st == AR_OK)
-      st = ops->start(j->d.job, j->dev, w->pers, w->eph, &w->err);
+    o.pin = false;
+    st = ar_device_open("host", &o, &sl->dev, &w->err);
+    if (st != AR_OK) {
+      sl->dev = NULL;
+      ar_err_wrap(&w->err, "opening a lane's host device");
+      w->t_start = w->t_end = w->t_fin = ar_now();
+      w->st = st;
+      return;
+    }
+  }
+  ar_device *dev = sl->dev;
+  if (r->host)
+    dev->threads = w->threads; /* this iteration's share of the cores */
+  if (!j->started) {
+    w->started_now = true;
+    st = ops->start(j->d.job, dev, w->pers, w->eph, &w->err);
     if (st == AR_OK) {
       j->started = true;
       j->pers = w->pers;
@@ -928,8 +1191,6 @@ static void run_task(ar__runner *r, worker *w, tjob *j) {
     return;
   }
   if (st == AR_OK) {
-    if (r->host)
-      j->dev->threads = w->threads;
     w->t_start = ar_now();
     st = ops->step(j->d.job, &w->err);
     w->t_end = ar_now();
@@ -1142,8 +1403,11 @@ ar_status ar__runner_run(ar__runner *r, ar_err *err) {
     /* Cancels of jobs that run no iteration now. */
     for (size_t i = 0; i < r->njobs; i++) {
       tjob *j = r->jobs[i];
+      /* Its checkpoint uses its handle, which another lane may be using
+       * (lanes share handles when there are more lanes than handles). */
       if (j->cancel_req && !j->running &&
-          (j->res.state == AR__TJ_QUEUED || j->res.state == AR__TJ_ADMITTED))
+          (j->res.state == AR__TJ_QUEUED || j->res.state == AR__TJ_ADMITTED) &&
+          (!j->started || !r->slots[j->slot]->busy))
         end_job(r, i, AR__TJ_CANCELLED, true, NULL);
     }
     double next_arrival;

@@ -915,22 +915,20 @@ ar_status ar_tenancy_serve(const ar_serve_opts *o, ar_err *err) {
     close(lock);
     return st;
   }
-  ar_spec rs;
-  memset(&rs, 0, sizeof rs);
-  rs.runtime.memory_bytes = o->memory_bytes;
-  rs.runtime.memory_fraction = o->memory_fraction;
   ar__runner_opts ro = AR__RUNNER_OPTS_INIT;
   ro.policy = o->policy;
   ro.device = o->device;
+  /* The server's one device, opened once with its memory options. */
+  ro.device_opts.memory_bytes = o->memory_bytes;
+  ro.device_opts.memory_fraction = o->memory_fraction;
+  ro.device_opts.threads = o->threads;
   ro.threads = o->threads;
   ro.service = true;
   ro.on_event = on_event;
   ro.ctx = &s;
   snprintf(path, sizeof path, "%s/runner", s.state);
   ro.out_dir = path;
-  st = ar__tenancy_capacity(&rs, o->device, &ro.capacity, err);
-  if (st == AR_OK)
-    st = ar__runner_create(&ro, &s.r, err);
+  st = ar__runner_create(&ro, &s.r, err);
   if (st != AR_OK) {
     close(lock);
     return st;
@@ -959,8 +957,9 @@ ar_status ar_tenancy_serve(const ar_serve_opts *o, ar_err *err) {
     sigaction(SIGPIPE, &sa, &old_pipe);
     recover(&s);
     char cap[32];
-    slog("listening on %s (state %s; %s under %s, %s)", s.socket, s.state, o->device,
-         o->policy, ar_lanes_fmt_bytes(ro.capacity, cap, sizeof cap));
+    slog("listening on %s (state %s; %s under %s, %s)", s.socket, s.state,
+         ar__runner_device_name(s.r), o->policy,
+         ar_lanes_fmt_bytes(ar__runner_capacity(s.r), cap, sizeof cap));
     while (!quit_flag) {
       struct pollfd p = {lfd, POLLIN, 0};
       int k = poll(&p, 1, 200);

@@ -27,8 +27,10 @@
 
 /* A job as the runner drives it.  `job` is the implementation's handle. */
 typedef struct ar__tjob_ops {
-  /* Creates the job's state on dev (borrowed, the job's own handle) in the
-   * given arena blocks.  Called once, by a worker, before the first step. */
+  /* Creates the job's state on dev (borrowed: the lane handle the job runs
+   * every iteration on, shared with the other jobs of its lane, valid
+   * until the runner is destroyed) in the given arena blocks.  Called
+   * once, by a worker, before the first step. */
   ar_status (*start)(void *job, ar_device *dev, void *persistent,
                      void *ephemeral, ar_err *err);
   /* One iteration. */
@@ -93,10 +95,22 @@ typedef void (*ar__runner_event_fn)(void *ctx, size_t job,
 
 typedef struct ar__runner_opts {
   const char *policy;  /* lanes policy name */
-  size_t capacity;     /* arena bytes */
+  /* The lanes' bytes; 0: from the device: on the host runtime.memory's
+   * bytes or its fraction (default all) of the available RAM; on a device
+   * with an arena (CUDA) what the arena has left once the lane handles
+   * took their workspaces.  Given on such a device, it must fit there. */
+  size_t capacity;
   const char *device;  /* "host", "cuda:N", "auto" */
+  /* Opening the device: runtime.memory (memory_bytes / memory_fraction)
+   * sizes a CUDA device's arena; see ar_job_device_opts.  pin is ignored
+   * (lanes share the cores). */
+  ar_device_opts device_opts;
   int threads;         /* host threads in all; 0 = all cores */
   int max_concurrent;  /* iterations at once; 0: threads (host), 8 else */
+  /* Lane handles: 0 = on the host one per live lane (opened as lanes
+   * need them), elsewhere one per max_concurrent; n > 0 = at most n, lanes
+   * beyond share them and take turns (tests). */
+  int max_lane_handles;
   /* 0: never; 1: when the layout is fragmented and a job waits (after a
    * job left); 2: after every departure (tests). */
   int defrag;
@@ -107,13 +121,24 @@ typedef struct ar__runner_opts {
   void *ctx;
 } ar__runner_opts;
 
-#define AR__RUNNER_OPTS_INIT \
-  {"fifo", 0, "host", 0, 0, 1, false, NULL, NULL, NULL, NULL}
+#define AR__RUNNER_OPTS_INIT                                                     \
+  {"fifo", 0, "host", AR_DEVICE_OPTS_INIT, 0, 0, 0, 1, false, NULL, NULL, NULL, NULL}
 
-/* Opens the arena device, allocates the arena (capacity bytes) and the
- * lanes handle.  AR_INVALID / AR_NOMEM / device statuses. */
+/* Opens the device once, the lane handles (ar_device_open_lane where the
+ * backend has queues; host devices with their share of the threads on the
+ * host), sizes the capacity, carves it with one ar_device_alloc and makes
+ * the lanes handle.  AR_INVALID / AR_NOMEM /
+ * AR_RANGE / device statuses, with what to set in err. */
 ar_status ar__runner_create(const ar__runner_opts *opts, ar__runner **out,
                             ar_err *err);
+/* The lanes' capacity in bytes and the device's name ("host", "cuda:0"). */
+size_t ar__runner_capacity(const ar__runner *r);
+const char *ar__runner_device_name(const ar__runner *r);
+/* The device the runner opened (borrowed; the one allocation of the arena
+ * is its only one) and, in *lane_handles, how many lane handles it has. */
+ar_device *ar__runner_device(ar__runner *r, int *lane_handles);
+/* Lane handle i (borrowed), or NULL out of range. */
+ar_device *ar__runner_lane_handle(ar__runner *r, int i);
 /* Closes every job still held, frees everything.  NULL is a no-op. */
 void ar__runner_destroy(ar__runner *r);
 
@@ -177,12 +202,6 @@ size_t ar__host_available_bytes(void);
 
 /* ---- engine jobs (tenancy_run.c) ---- */
 
-/* The arena size for spec->runtime on `device`: memory in bytes, or a
- * fraction of the free memory (the host's MemAvailable; other devices must
- * be given bytes until the device API reports free memory).  AR_INVALID /
- * AR_UNSUPPORTED with what to set. */
-ar_status ar__tenancy_capacity(const ar_spec *spec, const char *device,
-                               size_t *out, ar_err *err);
 /* Opens an engine job (ar_job_open) for `spec` and fills *d for the
  * runner (ops, plan sizes, iterations left, output dir, priority; arrival
  * is the caller's).  resume: continue from output.dir/checkpoint.bin.

@@ -45,9 +45,9 @@ ar_status ar__tenancy_open_job(const ar_spec *spec, bool resume, ar__tjob_desc *
   d->out_dir = spec->output.dir;
   d->persistent = plan->persistent_bytes;
   d->ephemeral = plan->ephemeral_bytes;
-  /* A resumed job's position is known only once its checkpoint is loaded
-   * (at start), so it is admitted for all its iterations; the runner ends
-   * it when the engine says it is done. */
+  /* ar_job_open already read a resumed job's checkpoint position, so it is
+   * admitted for the iterations it has left (srtf sees them); the runner
+   * still ends it when the engine says it is done. */
   int64_t total = ar_job_total(j), done = ar_job_iteration(j);
   if (total - done <= 0) {
     ar_job_close(j);
@@ -116,34 +116,6 @@ ar_status ar__tenancy_failed_job(const char *name, const char *out_dir, const ch
   d->iterations = 1;
   d->job = f;
   d->ops = &failed_ops;
-  return AR_OK;
-}
-
-/* ---- capacity ---- */
-
-ar_status ar__tenancy_capacity(const ar_spec *spec, const char *device, size_t *out,
-                               ar_err *err) {
-  bool host = strcmp(device, "host") == 0;
-  if (!host && strcmp(device, "auto") == 0) {
-    char why[256];
-    host = ar_cuda_device_count(why, sizeof why) == 0;
-  }
-  if (spec->runtime.memory_bytes > 0) {
-    *out = (size_t)spec->runtime.memory_bytes;
-    return AR_OK;
-  }
-  if (!host)
-    return ar_errf(err, AR_UNSUPPORTED,
-                   "runtime.memory as a share of free device memory is not available on "
-                   "%s in this build; give it in bytes (e.g. memory: 8GiB)",
-                   device);
-  size_t avail = ar__host_available_bytes();
-  if (avail == 0)
-    return ar_errf(err, AR_UNSUPPORTED,
-                   "cannot read the host's available memory (/proc/meminfo); give "
-                   "runtime.memory in bytes (e.g. memory: 8GiB)");
-  double f = spec->runtime.memory_fraction > 0 ? spec->runtime.memory_fraction : 1.0;
-  *out = (size_t)((double)avail * f);
   return AR_OK;
 }
 
@@ -222,9 +194,11 @@ ar_status ar_tenancy_run(const ar_spec *spec, const ar_run_opts *opts, ar_err *e
   ar__runner_opts ro = AR__RUNNER_OPTS_INIT;
   ro.policy = policy_name(spec->runtime.policy);
   ro.device = spec->device ? spec->device : "auto";
+  /* The device is opened once for every job, with the top-level
+   * runtime.memory (a CUDA device's arena). */
+  ro.device_opts = ar_job_device_opts(spec);
   ro.threads = 0;
   ro.out_dir = spec->output.dir;
-  AR_CHECK(ar__tenancy_capacity(spec, ro.device, &ro.capacity, err));
   run_ctx rc = {spec, quiet, ar_now()};
   ro.on_event = on_event;
   ro.ctx = &rc;
@@ -264,7 +238,8 @@ ar_status ar_tenancy_run(const ar_spec *spec, const ar_run_opts *opts, ar_err *e
   if (st == AR_OK) {
     if (!quiet)
       fprintf(stderr, "accelrt run: %d jobs on %s under %s, %.2f GiB of memory\n",
-              spec->n_jobs, ro.device, ro.policy, (double)ro.capacity / (1 << 30));
+              spec->n_jobs, ar__runner_device_name(r), ro.policy,
+              (double)ar__runner_capacity(r) / (1 << 30));
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -284,7 +259,8 @@ ar_status ar_tenancy_run(const ar_spec *spec, const ar_run_opts *opts, ar_err *e
     ar__runner_summary s;
     ar__runner_summary_get(r, &s);
     if (st == AR_OK && !quiet) {
-      printf("\n%s: %zu jobs under %s on %s\n", spec->name, s.jobs, s.policy, ro.device);
+      printf("\n%s: %zu jobs under %s on %s\n", spec->name, s.jobs, s.policy,
+             ar__runner_device_name(r));
       printf("  %-20s %-9s %10s %10s %10s %5s\n", "job", "status", "JCT s", "queue s",
              "iters", "lane");
       for (size_t i = 0; i < s.jobs; i++) {

@@ -5,7 +5,8 @@
  * indices must be equal.  Then two short training runs of a small network
  * (sparse input, relu and sigmoid hidden layers, softmax+Adam and
  * sigmoid-BCE+SGD heads) whose per-step losses must match the host's.
- * Also: lane handles over one arena, the memory query, out-of-memory.
+ * Also: device-to-device copies over overlapping ranges, lane handles
+ * over one arena, the memory query, out-of-memory.
  *
  * Prints a table of the largest absolute and relative difference per op
  * (ci/gpu-check keeps it).  Exits 77 (skipped) when no CUDA device is
@@ -733,6 +734,56 @@ static void test_train_bce_sgd(void **state) {
   check_training(false, 60);
 }
 
+/* ---- device-to-device copy ---------------------------------------------------------------- */
+
+/* ar_device_copy of len bytes from offset s to offset d of an n-byte
+ * buffer on the compared device, against memmove on the host. */
+static void check_copy(size_t n, size_t d, size_t s, size_t len) {
+  unsigned char *init = test_malloc(n), *ref = test_malloc(n), *got = test_malloc(n);
+  for (size_t i = 0; i < n; i++)
+    init[i] = (unsigned char)(i % 251u);
+  memcpy(ref, init, n);
+  memmove(ref + d, ref + s, len);
+  void *buf = NULL;
+  if (ar_device_alloc(C, n, &buf) != AR_OK)
+    fail_msg("alloc %zu: %s", n, C->err.msg);
+  assert_int_equal(C->ops->copy_in(C, buf, init, n), AR_OK);
+  unsigned char *b = buf;
+  if (ar_device_copy(C, b + d, b + s, len) != AR_OK)
+    fail_msg("copy %zu bytes %zu -> %zu: %s", len, s, d, C->err.msg);
+  cuda_ok("copy");
+  assert_int_equal(C->ops->copy_out(C, got, buf, n), AR_OK);
+  if (memcmp(got, ref, n) != 0) {
+    size_t i = 0;
+    while (got[i] == ref[i])
+      i++;
+    fail_msg("copy of %zu bytes from %zu to %zu in %zu: byte %zu is %u, expected %u", len, s,
+             d, n, i, got[i], ref[i]);
+  }
+  record("copy (device to device)", 0, 0, (int64_t)len);
+  ar_device_free(C, buf, n);
+  test_free(init);
+  test_free(ref);
+  test_free(got);
+}
+
+/* Disjoint ranges (one cudaMemcpyAsync), overlapping ranges with a large
+ * shift (chunks of the shift), and with a small one (through a temporary
+ * carved from the arena), down and up. */
+static void test_copy(void **state) {
+  (void)state;
+  const size_t mib = (size_t)1 << 20;
+  check_copy(8 * mib, 4 * mib, 0, 4 * mib);
+  check_copy(8 * mib, 0, 4 * mib, 4 * mib);
+  check_copy(8 * mib, 0, mib, 7 * mib);       /* 7 chunks of 1 MiB, down */
+  check_copy(8 * mib, mib, 0, 7 * mib);       /* up */
+  check_copy(8 * mib, 0, 256, 8 * mib - 256); /* temporary, down */
+  check_copy(8 * mib, 256, 0, 8 * mib - 256); /* temporary, up */
+  check_copy(1000, 3, 1, 997);                /* odd sizes and shifts */
+  check_copy(1000, 1, 3, 997);
+  check_copy(100 * mib, 0, 512, 100 * mib - 512); /* more than one temporary */
+}
+
 /* ---- memory, lanes, out of memory ----------------------------------------------------------- */
 
 static void test_lanes_and_memory(void **state) {
@@ -777,6 +828,30 @@ static void test_lanes_and_memory(void **state) {
   assert_null(big);
   assert_non_null(strstr(d->err.msg, "raise runtime.memory"));
   assert_int_equal(d->bytes_in_use, before);
+
+  /* An overlapping copy with no room left for a temporary: small chunks
+   * on the lane's stream, still right. */
+  void *rest = NULL;
+  assert_int_equal(ar_device_mem_info(d, &mi), AR_OK);
+  assert_int_equal(ar_device_alloc(lane, mi.available, &rest), AR_OK);
+  {
+    const size_t n = 64u << 10;
+    unsigned char *init = test_malloc(n), *ref = test_malloc(n), *got = test_malloc(n);
+    for (size_t i = 0; i < n; i++)
+      init[i] = (unsigned char)(i % 251u);
+    memcpy(ref, init, n);
+    memmove(ref, ref + 256, n - 256);
+    unsigned char *b = rest;
+    assert_int_equal(lane->ops->copy_in(lane, b, init, n), AR_OK);
+    assert_int_equal(ar_device_copy(lane, b, b + 256, n - 256), AR_OK);
+    assert_int_equal(lane->ops->sync(lane), AR_OK);
+    assert_int_equal(lane->ops->copy_out(lane, got, b, n), AR_OK);
+    assert_memory_equal(got, ref, n);
+    test_free(init);
+    test_free(ref);
+    test_free(got);
+  }
+  ar_device_free(lane, rest, mi.available);
 
   /* The parent may go first; the lane keeps the arena alive. */
   ar_device_close(d);
@@ -840,6 +915,7 @@ int main(void) {
       cmocka_unit_test(test_sgd),
       cmocka_unit_test(test_train_softmax_adam),
       cmocka_unit_test(test_train_bce_sgd),
+      cmocka_unit_test(test_copy),
   };
   const struct CMUnitTest cuda_only[] = {
       cmocka_unit_test(test_lanes_and_memory),

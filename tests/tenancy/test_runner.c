@@ -6,7 +6,9 @@
  * checks it is still there at the end of the iteration (so two iterations
  * sharing a lane at once fail), and registers the ranges it uses in a
  * global table that refuses any overlap between jobs (so admission never
- * overcommits the arena).
+ * overcommits the arena).  It also notes the device handle it was started
+ * on and counts iterations running on each handle at once (a handle
+ * serves one thread at a time).
  */
 #define _GNU_SOURCE
 #include <setjmp.h>
@@ -34,8 +36,33 @@ typedef struct fake {
   ar__runner *r;
   size_t index;
   unsigned char *pers, *eph;
+  ar_device *dev; /* the handle it was started on */
   int starts, finishes, interrupted, closes, rebases, corrupt;
 } fake;
+
+/* ---- iterations at once per device handle ------------------------------ */
+
+static pthread_mutex_t dev_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  ar_device *dev;
+  int active;
+} dev_use[64];
+static int ndev_use, dev_clashes;
+
+static void dev_enter(ar_device *d, int delta) {
+  pthread_mutex_lock(&dev_mu);
+  int i = 0;
+  while (i < ndev_use && dev_use[i].dev != d)
+    i++;
+  if (i == ndev_use && ndev_use < 64)
+    dev_use[ndev_use++].dev = d;
+  if (i < ndev_use) {
+    dev_use[i].active += delta;
+    if (dev_use[i].active > 1)
+      dev_clashes++;
+  }
+  pthread_mutex_unlock(&dev_mu);
+}
 
 /* ---- the overlap registry --------------------------------------------- */
 
@@ -90,7 +117,7 @@ static unsigned char pattern(int id, size_t i) {
 
 static ar_status f_start(void *job, ar_device *dev, void *p, void *e, ar_err *err) {
   fake *f = job;
-  (void)dev;
+  f->dev = dev;
   f->starts++;
   if (((uintptr_t)p & 255) || ((uintptr_t)e & 255))
     return ar_errf(err, AR_INVALID, "blocks not 256-byte aligned");
@@ -109,8 +136,17 @@ static void spin(unsigned us) {
     ;
 }
 
+static ar_status f_step_on(fake *f, ar_err *err);
+
 static ar_status f_step(void *job, ar_err *err) {
   fake *f = job;
+  dev_enter(f->dev, +1);
+  ar_status st = f_step_on(f, err);
+  dev_enter(f->dev, -1);
+  return st;
+}
+
+static ar_status f_step_on(fake *f, ar_err *err) {
   for (size_t i = 0; i < f->P; i++)
     if (f->pers[i] != pattern(f->id, i)) {
       f->corrupt++;
@@ -501,6 +537,135 @@ static void test_outputs(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* Whether two jobs' admitted periods overlap (their lanes were live at
+ * the same time). */
+static bool overlapped(ar__tjob_result a, ar__tjob_result b) {
+  return a.admit_s < b.end_s && b.admit_s < a.end_s;
+}
+
+static bool is_lane_handle(ar__runner *r, ar_device *d) {
+  int nh = 0;
+  (void)ar__runner_device(r, &nh);
+  for (int i = 0; i < nh; i++)
+    if (ar__runner_lane_handle(r, i) == d)
+      return true;
+  return false;
+}
+
+/* One device per run: the runner opens it once and makes ONE allocation
+ * of it (the arena every block is carved from: its bytes in use never
+ * change), the jobs run on lane handles that are neither that device nor
+ * one per job (jobs of one lane share their lane's handle, lanes live at
+ * the same time have handles of their own), no handle ever runs two
+ * iterations at once, and the lane handles allocate nothing. */
+static void test_one_device_lane_handles(void **state) {
+  (void)state;
+  for (int p = 0; p < 5; p++) {
+    fake f[8];
+    memset(f, 0, sizeof f);
+    ar__runner *r = make_runner(policies[p], 1 << 20, 1, NULL);
+    int nh = 0;
+    ar_device *dev = ar__runner_device(r, &nh);
+    assert_non_null(dev);
+    assert_int_equal(nh, 2); /* one per worker to begin with: threads = 2 */
+    assert_int_equal(ar__runner_capacity(r), 1 << 20);
+    const size_t arena = dev->bytes_in_use;
+    assert_true(arena >= (size_t)(1 << 20) && arena <= (size_t)(1 << 20) + 256);
+    assert_int_equal(dev->bytes_peak, arena);
+    ar_device *h0 = ar__runner_lane_handle(r, 0), *h1 = ar__runner_lane_handle(r, 1);
+    assert_non_null(h0);
+    assert_non_null(h1);
+    assert_true(h0 != h1 && h0 != dev && h1 != dev);
+    assert_null(ar__runner_lane_handle(r, 2));
+    ndev_use = dev_clashes = 0;
+    for (int i = 0; i < 8; i++) {
+      f[i] = (fake){.id = i + 1, .P = 4000, .E = 6000, .iters = 6, .spin_us = 200};
+      add(r, &f[i], 0.0005 * (i % 3));
+    }
+    run(r);
+    int lanes_at_once = 1;
+    for (int i = 0; i < 8; i++) {
+      ar__tjob_result a = result(r, (size_t)i);
+      assert_int_equal(a.state, AR__TJ_DONE);
+      assert_int_equal(f[i].starts, 1);
+      assert_true(f[i].dev != dev && is_lane_handle(r, f[i].dev));
+      for (int k = 0; k < i; k++) {
+        ar__tjob_result b = result(r, (size_t)k);
+        if (b.lane == a.lane)
+          assert_ptr_equal(f[k].dev, f[i].dev);
+        else if (overlapped(a, b)) {
+          assert_true(f[k].dev != f[i].dev);
+          lanes_at_once = 2;
+        }
+      }
+    }
+    /* pack runs the jobs in several lanes at once (fifo runs one lane at
+     * a time, srtf, fair and priority time-share one) */
+    if (strcmp(policies[p], "pack") == 0)
+      assert_int_equal(lanes_at_once, 2);
+    (void)ar__runner_device(r, &nh);
+    assert_true(nh >= 2 && nh <= 8);
+    assert_int_equal(dev_clashes, 0);
+    assert_int_equal(dev->bytes_in_use, arena);
+    assert_int_equal(dev->bytes_peak, arena);
+    for (int i = 0; i < nh; i++)
+      assert_int_equal(ar__runner_lane_handle(r, i)->bytes_peak, 0);
+    ar__runner_destroy(r);
+  }
+}
+
+/* At most one lane handle (as a GPU with fewer streams than lanes): all
+ * lanes take turns on it, never two iterations at once, all jobs done;
+ * and runtime.memory in bytes or as a fraction sizes the host's
+ * capacity when none is given. */
+static void test_shared_lane_handle(void **state) {
+  (void)state;
+  ar__runner_opts o = AR__RUNNER_OPTS_INIT;
+  o.policy = "pack";
+  o.device = "host";
+  o.threads = 2;
+  o.max_lane_handles = 1;
+  o.device_opts.memory_bytes = 1 << 20; /* capacity 0: from runtime.memory */
+  ar__runner *r = NULL;
+  ar_err err = AR_ERR_INIT;
+  if (ar__runner_create(&o, &r, &err) != AR_OK)
+    fail_msg("runner: %s", err.msg);
+  assert_int_equal(ar__runner_capacity(r), 1 << 20);
+  fake f[6];
+  memset(f, 0, sizeof f);
+  ndev_use = dev_clashes = 0;
+  for (int i = 0; i < 6; i++) {
+    f[i] = (fake){.id = i + 1, .P = 2000, .E = 3000, .iters = 5, .spin_us = 100};
+    add(r, &f[i], 0);
+  }
+  run(r);
+  int nh = 0;
+  (void)ar__runner_device(r, &nh);
+  assert_int_equal(nh, 1);
+  bool lanes[64] = {false};
+  int nlanes = 0;
+  for (int i = 0; i < 6; i++) {
+    ar__tjob_result a = result(r, (size_t)i);
+    assert_int_equal(a.state, AR__TJ_DONE);
+    assert_ptr_equal(f[i].dev, ar__runner_lane_handle(r, 0));
+    if (a.lane < 64 && !lanes[a.lane]) {
+      lanes[a.lane] = true;
+      nlanes++;
+    }
+  }
+  assert_true(nlanes > 1);
+  assert_int_equal(dev_clashes, 0);
+  ar__runner_destroy(r);
+
+  o.max_lane_handles = 0;
+  o.device_opts.memory_bytes = 0;
+  o.device_opts.memory_fraction = 0.001;
+  assert_int_equal(ar__runner_create(&o, &r, &err), AR_OK);
+  size_t avail = ar__host_available_bytes();
+  assert_true(ar__runner_capacity(r) > 0 && ar__runner_capacity(r) <= avail / 500);
+  ar__runner_destroy(r);
+}
+
 static void test_quantile(void **state) {
   (void)state;
   double v[5] = {5, 1, 4, 2, 3};
@@ -521,6 +686,8 @@ int main(void) {
       cmocka_unit_test(test_failure_alone),  cmocka_unit_test(test_defrag_moves_bytes),
       cmocka_unit_test(test_cancel),         cmocka_unit_test(test_stop),
       cmocka_unit_test(test_never_fits),     cmocka_unit_test(test_outputs),
+      cmocka_unit_test(test_one_device_lane_handles),
+      cmocka_unit_test(test_shared_lane_handle),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 /*
  * CUDA backend: the probe (how many devices, or why none), the device
- * handle and its lane handles, the arena, copies, synchronisation, the
- * memory query, and the operation table.  The kernels are in
+ * handle and its lane handles, the arena, copies (host to device, device
+ * to host, and device to device for the defragmentation), synchronisation,
+ * the memory query, and the operation table.  The kernels are in
  * cuda_kernels.cu, the arena's carving in cuda_arena.c.
  *
  * One handle = one CUDA stream + one cuBLAS handle bound to it.  Opening
@@ -239,6 +240,83 @@ static ar_status cuda_copy_out(ar_device *dev, void *host_dst, const void *src,
   return cuda_copy(dev, host_dst, src, bytes, "copy_out");
 }
 
+/* Device-to-device copy with memmove semantics (ar_device_ops.copy),
+ * asynchronous on the handle's stream.  cudaMemcpy of overlapping ranges
+ * is undefined, so an overlapping copy (the defragmentation sliding a
+ * block down by less than its size) is split into chunks no larger than
+ * the distance between the ranges, taken in the order that never
+ * overwrites source bytes not yet read (ascending when dst is below src);
+ * the stream runs them one after another.  When the distance is small
+ * against the size (many tiny chunks), a temporary of up to 64 MiB is
+ * carved from the arena instead and each chunk goes src -> temporary ->
+ * dst; the copy then waits for the stream before giving the temporary
+ * back.  Without room in the arena it falls back to the small chunks
+ * (slower, never wrong). */
+#define COPY_TEMP_BYTES ((size_t)64 << 20)
+#define COPY_DIRECT_MAX_CHUNKS 64
+
+static ar_status cuda_copy_d2d(ar_device *dev, void *dst, const void *src,
+                               size_t bytes) {
+  ar__cuda_device *d = ar__cuda(dev);
+  if (d->failed != AR_OK)
+    return d->failed;
+  if (bytes == 0 || dst == src)
+    return AR_OK;
+  if (!dst || !src)
+    return ar_errf(&dev->err, AR_INVALID,
+                   "cuda:%d: copy of %zu bytes with a NULL %s pointer",
+                   d->ordinal, bytes, dst ? "source" : "destination");
+  if (!ar__cuda_note(d, cudaSetDevice(d->ordinal), "cudaSetDevice"))
+    return d->failed;
+  char *to = (char *)dst;
+  const char *from = (const char *)src;
+  const bool down = (uintptr_t)to < (uintptr_t)from;
+  size_t gap = down ? (size_t)(from - to) : (size_t)(to - from);
+  if (gap >= bytes) {
+    ar__cuda_note(d, cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice,
+                                     d->stream),
+                  "cudaMemcpyAsync");
+    return d->failed;
+  }
+  size_t chunk = gap;
+  void *temp = NULL;
+  if (bytes / gap > COPY_DIRECT_MAX_CHUNKS) {
+    size_t free_b = 0, largest = 0;
+    ar__arena_stats(d->arena, &free_b, &largest);
+    size_t want = bytes < COPY_TEMP_BYTES ? bytes : COPY_TEMP_BYTES;
+    if (want > largest)
+      want = largest & ~(AR__ARENA_ALIGN - 1);
+    ar_err ignored = AR_ERR_INIT;
+    if (want > gap && ar__arena_alloc(d->arena, want, &temp, &ignored) == AR_OK)
+      chunk = want;
+    else
+      temp = NULL;
+  }
+  size_t n = (bytes + chunk - 1) / chunk;
+  for (size_t k = 0; k < n && d->failed == AR_OK; k++) {
+    size_t c = down ? k : n - 1 - k;
+    size_t off = c * chunk, len = bytes - off < chunk ? bytes - off : chunk;
+    if (temp) {
+      if (ar__cuda_note(d, cudaMemcpyAsync(temp, from + off, len,
+                                           cudaMemcpyDeviceToDevice, d->stream),
+                        "cudaMemcpyAsync"))
+        ar__cuda_note(d, cudaMemcpyAsync(to + off, temp, len,
+                                         cudaMemcpyDeviceToDevice, d->stream),
+                      "cudaMemcpyAsync");
+    } else {
+      ar__cuda_note(d, cudaMemcpyAsync(to + off, from + off, len,
+                                       cudaMemcpyDeviceToDevice, d->stream),
+                    "cudaMemcpyAsync");
+    }
+  }
+  if (temp) {
+    /* Another handle may carve the temporary again as soon as it is back. */
+    ar__cuda_note(d, cudaStreamSynchronize(d->stream), "cudaStreamSynchronize");
+    ar__arena_free(d->arena, temp);
+  }
+  return d->failed;
+}
+
 static ar_status cuda_sync(ar_device *dev) {
   ar__cuda_device *d = ar__cuda(dev);
   if (d->failed == AR_OK) {
@@ -343,6 +421,7 @@ static const ar_device_ops cuda_ops = {
     /* sgd */ ar__cuda_sgd,
     /* mem_info */ cuda_mem_info,
     /* open_lane */ cuda_open_lane,
+    /* copy */ cuda_copy_d2d,
 };
 
 static ar__cuda_device *new_handle(int ordinal) {

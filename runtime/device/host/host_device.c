@@ -172,6 +172,7 @@ static const ar_device_ops host_ops = {
     .sgd = ar__host_sgd,
     .mem_info = host_mem_info,
     .open_lane = NULL, /* one synchronous queue: lanes share the handle */
+    .copy = host_copy, /* memmove: overlapping ranges are fine */
 };
 
 /* Loads the topology of the CPUs this process may use, or returns NULL. */
