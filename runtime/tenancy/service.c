@@ -833,7 +833,8 @@ static void recover(server *s) {
     n++;
   }
   closedir(d);
-  qsort(names, n, sizeof *names, by_number);
+  if (n > 1)
+    qsort(names, n, sizeof *names, by_number);
   for (size_t i = 0; i < n; i++) {
     recover_job(s, names[i]);
     ar_free(names[i]);
