@@ -142,6 +142,12 @@ ar_status ar_model_create_in(ar_device *dev, const ar_spec *spec, int64_t max_nn
               "%s; lower train.batch", m->plan.ephemeral_bytes, dev->ops->name, dev->err.msg);
       goto fail;
     }
+    /* First touch through the device: on the host its fill runs on the
+     * pinned team in static chunks, so each page lands on the NUMA node of
+     * the thread that will mostly use that part of the rows, not all on
+     * the node of the thread that created the model. */
+    dev->ops->fill(dev, m->persistent, (int64_t)(m->plan.persistent_bytes / sizeof(float)), 0.0f);
+    dev->ops->fill(dev, m->ephemeral, (int64_t)(m->plan.ephemeral_bytes / sizeof(float)), 0.0f);
   }
   m->n_layers = spec->n_layers;
   m->layers = ar_calloc((size_t)m->n_layers, sizeof *m->layers);
