@@ -70,6 +70,7 @@ void ar_lsh_hash_destroy(ar_lsh_hash *h) {
   if (!h)
     return;
   ar_free(h->sgn);
+  ar_free(h->proj);
   ar_free(h->bin);
   ar_free(h->tptr);
   ar_free(h->tent);
@@ -116,7 +117,7 @@ void ar__lsh_densify(const ar_lsh_hash *h, ar_lsh_scratch *s) {
 }
 
 /* Table l's index from its K codes. */
-static void combine(const ar_lsh_hash *h, const uint32_t *code, uint32_t *out) {
+void ar__lsh_combine(const ar_lsh_hash *h, const uint32_t *code, uint32_t *out) {
   uint32_t K = h->o.K;
   for (uint32_t l = 0; l < h->o.L; l++) {
     const uint32_t *c = code + (size_t)l * K;
@@ -180,7 +181,7 @@ ar_status ar_lsh_hash_sparse_codes(const ar_lsh_hash *h, const uint32_t *idx,
 ar_status ar_lsh_hash_dense(const ar_lsh_hash *h, const float *x,
                             ar_lsh_scratch *s, uint32_t *out) {
   AR_CHECK(ar_lsh_hash_dense_codes(h, x, s, NULL));
-  combine(h, s->code, out);
+  ar__lsh_combine(h, s->code, out);
   return AR_OK;
 }
 
@@ -188,7 +189,7 @@ ar_status ar_lsh_hash_sparse(const ar_lsh_hash *h, const uint32_t *idx,
                              const float *val, size_t nnz, ar_lsh_scratch *s,
                              uint32_t *out) {
   AR_CHECK(ar_lsh_hash_sparse_codes(h, idx, val, nnz, s, NULL));
-  combine(h, s->code, out);
+  ar__lsh_combine(h, s->code, out);
   return AR_OK;
 }
 

@@ -17,6 +17,8 @@ struct ar_lsh_hash {
   int concat;          /* K*cb <= bits: codes are concatenated */
   uint64_t key;        /* seeds the combining and densification hashes */
   int8_t *sgn;         /* SRP: (dim, kl) signs in {-1, 0, +1} */
+  float *proj;         /* SRP: the same as floats, for hashing many dense
+                          rows by GEMM; NULL when dim * kl is too large */
   uint32_t *bin;       /* WTA/DWTA: (kl, bin_size) coordinates */
   uint32_t *tptr;      /* WTA/DWTA: (dim + 1) CSR row starts of the transpose */
   uint32_t *tent;      /* WTA/DWTA: (kl * bin_size) entries code*64 + pos */
@@ -50,6 +52,16 @@ void ar__lsh_dwta_sparse(const ar_lsh_hash *h, const uint32_t *idx,
 void ar__lsh_doph_dense(const ar_lsh_hash *h, const float *x, ar_lsh_scratch *s);
 void ar__lsh_doph_sparse(const ar_lsh_hash *h, const uint32_t *idx,
                          const float *val, size_t nnz, ar_lsh_scratch *s);
+
+/* Table indices (L) from a row's kl codes (hash.c). */
+void ar__lsh_combine(const ar_lsh_hash *h, const uint32_t *code, uint32_t *out);
+/* SRP: the L table indices of `count` dense rows (rows ids[i], or i when
+ * ids is NULL, of w with stride ld) into out (count, L), by blocks of rows
+ * times the projection matrix (one BLAS call each, nt threads).  AR_OK;
+ * AR_UNSUPPORTED when the family keeps no float projections; AR_NOMEM. */
+ar_status ar__lsh_srp_rows(const ar_lsh_hash *h, const float *w, size_t ld,
+                           const uint32_t *ids, size_t count, uint32_t *out,
+                           int nt);
 
 /* Densification shared by DWTA and DOPH: every code i with
  * s->pos[i] == AR__LSH_EMPTY takes the code of a non-empty one. */

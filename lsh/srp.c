@@ -11,6 +11,17 @@
  * ascending sparse indices), and multiplying by -1, 0 or +1 is exact. */
 #include "lsh_impl.h"
 
+#include <cblas.h>
+#include <string.h>
+#include <omp.h>
+
+/* Float projections are kept for GEMM hashing up to this many cells
+ * (64 MiB); a wider input (a sampled layer fed by a huge sparse input)
+ * hashes row by row. */
+#define PROJ_MAX ((size_t)16 << 20)
+/* Rows per GEMM when hashing many rows. */
+#define BLOCK 512
+
 ar_status ar__lsh_srp_init(ar_lsh_hash *h, ar_err *err) {
   size_t n = (size_t)h->o.dim * h->kl;
   h->sgn = ar_malloc(n);
@@ -26,7 +37,64 @@ ar_status ar__lsh_srp_init(ar_lsh_hash *h, ar_err *err) {
     uint64_t u = ar_rng_below(&r, span);
     h->sgn[i] = (int8_t)(u == 0 ? 1 : u == 1 ? -1 : 0);
   }
+  if (n <= PROJ_MAX) {
+    h->proj = ar_malloc(n * sizeof *h->proj);
+    for (size_t i = 0; h->proj && i < n; i++)
+      h->proj[i] = (float)h->sgn[i]; /* no memory: rows are hashed one by one */
+  }
   return AR_OK;
+}
+
+/* Table builds hash every weight row: as a GEMM, (rows, dim) x (dim, K*L),
+ * it runs at BLAS speed instead of one pass over the signs per row.  The
+ * sums are associated differently from the per-row path, so a projection
+ * within rounding of 0 may take the other sign: such a row lands in a
+ * bucket its exact hash would miss in that one table, which only matters
+ * for rows lying on a hyperplane. */
+ar_status ar__lsh_srp_rows(const ar_lsh_hash *h, const float *w, size_t ld,
+                           const uint32_t *ids, size_t count, uint32_t *out,
+                           int nt) {
+  if (!h->proj)
+    return AR_UNSUPPORTED;
+  const uint32_t kl = h->kl, dim = h->o.dim, L = h->o.L;
+  const size_t nblocks = (count + BLOCK - 1) / BLOCK;
+  int failed = 0;
+#pragma omp parallel num_threads(nt)
+  {
+    float *sum = ar_malloc((size_t)BLOCK * kl * sizeof *sum);
+    float *gather = ids ? ar_malloc((size_t)BLOCK * dim * sizeof *gather) : NULL;
+    uint32_t *code = ar_malloc(kl * sizeof *code);
+    if (!sum || !code || (ids && !gather)) {
+#pragma omp atomic write
+      failed = 1;
+    }
+#pragma omp barrier
+    if (!failed) {
+#pragma omp for schedule(static)
+      for (size_t b = 0; b < nblocks; b++) {
+        const size_t lo = b * BLOCK, nb = count - lo < BLOCK ? count - lo : BLOCK;
+        const float *x = w + lo * ld;
+        size_t ldx = ld;
+        if (ids) {
+          for (size_t i = 0; i < nb; i++)
+            memcpy(gather + i * dim, w + (size_t)ids[lo + i] * ld, dim * sizeof(float));
+          x = gather;
+          ldx = dim;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nb, (int)kl, (int)dim,
+                    1.0f, x, (int)ldx, h->proj, (int)kl, 0.0f, sum, (int)kl);
+        for (size_t i = 0; i < nb; i++) {
+          for (uint32_t c = 0; c < kl; c++)
+            code[c] = sum[i * kl + c] > 0.0f;
+          ar__lsh_combine(h, code, out + (lo + i) * L);
+        }
+      }
+    }
+    ar_free(sum);
+    ar_free(gather);
+    ar_free(code);
+  }
+  return failed ? AR_NOMEM : AR_OK;
 }
 
 static inline void accumulate(const int8_t *restrict row, float xj,

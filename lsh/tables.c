@@ -286,6 +286,13 @@ static ar_status check_hash(ar_lsh_tables *t, const ar_lsh_hash *h, size_t ld,
 static ar_status hash_rows(ar_lsh_tables *t, const ar_lsh_hash *h,
                            const float *w, size_t ld, const uint32_t *ids,
                            size_t count, uint32_t *out, int nt) {
+  if (h->o.family == AR_LSH_SRP) {
+    ar_status bs = ar__lsh_srp_rows(h, w, ld, ids, count, out, nt);
+    if (bs == AR_OK)
+      return AR_OK;
+    if (bs != AR_UNSUPPORTED)
+      return ar_errf(&t->err, bs, "lsh tables: out of memory hashing rows");
+  }
   ar_lsh_scratch **sc = ar_calloc((size_t)nt, sizeof *sc);
   ar_status st = sc ? AR_OK : AR_NOMEM;
   for (int i = 0; st == AR_OK && i < nt; i++)

@@ -205,11 +205,13 @@ ar_status ar_model_eval_batch_lsh(ar_model *m, const ar_batch *b, ar_eval_acc *a
 
 /* What a sampled layer did since the last reset. */
 typedef struct ar_sampled_stats {
-  double query_s;    /* hashing the inputs and retrieving active sets */
-  double compute_s;  /* forward and backward over the active sets */
-  double update_s;   /* sparse Adam over the touched rows */
-  double rehash_s;   /* table rebuilds */
-  int64_t rehashes;
+  double query_s;    /* hashing the inputs and retrieving active sets
+                        (CPU seconds: summed over threads) */
+  double compute_s;  /* forward and backward over the active sets (CPU s) */
+  double update_s;   /* sparse Adam over the touched rows (wall s) */
+  double rehash_s;   /* table rebuilds during training (wall s) */
+  double first_build_s; /* the build before training (or after a resume) */
+  int64_t rehashes;   /* rebuilds during training */
   int64_t reinserted;  /* rows re-hashed in place instead of full rebuilds */
   int64_t active_sum;  /* active neurons summed over samples */
   int64_t samples;

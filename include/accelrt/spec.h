@@ -70,7 +70,8 @@ typedef enum ar_sparse_sampling {
 typedef struct ar_sparse_spec {
   ar_sparse_mode mode;
   ar_sparse_hash hash;
-  int32_t K, L;         /* codes per table, tables */
+  int32_t K, L;         /* codes per table (0: from the width, see
+                           ar_sparse_auto_K), tables */
   int32_t bucket;       /* ids per bucket */
   bool reservoir;       /* insertion policy: false FIFO, true reservoir */
   ar_sparse_sampling sampling;
@@ -265,6 +266,11 @@ void ar_spec_destroy(ar_spec *spec);
 /* Writes the job-file reference, generated from the schema table, as
  * Markdown.  docs/job-file.md is this output (a test keeps them equal). */
 void ar_spec_schema_markdown(FILE *to);
+
+/* The codes per table a sampled layer of `width` neurons gets when its K
+ * is not given: about log2(width / 16) bits of table index, one bit per
+ * SRP code, three per WTA/DWTA/DOPH code (bin size 8). */
+int ar_sparse_auto_K(ar_sparse_hash hash, int64_t width);
 
 /* Names for messages and summaries. */
 const char *ar_act_name(ar_act a);

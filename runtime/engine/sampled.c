@@ -123,7 +123,7 @@ static ar_status make_hash(ar_model *m, ar_sampled *s) {
  * moved (ar_lsh_tables_reinsert); otherwise every row is.  (Re-hashing
  * only the most-updated tenth was tried: on Delicious the tables went stale
  * and P@1 fell from 66 to 38.) */
-static ar_status rebuild(ar_model *m, ar_sampled *s, bool full) {
+static ar_status rebuild(ar_model *m, ar_sampled *s, bool full, bool first) {
   double t0 = ar_now();
   ar_layer *L = &m->layers[s->l];
   size_t n = 0;
@@ -141,8 +141,12 @@ static ar_status rebuild(ar_model *m, ar_sampled *s, bool full) {
   if (st != AR_OK)
     return ar_errf(&m->err, st, "layer %s: rebuilding the hash tables: %s", L->name,
                    ar_lsh_tables_errmsg(s->tables));
-  s->st.rehash_s += ar_now() - t0;
-  s->st.rehashes++;
+  if (first)
+    s->st.first_build_s += ar_now() - t0;
+  else {
+    s->st.rehash_s += ar_now() - t0;
+    s->st.rehashes++;
+  }
   return AR_OK;
 }
 
@@ -190,7 +194,7 @@ ar_status ar__sampled_create(ar_model *m, int l) {
   static const ar_lsh_family fam[] = {AR_LSH_SRP, AR_LSH_WTA, AR_LSH_DWTA, AR_LSH_DOPH};
   ho.family = fam[sp->hash];
   ho.dim = s->in;
-  ho.K = (uint32_t)sp->K;
+  ho.K = (uint32_t)(sp->K > 0 ? sp->K : ar_sparse_auto_K(sp->hash, L->out));
   ho.L = (uint32_t)sp->L;
   s->hopts = ho;
   AR_CHECK(schedule_to(m, s));
@@ -255,7 +259,7 @@ ar_status ar_model_sampled_rebuild(ar_model *m) {
       continue;
     AR_CHECK(schedule_to(m, s));
     AR_CHECK(make_hash(m, s));
-    AR_CHECK(rebuild(m, s, true));
+    AR_CHECK(rebuild(m, s, true, true));
     ar_lsh_adam_set_t(s->adam, (uint64_t)m->step);
   }
   return AR_OK;
@@ -755,7 +759,7 @@ ar_status ar_model_train_batch(ar_model *m, const ar_batch *b, float *loss_out) 
       AR_CHECK(make_hash(m, s));
     }
     if (a != AR_LSH_REHASH_NONE)
-      AR_CHECK(rebuild(m, s, a == AR_LSH_REHASH_NEW_HASH));
+      AR_CHECK(rebuild(m, s, a == AR_LSH_REHASH_NEW_HASH, false));
   }
   return AR_OK;
 }
@@ -873,6 +877,9 @@ void ar_model_sampled_stats(const ar_model *m, int l, ar_sampled_stats *out) {
 
 void ar_model_sampled_stats_reset(ar_model *m) {
   for (int l = 0; l < m->n_layers; l++)
-    if (m->layers[l].smp)
+    if (m->layers[l].smp) {
+      double first = m->layers[l].smp->st.first_build_s;
       memset(&m->layers[l].smp->st, 0, sizeof m->layers[l].smp->st);
+      m->layers[l].smp->st.first_build_s = first;
+    }
 }

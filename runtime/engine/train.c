@@ -164,11 +164,14 @@ static void json_sampled(ar_json *j, const ar_model *m) {
     ar_json_num(j, KEY("active_mean"), st.samples ? (double)st.active_sum / (double)st.samples : 0);
     ar_json_num(j, KEY("touched_mean"),
                 m->step ? (double)st.touched_sum / (double)m->step : 0);
-    ar_json_num(j, KEY("query_s"), st.query_s);
-    ar_json_num(j, KEY("compute_s"), st.compute_s);
+    /* query and compute are summed over the threads that ran them (CPU
+     * seconds); update and rehash are wall seconds of the step. */
+    ar_json_num(j, KEY("query_cpu_s"), st.query_s);
+    ar_json_num(j, KEY("compute_cpu_s"), st.compute_s);
     ar_json_num(j, KEY("update_s"), st.update_s);
     ar_json_num(j, KEY("rehash_s"), st.rehash_s);
     ar_json_int(j, KEY("rehashes"), st.rehashes);
+    ar_json_num(j, KEY("first_build_s"), st.first_build_s);
     ar_json_int(j, KEY("reinserted_rows"), st.reinserted);
     ar_json_int(j, KEY("tables_bytes"), (int64_t)st.tables_bytes);
 #undef KEY
@@ -583,6 +586,7 @@ static ar_status eval_pass(ar_model *m, ar_reader *r, ar_batch *b, int64_t max_p
 ar_status ar_eval_checkpoint(const ar_spec *spec, const char *ckpt, int64_t max_points,
                              int reps, ar_eval_report *out, ar_err *err) {
   memset(out, 0, sizeof *out);
+  AR_CHECK(ar_mkdirs(spec->output.dir, err)); /* eval.json goes there */
   if (reps < 1)
     reps = 1;
   const char *train = NULL, *test = NULL;

@@ -1270,7 +1270,7 @@ static void convert_sparse(ctx *c, const ar__ynode *m, const ar__schema *ss,
   sp->auto_min_width = get_int(m, ss, "auto_min_width", &ok);
   if (get(m, ss, "hash", &v, NULL))
     sp->hash = (ar_sparse_hash)v.e;
-  sp->K = (int32_t)get_int(m, ss, "K", &ok);
+  sp->K = ar__ymap_get(m, "K") ? (int32_t)get_int(m, ss, "K", &ok) : 0; /* 0: auto */
   sp->L = (int32_t)get_int(m, ss, "L", &ok);
   sp->bucket = (int32_t)get_int(m, ss, "bucket", &ok);
   sp->reservoir = get(m, ss, "insert", &v, NULL) && v.e == 1;
@@ -1683,6 +1683,13 @@ static ar_spec *convert(ctx *c, const ar__ynode *root, const char *file) {
 }
 
 /* ---- public entry points ------------------------------------------------ */
+
+int ar_sparse_auto_K(ar_sparse_hash hash, int64_t width) {
+  double bits = log2((double)(width > 32 ? width : 32) / 16.0);
+  int per = hash == AR_HASH_SRP ? 1 : 3;
+  int k = (int)lround(bits / per);
+  return k < 1 ? 1 : k > 20 ? 20 : k;
+}
 
 const char *ar_act_name(ar_act a) {
   switch (a) {

@@ -202,7 +202,7 @@ lsh)
   ge 30 "$act" || fail "mean active $act: the layer is not sparse"
   ge "$act" 20 || fail "mean active $act below the budget of 20"
   grep -q '"out.lsh_rehashes": [1-9]' "$s" || fail "no table rebuild reported"
-  grep -q 'out.lsh_query_s' "$work/a/metrics.jsonl" || fail "metrics.jsonl lacks the sampled statistics"
+  grep -q 'out.lsh_query_cpu_s' "$work/a/metrics.jsonl" || fail "metrics.jsonl lacks the sampled statistics"
   # The same file on a GPU worker would run dense: mode auto below its width is dense here.
   "$bin" check "$work/job.yaml" --set "model.layers.out.sparse={mode: auto, auto_min_width: 1000}" \
     > "$work/check" || fail "check failed"

@@ -310,6 +310,57 @@ static void test_reinsert_finds_new_neighbour(void **st) {
   free(w);
 }
 
+/* SRP builds hash the weight rows by GEMM (srp.c): every row must sit in
+ * the bucket its own per-row hash names, in (nearly) every table; only a
+ * projection within rounding of 0 may differ.  Both the build and the
+ * re-insertion of a subset take that path. */
+static void test_srp_gemm_build_matches_row_hashes(void **st) {
+  (void)st;
+  enum { N = 3000, D = 128, L = 8 };
+  ar_lsh_hash *h = mkhash(AR_LSH_SRP, D, 12, L, 0, 77);
+  ar_lsh_tables *t = mktables(h, N, 65535, AR_LSH_FIFO, 1, 2);
+  ar_lsh_scratch *sc = mkscratch(h, NULL);
+  float *w = malloc((size_t)N * D * sizeof(float));
+  ar_rng g;
+  ar_rng_seed(&g, 5, 0);
+  for (size_t i = 0; i < (size_t)N * D; i++)
+    w[i] = (float)ar_rng_normal(&g);
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass == 0) {
+      assert_int_equal(ar_lsh_tables_build(t, h, w, N, D), AR_OK);
+    } else {
+      /* Move every third row and re-insert those. */
+      uint32_t ids[N / 3];
+      for (uint32_t k = 0; k < N / 3; k++) {
+        ids[k] = 3 * k;
+        for (int j = 0; j < D; j++)
+          w[(size_t)ids[k] * D + j] = (float)ar_rng_normal(&g);
+      }
+      assert_int_equal(ar_lsh_tables_reinsert(t, h, w, D, ids, N / 3), AR_OK);
+    }
+    int found = 0;
+    for (uint32_t r = 0; r < N; r++) {
+      uint32_t b[L];
+      assert_int_equal(ar_lsh_hash_dense(h, w + (size_t)r * D, sc, b), AR_OK);
+      for (uint32_t l = 0; l < L; l++) {
+        uint32_t c;
+        const uint32_t *ids = ar_lsh_tables_bucket(t, l, b[l], &c);
+        for (uint32_t j = 0; j < c; j++)
+          if (ids[j] == r) {
+            found++;
+            break;
+          }
+      }
+    }
+    /* Gaussian projections are never within rounding of 0 in practice. */
+    assert_true(found >= N * L - 2);
+  }
+  free(w);
+  ar_lsh_scratch_destroy(sc);
+  ar_lsh_tables_destroy(t);
+  ar_lsh_hash_destroy(h);
+}
+
 static void test_errors(void **st) {
   (void)st;
   ar_lsh_hash *h = mkhash(AR_LSH_SRP, 8, 2, 3, 0, 1);
@@ -412,6 +463,7 @@ int main(void) {
       cmocka_unit_test(test_retrieval),
       cmocka_unit_test(test_reinsert_moves),
       cmocka_unit_test(test_reinsert_finds_new_neighbour),
+      cmocka_unit_test(test_srp_gemm_build_matches_row_hashes),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_amazon_shape),
   };

@@ -540,8 +540,14 @@ static void test_sparse_section(void **state) {
   assert_int_equal(s->layers[0].sparse.mode, AR_SPARSE_NONE);
   const ar_sparse_spec *sp = &s->layers[1].sparse;
   assert_int_equal(sp->mode, AR_SPARSE_AUTO);
-  assert_int_equal(sp->hash, AR_HASH_DWTA);
-  assert_int_equal(sp->K, 6);
+  assert_int_equal(sp->hash, AR_HASH_SRP);
+  assert_int_equal(sp->K, 0); /* from the width */
+  /* log2(width / 16) bits: 983 -> 6 (srp) or 2 (dwta, 3 bits a code). */
+  assert_int_equal(ar_sparse_auto_K(AR_HASH_SRP, 983), 6);
+  assert_int_equal(ar_sparse_auto_K(AR_HASH_DWTA, 983), 2);
+  assert_int_equal(ar_sparse_auto_K(AR_HASH_SRP, 100000), 13);
+  assert_int_equal(ar_sparse_auto_K(AR_HASH_SRP, 670091), 15);
+  assert_int_equal(ar_sparse_auto_K(AR_HASH_SRP, 10), 1);
   assert_int_equal(sp->L, 50);
   assert_int_equal(sp->bucket, 128);
   assert_int_equal(sp->min_active, -1); /* fill to the budget */
