@@ -207,6 +207,59 @@ static int insert(const ar_lsh_tables *t, lsh_table *b, uint32_t bucket,
   return 1;
 }
 
+/* Builds table l from the bucket records of neurons 0..n-1 (FIFO policy);
+ * cnt is nb words of scratch.  Returns 0 when out of memory. */
+static int build_fifo_table(const ar_lsh_tables *t, lsh_table *b, uint32_t l, uint32_t n,
+                            uint32_t *cnt) {
+  const uint32_t L = t->L, cap = t->o.capacity;
+  memset(cnt, 0, (size_t)t->nb * sizeof *cnt);
+  for (uint32_t i = 0; i < n; i++)
+    cnt[t->rec[(size_t)i * L + l]]++;
+  /* Block sizes: the class the inserts would have grown each bucket to. */
+  size_t words = 0;
+  for (uint32_t k = 0; k < t->nb; k++) {
+    if (!cnt[k])
+      continue;
+    uint32_t keep = cnt[k] < cap ? cnt[k] : cap, cls = 0;
+    while (t->ccap[cls] < keep)
+      cls++;
+    words += HDR + t->ccap[cls];
+  }
+  if (words >= NONE - 1)
+    return 0;
+  if (words > b->size) {
+    uint32_t *p = ar_realloc(b->pool, (words ? words : 1) * sizeof *p);
+    if (!p)
+      return 0;
+    b->pool = p;
+    b->size = words;
+  }
+  size_t off = 0;
+  for (uint32_t k = 0; k < t->nb; k++) {
+    if (!cnt[k])
+      continue;
+    uint32_t keep = cnt[k] < cap ? cnt[k] : cap, cls = 0;
+    while (t->ccap[cls] < keep)
+      cls++;
+    uint32_t *blk = b->pool + off;
+    blk[0] = cls;
+    blk[1] = keep;
+    blk[2] = cnt[k] > cap ? cnt[k] % cap : 0; /* the ring's head */
+    b->dir[k] = (uint32_t)off + 1;
+    b->items += keep;
+    b->nonempty++;
+    cnt[k] = 0; /* from here: the bucket's next insertion number */
+    off += HDR + t->ccap[cls];
+  }
+  b->len = off;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t k = t->rec[(size_t)i * L + l];
+    b->pool[b->dir[k] - 1 + HDR + cnt[k] % cap] = i;
+    cnt[k]++;
+  }
+  return 1;
+}
+
 static void reverse(uint32_t *a, uint32_t n) {
   for (uint32_t i = 0; i < n / 2; i++) {
     uint32_t x = a[i];
@@ -334,23 +387,47 @@ ar_status ar_lsh_tables_build(ar_lsh_tables *t, const ar_lsh_hash *h,
   int failed = 0;
   for (uint32_t l = 0; l < t->L; l++)
     ar_rng_seed3(&t->tab[l].rng, t->o.seed, l, t->generation);
-  /* Neurons in blocks whose bucket records (block x L) stay in cache while
-   * every table takes the block: reading the records table by table over
-   * all neurons would stride through them L times.  Each table still gets
-   * its ids in neuron order from one thread, so the result does not depend
-   * on the thread count. */
-  const uint32_t block = 4096;
-  for (uint32_t lo = 0; lo < n && !failed; lo += block) {
-    const uint32_t hi = n - lo < block ? n : lo + block;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-    for (uint32_t l = 0; l < t->L; l++) {
-      lsh_table *b = &t->tab[l];
-      for (uint32_t i = lo; i < hi; i++)
-        if (!insert(t, b, t->rec[(size_t)i * t->L + l], i)) {
+  if (t->o.policy == AR_LSH_FIFO) {
+    /* FIFO tables are built directly: count each bucket's ids, lay the
+     * blocks out at the size the inserts would have grown them to, and
+     * write every id at its ring slot (insertion k of a bucket goes to
+     * slot k mod capacity, so the last writer is the one a FIFO keeps).
+     * The same contents as inserting neuron by neuron, without moving
+     * blocks as they grow. */
+#pragma omp parallel num_threads(nt)
+    {
+      uint32_t *cnt = ar_malloc((size_t)t->nb * sizeof *cnt);
+      if (!cnt) {
+#pragma omp atomic write
+        failed = 1;
+      }
+#pragma omp for schedule(dynamic, 1)
+      for (uint32_t l = 0; l < t->L; l++)
+        if (cnt && !build_fifo_table(t, &t->tab[l], l, n, cnt)) {
 #pragma omp atomic write
           failed = 1;
-          break;
         }
+      ar_free(cnt);
+    }
+  } else {
+    /* Reservoir draws depend on the insertion sequence: insert in neuron
+     * order, in blocks of neurons whose bucket records (block x L) stay in
+     * cache while every table takes the block.  Each table gets its ids in
+     * neuron order from one thread, so the result does not depend on the
+     * thread count. */
+    const uint32_t block = 4096;
+    for (uint32_t lo = 0; lo < n && !failed; lo += block) {
+      const uint32_t hi = n - lo < block ? n : lo + block;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+      for (uint32_t l = 0; l < t->L; l++) {
+        lsh_table *b = &t->tab[l];
+        for (uint32_t i = lo; i < hi; i++)
+          if (!insert(t, b, t->rec[(size_t)i * t->L + l], i)) {
+#pragma omp atomic write
+            failed = 1;
+            break;
+          }
+      }
     }
   }
   if (failed) {

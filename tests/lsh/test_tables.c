@@ -361,6 +361,52 @@ static void test_srp_gemm_build_matches_row_hashes(void **st) {
   ar_lsh_hash_destroy(h);
 }
 
+/* A FIFO build lays buckets out directly (tables.c, build_fifo_table): its
+ * buckets must hold exactly what inserting the neurons one by one keeps,
+ * in the same ring order, with overflowing buckets (capacity 3 and 5,
+ * several rows a bucket) and buckets that stay small. */
+static void test_fifo_build_equals_inserts(void **st) {
+  (void)st;
+  enum { N = 2000, D = 16, L = 6 };
+  for (uint32_t cap = 3; cap <= 5; cap += 2) {
+    ar_lsh_hash *h = mkhash(AR_LSH_SRP, D, 7, L, 0, 91);
+    ar_lsh_tables *a = mktables(h, N, cap, AR_LSH_FIFO, 1, 2);
+    ar_lsh_tables *b = mktables(h, N, cap, AR_LSH_FIFO, 1, 1);
+    ar_lsh_scratch *sc = mkscratch(h, NULL);
+    float *w = malloc((size_t)N * D * sizeof(float));
+    ar_rng g;
+    ar_rng_seed(&g, 9, cap);
+    for (size_t i = 0; i < (size_t)N * D; i++)
+      w[i] = (float)ar_rng_normal(&g);
+    assert_int_equal(ar_lsh_tables_build(a, h, w, N, D), AR_OK);
+    for (uint32_t r = 0; r < N; r++) {
+      uint32_t bk[L];
+      assert_int_equal(ar_lsh_hash_dense(h, w + (size_t)r * D, sc, bk), AR_OK);
+      assert_int_equal(ar_lsh_tables_insert(b, r, bk), AR_OK);
+    }
+    ar_lsh_tables_stats sa, sb;
+    ar_lsh_tables_stats_get(a, &sa);
+    ar_lsh_tables_stats_get(b, &sb);
+    assert_int_equal(sa.items, sb.items);
+    assert_int_equal(sa.nonempty_buckets, sb.nonempty_buckets);
+    assert_true(sa.items < (uint64_t)N * L); /* some buckets overflowed */
+    for (uint32_t l = 0; l < L; l++)
+      for (uint32_t k = 0; k < 128; k++) {
+        uint32_t ca, cb;
+        const uint32_t *ia = ar_lsh_tables_bucket(a, l, k, &ca);
+        const uint32_t *ib = ar_lsh_tables_bucket(b, l, k, &cb);
+        assert_int_equal(ca, cb);
+        if (ca)
+          assert_memory_equal(ia, ib, ca * sizeof *ia);
+      }
+    free(w);
+    ar_lsh_scratch_destroy(sc);
+    ar_lsh_tables_destroy(a);
+    ar_lsh_tables_destroy(b);
+    ar_lsh_hash_destroy(h);
+  }
+}
+
 static void test_errors(void **st) {
   (void)st;
   ar_lsh_hash *h = mkhash(AR_LSH_SRP, 8, 2, 3, 0, 1);
@@ -464,6 +510,7 @@ int main(void) {
       cmocka_unit_test(test_reinsert_moves),
       cmocka_unit_test(test_reinsert_finds_new_neighbour),
       cmocka_unit_test(test_srp_gemm_build_matches_row_hashes),
+      cmocka_unit_test(test_fifo_build_equals_inserts),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_amazon_shape),
   };
