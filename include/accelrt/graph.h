@@ -221,6 +221,8 @@ typedef struct ar_sampled_stats {
 void ar_model_sampled_stats(const ar_model *m, int l, ar_sampled_stats *out);
 void ar_model_sampled_stats_reset(ar_model *m);
 
+/* (A sampled layer's persistent gradient rows are left out: they are
+ * zero between iterations.) */
 int ar_model_tensors(const ar_model *m, const char **names, float **ptrs,
                      int64_t *counts, int max);
 

@@ -410,6 +410,12 @@ int ar_model_tensors(const ar_model *m, const char **names, float **ptrs, int64_
     const ar_plan_entry *e = &m->plan.entries[i];
     if (e->cls != AR_MEM_PERSISTENT)
       continue;
+    /* A sampled layer's persistent gradient rows are all zero between
+     * iterations (the sparse update zeroes what it applies) and zero in a
+     * new model: not state, so not saved (343 MB of zeros at 670K x 128). */
+    const char *g = strstr(e->name, ".grad.");
+    if (g && (!strcmp(g, ".grad.w") || !strcmp(g, ".grad.b")))
+      continue;
     if (n < max) {
       names[n] = e->name;
       ptrs[n] = (float *)((char *)m->persistent + e->offset);

@@ -1,9 +1,8 @@
 #!/bin/sh
 # A worker (rank 2) kills itself at iteration 5 of a 3-rank job
 # (ACCELRT_DIST_FAULT).  Checked:
-#   1. plain mpiexec: the job ends (no hang), exits non-zero, the surviving
-#      ranks say what they were waiting for when mpiexec stopped them, and
-#      the checkpoint left behind resumes to the end;
+#   1. plain mpiexec: the job ends (no hang), exits non-zero, rank 2 is
+#      named, and the checkpoint left behind resumes to the end;
 #   2. mpiexec --enable-recovery (the survivors keep running): each survivor
 #      exits non-zero with an error naming rank 2 and the iteration.
 # usage: killed_rank.sh MPIEXEC ACCELRT
@@ -39,8 +38,12 @@ rc=$?
 [ $rc -eq 124 ] && fail "plain mpiexec: the job hung"
 [ $rc -eq 0 ] && fail "plain mpiexec: exit status 0 after a rank died"
 grep -q "rank 2" "$dir/out1.txt" || fail "plain mpiexec: no message names rank 2"
+# Under plain mpiexec the survivors are stopped by mpiexec's SIGTERM, which
+# races with their own report of the dead peer; whether they print it first
+# depends on the machine's load, so it is noted, not required (part 2, with
+# the survivors left running, requires it).
 survivors=$(grep -c "accelrt run: error: iteration 5: rank [01] " "$dir/out1.txt")
-[ "$survivors" -ge 1 ] || fail "plain mpiexec: no surviving rank reported iteration 5"
+[ "$survivors" -ge 1 ] || echo "note: plain mpiexec stopped the survivors before they reported"
 # The checkpoint of iteration 4 is valid: resuming finishes the job.  A
 # line logged past the checkpoint (as a rank dying after logging iteration
 # 5 would leave) is trimmed on resume, not kept beside the rerun's.

@@ -203,6 +203,13 @@ lsh)
   ge "$act" 20 || fail "mean active $act below the budget of 20"
   grep -q '"out.lsh_rehashes": [1-9]' "$s" || fail "no table rebuild reported"
   grep -q 'out.lsh_query_cpu_s' "$work/a/metrics.jsonl" || fail "metrics.jsonl lacks the sampled statistics"
+  # A sampled run resumes from its checkpoint, which holds no gradient rows
+  # (zero between iterations) but the sparse Adam state.
+  ! grep -aq "out.grad.w" "$work/a/checkpoint.bin" || fail "the checkpoint stores the zero gradient rows"
+  grep -aq "out.lsh.last" "$work/a/checkpoint.bin" || fail "the checkpoint lacks the sparse Adam steps"
+  "$bin" run "$work/job.yaml" --quiet --resume --set "model.layers.out.sparse=$sparse" --set train.threads=1 \
+    --set output.dir="$work/a" --set train.epochs=4 2> "$work/err" || fail "lsh resume exited $?: $(cat "$work/err")"
+  [ "$(json_num "$work/a/summary.json" iterations)" = 252 ] || fail "the resumed lsh run did not reach 4 epochs"
   # The same file on a GPU worker would run dense: mode auto below its width is dense here.
   "$bin" check "$work/job.yaml" --set "model.layers.out.sparse={mode: auto, auto_min_width: 1000}" \
     > "$work/check" || fail "check failed"
