@@ -379,37 +379,6 @@ static ar_status check_adam(uint32_t neurons, uint32_t in,
   return AR_OK;
 }
 
-ar_status ar_lsh_adam_create(uint32_t neurons, uint32_t in, int has_bias,
-                             const ar_lsh_adam_opts *opts, ar_lsh_adam **out,
-                             ar_err *err) {
-  if (!out)
-    return ar_errf(err, AR_INVALID, "lsh adam: out is NULL");
-  AR_CHECK(check_adam(neurons, in, opts, err));
-  const size_t cells = (size_t)neurons * in;
-  ar_lsh_adam *a = ar_calloc(1, sizeof *a);
-  if (!a)
-    return ar_errf(err, AR_NOMEM, "lsh adam: no memory for the handle");
-  a->o = *opts;
-  a->neurons = neurons;
-  a->in = in;
-  a->owned = 1;
-  a->m = ar_calloc(cells, sizeof *a->m);
-  a->v = ar_calloc(cells, sizeof *a->v);
-  a->last = ar_calloc(neurons, sizeof *a->last);
-  if (has_bias) {
-    a->mb = ar_calloc(neurons, sizeof *a->mb);
-    a->vb = ar_calloc(neurons, sizeof *a->vb);
-  }
-  if (!a->m || !a->v || !a->last || (has_bias && (!a->mb || !a->vb))) {
-    ar_lsh_adam_destroy(a);
-    return ar_errf(err, AR_NOMEM,
-                   "lsh adam: no memory for moments of %u x %u (%zu MiB)",
-                   neurons, in, 2 * cells * sizeof(float) >> 20);
-  }
-  *out = a;
-  return AR_OK;
-}
-
 ar_status ar_lsh_adam_attach(uint32_t neurons, uint32_t in,
                              const ar_lsh_adam_opts *opts, float *m, float *v,
                              float *mb, float *vb, uint64_t *last,
@@ -431,6 +400,36 @@ ar_status ar_lsh_adam_attach(uint32_t neurons, uint32_t in,
   a->vb = vb;
   a->last = last;
   *out = a;
+  return AR_OK;
+}
+
+/* The state arrays of create: zeroed, freed with the handle. */
+ar_status ar_lsh_adam_create(uint32_t neurons, uint32_t in, int has_bias,
+                             const ar_lsh_adam_opts *opts, ar_lsh_adam **out,
+                             ar_err *err) {
+  if (!out)
+    return ar_errf(err, AR_INVALID, "lsh adam: out is NULL");
+  AR_CHECK(check_adam(neurons, in, opts, err));
+  const size_t cells = (size_t)neurons * in;
+  float *m = ar_calloc(cells, sizeof *m), *v = ar_calloc(cells, sizeof *v);
+  float *mb = has_bias ? ar_calloc(neurons, sizeof *mb) : NULL;
+  float *vb = has_bias ? ar_calloc(neurons, sizeof *vb) : NULL;
+  uint64_t *last = ar_calloc(neurons, sizeof *last);
+  ar_status st = AR_NOMEM;
+  if (m && v && last && (!has_bias || (mb && vb)))
+    st = ar_lsh_adam_attach(neurons, in, opts, m, v, mb, vb, last, out, err);
+  if (st != AR_OK) {
+    ar_free(m);
+    ar_free(v);
+    ar_free(mb);
+    ar_free(vb);
+    ar_free(last);
+    if (st == AR_NOMEM)
+      return ar_errf(err, AR_NOMEM, "lsh adam: no memory for moments of %u x %u (%zu MiB)",
+                     neurons, in, 2 * cells * sizeof(float) >> 20);
+    return st;
+  }
+  (*out)->owned = 1;
   return AR_OK;
 }
 

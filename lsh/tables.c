@@ -207,6 +207,14 @@ static int insert(const ar_lsh_tables *t, lsh_table *b, uint32_t bucket,
   return 1;
 }
 
+/* The block class a bucket holding `keep` ids has grown to. */
+static uint32_t class_for(const ar_lsh_tables *t, uint32_t keep) {
+  uint32_t cls = 0;
+  while (t->ccap[cls] < keep)
+    cls++;
+  return cls;
+}
+
 /* Builds table l from the bucket records of neurons 0..n-1 (FIFO policy);
  * cnt is nb words of scratch.  Returns 0 when out of memory. */
 static int build_fifo_table(const ar_lsh_tables *t, lsh_table *b, uint32_t l, uint32_t n,
@@ -220,9 +228,7 @@ static int build_fifo_table(const ar_lsh_tables *t, lsh_table *b, uint32_t l, ui
   for (uint32_t k = 0; k < t->nb; k++) {
     if (!cnt[k])
       continue;
-    uint32_t keep = cnt[k] < cap ? cnt[k] : cap, cls = 0;
-    while (t->ccap[cls] < keep)
-      cls++;
+    uint32_t keep = cnt[k] < cap ? cnt[k] : cap, cls = class_for(t, keep);
     words += HDR + t->ccap[cls];
   }
   if (words >= NONE - 1)
@@ -238,9 +244,7 @@ static int build_fifo_table(const ar_lsh_tables *t, lsh_table *b, uint32_t l, ui
   for (uint32_t k = 0; k < t->nb; k++) {
     if (!cnt[k])
       continue;
-    uint32_t keep = cnt[k] < cap ? cnt[k] : cap, cls = 0;
-    while (t->ccap[cls] < keep)
-      cls++;
+    uint32_t keep = cnt[k] < cap ? cnt[k] : cap, cls = class_for(t, keep);
     uint32_t *blk = b->pool + off;
     blk[0] = cls;
     blk[1] = keep;

@@ -43,6 +43,8 @@ typedef struct ar_plan_entry {
   size_t offset;    /* within its class's block, 64-byte aligned */
   int64_t first_use, last_use; /* ephemeral: steps of the iteration it lives
                                   between (see plan.c); persistent: 0, max */
+  bool zero_between; /* persistent, but all zero between iterations (a
+                        sampled layer's gradient rows): not checkpointed */
 } ar_plan_entry;
 
 typedef struct ar_plan {
@@ -221,8 +223,7 @@ typedef struct ar_sampled_stats {
 void ar_model_sampled_stats(const ar_model *m, int l, ar_sampled_stats *out);
 void ar_model_sampled_stats_reset(ar_model *m);
 
-/* (A sampled layer's persistent gradient rows are left out: they are
- * zero between iterations.) */
+/* (Entries marked zero_between are left out.) */
 int ar_model_tensors(const ar_model *m, const char **names, float **ptrs,
                      int64_t *counts, int max);
 

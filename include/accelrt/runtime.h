@@ -187,6 +187,13 @@ ar_status ar_write_file_atomic(const char *path, const void *data, size_t len,
                                ar_err *err);
 /* mkdir -p.  AR_IO. */
 ar_status ar_mkdirs(const char *path, ar_err *err);
+/* "DIR/NAME" (ar_free it), or NULL when out of memory. */
+char *ar_path_join(const char *dir, const char *name);
+/* --resume: keeps the lines of the file at `path` whose iteration (the
+ * number after `key`, or at the start of the line when key is "") is at
+ * most upto, and the lines without one, so that iterations rerun after a
+ * checkpoint are not logged twice.  A missing file is fine. */
+ar_status ar_trim_lines(const char *path, int64_t upto, const char *key, ar_err *err);
 
 #ifdef __cplusplus
 }

@@ -26,55 +26,16 @@ static size_t slot_len(const ar__dist *c) {
   return a > b ? a : b;
 }
 
-static char *join(const char *a, const char *b) {
-  size_t n = strlen(a) + strlen(b) + 2;
-  char *s = ar_malloc(n);
-  if (s)
-    snprintf(s, n, "%s/%s", a, b);
-  return s;
-}
-
-/* --resume: keeps the lines of `path` whose iteration (the number after
- * `key`, or at the start of the line when key is "") is at most upto, and
- * the lines without one (headers), so iterations rerun after the
- * checkpoint are not logged twice (as the single-process trainer's
- * trim_metrics does).  A missing file is fine. */
-static ar_status trim_lines(const char *path, int64_t upto, const char *key, ar_err *err) {
-  FILE *f = fopen(path, "r");
-  if (!f)
-    return AR_OK;
-  char *keep = NULL, *line = NULL;
-  size_t klen = 0, lcap = 0;
-  FILE *mem = open_memstream(&keep, &klen);
-  if (!mem) {
-    fclose(f);
-    return ar_errf(err, AR_NOMEM, "out of memory");
-  }
-  ssize_t n;
-  while ((n = getline(&line, &lcap, f)) > 0) {
-    const char *p = *key ? strstr(line, key) : line;
-    char *end = NULL;
-    long long it = p ? strtoll(p + strlen(key), &end, 10) : 0;
-    if (!p || end == p + strlen(key) || it <= upto)
-      fwrite(line, 1, (size_t)n, mem);
-  }
-  free(line);
-  fclose(f);
-  fclose(mem);
-  ar_status st = ar_write_file_atomic(path, keep ? keep : "", klen, err);
-  free(keep);
-  return st;
-}
 
 ar_status ar__dist_report_init(ar__dist *c, bool resume) {
   const ar_spec *s = c->spec;
   int peers = c->W + c->S - 1;
   size_t spans = (size_t)c->W * (2 * (size_t)c->nt + c->nops) + (size_t)c->S;
-  c->ckpt_path = join(s->output.dir, "checkpoint.bin");
-  c->metrics_path = join(s->output.dir, "metrics.jsonl");
-  c->summary_path = join(s->output.dir, "summary.json");
-  c->oracle_path = join(s->output.dir, "oracle.tsv");
-  c->trace_path = join(s->output.dir, "trace.tsv");
+  c->ckpt_path = ar_path_join(s->output.dir, "checkpoint.bin");
+  c->metrics_path = ar_path_join(s->output.dir, "metrics.jsonl");
+  c->summary_path = ar_path_join(s->output.dir, "summary.json");
+  c->oracle_path = ar_path_join(s->output.dir, "oracle.tsv");
+  c->trace_path = ar_path_join(s->output.dir, "trace.tsv");
   c->reports = ar_malloc((size_t)peers * slot_len(c) * sizeof *c->reports);
   c->rep_req = ar_malloc((size_t)peers * sizeof *c->rep_req);
   c->stats = ar_calloc((size_t)(c->total > 0 ? c->total : 1), sizeof *c->stats);
@@ -87,12 +48,12 @@ ar_status ar__dist_report_init(ar__dist *c, bool resume) {
     c->rep_req[i] = MPI_REQUEST_NULL;
   AR_CHECK(ar_commsched_oracle_create(c->g, &c->oracle, c->err));
   if (resume)
-    AR_CHECK(trim_lines(c->metrics_path, c->st.iteration, "\"iteration\": ", c->err));
+    AR_CHECK(ar_trim_lines(c->metrics_path, c->st.iteration, "\"iteration\": ", c->err));
   c->metrics = fopen(c->metrics_path, resume ? "a" : "w");
   if (!c->metrics)
     return ar_errf(c->err, AR_IO, "cannot write '%s': %s", c->metrics_path, strerror(errno));
   if (resume)
-    AR_CHECK(trim_lines(c->trace_path, c->st.iteration, "", c->err));
+    AR_CHECK(ar_trim_lines(c->trace_path, c->st.iteration, "", c->err));
   c->trace = fopen(c->trace_path, resume ? "a" : "w");
   if (!c->trace)
     return ar_errf(c->err, AR_IO, "cannot write '%s': %s", c->trace_path, strerror(errno));

@@ -4,6 +4,10 @@
 
 #include "accelrt/graph.h"
 
+/* model.c: the address of plan entry "LAYER.WHAT" ("LAYER" when what is
+ * NULL) in the model's blocks, or NULL when the plan has none. */
+void *ar__plan_ptr(ar_model *m, const char *layer, const char *what);
+
 /* sampled.c */
 ar_status ar__sampled_create(ar_model *m, int l); /* after the layers exist */
 ar_status ar__sampled_init(ar_model *m);          /* after init_params */

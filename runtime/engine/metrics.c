@@ -8,6 +8,8 @@
 #include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -176,5 +178,40 @@ ar_status ar_write_file_atomic(const char *path, const void *data, size_t len, a
     unlink(tmp);
 done:
   ar_free(tmp);
+  return st;
+}
+
+char *ar_path_join(const char *dir, const char *name) {
+  size_t n = strlen(dir) + strlen(name) + 2;
+  char *s = ar_malloc(n);
+  if (s)
+    snprintf(s, n, "%s/%s", dir, name);
+  return s;
+}
+
+ar_status ar_trim_lines(const char *path, int64_t upto, const char *key, ar_err *err) {
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return AR_OK;
+  char *keep = NULL, *line = NULL;
+  size_t klen = 0, lcap = 0, kl = strlen(key);
+  FILE *mem = open_memstream(&keep, &klen);
+  if (!mem) {
+    fclose(f);
+    return ar_errf(err, AR_NOMEM, "out of memory");
+  }
+  ssize_t n;
+  while ((n = getline(&line, &lcap, f)) > 0) {
+    const char *p = kl ? strstr(line, key) : line;
+    char *end = NULL;
+    long long it = p ? strtoll(p + kl, &end, 10) : 0;
+    if (!p || end == p + kl || it <= upto)
+      fwrite(line, 1, (size_t)n, mem);
+  }
+  free(line);
+  fclose(f);
+  fclose(mem);
+  ar_status st = ar_write_file_atomic(path, keep ? keep : "", klen, err);
+  free(keep);
   return st;
 }

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-static void *plan_ptr(ar_model *m, const char *layer, const char *what) {
+void *ar__plan_ptr(ar_model *m, const char *layer, const char *what) {
   char name[64];
   snprintf(name, sizeof name, "%s%s%s", layer, what ? "." : "", what ? what : "");
   for (int i = 0; i < m->plan.count; i++) {
@@ -78,26 +78,26 @@ static void bind(ar_model *m) {
   for (int l = 0; l < m->n_layers; l++) {
     const ar_layer_spec *ls = &spec->layers[l];
     ar_layer *L = &m->layers[l];
-    L->w = plan_ptr(m, ls->name, "w");
-    L->b = plan_ptr(m, ls->name, "b");
-    L->s1w = plan_ptr(m, ls->name, "state1.w");
-    L->s1b = plan_ptr(m, ls->name, "state1.b");
-    L->s2w = plan_ptr(m, ls->name, "state2.w");
-    L->s2b = plan_ptr(m, ls->name, "state2.b");
-    L->gw = plan_ptr(m, ls->name, "grad.w");
-    L->gb = plan_ptr(m, ls->name, "grad.b");
-    L->y = plan_ptr(m, ls->name, "y");
-    L->dy = plan_ptr(m, ls->name, "grad.y");
+    L->w = ar__plan_ptr(m, ls->name, "w");
+    L->b = ar__plan_ptr(m, ls->name, "b");
+    L->s1w = ar__plan_ptr(m, ls->name, "state1.w");
+    L->s1b = ar__plan_ptr(m, ls->name, "state1.b");
+    L->s2w = ar__plan_ptr(m, ls->name, "state2.w");
+    L->s2b = ar__plan_ptr(m, ls->name, "state2.b");
+    L->gw = ar__plan_ptr(m, ls->name, "grad.w");
+    L->gb = ar__plan_ptr(m, ls->name, "grad.b");
+    L->y = ar__plan_ptr(m, ls->name, "y");
+    L->dy = ar__plan_ptr(m, ls->name, "grad.y");
     AR_ASSERT(L->w && L->b && L->gw && L->gb && L->y);
   }
-  m->row_ptr = plan_ptr(m, "batch", "row_ptr");
-  m->idx = plan_ptr(m, "batch", "idx");
-  m->val = plan_ptr(m, "batch", "val");
-  m->lab_ptr = plan_ptr(m, "batch", "lab_ptr");
-  m->lab = plan_ptr(m, "batch", "lab");
-  m->x = plan_ptr(m, "batch", "x");
-  m->loss_rows = plan_ptr(m, "loss", "rows");
-  m->topk = plan_ptr(m, "eval", "topk");
+  m->row_ptr = ar__plan_ptr(m, "batch", "row_ptr");
+  m->idx = ar__plan_ptr(m, "batch", "idx");
+  m->val = ar__plan_ptr(m, "batch", "val");
+  m->lab_ptr = ar__plan_ptr(m, "batch", "lab_ptr");
+  m->lab = ar__plan_ptr(m, "batch", "lab");
+  m->x = ar__plan_ptr(m, "batch", "x");
+  m->loss_rows = ar__plan_ptr(m, "loss", "rows");
+  m->topk = ar__plan_ptr(m, "eval", "topk");
   ar__sampled_bind(m);
 }
 
@@ -410,11 +410,9 @@ int ar_model_tensors(const ar_model *m, const char **names, float **ptrs, int64_
     const ar_plan_entry *e = &m->plan.entries[i];
     if (e->cls != AR_MEM_PERSISTENT)
       continue;
-    /* A sampled layer's persistent gradient rows are all zero between
-     * iterations (the sparse update zeroes what it applies) and zero in a
-     * new model: not state, so not saved (343 MB of zeros at 670K x 128). */
-    const char *g = strstr(e->name, ".grad.");
-    if (g && (!strcmp(g, ".grad.w") || !strcmp(g, ".grad.b")))
+    /* Zero between iterations and in a new model (a sampled layer's
+     * gradient rows): not state, so not saved (343 MB at 670K x 128). */
+    if (e->zero_between)
       continue;
     if (n < max) {
       names[n] = e->name;

@@ -181,7 +181,9 @@ ar_status ar_plan_compute_on(const ar_spec *spec, int64_t max_nnz, int64_t max_l
        * live across iterations; the step of each row's last update makes
        * the moments decay exactly for the steps it skipped. */
       AR_CHECK(add(&pb, ls->name, "grad.w", AR_MEM_PERSISTENT, nw * f));
+      out->entries[out->count - 1].zero_between = true;
       AR_CHECK(add(&pb, ls->name, "grad.b", AR_MEM_PERSISTENT, nb * f));
+      out->entries[out->count - 1].zero_between = true;
       AR_CHECK(add(&pb, ls->name, "lsh.last", AR_MEM_PERSISTENT, nb * sizeof(uint64_t)));
     }
     in = ls->width;

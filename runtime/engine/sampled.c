@@ -78,35 +78,24 @@ static ar_lsh_rows rows_of(const ar_layer *L, bool grad) {
   return r;
 }
 
-static void *plan_get(ar_model *m, const char *layer, const char *what) {
-  char name[64];
-  snprintf(name, sizeof name, "%s.%s", layer, what);
-  for (int i = 0; i < m->plan.count; i++) {
-    const ar_plan_entry *e = &m->plan.entries[i];
-    if (strcmp(e->name, name) == 0)
-      return (char *)(e->cls == AR_MEM_PERSISTENT ? m->persistent : m->ephemeral) + e->offset;
-  }
-  return NULL;
-}
-
 void ar__sampled_bind(ar_model *m) {
   for (int l = 0; l < m->n_layers; l++) {
     ar_sampled *s = m->layers[l].smp;
     if (!s)
       continue;
     const char *n = m->layers[l].name;
-    s->active = plan_get(m, n, "lsh.active");
-    s->n_active = plan_get(m, n, "lsh.n");
-    s->out = plan_get(m, n, "lsh.out");
-    s->dout = plan_get(m, n, "lsh.dout");
-    s->last = plan_get(m, n, "lsh.last");
+    s->active = ar__plan_ptr(m, n, "lsh.active");
+    s->n_active = ar__plan_ptr(m, n, "lsh.n");
+    s->out = ar__plan_ptr(m, n, "lsh.out");
+    s->dout = ar__plan_ptr(m, n, "lsh.dout");
+    s->last = ar__plan_ptr(m, n, "lsh.last");
     AR_ASSERT(s->active && s->n_active && s->out && s->dout && s->last);
-    s->sids = plan_get(m, n, "lsh.shared_ids");
-    s->sw = plan_get(m, n, "lsh.shared_w");
-    s->sgw = plan_get(m, n, "lsh.shared_gw");
-    s->sb = plan_get(m, n, "lsh.shared_b");
-    s->sgb = plan_get(m, n, "lsh.shared_gb");
-    s->sz = plan_get(m, n, "lsh.shared_z");
+    s->sids = ar__plan_ptr(m, n, "lsh.shared_ids");
+    s->sw = ar__plan_ptr(m, n, "lsh.shared_w");
+    s->sgw = ar__plan_ptr(m, n, "lsh.shared_gw");
+    s->sb = ar__plan_ptr(m, n, "lsh.shared_b");
+    s->sgb = ar__plan_ptr(m, n, "lsh.shared_gb");
+    s->sz = ar__plan_ptr(m, n, "lsh.shared_z");
   }
 }
 
@@ -495,16 +484,16 @@ static const float *dense_input(const ar_model *m, int l) {
 }
 
 /* Draws this batch's shared ids: want distinct ids from the batch stream,
- * or every neuron when want reaches half the layer. */
+ * or the whole layer when want reaches the room (ar_layer_shared_cap is the
+ * width when the top-up target is half the layer or more). */
 static void draw_shared(ar_model *m, ar_sampled *s, int l, uint32_t want) {
   /* spos is all -1 here: shared_backward resets it while sids (ephemeral,
    * its bytes reused between iterations) still holds this batch's ids. */
   s->ns = 0;
-  if (want >= s->neurons / 2 || want >= s->scap) {
-    want = s->neurons < s->scap ? s->neurons : s->scap;
-    for (uint32_t i = 0; i < want; i++)
+  if (want >= s->scap) {
+    for (uint32_t i = 0; i < s->scap; i++)
       s->sids[i] = i;
-    s->ns = want;
+    s->ns = s->scap;
   } else {
     ar_rng rng;
     ar_rng_seed3(&rng, m->spec->seed ^ 0x5a3d1e5bu, (uint64_t)m->step * 4096u + (uint64_t)l,
@@ -567,9 +556,9 @@ static ar_status shared_forward(ar_model *m, int l, double *loss_sum) {
   /* 2. The shared ids and their logits for every row: one GEMM. */
   double t0 = ar_now();
   uint32_t target = s->so.min_active, mean_own = (uint32_t)(own_sum / rows);
-  draw_shared(m, s, l, 2 * (uint64_t)target >= s->neurons ? s->neurons
-                       : target > mean_own                ? target - mean_own
-                                                          : 0);
+  draw_shared(m, s, l, s->scap == s->neurons ? s->neurons
+                       : target > mean_own      ? target - mean_own
+                                                : 0);
   const uint32_t ns = s->ns;
   for (uint32_t k = 0; k < ns; k++) {
     memcpy(s->sw + (size_t)k * in, L->w + (size_t)s->sids[k] * in, (size_t)in * sizeof(float));

@@ -19,13 +19,6 @@ static void on_signal(int sig) {
   stop_requested = 1;
 }
 
-static char *join(const char *a, const char *b) {
-  size_t n = strlen(a) + strlen(b) + 2;
-  char *s = ar_malloc(n);
-  if (s)
-    snprintf(s, n, "%s/%s", a, b);
-  return s;
-}
 
 static int file_exists(const char *p) {
   struct stat sb;
@@ -50,7 +43,7 @@ ar_status ar_run_resolve_data(const ar_spec *spec, const char **train, const cha
            (long long)g->train_points, (long long)g->test_points, (long long)g->features,
            (long long)g->labels, g->nnz, g->labels_per_point, g->noise,
            (unsigned long long)spec->seed);
-  char *dir = join(spec->output.dir, "data");
+  char *dir = ar_path_join(spec->output.dir, "data");
   if (!dir)
     return ar_errf(err, AR_NOMEM, "out of memory");
   size_t n = strlen(dir) + 32;
@@ -94,34 +87,6 @@ ar_status ar_run_resolve_data(const ar_spec *spec, const char **train, const cha
   *test = g->test_points > 0 ? tep : NULL;
   *storage = buf;
   return AR_OK;
-}
-
-/* Keeps only the metrics lines of iterations <= `upto` (a resumed run
- * rewrites what came after its checkpoint). */
-static ar_status trim_metrics(const char *path, int64_t upto, ar_err *err) {
-  FILE *f = fopen(path, "r");
-  if (!f)
-    return AR_OK;
-  char *keep = NULL, *line = NULL;
-  size_t klen = 0, lcap = 0;
-  FILE *mem = open_memstream(&keep, &klen);
-  if (!mem) {
-    fclose(f);
-    return ar_errf(err, AR_NOMEM, "out of memory");
-  }
-  ssize_t n;
-  while ((n = getline(&line, &lcap, f)) > 0) {
-    const char *p = strstr(line, "\"iteration\": ");
-    long long it = p ? strtoll(p + 13, NULL, 10) : 0;
-    if (it <= upto)
-      fwrite(line, 1, (size_t)n, mem);
-  }
-  free(line);
-  fclose(f);
-  fclose(mem);
-  ar_status st = ar_write_file_atomic(path, keep, klen, err);
-  free(keep);
-  return st;
 }
 
 struct ar_job {
@@ -178,26 +143,16 @@ static void json_sampled(ar_json *j, const ar_model *m) {
   }
 }
 
+static ar_status eval_pass(ar_model *m, ar_reader *r, ar_batch *b, int64_t max_points, bool lsh,
+                           ar_eval_acc *acc, double *seconds, ar_err *err);
+
 static ar_status evaluate(run_ctx *c, ar_eval_acc *acc) {
   memset(acc, 0, sizeof *acc);
   if (!c->test)
     return AR_OK;
-  AR_CHECK(ar_reader_rewind(c->test, 0, c->err));
-  int64_t limit = c->spec->train.eval_points;
-  for (;;) {
-    int64_t want = c->batch.cap_rows;
-    if (limit > 0 && limit - acc->rows < want)
-      want = limit - acc->rows;
-    if (want <= 0)
-      break;
-    AR_CHECK(ar_reader_next(c->test, want, &c->batch, c->err));
-    if (c->batch.rows == 0)
-      break;
-    ar_status st = ar_model_eval_batch(c->model, &c->batch, acc);
-    if (st != AR_OK)
-      return ar_errf(c->err, st, "evaluation: %s", c->model->err.msg);
-  }
-  return AR_OK;
+  double seconds;
+  return eval_pass(c->model, c->test, &c->batch, c->spec->train.eval_points, false, acc, &seconds,
+                   c->err);
 }
 
 static double p_at(const ar_eval_acc *a, int i) {
@@ -321,9 +276,9 @@ ar_status ar_job_open(const ar_spec *spec, const ar_run_opts *opts, ar_job **out
   ar_status st = ar_mkdirs(spec->output.dir, err);
   if (st != AR_OK)
     goto fail;
-  c->ckpt_path = join(spec->output.dir, "checkpoint.bin");
-  c->metrics_path = join(spec->output.dir, "metrics.jsonl");
-  c->summary_path = join(spec->output.dir, "summary.json");
+  c->ckpt_path = ar_path_join(spec->output.dir, "checkpoint.bin");
+  c->metrics_path = ar_path_join(spec->output.dir, "metrics.jsonl");
+  c->summary_path = ar_path_join(spec->output.dir, "summary.json");
   if (!c->ckpt_path || !c->metrics_path || !c->summary_path) {
     st = ar_errf(err, AR_NOMEM, "out of memory");
     goto fail;
@@ -399,7 +354,7 @@ ar_status ar_job_start(ar_job *c, ar_device *dev, void *persistent, void *epheme
     AR_CHECK(ar_checkpoint_load(c->model, &c->st, c->ckpt_path, err));
     AR_CHECK(ar_reader_rewind(c->train, (uint64_t)c->st.epoch, err));
     AR_CHECK(ar_reader_skip(c->train, c->st.rows_in_epoch, err));
-    AR_CHECK(trim_metrics(c->metrics_path, c->st.iteration, err));
+    AR_CHECK(ar_trim_lines(c->metrics_path, c->st.iteration, "\"iteration\": ", err));
   } else {
     AR_CHECK(ar_reader_rewind(c->train, 0, err));
   }

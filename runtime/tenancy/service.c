@@ -243,13 +243,6 @@ static bool uid_may_read(uid_t uid, const char *path) {
   return (sb.st_uid == uid && (sb.st_mode & S_IRUSR)) || (sb.st_mode & S_IROTH);
 }
 
-static char *join2(const char *a, const char *b) {
-  size_t n = strlen(a) + strlen(b) + 2;
-  char *s = ar_malloc(n);
-  if (s)
-    snprintf(s, n, "%s/%s", a, b);
-  return s;
-}
 
 /* Parses the job text of j (its journal), fixes its output folder, opens
  * it and hands it to the runner.  Called with s->mu NOT held. */
@@ -321,7 +314,7 @@ static ar_status start_job(server *s, sjob *j, const char *yaml, size_t n, bool 
   spec->output.dir = dir;
   snprintf(j->name, sizeof j->name, "%s", spec->name);
   if (resume) {
-    char *ck = join2(j->out, "checkpoint.bin");
+    char *ck = ar_path_join(j->out, "checkpoint.bin");
     struct stat sb;
     resume = ck && stat(ck, &sb) == 0;
     ar_free(ck);

@@ -29,10 +29,8 @@ static const char *BASE =
     "data: {train: x.txt}\n"
     "train: {batch: 16, iterations: 1, threads: %d, optimizer: {adam: {lr: 0.01}}}\n";
 
-static ar_model *model(const char *h2_sparse, const char *out_sparse, int threads,
-                       ar_spec **spec, ar_device **dev) {
-  char yaml[2048];
-  snprintf(yaml, sizeof yaml, BASE, h2_sparse, out_sparse, threads);
+/* A model of the job in `yaml` on a host device of `threads` threads. */
+static ar_model *model_of(const char *yaml, int threads, ar_spec **spec, ar_device **dev) {
   *spec = parse(yaml);
   ar_device_opts o = AR_DEVICE_OPTS_INIT;
   o.threads = threads;
@@ -43,6 +41,13 @@ static ar_model *model(const char *h2_sparse, const char *out_sparse, int thread
   if (st != AR_OK)
     fail_msg("%s", err.msg);
   return m;
+}
+
+static ar_model *model(const char *h2_sparse, const char *out_sparse, int threads,
+                       ar_spec **spec, ar_device **dev) {
+  char yaml[2048];
+  snprintf(yaml, sizeof yaml, BASE, h2_sparse, out_sparse, threads);
+  return model_of(yaml, threads, spec, dev);
 }
 
 static void train(ar_model *m, int steps, uint64_t seed) {
@@ -192,14 +197,9 @@ static void test_rebuilds_reinsert_changed_rows(void **state) {
            "    - {name: out, dense: 400, sparse: {mode: lsh, active: 0.01, K: 3, L: 8,"
            " rehash: {every: 2, growth: 1}}}\n"
            "data: {train: x.txt}\ntrain: {batch: 16, iterations: 1, threads: 1}\n");
-  ar_spec *spec = parse(yaml);
+  ar_spec *spec = NULL;
   ar_device *dev = NULL;
-  ar_device_opts o = AR_DEVICE_OPTS_INIT;
-  o.threads = 1;
-  ar_err err = AR_ERR_INIT;
-  assert_int_equal(ar_device_open("host", &o, &dev, &err), AR_OK);
-  ar_model *m = NULL;
-  assert_int_equal(ar_model_create(dev, spec, 6, 3, &m, &err), AR_OK);
+  ar_model *m = model_of(yaml, 1, &spec, &dev);
   ar_rng rng;
   ar_rng_seed(&rng, 1, 0);
   for (int i = 0; i < 6; i++) {
