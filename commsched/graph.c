@@ -384,6 +384,16 @@ ar_status ar_commsched_graph_set_time(ar_commsched_graph *g,
   return AR_OK;
 }
 
+ar_status ar_commsched_graph_set_bytes(ar_commsched_graph *g,
+                                       uint32_t transfer, size_t bytes,
+                                       ar_err *err) {
+  if (transfer >= g->nrecv)
+    return ar_errf(err, AR_INVALID, "commsched graph: unknown transfer %u",
+                   transfer);
+  g->recvs[transfer].bytes = bytes;
+  return AR_OK;
+}
+
 size_t ar_commsched_graph_op_count(const ar_commsched_graph *g) {
   return g->nops;
 }

@@ -111,6 +111,13 @@ ar_status ar_commsched_graph_set_time(ar_commsched_graph *g,
                                       ar_commsched_op op, double time_s,
                                       ar_err *err);
 
+/* Sets a transfer's bytes, e.g. to the measured mean of a transfer whose
+ * size varies (sparse rows).  Like times, bytes may change after sealing.
+ * AR_OK or AR_INVALID (unknown transfer). */
+ar_status ar_commsched_graph_set_bytes(ar_commsched_graph *g,
+                                       uint32_t transfer, size_t bytes,
+                                       ar_err *err);
+
 /* Getters.  Bad ids give 0 / NULL / AR_COMMSCHED_NONE.  Names are borrowed,
  * valid while the graph lives. */
 size_t ar_commsched_graph_op_count(const ar_commsched_graph *g);

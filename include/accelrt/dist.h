@@ -5,7 +5,7 @@
  * parameter servers, the others workers.
  *
  * Each iteration every worker receives the current parameters (one
- * transfer per parameter tensor, from the server that owns it; tensors are
+ * transfer per parameter tensor, from the server that owns it; layers are
  * sharded over the servers balanced by bytes), runs forward and backward
  * on its contiguous slice of the global batch (the same shuffled stream
  * and seed as a single-process run), scales its gradients by its share of
@@ -16,6 +16,17 @@
  * the first distributed.trace_iterations iterations (the warm-up, traced
  * and reported).  distributed.link paces each server's ports with a token
  * bucket (parameters at its out port, gradients at its in port).
+ *
+ * Sampled layers (SLIDE): a worker on a host computes a layer whose
+ * `sparse` mode says so LSH-sampled (distributed.workers[i].sparse: dense
+ * keeps a worker dense).  Such a layer's w and b travel as rows
+ * (runtime/dist/rows.c): gradients as the rows the worker's batch touched,
+ * parameters as the rows that changed since the last iteration (all of
+ * them on the first iteration and after a resume); the server sums the
+ * workers' rows and applies sparse Adam to their union, as single-process
+ * SLIDE training does, or to every row when some worker computed the
+ * layer dense.  The op graph's bytes of those transfers are set to the
+ * means measured during warm-up.
  *
  * Failures: communicators return errors (MPI_ERRORS_RETURN) and every wait
  * is a polling loop, so a rank that dies is reported by the ranks waiting
@@ -91,7 +102,7 @@ ar_status ar_dist_run_ex(const ar_spec *spec, const ar_run_opts *opts,
 
 /* The workers' op graph of a job for commsched (sealed; caller destroys):
  * one recv per parameter tensor (layer l's w is transfer 2l, its b 2l+1,
- * named "<layer>.w"/"<layer>.b", channel = its server, tensors sharded
+ * named "<layer>.w"/"<layer>.b", channel = its server, layers sharded
  * over `servers` balanced by bytes), a forward and a backward op per
  * layer and the loss, with placeholder times (the runtime's oracle or
  * `accelrt simulate` sets them).  The runtime schedules exactly this

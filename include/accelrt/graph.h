@@ -117,6 +117,11 @@ typedef struct ar_model {
   ar_layer *layers;     /* (n_layers) */
   int64_t batch, max_nnz, max_labels;
   int64_t rows;         /* rows of the batch loaded now */
+  int64_t grad_rows;    /* the training loss's gradient is its sum over the
+                           loaded rows divided by this (0: by rows, the
+                           mean); a distributed worker sets the global
+                           batch's rows so that the workers' gradients sum
+                           to the mean over the whole batch */
   /* Device copy of the batch. */
   int64_t *row_ptr;     /* (batch + 1) */
   int32_t *idx;         /* (batch * max_nnz) */
@@ -204,6 +209,38 @@ ar_status ar_model_sampled_rebuild(ar_model *m);
  * among them: LSH inference.  The loss is not computed.  AR_STATE when the
  * output layer is not sampled. */
 ar_status ar_model_eval_batch_lsh(ar_model *m, const ar_batch *b, ar_eval_acc *acc);
+
+/* One training iteration a layer at a time, for callers that interleave
+ * it with communication (runtime/dist): as ar_model_train_batch does,
+ * sampled layers per sample (SLIDE), dense layers through the device.
+ * forward_layer in layer order after ar_model_load; an output layer that
+ * is sampled computes its loss and gradient there and sets *loss_sum
+ * (may be NULL) to the summed row losses; otherwise call ar_model_loss
+ * with want_grad after the last layer.  backward_layer in reverse order.
+ * AR_OK or a status with the reason in m->err. */
+ar_status ar_model_train_forward_layer(ar_model *m, int l, double *loss_sum);
+ar_status ar_model_train_backward_layer(ar_model *m, int l);
+/* A sampled layer's gradient rows (l must be sampled; AR_ASSERT): the
+ * rows the batch touched, i.e. every active id (borrowed, valid until the
+ * next mark or clear; any order).  Their gw rows and gb entries hold the
+ * gradient; every other row is zero. */
+const uint32_t *ar_model_grad_rows(const ar_model *m, int l, size_t *n);
+/* Marks row id as touched (a parameter server adding workers' rows). */
+void ar_model_grad_rows_mark(ar_model *m, int l, uint32_t id);
+/* Zeroes the touched gradient rows and unmarks them (a worker, once it
+ * has sent them, instead of stepping). */
+void ar_model_grad_rows_clear(ar_model *m, int l);
+/* Notes that rows ids[0..n) of sampled layer l's weights changed (NULL:
+ * all), so the next table rebuild re-hashes them (a worker whose replica
+ * received new rows). */
+void ar_model_rows_changed(ar_model *m, int l, const uint32_t *ids, size_t n);
+/* Sparse Adam over the touched rows with t = m->step (the caller
+ * increments m->step once per iteration first), clearing them; no table
+ * rebuild.  AR_OK or AR_INVALID. */
+ar_status ar_model_sampled_step(ar_model *m, int l);
+/* The table rebuild SLIDE's schedule asks for at step m->step, once per
+ * step (a second call at the same step does nothing). */
+ar_status ar_model_sampled_rehash(ar_model *m, int l);
 
 /* What a sampled layer did since the last reset. */
 typedef struct ar_sampled_stats {

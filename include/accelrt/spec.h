@@ -186,6 +186,13 @@ typedef struct ar_spec {
     double link_latency_us;
     int64_t max_bytes_in_flight; /* per channel; 0: no bound */
     char *schedule_file;     /* read the schedule from / write it to; NULL */
+    /* distributed.workers: settings of the first n_workers workers (the
+     * others: device NULL, dense false). */
+    int n_workers;
+    struct ar_worker_spec {
+      char *device; /* "auto", "host", "cuda:N"; NULL: the job's device */
+      bool dense;   /* sparse: dense: every layer dense on this worker */
+    } *workers;     /* (n_workers) */
   } distributed;
 
   /* A job of a multi-job file (an item of `jobs:`). */

@@ -14,12 +14,15 @@
  *   worker.c     one worker iteration: receives, per-layer compute,
  *                gradient sends, the iteration report to rank 0;
  *   report.c     rank 0: per-iteration metrics, metrics.jsonl, evaluation,
- *                checkpoints (shards gathered), summary.json.
+ *                checkpoints (shards gathered), summary.json;
+ *   rows.c       the rows messages of sampled layers' tensors.
  *
  * Roles: ranks 0..S-1 are servers, S..size-1 workers; worker w is rank
  * S + w.  Every parameter tensor (each layer's w and b) is one transfer
- * of the commsched graph, owned by one server (sharding balanced by
- * bytes).  Three duplicated communicators keep the traffic apart so that
+ * of the commsched graph, owned by one server (a layer's two on the same
+ * one; sharding balanced by bytes).  A layer that some worker computes
+ * LSH-sampled is sampled in the servers' model too (its sparse Adam state)
+ * and its tensors travel as rows (rows.c) to and from every worker.  Three duplicated communicators keep the traffic apart so that
  * a worker can probe parameters with MPI_ANY_TAG and see them exactly in
  * the order its server posted them (MPI's non-overtaking rule holds for
  * matched probes): cparam (server -> worker parameters, tag = transfer),
@@ -58,7 +61,26 @@ typedef struct ar__dist_tensor {
   int server;      /* owning server rank */
   float *p, *g;    /* in this rank's model: parameter, gradient */
   float *s1, *s2;  /* optimizer state (may be NULL) */
+  /* Tensors of a layer some worker samples travel as rows (rows.c). */
+  bool rows;
+  uint32_t nrows;  /* rows of the tensor: the layer's width */
+  int64_t row_len; /* floats per row: the layer's inputs for w, 1 for b */
+  size_t wire;     /* the largest rows message (ar__rows_wire) */
+  uint8_t *msg;    /* (wire) server: this iteration's parameter rows;
+                      worker: the parameters received, then its gradient */
+  size_t msg_bytes;
+  void *last;      /* servers, a rows layer's w: sparse Adam's row steps
+                      (nrows x u64) in the model, gathered with w */
 } ar__dist_tensor;
+
+/* Rows message flags and a view of one (rows.c). */
+#define AR__ROWS_DENSE 1u  /* every row in order, no ids */
+#define AR__ROWS_RESYNC 2u /* parameters: a full copy, not changes */
+typedef struct ar__rows {
+  uint32_t flags, n;
+  const uint32_t *ids; /* (n); NULL when dense */
+  const float *vals;   /* (n, row_len) */
+} ar__rows;
 
 /* A worker's report of one iteration, as doubles (fixed layout, so it is
  * one message): see ar__dist_worker_report_len. */
@@ -70,7 +92,9 @@ enum {
   AR__WREP_ROWS_IN_EPOCH,
   AR__WREP_T0,          /* began waiting for parameters */
   AR__WREP_HEAD         /* then op_start[nops], op_end[nops], ready[nt],
-                           recv order[nt] (transfer ids as doubles) */
+                           recv order[nt] (transfer ids as doubles),
+                           parameter bytes received[nt], gradient bytes
+                           sent[nt] */
 };
 /* A server's report: {iteration, start, update start, update end}, then
  * send_start[W x nt] (bytes on the wire), arrive[W x nt] (at the worker:
@@ -90,6 +114,9 @@ typedef struct ar__dist_iter_stat {
   double makespan, comm, comp, eff, straggler, wall;
   int eff_defined;
   bool warm; /* a traced (warm-up) iteration */
+  /* Bytes of the rows tensors per worker (mean over workers): parameters
+   * received, gradients sent. */
+  double rows_param, rows_grad;
 } ar__dist_iter_stat;
 
 typedef struct ar__dist {
@@ -105,6 +132,10 @@ typedef struct ar__dist {
 
   ar_device *dev;
   ar_model *model;
+  /* What each rank computes sampled: smask[rank * n_layers + l] (servers:
+   * whether any worker samples l, which makes it a rows layer). */
+  uint8_t *smask;         /* (size, n_layers) */
+  ar_layer_spec *wlayers; /* wspec's layers: the modes this rank runs */
   int nt;                 /* transfers = 2 x layers */
   ar__dist_tensor *t;     /* (nt) */
 
@@ -141,8 +172,16 @@ typedef struct ar__dist {
   double *send_start, *arrive, *delivered; /* (W x nt) */
   uint32_t *pend_w, *pend_t; /* (W x nt) FIFO of paced sends not posted */
   double *pend_at;
+  uint8_t *gwire;         /* (W, own_wire) the workers' rows messages */
+  size_t *wireoff;        /* (nt) offset of a rows tensor in one worker's part */
+  size_t own_wire;
+  MPI_Status *rstat;      /* (W x nt) */
+  struct ar_lsh_touched **dirty; /* (n_layers) own rows layers: rows changed
+                                    since the workers last received them */
+  bool resync;            /* the next parameters are a full copy */
   /* Worker state (worker.c). */
   MPI_Request *preq;      /* (nt) parameter receives */
+  int *pcount;            /* (nt) bytes of the matched parameter message */
   double *report;         /* (report length) */
   size_t report_len;
   /* Rank 0 (report.c). */
@@ -152,6 +191,9 @@ typedef struct ar__dist {
   ar__dist_iter_stat *stats; /* (total) */
   ar_commsched_span *spans;  /* scratch for the metrics */
   double *finish;            /* (W) */
+  size_t rows_dense_bytes;   /* dense size of the rows tensors (0: none) */
+  double *bytes_sum;         /* (nt) rows tensors' bytes in the traced */
+  int64_t *bytes_n;          /* (nt) iterations, both directions */
   double loss_window;
   int64_t loss_window_n;
   double last_train_loss;
@@ -224,6 +266,25 @@ ar_status ar__dist_worker_init(ar__dist *c);
 void ar__dist_worker_fini(ar__dist *c);
 ar_status ar__dist_worker_iteration(ar__dist *c, int64_t iter);
 
+/* ---- rows.c ---- */
+size_t ar__rows_wire(const ar__dist_tensor *T);
+size_t ar__rows_size(const ar__dist_tensor *T, size_t n); /* n rows, with ids */
+/* Writes rows ids[0..n) of src (the tensor's layout) into out, or every
+ * row when ids is NULL (AR__ROWS_DENSE added).  Returns the bytes. */
+size_t ar__rows_pack(const ar__dist_tensor *T, const float *src, const uint32_t *ids, size_t n,
+                     uint32_t flags, uint8_t *out);
+void ar__rows_view(const uint8_t *msg, ar__rows *out);
+/* AR_OK when msg (bytes long, from rank peer) is a well-formed rows
+ * message of T; AR_STATE with the reason otherwise. */
+ar_status ar__rows_check(ar__dist *c, const ar__dist_tensor *T, const uint8_t *msg, size_t bytes,
+                         int peer);
+/* dst (the tensor's layout): its rows = (add: +=) the message's. */
+void ar__rows_apply(const ar__dist_tensor *T, const ar__rows *r, float *dst, bool add);
+/* Whether rank computes layer l sampled. */
+static inline bool ar__dist_sampled(const ar__dist *c, int rank, int l) {
+  return c->smask[(size_t)rank * (size_t)c->spec->n_layers + (size_t)l] != 0;
+}
+
 /* ---- report.c (rank 0) ---- */
 size_t ar__dist_worker_report_len(const ar__dist *c);
 size_t ar__dist_server_report_len(const ar__dist *c);
@@ -239,6 +300,10 @@ ar_status ar__dist_reports_collect(ar__dist *c, int64_t iter, double wall_s,
  * evaluation or a checkpoint). */
 ar_status ar__dist_gather(ar__dist *c);
 ar_status ar__dist_eval_and_log(ar__dist *c);
+/* Rank 0, after the traced iterations: the mean bytes of rows tensor t's
+ * messages (its dense bytes when it is not a rows tensor or none was
+ * counted). */
+size_t ar__dist_rows_mean_bytes(const ar__dist *c, int t);
 ar_status ar__dist_finish(ar__dist *c, bool finished, double wall0,
                           ar_summary *summary);
 

@@ -93,10 +93,11 @@ static ar_status check_roles(ar__dist *c) {
                    "train.batch %d is smaller than the %d workers: every worker needs at least "
                    "one row; raise train.batch or start fewer ranks",
                    s->train.batch, c->W);
-  if (strncmp(s->device, "cuda", 4) == 0)
-    return ar_errf(c->err, AR_UNSUPPORTED,
-                   "distributed training runs on host devices in this build (MPI moves host "
-                   "memory); set device: host");
+  if (s->distributed.n_workers > c->W)
+    return ar_errf(c->err, AR_SPEC,
+                   "distributed.workers lists %d workers but the job has %d (%d ranks, %d "
+                   "server%s): shorten the list or start more ranks",
+                   s->distributed.n_workers, c->W, c->size, c->S, c->S == 1 ? "" : "s");
   c->server = c->rank < c->S;
   c->widx = c->server ? -1 : c->rank - c->S;
   /* Servers hear from every worker, so they notice a dead rank first and
@@ -153,6 +154,78 @@ static int local_ranks(void) {
   return n;
 }
 
+/* The device a worker computes on: its distributed.workers entry, else the
+ * job's.  MPI moves host memory, so workers run on the host in this
+ * build: auto falls back to it; cuda is refused. */
+static ar_status worker_device(ar__dist *c, const char **out) {
+  const ar_spec *s = c->spec;
+  const char *dev = s->device;
+  if (c->widx < s->distributed.n_workers && s->distributed.workers[c->widx].device)
+    dev = s->distributed.workers[c->widx].device;
+  if (strncmp(dev, "cuda", 4) == 0)
+    return ar_errf(c->err, AR_UNSUPPORTED,
+                   "worker %d (rank %d): device %s: distributed workers run on host devices "
+                   "in this build (MPI moves host memory); set device (or "
+                   "distributed.workers[%d].device) to host or auto",
+                   c->widx, c->rank, dev, c->widx);
+  *out = "host";
+  return AR_OK;
+}
+
+/* Which layers every rank computes sampled: each worker decides from its
+ * device and distributed.workers (sparse: dense keeps it dense), every
+ * rank learns all of it, and the servers sample a layer (keep its sparse
+ * Adam state, exchange it as rows) when any worker does.  wspec gets its
+ * own copy of the layers with the modes this rank runs. */
+static ar_status decide_sampling(ar__dist *c) {
+  const ar_spec *s = c->spec;
+  int n = s->n_layers;
+  c->smask = ar_calloc((size_t)c->size * (size_t)n, 1);
+  c->wlayers = ar_malloc((size_t)n * sizeof *c->wlayers);
+  uint8_t *mine = ar_calloc((size_t)n, 1);
+  ar_status st = AR_OK;
+  if (!c->smask || !c->wlayers || !mine)
+    st = ar_errf(c->err, AR_NOMEM, "out of memory for the layer table");
+  if (st == AR_OK && !c->server) {
+    const char *dev = NULL;
+    st = worker_device(c, &dev);
+    bool dense = c->widx < s->distributed.n_workers && s->distributed.workers[c->widx].dense;
+    for (int l = 0; l < n && st == AR_OK; l++)
+      mine[l] = !dense && ar_layer_sampled(s, l, strcmp(dev, "host") == 0);
+  }
+  st = agree(c, st, "choosing each worker's device");
+  MPI_Request q;
+  if (st == AR_OK) {
+    int rc = MPI_Iallgather(mine, n, MPI_UINT8_T, c->smask, n, MPI_UINT8_T, c->cctl, &q);
+    st = rc == MPI_SUCCESS ? ar__dist_wait(c, &q, -1, "the workers' sampled layers")
+                           : ar__dist_mpi_err(c, rc, "sharing the workers' sampled layers");
+  }
+  ar_free(mine);
+  if (st != AR_OK)
+    return st;
+  for (int r = 0; r < c->S; r++)
+    for (int l = 0; l < n; l++)
+      for (int w = c->S; w < c->size; w++)
+        c->smask[(size_t)r * (size_t)n + (size_t)l] |= c->smask[(size_t)w * (size_t)n + (size_t)l];
+  for (int l = 0; l < n; l++) {
+    c->wlayers[l] = s->layers[l];
+    bool any = c->smask[(size_t)l] != 0, all = true;
+    for (int w = c->S; w < c->size; w++)
+      all = all && c->smask[(size_t)w * (size_t)n + (size_t)l];
+    if (l == 0 && s->input.sparse && any && !all)
+      return ar_errf(c->err, AR_SPEC,
+                     "layer %s reads the sparse input and is sampled on some workers but dense "
+                     "on others, whose weight layouts differ ((out, in) vs (in, out)): give "
+                     "every worker the same distributed.workers[i].sparse for this job, or "
+                     "put a dense layer before it",
+                     s->layers[l].name);
+    if (s->layers[l].sparse.mode == AR_SPARSE_LSH || s->layers[l].sparse.mode == AR_SPARSE_AUTO)
+      c->wlayers[l].sparse.mode =
+          ar__dist_sampled(c, c->rank, l) ? AR_SPARSE_LSH : AR_SPARSE_DENSE;
+  }
+  return AR_OK;
+}
+
 static ar_status make_model(ar__dist *c) {
   const ar_spec *s = c->spec;
   /* Workers compute; servers only sum and step.  Ranks on one machine
@@ -174,6 +247,7 @@ static ar_status make_model(ar__dist *c) {
   nnz = nnz < 1 ? 1 : nnz;
   lab = lab < 1 ? 1 : lab;
   c->wspec = *s;
+  c->wspec.layers = c->wlayers;
   int32_t B = s->train.batch;
   if (!c->server)
     c->wspec.train.batch = (B + c->W - 1) / c->W;
@@ -196,6 +270,10 @@ static ar_status make_tensors(ar__dist *c) {
   c->t = ar_calloc((size_t)c->nt, sizeof *c->t);
   if (!c->t)
     return ar_errf(c->err, AR_NOMEM, "out of memory for the tensor table");
+  const char *names[512];
+  float *ptrs[512];
+  int64_t counts[512];
+  int nm = ar_model_tensors(m, names, ptrs, counts, 512);
   for (int l = 0; l < m->n_layers; l++) {
     ar_layer *L = &m->layers[l];
     for (int k = 0; k < 2; k++) {
@@ -212,17 +290,58 @@ static ar_status make_tensors(ar__dist *c) {
       T->g = k ? L->gb : L->gw;
       T->s1 = k ? L->s1b : L->s1w;
       T->s2 = k ? L->s2b : L->s2w;
-      if (T->count > INT32_MAX)
+      T->rows = ar__dist_sampled(c, 0, l); /* rank 0 is a server */
+      T->nrows = (uint32_t)L->out;
+      T->row_len = k ? 1 : L->in;
+      T->wire = T->rows ? ar__rows_wire(T) : T->bytes;
+      c->rows_dense_bytes += T->rows ? T->bytes : 0;
+      char last[96];
+      snprintf(last, sizeof last, "%s.lsh.last", L->name);
+      for (int i = 0; i < nm && i < 512 && c->server && T->rows && !T->bias; i++)
+        if (strcmp(names[i], last) == 0)
+          T->last = ptrs[i];
+      AR_ASSERT(!c->server || !T->rows || T->bias || T->last);
+      if (T->wire > INT32_MAX)
         return ar_errf(c->err, AR_UNSUPPORTED, "tensor '%s' has %lld floats; one MPI message "
-                       "holds at most %d: split the layer", T->name, (long long)T->count,
+                       "holds at most %d bytes: split the layer", T->name, (long long)T->count,
                        INT32_MAX);
     }
   }
   return AR_OK;
 }
 
-/* --resume: rank 0 loads the checkpoint and broadcasts the state and the
- * whole model, so no other rank needs the file. */
+/* Rank 0 sends its whole model state to the other servers (resume). */
+static ar_status send_state(ar__dist *c) {
+  const char *names[512];
+  float *ptrs[512];
+  int64_t counts[512];
+  int n = ar_model_tensors(c->model, names, ptrs, counts, 512);
+  if (n > 512)
+    return ar_errf(c->err, AR_UNSUPPORTED, "the model has %d tensors; resume handles 512", n);
+  MPI_Request *req = ar_malloc(((size_t)n * (size_t)c->S + 1) * sizeof *req);
+  if (!req)
+    return ar_errf(c->err, AR_NOMEM, "out of memory");
+  int nreq = 0;
+  ar_status st = AR_OK;
+  for (int r = c->rank == 0 ? 1 : c->rank; r < (c->rank == 0 ? c->S : c->rank + 1); r++)
+    for (int i = 0; i < n && st == AR_OK; i++) {
+      int rc = c->rank == 0 ? MPI_Isend(ptrs[i], (int)counts[i], MPI_FLOAT, r,
+                                        AR__DIST_TAG_GATHER + i, c->cctl, &req[nreq])
+                            : MPI_Irecv(ptrs[i], (int)counts[i], MPI_FLOAT, 0,
+                                        AR__DIST_TAG_GATHER + i, c->cctl, &req[nreq]);
+      if (rc != MPI_SUCCESS)
+        st = ar__dist_mpi_err(c, rc, "moving '%s' of the checkpoint", names[i]);
+      else
+        nreq++;
+    }
+  for (int i = 0; i < nreq && st == AR_OK; i++)
+    st = ar__dist_wait(c, &req[i], c->rank == 0 ? -1 : 0, "the checkpoint's state");
+  ar_free(req);
+  return st;
+}
+
+/* --resume: rank 0 loads the checkpoint and sends the state and the
+ * model to the ranks that need them, so no other rank needs the file. */
 static ar_status resume(ar__dist *c) {
   ar_status st = AR_OK;
   char *path = NULL;
@@ -254,15 +373,17 @@ static ar_status resume(ar__dist *c) {
   c->st.samples = hdr[3];
   c->st.train_s = train_s;
   c->model->step = hdr[4];
-  const char *names[512];
-  float *ptrs[512];
-  int64_t counts[512];
-  int n = ar_model_tensors(c->model, names, ptrs, counts, 512);
-  if (n > 512)
-    return ar_errf(c->err, AR_UNSUPPORTED, "the model has %d tensors; resume handles 512", n);
-  for (int i = 0; i < n; i++)
-    AR_CHECK(ar__dist_bcast(c, ptrs[i], (int)counts[i], MPI_FLOAT, names[i]));
+  /* The parameters go to every rank (their shapes are the same whatever a
+   * rank samples); the whole state (optimizer, sparse Adam's row steps)
+   * to the other servers, whose models have rank 0's plan. */
+  for (int t = 0; t < c->nt; t++)
+    AR_CHECK(ar__dist_bcast(c, c->t[t].p, (int)c->t[t].count, MPI_FLOAT, c->t[t].name));
+  if (c->server && c->S > 1)
+    AR_CHECK(send_state(c));
   if (!c->server) {
+    /* A worker's tables come from the weights it now holds. */
+    if (c->model->n_sampled && ar_model_sampled_rebuild(c->model) != AR_OK)
+      return ar_errf(c->err, AR_STATE, "worker %d: %s", c->widx, c->model->err.msg);
     AR_CHECK(ar_reader_rewind(c->train, (uint64_t)c->st.epoch, c->err));
     AR_CHECK(ar_reader_skip(c->train, c->st.rows_in_epoch, c->err));
   }
@@ -272,6 +393,7 @@ static ar_status resume(ar__dist *c) {
 static ar_status setup(ar__dist *c, const ar_run_opts *opts) {
   AR_CHECK(check_roles(c));
   AR_CHECK(open_data(c));
+  AR_CHECK(decide_sampling(c));
   ar_status st = make_model(c);
   if (st == AR_OK)
     st = make_tensors(c);
@@ -354,8 +476,12 @@ static void teardown(ar__dist *c) {
   ar_commsched_graph_destroy(c->g);
   ar_free(c->fwd);
   ar_free(c->bwd);
+  for (int t = 0; c->t && t < c->nt; t++)
+    ar_free(c->t[t].msg);
   ar_free(c->t);
   ar_model_destroy(c->model);
+  ar_free(c->smask);
+  ar_free(c->wlayers);
   ar_batch_fini(&c->gbatch);
   ar_batch_fini(&c->lbatch);
   ar_reader_close(c->test);

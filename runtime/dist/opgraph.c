@@ -33,9 +33,9 @@ static void clean_name(char *s) {
  * The recv -> bwd edges say that a parameter's gradient is ready when the
  * backward op of its layer has run (the simulator reads them that way).
  * Op ids: transfers 0..2n-1 (w_l = 2l, b_l = 2l+1), fwd_l = 2n + l,
- * loss = 3n, bwd_l = 3n + 1 + (n - 1 - l).  Channels: each tensor goes to
- * the server with the fewest bytes so far, largest tensors first (ties:
- * lower transfer id, lower server), the classic greedy balance. */
+ * loss = 3n, bwd_l = 3n + 1 + (n - 1 - l).  Channels: each layer (its w
+ * and b) goes to the server with the fewest bytes so far, largest layers
+ * first (ties: lower layer, lower server), the classic greedy balance. */
 ar_status ar_dist_op_graph(const ar_spec *spec, int servers, ar_commsched_graph **out,
                            ar_err *err) {
   int n = spec->n_layers, nt = 2 * n;
@@ -56,21 +56,25 @@ ar_status ar_dist_op_graph(const ar_spec *spec, int servers, ar_commsched_graph 
     bytes[2 * l] = (size_t)(in * spec->layers[l].width) * sizeof(float);
     bytes[2 * l + 1] = (size_t)spec->layers[l].width * sizeof(float);
   }
-  for (int i = 0; i < nt; i++)
+  /* Whole layers go to one server (a layer's w and b together), so that
+   * the server that updates a sampled layer's rows holds both and its
+   * per-row Adam state (runtime/dist/rows.c). */
+  for (int i = 0; i < n; i++)
     ord[i] = i;
-  for (int i = 1; i < nt; i++) /* insertion sort: bytes desc, id asc */
-    for (int j = i; j > 0 && bytes[ord[j]] > bytes[ord[j - 1]]; j--) {
+  for (int i = 1; i < n; i++) /* insertion sort: layer bytes desc, id asc */
+    for (int j = i; j > 0 && bytes[2 * ord[j]] + bytes[2 * ord[j] + 1] >
+                             bytes[2 * ord[j - 1]] + bytes[2 * ord[j - 1] + 1]; j--) {
       int x = ord[j];
       ord[j] = ord[j - 1];
       ord[j - 1] = x;
     }
-  for (int i = 0; i < nt; i++) {
+  for (int i = 0; i < n; i++) {
     int best = 0;
     for (int k = 1; k < servers; k++)
       if (load[k] < load[best])
         best = k;
-    chan[ord[i]] = (uint32_t)best;
-    load[best] += bytes[ord[i]];
+    chan[2 * ord[i]] = chan[2 * ord[i] + 1] = (uint32_t)best;
+    load[best] += bytes[2 * ord[i]] + bytes[2 * ord[i] + 1];
   }
   st = ar_commsched_graph_create(&g, err);
   char name[96];
@@ -198,7 +202,26 @@ static void write_oracle(ar__dist *c) {
     ar_log(AR_LOG_WARN, "writing '%s' failed", c->oracle_path);
 }
 
+/* The rows tensors' bytes in the graph: the means rank 0 measured during
+ * warm-up (rows vary with the batch; the dense size overstates them). */
+static ar_status set_rows_bytes(ar__dist *c) {
+  if (c->rows_dense_bytes == 0)
+    return AR_OK;
+  uint64_t *bytes = ar_malloc((size_t)c->nt * sizeof *bytes);
+  if (!bytes)
+    return ar_errf(c->err, AR_NOMEM, "out of memory for the transfer sizes");
+  for (int t = 0; t < c->nt; t++)
+    bytes[t] = c->rank == 0 ? (uint64_t)ar__dist_rows_mean_bytes(c, t) : 0;
+  ar_status st = ar__dist_bcast(c, bytes, c->nt, MPI_UINT64_T, "the measured transfer sizes");
+  for (int t = 0; t < c->nt && st == AR_OK; t++)
+    if (c->t[t].rows)
+      st = ar_commsched_graph_set_bytes(c->g, (uint32_t)t, (size_t)bytes[t], c->err);
+  ar_free(bytes);
+  return st;
+}
+
 ar_status ar__dist_schedule_setup(ar__dist *c) {
+  AR_CHECK(set_rows_bytes(c));
   if (c->from_file || (c->order != AR_COMMSCHED_ORDER_TIC && c->order != AR_COMMSCHED_ORDER_TAC))
     return AR_OK;
   double *times = ar_malloc(c->nops * sizeof *times);

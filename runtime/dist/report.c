@@ -14,7 +14,7 @@
 #include <sys/resource.h>
 
 size_t ar__dist_worker_report_len(const ar__dist *c) {
-  return AR__WREP_HEAD + 2 * c->nops + 2 * (size_t)c->nt;
+  return AR__WREP_HEAD + 2 * c->nops + 4 * (size_t)c->nt;
 }
 
 size_t ar__dist_server_report_len(const ar__dist *c) {
@@ -41,7 +41,9 @@ ar_status ar__dist_report_init(ar__dist *c, bool resume) {
   c->stats = ar_calloc((size_t)(c->total > 0 ? c->total : 1), sizeof *c->stats);
   c->spans = ar_malloc(spans * sizeof *c->spans);
   c->finish = ar_malloc((size_t)c->W * sizeof *c->finish);
-  if (!c->ckpt_path || !c->metrics_path || !c->summary_path || !c->oracle_path || !c->trace_path || !c->reports ||
+  c->bytes_sum = ar_calloc((size_t)c->nt, sizeof *c->bytes_sum);
+  c->bytes_n = ar_calloc((size_t)c->nt, sizeof *c->bytes_n);
+  if (!c->bytes_sum || !c->bytes_n || !c->ckpt_path || !c->metrics_path || !c->summary_path || !c->oracle_path || !c->trace_path || !c->reports ||
       !c->rep_req || !c->stats || !c->spans || !c->finish)
     return ar_errf(c->err, AR_NOMEM, "out of memory for rank 0's reports");
   for (int i = 0; i < peers; i++)
@@ -89,6 +91,8 @@ void ar__dist_report_fini(ar__dist *c) {
   ar_free(c->stats);
   ar_free(c->spans);
   ar_free(c->finish);
+  ar_free(c->bytes_sum);
+  ar_free(c->bytes_n);
   ar_free(c->ckpt_path);
   ar_free(c->metrics_path);
   ar_free(c->summary_path);
@@ -176,6 +180,40 @@ static ar_status trace_to_oracle(ar__dist *c, const double *own) {
   return st;
 }
 
+/* The rows tensors' bytes of one iteration: per worker (mean over the
+ * workers) into the iteration's figures, and while tracing into the sums
+ * whose means become the op graph's bytes (ar__dist_schedule_setup).  The
+ * full copy of the parameters that starts a run is left out of the means:
+ * it happens once, not every iteration. */
+static void count_rows_bytes(ar__dist *c, int64_t iter, bool traced, ar__dist_iter_stat *out) {
+  size_t nt = (size_t)c->nt, base = 2 * c->nops + 2 * nt;
+  out->rows_param = out->rows_grad = 0.0;
+  for (int w = 0; w < c->W; w++) {
+    const double *r = wrep(c, w) + AR__WREP_HEAD;
+    for (size_t t = 0; t < nt; t++) {
+      if (!c->t[t].rows)
+        continue;
+      double p = r[base + t], g = r[base + nt + t];
+      out->rows_param += p / c->W;
+      out->rows_grad += g / c->W;
+      if (!traced)
+        continue;
+      if (iter != c->first_iter) {
+        c->bytes_sum[t] += p;
+        c->bytes_n[t]++;
+      }
+      c->bytes_sum[t] += g;
+      c->bytes_n[t]++;
+    }
+  }
+}
+
+size_t ar__dist_rows_mean_bytes(const ar__dist *c, int t) {
+  if (!c->t[t].rows || c->bytes_n[t] == 0)
+    return c->t[t].bytes;
+  return (size_t)llround(c->bytes_sum[t] / (double)c->bytes_n[t]);
+}
+
 static void add_span(ar_commsched_span *s, size_t *n, double a, double b) {
   if (!isfinite(a) || !isfinite(b))
     return;
@@ -244,7 +282,7 @@ static ar_status write_trace(ar__dist *c, int64_t iter, bool warm, const double 
         const double *s = srep(c, c->t[t].server, own) + AR__SREP_HEAD + (size_t)w * nt + t;
         wire = s[0];
         link = s[wt];
-        bytes = c->t[t].bytes;
+        bytes = (size_t)r[2 * nops + 2 * nt + t]; /* as received: rows vary */
       }
       fprintf(c->trace, "%lld\t%d\t%d\t%s\t%s\t%zu\t%.9f\t%.9f\t%.9f\t%.9f\n",
               (long long)iter, warm ? 1 : 0, w, ar_commsched_graph_name(c->g, o),
@@ -270,6 +308,10 @@ static ar_status log_iteration(ar__dist *c, int64_t iter, double loss,
   if (s->eff_defined)
     ar_json_num(j, "efficiency", s->eff);
   ar_json_num(j, "straggler_s", s->straggler);
+  if (c->rows_dense_bytes > 0) {
+    ar_json_num(j, "rows_param_bytes", s->rows_param);
+    ar_json_num(j, "rows_grad_bytes", s->rows_grad);
+  }
   const char *text = ar_json_end(j);
   ar_status st = AR_OK;
   if (!text || fputs(text, c->metrics) < 0 || fflush(c->metrics) != 0)
@@ -298,6 +340,7 @@ ar_status ar__dist_reports_collect(ar__dist *c, int64_t iter, double wall_s, con
     AR_CHECK(trace_to_oracle(c, own));
   ar__dist_iter_stat *s = &c->stats[iter - 1];
   AR_CHECK(iteration_metrics(c, own, s));
+  count_rows_bytes(c, iter, traced, s);
   s->wall = wall_s;
   s->warm = traced;
   double loss = rows > 0 ? loss_sum / rows : 0.0;
@@ -320,7 +363,7 @@ ar_status ar__dist_gather(ar__dist *c) {
   if (c->S == 1)
     return AR_OK;
   int nreq = 0;
-  MPI_Request *req = ar_malloc((size_t)c->nt * 3 * sizeof *req);
+  MPI_Request *req = ar_malloc((size_t)c->nt * 4 * sizeof *req);
   if (!req)
     return ar_errf(c->err, AR_NOMEM, "out of memory");
   ar_status st = AR_OK;
@@ -328,15 +371,18 @@ ar_status ar__dist_gather(ar__dist *c) {
     ar__dist_tensor *T = &c->t[t];
     if (T->server == 0 || (c->rank != 0 && c->rank != T->server))
       continue;
-    float *bufs[3] = {T->p, T->s1, T->s2};
-    for (int k = 0; k < 3; k++) {
+    /* A sampled layer's row steps (sparse Adam's) go with its w. */
+    void *bufs[4] = {T->p, T->s1, T->s2, T->last};
+    for (int k = 0; k < 4; k++) {
       if (!bufs[k])
         continue;
-      int tag = AR__DIST_TAG_GATHER + 3 * t + k, rc;
+      int tag = AR__DIST_TAG_GATHER + 4 * t + k, rc;
+      int n = k < 3 ? (int)T->count : (int)(T->nrows * sizeof(uint64_t));
+      MPI_Datatype type = k < 3 ? MPI_FLOAT : MPI_BYTE;
       if (c->rank == 0)
-        rc = MPI_Irecv(bufs[k], (int)T->count, MPI_FLOAT, T->server, tag, c->cctl, &req[nreq]);
+        rc = MPI_Irecv(bufs[k], n, type, T->server, tag, c->cctl, &req[nreq]);
       else
-        rc = MPI_Isend(bufs[k], (int)T->count, MPI_FLOAT, 0, tag, c->cctl, &req[nreq]);
+        rc = MPI_Isend(bufs[k], n, type, 0, tag, c->cctl, &req[nreq]);
       if (rc != MPI_SUCCESS)
         st = ar__dist_mpi_err(c, rc, "gathering '%s'", T->name);
       else
@@ -478,6 +524,29 @@ static ar_status write_summary(ar__dist *c, const ar_summary *s) {
   ar_json_num(j, "comp_busy_s_median", median(c, offsetof(ar__dist_iter_stat, comp), false));
   ar_json_num(j, "straggler_s_median", median(c, offsetof(ar__dist_iter_stat, straggler), false));
   ar_json_num(j, "schedule_ms", c->schedule_ms);
+  if (c->rows_dense_bytes > 0) {
+    /* The sampled layers' tensors, per worker and iteration: their dense
+     * size, and the bytes that moved as rows (medians after warm-up). */
+    int sampled = 0;
+    for (int w = 0; w < c->W; w++)
+      for (int l = 0; l < c->model->n_layers; l++)
+        if (ar__dist_sampled(c, c->S + w, l)) {
+          sampled++;
+          break;
+        }
+    ar_json_int(j, "sampled_workers", sampled);
+    ar_json_int(j, "rows_dense_bytes", (int64_t)c->rows_dense_bytes);
+    ar_json_num(j, "param_bytes_median",
+                median(c, offsetof(ar__dist_iter_stat, rows_param), false));
+    ar_json_num(j, "sparse_grad_bytes_median",
+                median(c, offsetof(ar__dist_iter_stat, rows_grad), false));
+    for (int t = 0; t < c->nt; t++)
+      if (c->t[t].rows) {
+        char key[128];
+        snprintf(key, sizeof key, "graph_bytes.%s", c->t[t].name);
+        ar_json_int(j, key, (int64_t)ar_commsched_graph_bytes(c->g, (uint32_t)t));
+      }
+  }
   const char *text = ar_json_end(j);
   ar_status st = text ? ar_write_file_atomic(c->summary_path, text, strlen(text), c->err)
                       : ar_errf(c->err, AR_NOMEM, "out of memory writing the summary");

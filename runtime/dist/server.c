@@ -2,13 +2,18 @@
  * every worker through the commsched gate (TicTac §5's sender-side
  * enforcement) and, with link emulation, through a token bucket at its
  * out port; the workers' gradients come back through its in port; then
- * it sums them and applies the optimizer to its shard. */
+ * it sums them and applies the optimizer to its shard.  Layers that some
+ * worker samples go as rows both ways (rows.c): only the rows the last
+ * update changed go out, and the workers' touched rows are summed and
+ * updated by sparse Adam. */
 #define _GNU_SOURCE
 #include "dist_impl.h"
 
 #include <math.h>
 #include <string.h>
 #include <time.h>
+
+#include "accelrt/lsh.h"
 
 ar_status ar__dist_server_init(ar__dist *c) {
   const ar_spec *s = c->spec;
@@ -46,11 +51,35 @@ ar_status ar__dist_server_init(ar__dist *c) {
   for (size_t i = 0; i < wt; i++)
     c->sreq[i] = c->rreq[i] = MPI_REQUEST_NULL;
   c->own_floats = 0;
-  for (int t = 0; t < c->nt; t++)
-    if (c->t[t].server == c->rank) {
+  c->own_wire = 0;
+  c->wireoff = ar_calloc((size_t)c->nt, sizeof *c->wireoff);
+  c->rstat = ar_malloc(wt * sizeof *c->rstat);
+  c->dirty = ar_calloc((size_t)c->model->n_layers, sizeof *c->dirty);
+  if (!c->wireoff || !c->rstat || !c->dirty)
+    return ar_errf(c->err, AR_NOMEM, "out of memory for the server's bookkeeping");
+  for (int t = 0; t < c->nt; t++) {
+    ar__dist_tensor *T = &c->t[t];
+    if (T->server != c->rank)
+      continue;
+    if (!T->rows) {
       c->gradoff[t] = c->own_floats;
-      c->own_floats += (size_t)c->t[t].count;
+      c->own_floats += (size_t)T->count;
+      continue;
     }
+    c->wireoff[t] = c->own_wire;
+    c->own_wire += (T->wire + 7) & ~(size_t)7;
+    T->msg = ar_malloc(T->wire);
+    if (!T->msg)
+      return ar_errf(c->err, AR_NOMEM, "out of memory for the rows of '%s' (%zu bytes)",
+                     T->name, T->wire);
+    if (!T->bias)
+      AR_CHECK(ar_lsh_touched_create(T->nrows, &c->dirty[T->layer], c->err));
+  }
+  c->resync = true;
+  c->gwire = ar_malloc((size_t)c->W * c->own_wire + 1);
+  if (!c->gwire)
+    return ar_errf(c->err, AR_NOMEM, "out of memory for %d workers' gradient rows (%zu bytes "
+                   "each)", c->W, c->own_wire);
   c->gradbuf = ar_malloc((size_t)c->W * c->own_floats * sizeof(float) + 1);
   c->report = ar_malloc(c->srep_len * sizeof *c->report);
   if (!c->report)
@@ -78,6 +107,12 @@ void ar__dist_server_fini(ar__dist *c) {
   ar_commsched_pacer_destroy(c->in_pacer);
   ar_free(c->gradbuf);
   ar_free(c->gradoff);
+  ar_free(c->gwire);
+  ar_free(c->wireoff);
+  ar_free(c->rstat);
+  for (int l = 0; c->dirty && l < c->model->n_layers; l++)
+    ar_lsh_touched_destroy(c->dirty[l]);
+  ar_free(c->dirty);
   ar_free(c->sreq);
   ar_free(c->rreq);
   ar_free(c->send_start);
@@ -95,6 +130,9 @@ typedef struct srv_iter {
   double last_delivery;
 } srv_iter;
 
+/* Bytes of a tensor's parameter message this iteration. */
+static size_t msg_bytes(const ar__dist_tensor *T) { return T->rows ? T->msg_bytes : T->bytes; }
+
 /* Moves every transfer the gate lets go into the FIFO, round-robin over
  * the workers (each worker's in gate order), stamping when its bytes go
  * on the emulated wire.  Without link emulation a send goes at once. */
@@ -110,7 +148,7 @@ static bool gate_to_fifo(ar__dist *c, srv_iter *it) {
       double now = ar__dist_clock(c), at = now, start = now;
       if (c->out_pacer) {
         ar_commsched_pace pace;
-        ar_commsched_pacer_consume(c->out_pacer, now, c->t[t].bytes, &pace);
+        ar_commsched_pacer_consume(c->out_pacer, now, msg_bytes(&c->t[t]), &pace);
         at = pace.arrive_s;
         start = pace.start_s;
       }
@@ -133,8 +171,11 @@ static ar_status post_due(ar__dist *c, srv_iter *it, bool *progressed) {
     size_t k = it->head++;
     uint32_t w = c->pend_w[k], t = c->pend_t[k];
     const ar__dist_tensor *T = &c->t[t];
-    int rc = MPI_Isend(T->p, (int)T->count, MPI_FLOAT, c->S + (int)w, (int)t, c->cparam,
-                       &c->sreq[(size_t)w * (size_t)c->nt + t]);
+    MPI_Request *q = &c->sreq[(size_t)w * (size_t)c->nt + t];
+    int rc = T->rows ? MPI_Isend(T->msg, (int)T->msg_bytes, MPI_BYTE, c->S + (int)w, (int)t,
+                                 c->cparam, q)
+                     : MPI_Isend(T->p, (int)T->count, MPI_FLOAT, c->S + (int)w, (int)t,
+                                 c->cparam, q);
     if (rc != MPI_SUCCESS) {
       ar__dist_notify_failure(c, c->S + (int)w);
       return ar__dist_mpi_err(c, rc, "iteration %lld: sending '%s' to rank %d",
@@ -155,9 +196,10 @@ static int first_open(const ar__dist *c, const MPI_Request *r) {
 }
 
 /* Tests a request array: idx[0..*n) are the ones that completed. */
-static ar_status test_some(ar__dist *c, MPI_Request *r, int *idx, int *n, const char *what) {
+static ar_status test_some(ar__dist *c, MPI_Request *r, int *idx, int *n, MPI_Status *stat,
+                           const char *what) {
   int wt = c->W * c->nt;
-  int rc = MPI_Testsome(wt, r, n, idx, MPI_STATUSES_IGNORE);
+  int rc = MPI_Testsome(wt, r, n, idx, stat ? stat : MPI_STATUSES_IGNORE);
   if (rc != MPI_SUCCESS) {
     int peer = first_open(c, r);
     ar__dist_notify_failure(c, peer);
@@ -169,26 +211,40 @@ static ar_status test_some(ar__dist *c, MPI_Request *r, int *idx, int *n, const 
   return AR_OK;
 }
 
+/* Worker w's gradient rows message of tensor t. */
+static uint8_t *grad_msg(const ar__dist *c, int w, int t) {
+  return c->gwire + (size_t)w * c->own_wire + c->wireoff[t];
+}
+
 static ar_status exchange(ar__dist *c, srv_iter *it, int *idx) {
   ar__dist_poll_reset(c);
   for (;;) {
     bool progressed = gate_to_fifo(c, it);
     AR_CHECK(post_due(c, it, &progressed));
     int n;
-    AR_CHECK(test_some(c, c->sreq, idx, &n, "a parameter send"));
+    AR_CHECK(test_some(c, c->sreq, idx, &n, NULL, "a parameter send"));
     for (int i = 0; i < n; i++) {
       uint32_t w = (uint32_t)(idx[i] / c->nt), t = (uint32_t)(idx[i] % c->nt);
       AR_CHECK(ar_commsched_gate_release(c->gate, w, t, c->err));
       it->sent++;
       progressed = true;
     }
-    AR_CHECK(test_some(c, c->rreq, idx, &n, "a gradient receive"));
+    AR_CHECK(test_some(c, c->rreq, idx, &n, c->rstat, "a gradient receive"));
     double now = ar__dist_clock(c);
     for (int i = 0; i < n; i++) {
       double at = now;
+      int w = idx[i] / c->nt;
+      const ar__dist_tensor *T = &c->t[idx[i] % c->nt];
+      size_t bytes = T->bytes;
+      if (T->rows) {
+        int cnt = 0;
+        MPI_Get_count(&c->rstat[i], MPI_BYTE, &cnt);
+        bytes = (size_t)cnt;
+        AR_CHECK(ar__rows_check(c, T, grad_msg(c, w, idx[i] % c->nt), bytes, c->S + w));
+      }
       if (c->in_pacer) {
         ar_commsched_pace pace;
-        ar_commsched_pacer_consume(c->in_pacer, now, c->t[idx[i] % c->nt].bytes, &pace);
+        ar_commsched_pacer_consume(c->in_pacer, now, bytes, &pace);
         at = pace.arrive_s;
       }
       c->delivered[idx[i]] = at;
@@ -208,7 +264,48 @@ static ar_status exchange(ar__dist *c, srv_iter *it, int *idx) {
   }
 }
 
-static void apply_update(ar__dist *c) {
+/* A rows layer: the workers' rows summed in worker order into the
+ * gradient rows, then sparse Adam over their union (each row's moments
+ * decayed for the steps it skipped), as ar_model_train_batch does on one
+ * process with the same global batch.  A worker that computed the layer
+ * dense sent every row: then every row is updated, which is dense Adam
+ * (the moments of rows skipped before are decayed first).  What differs
+ * from one process: the workers' HOGWILD adds are summed per worker, and
+ * each worker tops up its rows' active sets from its own rows' mean
+ * retrieval (runtime/engine/sampled.c), so the shared negatives can
+ * differ by a few ids. */
+static ar_status apply_rows(ar__dist *c, int l) {
+  ar_model *m = c->model;
+  bool dense = false;
+  for (int w = 0; w < c->W; w++)
+    for (int t = 2 * l; t <= 2 * l + 1; t++) {
+      ar__rows r;
+      ar__rows_view(grad_msg(c, w, t), &r);
+      dense = dense || r.ids == NULL;
+    }
+  for (int w = 0; w < c->W; w++)
+    for (int t = 2 * l; t <= 2 * l + 1; t++) {
+      ar__dist_tensor *T = &c->t[t];
+      ar__rows r;
+      ar__rows_view(grad_msg(c, w, t), &r);
+      ar__rows_apply(T, &r, T->g, true);
+      for (uint32_t i = 0; !dense && i < r.n; i++)
+        ar_model_grad_rows_mark(m, l, r.ids[i]);
+    }
+  if (dense)
+    for (uint32_t i = 0; i < c->t[2 * l].nrows; i++)
+      ar_model_grad_rows_mark(m, l, i);
+  size_t n = 0;
+  const uint32_t *ids = ar_model_grad_rows(m, l, &n);
+  for (size_t i = 0; i < n; i++)
+    ar_lsh_touched_mark(c->dirty[l], ids[i]);
+  if (ar_model_sampled_step(m, l) != AR_OK)
+    return ar_errf(c->err, AR_STATE, "server %d: layer %s: %s", c->rank, m->layers[l].name,
+                   m->err.msg);
+  return AR_OK;
+}
+
+static ar_status apply_update(ar__dist *c) {
   const ar_spec *s = c->spec;
   ar_device *d = c->dev;
   c->model->step++;
@@ -216,6 +313,11 @@ static void apply_update(ar__dist *c) {
     const ar__dist_tensor *T = &c->t[t];
     if (T->server != c->rank)
       continue;
+    if (T->rows) {
+      if (!T->bias)
+        AR_CHECK(apply_rows(c, T->layer));
+      continue;
+    }
     /* Sum in worker order, so the result does not depend on arrival. */
     const float *g0 = c->gradbuf + c->gradoff[t];
     memcpy(T->g, g0, (size_t)T->count * sizeof(float));
@@ -233,6 +335,31 @@ static void apply_update(ar__dist *c) {
                   (float)s->train.momentum, (float)s->train.weight_decay);
   }
   d->ops->sync(d);
+  return AR_OK;
+}
+
+/* This iteration's parameter rows of the own rows tensors: every row on
+ * the first iteration of a run (start or resume), else the rows the last
+ * update changed (every worker received all earlier ones), or every row
+ * without ids when that is smaller. */
+static void pack_params(ar__dist *c) {
+  for (int t = 0; t < c->nt; t++) {
+    ar__dist_tensor *T = &c->t[t];
+    if (T->server != c->rank || !T->rows)
+      continue;
+    size_t n = 0;
+    const uint32_t *ids = ar_lsh_touched_ids(c->dirty[T->layer], &n);
+    if (c->resync)
+      T->msg_bytes = ar__rows_pack(T, T->p, NULL, 0, AR__ROWS_RESYNC, T->msg);
+    else if (ar__rows_size(T, n) >= ar__rows_size(T, 0) + T->bytes) /* dense is smaller */
+      T->msg_bytes = ar__rows_pack(T, T->p, NULL, 0, 0, T->msg);
+    else
+      T->msg_bytes = ar__rows_pack(T, T->p, ids, n, 0, T->msg);
+  }
+  for (int l = 0; l < c->model->n_layers; l++)
+    if (c->dirty[l])
+      ar_lsh_touched_clear(c->dirty[l]);
+  c->resync = false;
 }
 
 static ar_status post_grad_recvs(ar__dist *c, srv_iter *it) {
@@ -243,9 +370,12 @@ static ar_status post_grad_recvs(ar__dist *c, srv_iter *it) {
       c->send_start[k] = c->arrive[k] = c->delivered[k] = NAN;
       if (T->server != c->rank)
         continue;
-      AR_CHECK(ar_commsched_gate_offer(c->gate, (uint32_t)w, (uint32_t)t, T->bytes, c->err));
+      AR_CHECK(ar_commsched_gate_offer(c->gate, (uint32_t)w, (uint32_t)t, msg_bytes(T), c->err));
       float *buf = c->gradbuf + (size_t)w * c->own_floats + c->gradoff[t];
-      int rc = MPI_Irecv(buf, (int)T->count, MPI_FLOAT, c->S + w, t, c->cgrad, &c->rreq[k]);
+      int rc = T->rows ? MPI_Irecv(grad_msg(c, w, t), (int)T->wire, MPI_BYTE, c->S + w, t,
+                                   c->cgrad, &c->rreq[k])
+                       : MPI_Irecv(buf, (int)T->count, MPI_FLOAT, c->S + w, t, c->cgrad,
+                                   &c->rreq[k]);
       if (rc != MPI_SUCCESS)
         return ar__dist_mpi_err(c, rc, "posting the receive of '%s' from rank %d", T->name,
                                 c->S + w);
@@ -273,6 +403,7 @@ ar_status ar__dist_server_iteration(ar__dist *c, int64_t iter, const ar_commsche
   if (c->rank == 0)
     AR_CHECK(ar__dist_reports_post(c));
   double start = ar__dist_clock(c);
+  pack_params(c);
   AR_CHECK(post_grad_recvs(c, &it));
   int *idx = ar_malloc((size_t)c->W * (size_t)c->nt * sizeof *idx + 1);
   if (!idx)
@@ -290,7 +421,7 @@ ar_status ar__dist_server_iteration(ar__dist *c, int64_t iter, const ar_commsche
   rep[AR__SREP_ITER] = (double)iter;
   rep[AR__SREP_START] = start;
   rep[AR__SREP_UPD0] = ar__dist_clock(c);
-  apply_update(c);
+  AR_CHECK(apply_update(c));
   rep[AR__SREP_UPD1] = ar__dist_clock(c);
   size_t wt = (size_t)c->W * (size_t)c->nt;
   memcpy(rep + AR__SREP_HEAD, c->send_start, wt * sizeof *rep);

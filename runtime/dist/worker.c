@@ -4,7 +4,11 @@
  * soon as each layer's parameters are in, backward, each gradient sent as
  * soon as its layer's backward is done, and the iteration report (every
  * op's start and end) to rank 0 — the tracing TicTac's time oracle needs
- * (§4.1). */
+ * (§4.1).  Layers this worker samples (SLIDE) run per sample through
+ * the engine's per-layer training calls; their parameters arrive as the
+ * rows that changed (rows.c), which also tells the hash tables what to
+ * re-hash at the next rebuild, and their gradients leave as the rows the
+ * batch touched. */
 #define _GNU_SOURCE
 #include "dist_impl.h"
 
@@ -13,10 +17,15 @@
 
 ar_status ar__dist_worker_init(ar__dist *c) {
   c->preq = ar_malloc((size_t)c->nt * sizeof *c->preq);
+  c->pcount = ar_calloc((size_t)c->nt, sizeof *c->pcount);
   c->report_len = ar__dist_worker_report_len(c);
   c->report = ar_malloc(c->report_len * sizeof *c->report);
-  if (!c->preq || !c->report)
+  if (!c->preq || !c->pcount || !c->report)
     return ar_errf(c->err, AR_NOMEM, "out of memory for the worker's bookkeeping");
+  for (int t = 0; t < c->nt; t++)
+    if (c->t[t].rows && !(c->t[t].msg = ar_malloc(c->t[t].wire)))
+      return ar_errf(c->err, AR_NOMEM, "out of memory for the rows of '%s' (%zu bytes)",
+                     c->t[t].name, c->t[t].wire);
   for (int t = 0; t < c->nt; t++)
     c->preq[t] = MPI_REQUEST_NULL;
   return AR_OK;
@@ -28,6 +37,7 @@ void ar__dist_worker_fini(ar__dist *c) {
       if (c->preq[t] != MPI_REQUEST_NULL)
         MPI_Request_free(&c->preq[t]);
   ar_free(c->preq);
+  ar_free(c->pcount);
   ar_free(c->report);
 }
 
@@ -77,6 +87,20 @@ typedef struct wrk_iter {
   int *idx;
 } wrk_iter;
 
+/* A rows message of parameters is in: its rows into the replica, and,
+ * unless it is a full copy the tables already reflect, into the set the
+ * next table rebuild re-hashes. */
+static ar_status take_rows(ar__dist *c, int t) {
+  ar__dist_tensor *T = &c->t[t];
+  AR_CHECK(ar__rows_check(c, T, T->msg, (size_t)c->pcount[t], T->server));
+  ar__rows r;
+  ar__rows_view(T->msg, &r);
+  ar__rows_apply(T, &r, T->p, false);
+  if (!(r.flags & AR__ROWS_RESYNC) && ar__dist_sampled(c, c->rank, T->layer))
+    ar_model_rows_changed(c->model, T->layer, r.ids, r.n);
+  return AR_OK;
+}
+
 /* Matches every parameter message that has come (in posting order) and
  * completes the receives that are done. */
 static ar_status recv_step(ar__dist *c, wrk_iter *w, bool *progressed) {
@@ -98,7 +122,19 @@ static ar_status recv_step(ar__dist *c, wrk_iter *w, bool *progressed) {
                        "iteration %lld: rank %d sent parameter tensor %d, which it does not "
                        "own or already sent (ranks running different job files?)",
                        (long long)c->st.iteration + 1, s, t);
-      rc = MPI_Imrecv(c->t[t].p, (int)c->t[t].count, MPI_FLOAT, &msg, &c->preq[t]);
+      const ar__dist_tensor *T = &c->t[t];
+      c->pcount[t] = (int)T->bytes;
+      if (T->rows) {
+        MPI_Get_count(&status, MPI_BYTE, &c->pcount[t]);
+        if (c->pcount[t] < 0 || (size_t)c->pcount[t] > T->wire)
+          return ar_errf(c->err, AR_STATE, "iteration %lld: rank %d sent %d bytes for '%s', "
+                         "more than its rows can take (%zu; ranks running different job "
+                         "files?)", (long long)c->st.iteration + 1, s, c->pcount[t], T->name,
+                         T->wire);
+        rc = MPI_Imrecv(T->msg, c->pcount[t], MPI_BYTE, &msg, &c->preq[t]);
+      } else {
+        rc = MPI_Imrecv(T->p, (int)T->count, MPI_FLOAT, &msg, &c->preq[t]);
+      }
       if (rc != MPI_SUCCESS)
         return ar__dist_mpi_err(c, rc, "receiving '%s' from rank %d", c->t[t].name, s);
       c->report[AR__WREP_HEAD + ar_commsched_graph_recv_op(c->g, (uint32_t)t)] =
@@ -118,6 +154,8 @@ static ar_status recv_step(ar__dist *c, wrk_iter *w, bool *progressed) {
   double now = ar__dist_clock(c);
   for (int i = 0; i < n; i++) {
     w->arrival[w->idx[i]] = now;
+    if (c->t[w->idx[i]].rows)
+      AR_CHECK(take_rows(c, w->idx[i]));
     *progressed = true;
   }
   return AR_OK;
@@ -133,20 +171,43 @@ static ar_status wait_layer(ar__dist *c, wrk_iter *w, int l) {
     for (int t = 2 * l; t <= 2 * l + 1; t++)
       if (isnan(w->arrival[t]))
         missing = t;
-    if (missing < 0)
+    if (missing < 0) {
+      /* The replica now holds step m->step's rows: the rebuild that
+       * single-process training does right after that step. */
+      if (ar__dist_sampled(c, c->rank, l) && ar_model_sampled_rehash(c->model, l) != AR_OK)
+        return ar_errf(c->err, AR_STATE, "worker %d: %s", c->widx, c->model->err.msg);
       return AR_OK;
+    }
     AR_CHECK(ar__dist_poll(c, progressed, c->t[missing].server, "parameters"));
   }
 }
 
+/* Sends layer l's gradients: a rows tensor as the rows the batch touched
+ * (sampled here) or every row (dense here); then a sampled layer's
+ * gradient rows are zeroed for the next batch (a worker does not step). */
 static ar_status send_grads(ar__dist *c, int l) {
+  size_t n = 0;
+  const uint32_t *ids = NULL;
+  bool sampled = ar__dist_sampled(c, c->rank, l);
+  if (sampled)
+    ids = ar_model_grad_rows(c->model, l, &n);
   for (int t = 2 * l; t <= 2 * l + 1; t++) {
-    const ar__dist_tensor *T = &c->t[t];
-    int rc = MPI_Isend(T->g, (int)T->count, MPI_FLOAT, T->server, t, c->cgrad, &c->preq[t]);
+    ar__dist_tensor *T = &c->t[t];
+    int rc;
+    if (T->rows) {
+      T->msg_bytes = ar__rows_pack(T, T->g, sampled ? ids : NULL, n, 0, T->msg);
+      rc = MPI_Isend(T->msg, (int)T->msg_bytes, MPI_BYTE, T->server, t, c->cgrad, &c->preq[t]);
+    } else {
+      rc = MPI_Isend(T->g, (int)T->count, MPI_FLOAT, T->server, t, c->cgrad, &c->preq[t]);
+    }
     if (rc != MPI_SUCCESS)
       return ar__dist_mpi_err(c, rc, "iteration %lld: sending the gradient of '%s' to rank %d",
                               (long long)c->st.iteration + 1, T->name, T->server);
+    c->report[AR__WREP_HEAD + 2 * c->nops + 3 * (size_t)c->nt + (size_t)t] =
+        (double)(T->rows ? T->msg_bytes : T->bytes);
   }
+  if (sampled)
+    ar_model_grad_rows_clear(c->model, l);
   return AR_OK;
 }
 
@@ -184,31 +245,28 @@ static ar_status compute(ar__dist *c, wrk_iter *w, int64_t R, double *loss_sum) 
   ar_device *d = c->dev;
   int n = m->n_layers;
   int64_t rows = m->rows;
+  /* The loss gradient is divided by the global batch's rows, so the
+   * workers' gradients sum to the mean over the global batch. */
+  m->grad_rows = R;
+  double lsum = 0.0;
   for (int l = 0; l < n; l++) {
     AR_CHECK(wait_layer(c, w, l));
     double t0 = ar__dist_clock(c);
-    if (rows > 0)
-      ar_model_forward_layer(m, l);
+    if (rows > 0 && ar_model_train_forward_layer(m, l, &lsum) != AR_OK)
+      return ar_errf(c->err, AR_STATE, "worker %d: %s", c->widx, m->err.msg);
     timed_sync(c, c->fwd[l], t0);
   }
   double t0 = ar__dist_clock(c);
   *loss_sum = 0.0;
-  if (rows > 0) {
-    *loss_sum = (double)ar_model_loss(m, true) * (double)rows;
-    /* The loss gradient is scaled by 1/rows; scaling it by rows / R makes
-     * the workers' gradients sum to the mean over the global batch. */
-    ar_layer *L = &m->layers[n - 1];
-    float k = (float)rows / (float)R;
-    int64_t len = rows * L->out;
-    for (int64_t i = 0; i < len; i++)
-      L->y[i] *= k;
-  }
+  if (rows > 0)
+    *loss_sum = m->layers[n - 1].smp ? lsum : (double)ar_model_loss(m, true) * (double)rows;
   timed_sync(c, c->loss_op, t0);
   for (int l = n - 1; l >= 0; l--) {
     t0 = ar__dist_clock(c);
     if (rows > 0) {
-      ar_model_backward_layer(m, l);
-    } else {
+      if (ar_model_train_backward_layer(m, l) != AR_OK)
+        return ar_errf(c->err, AR_STATE, "worker %d: %s", c->widx, m->err.msg);
+    } else if (!m->layers[l].smp) { /* a sampled layer's rows are zero */
       d->ops->fill(d, m->layers[l].gw, m->layers[l].in * m->layers[l].out, 0.0f);
       d->ops->fill(d, m->layers[l].gb, m->layers[l].out, 0.0f);
     }
@@ -218,6 +276,9 @@ static ar_status compute(ar__dist *c, wrk_iter *w, int64_t R, double *loss_sum) 
     c->report[AR__WREP_HEAD + 2 * c->nops + 2 * l + 1] = ready;
     AR_CHECK(send_grads(c, l));
   }
+  /* The step the servers take now: the model's step numbers the sampled
+   * layers' random streams and their rebuild schedule, as on one process. */
+  m->step++;
   return AR_OK;
 }
 
@@ -257,9 +318,11 @@ ar_status ar__dist_worker_iteration(ar__dist *c, int64_t iter) {
   if (st == AR_OK)
     st = wait_grads(c, &w);
   if (st == AR_OK) {
-    for (size_t t = 0; t < nt; t++) /* a recv op ends when its tensor is in */
+    for (size_t t = 0; t < nt; t++) { /* a recv op ends when its tensor is in */
       rep[AR__WREP_HEAD + c->nops + ar_commsched_graph_recv_op(c->g, (uint32_t)t)] =
           w.arrival[t];
+      rep[AR__WREP_HEAD + 2 * c->nops + 2 * nt + t] = (double)c->pcount[t];
+    }
     rep[AR__WREP_ITER] = (double)iter;
     rep[AR__WREP_ROWS] = (double)c->model->rows;
     rep[AR__WREP_LOSS_SUM] = loss_sum;

@@ -274,7 +274,7 @@ float ar_model_loss(ar_model *m, bool want_grad) {
   ar_layer *L = &m->layers[m->n_layers - 1];
   if (m->rows == 0)
     return 0.0f;
-  float scale = 1.0f / (float)m->rows;
+  float scale = 1.0f / (float)(m->grad_rows > 0 ? m->grad_rows : m->rows);
   float *grad = want_grad ? L->y : NULL;
   if (L->act == AR_ACT_SIGMOID)
     d->ops->sigmoid_bce(d, m->rows, L->out, L->y, m->lab_ptr, m->lab, scale, grad, m->loss_rows);

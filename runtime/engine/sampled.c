@@ -42,6 +42,7 @@ struct ar_sampled {
   uint32_t cap;     /* active ids per sample, room */
   uint32_t budget;  /* ids retrieved per sample */
   uint32_t generation; /* hash functions drawn so far - 1 */
+  int64_t rehash_step; /* the last step the rebuild schedule was checked at */
   ar_lsh_hash_opts hopts;
   ar_lsh_hash *hash;
   ar_lsh_tables *tables;
@@ -250,6 +251,7 @@ ar_status ar_model_sampled_rebuild(ar_model *m) {
     AR_CHECK(make_hash(m, s));
     AR_CHECK(rebuild(m, s, true, true));
     ar_lsh_adam_set_t(s->adam, (uint64_t)m->step);
+    s->rehash_step = m->step;
   }
   return AR_OK;
 }
@@ -330,7 +332,7 @@ static ar_status sampled_forward(ar_model *m, int l, bool training, double *loss
   const bool scatter = training && !last && !m->layers[l + 1].smp;
   const ar_lsh_act act = lsh_act(L, last);
   const int64_t rows = m->rows;
-  const float inv_rows = 1.0f / (float)rows;
+  const float inv_rows = 1.0f / (float)(m->grad_rows > 0 ? m->grad_rows : rows);
   const ar_lsh_rows W = rows_of(L, false);
   const uint32_t Lt = ar_lsh_hash_L(s->hash);
   fail_box fb = {AR_OK, ""};
@@ -515,7 +517,7 @@ static ar_status shared_forward(ar_model *m, int l, double *loss_sum) {
   ar_sampled *s = L->smp;
   ar_device *d = m->dev;
   const int64_t rows = m->rows, in = L->in;
-  const float inv_rows = 1.0f / (float)rows;
+  const float inv_rows = 1.0f / (float)(m->grad_rows > 0 ? m->grad_rows : rows);
   const float *X = dense_input(m, l);
   const ar_lsh_rows W = rows_of(L, false);
   const uint32_t Lt = ar_lsh_hash_L(s->hash);
@@ -686,6 +688,94 @@ static ar_status shared_backward(ar_model *m, int l) {
   return AR_OK;
 }
 
+ar_status ar_model_train_forward_layer(ar_model *m, int l, double *loss_sum) {
+  if (shared_path(m, l))
+    return shared_forward(m, l, loss_sum);
+  if (m->layers[l].smp)
+    return sampled_forward(m, l, true, loss_sum);
+  ar_model_forward_layer(m, l);
+  return AR_OK;
+}
+
+ar_status ar_model_train_backward_layer(ar_model *m, int l) {
+  if (shared_path(m, l))
+    return shared_backward(m, l);
+  if (m->layers[l].smp)
+    return sampled_backward(m, l);
+  ar_model_backward_layer(m, l);
+  return AR_OK;
+}
+
+const uint32_t *ar_model_grad_rows(const ar_model *m, int l, size_t *n) {
+  const ar_sampled *s = m->layers[l].smp;
+  AR_ASSERT(s);
+  return ar_lsh_touched_ids(s->touched, n);
+}
+
+void ar_model_grad_rows_mark(ar_model *m, int l, uint32_t id) {
+  ar_sampled *s = m->layers[l].smp;
+  AR_ASSERT(s && id < s->neurons);
+  ar_lsh_touched_mark(s->touched, id);
+}
+
+void ar_model_grad_rows_clear(ar_model *m, int l) {
+  ar_layer *L = &m->layers[l];
+  ar_sampled *s = L->smp;
+  AR_ASSERT(s);
+  size_t n = 0;
+  const uint32_t *ids = ar_lsh_touched_ids(s->touched, &n);
+  for (size_t k = 0; k < n; k++) {
+    memset(L->gw + (size_t)ids[k] * (size_t)L->in, 0, (size_t)L->in * sizeof(float));
+    L->gb[ids[k]] = 0.0f;
+  }
+  ar_lsh_touched_clear(s->touched);
+}
+
+void ar_model_rows_changed(ar_model *m, int l, const uint32_t *ids, size_t n) {
+  ar_sampled *s = m->layers[l].smp;
+  AR_ASSERT(s);
+  if (!ids) {
+    for (uint32_t i = 0; i < s->neurons; i++)
+      ar_lsh_touched_mark(s->changed, i);
+    return;
+  }
+  for (size_t k = 0; k < n; k++)
+    ar_lsh_touched_mark(s->changed, ids[k]);
+}
+
+ar_status ar_model_sampled_step(ar_model *m, int l) {
+  ar_layer *L = &m->layers[l];
+  ar_sampled *s = L->smp;
+  AR_ASSERT(s);
+  double t0 = ar_now();
+  ar_lsh_rows W = rows_of(L, false), G = rows_of(L, true);
+  size_t touched = 0;
+  const uint32_t *tids = ar_lsh_touched_ids(s->touched, &touched);
+  s->st.touched_sum += (int64_t)touched;
+  for (size_t k = 0; k < touched; k++)
+    ar_lsh_touched_mark(s->changed, tids[k]);
+  ar_lsh_adam_set_t(s->adam, (uint64_t)m->step - 1);
+  AR_CHECK(ar_lsh_adam_step(s->adam, &W, &G, s->touched, &m->err));
+  s->st.update_s += ar_now() - t0;
+  return AR_OK;
+}
+
+ar_status ar_model_sampled_rehash(ar_model *m, int l) {
+  ar_sampled *s = m->layers[l].smp;
+  AR_ASSERT(s);
+  if (m->step <= s->rehash_step)
+    return AR_OK; /* this step's point of the schedule is already checked */
+  s->rehash_step = m->step;
+  ar_lsh_rehash_action a = ar_lsh_rehash_check(&s->sched, (uint64_t)m->step);
+  if (a == AR_LSH_REHASH_NEW_HASH) {
+    s->generation++;
+    AR_CHECK(make_hash(m, s));
+  }
+  if (a != AR_LSH_REHASH_NONE)
+    AR_CHECK(rebuild(m, s, a == AR_LSH_REHASH_NEW_HASH, false));
+  return AR_OK;
+}
+
 ar_status ar_model_train_batch(ar_model *m, const ar_batch *b, float *loss_out) {
   AR_CHECK(ar_model_load(m, b));
   if (m->rows == 0) {
@@ -703,52 +793,24 @@ ar_status ar_model_train_batch(ar_model *m, const ar_batch *b, float *loss_out) 
   }
   /* Forward: dense layers batched, sampled layers per sample. */
   double loss_sum = 0;
-  for (int l = 0; l < m->n_layers; l++) {
-    if (shared_path(m, l))
-      AR_CHECK(shared_forward(m, l, &loss_sum));
-    else if (m->layers[l].smp)
-      AR_CHECK(sampled_forward(m, l, true, &loss_sum));
-    else
-      ar_model_forward_layer(m, l);
-  }
+  for (int l = 0; l < m->n_layers; l++)
+    AR_CHECK(ar_model_train_forward_layer(m, l, &loss_sum));
   ar_layer *last = &m->layers[m->n_layers - 1];
   *loss_out = last->smp ? (float)(loss_sum / (double)m->rows) : ar_model_loss(m, true);
   if (m->loss_status != AR_OK)
     return m->loss_status;
-  for (int l = m->n_layers - 1; l >= 0; l--) {
-    if (shared_path(m, l))
-      AR_CHECK(shared_backward(m, l));
-    else if (m->layers[l].smp)
-      AR_CHECK(sampled_backward(m, l));
-    else
-      ar_model_backward_layer(m, l);
-  }
-  /* Step: dense layers as usual, sampled ones only on touched rows. */
+  for (int l = m->n_layers - 1; l >= 0; l--)
+    AR_CHECK(ar_model_train_backward_layer(m, l));
+  /* Step: dense layers as usual, sampled ones only on touched rows, then
+   * their tables on SLIDE's schedule. */
   m->step++;
   for (int l = 0; l < m->n_layers; l++) {
-    ar_layer *L = &m->layers[l];
-    ar_sampled *s = L->smp;
-    if (!s) {
+    if (!m->layers[l].smp) {
       ar_model_step_layer(m, l);
       continue;
     }
-    double t0 = ar_now();
-    ar_lsh_rows W = rows_of(L, false), G = rows_of(L, true);
-    size_t touched = 0;
-    const uint32_t *tids = ar_lsh_touched_ids(s->touched, &touched);
-    s->st.touched_sum += (int64_t)touched;
-    for (size_t k = 0; k < touched; k++)
-      ar_lsh_touched_mark(s->changed, tids[k]);
-    ar_lsh_adam_set_t(s->adam, (uint64_t)m->step - 1);
-    AR_CHECK(ar_lsh_adam_step(s->adam, &W, &G, s->touched, &m->err));
-    s->st.update_s += ar_now() - t0;
-    ar_lsh_rehash_action a = ar_lsh_rehash_check(&s->sched, (uint64_t)m->step);
-    if (a == AR_LSH_REHASH_NEW_HASH) {
-      s->generation++;
-      AR_CHECK(make_hash(m, s));
-    }
-    if (a != AR_LSH_REHASH_NONE)
-      AR_CHECK(rebuild(m, s, a == AR_LSH_REHASH_NEW_HASH, false));
+    AR_CHECK(ar_model_sampled_step(m, l));
+    AR_CHECK(ar_model_sampled_rehash(m, l));
   }
   return AR_OK;
 }

@@ -432,6 +432,30 @@ static const ar__schema link_keys[] = {
      .doc = "Latency added to each transfer, in microseconds."},
     {0}};
 
+static const char *const worker_sparse_values[] = {"auto", "dense", NULL};
+
+static const ar__schema worker_keys[] = {
+    {.key = "device",
+     .type = AR__S_DEVICE,
+     .def_doc = "the job's `device`",
+     .doc = "Where this worker computes: `host`, `cuda:N`, or `auto` (a "
+            "CUDA device when one is present, the host otherwise)."},
+    {.key = "sparse",
+     .type = AR__S_ENUM,
+     .values = worker_sparse_values,
+     .def = "auto",
+     .doc = "`auto`: layers with a `sparse` section run as their mode says "
+            "on this worker's device (LSH-sampled on a host). `dense`: this "
+            "worker computes every layer dense (its gradients are then "
+            "dense and the server applies them densely)."},
+    {0}};
+
+static const ar__schema worker_item[] = {{.key = "item",
+                                          .type = AR__S_MAP,
+                                          .kids = worker_keys,
+                                          .doc = "One worker's settings."},
+                                         {0}};
+
 static const ar__schema distributed_keys[] = {
     {.key = "servers",
      INT_RANGE(1, 65536),
@@ -465,6 +489,13 @@ static const ar__schema distributed_keys[] = {
      .type = AR__S_PATH,
      .doc = "A schedule file: read when it exists, else written once "
             "computed. Relative to the job file's folder."},
+    {.key = "workers",
+     .type = AR__S_LIST,
+     .kids = worker_item,
+     .doc = "Per-worker settings, item i for worker i (MPI rank servers + "
+            "i); workers past the list use the defaults. A job may mix "
+            "host and GPU workers, and sampled and dense ones: the servers "
+            "keep one model."},
     {0}};
 
 /* ---- output and the top level ------------------------------------------ */

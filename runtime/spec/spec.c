@@ -1528,6 +1528,24 @@ static void convert_distributed(ctx *c, const ar__ynode *root, ar_spec *sp) {
   }
   if (get(m, ds, "schedule", &v, &node))
     sp->distributed.schedule_file = resolve(c, node);
+  const ar__ynode *ws = m ? ar__ymap_get(m, "workers") : NULL;
+  if (!ws || ws->kind != AR__YSEQ || ws->n == 0)
+    return;
+  const ar__schema *item = &kid(ds, "workers")->kids[0];
+  sp->distributed.workers = ar_calloc((size_t)ws->n, sizeof *sp->distributed.workers);
+  if (!sp->distributed.workers) {
+    c->nomem = true;
+    return;
+  }
+  sp->distributed.n_workers = ws->n;
+  for (int i = 0; i < ws->n; i++) {
+    const ar__ynode *w = ws->vals[i];
+    if (w->kind != AR__YMAP)
+      continue; /* reported */
+    if (get(w, item, "device", &v, NULL))
+      sp->distributed.workers[i].device = dup_text(c, v.s);
+    sp->distributed.workers[i].dense = get(w, item, "sparse", &v, NULL) && v.e == 1;
+  }
 }
 
 static ar_spec *convert(ctx *c, const ar__ynode *root, const char *file);
@@ -1712,6 +1730,9 @@ void ar_spec_destroy(ar_spec *sp) {
     ar_spec_destroy(sp->jobs[i]);
   ar_free(sp->jobs);
   ar_free(sp->distributed.schedule_file);
+  for (int i = 0; i < sp->distributed.n_workers; i++)
+    ar_free(sp->distributed.workers[i].device);
+  ar_free(sp->distributed.workers);
   for (int i = 0; i < sp->n_layers; i++)
     ar_free(sp->layers[i].name);
   ar_free(sp->layers);
