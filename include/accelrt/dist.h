@@ -82,9 +82,14 @@ typedef struct ar_dist_opts {
                         size_t n);
   void (*on_schedule)(void *ctx, const ar_commsched_schedule *s);
   void *ctx;
+  /* On every worker after each iteration: the bytes of each transfer's
+   * parameter message received and gradient message sent (rows tensors
+   * vary; the others are their dense size). */
+  void (*on_bytes)(void *ctx, int64_t iteration, const uint64_t *param_bytes,
+                   const uint64_t *grad_bytes, size_t n);
 } ar_dist_opts;
 
-#define AR_DIST_OPTS_INIT {0.0, -1, -1, NULL, NULL, NULL}
+#define AR_DIST_OPTS_INIT {0.0, -1, -1, NULL, NULL, NULL, NULL}
 
 /* Runs spec (distributed.enabled) as this MPI rank's part of the job.
  * Initialises MPI when it is not initialised yet and then finalises it

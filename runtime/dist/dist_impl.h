@@ -179,6 +179,7 @@ typedef struct ar__dist {
   struct ar_lsh_touched **dirty; /* (n_layers) own rows layers: rows changed
                                     since the workers last received them */
   bool resync;            /* the next parameters are a full copy */
+  int64_t rows_dense_steps; /* rows layers updated densely (a dense worker) */
   /* Worker state (worker.c). */
   MPI_Request *preq;      /* (nt) parameter receives */
   int *pcount;            /* (nt) bytes of the matched parameter message */

@@ -536,6 +536,7 @@ static ar_status write_summary(ar__dist *c, const ar_summary *s) {
         }
     ar_json_int(j, "sampled_workers", sampled);
     ar_json_int(j, "rows_dense_bytes", (int64_t)c->rows_dense_bytes);
+    ar_json_int(j, "rows_dense_steps", c->rows_dense_steps); /* rank 0's layers */
     ar_json_num(j, "param_bytes_median",
                 median(c, offsetof(ar__dist_iter_stat, rows_param), false));
     ar_json_num(j, "sparse_grad_bytes_median",

@@ -6,7 +6,9 @@
  * parameters a server sends are the rows its last update changed (every
  * worker received the previous iteration's, so those are exactly the rows
  * that changed since it last received them).  One message per tensor,
- * self-contained (b carries the ids too: a b may be read without its w):
+ * self-contained (b carries its ids too, or goes dense when that is
+ * smaller: a gradient's touched rows are its w's ids, and a layer's w and
+ * b are on one server):
  *
  *   u32 flags, u32 n, u32 ids[n] (absent when AR__ROWS_DENSE),
  *   f32 vals[n x row_len]  (row i of the tensor = its row_len floats)

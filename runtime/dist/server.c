@@ -276,25 +276,28 @@ static ar_status exchange(ar__dist *c, srv_iter *it, int *idx) {
  * differ by a few ids. */
 static ar_status apply_rows(ar__dist *c, int l) {
   ar_model *m = c->model;
+  /* The touched rows are w's ids (b may come dense when that is
+   * smaller); a dense w means a dense worker. */
   bool dense = false;
-  for (int w = 0; w < c->W; w++)
-    for (int t = 2 * l; t <= 2 * l + 1; t++) {
-      ar__rows r;
-      ar__rows_view(grad_msg(c, w, t), &r);
-      dense = dense || r.ids == NULL;
-    }
+  for (int w = 0; w < c->W; w++) {
+    ar__rows r;
+    ar__rows_view(grad_msg(c, w, 2 * l), &r);
+    dense = dense || r.ids == NULL;
+  }
   for (int w = 0; w < c->W; w++)
     for (int t = 2 * l; t <= 2 * l + 1; t++) {
       ar__dist_tensor *T = &c->t[t];
       ar__rows r;
       ar__rows_view(grad_msg(c, w, t), &r);
       ar__rows_apply(T, &r, T->g, true);
-      for (uint32_t i = 0; !dense && i < r.n; i++)
+      for (uint32_t i = 0; !dense && t == 2 * l && i < r.n; i++)
         ar_model_grad_rows_mark(m, l, r.ids[i]);
     }
-  if (dense)
+  if (dense) {
     for (uint32_t i = 0; i < c->t[2 * l].nrows; i++)
       ar_model_grad_rows_mark(m, l, i);
+    c->rows_dense_steps++;
+  }
   size_t n = 0;
   const uint32_t *ids = ar_model_grad_rows(m, l, &n);
   for (size_t i = 0; i < n; i++)

@@ -195,7 +195,10 @@ static ar_status send_grads(ar__dist *c, int l) {
     ar__dist_tensor *T = &c->t[t];
     int rc;
     if (T->rows) {
-      T->msg_bytes = ar__rows_pack(T, T->g, sampled ? ids : NULL, n, 0, T->msg);
+      /* b may go dense when that is smaller: the touched rows are w's
+       * ids (a layer's w and b are on one server). */
+      bool rows = sampled && (!T->bias || ar__rows_size(T, n) < ar__rows_size(T, 0) + T->bytes);
+      T->msg_bytes = ar__rows_pack(T, T->g, rows ? ids : NULL, n, 0, T->msg);
       rc = MPI_Isend(T->msg, (int)T->msg_bytes, MPI_BYTE, T->server, t, c->cgrad, &c->preq[t]);
     } else {
       rc = MPI_Isend(T->g, (int)T->count, MPI_FLOAT, T->server, t, c->cgrad, &c->preq[t]);
@@ -332,6 +335,14 @@ ar_status ar__dist_worker_iteration(ar__dist *c, int64_t iter) {
   }
   if (st == AR_OK && c->o.on_recv_order)
     c->o.on_recv_order(c->o.ctx, iter, w.order_u, w.norder);
+  uint64_t *bytes = c->o.on_bytes ? ar_malloc(2 * nt * sizeof *bytes) : NULL;
+  if (st == AR_OK && bytes) {
+    const double *b = rep + AR__WREP_HEAD + 2 * c->nops + 2 * nt;
+    for (size_t i = 0; i < 2 * nt; i++)
+      bytes[i] = (uint64_t)b[i];
+    c->o.on_bytes(c->o.ctx, iter, bytes, bytes + nt, nt);
+  }
+  ar_free(bytes);
   ar_free(w.arrival);
   ar_free(w.order_u);
   ar_free(w.idx);

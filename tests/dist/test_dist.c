@@ -29,20 +29,8 @@
 
 #include "accelrt/dist.h"
 #include "accelrt/runtime.h"
+#include "dist_case.h"
 
-static int failures;
-static int rank;
-
-#define CHECK(cond, ...)                                                                   \
-  do {                                                                                     \
-    if (!(cond)) {                                                                         \
-      fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", rank, __FILE__, __LINE__,     \
-              #cond);                                                                      \
-      fprintf(stderr, __VA_ARGS__);                                                        \
-      fputc('\n', stderr);                                                                 \
-      failures++;                                                                          \
-    }                                                                                      \
-  } while (0)
 
 #define MAX_ITERS 16
 #define MAX_T 64
@@ -90,14 +78,7 @@ static ar_spec *job(const char *dir, int servers, const char *order, int iterati
            "train: {batch: 33, iterations: %d, threads: 1, optimizer: %s}\n"
            "output: {dir: '%s'}\n%s",
            iterations, optimizer, dir, dist);
-  ar_spec *spec = NULL;
-  ar_diags d = {0, NULL};
-  ar_status st = ar_spec_parse(yaml, strlen(yaml), "<test>", NULL, NULL, 0, false, &spec, &d);
-  if (st != AR_OK)
-    ar_diags_print(&d, "<test>", stderr);
-  ar_diags_fini(&d);
-  CHECK(st == AR_OK, "the test job does not parse");
-  return spec;
+  return case_parse(yaml);
 }
 
 static ar_status run_dist(ar_spec *spec) {
@@ -281,25 +262,10 @@ static void case_equal(const char *dir, int servers, const char *opt) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  int size;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  ar_log_set_level(AR_LOG_WARN);
   const char *which = argc > 1 ? argv[1] : "";
-  char dir[512] = "";
-  if (rank == 0) {
-    snprintf(dir, sizeof dir, "/tmp/accelrt_dist_%s_XXXXXX", which);
-    if (!mkdtemp(dir))
-      dir[0] = '\0';
-  }
-  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
-  if (size != 3 || !dir[0]) {
-    if (rank == 0)
-      fprintf(stderr, "run under mpiexec -n 3 (got %d ranks)\n", size);
-    MPI_Finalize();
+  char dir[512];
+  if (!case_begin(&argc, &argv, 3, which, dir, sizeof dir))
     return 1;
-  }
   if (strcmp(which, "order_file") == 0)
     case_order_file(dir);
   else if (strcmp(which, "order_tac") == 0)
@@ -314,16 +280,5 @@ int main(int argc, char **argv) {
     case_equal(dir, 2, "{sgd: {lr: 0.05, momentum: 0.9}}");
   else
     CHECK(false, "unknown case '%s'", which);
-  int all = 0;
-  MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (rank == 0 && all == 0) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-      fprintf(stderr, "could not remove %s\n", dir);
-  }
-  MPI_Finalize();
-  if (rank == 0)
-    printf("%s: %s\n", which, all ? "FAILED" : "ok");
-  return all ? 1 : 0;
+  return case_end(which, dir);
 }

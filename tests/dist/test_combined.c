@@ -1,0 +1,215 @@
+/* The combined job at small scale under `mpiexec -n 4` (one server, three
+ * workers, TAC order, an output layer that `sparse: {mode: auto}` samples
+ * on the host workers), one case per run, named by argv[1]:
+ *
+ *   equal        trains to P@1 within TOL_P1 points of the same job run on
+ *                one process (same global batch, seed and data), both run
+ *                here; the single-process run must have learnt (P@1 above
+ *                MIN_P1), so an untrained model cannot pass;
+ *   sparse       the sampled layer's traffic is rows: per worker and
+ *                iteration the gradient bytes are under a quarter and the
+ *                parameter bytes under half of the layer's dense bytes,
+ *                and no server step was dense;
+ *   mixed        worker 0 forced dense (distributed.workers): the server
+ *                gets dense and row gradients, updates the layer densely
+ *                every step, and the job still trains to within TOL_P1
+ *                of one process;
+ *   graph_bytes  after warm-up the op graph's bytes of the sampled
+ *                tensors equal the means of the messages the workers
+ *                observed during the traced iterations (parameters of
+ *                the first iteration, a full copy, left out), and are
+ *                below the dense size.
+ *
+ * Why the tolerance: distributed and single-process SLIDE differ in the
+ * order the rows' gradients are summed and in the shared random negatives
+ * (each worker tops up from its own rows' mean retrieval), so their P@1
+ * differ by run-to-run noise; over 600 test points and 3 labels that is
+ * about a point (measured: 0.1-1.5).  No wall-clock thresholds. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "accelrt/dist.h"
+#include "accelrt/runtime.h"
+#include "dist_case.h"
+
+#define TOL_P1 4.0
+#define MIN_P1 25.0
+#define WARMUP 3
+#define MAX_T 16
+
+
+/* Bytes the workers saw during the traced iterations: sums and counts. */
+static double bytes_sum[MAX_T];
+static double bytes_n[MAX_T];
+
+static void on_bytes(void *ctx, int64_t it, const uint64_t *param, const uint64_t *grad,
+                     size_t n) {
+  (void)ctx;
+  if (it > WARMUP || n > MAX_T)
+    return;
+  for (size_t t = 0; t < n; t++) {
+    if (it > 1) { /* the first iteration's parameters are a full copy */
+      bytes_sum[t] += (double)param[t];
+      bytes_n[t]++;
+    }
+    bytes_sum[t] += (double)grad[t];
+    bytes_n[t]++;
+  }
+}
+
+static ar_spec *job(const char *dir, bool distributed, const char *workers) {
+  char yaml[4096], dist[512] = "";
+  if (distributed)
+    snprintf(dist, sizeof dist,
+             "distributed: {servers: 1, order: tac, trace_iterations: %d%s%s}\n", WARMUP,
+             workers ? ", workers: " : "", workers ? workers : "");
+  snprintf(yaml, sizeof yaml,
+           "name: combined_small\nseed: 4\ndevice: host\n"
+           "model:\n  input: {sparse: 1000}\n  layers:\n"
+           "    - {name: h1, dense: 32, activation: relu}\n"
+           "    - {name: h2, dense: 32, activation: relu}\n"
+           "    - name: out\n      dense: 8192\n      activation: softmax\n"
+           "      sparse: {mode: auto, auto_min_width: 4096, active: 0.01,"
+           " rehash: {every: 20}}\n"
+           "data: {generate: {train_points: 6000, test_points: 600, features: 1000,"
+           " labels: 8192, nnz: 16, labels_per_point: 2, noise: 0.2}}\n"
+           "train: {batch: 48, epochs: 3, threads: 1, optimizer: {adam: {lr: 0.003}}}\n"
+           "output: {dir: '%s'}\n%s",
+           dir, dist);
+  return case_parse(yaml);
+}
+
+/* Runs the distributed job; rank 0 returns its summary in *s. */
+static ar_status run_dist(const char *dir, const char *workers, ar_summary *s) {
+  ar_spec *spec = job(dir, true, workers);
+  if (!spec)
+    return AR_INVALID;
+  ar_dist_opts o = AR_DIST_OPTS_INIT;
+  o.timeout_s = 120;
+  o.on_bytes = on_bytes;
+  ar_run_opts ro = AR_RUN_OPTS_INIT;
+  ro.quiet = true;
+  memset(s, 0, sizeof *s);
+  ar_err err = AR_ERR_INIT;
+  ar_status st = ar_dist_run_ex(spec, &ro, &o, s, &err);
+  CHECK(st == AR_OK, "ar_dist_run_ex: %s", err.msg);
+  ar_spec_destroy(spec);
+  return st;
+}
+
+static double single_p1(const char *dir) {
+  ar_spec *spec = job(dir, false, NULL);
+  if (!spec)
+    return -1.0;
+  ar_run_opts ro = AR_RUN_OPTS_INIT;
+  ro.quiet = true;
+  ar_summary s;
+  ar_err err = AR_ERR_INIT;
+  ar_status st = ar_run(spec, &ro, &s, &err);
+  CHECK(st == AR_OK, "ar_run: %s", err.msg);
+  ar_spec_destroy(spec);
+  return st == AR_OK ? s.p_at[0] : -1.0;
+}
+
+/* A number of summary.json (NAN when the key is missing). */
+static double summary_num(const char *dir, const char *key) {
+  char path[700], pat[160];
+  snprintf(path, sizeof path, "%s/summary.json", dir);
+  snprintf(pat, sizeof pat, "\"%s\": ", key);
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return NAN;
+  static char text[1 << 16];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = '\0';
+  const char *p = strstr(text, pat);
+  return p ? strtod(p + strlen(pat), NULL) : NAN;
+}
+
+static void case_equal(const char *dir, const char *workers, int sampled) {
+  char ddir[600], sdir[600];
+  snprintf(ddir, sizeof ddir, "%s/dist", dir);
+  snprintf(sdir, sizeof sdir, "%s/single", dir);
+  ar_summary s;
+  if (run_dist(ddir, workers, &s) != AR_OK || rank != 0)
+    return;
+  double one = single_p1(sdir);
+  printf("P@1: distributed %.2f, single-process %.2f\n", s.p_at[0], one);
+  CHECK(one > MIN_P1, "the single-process job did not learn (P@1 %.2f)", one);
+  CHECK(fabs(s.p_at[0] - one) <= TOL_P1, "P@1 %.2f distributed vs %.2f single-process",
+        s.p_at[0], one);
+  CHECK(summary_num(ddir, "sampled_workers") == sampled, "%g workers sampled, expected %d",
+        summary_num(ddir, "sampled_workers"), sampled);
+  double dense_steps = summary_num(ddir, "rows_dense_steps");
+  if (sampled == 3)
+    CHECK(dense_steps == 0, "%g dense steps with every worker sampled", dense_steps);
+  else
+    CHECK(dense_steps == (double)s.iterations, "%g dense steps of %lld with a dense worker",
+          dense_steps, (long long)s.iterations);
+}
+
+static void case_sparse(const char *dir) {
+  ar_summary s;
+  if (run_dist(dir, NULL, &s) != AR_OK || rank != 0)
+    return;
+  double dense = summary_num(dir, "rows_dense_bytes");
+  double grad = summary_num(dir, "sparse_grad_bytes_median");
+  double param = summary_num(dir, "param_bytes_median");
+  printf("per worker and iteration: gradient rows %.0f B, parameter rows %.0f B, dense %.0f B\n",
+         grad, param, dense);
+  /* out.w (8192 x 32) and out.b as floats. */
+  CHECK(dense == (8192.0 * 32 + 8192) * 4, "dense bytes %g", dense);
+  CHECK(grad > 0 && grad < 0.25 * dense, "gradient rows %g B vs dense %g B", grad, dense);
+  CHECK(param > 0 && param < 0.5 * dense, "parameter rows %g B vs dense %g B", param, dense);
+  CHECK(summary_num(dir, "rows_dense_steps") == 0, "a dense step without dense workers");
+}
+
+static void case_graph_bytes(const char *dir) {
+  ar_summary s;
+  ar_status st = run_dist(dir, NULL, &s);
+  double sum[MAX_T], n[MAX_T];
+  MPI_Reduce(bytes_sum, sum, MAX_T, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+  MPI_Reduce(bytes_n, n, MAX_T, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+  if (st != AR_OK || rank != 0)
+    return;
+  static const char *names[2] = {"out.w", "out.b"};
+  static const double dense[2] = {8192.0 * 32 * 4, 8192.0 * 4};
+  for (int k = 0; k < 2; k++) {
+    int t = 4 + k; /* out is layer 2: transfers 4 and 5 */
+    char key[64];
+    snprintf(key, sizeof key, "graph_bytes.%s", names[k]);
+    double g = summary_num(dir, key), mean = n[t] > 0 ? sum[t] / n[t] : NAN;
+    printf("%s: graph %.0f B, measured mean %.1f B over %.0f messages, dense %.0f B\n",
+           names[k], g, mean, n[t], dense[k]);
+    CHECK(n[t] == 3 * (2 * WARMUP - 1), "%.0f messages counted", n[t]);
+    CHECK(fabs(g - mean) <= 0.5, "%s: graph bytes %.0f, measured mean %.1f", names[k], g, mean);
+    /* b goes dense (plus the 8-byte header) when its rows would not be
+     * smaller. */
+    CHECK(k == 0 ? g < dense[k] : g <= dense[k] + 8, "%s: graph bytes %.0f, dense %.0f",
+          names[k], g, dense[k]);
+  }
+}
+
+int main(int argc, char **argv) {
+  const char *which = argc > 1 ? argv[1] : "";
+  char dir[512];
+  if (!case_begin(&argc, &argv, 4, which, dir, sizeof dir))
+    return 1;
+  if (strcmp(which, "equal") == 0)
+    case_equal(dir, NULL, 3);
+  else if (strcmp(which, "mixed") == 0)
+    case_equal(dir, "[{sparse: dense}]", 2);
+  else if (strcmp(which, "sparse") == 0)
+    case_sparse(dir);
+  else if (strcmp(which, "graph_bytes") == 0)
+    case_graph_bytes(dir);
+  else
+    CHECK(false, "unknown case '%s'", which);
+  return case_end(which, dir);
+}
