@@ -155,20 +155,35 @@ static int local_ranks(void) {
 }
 
 /* The device a worker computes on: its distributed.workers entry, else the
- * job's.  MPI moves host memory, so workers run on the host in this
- * build: auto falls back to it; cuda is refused. */
+ * job's.  auto is a GPU when one is present, otherwise the host; workers
+ * compute on the host in this build (MPI moves host memory, and the
+ * staging of a GPU worker's tensors through host buffers is not written
+ * yet), so auto with a GPU present also runs on the host, with a notice,
+ * and cuda is refused with the reason. */
 static ar_status worker_device(ar__dist *c, const char **out) {
   const ar_spec *s = c->spec;
   const char *dev = s->device;
   if (c->widx < s->distributed.n_workers && s->distributed.workers[c->widx].device)
     dev = s->distributed.workers[c->widx].device;
+  char why[256] = "";
+  int gpus = strcmp(dev, "host") == 0 ? 0 : ar_cuda_device_count(why, sizeof why);
+  *out = "host";
+  if (strncmp(dev, "cuda", 4) == 0 && gpus == 0)
+    return ar_errf(c->err, AR_NODEVICE,
+                   "worker %d (rank %d): device %s: no CUDA device here (%s); set "
+                   "distributed.workers[%d].device (or device) to auto or host",
+                   c->widx, c->rank, dev, why, c->widx);
   if (strncmp(dev, "cuda", 4) == 0)
     return ar_errf(c->err, AR_UNSUPPORTED,
-                   "worker %d (rank %d): device %s: distributed workers run on host devices "
-                   "in this build (MPI moves host memory); set device (or "
-                   "distributed.workers[%d].device) to host or auto",
+                   "worker %d (rank %d): device %s: distributed workers compute on the host "
+                   "in this build (a GPU worker's parameters and gradients would have to be "
+                   "staged through host buffers for MPI); set distributed.workers[%d].device "
+                   "(or device) to host or auto",
                    c->widx, c->rank, dev, c->widx);
-  *out = "host";
+  if (gpus > 0)
+    ar_log(AR_LOG_WARN, "worker %d (rank %d): device auto found %d CUDA device%s, but "
+           "distributed workers compute on the host in this build", c->widx, c->rank, gpus,
+           gpus == 1 ? "" : "s");
   return AR_OK;
 }
 

@@ -18,7 +18,12 @@
  *                tensors equal the means of the messages the workers
  *                observed during the traced iterations (parameters of
  *                the first iteration, a full copy, left out), and are
- *                below the dense size.
+ *                below the dense size;
+ *   devices      a worker on cuda:0 stops the job with an error naming
+ *                the worker and what to set, on every rank and without a
+ *                hang (no GPU: there is none; a GPU: distributed GPU
+ *                workers are not built yet), and workers on `auto` run
+ *                on the host and sample the layer.
  *
  * Why the tolerance: distributed and single-process SLIDE differ in the
  * order the rows' gradients are summed and in the shared random negatives
@@ -196,6 +201,38 @@ static void case_graph_bytes(const char *dir) {
   }
 }
 
+static void case_devices(const char *dir) {
+  char bad[600], good[600];
+  snprintf(bad, sizeof bad, "%s/cuda", dir);
+  snprintf(good, sizeof good, "%s/auto", dir);
+  ar_spec *spec = job(bad, true, "[{device: host}, {device: cuda:0}]");
+  if (spec) {
+    ar_dist_opts o = AR_DIST_OPTS_INIT;
+    o.timeout_s = 60;
+    ar_run_opts ro = AR_RUN_OPTS_INIT;
+    ro.quiet = true;
+    ar_summary s;
+    ar_err err = AR_ERR_INIT;
+    ar_status st = ar_dist_run_ex(spec, &ro, &o, &s, &err);
+    CHECK(st != AR_OK, "a worker on cuda:0 ran");
+    /* Rank 2 (worker 1) says why; the others that it failed. */
+    if (rank == 2)
+      CHECK(strstr(err.msg, "worker 1") && strstr(err.msg, "cuda:0") &&
+                strstr(err.msg, "distributed.workers[1].device"),
+            "unclear message: %s", err.msg);
+    else
+      CHECK(strstr(err.msg, "another rank failed"), "unexpected message: %s", err.msg);
+    ar_spec_destroy(spec);
+  }
+  /* That run left MPI initialised and every rank out of it together. */
+  MPI_Barrier(MPI_COMM_WORLD);
+  ar_summary s;
+  if (run_dist(good, "[{device: auto}, {device: auto}, {device: auto}]", &s) == AR_OK &&
+      rank == 0)
+    CHECK(summary_num(good, "sampled_workers") == 3, "%g workers sampled on auto",
+          summary_num(good, "sampled_workers"));
+}
+
 int main(int argc, char **argv) {
   const char *which = argc > 1 ? argv[1] : "";
   char dir[512];
@@ -209,6 +246,8 @@ int main(int argc, char **argv) {
     case_sparse(dir);
   else if (strcmp(which, "graph_bytes") == 0)
     case_graph_bytes(dir);
+  else if (strcmp(which, "devices") == 0)
+    case_devices(dir);
   else
     CHECK(false, "unknown case '%s'", which);
   return case_end(which, dir);
