@@ -154,6 +154,10 @@ void ar_fx_sentence(const ar_fx_result *r, const ar_fx_design *d, int term, char
  * (df >= 1; 0 < p < 1), to about 1e-10. */
 double ar_fx_t_quantile(double p, double df);
 
+/* A number for people: four significant digits without an exponent from
+ * 0.001 to 1e7 ("87142", "2.776", "0.01234"), a leading + when sign. */
+void ar_fx_format(double v, bool sign, char *buf, size_t cap);
+
 /* Names for files and messages. */
 const char *ar_fx_verdict_name(ar_fx_verdict v);
 

@@ -19,6 +19,7 @@ int cli_gen_data(int argc, char **argv);
 int cli_schema(int argc, char **argv);
 int cli_eval(int argc, char **argv);     /* cmd_eval.c */
 int cli_simulate(int argc, char **argv); /* cmd_simulate.c */
+int cli_study(int argc, char **argv);    /* cmd_study.c */
 /* cmd_service.c: serve, submit, ps, logs, cancel (argv[0] is the command) */
 int cli_service(int argc, char **argv);
 

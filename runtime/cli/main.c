@@ -22,6 +22,9 @@ static void usage(FILE *to) {
           "                      write a synthetic XC-format dataset (see gen-data --help)\n"
           "  eval JOB.yaml [--checkpoint PATH] [--set KEY=VALUE]...\n"
           "                      score a checkpoint on the test split (all labels, and by LSH)\n"
+          "  study STUDY.yaml [--dry-run] [--resume] [--out DIR]\n"
+          "                      run a factorial study over a job (main effects, interactions,\n"
+          "                      report.html; see accelrt study --help)\n"
           "  schema              print the job-file reference (Markdown)\n"
           "  help, --help        this text;  --version  the version\n"
           "\n"
@@ -62,6 +65,8 @@ int main(int argc, char **argv) {
     return cli_schema(argc - 1, argv + 1);
   if (!strcmp(cmd, "eval"))
     return cli_eval(argc - 1, argv + 1);
+  if (!strcmp(cmd, "study"))
+    return cli_study(argc - 1, argv + 1);
   if (!strcmp(cmd, "simulate"))
     return cli_simulate(argc - 1, argv + 1);
   if (!strcmp(cmd, "serve") || !strcmp(cmd, "submit") || !strcmp(cmd, "ps") ||

@@ -35,8 +35,9 @@
 
 /* ---- diagnostics -------------------------------------------------------- */
 
-/* Appends one diagnostic; copies the strings.  false when out of memory. */
-static bool diags_push(ar_diags *d, int line, int col, const char *set,
+/* Appends one diagnostic; copies the strings.  false when out of memory.
+ * Declared in yaml_tree.h for the other readers of YAML files (study.c). */
+bool ar__diags_push(ar_diags *d, int line, int col, const char *set,
                        const char *path, const char *msg) {
   ar_diag *items = ar_realloc(d->items, (size_t)(d->count + 1) * sizeof *items);
   if (!items)
@@ -163,12 +164,12 @@ static void vdiag(ctx *c, int line, int col, int set, const char *path,
     snprintf(msg, sizeof msg, "more than %d problems; fix these first",
              MAX_DIAGS - 1);
     c->capped = true;
-    if (!diags_push(c->d, 0, 0, NULL, NULL, msg))
+    if (!ar__diags_push(c->d, 0, 0, NULL, NULL, msg))
       c->nomem = true;
     return;
   }
   vsnprintf(msg, sizeof msg, fmt, ap);
-  if (!diags_push(c->d, line, col, st, path, msg))
+  if (!ar__diags_push(c->d, line, col, st, path, msg))
     c->nomem = true;
 }
 
@@ -1867,7 +1868,7 @@ io_error : {
   char msg[512];
   snprintf(msg, sizeof msg, "cannot read the job file: %s",
            strerror(errno ? errno : EIO));
-  st = diags_push(d, 0, 0, NULL, NULL, msg) ? AR_IO : AR_NOMEM;
+  st = ar__diags_push(d, 0, 0, NULL, NULL, msg) ? AR_IO : AR_NOMEM;
 }
 done:
   if (f)

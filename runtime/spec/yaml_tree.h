@@ -88,4 +88,10 @@ bool ar__yscalar_is(const ar__ynode *n, const char *s);
  * diagnostic so that messages stay one readable line. */
 char *ar__yquote(const char *s, size_t len, size_t max, char *buf, size_t cap);
 
+/* Appends one diagnostic to d (spec.c; strings copied): for other files
+ * read with this tree, such as study files.  false when out of memory. */
+struct ar_diags;
+bool ar__diags_push(struct ar_diags *d, int line, int col, const char *set, const char *path,
+                    const char *msg);
+
 #endif /* ACCELRT_SPEC_YAML_TREE_H */

@@ -547,12 +547,21 @@ void ar_fx_term_name(const ar_fx_result *r, const ar_fx_design *d, int term, boo
   }
 }
 
-/* A number with four significant digits and its sign. */
-static const char *num(char *b, size_t cap, double v, bool sign) {
+void ar_fx_format(double v, bool sign, char *buf, size_t cap) {
+  double a = fabs(v);
   if (!isfinite(v))
-    snprintf(b, cap, "n/a");
-  else
-    snprintf(b, cap, sign ? "%+.4g" : "%.4g", v);
+    snprintf(buf, cap, "n/a");
+  else if (a != 0 && (a >= 1e7 || a < 1e-3))
+    snprintf(buf, cap, sign ? "%+.3e" : "%.3e", v);
+  else {
+    int dec = a == 0 ? 0 : 3 - (int)floor(log10(a));
+    dec = dec < 0 ? 0 : dec > 6 ? 6 : dec;
+    snprintf(buf, cap, sign ? "%+.*f" : "%.*f", dec, v);
+  }
+}
+
+static const char *num(char *b, size_t cap, double v, bool sign) {
+  ar_fx_format(v, sign, b, cap);
   return b;
 }
 
