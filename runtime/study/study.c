@@ -396,7 +396,7 @@ static void parse_fraction(pctx *c, ar_study *s, const ar__ynode *n) {
            "factors only",
            s->gens[i].text ? s->gens[i].text : "?");
   for (int f = 0; f < s->k; f++)
-    if (s->f[f].n_levels != 2) {
+    if (s->f[f].n_levels != 2 && s->f[f].n_levels != 0) {
       diag(c, n->line, n->col, "fraction",
            "a 2^(k-p) fraction needs every factor at two levels; %s has %d", s->f[f].path,
            s->f[f].n_levels);
@@ -637,9 +637,40 @@ static void validate(pctx *c, ar_study *s, int base_line, int base_col) {
       diag(c, base_line, base_col, "response", "%s is not available for %s: %s", s->resp_name,
            kind_name[s->kind], why);
   }
-  /* Every level alone, at its place in the file. */
+  /* Every level alone, at its place in the file; a problem every level
+   * shares word for word (an unknown key) once, at the factor's key. */
   bool levels_ok = true;
-  for (int f = 0; f < s->k; f++)
+  for (int f = 0; f < s->k; f++) {
+    char first[2048] = "";
+    int same = 0;
+    for (int l = 0; l < s->f[f].n_levels; l++) {
+      const char *set = s->f[f].set[l];
+      if (!set)
+        continue;
+      st = load_job(s, &set, 1, &spec, &jd);
+      if (st == AR_NOMEM) {
+        c->nomem = true;
+        return;
+      }
+      ar_spec_destroy(spec);
+      if (st != AR_OK && jd.count > 0) {
+        job_diag_text(s, &jd.items[0], text, sizeof text);
+        same += l == 0 || !strcmp(first, text);
+        if (l == 0)
+          snprintf(first, sizeof first, "%s", text);
+      }
+      ar_diags_fini(&jd);
+    }
+    if (same == s->f[f].n_levels) {
+      char path[300];
+      snprintf(path, sizeof path, "factors.%s", s->f[f].path);
+      diag(c, s->f[f].line, s->f[f].col, path,
+           "the base job refuses this key at every level: %s; use a key of the job (see "
+           "accelrt schema)",
+           first);
+      levels_ok = false;
+      continue;
+    }
     for (int l = 0; l < s->f[f].n_levels; l++) {
       const char *set = s->f[f].set[l];
       if (!set)
@@ -661,6 +692,7 @@ static void validate(pctx *c, ar_study *s, int base_line, int base_col) {
       }
       ar_diags_fini(&jd);
     }
+  }
   if (!levels_ok)
     return;
   /* Then every planned combination. */
@@ -827,6 +859,18 @@ ar_status ar_study_load(const char *path, const ar_study_opts *opts, ar_study **
   validate(&c, s, b->line, b->col);
   st = c.nomem ? AR_NOMEM : d->count ? AR_SPEC : AR_OK;
 done:
+  /* In file order (problems without a place last); stable. */
+  for (int i = 1; i < d->count; i++)
+    for (int j = i; j > 0; j--) {
+      ar_diag *a = &d->items[j - 1], *b = &d->items[j];
+      long ka = a->line > 0 ? (long)a->line * 100000 + a->col : 1L << 40;
+      long kb = b->line > 0 ? (long)b->line * 100000 + b->col : 1L << 40;
+      if (ka <= kb)
+        break;
+      ar_diag t = *a;
+      *a = *b;
+      *b = t;
+    }
   ar__ynode_free(root);
   ar_free(text);
   if (st == AR_OK)

@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# accelrt study end to end.
+#   study.sh ACCELRT_BINARY SOURCE_DIR CASE
+# Exit 0 pass, 1 fail, 77 skipped.
+set -uo pipefail
+bin=$1 src=$2 case=$3
+work=$(mktemp -d /tmp/accelrt-study-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+rows() { echo $(( $(wc -l < "$1") - 1 )); } # data rows of a CSV with a header
+
+small_job() { # a job of a fraction of a second in $work/job.yaml
+  cat > "$work/job.yaml" <<YAML
+name: small
+device: host
+seed: 5
+model:
+  input: {sparse: 2000}
+  layers:
+    - {name: hidden, dense: 64, activation: relu}
+    - {name: out, dense: 200, activation: softmax}
+data:
+  generate: {train_points: 3000, test_points: 300, features: 2000, labels: 200, nnz: 20,
+             labels_per_point: 2, noise: 0.1}
+train: {batch: 64, iterations: 20, threads: 1, eval_every: 10, optimizer: {adam: {lr: 0.003}}}
+output: {dir: $work/job-out}
+YAML
+}
+
+small_study() { # 2 x 2 x 2 over the small job, output $work/out
+  small_job
+  cat > "$work/study.yaml" <<YAML
+name: small-study
+base: job.yaml
+factors:
+  train.batch: [32, 128]
+  model.layers.hidden.dense: [32, 96]
+response: samples_per_s
+replicates: 2
+seed: 3
+output: $work/out
+YAML
+}
+
+case $case in
+quickstart)
+  # The quick-start job, shrunk by fixed overrides: 2 factors x 2 levels x
+  # 2 replicates, every output written, the data generated once.
+  cat > "$work/study.yaml" <<YAML
+name: qs
+base: $src/configs/quickstart.yaml
+set:
+  data.generate.train_points: 3000
+  data.generate.test_points: 300
+  train.iterations: 12
+  train.eval_every: 6
+  train.threads: 1
+  model.layers.out.dense: 2000
+  data.generate.labels: 2000
+factors:
+  train.batch: [32, 64]
+  train.optimizer: [adam, sgd]
+response: samples_per_s
+replicates: 2
+seed: 1
+YAML
+  cd "$work" || exit 1
+  "$bin" study study.yaml > "$work/stdout" 2> "$work/stderr" || fail "study exited $?: $(cat "$work/stderr")"
+  o=$work/runs/studies/qs
+  [ "$(rows "$o/runs.csv")" = 8 ] || fail "runs.csv: $(cat "$o/runs.csv")"
+  [ "$(grep -c ',ok,' "$o/runs.csv")" = 8 ] || fail "not every run ok: $(cat "$o/runs.csv")"
+  head -1 "$o/runs.csv" | grep -q '^run,cell,replicate,order,train.batch,train.optimizer,samples_per_s,status,wall_s,started_unix,note$' \
+    || fail "header: $(head -1 "$o/runs.csv")"
+  for t in ',train.batch,A,1,' ',train.optimizer,B,1,' ',train.batch x train.optimizer,AB,2,'; do
+    grep -q "^effect$t" "$o/effects.csv" || fail "effects.csv lacks $t: $(cat "$o/effects.csv")"
+  done
+  grep -q '<svg' "$o/report.html" || fail "no SVG in the report"
+  ! grep -qi '<script' "$o/report.html" || fail "the report has a script"
+  ! grep -Eq '(src|href)=.(https?:)?//' "$o/report.html" || fail "the report loads something"
+  grep -q 'is additive\|is synergistic\|is antagonistic' "$work/stdout" || fail "no verdict printed: $(cat "$work/stdout")"
+  # One data set for all runs, linked from each run folder.
+  [ "$(ls "$o/data" | wc -l)" = 1 ] || fail "data generated more than once: $(ls "$o/data")"
+  [ -L "$o/runs/A0B0-r1/data" ] || fail "run folder does not link the shared data"
+  [ ! -e "$o/runs/A0B0-r1/checkpoint.bin" ] || fail "checkpoint kept without keep_checkpoints"
+  ;;
+resume)
+  # Stopped after 2 runs (as if interrupted): exit 1 with how to resume,
+  # 2 rows; again: the 6 others run, the first 2 are not redone.
+  small_study
+  ACCELRT_STUDY_STOP_AFTER=2 "$bin" study "$work/study.yaml" > "$work/o1" 2> "$work/e1"; rc=$?
+  [ $rc = 1 ] || fail "stopped study exit $rc, want 1"
+  grep -q "resume with 'accelrt study" "$work/e1" || fail "no resume hint: $(cat "$work/e1")"
+  [ "$(rows "$work/out/runs.csv")" = 2 ] || fail "want 2 rows: $(cat "$work/out/runs.csv")"
+  [ ! -e "$work/out/report.html" ] || fail "a stopped study wrote the report"
+  first=$(sed -n 2,3p "$work/out/runs.csv")
+  ids=$(sed -n '2,3s/,.*//p' "$work/out/runs.csv")
+  # An unfinished run's folder (left by a crash) is cleared and redone.
+  third=$("$bin" study "$work/study.yaml" --dry-run | awk '$1 == 3 {print $2}')
+  mkdir -p "$work/out/runs/$third" && touch "$work/out/runs/$third/stale"
+  # A row cut short by a crash is dropped.
+  printf '%s' "${third},A" >> "$work/out/runs.csv"
+  "$bin" study "$work/study.yaml" --resume > "$work/o2" 2> "$work/e2" || fail "resume failed: $(cat "$work/e2")"
+  grep -q "2 done before" "$work/o2" || fail "$(cat "$work/o2")"
+  grep -q "dropped a partial last line" "$work/e2" || fail "partial line not reported: $(cat "$work/e2")"
+  [ "$(rows "$work/out/runs.csv")" = 8 ] || fail "want 8 rows: $(cat "$work/out/runs.csv")"
+  [ "$(sed -n 2,3p "$work/out/runs.csv")" = "$first" ] || fail "finished rows changed"
+  [ "$(grep -c '^\[' "$work/o2")" = 6 ] || fail "resume ran other than 6 runs: $(cat "$work/o2")"
+  for id in $ids; do
+    ! grep -q "\] $id " "$work/o2" || fail "finished run $id redone"
+  done
+  [ ! -e "$work/out/runs/$third/stale" ] || fail "the unfinished run's folder was not cleared"
+  [ "$(cut -d, -f1 "$work/out/runs.csv" | sort | uniq -d)" = "" ] || fail "a run recorded twice"
+  # Complete: a third start runs nothing.
+  "$bin" study "$work/study.yaml" > "$work/o3" 2>&1 || fail "third start failed"
+  grep -q "8 done before" "$work/o3" && ! grep -q '^\[' "$work/o3" || fail "$(cat "$work/o3")"
+  # A changed design is refused, not mixed with the old rows.
+  sed -i 's/replicates: 2/replicates: 3/' "$work/study.yaml"
+  "$bin" study "$work/study.yaml" > /dev/null 2> "$work/e4"; rc=$?
+  [ $rc = 1 ] && grep -q "holds another study" "$work/e4" || fail "changed design: exit $rc $(cat "$work/e4")"
+  ;;
+sigint)
+  # SIGINT while a run is running: the child is stopped, runs.csv stays
+  # valid, exit non-zero with how to resume; resuming completes the study.
+  small_study
+  sed -i 's/iterations: 20/iterations: 400/' "$work/job.yaml"
+  "$bin" study "$work/study.yaml" > "$work/o1" 2> "$work/e1" &
+  pid=$!
+  for _ in $(seq 1 600); do
+    [ -f "$work/out/runs.csv" ] && [ "$(rows "$work/out/runs.csv")" -ge 1 ] && break
+    sleep 0.1
+  done
+  sleep 0.3
+  kill -INT $pid
+  wait $pid; rc=$?
+  [ $rc -ne 0 ] || fail "interrupted study exited 0"
+  grep -q "resume with" "$work/e1" || fail "no resume hint: $(cat "$work/e1")"
+  n=$(rows "$work/out/runs.csv")
+  [ "$n" -ge 1 ] && [ "$n" -lt 8 ] || fail "rows after SIGINT: $n"
+  [ "$(tail -c 1 "$work/out/runs.csv" | od -An -c | tr -d ' ')" = '\n' ] || fail "last row cut"
+  awk -F, 'NF != 11 { exit 1 }' "$work/out/runs.csv" || fail "a row of another width"
+  ! grep -q ',failed,\|,timeout,' "$work/out/runs.csv" || fail "the stopped run was recorded"
+  "$bin" study "$work/study.yaml" > "$work/o2" 2> "$work/e2" || fail "resume failed: $(cat "$work/e2")"
+  [ "$(rows "$work/out/runs.csv")" = 8 ] || fail "resume did not complete"
+  ;;
+bad_study)
+  # Each problem as FILE:LINE:COL: error: KEY: ..., exit 2, nothing run.
+  small_job
+  cat > "$work/study.yaml" <<YAML
+name: bad
+base: job.yaml
+factors:
+  train.batch: [64, -3]
+  train.bogus: [1, 2]
+response: samples_per_s
+replicates: 2
+output: $work/out
+YAML
+  "$bin" study "$work/study.yaml" > /dev/null 2> "$work/err"; rc=$?
+  [ $rc = 2 ] || fail "exit $rc, want 2"
+  grep -Eq "study.yaml:4:21: error: factors.train.batch\[1\]: level '-3' is not valid" "$work/err" \
+    || fail "bad level: $(cat "$work/err")"
+  grep -Eq "study.yaml:5:3: error: factors.train.bogus: the base job refuses this key at every level: train.bogus: unknown key" "$work/err" \
+    || fail "unknown path: $(cat "$work/err")"
+  [ ! -e "$work/out" ] || fail "a rejected study wrote output"
+  printf 'base: nothere.yaml\nfactors: {train.batch: [1, 2]}\nresponse: samples_per_s\n' > "$work/s2.yaml"
+  "$bin" study "$work/s2.yaml" 2> "$work/err"; rc=$?
+  [ $rc = 2 ] && grep -q "s2.yaml:1:7: error: base: cannot read the base job 'nothere.yaml'" "$work/err" \
+    || fail "missing base: exit $rc $(cat "$work/err")"
+  printf 'base: job.yaml\nfactors: {train.batch: 64}\nresponse: speed\nreplicates: 0\nfraction: [C=AB]\nbogus: 1\n' > "$work/s3.yaml"
+  "$bin" study "$work/s3.yaml" 2> "$work/err"; rc=$?
+  [ $rc = 2 ] || fail "exit $rc"
+  for want in "s3.yaml:2:24: error: factors.train.batch: expected a list" \
+              "s3.yaml:3:11: error: response: unknown response 'speed'" \
+              "s3.yaml:4:13: error: replicates: expected a whole number from 1" \
+              "s3.yaml:6:1: error: unknown key 'bogus'"; do
+    grep -qF "$want" "$work/err" || fail "missing '$want' in: $(cat "$work/err")"
+  done
+  # A response the base job does not write.
+  printf 'base: job.yaml\nfactors: {train.batch: [32, 64]}\nresponse: makespan_s\n' > "$work/s4.yaml"
+  "$bin" study "$work/s4.yaml" 2> "$work/err"; rc=$?
+  [ $rc = 2 ] && grep -q "makespan_s is not available for a single job" "$work/err" || fail "$(cat "$work/err")"
+  ;;
+fraction)
+  # A half fraction of four factors: the design and its aliases.
+  small_job
+  cat > "$work/study.yaml" <<YAML
+base: job.yaml
+factors:
+  train.batch: [32, 64]
+  model.layers.hidden.dense: [32, 64]
+  train.optimizer.adam.lr: [0.001, 0.003]
+  seed: [1, 2]
+fraction: [D=ABC]
+response: samples_per_s
+replicates: 2
+YAML
+  "$bin" study "$work/study.yaml" --dry-run > "$work/out" 2> "$work/err" || fail "$(cat "$work/err")"
+  for want in "fraction: 2^(4-1) = 8 of 16 cells" "defining relation: I = ABCD (resolution 4)" \
+              "  D = ABC" "  AB = CD" "  AC = BD" "  AD = BC" "runs: 16 in this order"; do
+    grep -qF "$want" "$work/out" || fail "missing '$want': $(cat "$work/out")"
+  done
+  # Every planned cell has D's level = the product of A, B and C's.
+  grep -E '^ +[0-9]+  A[01]B[01]C[01]D[01]-r' "$work/out" | awk '{
+    c = $2; a = substr(c,2,1); b = substr(c,4,1); cc = substr(c,6,1); d = substr(c,8,1)
+    p = (a==1?1:-1) * (b==1?1:-1) * (cc==1?1:-1); if ((d==1?1:-1) != p) exit 1 }' \
+    || fail "a cell outside the fraction"
+  ;;
+chromium)
+  # report.html rendered by headless Chromium: a screenshot of the right
+  # size that holds a page's worth of drawing.
+  chrome=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
+  [ -n "$chrome" ] || { echo "skipped: no chromium"; exit 77; }
+  small_study
+  "$bin" study "$work/study.yaml" > /dev/null 2> "$work/err" || fail "study failed: $(cat "$work/err")"
+  HOME=$work timeout 120 "$chrome" --headless --no-sandbox --disable-gpu --hide-scrollbars \
+    --user-data-dir="$work/chrome" --screenshot="$work/shot.png" --window-size=1200,1600 \
+    "file://$work/out/report.html" > "$work/chrome.log" 2>&1 || fail "chromium failed: $(tail -5 "$work/chrome.log")"
+  python3 "$src/tests/study/png_stats.py" "$work/shot.png" > "$work/stats" || fail "cannot decode the screenshot"
+  cat "$work/stats"
+  read -r w h nonwhite colours < "$work/stats"
+  [ "$w" = 1200 ] && [ "$h" = 1600 ] || fail "screenshot ${w}x$h, want 1200x1600"
+  # Text, tables and charts: a blank or error page has almost no ink and
+  # a few colours.
+  [ "$nonwhite" -gt 30000 ] || fail "only $nonwhite non-white pixels"
+  [ "$colours" -gt 50 ] || fail "only $colours colours"
+  ;;
+*)
+  fail "unknown case $case"
+  ;;
+esac
+echo "ok: $case"
