@@ -981,7 +981,7 @@ void ar_study_print_design(const ar_study *s, FILE *to) {
     fprintf(to, "every run: --set %s\n", s->sets[i]);
   fprintf(to, "factors:\n");
   for (int f = 0; f < s->k; f++) {
-    fprintf(to, "  %c  %-28s", 'A' + f, s->f[f].path);
+    fprintf(to, "  %c  %-28s ", 'A' + f, s->f[f].path);
     for (int l = 0; l < s->f[f].n_levels; l++)
       fprintf(to, "%s%d=%s", l ? "  " : "", l, s->f[f].label[l]);
     fprintf(to, "\n");
