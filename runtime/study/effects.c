@@ -302,8 +302,8 @@ static ar_status fit(ar_fx_result *r) {
   /* Normal equations on the kept columns: A = X'WX, b = X'W ybar; A is
    * positive definite by construction, so Gauss-Jordan without pivoting
    * inverts it stably enough for these sizes. */
-  a = ar_calloc((size_t)m * (size_t)(m + 1), sizeof *a);
-  inv = ar_calloc((size_t)m * (size_t)m, sizeof *inv);
+  a = ar_calloc((size_t)(m ? m : 1) * (size_t)(m + 1), sizeof *a);
+  inv = ar_calloc((size_t)(m ? m * m : 1), sizeof *inv);
   if (!a || !inv)
     goto done;
   for (int i = 0; i < nobs; i++) {

@@ -142,6 +142,41 @@ sigint)
   "$bin" study "$work/study.yaml" > "$work/o2" 2> "$work/e2" || fail "resume failed: $(cat "$work/e2")"
   [ "$(rows "$work/out/runs.csv")" = 8 ] || fail "resume did not complete"
   ;;
+jobs)
+  # A jobs: base (lanes): the policy as a factor, JCT as the response, each
+  # job's data shared, the timeline as queued/running spans.
+  cat > "$work/jobs.yaml" <<YAML
+name: tenants
+device: host
+seed: 3
+runtime: {policy: fifo, memory: 512MiB}
+output: {dir: $work/jobs-out}
+jobs:
+  - name: long
+    model: {input: {sparse: 1000}, layers: [{name: h, dense: 64, activation: relu}, {name: out, dense: 300}]}
+    data: {generate: {train_points: 2000, test_points: 100, features: 1000, labels: 300, nnz: 10}}
+    train: {batch: 64, iterations: 40, threads: 1}
+  - name: short
+    arrival: 0.01
+    model: {input: {sparse: 1000}, layers: [{name: out, dense: 100}]}
+    data: {generate: {train_points: 1000, test_points: 100, features: 1000, labels: 100, nnz: 10}}
+    train: {batch: 32, iterations: 10, threads: 1}
+    repeat: 2
+YAML
+  cat > "$work/study.yaml" <<YAML
+base: jobs.yaml
+factors:
+  runtime.policy: [fifo, srtf]
+  jobs.long.train.batch: [32, 64]
+response: jct_s
+replicates: 2
+output: $work/out
+YAML
+  "$bin" study "$work/study.yaml" > "$work/stdout" 2> "$work/stderr" || fail "study exited $?: $(cat "$work/stderr")"
+  [ "$(grep -c ',ok,' "$work/out/runs.csv")" = 8 ] || fail "runs: $(cat "$work/out/runs.csv")"
+  grep -q "class='running'" "$work/out/report.html" || fail "no job spans in the timeline"
+  [ -L "$work/out/runs/A0B0-r1/long/data" ] || fail "job data not shared: $(ls -R "$work/out/runs/A0B0-r1" | head)"
+  ;;
 bad_study)
   # Each problem as FILE:LINE:COL: error: KEY: ..., exit 2, nothing run.
   small_job
