@@ -1646,6 +1646,16 @@ static ar_status run_one(const ar_study *s, int idx, study_row *r, run_end *end,
                    strerror(errno));
   }
   exe[el] = '\0';
+  /* A rebuilt binary leaves this process's link "PATH (deleted)": runs of
+   * one study must not mix two builds. */
+  if (el > 10 && !strcmp(exe + el - 10, " (deleted)")) {
+    ar_free(own[0]);
+    ar_free(own[1]);
+    return ar_errf(err, AR_STATE,
+                   "this program's binary (%.*s) was replaced while the study ran; start the "
+                   "study again to resume with the new build",
+                   (int)(el - 10), exe);
+  }
   const char *argv[64 + 2 * (AR_FX_MAX_FACTORS + 4) + 2 * 64];
   int a = 0;
   char ranks[16];
