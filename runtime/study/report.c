@@ -70,6 +70,14 @@ static void ticks(FILE *o, const axis *a, bool vertical, double at) {
     double p = ap(a, fabs(v) < a->step * 1e-9 ? 0 : v);
     char shown[48];
     ar_fx_format(fabs(v) < a->step * 1e-9 ? 0 : v, false, shown, sizeof shown);
+    /* Ticks are round: "0.2000" reads as "0.2". */
+    if (strchr(shown, '.') && !strchr(shown, 'e')) {
+      size_t n = strlen(shown);
+      while (n > 0 && shown[n - 1] == '0')
+        shown[--n] = '\0';
+      if (n > 0 && shown[n - 1] == '.')
+        shown[--n] = '\0';
+    }
     if (vertical)
       fprintf(o,
               "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' class='grid'/>"
