@@ -186,6 +186,10 @@ typedef struct ar_spec {
     double link_latency_us;
     int64_t max_bytes_in_flight; /* per channel; 0: no bound */
     char *schedule_file;     /* read the schedule from / write it to; NULL */
+    /* distributed.share: a file with `jobs:` whose jobs share each
+     * worker's host device with it through lanes (runtime/dist/share.c);
+     * NULL: workers have their devices to themselves. */
+    char *share_file;
     /* distributed.workers: settings of the first n_workers workers (the
      * others: device NULL, dense false). */
     int n_workers;

@@ -119,6 +119,8 @@ typedef struct ar__dist_iter_stat {
   double rows_param, rows_grad;
 } ar__dist_iter_stat;
 
+typedef struct ar__share ar__share;
+
 typedef struct ar__dist {
   const ar_spec *spec;
   ar_spec wspec;          /* a worker's copy: train.batch = its share */
@@ -213,6 +215,11 @@ typedef struct ar__dist {
   /* A poll sleeps at most until this time (0: no deadline): the server
    * sets it to the next paced send's due time. */
   double wake_at;
+  /* distributed.share (share.c): this worker's device is shared with
+   * other tenants' jobs through lanes; NULL otherwise. */
+  ar__share *share;
+  bool dev_borrowed; /* dev is a lane handle of share's runner */
+  bool failed;       /* the run is ending with an error */
 } ar__dist;
 
 /* ---- transport.c ---- */
@@ -307,5 +314,24 @@ ar_status ar__dist_eval_and_log(ar__dist *c);
 size_t ar__dist_rows_mean_bytes(const ar__dist *c, int t);
 ar_status ar__dist_finish(ar__dist *c, bool finished, double wall0,
                           ar_summary *summary);
+
+
+/* ---- share.c (distributed.share, workers only) ---- */
+/* Opens the lanes runner with the share file's jobs and this worker as a
+ * tenant of `persistent` + `ephemeral` bytes (its plan), starts it, and
+ * waits until the worker is admitted (c->share set even on failure, for
+ * ar__share_close). */
+ar_status ar__share_open(ar__dist *c, int threads, size_t persistent, size_t ephemeral);
+/* The lane handle and blocks the worker's model lives in. */
+void ar__share_blocks(const ar__dist *c, ar_device **dev, void **pers, void **eph);
+/* Waits for the worker's turn (one iteration); applies moved blocks. */
+ar_status ar__share_begin(ar__dist *c);
+/* The iteration ran with status st; last: it was the job's last. */
+void ar__share_end(ar__dist *c, ar_status st, bool last);
+/* Ends the sharing: waits for the co-tenants to finish (or stops them when
+ * failed or the worker did not finish), frees everything.  NULL-safe. */
+void ar__share_close(ar__dist *c, bool failed);
+/* dist_run.c: the model's blocks moved; the tensor table follows. */
+void ar__dist_rebind(ar__dist *c, void *persistent, void *ephemeral);
 
 #endif /* ACCELRT_DIST_IMPL_H */

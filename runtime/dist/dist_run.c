@@ -251,7 +251,6 @@ static ar_status make_model(ar__dist *c) {
   if (c->server)
     dopts.threads = 1;
   dopts.pin = false; /* several ranks per machine: let the OS place them */
-  AR_CHECK(ar_device_open("host", &dopts, &c->dev, c->err));
   const ar_data_stats *ts = ar_reader_stats(c->train);
   int64_t nnz = ts->max_nnz, lab = ts->max_labels;
   if (c->test) {
@@ -268,7 +267,23 @@ static ar_status make_model(ar__dist *c) {
     c->wspec.train.batch = (B + c->W - 1) / c->W;
   else if (c->rank != 0)
     c->wspec.train.batch = 1;
-  AR_CHECK(ar_model_create(c->dev, &c->wspec, nnz, lab, &c->model, c->err));
+  if (!c->server && s->distributed.share_file) {
+    /* A tenant of the shared device's lanes: the model lives in the
+     * blocks the lanes give its exact plan (share.c). */
+    ar_plan plan;
+    if (ar_plan_compute_on(&c->wspec, nnz, lab, true, &plan) != AR_OK)
+      return ar_errf(c->err, AR_NOMEM, "out of memory computing the memory plan");
+    size_t pb = plan.persistent_bytes, eb = plan.ephemeral_bytes;
+    ar_plan_fini(&plan);
+    AR_CHECK(ar__share_open(c, dopts.threads, pb, eb));
+    void *p = NULL, *e = NULL;
+    ar__share_blocks(c, &c->dev, &p, &e);
+    c->dev_borrowed = true;
+    AR_CHECK(ar_model_create_in(c->dev, &c->wspec, nnz, lab, p, e, &c->model, c->err));
+  } else {
+    AR_CHECK(ar_device_open("host", &dopts, &c->dev, c->err));
+    AR_CHECK(ar_model_create(c->dev, &c->wspec, nnz, lab, &c->model, c->err));
+  }
   ar_status st = ar_batch_init(&c->gbatch, B, nnz, lab);
   if (st == AR_OK && !c->server)
     st = ar_batch_init(&c->lbatch, c->wspec.train.batch, nnz, lab);
@@ -323,6 +338,20 @@ static ar_status make_tensors(ar__dist *c) {
     }
   }
   return AR_OK;
+}
+
+void ar__dist_rebind(ar__dist *c, void *persistent, void *ephemeral) {
+  ar_model_rebase(c->model, persistent, ephemeral);
+  for (int l = 0; l < c->model->n_layers; l++) {
+    ar_layer *L = &c->model->layers[l];
+    for (int k = 0; k < 2; k++) {
+      ar__dist_tensor *T = &c->t[2 * l + k];
+      T->p = k ? L->b : L->w;
+      T->g = k ? L->gb : L->gw;
+      T->s1 = k ? L->s1b : L->s1w;
+      T->s2 = k ? L->s2b : L->s2w;
+    }
+  }
 }
 
 /* Rank 0 sends its whole model state to the other servers (resume). */
@@ -465,8 +494,18 @@ static ar_status loop(ar__dist *c) {
     bool owned = false;
     if (c->server)
       AR_CHECK(ar__dist_schedule_for(c, iter, &s, &owned));
-    ar_status st = c->server ? ar__dist_server_iteration(c, iter, s)
-                             : ar__dist_worker_iteration(c, iter);
+    ar_status st;
+    if (c->server) {
+      st = ar__dist_server_iteration(c, iter, s);
+    } else if (c->share) {
+      /* A shared device: the lanes' policy grants the iteration. */
+      st = ar__share_begin(c);
+      if (st == AR_OK)
+        st = ar__dist_worker_iteration(c, iter);
+      ar__share_end(c, st, iter == c->total);
+    } else {
+      st = ar__dist_worker_iteration(c, iter);
+    }
     if (owned)
       ar_commsched_schedule_destroy(s);
     AR_CHECK(st);
@@ -495,13 +534,16 @@ static void teardown(ar__dist *c) {
     ar_free(c->t[t].msg);
   ar_free(c->t);
   ar_model_destroy(c->model);
+  c->model = NULL;
   ar_free(c->smask);
   ar_free(c->wlayers);
   ar_batch_fini(&c->gbatch);
   ar_batch_fini(&c->lbatch);
   ar_reader_close(c->test);
   ar_reader_close(c->train);
-  ar_device_close(c->dev);
+  if (!c->dev_borrowed)
+    ar_device_close(c->dev);
+  ar__share_close(c, c->failed);
   ar_free(c->data_storage);
 }
 
@@ -529,6 +571,7 @@ ar_status ar_dist_run_ex(const ar_spec *spec, const ar_run_opts *opts_in,
     st = ar__dist_finish(&c, true, wall0, summary);
   if (st == AR_OK)
     st = agree(&c, st, "finishing the job");
+  c.failed = st != AR_OK;
   teardown(&c);
   ar__dist_restore_signals();
   if (st != AR_OK) {

@@ -489,6 +489,15 @@ static const ar__schema distributed_keys[] = {
      .type = AR__S_PATH,
      .doc = "A schedule file: read when it exists, else written once "
             "computed. Relative to the job file's folder."},
+    {.key = "share",
+     .type = AR__S_PATH,
+     .doc = "A job file with `jobs:` whose jobs share each worker's host "
+            "device with it through lanes (Salus): the worker is one more "
+            "tenant, admitted on its exact memory plan, and the file's "
+            "`runtime.policy` decides which job runs each next iteration. "
+            "Every worker runs its own copy of those jobs; their outputs go "
+            "to `OUTPUT/share/worker<i>/`. Relative to the job file's "
+            "folder; an empty string turns sharing off."},
     {.key = "workers",
      .type = AR__S_LIST,
      .kids = worker_item,

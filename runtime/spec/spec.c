@@ -1529,6 +1529,8 @@ static void convert_distributed(ctx *c, const ar__ynode *root, ar_spec *sp) {
   }
   if (get(m, ds, "schedule", &v, &node))
     sp->distributed.schedule_file = resolve(c, node);
+  if (get(m, ds, "share", &v, &node) && node->text[0]) /* "": not shared */
+    sp->distributed.share_file = resolve(c, node);
   const ar__ynode *ws = m ? ar__ymap_get(m, "workers") : NULL;
   if (!ws || ws->kind != AR__YSEQ || ws->n == 0)
     return;
@@ -1731,6 +1733,7 @@ void ar_spec_destroy(ar_spec *sp) {
     ar_spec_destroy(sp->jobs[i]);
   ar_free(sp->jobs);
   ar_free(sp->distributed.schedule_file);
+  ar_free(sp->distributed.share_file);
   for (int i = 0; i < sp->distributed.n_workers; i++)
     ar_free(sp->distributed.workers[i].device);
   ar_free(sp->distributed.workers);

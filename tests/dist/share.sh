@@ -1,0 +1,65 @@
+#!/bin/sh
+# distributed.share (issue 7, Salus x TicTac): each worker of
+# `mpiexec -n 3 accelrt run configs/cluster.yaml` is one more tenant of its
+# device's lanes next to configs/shared-device.yaml's jobs.
+#  - sharing changes when iterations run, never what they compute: the final
+#    loss equals the unshared run's bit for bit;
+#  - under fair the co-tenants run in the worker's lane between its
+#    iterations (same lane, no queueing) and under fifo they wait for it;
+#    every job ran all its iterations, each worker has its own records;
+#  - a missing share file and one without jobs fail on every rank with a
+#    message naming the file, a non-zero exit, no hang.
+# usage: share.sh MPIEXEC ACCELRT SOURCE_DIR
+set -u
+MPIEXEC=$1
+ACCELRT=$2
+SRC=$3
+dir=$(mktemp -d /tmp/accelrt_dist_share_XXXXXX)
+fail() {
+  echo "FAIL: $*"
+  cat "$dir/out.txt" 2>/dev/null
+  exit 1
+}
+run() { # OUT [extra --set ...]
+  out=$1
+  shift
+  timeout 240 "$MPIEXEC" --oversubscribe -n 3 "$ACCELRT" run "$SRC/configs/cluster.yaml" \
+    --quiet --set train.iterations=8 --set train.batch=256 --set "output.dir=$dir/$out" "$@" \
+    > "$dir/out.txt" 2>&1
+}
+sed 's/policy: fifo/policy: fair/' "$SRC/configs/shared-device.yaml" > "$dir/fair.yaml"
+run alone || fail "the unshared run failed"
+run fair --set "distributed.share=$dir/fair.yaml" || fail "the run shared under fair failed"
+run fifo --set "distributed.share=$SRC/configs/shared-device.yaml" ||
+  fail "the run shared under fifo failed"
+
+python3 - "$dir" <<'PY' || fail "records"
+import json, sys
+d = sys.argv[1]
+alone = json.load(open(f"{d}/alone/summary.json"))
+for pol in ("fair", "fifo"):
+    s = json.load(open(f"{d}/{pol}/summary.json"))
+    assert s["loss"] == alone["loss"], (pol, s["loss"], alone["loss"])
+    assert s["iterations"] == 8, s["iterations"]
+    for w in (0, 1):
+        t = json.load(open(f"{d}/{pol}/share/worker{w}/summary.json"))
+        jobs = {j["name"]: j for j in t["jobs"]}
+        assert set(jobs) == {f"cluster.worker{w}", "tenant-a", "tenant-b"}, jobs
+        assert all(j["status"] == "done" for j in jobs.values()), jobs
+        assert jobs[f"cluster.worker{w}"]["iterations"] == 8, jobs
+        assert jobs["tenant-a"]["iterations"] == 60 and jobs["tenant-b"]["iterations"] == 80
+        me, a = jobs[f"cluster.worker{w}"], jobs["tenant-a"]
+        if pol == "fair":  # one lane, turns between the worker's iterations
+            assert a["lane"] == me["lane"] and a["queue_s"] < me["jct_s"], jobs
+        else:  # fifo: the tenants wait for the worker to finish
+            assert a["queue_s"] >= 0.9 * me["jct_s"], jobs
+print("records ok")
+PY
+
+run missing --set distributed.share=no-such-file.yaml && fail "a missing share file was accepted"
+grep -q "no-such-file.yaml" "$dir/out.txt" || fail "the error does not name the share file"
+printf 'name: x\ndevice: host\nmodel: {input: {dense: 4}, layers: [{dense: 2, activation: softmax}]}\ndata: {generate: {train_points: 10, test_points: 2, features: 4, labels: 2}}\ntrain: {batch: 2, iterations: 1}\noutput: {dir: /tmp}\n' > "$dir/nojobs.yaml"
+run nojobs --set "distributed.share=$dir/nojobs.yaml" && fail "a share file without jobs was accepted"
+grep -q "no \`jobs:\` list" "$dir/out.txt" || fail "the error does not say the file lacks jobs"
+echo ok
+rm -rf "$dir"
