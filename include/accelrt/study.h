@@ -13,6 +13,10 @@
  * each interaction a verdict (additive, synergistic, antagonistic); the
  * report (report.c) is one self-contained report.html.
  *
+ * With an `eval:` block each run that trained is followed by `accelrt eval`
+ * on its checkpoint (same overrides, same folder), and the response may be
+ * read from that eval.json (SLIDE inference against exact scoring).
+ *
  * Three layers, usable apart:
  *  - ar_fx_*: the statistics on plain numbers (no files, no processes);
  *    tests/study/test_effects.c checks them on synthetic responses.
@@ -174,7 +178,11 @@ typedef enum ar_study_response_kind {
   AR_RESP_TIME_TO_P1,        /* training seconds until an evaluation reached P@1 >= x */
   AR_RESP_P_AT_1,            /* summary.json p_at_1 */
   AR_RESP_WALL_S,            /* wall_s (single, distributed), makespan_s (jobs) */
-  AR_RESP_KEY                /* any number of summary.json, by key */
+  AR_RESP_KEY,               /* any number of summary.json, by key */
+  AR_RESP_EVAL_KEY,          /* a number of the run's eval.json, by key (needs eval:) */
+  AR_RESP_INFERENCE_SAMPLES_PER_S, /* eval.json: lsh_samples_per_s when the output
+                                      layer is sampled, else samples_per_s */
+  AR_RESP_INFERENCE_P_AT_1   /* eval.json: lsh_p_at_1 when sampled, else p_at_1 */
 } ar_study_response_kind;
 
 typedef struct ar_study_opts {

@@ -60,8 +60,37 @@ static const struct {
     {"p_at_1", AR_RESP_P_AT_1, 1, "%"},
     {"wall_s", AR_RESP_WALL_S, -1, "s"},
     {"key", AR_RESP_KEY, 0, ""},
+    {"eval", AR_RESP_EVAL_KEY, 0, ""},
+    {"inference_samples_per_s", AR_RESP_INFERENCE_SAMPLES_PER_S, 1, "samples/s"},
+    {"inference_p_at_1", AR_RESP_INFERENCE_P_AT_1, 1, "%"},
 };
 #define N_RESPONSES (sizeof responses / sizeof responses[0])
+
+/* The numbers of eval.json a response may name ({eval: KEY}); the lsh_
+ * ones are there only when the output layer ran sampled. */
+static const struct {
+  const char *key;
+  int better;
+  const char *unit;
+} eval_keys[] = {
+    {"p_at_1", 1, "%"},
+    {"p_at_3", 1, "%"},
+    {"p_at_5", 1, "%"},
+    {"samples_per_s", 1, "samples/s"},
+    {"loss", -1, ""},
+    {"lsh_p_at_1", 1, "%"},
+    {"lsh_p_at_3", 1, "%"},
+    {"lsh_p_at_5", 1, "%"},
+    {"lsh_samples_per_s", 1, "samples/s"},
+    {"lsh_candidates_mean", -1, "candidates"},
+};
+#define N_EVAL_KEYS (sizeof eval_keys / sizeof eval_keys[0])
+
+/* Whether the response is read from the run's eval.json. */
+static bool resp_from_eval(ar_study_response_kind k) {
+  return k == AR_RESP_EVAL_KEY || k == AR_RESP_INFERENCE_SAMPLES_PER_S ||
+         k == AR_RESP_INFERENCE_P_AT_1;
+}
 
 void ar_study_destroy(ar_study *s) {
   if (!s)
@@ -78,7 +107,8 @@ void ar_study_destroy(ar_study *s) {
   for (int f = 0; f < s->k; f++) {
     study_factor *x = &s->f[f];
     for (int l = 0; l < x->n_levels; l++) {
-      ar_free(x->set[l]);
+      for (int i = 0; x->set && i < x->n_keys; i++)
+        ar_free(x->set[l * x->n_keys + i]);
       ar_free(x->label[l]);
     }
     ar_free(x->set);
@@ -199,7 +229,7 @@ static char *level_set(pctx *c, const char *path, const ar__ynode *n) {
 static const char *const study_keys[] = {"name", "base", "set", "factors", "response",
                                          "better", "replicates", "seed", "fraction",
                                          "ranks", "timeout_s", "output", "vary_seed",
-                                         "keep_checkpoints", NULL};
+                                         "keep_checkpoints", "eval", NULL};
 
 static void parse_factors(pctx *c, ar_study *s, const ar__ynode *n) {
   if (n->kind != AR__YMAP || n->n == 0) {
@@ -223,12 +253,35 @@ static void parse_factors(pctx *c, ar_study *s, const ar__ynode *n) {
     f->path = dup_text(c, key);
     f->line = key->line;
     f->col = key->col;
+    /* "a+b": keys that take each level together. */
+    char keybuf[300];
+    char *keys[STUDY_MAX_LINKED];
+    int nk = 0;
+    bool keys_ok = key->len < sizeof keybuf;
+    snprintf(keybuf, sizeof keybuf, "%s", key->text);
+    for (char *p = keybuf, *plus = NULL; keys_ok && p; p = plus ? plus + 1 : NULL) {
+      plus = strchr(p, '+');
+      if (plus)
+        *plus = '\0';
+      keys_ok = *p && nk < STUDY_MAX_LINKED;
+      if (keys_ok)
+        keys[nk++] = p;
+    }
+    if (!keys_ok) {
+      char q[128];
+      diag(c, key->line, key->col, path,
+           "'%s' is not a factor: name a job key, or up to %d keys joined by '+' that take "
+           "the same level (model.layers.out.dense+data.generate.labels)",
+           quoted(key, q, sizeof q), STUDY_MAX_LINKED);
+      continue;
+    }
+    f->n_keys = nk;
     if (v->kind != AR__YSEQ || v->n < 2) {
       diag(c, v->line, v->col, path,
            "expected a list of two or more levels, e.g. [fifo, pack]");
       continue;
     }
-    f->set = ar_calloc((size_t)v->n, sizeof *f->set);
+    f->set = ar_calloc((size_t)v->n * (size_t)nk, sizeof *f->set);
     f->label = ar_calloc((size_t)v->n, sizeof *f->label);
     f->lline = ar_calloc((size_t)v->n, sizeof *f->lline);
     f->lcol = ar_calloc((size_t)v->n, sizeof *f->lcol);
@@ -252,7 +305,8 @@ static void parse_factors(pctx *c, ar_study *s, const ar__ynode *n) {
           diag(c, x->line, x->col, lp, "level '%s' is listed twice", quoted(x, q, sizeof q));
         }
       f->label[l] = dup_text(c, x);
-      f->set[l] = level_set(c, f->path ? f->path : "", x);
+      for (int j = 0; j < nk; j++)
+        f->set[l * nk + j] = level_set(c, keys[j], x);
       f->lline[l] = x->line;
       f->lcol[l] = x->col;
     }
@@ -275,9 +329,12 @@ static void parse_response(pctx *c, ar_study *s, const ar__ynode *n) {
     arg = n->vals[0];
   } else if (n->kind != AR__YSCALAR) {
     diag(c, n->line, n->col, "response",
-         "expected a response name or {time_to_p1: P} or {key: SUMMARY_KEY}");
+         "expected a response name or {time_to_p1: P}, {key: SUMMARY_KEY} or "
+         "{eval: EVAL_KEY}");
     return;
   }
+  s->resp_line = arg ? arg->line : name->line;
+  s->resp_col = arg ? arg->col : name->col;
   size_t i = 0;
   while (i < N_RESPONSES && !ar__yscalar_is(name, responses[i].name))
     i++;
@@ -285,18 +342,20 @@ static void parse_response(pctx *c, ar_study *s, const ar__ynode *n) {
     char q[128];
     diag(c, name->line, name->col, "response",
          "unknown response '%s'; one of samples_per_s, iteration_s, makespan_s, jct_s, "
-         "p_at_1, wall_s, {time_to_p1: P@1 in percent}, {key: SUMMARY_KEY}",
+         "p_at_1, wall_s, {time_to_p1: P@1 in percent}, {key: SUMMARY_KEY}, and with eval: "
+         "inference_samples_per_s, inference_p_at_1, {eval: EVAL_KEY}",
          quoted(name, q, sizeof q));
     return;
   }
   s->resp = responses[i].kind;
   s->better = responses[i].better;
   s->unit = responses[i].unit;
-  bool needs = s->resp == AR_RESP_TIME_TO_P1 || s->resp == AR_RESP_KEY;
+  bool needs = s->resp == AR_RESP_TIME_TO_P1 || s->resp == AR_RESP_KEY ||
+               s->resp == AR_RESP_EVAL_KEY;
   if (needs != (arg != NULL)) {
     diag(c, name->line, name->col, "response",
          needs ? "%s needs an argument: {time_to_p1: 50} (P@1 in percent, as summary.json "
-                 "has it) or {key: SUMMARY_KEY}"
+                 "has it), {key: SUMMARY_KEY} or {eval: EVAL_KEY}"
                : "%s takes no argument",
          responses[i].name);
     return;
@@ -332,6 +391,25 @@ static void parse_response(pctx *c, ar_study *s, const ar__ynode *n) {
     }
     s->resp_key = dup_text(c, arg);
     snprintf(buf, sizeof buf, "%s", arg->text);
+  } else if (s->resp == AR_RESP_EVAL_KEY) {
+    if (!scalar(c, arg, "response.eval"))
+      return;
+    size_t j = 0;
+    while (j < N_EVAL_KEYS && !ar__yscalar_is(arg, eval_keys[j].key))
+      j++;
+    if (j == N_EVAL_KEYS) {
+      char q[128];
+      diag(c, arg->line, arg->col, "response.eval",
+           "'%s' is not a number accelrt eval writes; one of p_at_1, p_at_3, p_at_5, "
+           "samples_per_s, loss, and for a sampled output layer lsh_p_at_1, lsh_p_at_3, "
+           "lsh_p_at_5, lsh_samples_per_s, lsh_candidates_mean",
+           quoted(arg, q, sizeof q));
+      return;
+    }
+    s->resp_key = dup_text(c, arg);
+    s->better = eval_keys[j].better;
+    s->unit = eval_keys[j].unit;
+    snprintf(buf, sizeof buf, "eval.%s", eval_keys[j].key);
   } else {
     snprintf(buf, sizeof buf, "%s", responses[i].name);
   }
@@ -404,6 +482,45 @@ static void parse_fraction(pctx *c, ar_study *s, const ar__ynode *n) {
     }
 }
 
+/* eval: true, or {points: N, reps: N} as accelrt eval's --points and --reps. */
+static void parse_eval(pctx *c, ar_study *s, const ar__ynode *n) {
+  s->eval_line = n->line;
+  s->eval_col = n->col;
+  s->eval_points = 0;
+  s->eval_reps = 3;
+  if (n->kind == AR__YSCALAR && (ar__yscalar_is(n, "true") || ar__yscalar_is(n, "false"))) {
+    s->eval = ar__yscalar_is(n, "true");
+    return;
+  }
+  if (n->kind != AR__YMAP) {
+    char q[128];
+    diag(c, n->line, n->col, "eval",
+         "expected {points: N, reps: N} (accelrt eval's --points, 0 for every test point, "
+         "and --reps) or true, got %s%s%s",
+         n->kind == AR__YSEQ ? "a list" : "'", n->kind == AR__YSEQ ? "" : quoted(n, q, sizeof q),
+         n->kind == AR__YSEQ ? "" : "'");
+    return;
+  }
+  s->eval = true;
+  long v;
+  for (int i = 0; i < n->n; i++) {
+    const ar__ynode *k = n->keys[i], *x = n->vals[i];
+    if (ar__yscalar_is(k, "points")) {
+      if (get_int(c, x, "eval.points", 0, 2147483647L, &v))
+        s->eval_points = v;
+    } else if (ar__yscalar_is(k, "reps")) {
+      if (get_int(c, x, "eval.reps", 1, 1000, &v))
+        s->eval_reps = v;
+    } else {
+      char q[128];
+      diag(c, k->line, k->col, "eval",
+           "unknown key '%s'; eval has points (test points, 0 for all) and reps (timed "
+           "passes, the fastest kept)",
+           quoted(k, q, sizeof q));
+    }
+  }
+}
+
 static void parse_sets(pctx *c, ar_study *s, const ar__ynode *n) {
   if (n->kind != AR__YMAP) {
     diag(c, n->line, n->col, "set",
@@ -455,7 +572,8 @@ static void parse_tree(pctx *c, ar_study *s, const ar__ynode *root) {
       char q[128];
       diag(c, root->keys[i]->line, root->keys[i]->col, NULL,
            "unknown key '%s'; a study has name, base, set, factors, response, better, "
-           "replicates, seed, fraction, ranks, timeout_s, output, vary_seed, keep_checkpoints",
+           "replicates, seed, fraction, ranks, timeout_s, output, vary_seed, keep_checkpoints, "
+           "eval",
            quoted(root->keys[i], q, sizeof q));
     }
   }
@@ -536,6 +654,13 @@ static void parse_tree(pctx *c, ar_study *s, const ar__ynode *root) {
     s->out = dup_text(c, n);
   if ((n = ar__ymap_get(root, "fraction")) && s->k > 0)
     parse_fraction(c, s, n);
+  if ((n = ar__ymap_get(root, "eval")))
+    parse_eval(c, s, n);
+  if (s->resp_name && resp_from_eval(s->resp) && !s->eval)
+    diag(c, s->resp_line, s->resp_col, "response",
+         "%s is read from eval.json, which accelrt eval writes after each run: add "
+         "eval: {points: 2000, reps: 3} (or eval: true for every test point)",
+         s->resp_name);
 }
 
 /* ---- validation against the job ---------------------------------------------- */
@@ -567,6 +692,17 @@ static void job_diag_text(const ar_study *s, const ar_diag *g, char *buf, size_t
 }
 
 static bool is_cuda(const char *device) { return device && !strncmp(device, "cuda", 4); }
+
+/* Whether a single job's output layer may run LSH-sampled, so that
+ * accelrt eval also scores by LSH candidates (mode lsh, or auto at least
+ * auto_min_width wide, on a device that is not a GPU). */
+static bool output_may_sample(const ar_spec *spec) {
+  if (spec->n_jobs > 0 || spec->n_layers < 1 || is_cuda(spec->device))
+    return false;
+  const ar_layer_spec *out = &spec->layers[spec->n_layers - 1];
+  return out->sparse.mode == AR_SPARSE_LSH ||
+         (out->sparse.mode == AR_SPARSE_AUTO && out->width >= out->sparse.auto_min_width);
+}
 
 static void validate(pctx *c, ar_study *s, int base_line, int base_col) {
   ar_spec *spec = NULL;
@@ -637,17 +773,25 @@ static void validate(pctx *c, ar_study *s, int base_line, int base_col) {
       diag(c, base_line, base_col, "response", "%s is not available for %s: %s", s->resp_name,
            kind_name[s->kind], why);
   }
+  if (s->eval && s->kind == STUDY_JOBS)
+    diag(c, s->eval_line, s->eval_col, "eval",
+         "accelrt eval evaluates one job, and the base is a jobs: file; drop eval: or study "
+         "one of its jobs on its own");
+  else if (s->eval && !has_test)
+    diag(c, s->eval_line, s->eval_col, "eval",
+         "the base job has no test split to evaluate on; give data.test or "
+         "data.generate.test_points");
   /* Every level alone, at its place in the file; a problem every level
    * shares word for word (an unknown key) once, at the factor's key. */
   bool levels_ok = true;
   for (int f = 0; f < s->k; f++) {
     char first[2048] = "";
-    int same = 0;
+    int same = 0, nk = s->f[f].n_keys;
     for (int l = 0; l < s->f[f].n_levels; l++) {
-      const char *set = s->f[f].set[l];
-      if (!set)
+      const char *const *set = (const char *const *)&s->f[f].set[l * nk];
+      if (!set[0])
         continue;
-      st = load_job(s, &set, 1, &spec, &jd);
+      st = load_job(s, set, nk, &spec, &jd);
       if (st == AR_NOMEM) {
         c->nomem = true;
         return;
@@ -672,10 +816,10 @@ static void validate(pctx *c, ar_study *s, int base_line, int base_col) {
       continue;
     }
     for (int l = 0; l < s->f[f].n_levels; l++) {
-      const char *set = s->f[f].set[l];
-      if (!set)
+      const char *const *set = (const char *const *)&s->f[f].set[l * nk];
+      if (!set[0])
         continue;
-      st = load_job(s, &set, 1, &spec, &jd);
+      st = load_job(s, set, nk, &spec, &jd);
       if (st == AR_NOMEM) {
         c->nomem = true;
         return;
@@ -686,7 +830,9 @@ static void validate(pctx *c, ar_study *s, int base_line, int base_col) {
       for (int i = 0; st != AR_OK && i < jd.count; i++) {
         job_diag_text(s, &jd.items[i], text, sizeof text);
         diag(c, s->f[f].lline[l], s->f[f].lcol[l], path,
-             "level '%s' is not valid for the base job: %s; fix the level or the factor's key",
+             "level '%s' is not valid for the base job: %s; fix the level or the factor's key "
+             "(keys that must agree are one factor when joined by '+', e.g. "
+             "model.layers.out.dense+data.generate.labels)",
              s->f[f].label[l], text);
         levels_ok = false;
       }
@@ -696,17 +842,21 @@ static void validate(pctx *c, ar_study *s, int base_line, int base_col) {
   if (!levels_ok)
     return;
   /* Then every planned combination. */
-  const char *sets[AR_FX_MAX_FACTORS];
+  const char *sets[AR_FX_MAX_FACTORS * STUDY_MAX_LINKED];
+  bool sampled = false;
   for (int cell = 0; cell < s->n_cells; cell++) {
     if (!s->planned[cell])
       continue;
+    int ns = 0;
     for (int f = 0; f < s->k; f++)
-      sets[f] = s->f[f].set[ar__study_level(s, cell, f)];
-    st = load_job(s, sets, s->k, &spec, &jd);
+      for (int i = 0; i < s->f[f].n_keys; i++)
+        sets[ns++] = s->f[f].set[ar__study_level(s, cell, f) * s->f[f].n_keys + i];
+    st = load_job(s, sets, ns, &spec, &jd);
     if (st == AR_NOMEM) {
       c->nomem = true;
       return;
     }
+    sampled = sampled || (st == AR_OK && output_may_sample(spec));
     ar_spec_destroy(spec);
     char name[64];
     ar__study_cell_name(s, cell, name, sizeof name);
@@ -719,6 +869,13 @@ static void validate(pctx *c, ar_study *s, int base_line, int base_col) {
     }
     ar_diags_fini(&jd);
   }
+  if (s->resp == AR_RESP_EVAL_KEY && s->resp_key && !strncmp(s->resp_key, "lsh_", 4) &&
+      !sampled && s->kind != STUDY_JOBS)
+    diag(c, s->resp_line, s->resp_col, "response",
+         "eval.json has %s only when the output layer runs LSH-sampled, and it does in no "
+         "cell of this study; sample it (model.layers.NAME.sparse.mode: lsh, as a factor or "
+         "under set:) or use inference_samples_per_s / inference_p_at_1",
+         s->resp_key);
 }
 
 /* The planned cells (all, or those of the fraction) and the randomised
@@ -979,6 +1136,10 @@ void ar_study_print_design(const ar_study *s, FILE *to) {
           (unsigned long long)s->seed, s->vary_seed ? ", job seed varied per replicate" : "");
   for (int i = 0; i < s->n_sets; i++)
     fprintf(to, "every run: --set %s\n", s->sets[i]);
+  if (s->eval)
+    fprintf(to, "after each run: accelrt eval --points %ld --reps %ld on its checkpoint "
+            "(eval.json in the run's folder)\n",
+            s->eval_points, s->eval_reps);
   fprintf(to, "factors:\n");
   for (int f = 0; f < s->k; f++) {
     fprintf(to, "  %c  %-28s ", 'A' + f, s->f[f].path);
@@ -1340,13 +1501,17 @@ static char *design_text(const ar_study *s) {
   for (int f = 0; f < s->k; f++) {
     fprintf(m, "factor %c: %s:", 'A' + f, s->f[f].path);
     for (int l = 0; l < s->f[f].n_levels; l++)
-      fprintf(m, " [%s]", s->f[f].set[l]);
+      for (int i = 0; i < s->f[f].n_keys; i++)
+        fprintf(m, "%s%s%s", i ? " " : " [", s->f[f].set[l * s->f[f].n_keys + i],
+                i + 1 == s->f[f].n_keys ? "]" : "");
     fprintf(m, "\n");
   }
   for (int g = 0; g < s->n_gens; g++)
     fprintf(m, "generator: %s\n", s->gens[g].text);
   fprintf(m, "response: %s\nreplicates: %d\nseed: %llu\nvary_seed: %d\nranks: %d\n",
           s->resp_name, s->replicates, (unsigned long long)s->seed, s->vary_seed, s->ranks);
+  if (s->eval) /* only then, so that the designs of studies without eval stay as they were */
+    fprintf(m, "eval: points %ld reps %ld\n", s->eval_points, s->eval_reps);
   fclose(m);
   return t;
 }
@@ -1426,7 +1591,8 @@ double ar__study_json_num(const char *json, const char *key) {
   return end == p ? NAN : v;
 }
 
-/* The response of a finished run: sets r->y, or r->status and r->note. */
+/* The response of a finished run: sets r->y, or r->status and r->note
+ * (for an inference_ response, the note says which path was measured). */
 static void extract(const ar_study *s, const char *dir, study_row *r) {
   char path[4200];
   snprintf(path, sizeof path, "%s/summary.json", dir);
@@ -1438,8 +1604,9 @@ static void extract(const ar_study *s, const char *dir, study_row *r) {
     return;
   }
   double y = NAN;
-  const char *key = NULL;
-  bool dist = s->kind == STUDY_DIST, jobs = s->kind == STUDY_JOBS;
+  const char *key = NULL, *file = "summary.json", *why = "";
+  char *ev = NULL;
+  bool dist = s->kind == STUDY_DIST, jobs = s->kind == STUDY_JOBS, sampled = false;
   switch (s->resp) {
   case AR_RESP_SAMPLES_PER_S: key = "samples_per_s"; break;
   case AR_RESP_ITERATION_S:
@@ -1453,6 +1620,33 @@ static void extract(const ar_study *s, const char *dir, study_row *r) {
   case AR_RESP_P_AT_1: key = "p_at_1"; break;
   case AR_RESP_WALL_S: key = jobs ? "makespan_s" : "wall_s"; break;
   case AR_RESP_KEY: key = s->resp_key; break;
+  case AR_RESP_EVAL_KEY:
+  case AR_RESP_INFERENCE_SAMPLES_PER_S:
+  case AR_RESP_INFERENCE_P_AT_1:
+    file = "eval.json";
+    snprintf(path, sizeof path, "%s/eval.json", dir);
+    ev = read_text(path);
+    if (!ev) {
+      r->status = ar_strdup("no_response");
+      snprintf(path, sizeof path, "run %s wrote no eval.json in %s (see its log.txt)", r->run,
+               dir);
+      r->note = ar_strdup(path);
+      free(sum);
+      return;
+    }
+    /* eval.json has the lsh_ numbers exactly when the output layer ran
+     * sampled: that is then the job's own inference path. */
+    sampled = !isnan(ar__study_json_num(ev, "lsh_samples_per_s"));
+    if (s->resp == AR_RESP_EVAL_KEY)
+      key = s->resp_key;
+    else if (s->resp == AR_RESP_INFERENCE_SAMPLES_PER_S)
+      key = sampled ? "lsh_samples_per_s" : "samples_per_s";
+    else
+      key = sampled ? "lsh_p_at_1" : "p_at_1";
+    if (!sampled && !strncmp(key, "lsh_", 4))
+      why = " (the output layer did not run LSH-sampled in this run)";
+    y = ar__study_json_num(ev, key);
+    break;
   case AR_RESP_TIME_TO_P1: {
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     char *m = read_text(path), *save = NULL;
@@ -1483,7 +1677,7 @@ static void extract(const ar_study *s, const char *dir, study_row *r) {
     break;
   }
   }
-  if (key)
+  if (key && !ev)
     y = ar__study_json_num(sum, key);
   if (strstr(sum, "\"interrupted\": true")) {
     r->status = ar_strdup("failed");
@@ -1491,14 +1685,20 @@ static void extract(const ar_study *s, const char *dir, study_row *r) {
     r->note = ar_strdup(path);
   } else if (!isfinite(y)) {
     r->status = ar_strdup("no_response");
-    snprintf(path, sizeof path, "the summary.json of run %s has no number '%s'", r->run,
-             key ? key : "train_s / iterations");
+    snprintf(path, sizeof path, "the %s of run %s has no number '%s'%s", file, r->run,
+             key ? key : "train_s / iterations", why);
     r->note = ar_strdup(path);
   } else {
     r->y = y;
     r->status = ar_strdup("ok");
-    r->note = ar_strdup("");
+    if (s->resp == AR_RESP_INFERENCE_SAMPLES_PER_S || s->resp == AR_RESP_INFERENCE_P_AT_1)
+      snprintf(path, sizeof path, "inference %s (eval.json %s)",
+               sampled ? "by LSH candidates" : "scoring every label", key);
+    else
+      path[0] = '\0';
+    r->note = ar_strdup(path);
   }
+  free(ev);
   free(sum);
 }
 
@@ -1562,7 +1762,8 @@ static int run_sets(const ar_study *s, int cell, int rep, const char *dir, char 
                     const char **sets) {
   int n = 0;
   for (int f = 0; f < s->k; f++)
-    sets[n++] = s->f[f].set[ar__study_level(s, cell, f)];
+    for (int i = 0; i < s->f[f].n_keys; i++)
+      sets[n++] = s->f[f].set[ar__study_level(s, cell, f) * s->f[f].n_keys + i];
   size_t len = strlen(dir) + 16;
   own[0] = ar_malloc(len);
   if (own[0])
@@ -1579,6 +1780,111 @@ static int run_sets(const ar_study *s, int cell, int rep, const char *dir, char 
 }
 
 typedef enum { RUN_DONE = 0, RUN_STOPPED } run_end;
+
+/* How a child process ended. */
+typedef enum { CHILD_EXITED = 0, CHILD_TIMEOUT, CHILD_STOPPED } child_end;
+
+/* The argv of one child, NULL-terminated (ar_free it; the strings are
+ * borrowed): [mpiexec --oversubscribe -n RANKS] EXE CMD BASE, every fixed
+ * override and the run's own ones as --set, then tail. */
+static const char **child_argv(const ar_study *s, const char *exe, const char *cmd,
+                               const char *ranks, const char *const *sets, int ns,
+                               const char *const *tail, int nt) {
+  size_t n = 8 + 2 * ((size_t)s->n_sets + (size_t)ns) + (size_t)nt;
+  const char **argv = ar_calloc(n, sizeof *argv);
+  if (!argv)
+    return NULL;
+  int a = 0;
+  if (ranks) {
+    const char *mpiexec = getenv("ACCELRT_MPIEXEC");
+    argv[a++] = mpiexec && mpiexec[0] ? mpiexec : "mpiexec";
+    argv[a++] = "--oversubscribe";
+    argv[a++] = "-n";
+    argv[a++] = ranks;
+  }
+  argv[a++] = exe;
+  argv[a++] = cmd;
+  argv[a++] = s->base;
+  for (int i = 0; i < s->n_sets; i++) {
+    argv[a++] = "--set";
+    argv[a++] = s->sets[i];
+  }
+  for (int i = 0; i < ns; i++) {
+    argv[a++] = "--set";
+    argv[a++] = sets[i];
+  }
+  for (int i = 0; i < nt; i++)
+    argv[a++] = tail[i];
+  argv[a] = NULL;
+  return argv;
+}
+
+/* Runs argv in a process group of its own with its output in logp
+ * (appended when append), until it exits (CHILD_EXITED, its wait status
+ * in *wst), the run's timeout_s counted from t0 passes (CHILD_TIMEOUT) or
+ * a signal asks the study to stop (CHILD_STOPPED); in the last two the
+ * group gets SIGTERM, and SIGKILL 10 s later.  AR_IO when it cannot start. */
+static ar_status run_child(const ar_study *s, const char *const *argv, const char *logp,
+                           bool append, double t0, const char *what, int *wst, child_end *end,
+                           ar_err *err) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0)
+    return ar_errf(err, AR_IO, "cannot start %s: %s", what, strerror(errno));
+  if (pid == 0) {
+    setpgid(0, 0);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    int fd = open(logp, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC), 0666);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    execvp(argv[0], (char *const *)argv);
+    fprintf(stderr, "accelrt study: cannot execute %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  *wst = 0;
+  bool timed_out = false;
+  double kill_at = 0;
+  for (;;) {
+    pid_t w = waitpid(pid, wst, WNOHANG);
+    if (w == pid || (w < 0 && errno != EINTR))
+      break;
+    double now = ar_now();
+    if (!kill_at && (stop_signal || (s->timeout_s > 0 && now - t0 > s->timeout_s))) {
+      timed_out = !stop_signal;
+      kill(-pid, SIGTERM);
+      kill_at = now + 10;
+    } else if (kill_at && now > kill_at) {
+      kill(-pid, SIGKILL);
+      kill_at = now + 1e9;
+    }
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  *end = timed_out ? CHILD_TIMEOUT : stop_signal ? CHILD_STOPPED : CHILD_EXITED;
+  return AR_OK;
+}
+
+/* This program's path, for the children.  AR_STATE when the binary was
+ * rebuilt since the study started (the link reads "PATH (deleted)"): the
+ * runs of one study must not mix two builds. */
+static ar_status self_exe(char *exe, size_t cap, ar_err *err) {
+  ssize_t el = readlink("/proc/self/exe", exe, cap - 1);
+  if (el <= 0)
+    return ar_errf(err, AR_IO, "cannot find this program's path (/proc/self/exe): %s",
+                   strerror(errno));
+  exe[el] = '\0';
+  if (el > 10 && !strcmp(exe + el - 10, " (deleted)"))
+    return ar_errf(err, AR_STATE,
+                   "this program's binary (%.*s) was replaced while the study ran; start the "
+                   "study again to resume with the new build",
+                   (int)(el - 10), exe);
+  return AR_OK;
+}
 
 /* Runs one run to its row.  RUN_STOPPED when a signal asked to stop. */
 static ar_status run_one(const ar_study *s, int idx, study_row *r, run_end *end, ar_err *err) {
@@ -1601,7 +1907,7 @@ static ar_status run_one(const ar_study *s, int idx, study_row *r, run_end *end,
   rm_tree(dir);
   AR_CHECK(ar_mkdirs(dir, err));
   char *own[2] = {NULL, NULL};
-  const char *sets[AR_FX_MAX_FACTORS + 4];
+  const char *sets[AR_FX_MAX_FACTORS * STUDY_MAX_LINKED + 4];
   int ns = run_sets(s, cell, rep, dir, own, sets);
   ar_spec *spec = NULL;
   ar_diags jd = {0, NULL};
@@ -1636,110 +1942,65 @@ static ar_status run_one(const ar_study *s, int idx, study_row *r, run_end *end,
     ar_free(own[1]);
     return st;
   }
-  /* argv: [mpiexec --oversubscribe -n R] EXE run BASE --set ... --quiet */
   char exe[4096];
-  ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (el <= 0) {
+  st = self_exe(exe, sizeof exe, err);
+  if (st != AR_OK) {
     ar_free(own[0]);
     ar_free(own[1]);
-    return ar_errf(err, AR_IO, "cannot find this program's path (/proc/self/exe): %s",
-                   strerror(errno));
+    return st;
   }
-  exe[el] = '\0';
-  /* A rebuilt binary leaves this process's link "PATH (deleted)": runs of
-   * one study must not mix two builds. */
-  if (el > 10 && !strcmp(exe + el - 10, " (deleted)")) {
-    ar_free(own[0]);
-    ar_free(own[1]);
-    return ar_errf(err, AR_STATE,
-                   "this program's binary (%.*s) was replaced while the study ran; start the "
-                   "study again to resume with the new build",
-                   (int)(el - 10), exe);
+  /* The run, then (when it trained) its eval, both counted against
+   * timeout_s; the row is written only after both, so that a study
+   * stopped between them redoes the whole run. */
+  char ranks[16], what[160], pts[32], reps[32];
+  snprintf(ranks, sizeof ranks, "%d", s->ranks);
+  snprintf(what, sizeof what, "run %s", id);
+  const char *tail[] = {"--quiet"};
+  const char **argv = child_argv(s, exe, "run", s->kind == STUDY_DIST ? ranks : NULL, sets, ns,
+                                 tail, 1);
+  int wst = 0;
+  child_end how = CHILD_EXITED;
+  st = argv ? run_child(s, argv, logp, false, t0, what, &wst, &how, err)
+            : ar_errf(err, AR_NOMEM, "out of memory");
+  ar_free(argv);
+  bool evaluated = false;
+  if (st == AR_OK && s->eval && how == CHILD_EXITED && WIFEXITED(wst) && WEXITSTATUS(wst) == 0) {
+    snprintf(pts, sizeof pts, "%ld", s->eval_points);
+    snprintf(reps, sizeof reps, "%ld", s->eval_reps);
+    snprintf(what, sizeof what, "the eval of run %s", id);
+    const char *etail[] = {"--points", pts, "--reps", reps};
+    argv = child_argv(s, exe, "eval", NULL, sets, ns, etail, 4);
+    st = self_exe(exe, sizeof exe, err);
+    if (st == AR_OK)
+      st = argv ? run_child(s, argv, logp, true, t0, what, &wst, &how, err)
+                : ar_errf(err, AR_NOMEM, "out of memory");
+    ar_free(argv);
+    evaluated = true;
   }
-  const char *argv[64 + 2 * (AR_FX_MAX_FACTORS + 4) + 2 * 64];
-  int a = 0;
-  char ranks[16];
-  const char *mpiexec = getenv("ACCELRT_MPIEXEC");
-  if (s->kind == STUDY_DIST) {
-    snprintf(ranks, sizeof ranks, "%d", s->ranks);
-    argv[a++] = mpiexec && mpiexec[0] ? mpiexec : "mpiexec";
-    argv[a++] = "--oversubscribe";
-    argv[a++] = "-n";
-    argv[a++] = ranks;
-  }
-  argv[a++] = exe;
-  argv[a++] = "run";
-  argv[a++] = s->base;
-  for (int i = 0; i < s->n_sets && a < 60 + AR_FX_MAX_FACTORS * 2; i++) {
-    argv[a++] = "--set";
-    argv[a++] = s->sets[i];
-  }
-  for (int i = 0; i < ns; i++) {
-    argv[a++] = "--set";
-    argv[a++] = sets[i];
-  }
-  argv[a++] = "--quiet";
-  argv[a] = NULL;
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid < 0) {
-    ar_free(own[0]);
-    ar_free(own[1]);
-    return ar_errf(err, AR_IO, "cannot start run %s: %s", id, strerror(errno));
-  }
-  if (pid == 0) {
-    setpgid(0, 0);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    int fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-      close(fd);
-    }
-    execvp(argv[0], (char *const *)argv);
-    fprintf(stderr, "accelrt study: cannot execute %s: %s\n", argv[0], strerror(errno));
-    _exit(127);
-  }
-  setpgid(pid, pid);
   ar_free(own[0]);
   ar_free(own[1]);
-  int wst = 0;
-  bool timed_out = false;
-  double kill_at = 0;
-  for (;;) {
-    pid_t w = waitpid(pid, &wst, WNOHANG);
-    if (w == pid || (w < 0 && errno != EINTR))
-      break;
-    double now = ar_now();
-    if (!kill_at && (stop_signal || (s->timeout_s > 0 && now - t0 > s->timeout_s))) {
-      timed_out = !stop_signal;
-      kill(-pid, SIGTERM);
-      kill_at = now + 10;
-    } else if (kill_at && now > kill_at) {
-      kill(-pid, SIGKILL);
-      kill_at = now + 1e9;
-    }
-    struct timespec ts = {0, 20 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-  }
+  if (st != AR_OK)
+    return st;
   r->wall_s = ar_now() - t0;
-  if (stop_signal && !timed_out) {
+  if (how == CHILD_STOPPED) {
     *end = RUN_STOPPED;
     return AR_OK;
   }
   char note[5200], ll[600];
-  if (timed_out) {
+  if (how == CHILD_TIMEOUT) {
     r->status = ar_strdup("timeout");
-    snprintf(note, sizeof note, "stopped after timeout_s %g s", s->timeout_s);
+    snprintf(note, sizeof note, "stopped after timeout_s %g s%s", s->timeout_s,
+             evaluated ? " (in its eval)" : "");
     r->note = ar_strdup(note);
   } else if (!WIFEXITED(wst) || WEXITSTATUS(wst) != 0) {
     last_line(logp, ll, sizeof ll);
     r->status = ar_strdup("failed");
     if (WIFEXITED(wst))
-      snprintf(note, sizeof note, "exit %d: %s (log: %s)", WEXITSTATUS(wst), ll, logp);
+      snprintf(note, sizeof note, "%sexit %d: %s (log: %s)", evaluated ? "eval " : "",
+               WEXITSTATUS(wst), ll, logp);
     else
-      snprintf(note, sizeof note, "killed by signal %d (log: %s)", WTERMSIG(wst), logp);
+      snprintf(note, sizeof note, "%skilled by signal %d (log: %s)", evaluated ? "eval " : "",
+               WTERMSIG(wst), logp);
     r->note = ar_strdup(note);
   } else {
     extract(s, dir, r);
@@ -1950,7 +2211,8 @@ ar_status ar_study_run(ar_study *s, const ar_study_opts *opts, ar_err *err) {
                                   s->f[f].path, s->f[f].label[ar__study_level(s, r.cell, f)]);
         fprintf(log, "[%d/%d] %s (%s): ", ++n_done, s->n_runs, r.run, lv);
         if (!strcmp(r.status, "ok"))
-          fprintf(log, "%s %.6g %s, %.1f s\n", s->resp_name, r.y, s->unit, r.wall_s);
+          fprintf(log, "%s %.6g %s, %.1f s%s%s\n", s->resp_name, r.y, s->unit, r.wall_s,
+                  r.note[0] ? "; " : "", r.note);
         else
           fprintf(log, "%s: %s\n", r.status, r.note);
         fflush(log);

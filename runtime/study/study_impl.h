@@ -12,10 +12,18 @@
 
 typedef enum study_kind { STUDY_SINGLE = 0, STUDY_JOBS, STUDY_DIST } study_kind;
 
+/* Keys one factor may set together ("a+b: [1, 2]" sets a and b to each
+ * level), for keys the job requires to agree (a layer's width and the
+ * generated data's label count). */
+#define STUDY_MAX_LINKED 4
+
 typedef struct study_factor {
-  char *path;        /* the --set key */
+  char *path;        /* the factor's name: its --set key, or linked keys
+                        joined by '+' as written */
+  int n_keys;        /* keys set together, 1..STUDY_MAX_LINKED */
   int n_levels;
-  char **set;        /* (n_levels) "path=value" as passed to --set */
+  char **set;        /* (n_levels * n_keys) "key=value" as passed to --set,
+                        level-major: level l's are set[l * n_keys + i] */
   char **label;      /* (n_levels) the level as written, for tables */
   int line, col;     /* the factor's key in the study file */
   int *lline, *lcol; /* (n_levels) each level */
@@ -44,6 +52,11 @@ struct ar_study {
   double resp_x;     /* time_to_p1: the P@1 threshold in percent */
   char *resp_key;    /* AR_RESP_KEY: the summary key */
   char *resp_name;   /* column name in runs.csv, e.g. "samples_per_s" */
+  int resp_line, resp_col; /* the response (its argument, if any) in the file */
+  bool eval;         /* run `accelrt eval` after each run that trained */
+  int eval_line, eval_col; /* the eval key in the study file */
+  long eval_points;  /* --points: test points evaluated (0: all) */
+  long eval_reps;    /* --reps: timed passes, the fastest kept */
   const char *unit;
   int better;        /* +1 higher is better, -1 lower */
   int replicates;

@@ -8,6 +8,12 @@ work=$(mktemp -d /tmp/accelrt-study-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 rows() { echo $(( $(wc -l < "$1") - 1 )); } # data rows of a CSV with a header
+has_all() { # has_all FILE LINE...: every line (fixed text) is in FILE
+  local f=$1 want; shift
+  for want; do
+    grep -qF "$want" "$f" || fail "missing '$want' in: $(cat "$f")"
+  done
+}
 
 small_job() { # a job of a fraction of a second in $work/job.yaml
   cat > "$work/job.yaml" <<YAML
@@ -177,6 +183,75 @@ YAML
   grep -q "class='running'" "$work/out/report.html" || fail "no job spans in the timeline"
   [ -L "$work/out/runs/A0B0-r1/long/data" ] || fail "job data not shared: $(ls -R "$work/out/runs/A0B0-r1" | head)"
   ;;
+eval)
+  # eval: after each run, accelrt eval on its checkpoint: eval.json in each
+  # run's folder, the response read from it; linked keys (a layer's width
+  # and the label count) as one factor; a run stopped before its eval is
+  # redone whole.
+  small_job
+  cat > "$work/study.yaml" <<YAML
+name: eval-study
+base: job.yaml
+factors:
+  model.layers.out.sparse.mode: [dense, lsh]
+  model.layers.out.dense+data.generate.labels: [200, 400]
+response: inference_samples_per_s
+eval: {points: 200, reps: 2}
+replicates: 2
+seed: 4
+output: $work/out
+YAML
+  "$bin" study "$work/study.yaml" --dry-run > "$work/dry" 2> "$work/err" || fail "dry run: $(cat "$work/err")"
+  grep -qF "after each run: accelrt eval --points 200 --reps 2" "$work/dry" || fail "$(cat "$work/dry")"
+  # Stopped after one run; then a run that trained but was stopped before
+  # its eval (a folder with a summary and no row) is cleared and redone.
+  ACCELRT_STUDY_STOP_AFTER=1 "$bin" study "$work/study.yaml" > /dev/null 2> "$work/e1"; rc=$?
+  [ $rc = 1 ] || fail "stopped study exit $rc, want 1: $(cat "$work/e1")"
+  first=$(sed -n '2s/,.*//p' "$work/out/runs.csv")
+  [ -f "$work/out/runs/$first/eval.json" ] || fail "no eval.json in $first: $(ls "$work/out/runs/$first")"
+  second=$("$bin" study "$work/study.yaml" --dry-run | awk '$1 == 2 {print $2}')
+  mkdir -p "$work/out/runs/$second"
+  cp "$work/out/runs/$first/summary.json" "$work/out/runs/$second/"
+  "$bin" study "$work/study.yaml" > "$work/stdout" 2> "$work/stderr" || fail "study exited $?: $(cat "$work/stderr")"
+  o=$work/out
+  [ "$(rows "$o/runs.csv")" = 8 ] || fail "runs.csv: $(cat "$o/runs.csv")"
+  [ "$(grep -c ',ok,' "$o/runs.csv")" = 8 ] || fail "not every run ok: $(cat "$o/runs.csv")"
+  head -1 "$o/runs.csv" | grep -q '^run,cell,replicate,order,model.layers.out.sparse.mode,model.layers.out.dense+data.generate.labels,inference_samples_per_s,status,' \
+    || fail "header: $(head -1 "$o/runs.csv")"
+  [ "$(grep -c "\] $second " "$work/stdout")" = 1 ] || fail "the half-done run $second was not redone: $(cat "$work/stdout")"
+  for d in "$o"/runs/*; do
+    [ -f "$d/eval.json" ] || fail "no eval.json in $d"
+    grep -q '"points": 200' "$d/eval.json" || fail "eval --points not passed: $(cat "$d/eval.json")"
+    grep -q 'all labels scored' "$d/log.txt" || fail "the eval's output is not in $d/log.txt"
+    [ ! -e "$d/checkpoint.bin" ] || fail "checkpoint kept in $d"
+    case $(basename "$d") in
+    A0*) ! grep -q lsh_samples_per_s "$d/eval.json" || fail "a dense run has LSH figures" ;;
+    A1*) grep -q lsh_samples_per_s "$d/eval.json" || fail "a sampled run lacks LSH figures: $(cat "$d/eval.json")" ;;
+    esac
+  done
+  # The linked factor set both keys: 400 labels in the wide cells' data.
+  grep -q '"p_at_1"' "$o/runs/A1B1-r1/eval.json" || fail "$(cat "$o/runs/A1B1-r1/eval.json")"
+  [ "$(ls "$o/data" | wc -l)" = 2 ] || fail "want one data set per width: $(ls "$o/data")"
+  # The note says which path was measured, per row.
+  [ "$(grep -c '^A0B[01]-r[12],.*inference scoring every label (eval.json samples_per_s)' "$o/runs.csv")" = 4 ] \
+    || fail "dense rows' notes: $(cat "$o/runs.csv")"
+  [ "$(grep -c '^A1B[01]-r[12],.*inference by LSH candidates (eval.json lsh_samples_per_s)' "$o/runs.csv")" = 4 ] \
+    || fail "sampled rows' notes: $(cat "$o/runs.csv")"
+  grep -q '^effect,model.layers.out.sparse.mode x model.layers.out.dense+data.generate.labels,AB,2,' "$o/effects.csv" \
+    || fail "effects.csv: $(cat "$o/effects.csv")"
+  # Any number of eval.json as the response.
+  cat > "$work/s2.yaml" <<YAML
+base: job.yaml
+factors: {train.batch: [32, 64]}
+response: {eval: p_at_1}
+eval: {points: 100, reps: 1}
+replicates: 2
+output: $work/out2
+YAML
+  "$bin" study "$work/s2.yaml" > "$work/stdout2" 2> "$work/stderr2" || fail "study exited $?: $(cat "$work/stderr2")"
+  head -1 "$work/out2/runs.csv" | grep -q ',train.batch,eval.p_at_1,status,' || fail "header: $(head -1 "$work/out2/runs.csv")"
+  [ "$(grep -c ',ok,' "$work/out2/runs.csv")" = 4 ] || fail "runs: $(cat "$work/out2/runs.csv")"
+  ;;
 bad_study)
   # Each problem as FILE:LINE:COL: error: KEY: ..., exit 2, nothing run.
   small_job
@@ -204,16 +279,35 @@ YAML
   printf 'base: job.yaml\nfactors: {train.batch: 64}\nresponse: speed\nreplicates: 0\nfraction: [C=AB]\nbogus: 1\n' > "$work/s3.yaml"
   "$bin" study "$work/s3.yaml" 2> "$work/err"; rc=$?
   [ $rc = 2 ] || fail "exit $rc"
-  for want in "s3.yaml:2:24: error: factors.train.batch: expected a list" \
-              "s3.yaml:3:11: error: response: unknown response 'speed'" \
-              "s3.yaml:4:13: error: replicates: expected a whole number from 1" \
-              "s3.yaml:6:1: error: unknown key 'bogus'"; do
-    grep -qF "$want" "$work/err" || fail "missing '$want' in: $(cat "$work/err")"
-  done
+  has_all "$work/err" "s3.yaml:2:24: error: factors.train.batch: expected a list" \
+    "s3.yaml:3:11: error: response: unknown response 'speed'" \
+    "s3.yaml:4:13: error: replicates: expected a whole number from 1" \
+    "s3.yaml:6:1: error: unknown key 'bogus'"
   # A response the base job does not write.
   printf 'base: job.yaml\nfactors: {train.batch: [32, 64]}\nresponse: makespan_s\n' > "$work/s4.yaml"
   "$bin" study "$work/s4.yaml" 2> "$work/err"; rc=$?
   [ $rc = 2 ] && grep -q "makespan_s is not available for a single job" "$work/err" || fail "$(cat "$work/err")"
+  # A bad eval: block and eval responses without one, or that the job
+  # cannot give.
+  printf 'base: job.yaml\nfactors: {train.batch: [32, 64]}\nresponse: {eval: p_at_2}\neval: {points: -1, reps: 2, bogus: 1}\n' > "$work/s5.yaml"
+  "$bin" study "$work/s5.yaml" 2> "$work/err"; rc=$?
+  [ $rc = 2 ] || fail "bad eval: exit $rc, want 2: $(cat "$work/err")"
+  has_all "$work/err" "s5.yaml:3:18: error: response.eval: 'p_at_2' is not a number accelrt eval writes" \
+    "s5.yaml:4:16: error: eval.points: expected a whole number from 0" \
+    "s5.yaml:4:29: error: eval: unknown key 'bogus'"
+  printf 'base: job.yaml\nfactors: {train.batch: [32, 64]}\nresponse: inference_samples_per_s\neval: [1]\n' > "$work/s6.yaml"
+  "$bin" study "$work/s6.yaml" 2> "$work/err"; rc=$?
+  [ $rc = 2 ] && grep -qF "s6.yaml:4:7: error: eval: expected {points: N, reps: N}" "$work/err" \
+    && grep -qF "s6.yaml:3:11: error: response: inference_samples_per_s is read from eval.json" "$work/err" \
+    || fail "eval list: exit $rc $(cat "$work/err")"
+  printf 'base: job.yaml\nfactors: {train.batch: [32, 64]}\nresponse: {eval: lsh_samples_per_s}\neval: true\n' > "$work/s7.yaml"
+  "$bin" study "$work/s7.yaml" 2> "$work/err"; rc=$?
+  [ $rc = 2 ] && grep -qF "s7.yaml:3:18: error: response: eval.json has lsh_samples_per_s only when the output layer runs LSH-sampled" "$work/err" \
+    || fail "lsh response of a dense job: exit $rc $(cat "$work/err")"
+  printf 'base: job.yaml\nfactors: {model.layers.out.dense+: [32, 64]}\nresponse: samples_per_s\n' > "$work/s8.yaml"
+  "$bin" study "$work/s8.yaml" 2> "$work/err"; rc=$?
+  [ $rc = 2 ] && grep -qF "s8.yaml:2:11: error: factors.model.layers.out.dense+: 'model.layers.out.dense+' is not a factor" "$work/err" \
+    || fail "bad linked keys: exit $rc $(cat "$work/err")"
   ;;
 fraction)
   # A half fraction of four factors: the design and its aliases.
@@ -230,10 +324,8 @@ response: samples_per_s
 replicates: 2
 YAML
   "$bin" study "$work/study.yaml" --dry-run > "$work/out" 2> "$work/err" || fail "$(cat "$work/err")"
-  for want in "fraction: 2^(4-1) = 8 of 16 cells" "defining relation: I = ABCD (resolution 4)" \
-              "  D = ABC" "  AB = CD" "  AC = BD" "  AD = BC" "runs: 16 in this order"; do
-    grep -qF "$want" "$work/out" || fail "missing '$want': $(cat "$work/out")"
-  done
+  has_all "$work/out" "fraction: 2^(4-1) = 8 of 16 cells" "defining relation: I = ABCD (resolution 4)" \
+    "  D = ABC" "  AB = CD" "  AC = BD" "  AD = BC" "runs: 16 in this order"
   # Every planned cell has D's level = the product of A, B and C's.
   grep -E '^ +[0-9]+  A[01]B[01]C[01]D[01]-r' "$work/out" | awk '{
     c = $2; a = substr(c,2,1); b = substr(c,4,1); cc = substr(c,6,1); d = substr(c,8,1)
