@@ -175,6 +175,16 @@ typedef struct ar_device_ops {
    * NULL: ar_device_copy stages through host memory with copy_out and
    * copy_in. */
   ar_status (*copy)(ar_device *dev, void *dst, const void *src, size_t bytes);
+
+  /* ---- (optional) host staging memory ---- */
+  /* Host memory that copy_in and copy_out move fastest (cuda: page-locked,
+   * cudaMallocHost), for buffers that are copied every iteration (a
+   * distributed worker's parameters and gradients, which MPI moves through
+   * host memory).  Not carved from the arena, not counted in bytes_in_use.
+   * NULL: ar_device_host_alloc uses ar_malloc (host: its memory is the
+   * host's, nothing to gain). */
+  ar_status (*host_alloc)(ar_device *dev, size_t bytes, void **out);
+  void (*host_free)(ar_device *dev, void *ptr);
 } ar_device_ops;
 
 /* Base of every device; backends embed it as their first member. */
@@ -225,6 +235,16 @@ ar_status ar_device_open_lane(ar_device *dev, ar_device **out);
  * Thread-safety: as every op of the handle. */
 ar_status ar_device_copy(ar_device *dev, void *dst, const void *src,
                          size_t bytes);
+
+/* Host memory for staging copies to and from dev (see
+ * ar_device_ops.host_alloc): page-locked on CUDA, plain ar_malloc on the
+ * host backend.  The buffer belongs to the caller, freed with
+ * ar_device_host_free on the same handle (or one of its lanes) before the
+ * device closes.  AR_OK; AR_INVALID (out NULL); AR_NOMEM or the device's
+ * status with the reason in dev->err.  Thread-safety: as every op of the
+ * handle. */
+ar_status ar_device_host_alloc(ar_device *dev, size_t bytes, void **out);
+void ar_device_host_free(ar_device *dev, void *ptr); /* ptr NULL: no-op */
 
 /* The arena size for `opts` on a device with `free_bytes` free: bytes
  * when given, else the fraction (or the default one) of free_bytes.

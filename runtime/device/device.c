@@ -165,6 +165,33 @@ ar_status ar_device_open_lane(ar_device *dev, ar_device **out) {
   return AR_OK;
 }
 
+ar_status ar_device_host_alloc(ar_device *dev, size_t bytes, void **out) {
+  if (!dev)
+    return AR_INVALID;
+  if (!out)
+    return ar_errf(&dev->err, AR_INVALID, "ar_device_host_alloc: out is NULL");
+  *out = NULL;
+  if (dev->ops->host_alloc)
+    return dev->ops->host_alloc(dev, bytes, out);
+  void *p = ar_malloc(bytes);
+  if (!p)
+    return ar_errf(&dev->err, AR_NOMEM,
+                   "device %s: no host memory for %zu bytes of staging "
+                   "buffers; lower train.batch or the model size",
+                   dev->ops->name, bytes);
+  *out = p;
+  return AR_OK;
+}
+
+void ar_device_host_free(ar_device *dev, void *ptr) {
+  if (!dev || !ptr)
+    return;
+  if (dev->ops->host_free)
+    dev->ops->host_free(dev, ptr);
+  else
+    ar_free(ptr);
+}
+
 /* Host staging for a backend without its own copy: chunks taken in the
  * order that never overwrites source bytes not yet read (ascending when
  * dst is below src, descending otherwise). */

@@ -253,6 +253,34 @@ static void test_copy_sync(void **state) {
   ar_device_close(dev);
 }
 
+/* Staging host memory: usable, outside the device's accounting, freed
+ * with its wrapper; out of memory is a status with what to do. */
+static void test_host_alloc(void **state) {
+  (void)state;
+  ar_device *dev = fx_open_host(1);
+  float *h = NULL, src[4] = {1, 2, 3, 4};
+  assert_int_equal(ar_device_host_alloc(dev, sizeof src, (void **)&h), AR_OK);
+  assert_non_null(h);
+  assert_int_equal(dev->bytes_in_use, 0);
+  float *d = fx_floats(dev, 4);
+  assert_int_equal(dev->ops->copy_in(dev, d, src, sizeof src), AR_OK);
+  assert_int_equal(dev->ops->copy_out(dev, h, d, sizeof src), AR_OK);
+  assert_memory_equal(h, src, sizeof src);
+  ar_device_host_free(dev, h);
+  ar_device_host_free(dev, NULL); /* no-op */
+  void *p = (void *)&h;
+  ar_alloc_fail_after(0);
+  ar_status st = ar_device_host_alloc(dev, 1 << 20, &p);
+  ar_alloc_fail_after(-1);
+  assert_int_equal(st, AR_NOMEM);
+  assert_null(p);
+  assert_non_null(strstr(dev->err.msg, "1048576 bytes of staging"));
+  assert_int_equal(ar_device_host_alloc(dev, 8, NULL), AR_INVALID);
+  assert_int_equal(ar_device_host_alloc(NULL, 8, &p), AR_INVALID);
+  fx_free_floats(dev, d, 4);
+  ar_device_close(dev);
+}
+
 static void test_describe_all(void **state) {
   (void)state;
   FILE *tmp = tmpfile();
@@ -281,6 +309,7 @@ int main(void) {
       cmocka_unit_test(test_alloc_accounting),
       cmocka_unit_test(test_out_of_memory),
       cmocka_unit_test(test_copy_sync),
+      cmocka_unit_test(test_host_alloc),
       cmocka_unit_test(test_describe_all),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

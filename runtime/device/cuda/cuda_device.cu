@@ -240,6 +240,29 @@ static ar_status cuda_copy_out(ar_device *dev, void *host_dst, const void *src,
   return cuda_copy(dev, host_dst, src, bytes, "copy_out");
 }
 
+/* Page-locked host memory (ar_device_ops.host_alloc): copy_in and copy_out
+ * of such buffers run at the link's full rate and need no bounce buffer in
+ * the driver.  Not from the arena: it is host memory. */
+static ar_status cuda_host_alloc(ar_device *dev, size_t bytes, void **out) {
+  ar__cuda_device *d = ar__cuda(dev);
+  AR_CUDA_CHECK(d, cudaSetDevice(d->ordinal), &dev->err);
+  cudaError_t e = cudaMallocHost(out, bytes ? bytes : 1);
+  if (e != cudaSuccess) {
+    *out = NULL;
+    (void)cudaGetLastError(); /* not sticky: clear it for later calls */
+    return ar_errf(&dev->err, AR_NOMEM,
+                   "cuda:%d: cudaMallocHost of %zu bytes failed: %s; free "
+                   "host memory or lower train.batch or the model size",
+                   d->ordinal, bytes, cudaGetErrorString(e));
+  }
+  return AR_OK;
+}
+
+static void cuda_host_free(ar_device *dev, void *ptr) {
+  ar__cuda_device *d = ar__cuda(dev);
+  ar__cuda_note(d, cudaFreeHost(ptr), "cudaFreeHost");
+}
+
 /* Device-to-device copy with memmove semantics (ar_device_ops.copy),
  * asynchronous on the handle's stream.  cudaMemcpy of overlapping ranges
  * is undefined, so an overlapping copy (the defragmentation sliding a
@@ -422,6 +445,8 @@ static const ar_device_ops cuda_ops = {
     /* mem_info */ cuda_mem_info,
     /* open_lane */ cuda_open_lane,
     /* copy */ cuda_copy_d2d,
+    /* host_alloc */ cuda_host_alloc,
+    /* host_free */ cuda_host_free,
 };
 
 static ar__cuda_device *new_handle(int ordinal) {

@@ -173,6 +173,8 @@ static const ar_device_ops host_ops = {
     .mem_info = host_mem_info,
     .open_lane = NULL, /* one synchronous queue: lanes share the handle */
     .copy = host_copy, /* memmove: overlapping ranges are fine */
+    .host_alloc = NULL, /* ar_malloc: staging host memory gains nothing */
+    .host_free = NULL,
 };
 
 /* Loads the topology of the CPUs this process may use, or returns NULL. */
