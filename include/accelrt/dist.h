@@ -17,6 +17,16 @@
  * and reported).  distributed.link paces each server's ports with a token
  * bucket (parameters at its out port, gradients at its in port).
  *
+ * Devices: a worker computes on its distributed.workers[i].device (else
+ * the job's device): host, cuda:N, or auto (a GPU when the build has CUDA
+ * and one is present, else the host).  MPI moves host memory, so a worker
+ * on a GPU stages: its parameters arrive in host buffers and are copied
+ * into the model on the device when their layer is next (TicTac's
+ * per-layer wait is kept), its gradients are copied out after their
+ * layer's backward and sent from host buffers (runtime/dist/stage.c).
+ * CPU and GPU workers may be mixed in one job; the servers keep one model
+ * on the host.
+ *
  * Sampled layers (SLIDE): a worker on a host computes a layer whose
  * `sparse` mode says so LSH-sampled (distributed.workers[i].sparse: dense
  * keeps a worker dense).  Such a layer's w and b travel as rows
@@ -87,9 +97,17 @@ typedef struct ar_dist_opts {
    * vary; the others are their dense size). */
   void (*on_bytes)(void *ctx, int64_t iteration, const uint64_t *param_bytes,
                    const uint64_t *grad_bytes, size_t n);
+  /* This rank, when it is a worker, stages its parameters and gradients
+   * through host buffers as a GPU worker does (received into host memory,
+   * copied into the model with copy_in before the layer that needs them,
+   * copied out after its backward and sent from host memory), even on
+   * the host: the staging path of GPU workers tested on a CPU.  A worker
+   * on a CUDA device always stages.  The environment variable
+   * ACCELRT_DIST_STAGE=1 sets it for ar_dist_run. */
+  bool stage;
 } ar_dist_opts;
 
-#define AR_DIST_OPTS_INIT {0.0, -1, -1, NULL, NULL, NULL, NULL}
+#define AR_DIST_OPTS_INIT {0.0, -1, -1, NULL, NULL, NULL, NULL, false}
 
 /* Runs spec (distributed.enabled) as this MPI rank's part of the job.
  * Initialises MPI when it is not initialised yet and then finalises it

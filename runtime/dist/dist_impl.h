@@ -15,7 +15,10 @@
  *                gradient sends, the iteration report to rank 0;
  *   report.c     rank 0: per-iteration metrics, metrics.jsonl, evaluation,
  *                checkpoints (shards gathered), summary.json;
- *   rows.c       the rows messages of sampled layers' tensors.
+ *   rows.c       the rows messages of sampled layers' tensors;
+ *   stage.c      a worker whose device memory MPI cannot read (CUDA):
+ *                host staging of its parameters and gradients;
+ *   share.c      distributed.share: a worker as a tenant of lanes.
  *
  * Roles: ranks 0..S-1 are servers, S..size-1 workers; worker w is rank
  * S + w.  Every parameter tensor (each layer's w and b) is one transfer
@@ -59,7 +62,10 @@ typedef struct ar__dist_tensor {
   int64_t count;   /* floats */
   size_t bytes;
   int server;      /* owning server rank */
-  float *p, *g;    /* in this rank's model: parameter, gradient */
+  float *p, *g;    /* in this rank's model: parameter, gradient (device
+                      memory of the rank's device) */
+  float *hp, *hg;  /* (count) a staged worker's host copies of p and g
+                      (stage.c); NULL when the rank does not stage */
   float *s1, *s2;  /* optimizer state (may be NULL) */
   /* Tensors of a layer some worker samples travel as rows (rows.c). */
   bool rows;
@@ -121,6 +127,8 @@ typedef struct ar__dist_iter_stat {
 
 typedef struct ar__share ar__share;
 
+#define AR__DIST_DEV_DESC 48 /* bytes of a worker's device description */
+
 typedef struct ar__dist {
   const ar_spec *spec;
   ar_spec wspec;          /* a worker's copy: train.batch = its share */
@@ -133,11 +141,19 @@ typedef struct ar__dist {
   double clock0;          /* rank 0's CLOCK_REALTIME at start */
 
   ar_device *dev;
+  char dev_name[32];      /* workers: the device they compute on ("host",
+                             "cuda:N"); servers: "host" */
+  bool staged;            /* a worker staging through host buffers */
+  void *stage;            /* (stage_bytes) the staged tensors' hp and hg */
+  size_t stage_bytes;
   ar_model *model;
   /* What each rank computes sampled: smask[rank * n_layers + l] (servers:
    * whether any worker samples l, which makes it a rows layer). */
   uint8_t *smask;         /* (size, n_layers) */
   ar_layer_spec *wlayers; /* wspec's layers: the modes this rank runs */
+  char *wdesc;            /* (size, AR__DIST_DEV_DESC) each worker's device,
+                             "host", "cuda:0", "host (staged)"; "" for a
+                             server */
   int nt;                 /* transfers = 2 x layers */
   ar__dist_tensor *t;     /* (nt) */
 
@@ -293,6 +309,24 @@ static inline bool ar__dist_sampled(const ar__dist *c, int rank, int l) {
   return c->smask[(size_t)rank * (size_t)c->spec->n_layers + (size_t)l] != 0;
 }
 
+/* ---- stage.c (staged workers) ---- */
+/* Allocates every tensor's hp and hg in one host block (page-locked on
+ * CUDA) and fills hp from the model. */
+ar_status ar__stage_init(ar__dist *c);
+void ar__stage_fini(ar__dist *c); /* NULL-safe, idempotent */
+/* Where tensor T's parameters are received and its gradient is sent
+ * from: the host copies when staged, the model's memory otherwise. */
+static inline float *ar__dist_param_buf(const ar__dist_tensor *T) { return T->hp ? T->hp : T->p; }
+static inline float *ar__dist_grad_buf(const ar__dist_tensor *T) { return T->hg ? T->hg : T->g; }
+/* Layer l's parameters are in hp: copies them into the model (a rows
+ * tensor whose message held a few rows: those rows only). */
+ar_status ar__stage_params_in(ar__dist *c, int l);
+/* Every hp was overwritten (a resume's broadcast): copies all in. */
+ar_status ar__stage_reload(ar__dist *c);
+/* Layer l's backward was enqueued: copies its gradients out into hg
+ * (waits for the layer's work). */
+ar_status ar__stage_grads_out(ar__dist *c, int l);
+
 /* ---- report.c (rank 0) ---- */
 size_t ar__dist_worker_report_len(const ar__dist *c);
 size_t ar__dist_server_report_len(const ar__dist *c);
@@ -317,8 +351,9 @@ ar_status ar__dist_finish(ar__dist *c, bool finished, double wall0,
 
 
 /* ---- share.c (distributed.share, workers only) ---- */
-/* Opens the lanes runner with the share file's jobs and this worker as a
- * tenant of `persistent` + `ephemeral` bytes (its plan), starts it, and
+/* Opens the lanes runner on the worker's device (c->dev_name: a CUDA
+ * worker's GPU is the shared device) with the share file's jobs and this
+ * worker as a tenant of `persistent` + `ephemeral` bytes (its plan), starts it, and
  * waits until the worker is admitted (c->share set even on failure, for
  * ar__share_close). */
 ar_status ar__share_open(ar__dist *c, int threads, size_t persistent, size_t ephemeral);

@@ -26,6 +26,9 @@ static void read_env(ar_dist_opts *o) {
       o->fail_iteration = it;
     }
   }
+  v = getenv("ACCELRT_DIST_STAGE");
+  if (v && strcmp(v, "1") == 0)
+    o->stage = true;
 }
 
 /* Every rank learns whether every rank's step succeeded, so that a rank
@@ -143,47 +146,63 @@ static ar_status open_data(ar__dist *c) {
   return AR_OK;
 }
 
-static int local_ranks(void) {
+/* This rank's number among the ranks of its machine and their count. */
+static void local_ranks(int *index, int *count) {
   MPI_Comm local;
-  int n = 1;
+  *index = 0;
+  *count = 1;
   if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) ==
       MPI_SUCCESS) {
-    MPI_Comm_size(local, &n);
+    MPI_Comm_rank(local, index);
+    MPI_Comm_size(local, count);
     MPI_Comm_free(&local);
   }
-  return n;
 }
 
-/* The device a worker computes on: its distributed.workers entry, else the
- * job's.  auto is a GPU when one is present, otherwise the host; workers
- * compute on the host in this build (MPI moves host memory, and the
- * staging of a GPU worker's tensors through host buffers is not written
- * yet), so auto with a GPU present also runs on the host, with a notice,
- * and cuda is refused with the reason. */
-static ar_status worker_device(ar__dist *c, const char **out) {
+/* The device a worker computes on (into c->dev_name): its
+ * distributed.workers entry, else the job's.  auto is a GPU when this
+ * build has CUDA and a device is present (the ranks of one machine spread
+ * over its GPUs by their local rank), otherwise the host; cuda:N must
+ * exist, or the worker fails naming itself and what to set. */
+static ar_status worker_device(ar__dist *c) {
   const ar_spec *s = c->spec;
   const char *dev = s->device;
-  if (c->widx < s->distributed.n_workers && s->distributed.workers[c->widx].device)
+  bool own = c->widx < s->distributed.n_workers && s->distributed.workers[c->widx].device;
+  if (own)
     dev = s->distributed.workers[c->widx].device;
+  char key[64];
+  if (own)
+    snprintf(key, sizeof key, "distributed.workers[%d].device", c->widx);
+  else
+    snprintf(key, sizeof key, "device (or distributed.workers[%d].device)", c->widx);
+  snprintf(c->dev_name, sizeof c->dev_name, "host");
+  if (strcmp(dev, "host") == 0)
+    return AR_OK;
   char why[256] = "";
-  int gpus = strcmp(dev, "host") == 0 ? 0 : ar_cuda_device_count(why, sizeof why);
-  *out = "host";
-  if (strncmp(dev, "cuda", 4) == 0 && gpus == 0)
+  int gpus = ar_cuda_device_count(why, sizeof why);
+  if (strcmp(dev, "auto") == 0) {
+    if (gpus > 0) {
+      int li, ln;
+      local_ranks(&li, &ln);
+      snprintf(c->dev_name, sizeof c->dev_name, "cuda:%d", li % gpus);
+    }
+    return AR_OK;
+  }
+  char *end = NULL;
+  long n = strncmp(dev, "cuda:", 5) == 0 ? strtol(dev + 5, &end, 10) : -1;
+  if (n < 0 || !end || end == dev + 5 || *end)
+    return ar_errf(c->err, AR_SPEC, "worker %d (rank %d): unknown device '%s'; set %s to host, "
+                   "auto or cuda:N", c->widx, c->rank, dev, key);
+  if (gpus == 0)
     return ar_errf(c->err, AR_NODEVICE,
-                   "worker %d (rank %d): device %s: no CUDA device here (%s); set "
-                   "distributed.workers[%d].device (or device) to auto or host",
-                   c->widx, c->rank, dev, why, c->widx);
-  if (strncmp(dev, "cuda", 4) == 0)
-    return ar_errf(c->err, AR_UNSUPPORTED,
-                   "worker %d (rank %d): device %s: distributed workers compute on the host "
-                   "in this build (a GPU worker's parameters and gradients would have to be "
-                   "staged through host buffers for MPI); set distributed.workers[%d].device "
-                   "(or device) to host or auto",
-                   c->widx, c->rank, dev, c->widx);
-  if (gpus > 0)
-    ar_log(AR_LOG_WARN, "worker %d (rank %d): device auto found %d CUDA device%s, but "
-           "distributed workers compute on the host in this build", c->widx, c->rank, gpus,
-           gpus == 1 ? "" : "s");
+                   "worker %d (rank %d): device %s: no CUDA device here (%s); set %s to auto "
+                   "or host", c->widx, c->rank, dev, why, key);
+  if (n >= gpus)
+    return ar_errf(c->err, AR_NODEVICE,
+                   "worker %d (rank %d): device %s: this machine has %d CUDA device%s "
+                   "(cuda:0 to cuda:%d); set %s to one of them, auto or host",
+                   c->widx, c->rank, dev, gpus, gpus == 1 ? "" : "s", gpus - 1, key);
+  snprintf(c->dev_name, sizeof c->dev_name, "cuda:%ld", n);
   return AR_OK;
 }
 
@@ -201,12 +220,16 @@ static ar_status decide_sampling(ar__dist *c) {
   ar_status st = AR_OK;
   if (!c->smask || !c->wlayers || !mine)
     st = ar_errf(c->err, AR_NOMEM, "out of memory for the layer table");
+  snprintf(c->dev_name, sizeof c->dev_name, "host");
   if (st == AR_OK && !c->server) {
-    const char *dev = NULL;
-    st = worker_device(c, &dev);
+    /* Sampled layers are host-only: a GPU worker runs them dense. */
+    st = worker_device(c);
+    bool host = strcmp(c->dev_name, "host") == 0;
     bool dense = c->widx < s->distributed.n_workers && s->distributed.workers[c->widx].dense;
     for (int l = 0; l < n && st == AR_OK; l++)
-      mine[l] = !dense && ar_layer_sampled(s, l, strcmp(dev, "host") == 0);
+      mine[l] = !dense && ar_layer_sampled(s, l, host);
+    /* MPI moves host memory: a GPU worker (or one told to) stages. */
+    c->staged = !host || c->o.stage;
   }
   st = agree(c, st, "choosing each worker's device");
   MPI_Request q;
@@ -216,6 +239,20 @@ static ar_status decide_sampling(ar__dist *c) {
                            : ar__dist_mpi_err(c, rc, "sharing the workers' sampled layers");
   }
   ar_free(mine);
+  /* Every rank learns where the workers compute (rank 0's summary). */
+  char desc[AR__DIST_DEV_DESC] = "";
+  if (!c->server)
+    snprintf(desc, sizeof desc, "%s%s", c->dev_name,
+             c->staged && strcmp(c->dev_name, "host") == 0 ? " (staged)" : "");
+  c->wdesc = st == AR_OK ? ar_calloc((size_t)c->size, AR__DIST_DEV_DESC) : NULL;
+  if (st == AR_OK && !c->wdesc)
+    st = ar_errf(c->err, AR_NOMEM, "out of memory for the workers' devices");
+  if (st == AR_OK) {
+    int rc = MPI_Iallgather(desc, AR__DIST_DEV_DESC, MPI_CHAR, c->wdesc, AR__DIST_DEV_DESC,
+                            MPI_CHAR, c->cctl, &q);
+    st = rc == MPI_SUCCESS ? ar__dist_wait(c, &q, -1, "the workers' devices")
+                           : ar__dist_mpi_err(c, rc, "sharing the workers' devices");
+  }
   if (st != AR_OK)
     return st;
   for (int r = 0; r < c->S; r++)
@@ -246,7 +283,8 @@ static ar_status make_model(ar__dist *c) {
   /* Workers compute; servers only sum and step.  Ranks on one machine
    * share its cores. */
   ar_device_opts dopts = AR_DEVICE_OPTS_INIT;
-  int cores = ar_topology_cores(), local = local_ranks();
+  int cores = ar_topology_cores(), li, local;
+  local_ranks(&li, &local);
   dopts.threads = s->train.threads > 0 ? s->train.threads : (cores / local > 1 ? cores / local : 1);
   if (c->server)
     dopts.threads = 1;
@@ -267,23 +305,41 @@ static ar_status make_model(ar__dist *c) {
     c->wspec.train.batch = (B + c->W - 1) / c->W;
   else if (c->rank != 0)
     c->wspec.train.batch = 1;
+  bool host = strcmp(c->dev_name, "host") == 0;
+  size_t pb = 0, eb = 0;
+  if (!c->server) {
+    ar_plan plan;
+    if (ar_plan_compute_on(&c->wspec, nnz, lab, host, &plan) != AR_OK)
+      return ar_errf(c->err, AR_NOMEM, "out of memory computing the memory plan");
+    pb = plan.persistent_bytes;
+    eb = plan.ephemeral_bytes;
+    ar_plan_fini(&plan);
+  }
   if (!c->server && s->distributed.share_file) {
     /* A tenant of the shared device's lanes: the model lives in the
      * blocks the lanes give its exact plan (share.c). */
-    ar_plan plan;
-    if (ar_plan_compute_on(&c->wspec, nnz, lab, true, &plan) != AR_OK)
-      return ar_errf(c->err, AR_NOMEM, "out of memory computing the memory plan");
-    size_t pb = plan.persistent_bytes, eb = plan.ephemeral_bytes;
-    ar_plan_fini(&plan);
     AR_CHECK(ar__share_open(c, dopts.threads, pb, eb));
     void *p = NULL, *e = NULL;
     ar__share_blocks(c, &c->dev, &p, &e);
     c->dev_borrowed = true;
     AR_CHECK(ar_model_create_in(c->dev, &c->wspec, nnz, lab, p, e, &c->model, c->err));
   } else {
-    AR_CHECK(ar_device_open("host", &dopts, &c->dev, c->err));
+    if (!host) {
+      /* A GPU worker's arena: runtime.memory when the job gives it, else
+       * its plan plus room for cuBLAS's workspace and alignment, so that
+       * several workers (and other jobs) fit on one GPU. */
+      ar_device_opts jo = ar_job_device_opts(s);
+      dopts.memory_bytes = jo.memory_bytes;
+      dopts.memory_fraction = jo.memory_fraction;
+      if (dopts.memory_bytes == 0 && dopts.memory_fraction == 0.0)
+        dopts.memory_bytes = pb + eb + ((size_t)64 << 20);
+    }
+    if (ar_device_open(c->dev_name, &dopts, &c->dev, c->err) != AR_OK)
+      return ar_err_wrap(c->err, "worker %d (rank %d): opening %s", c->widx, c->rank,
+                         c->dev_name);
     AR_CHECK(ar_model_create(c->dev, &c->wspec, nnz, lab, &c->model, c->err));
   }
+
   ar_status st = ar_batch_init(&c->gbatch, B, nnz, lab);
   if (st == AR_OK && !c->server)
     st = ar_batch_init(&c->lbatch, c->wspec.train.batch, nnz, lab);
@@ -421,7 +477,10 @@ static ar_status resume(ar__dist *c) {
    * rank samples); the whole state (optimizer, sparse Adam's row steps)
    * to the other servers, whose models have rank 0's plan. */
   for (int t = 0; t < c->nt; t++)
-    AR_CHECK(ar__dist_bcast(c, c->t[t].p, (int)c->t[t].count, MPI_FLOAT, c->t[t].name));
+    AR_CHECK(ar__dist_bcast(c, ar__dist_param_buf(&c->t[t]), (int)c->t[t].count, MPI_FLOAT,
+                            c->t[t].name));
+  if (c->staged)
+    AR_CHECK(ar__stage_reload(c));
   if (c->server && c->S > 1)
     AR_CHECK(send_state(c));
   if (!c->server) {
@@ -441,6 +500,8 @@ static ar_status setup(ar__dist *c, const ar_run_opts *opts) {
   ar_status st = make_model(c);
   if (st == AR_OK)
     st = make_tensors(c);
+  if (st == AR_OK && c->staged)
+    st = ar__stage_init(c);
   if (st == AR_OK)
     st = ar__dist_graph_build(c);
   AR_CHECK(agree(c, st, "building the model"));
@@ -530,12 +591,14 @@ static void teardown(ar__dist *c) {
   ar_commsched_graph_destroy(c->g);
   ar_free(c->fwd);
   ar_free(c->bwd);
+  ar__stage_fini(c);
   for (int t = 0; c->t && t < c->nt; t++)
     ar_free(c->t[t].msg);
   ar_free(c->t);
   ar_model_destroy(c->model);
   c->model = NULL;
   ar_free(c->smask);
+  ar_free(c->wdesc);
   ar_free(c->wlayers);
   ar_batch_fini(&c->gbatch);
   ar_batch_fini(&c->lbatch);

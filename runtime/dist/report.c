@@ -524,6 +524,22 @@ static ar_status write_summary(ar__dist *c, const ar_summary *s) {
   ar_json_num(j, "comp_busy_s_median", median(c, offsetof(ar__dist_iter_stat, comp), false));
   ar_json_num(j, "straggler_s_median", median(c, offsetof(ar__dist_iter_stat, straggler), false));
   ar_json_num(j, "schedule_ms", c->schedule_ms);
+  /* Where the workers computed: "host,cuda:0,host (staged)", and how many
+   * staged their tensors through host buffers (GPU workers, or told to). */
+  char devs[1024] = "";
+  size_t dl = 0;
+  int staged = 0, gpus = 0;
+  for (int w = 0; w < c->W; w++) {
+    const char *d = c->wdesc + (size_t)(c->S + w) * AR__DIST_DEV_DESC;
+    bool gpu = strncmp(d, "cuda", 4) == 0;
+    gpus += gpu;
+    staged += gpu || strstr(d, "(staged)") != NULL;
+    if (dl < sizeof devs)
+      dl += (size_t)snprintf(devs + dl, sizeof devs - dl, "%s%s", w ? "," : "", d);
+  }
+  ar_json_str(j, "worker_devices", devs);
+  ar_json_int(j, "gpu_workers", gpus);
+  ar_json_int(j, "staged_workers", staged);
   if (c->rows_dense_bytes > 0) {
     /* The sampled layers' tensors, per worker and iteration: their dense
      * size, and the bytes that moved as rows (medians after warm-up). */

@@ -2,8 +2,10 @@
  * jobs through lanes (Salus, Yu & Chowdhury, MLSys 2020) while it trains
  * its part of a parameter-server job (TicTac).
  *
- * The worker opens the multi-job runner of runtime/tenancy on its host
- * device with the jobs of the share file and adds itself as one more
+ * The worker opens the multi-job runner of runtime/tenancy on its device
+ * (the host, or its GPU: the runner then hands the proxy a CUDA lane
+ * handle, and the worker stages its tensors through host buffers,
+ * stage.c) with the jobs of the share file and adds itself as one more
  * tenant: a proxy job whose plan is the worker's exact memory plan.  The
  * runner admits the proxy like any job (its persistent block and a lane
  * come from the lanes' capacity), and the worker's model is created in
@@ -269,7 +271,7 @@ ar_status ar__share_open(ar__dist *c, int threads, size_t persistent, size_t eph
   const ar_spec *sp = s->spec;
   ar__runner_opts ro = AR__RUNNER_OPTS_INIT;
   ro.policy = policy_name(sp->runtime.policy);
-  ro.device = "host";
+  ro.device = c->dev_name; /* a GPU worker shares its GPU */
   ro.device_opts = ar_job_device_opts(sp);
   ro.threads = threads;
   ro.out_dir = s->out_dir;

@@ -8,7 +8,9 @@
  * the engine's per-layer training calls; their parameters arrive as the
  * rows that changed (rows.c), which also tells the hash tables what to
  * re-hash at the next rebuild, and their gradients leave as the rows the
- * batch touched. */
+ * batch touched.  A worker on a GPU (or told to stage) receives and sends
+ * through host copies of its tensors (stage.c): its layers' copy-in joins
+ * the per-layer wait, its gradients' copy-out the layer's backward. */
 #define _GNU_SOURCE
 #include "dist_impl.h"
 
@@ -95,7 +97,7 @@ static ar_status take_rows(ar__dist *c, int t) {
   AR_CHECK(ar__rows_check(c, T, T->msg, (size_t)c->pcount[t], T->server));
   ar__rows r;
   ar__rows_view(T->msg, &r);
-  ar__rows_apply(T, &r, T->p, false);
+  ar__rows_apply(T, &r, ar__dist_param_buf(T), false);
   if (!(r.flags & AR__ROWS_RESYNC) && ar__dist_sampled(c, c->rank, T->layer))
     ar_model_rows_changed(c->model, T->layer, r.ids, r.n);
   return AR_OK;
@@ -133,7 +135,7 @@ static ar_status recv_step(ar__dist *c, wrk_iter *w, bool *progressed) {
                          T->wire);
         rc = MPI_Imrecv(T->msg, c->pcount[t], MPI_BYTE, &msg, &c->preq[t]);
       } else {
-        rc = MPI_Imrecv(T->p, (int)T->count, MPI_FLOAT, &msg, &c->preq[t]);
+        rc = MPI_Imrecv(ar__dist_param_buf(T), (int)T->count, MPI_FLOAT, &msg, &c->preq[t]);
       }
       if (rc != MPI_SUCCESS)
         return ar__dist_mpi_err(c, rc, "receiving '%s' from rank %d", c->t[t].name, s);
@@ -161,7 +163,8 @@ static ar_status recv_step(ar__dist *c, wrk_iter *w, bool *progressed) {
   return AR_OK;
 }
 
-/* Waits until both tensors of layer l are in. */
+/* Waits until both tensors of layer l are in (staged: and copied into
+ * the model). */
 static ar_status wait_layer(ar__dist *c, wrk_iter *w, int l) {
   ar__dist_poll_reset(c);
   for (;;) {
@@ -172,6 +175,8 @@ static ar_status wait_layer(ar__dist *c, wrk_iter *w, int l) {
       if (isnan(w->arrival[t]))
         missing = t;
     if (missing < 0) {
+      if (c->staged)
+        AR_CHECK(ar__stage_params_in(c, l));
       /* The replica now holds step m->step's rows: the rebuild that
        * single-process training does right after that step. */
       if (ar__dist_sampled(c, c->rank, l) && ar_model_sampled_rehash(c->model, l) != AR_OK)
@@ -198,10 +203,11 @@ static ar_status send_grads(ar__dist *c, int l) {
       /* b may go dense when that is smaller: the touched rows are w's
        * ids (a layer's w and b are on one server). */
       bool rows = sampled && (!T->bias || ar__rows_size(T, n) < ar__rows_size(T, 0) + T->bytes);
-      T->msg_bytes = ar__rows_pack(T, T->g, rows ? ids : NULL, n, 0, T->msg);
+      T->msg_bytes = ar__rows_pack(T, ar__dist_grad_buf(T), rows ? ids : NULL, n, 0, T->msg);
       rc = MPI_Isend(T->msg, (int)T->msg_bytes, MPI_BYTE, T->server, t, c->cgrad, &c->preq[t]);
     } else {
-      rc = MPI_Isend(T->g, (int)T->count, MPI_FLOAT, T->server, t, c->cgrad, &c->preq[t]);
+      rc = MPI_Isend(ar__dist_grad_buf(T), (int)T->count, MPI_FLOAT, T->server, t, c->cgrad,
+                     &c->preq[t]);
     }
     if (rc != MPI_SUCCESS)
       return ar__dist_mpi_err(c, rc, "iteration %lld: sending the gradient of '%s' to rank %d",
@@ -234,11 +240,17 @@ static ar_status wait_grads(ar__dist *c, wrk_iter *w) {
   }
 }
 
-static void timed_sync(ar__dist *c, ar_commsched_op op, double t0) {
-  c->dev->ops->sync(c->dev);
+/* Waits for the device's queue (an asynchronous device reports a failed
+ * op here) and records op's span. */
+static ar_status timed_sync(ar__dist *c, ar_commsched_op op, double t0) {
+  ar_status st = c->dev->ops->sync(c->dev);
+  if (st != AR_OK)
+    return ar_errf(c->err, st, "worker %d: iteration %lld on %s: %s", c->widx,
+                   (long long)c->st.iteration + 1, c->dev_name, c->dev->err.msg);
   double *rep = c->report + AR__WREP_HEAD;
   rep[op] = t0;
   rep[c->nops + op] = ar__dist_clock(c);
+  return AR_OK;
 }
 
 /* Forward, loss and backward on the loaded rows, waiting for each layer's
@@ -257,13 +269,15 @@ static ar_status compute(ar__dist *c, wrk_iter *w, int64_t R, double *loss_sum) 
     double t0 = ar__dist_clock(c);
     if (rows > 0 && ar_model_train_forward_layer(m, l, &lsum) != AR_OK)
       return ar_errf(c->err, AR_STATE, "worker %d: %s", c->widx, m->err.msg);
-    timed_sync(c, c->fwd[l], t0);
+    AR_CHECK(timed_sync(c, c->fwd[l], t0));
   }
   double t0 = ar__dist_clock(c);
   *loss_sum = 0.0;
   if (rows > 0)
     *loss_sum = m->layers[n - 1].smp ? lsum : (double)ar_model_loss(m, true) * (double)rows;
-  timed_sync(c, c->loss_op, t0);
+  if (m->loss_status != AR_OK)
+    return ar_errf(c->err, m->loss_status, "worker %d: %s", c->widx, m->err.msg);
+  AR_CHECK(timed_sync(c, c->loss_op, t0));
   for (int l = n - 1; l >= 0; l--) {
     t0 = ar__dist_clock(c);
     if (rows > 0) {
@@ -273,7 +287,9 @@ static ar_status compute(ar__dist *c, wrk_iter *w, int64_t R, double *loss_sum) 
       d->ops->fill(d, m->layers[l].gw, m->layers[l].in * m->layers[l].out, 0.0f);
       d->ops->fill(d, m->layers[l].gb, m->layers[l].out, 0.0f);
     }
-    timed_sync(c, c->bwd[l], t0);
+    if (c->staged)
+      AR_CHECK(ar__stage_grads_out(c, l)); /* part of the layer's backward */
+    AR_CHECK(timed_sync(c, c->bwd[l], t0));
     double ready = c->report[AR__WREP_HEAD + c->nops + c->bwd[l]];
     c->report[AR__WREP_HEAD + 2 * c->nops + 2 * l] = ready;
     c->report[AR__WREP_HEAD + 2 * c->nops + 2 * l + 1] = ready;

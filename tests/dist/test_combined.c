@@ -19,11 +19,22 @@
  *                observed during the traced iterations (parameters of
  *                the first iteration, a full copy, left out), and are
  *                below the dense size;
- *   devices      a worker on cuda:0 stops the job with an error naming
- *                the worker and what to set, on every rank and without a
- *                hang (no GPU: there is none; a GPU: distributed GPU
- *                workers are not built yet), and workers on `auto` run
- *                on the host and sample the layer.
+ *   devices      without a GPU a worker on cuda:0 stops the job with an
+ *                error naming the worker and what to set, on every rank
+ *                and without a hang, and workers on `auto` run on the
+ *                host and sample the layer; with a GPU the cuda:0 worker
+ *                trains next to host workers (dense, staged) and `auto`
+ *                puts every worker on the GPU;
+ *   staged       every worker stages its tensors through host buffers as
+ *                a GPU worker does (ar_dist_opts.stage, on the host): the
+ *                final model and optimizer state equal the unstaged run's
+ *                bit for bit (the staging copies are exact and change no
+ *                order of operations, and the run is deterministic: one
+ *                thread per worker, gradients summed in worker order);
+ *   staged_mixed worker 1 stages and computes the wide layer dense (what
+ *                a GPU worker does) next to two sampling host workers:
+ *                bit for bit the same as that job unstaged, and the
+ *                summary names the staged worker.
  *
  * Why the tolerance: distributed and single-process SLIDE differ in the
  * order the rows' gradients are summed and in the shared random negatives
@@ -89,14 +100,16 @@ static ar_spec *job(const char *dir, bool distributed, const char *workers) {
   return case_parse(yaml);
 }
 
-/* Runs the distributed job; rank 0 returns its summary in *s. */
-static ar_status run_dist(const char *dir, const char *workers, ar_summary *s) {
+/* Runs the distributed job, this rank staging when `stage`; rank 0
+ * returns its summary in *s. */
+static ar_status run_dist_ex(const char *dir, const char *workers, bool stage, ar_summary *s) {
   ar_spec *spec = job(dir, true, workers);
   if (!spec)
     return AR_INVALID;
   ar_dist_opts o = AR_DIST_OPTS_INIT;
   o.timeout_s = 120;
   o.on_bytes = on_bytes;
+  o.stage = stage;
   ar_run_opts ro = AR_RUN_OPTS_INIT;
   ro.quiet = true;
   memset(s, 0, sizeof *s);
@@ -105,6 +118,10 @@ static ar_status run_dist(const char *dir, const char *workers, ar_summary *s) {
   CHECK(st == AR_OK, "ar_dist_run_ex: %s", err.msg);
   ar_spec_destroy(spec);
   return st;
+}
+
+static ar_status run_dist(const char *dir, const char *workers, ar_summary *s) {
+  return run_dist_ex(dir, workers, false, s);
 }
 
 static double single_p1(const char *dir) {
@@ -135,6 +152,97 @@ static double summary_num(const char *dir, const char *key) {
   text[n] = '\0';
   const char *p = strstr(text, pat);
   return p ? strtod(p + strlen(pat), NULL) : NAN;
+}
+
+/* A string of summary.json ("" when the key is missing). */
+static void summary_str(const char *dir, const char *key, char *out, size_t cap) {
+  char path[700], pat[160];
+  snprintf(path, sizeof path, "%s/summary.json", dir);
+  snprintf(pat, sizeof pat, "\"%s\": \"", key);
+  out[0] = '\0';
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return;
+  static char text[1 << 16];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = '\0';
+  const char *p = strstr(text, pat);
+  if (!p)
+    return;
+  p += strlen(pat);
+  size_t k = 0;
+  while (p[k] && p[k] != '"' && k + 1 < cap) {
+    out[k] = p[k];
+    k++;
+  }
+  out[k] = '\0';
+}
+
+/* Whether two runs' final checkpoints hold the same model, optimizer
+ * state and data position bit for bit: every byte but train_s (wall
+ * seconds, bytes 56..63: see runtime/engine/checkpoint.c) and the CRC
+ * that covers it. */
+static bool same_checkpoint(const char *a, const char *b) {
+  char pa[700], pb[700];
+  snprintf(pa, sizeof pa, "%s/checkpoint.bin", a);
+  snprintf(pb, sizeof pb, "%s/checkpoint.bin", b);
+  FILE *fa = fopen(pa, "rb"), *fb = fopen(pb, "rb");
+  bool same = fa && fb;
+  long n = -1, m = -2;
+  if (same) {
+    fseek(fa, 0, SEEK_END);
+    fseek(fb, 0, SEEK_END);
+    n = ftell(fa);
+    m = ftell(fb);
+    rewind(fa);
+    rewind(fb);
+    same = n == m && n > 68;
+  }
+  for (long i = 0; same && i < n - 4; i++) {
+    int x = fgetc(fa), y = fgetc(fb);
+    if (x != y && (i < 56 || i >= 64)) {
+      fprintf(stderr, "checkpoints differ at byte %ld of %ld\n", i, n);
+      same = false;
+    }
+  }
+  CHECK(n == m, "checkpoint sizes %ld and %ld (%s, %s)", n, m, pa, pb);
+  if (fa)
+    fclose(fa);
+  if (fb)
+    fclose(fb);
+  return same;
+}
+
+/* The job run plain and with this rank staging when stage_rank says so
+ * (-1: every rank): the same bits; the summary counts the staged. */
+static void case_staged(const char *dir, const char *workers, int stage_rank, int staged,
+                        const char *devices) {
+  char pdir[600], sdir[600];
+  snprintf(pdir, sizeof pdir, "%s/plain", dir);
+  snprintf(sdir, sizeof sdir, "%s/staged", dir);
+  ar_summary p, s;
+  if (run_dist_ex(pdir, workers, false, &p) != AR_OK)
+    return;
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (run_dist_ex(sdir, workers, stage_rank < 0 || rank == stage_rank, &s) != AR_OK ||
+      rank != 0)
+    return;
+  printf("loss: plain %.9g, staged %.9g; P@1 %.2f, %.2f\n", p.loss, s.loss, p.p_at[0],
+         s.p_at[0]);
+  CHECK(summary_num(pdir, "staged_workers") == 0, "%g staged workers in the plain run",
+        summary_num(pdir, "staged_workers"));
+  CHECK(summary_num(sdir, "staged_workers") == staged, "%g staged workers, expected %d",
+        summary_num(sdir, "staged_workers"), staged);
+  char devs[256];
+  summary_str(sdir, "worker_devices", devs, sizeof devs);
+  CHECK(strcmp(devs, devices) == 0, "worker_devices '%s', expected '%s'", devs, devices);
+  CHECK(p.iterations == s.iterations && p.iterations > 0, "iterations %lld vs %lld",
+        (long long)p.iterations, (long long)s.iterations);
+  CHECK(memcmp(&p.loss, &s.loss, sizeof p.loss) == 0, "loss %.9g staged vs %.9g plain", s.loss,
+        p.loss);
+  CHECK(p.p_at[0] == s.p_at[0], "P@1 %.4f staged vs %.4f plain", s.p_at[0], p.p_at[0]);
+  CHECK(same_checkpoint(pdir, sdir), "the staged run's model differs from the plain run's");
 }
 
 static void case_equal(const char *dir, const char *workers, int sampled) {
@@ -202,6 +310,8 @@ static void case_graph_bytes(const char *dir) {
 }
 
 static void case_devices(const char *dir) {
+  char why[256];
+  int gpus = ar_cuda_device_count(why, sizeof why);
   char bad[600], good[600];
   snprintf(bad, sizeof bad, "%s/cuda", dir);
   snprintf(good, sizeof good, "%s/auto", dir);
@@ -214,23 +324,38 @@ static void case_devices(const char *dir) {
     ar_summary s;
     ar_err err = AR_ERR_INIT;
     ar_status st = ar_dist_run_ex(spec, &ro, &o, &s, &err);
-    CHECK(st != AR_OK, "a worker on cuda:0 ran");
-    /* Rank 2 (worker 1) says why; the others that it failed. */
-    if (rank == 2)
+    if (gpus > 0) { /* a GPU worker (dense, staged) next to two host ones */
+      CHECK(st == AR_OK, "a worker on cuda:0 failed: %s", err.msg);
+      if (st == AR_OK && rank == 0) {
+        CHECK(summary_num(bad, "gpu_workers") == 1, "%g GPU workers",
+              summary_num(bad, "gpu_workers"));
+        CHECK(summary_num(bad, "sampled_workers") == 2, "%g workers sampled",
+              summary_num(bad, "sampled_workers"));
+      }
+    } else if (rank == 2) { /* worker 1 says why; the others that it failed */
+      CHECK(st != AR_OK, "a worker on cuda:0 ran without a GPU");
       CHECK(strstr(err.msg, "worker 1") && strstr(err.msg, "cuda:0") &&
                 strstr(err.msg, "distributed.workers[1].device"),
             "unclear message: %s", err.msg);
-    else
+    } else {
+      CHECK(st != AR_OK, "a worker on cuda:0 ran without a GPU");
       CHECK(strstr(err.msg, "another rank failed"), "unexpected message: %s", err.msg);
+    }
     ar_spec_destroy(spec);
   }
   /* That run left MPI initialised and every rank out of it together. */
   MPI_Barrier(MPI_COMM_WORLD);
   ar_summary s;
   if (run_dist(good, "[{device: auto}, {device: auto}, {device: auto}]", &s) == AR_OK &&
-      rank == 0)
-    CHECK(summary_num(good, "sampled_workers") == 3, "%g workers sampled on auto",
-          summary_num(good, "sampled_workers"));
+      rank == 0) {
+    CHECK(summary_num(good, "gpu_workers") == (gpus > 0 ? 3 : 0), "%g GPU workers on auto "
+          "with %d GPUs", summary_num(good, "gpu_workers"), gpus);
+    if (gpus > 0) /* dense on every worker: no rows layer */
+      CHECK(isnan(summary_num(good, "sampled_workers")), "workers sampled on GPUs");
+    else
+      CHECK(summary_num(good, "sampled_workers") == 3, "%g workers sampled on auto",
+            summary_num(good, "sampled_workers"));
+  }
 }
 
 int main(int argc, char **argv) {
@@ -248,6 +373,10 @@ int main(int argc, char **argv) {
     case_graph_bytes(dir);
   else if (strcmp(which, "devices") == 0)
     case_devices(dir);
+  else if (strcmp(which, "staged") == 0)
+    case_staged(dir, NULL, -1, 3, "host (staged),host (staged),host (staged)");
+  else if (strcmp(which, "staged_mixed") == 0) /* rank 2 is worker 1 */
+    case_staged(dir, "[{}, {sparse: dense}, {}]", 2, 1, "host,host (staged),host");
   else
     CHECK(false, "unknown case '%s'", which);
   return case_end(which, dir);
