@@ -439,7 +439,10 @@ static const ar__schema worker_keys[] = {
      .type = AR__S_DEVICE,
      .def_doc = "the job's `device`",
      .doc = "Where this worker computes: `host`, `cuda:N`, or `auto` (a "
-            "CUDA device when one is present, the host otherwise)."},
+            "CUDA device when the build has CUDA and one is present, the "
+            "host otherwise). A GPU worker receives its parameters and "
+            "sends its gradients through host buffers (MPI moves host "
+            "memory) and computes sampled layers dense."},
     {.key = "sparse",
      .type = AR__S_ENUM,
      .values = worker_sparse_values,
@@ -491,8 +494,9 @@ static const ar__schema distributed_keys[] = {
             "computed. Relative to the job file's folder."},
     {.key = "share",
      .type = AR__S_PATH,
-     .doc = "A job file with `jobs:` whose jobs share each worker's host "
-            "device with it through lanes (Salus): the worker is one more "
+     .doc = "A job file with `jobs:` whose jobs share each worker's "
+            "device (its host or its GPU) with it through lanes (Salus): "
+            "the worker is one more "
             "tenant, admitted on its exact memory plan, and the file's "
             "`runtime.policy` decides which job runs each next iteration. "
             "Every worker runs its own copy of those jobs; their outputs go "

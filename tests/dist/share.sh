@@ -7,6 +7,9 @@
 #  - under fair the co-tenants run in the worker's lane between its
 #    iterations (same lane, no queueing) and under fifo they wait for it;
 #    every job ran all its iterations, each worker has its own records;
+#  - a worker that stages its tensors through host buffers as a GPU worker
+#    does (ACCELRT_DIST_STAGE=1) works as a tenant too: the same loss bit
+#    for bit, the summary counting the staged workers;
 #  - a missing share file and one without jobs fail on every rank with a
 #    message naming the file, a non-zero exit, no hang.
 # usage: share.sh MPIEXEC ACCELRT SOURCE_DIR
@@ -32,12 +35,19 @@ run alone || fail "the unshared run failed"
 run fair --set "distributed.share=$dir/fair.yaml" || fail "the run shared under fair failed"
 run fifo --set "distributed.share=$SRC/configs/shared-device.yaml" ||
   fail "the run shared under fifo failed"
+export ACCELRT_DIST_STAGE=1
+run staged --set "distributed.share=$dir/fair.yaml" || fail "the staged run shared under fair failed"
+unset ACCELRT_DIST_STAGE
 
 python3 - "$dir" <<'PY' || fail "records"
 import json, sys
 d = sys.argv[1]
 alone = json.load(open(f"{d}/alone/summary.json"))
-for pol in ("fair", "fifo"):
+assert alone["staged_workers"] == 0, alone["staged_workers"]
+staged = json.load(open(f"{d}/staged/summary.json"))
+assert staged["staged_workers"] == 2, staged["staged_workers"]
+assert staged["worker_devices"] == "host (staged),host (staged)", staged["worker_devices"]
+for pol in ("fair", "fifo", "staged"):
     s = json.load(open(f"{d}/{pol}/summary.json"))
     assert s["loss"] == alone["loss"], (pol, s["loss"], alone["loss"])
     assert s["iterations"] == 8, s["iterations"]
@@ -49,7 +59,7 @@ for pol in ("fair", "fifo"):
         assert jobs[f"cluster.worker{w}"]["iterations"] == 8, jobs
         assert jobs["tenant-a"]["iterations"] == 60 and jobs["tenant-b"]["iterations"] == 80
         me, a = jobs[f"cluster.worker{w}"], jobs["tenant-a"]
-        if pol == "fair":  # one lane, turns between the worker's iterations
+        if pol != "fifo":  # fair: one lane, turns between the worker's iterations
             assert a["lane"] == me["lane"] and a["queue_s"] < me["jct_s"], jobs
         else:  # fifo: the tenants wait for the worker to finish
             assert a["queue_s"] >= 0.9 * me["jct_s"], jobs
