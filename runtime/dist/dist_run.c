@@ -268,8 +268,8 @@ static ar_status decide_sampling(ar__dist *c) {
       return ar_errf(c->err, AR_SPEC,
                      "layer %s reads the sparse input and is sampled on some workers but dense "
                      "on others, whose weight layouts differ ((out, in) vs (in, out)): give "
-                     "every worker the same distributed.workers[i].sparse for this job, or "
-                     "put a dense layer before it",
+                     "every worker the same distributed.workers[i].sparse for this job (GPU "
+                     "workers compute it dense), or put a dense layer before it",
                      s->layers[l].name);
     if (s->layers[l].sparse.mode == AR_SPARSE_LSH || s->layers[l].sparse.mode == AR_SPARSE_AUTO)
       c->wlayers[l].sparse.mode =
