@@ -339,7 +339,6 @@ static ar_status make_model(ar__dist *c) {
                          c->dev_name);
     AR_CHECK(ar_model_create(c->dev, &c->wspec, nnz, lab, &c->model, c->err));
   }
-
   ar_status st = ar_batch_init(&c->gbatch, B, nnz, lab);
   if (st == AR_OK && !c->server)
     st = ar_batch_init(&c->lbatch, c->wspec.train.batch, nnz, lab);
