@@ -501,7 +501,7 @@ static const ar__schema distributed_keys[] = {
             "`runtime.policy` decides which job runs each next iteration. "
             "Every worker runs its own copy of those jobs; their outputs go "
             "to `OUTPUT/share/worker<i>/`. Relative to the job file's "
-            "folder; an empty string turns sharing off."},
+            "folder; `none` (the default) keeps each worker's device its own."},
     {.key = "workers",
      .type = AR__S_LIST,
      .kids = worker_item,

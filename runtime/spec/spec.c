@@ -1529,7 +1529,7 @@ static void convert_distributed(ctx *c, const ar__ynode *root, ar_spec *sp) {
   }
   if (get(m, ds, "schedule", &v, &node))
     sp->distributed.schedule_file = resolve(c, node);
-  if (get(m, ds, "share", &v, &node) && node->text[0]) /* "": not shared */
+  if (get(m, ds, "share", &v, &node) && strcmp(node->text, "none") != 0)
     sp->distributed.share_file = resolve(c, node);
   const ar__ynode *ws = m ? ar__ymap_get(m, "workers") : NULL;
   if (!ws || ws->kind != AR__YSEQ || ws->n == 0)

@@ -30,10 +30,11 @@ run() { # OUT [extra --set ...]
     --quiet --set train.iterations=8 --set train.batch=256 --set "output.dir=$dir/$out" "$@" \
     > "$dir/out.txt" 2>&1
 }
-sed 's/policy: fifo/policy: fair/' "$SRC/configs/shared-device.yaml" > "$dir/fair.yaml"
+sed 's/policy: [a-z]*/policy: fair/' "$SRC/configs/shared-device.yaml" > "$dir/fair.yaml"
+sed 's/policy: [a-z]*/policy: fifo/' "$SRC/configs/shared-device.yaml" > "$dir/fifo.yaml"
 run alone || fail "the unshared run failed"
 run fair --set "distributed.share=$dir/fair.yaml" || fail "the run shared under fair failed"
-run fifo --set "distributed.share=$SRC/configs/shared-device.yaml" ||
+run fifo --set "distributed.share=$dir/fifo.yaml" ||
   fail "the run shared under fifo failed"
 export ACCELRT_DIST_STAGE=1
 run staged --set "distributed.share=$dir/fair.yaml" || fail "the staged run shared under fair failed"
@@ -57,7 +58,7 @@ for pol in ("fair", "fifo", "staged"):
         assert set(jobs) == {f"cluster.worker{w}", "tenant-a", "tenant-b"}, jobs
         assert all(j["status"] == "done" for j in jobs.values()), jobs
         assert jobs[f"cluster.worker{w}"]["iterations"] == 8, jobs
-        assert jobs["tenant-a"]["iterations"] == 60 and jobs["tenant-b"]["iterations"] == 80
+        assert jobs["tenant-a"]["iterations"] == 150 and jobs["tenant-b"]["iterations"] == 200
         me, a = jobs[f"cluster.worker{w}"], jobs["tenant-a"]
         if pol != "fifo":  # fair: one lane, turns between the worker's iterations
             assert a["lane"] == me["lane"] and a["queue_s"] < me["jct_s"], jobs
