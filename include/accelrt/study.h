@@ -45,6 +45,15 @@ extern "C" {
 #define AR_FX_MAX_FACTORS 12 /* at most 4096 cells of two-level factors */
 #define AR_FX_MAX_CELLS 4096
 
+/* The scale the response is analysed on.  AR_FX_LOG fits ln(y): effects
+ * are then log-ratios, reported as factors (ar_fx_ratio), which is how
+ * speed responses (samples/s, seconds) compare; an observation y <= 0
+ * cannot be analysed there and is left out (counted in n_nonpositive). */
+typedef enum ar_fx_scale {
+  AR_FX_LINEAR = 0, /* y itself: effects are differences */
+  AR_FX_LOG         /* ln(y): effects are ratios */
+} ar_fx_scale;
+
 /* The design the observations come from.  Cells are numbered in standard
  * (Yates) order: factor 0 changes fastest, cell = sum(level_f * stride_f)
  * with stride_0 = 1 and stride_f = stride_{f-1} * levels[f-1].  A two-level
@@ -61,6 +70,7 @@ typedef struct ar_fx_design {
   const char *response;                  /* response name, for sentences */
   const char *unit;                      /* its unit ("samples/s", "s"); may be "" */
   double confidence;                     /* of the intervals; 0 means 0.95 */
+  ar_fx_scale scale;                     /* AR_FX_LINEAR (0) or AR_FX_LOG */
 } ar_fx_design;
 
 typedef enum ar_fx_verdict {
@@ -101,6 +111,7 @@ typedef struct ar_fx_result {
   ar_fx_term *terms;    /* (n_terms): main effects, then 2-way, then 3-way, of
                            the two-level factors, each group by mask */
   int n_obs;            /* observations used */
+  int n_nonpositive;    /* AR_FX_LOG: observations y <= 0, left out */
   int n_missing;        /* planned cells without any observation */
   int df;               /* pure-error degrees of freedom: n_obs - observed cells */
   double s2;            /* pooled within-cell variance (NaN when df = 0) */
@@ -130,6 +141,11 @@ typedef struct ar_fx_result {
  * degrees of freedom.  Observations whose cell is not planned or whose
  * value is not finite are ignored.
  *
+ * With d->scale AR_FX_LOG every number of the result (cell means and sds,
+ * effects, se, intervals, s2, grand and level means, ar_fx_slice) is on
+ * the ln(y) scale; observations y <= 0 are left out and counted in
+ * n_nonpositive.  ar_fx_ratio turns an effect into its factor.
+ *
  * Returns AR_OK and *out (free with ar_fx_result_destroy); AR_INVALID for
  * a design outside the limits; AR_NOMEM.  Pure, reentrant. */
 ar_status ar_fx_analyze(const ar_fx_design *d, const int *cell, const double *y, int n_obs,
@@ -142,6 +158,14 @@ void ar_fx_result_destroy(ar_fx_result *r);
  * then *mean is NaN). */
 int ar_fx_slice(const ar_fx_result *r, const int *fix, double *mean, double *half);
 
+/* A term's effect (or interval end) v on the ln scale as a ratio: exp(v)
+ * for a main effect (moving from the first level to the second multiplies
+ * y by it); for an interaction of order o, exp(2^(o-1) v), the ratio of
+ * ratios: how much more (or less) the change of all its factors together
+ * multiplies y than the product of the lower-order effects predicts (for
+ * a x b: y(a2,b2) y(a1,b1) / (y(a2,b1) y(a1,b2))).  1 means independent. */
+double ar_fx_ratio(const ar_fx_term *t, double v);
+
 /* The term's name from the design's factor names ("a x b"), or from
  * letters when letters is true ("AB").  Writes at most cap bytes. */
 void ar_fx_term_name(const ar_fx_result *r, const ar_fx_design *d, int term, bool letters,
@@ -150,7 +174,9 @@ void ar_fx_term_name(const ar_fx_result *r, const ar_fx_design *d, int term, boo
 /* One plain-language sentence on the term: for an interaction, its verdict
  * with the numbers ("... is synergistic: with a at x and b at y, each
  * factor's better level, the response is 3.1 samples/s better than the
- * main effects add up to (interaction +6.2, 95% CI 2.0 to 10.4)."). */
+ * main effects add up to (interaction +6.2, 95% CI 2.0 to 10.4).").  On the
+ * log scale in ratios ("moving from x to y multiplies y by 3.52x (95% CI
+ * 3.40x to 3.65x)"). */
 void ar_fx_sentence(const ar_fx_result *r, const ar_fx_design *d, int term, char *buf,
                     size_t cap);
 
@@ -161,6 +187,10 @@ double ar_fx_t_quantile(double p, double df);
 /* A number for people: four significant digits without an exponent from
  * 0.001 to 1e7 ("87142", "2.776", "0.01234"), a leading + when sign. */
 void ar_fx_format(double v, bool sign, char *buf, size_t cap);
+
+/* A ratio for people: three significant digits and an "x" ("3.52x",
+ * "20.0x", "0.284x", "1234x"); "n/a" when not finite. */
+void ar_fx_format_ratio(double r, char *buf, size_t cap);
 
 /* Names for files and messages. */
 const char *ar_fx_verdict_name(ar_fx_verdict v);

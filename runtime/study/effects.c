@@ -439,6 +439,14 @@ int ar_fx_slice(const ar_fx_result *r, const int *fix, double *mean, double *hal
   return m;
 }
 
+/* An observation on the analysis scale: ln(y) on the log scale (NaN for
+ * y <= 0, which the caller leaves out), y itself on the linear one. */
+static double on_scale(const ar_fx_design *d, double y) {
+  if (d->scale != AR_FX_LOG)
+    return y;
+  return y > 0 ? log(y) : NAN;
+}
+
 ar_status ar_fx_analyze(const ar_fx_design *d, const int *cell, const double *y, int n_obs,
                         ar_fx_result **out, ar_err *err) {
   *out = NULL;
@@ -479,16 +487,21 @@ ar_status ar_fx_analyze(const ar_fx_design *d, const int *cell, const double *y,
   for (int i = 0; i < n_obs; i++) {
     if (cell[i] < 0 || cell[i] >= cells || !r->cells[cell[i]].planned || !isfinite(y[i]))
       continue;
+    if (d->scale == AR_FX_LOG && y[i] <= 0) {
+      r->n_nonpositive++;
+      continue;
+    }
     r->cells[cell[i]].n++;
-    r->cells[cell[i]].mean += y[i];
+    r->cells[cell[i]].mean += on_scale(d, y[i]);
     r->n_obs++;
   }
   for (int c = 0; c < cells; c++)
     r->cells[c].mean = r->cells[c].n ? r->cells[c].mean / r->cells[c].n : NAN;
   for (int i = 0; i < n_obs; i++) {
-    if (cell[i] < 0 || cell[i] >= cells || !r->cells[cell[i]].planned || !isfinite(y[i]))
+    if (cell[i] < 0 || cell[i] >= cells || !r->cells[cell[i]].planned || !isfinite(y[i]) ||
+        !isfinite(on_scale(d, y[i])))
       continue;
-    double e = y[i] - r->cells[cell[i]].mean;
+    double e = on_scale(d, y[i]) - r->cells[cell[i]].mean;
     ss[cell[i]] += e * e;
   }
   double ss_all = 0;
@@ -560,9 +573,105 @@ void ar_fx_format(double v, bool sign, char *buf, size_t cap) {
   }
 }
 
+double ar_fx_ratio(const ar_fx_term *t, double v) {
+  return exp(ldexp(v, t->order > 1 ? t->order - 1 : 0));
+}
+
+void ar_fx_format_ratio(double r, char *buf, size_t cap) {
+  if (!isfinite(r) || r <= 0) {
+    snprintf(buf, cap, "n/a");
+    return;
+  }
+  if (r < 1e-3 || r >= 1e7) {
+    snprintf(buf, cap, "%.3gx", r);
+    return;
+  }
+  /* Three significant digits; rounding may carry into a fourth (9.996). */
+  int dec = 2 - (int)floor(log10(r));
+  dec = dec < 0 ? 0 : dec > 5 ? 5 : dec;
+  if (dec > 0 && r * pow(10, dec) >= 999.5)
+    dec--;
+  snprintf(buf, cap, "%.*fx", dec, r);
+}
+
 static const char *num(char *b, size_t cap, double v, bool sign) {
   ar_fx_format(v, sign, b, cap);
   return b;
+}
+
+/* The estimate or an interval end of term t as shown: a number on the
+ * linear scale, a ratio on the log scale. */
+static const char *shown(char *b, size_t cap, const ar_fx_design *d, const ar_fx_term *t,
+                         double v, bool sign) {
+  if (d->scale != AR_FX_LOG)
+    return num(b, cap, v, sign);
+  ar_fx_format_ratio(isfinite(v) ? ar_fx_ratio(t, v) : NAN, b, cap);
+  return b;
+}
+
+/* "a at hi and b at lo": each factor of the interaction at its better
+ * level by its main effect, with `word` between name and level.  Returns
+ * the product of those levels' codes (+1 or -1). */
+static int better_levels(const ar_fx_result *r, const ar_fx_design *d, const ar_fx_term *t,
+                         const char *word, char *at, size_t cap) {
+  size_t len = 0;
+  int prod = 1;
+  at[0] = '\0';
+  for (int f = 0, i = 0; f < r->k; f++) {
+    if (!((t->mask >> f) & 1u))
+      continue;
+    const ar_fx_term *m = NULL;
+    for (int s = 0; s < r->n_terms; s++)
+      if (r->terms[s].mask == 1u << f)
+        m = &r->terms[s];
+    double me = m && isfinite(m->effect) ? m->effect : 0;
+    int lev = (d->better >= 0 ? 1 : -1) * me >= 0 ? 1 : 0;
+    prod *= lev ? 1 : -1;
+    len += (size_t)snprintf(at + len, cap - len, "%s%s %s %s",
+                            i == 0 ? "" : (i == t->order - 1 ? " and " : ", "), d->names[f],
+                            word, d->level_names[f][lev]);
+    i++;
+    if (len >= cap)
+      break;
+  }
+  return prod;
+}
+
+/* The sentence of a log-scale study's interaction that has an estimate
+ * and is not aliased, in ratios. */
+static void log_sentence(const ar_fx_result *r, const ar_fx_design *d, int term,
+                         const char *name, const char *e, const char *ci, char *buf,
+                         size_t cap) {
+  const ar_fx_term *t = &r->terms[term];
+  const char *others = t->order == 2 ? "the other's level" : "the others' levels";
+  switch (t->verdict) {
+  case AR_FX_ADDITIVE:
+    snprintf(buf, cap,
+             "%s is additive on the log scale (multiplicatively independent): the "
+             "interaction ratio is %s and its %s contains 1; each factor multiplies %s by "
+             "the same factor whatever %s.",
+             name, e, ci, d->response, others);
+    break;
+  case AR_FX_NO_INTERVAL:
+    snprintf(buf, cap,
+             "%s: the interaction ratio is %s, but with one replicate there is no interval "
+             "and so no verdict (set replicates: 2 or more).",
+             name, e);
+    break;
+  default: {
+    char to[1024], g[32];
+    int prod = better_levels(r, d, t, "to", to, sizeof to);
+    bool syn = t->verdict == AR_FX_SYNERGISTIC;
+    ar_fx_format_ratio(ar_fx_ratio(t, prod * t->effect), g, sizeof g);
+    snprintf(buf, cap,
+             "%s is %s: moving %s (each factor's better level) together multiplies %s by %s "
+             "what %s multiply up to, which is %s (interaction ratio %s, %s).",
+             name, syn ? "synergistic" : "antagonistic", to, d->response, g,
+             t->order == 2 ? "the single moves" : "the single moves and their two-way "
+                                                  "interactions",
+             syn ? "better" : "worse", e, ci);
+  }
+  }
 }
 
 void ar_fx_sentence(const ar_fx_result *r, const ar_fx_design *d, int term, char *buf,
@@ -570,12 +679,13 @@ void ar_fx_sentence(const ar_fx_result *r, const ar_fx_design *d, int term, char
   const ar_fx_term *t = &r->terms[term];
   char name[512], e[32], lo[32], hi[32], g[32];
   ar_fx_term_name(r, d, term, false, name, sizeof name);
-  const char *unit = d->unit && d->unit[0] ? d->unit : "";
+  bool logs = d->scale == AR_FX_LOG;
+  const char *unit = d->unit && d->unit[0] && !logs ? d->unit : "";
   const char *sp = unit[0] ? " " : "";
   int conf = (int)lround(100 * (d->confidence > 0 && d->confidence < 1 ? d->confidence : 0.95));
-  num(e, sizeof e, t->effect, true);
-  num(lo, sizeof lo, t->lo, false);
-  num(hi, sizeof hi, t->hi, false);
+  shown(e, sizeof e, d, t, t->effect, true);
+  shown(lo, sizeof lo, d, t, t->lo, false);
+  shown(hi, sizeof hi, d, t, t->hi, false);
   char ci[128] = "no interval: one replicate";
   if (isfinite(t->lo))
     snprintf(ci, sizeof ci, "%d%% CI %s to %s", conf, lo, hi);
@@ -599,6 +709,10 @@ void ar_fx_sentence(const ar_fx_result *r, const ar_fx_design *d, int term, char
              "skipped runs; see the design table).", name);
     return;
   }
+  if (logs && t->order > 1) {
+    log_sentence(r, d, term, name, e, ci, buf, cap);
+    return;
+  }
   if (t->order == 1) {
     int f = __builtin_ctz(t->mask);
     const char *how = "no clear change";
@@ -606,30 +720,14 @@ void ar_fx_sentence(const ar_fx_result *r, const ar_fx_design *d, int term, char
       how = (t->effect > 0) == (d->better >= 0) ? "better" : "worse";
     else if (!isfinite(t->lo))
       how = "no interval: one replicate";
-    snprintf(buf, cap, "%s: moving from %s to %s changes %s by %s%s%s (%s): %s.", name,
-             d->level_names[f][0], d->level_names[f][1], d->response, e, sp, unit, ci, how);
+    snprintf(buf, cap, "%s: moving from %s to %s %s %s by %s%s%s (%s): %s.", name,
+             d->level_names[f][0], d->level_names[f][1], logs ? "multiplies" : "changes",
+             d->response, e, sp, unit, ci, how);
     return;
   }
   /* Each factor's better level, by its main effect. */
   char at[1024];
-  size_t len = 0;
-  at[0] = '\0';
-  for (int f = 0, i = 0; f < r->k; f++) {
-    if (!((t->mask >> f) & 1u))
-      continue;
-    const ar_fx_term *m = NULL;
-    for (int s = 0; s < r->n_terms; s++)
-      if (r->terms[s].mask == 1u << f)
-        m = &r->terms[s];
-    double me = m && isfinite(m->effect) ? m->effect : 0;
-    int lev = (d->better >= 0 ? 1 : -1) * me >= 0 ? 1 : 0;
-    len += (size_t)snprintf(at + len, sizeof at - len, "%s%s at %s",
-                            i == 0 ? "" : (i == t->order - 1 ? " and " : ", "), d->names[f],
-                            d->level_names[f][lev]);
-    i++;
-    if (len >= sizeof at)
-      break;
-  }
+  better_levels(r, d, t, "at", at, sizeof at);
   const char *below = t->order == 2 ? "the main effects add up to"
                                     : "the main effects and two-way interactions add up to";
   switch (t->verdict) {

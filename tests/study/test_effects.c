@@ -1,6 +1,7 @@
 /* study: the effects analysis on synthetic responses with known main and
  * interaction effects, fractions and their aliases, missing cells,
- * multi-level factors, the t quantile. */
+ * multi-level factors, the t quantile, and multiplicative responses on
+ * the log scale (ratios). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -317,12 +318,189 @@ static void test_one_replicate(void **state) {
   ar_fx_result_destroy(r);
 }
 
+/* ---- the log scale -------------------------------------------------------- */
+
+/* A multiplicative response over three two-level factors, x_f = 0 or 1:
+ * y = base * a^x1 * b^x2 * c^(x1 x2) * g^(x1 x2 x3) * noise, noise
+ * log-normal with sd s of ln.  The shape of SLIDE inference: LSH (A)
+ * 3.85x faster at 10,000 labels, wider output (B) 10x slower, LSH's gain
+ * 5.77x larger at the wider width (c). */
+static const double mul_a = 3.85, mul_b = 0.097, mul_c = 5.77;
+
+static double mul_response(int c, double g) {
+  int x1 = c & 1, x2 = (c >> 1) & 1, x3 = (c >> 2) & 1;
+  return 20400 * pow(mul_a, x1) * pow(mul_b, x2) * pow(mul_c, x1 * x2) *
+         pow(g, x1 * x2 * x3) * (x3 ? 1.1 : 1);
+}
+
+static ar_fx_result *simulate_mul(const ar_fx_design *d, double g, int reps, double s,
+                                  uint64_t seed) {
+  int cell[8 * 8];
+  double y[8 * 8];
+  int n = 0;
+  ar_rng rng;
+  ar_rng_seed(&rng, seed, 0);
+  for (int c = 0; c < 8; c++)
+    for (int r = 0; r < reps; r++) {
+      cell[n] = c;
+      y[n++] = mul_response(c, g) * exp(s * ar_rng_normal(&rng));
+    }
+  ar_fx_result *res = NULL;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_fx_analyze(d, cell, y, n, &res, &err), AR_OK);
+  return res;
+}
+
+/* The true ratio of each term of mul_response: a main effect is the
+ * geometric mean of its simple ratios over the other factors, an
+ * interaction the ratio of ratios (ar_fx_ratio).  A: a c^1/2 g^1/4,
+ * B: b c^1/2 g^1/4, C: 1.1 g^1/4, AB: c g^1/2, AC, BC: g^1/2, ABC: g. */
+static double true_ratio(unsigned mask, double g) {
+  switch (mask) {
+  case 1: return mul_a * sqrt(mul_c) * pow(g, 0.25);
+  case 2: return mul_b * sqrt(mul_c) * pow(g, 0.25);
+  case 4: return 1.1 * pow(g, 0.25);
+  case 3: return mul_c * sqrt(g);
+  case 5:
+  case 6: return sqrt(g);
+  default: return g;
+  }
+}
+
+static void test_log_scale(void **state) {
+  (void)state;
+  int levels[] = {2, 2, 2};
+  ar_fx_design d = design(3, levels);
+  d.scale = AR_FX_LOG;
+  d.response = "samples_per_s";
+  const double g = 1.6;
+  ar_fx_result *r = simulate_mul(&d, g, 3, 0.04, 7);
+  assert_int_equal(r->n_nonpositive, 0);
+  assert_int_equal(r->df, 16);
+  for (int i = 0; i < r->n_terms; i++) {
+    const ar_fx_term *t = &r->terms[i];
+    double want = true_ratio(t->mask, g), lo = ar_fx_ratio(t, t->lo), hi = ar_fx_ratio(t, t->hi);
+    if (!(lo <= want && want <= hi))
+      fail_msg("term %#x: true ratio %g outside [%g, %g]", t->mask, want, lo, hi);
+    assert_true(fabs(ar_fx_ratio(t, t->effect) / want - 1) < 0.1);
+  }
+  /* Higher is better: A's better level is hi, B's lo; AB's ratio above 1
+   * works against that pair (LSH gains most at the slow width), ABC's
+   * too; AC at A hi, C hi is pushed further: synergistic. */
+  assert_int_equal(r->terms[find_term(r, 3)].verdict, AR_FX_ANTAGONISTIC);
+  assert_int_equal(r->terms[find_term(r, 5)].verdict, AR_FX_SYNERGISTIC);
+  char buf[1024];
+  ar_fx_sentence(r, &d, find_term(r, 1), buf, sizeof buf);
+  assert_non_null(strstr(buf, "a: moving from lo to hi multiplies samples_per_s by "));
+  assert_non_null(strstr(buf, "x (95% CI "));
+  assert_non_null(strstr(buf, "x): better."));
+  assert_null(strstr(buf, " u "));
+  ar_fx_sentence(r, &d, find_term(r, 3), buf, sizeof buf);
+  assert_non_null(strstr(buf, "a x b is antagonistic: moving a to hi and b to lo (each "
+                              "factor's better level) together multiplies samples_per_s by 0.1"));
+  assert_non_null(strstr(buf, "which is worse (interaction ratio "));
+  print_message("%s\n", buf);
+  ar_fx_result_destroy(r);
+
+  /* With g = 1, C acts independently of A and B: AC, BC and ABC have
+   * ratio 1, are additive, and their intervals contain 1. */
+  r = simulate_mul(&d, 1.0, 3, 0.04, 8);
+  for (unsigned m = 5; m <= 7; m++) {
+    const ar_fx_term *t = &r->terms[find_term(r, m)];
+    assert_int_equal(t->verdict, AR_FX_ADDITIVE);
+    assert_true(ar_fx_ratio(t, t->lo) <= 1 && 1 <= ar_fx_ratio(t, t->hi));
+  }
+  ar_fx_sentence(r, &d, find_term(r, 5), buf, sizeof buf);
+  assert_non_null(strstr(buf, "a x c is additive on the log scale (multiplicatively "
+                              "independent): the interaction ratio is "));
+  assert_non_null(strstr(buf, "contains 1"));
+  ar_fx_result_destroy(r);
+
+  /* The same data on the linear scale: the interaction of A and B is
+   * there only because the absolute numbers shrink with B. */
+  d.scale = AR_FX_LINEAR;
+  r = simulate_mul(&d, 1.0, 3, 0.04, 8);
+  assert_true(r->terms[find_term(r, 3)].hi < 0);
+  ar_fx_result_destroy(r);
+}
+
+/* The log-scale intervals cover the true ratios about 95% of the time. */
+static void test_log_coverage(void **state) {
+  (void)state;
+  int levels[] = {2, 2, 2};
+  ar_fx_design d = design(3, levels);
+  d.scale = AR_FX_LOG;
+  int covered = 0, total = 0;
+  for (uint64_t seed = 1; seed <= 400; seed++) {
+    ar_fx_result *r = simulate_mul(&d, 1.3, 2, 0.2, seed);
+    for (int i = 0; i < r->n_terms; i++) {
+      const ar_fx_term *t = &r->terms[i];
+      double want = true_ratio(t->mask, 1.3);
+      covered += ar_fx_ratio(t, t->lo) <= want && want <= ar_fx_ratio(t, t->hi);
+      total++;
+    }
+    ar_fx_result_destroy(r);
+  }
+  double cov = (double)covered / total;
+  print_message("log coverage %.4f over %d intervals\n", cov, total);
+  assert_true(cov > 0.93 && cov < 0.97);
+}
+
+/* Responses of 0 or less have no logarithm: left out and counted, the
+ * others analysed as if those runs had failed; the linear scale keeps
+ * them. */
+static void test_log_nonpositive(void **state) {
+  (void)state;
+  int levels[] = {2, 2};
+  ar_fx_design d = design(2, levels);
+  d.scale = AR_FX_LOG;
+  int cell[] = {0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3};
+  double y[] = {10, 11, 0, 40, 44, 42, 5, 5.5, -1, 20, 21, 22};
+  ar_fx_result *r = NULL;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_fx_analyze(&d, cell, y, 12, &r, &err), AR_OK);
+  assert_int_equal(r->n_nonpositive, 2);
+  assert_int_equal(r->n_obs, 10);
+  assert_int_equal(r->cells[0].n, 2);
+  assert_true(fabs(r->cells[0].mean - (log(10) + log(11)) / 2) < 1e-12);
+  double ra = ar_fx_ratio(&r->terms[0], r->terms[0].effect);
+  assert_true(ra > 3.7 && ra < 4.3);
+  for (int i = 0; i < r->n_terms; i++)
+    assert_true(isfinite(r->terms[i].effect));
+  ar_fx_result_destroy(r);
+  d.scale = AR_FX_LINEAR;
+  assert_int_equal(ar_fx_analyze(&d, cell, y, 12, &r, &err), AR_OK);
+  assert_int_equal(r->n_nonpositive, 0);
+  assert_int_equal(r->n_obs, 12);
+  ar_fx_result_destroy(r);
+}
+
+static void test_format_ratio(void **state) {
+  (void)state;
+  const struct {
+    double v;
+    const char *want;
+  } ref[] = {{3.5234, "3.52x"}, {20.04, "20.0x"}, {0.28391, "0.284x"}, {1234.4, "1234x"},
+             {9.996, "10.0x"},  {1, "1.00x"},     {99.96, "100x"},    {NAN, "n/a"}};
+  char b[32];
+  for (size_t i = 0; i < sizeof ref / sizeof ref[0]; i++) {
+    ar_fx_format_ratio(ref[i].v, b, sizeof b);
+    assert_string_equal(b, ref[i].want);
+  }
+  ar_fx_term t = {.order = 2};
+  assert_true(fabs(ar_fx_ratio(&t, log(2)) - 4) < 1e-12);
+  t.order = 1;
+  assert_true(fabs(ar_fx_ratio(&t, log(2)) - 2) < 1e-12);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_t_quantile),      cmocka_unit_test(test_known_effects),
       cmocka_unit_test(test_coverage),        cmocka_unit_test(test_fraction_aliases),
       cmocka_unit_test(test_missing_cell),    cmocka_unit_test(test_three_levels),
-      cmocka_unit_test(test_one_replicate),
+      cmocka_unit_test(test_one_replicate),   cmocka_unit_test(test_log_scale),
+      cmocka_unit_test(test_log_coverage),    cmocka_unit_test(test_log_nonpositive),
+      cmocka_unit_test(test_format_ratio),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
