@@ -32,13 +32,28 @@ static void fnum(FILE *o, double v) {
   fputs(isfinite(v) ? b : "&ndash;", o);
 }
 
+/* A term's effect or interval end: a number, or on the log scale its
+ * ratio ("3.52x"). */
+static void fshown(FILE *o, const ar_fx_design *d, const ar_fx_term *t, double v) {
+  if (d->scale != AR_FX_LOG) {
+    fnum(o, v);
+    return;
+  }
+  char b[48];
+  ar_fx_format_ratio(isfinite(v) ? ar_fx_ratio(t, v) : NAN, b, sizeof b);
+  fputs(isfinite(v) ? b : "&ndash;", o);
+}
+
 static const char *palette[] = {"#1f6feb", "#d9480f", "#2f9e44", "#9c36b5",
                                 "#e8590c", "#0c8599", "#5c7cfa", "#c2255c"};
 
-/* A linear axis: [lo, hi] widened to round ticks. */
+/* A linear axis: [lo, hi] widened to round ticks.  A log axis holds
+ * ln(value) in lo and hi and labels its ticks with the values. */
 typedef struct axis {
   double lo, hi, step;
-  double p0, p1; /* pixels for lo and hi */
+  double p0, p1;      /* pixels for lo and hi */
+  bool log;           /* lo, hi are ln of the values shown */
+  const char *suffix; /* after each tick label ("x" for ratios) */
 } axis;
 
 static void axis_fit(axis *a, double lo, double hi, double p0, double p1) {
@@ -58,50 +73,111 @@ static void axis_fit(axis *a, double lo, double hi, double p0, double p1) {
   a->step = step;
   a->p0 = p0;
   a->p1 = p1;
+  a->log = false;
+  a->suffix = "";
+}
+
+/* A log axis over [lnlo, lnhi] (natural logarithms), padded a little. */
+static void axis_fit_log(axis *a, double lnlo, double lnhi, double p0, double p1) {
+  if (!isfinite(lnlo) || !isfinite(lnhi)) {
+    lnlo = 0;
+    lnhi = log(10);
+  }
+  double pad = fmax(0.05 * (lnhi - lnlo), 0.02);
+  a->lo = lnlo - pad;
+  a->hi = lnhi + pad;
+  a->step = 0;
+  a->p0 = p0;
+  a->p1 = p1;
+  a->log = true;
+  a->suffix = "";
 }
 
 static double ap(const axis *a, double v) {
   return a->p0 + (v - a->lo) / (a->hi - a->lo) * (a->p1 - a->p0);
 }
 
+/* One tick at pixel p labelled with v. */
+static void tick(FILE *o, const axis *a, bool vertical, double at, double p, double v) {
+  char shown[48];
+  ar_fx_format(v, false, shown, sizeof shown);
+  /* Ticks are round: "0.2000" reads as "0.2". */
+  if (strchr(shown, '.') && !strchr(shown, 'e')) {
+    size_t n = strlen(shown);
+    while (n > 0 && shown[n - 1] == '0')
+      shown[--n] = '\0';
+    if (n > 0 && shown[n - 1] == '.')
+      shown[--n] = '\0';
+  }
+  if (vertical)
+    fprintf(o,
+            "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' class='grid'/>"
+            "<text x='%.1f' y='%.1f' class='tick' text-anchor='end'>%s%s</text>\n",
+            at, at + 4000, p, p, at - 4, p + 4, shown, a->suffix);
+  else
+    fprintf(o,
+            "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' class='grid'/>"
+            "<text x='%.1f' y='%.1f' class='tick' text-anchor='middle'>%s%s</text>\n",
+            p, p, at, at - 4000, p, at + 14, shown, a->suffix);
+}
+
+/* A log axis's ticks: 1, 2 and 5 times powers of ten when at least three
+ * of them fall on it (only the powers when that makes more than 12), else
+ * round values of a linear step, each at the position of its logarithm. */
+static void log_ticks(FILE *o, const axis *a, bool vertical, double at) {
+  static const double mant[] = {1, 2, 5};
+  double vlo = exp(a->lo), vhi = exp(a->hi);
+  int e0 = (int)floor(log10(vlo)), e1 = (int)ceil(log10(vhi)), n125 = 0;
+  for (int e = e0; e <= e1; e++)
+    for (int m = 0; m < 3; m++)
+      n125 += mant[m] * pow(10, e) >= vlo && mant[m] * pow(10, e) <= vhi;
+  if (n125 >= 3) {
+    int nm = n125 > 12 ? 1 : 3; /* 1: only powers of ten */
+    for (int e = e0; e <= e1; e++)
+      for (int m = 0; m < nm; m++) {
+        double v = mant[m] * pow(10, e);
+        if (v >= vlo && v <= vhi)
+          tick(o, a, vertical, at, ap(a, log(v)), v);
+      }
+    return;
+  }
+  double raw = (vhi - vlo) / 4, mag = pow(10, floor(log10(raw))), r = raw / mag;
+  double step = (r < 1.5 ? 1 : r < 3 ? 2 : r < 7 ? 5 : 10) * mag;
+  for (double v = ceil(vlo / step) * step; v <= vhi; v += step)
+    if (v > 0)
+      tick(o, a, vertical, at, ap(a, log(v)), v);
+}
+
 /* Tick labels along a vertical (y) or horizontal (x) axis. */
 static void ticks(FILE *o, const axis *a, bool vertical, double at) {
-  for (double v = a->lo; v <= a->hi + a->step * 1e-6; v += a->step) {
-    double p = ap(a, fabs(v) < a->step * 1e-9 ? 0 : v);
-    char shown[48];
-    ar_fx_format(fabs(v) < a->step * 1e-9 ? 0 : v, false, shown, sizeof shown);
-    /* Ticks are round: "0.2000" reads as "0.2". */
-    if (strchr(shown, '.') && !strchr(shown, 'e')) {
-      size_t n = strlen(shown);
-      while (n > 0 && shown[n - 1] == '0')
-        shown[--n] = '\0';
-      if (n > 0 && shown[n - 1] == '.')
-        shown[--n] = '\0';
-    }
-    if (vertical)
-      fprintf(o,
-              "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' class='grid'/>"
-              "<text x='%.1f' y='%.1f' class='tick' text-anchor='end'>%s</text>\n",
-              at, at + 4000, p, p, at - 4, p + 4, shown);
-    else
-      fprintf(o,
-              "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' class='grid'/>"
-              "<text x='%.1f' y='%.1f' class='tick' text-anchor='middle'>%s</text>\n",
-              p, p, at, at - 4000, p, at + 14, shown);
+  if (a->log) {
+    log_ticks(o, a, vertical, at);
+    return;
   }
+  for (double v = a->lo; v <= a->hi + a->step * 1e-6; v += a->step)
+    tick(o, a, vertical, at, ap(a, fabs(v) < a->step * 1e-9 ? 0 : v),
+         fabs(v) < a->step * 1e-9 ? 0 : v);
 }
 
 /* ---- the effect bars ------------------------------------------------------------ */
 
+/* Where a term's effect (or interval end) v goes on the effect axis: v
+ * itself, or on the log scale ln of its ratio (ar_fx_ratio). */
+static double bar_pos(const ar_fx_design *d, const ar_fx_term *t, double v) {
+  return d->scale == AR_FX_LOG ? log(ar_fx_ratio(t, v)) : v;
+}
+
 static void effect_bars(FILE *o, const ar_fx_design *d, const ar_fx_result *r) {
   int n = 0;
   double lo = 0, hi = 0;
+  bool logs = d->scale == AR_FX_LOG;
   for (int i = 0; i < r->n_terms; i++) {
     const ar_fx_term *t = &r->terms[i];
     if (t->alias_of != -1 || !isfinite(t->effect))
       continue;
     n++;
-    double a = isfinite(t->lo) ? t->lo : t->effect, b = isfinite(t->hi) ? t->hi : t->effect;
+    double a = bar_pos(d, t, isfinite(t->lo) ? t->lo : t->effect),
+           b = bar_pos(d, t, isfinite(t->hi) ? t->hi : t->effect);
     lo = a < lo ? a : lo;
     hi = b > hi ? b : hi;
   }
@@ -111,7 +187,12 @@ static void effect_bars(FILE *o, const ar_fx_design *d, const ar_fx_result *r) {
   }
   int row = 26, left = 300, width = 900, top = 10, h = top + row * n + 40;
   axis x;
-  axis_fit(&x, lo, hi, left, width - 20);
+  if (logs) {
+    axis_fit_log(&x, lo, hi, left, width - 20);
+    x.suffix = "x";
+  } else {
+    axis_fit(&x, lo, hi, left, width - 20);
+  }
   fprintf(o, "<svg class='chart' viewBox='0 0 %d %d' width='%d' height='%d' role='img' "
              "aria-label='effects with intervals'>\n", width, h, width, h);
   fprintf(o, "<clipPath id='eb'><rect x='%d' y='0' width='%d' height='%d'/></clipPath>\n",
@@ -132,7 +213,8 @@ static void effect_bars(FILE *o, const ar_fx_design *d, const ar_fx_result *r) {
     bool clear = isfinite(t->lo) && (t->lo > 0 || t->hi < 0);
     bool good = (t->effect > 0) == (d->better >= 0);
     const char *cls = !clear ? "bar-none" : good ? "bar-good" : "bar-bad";
-    double x0 = ap(&x, 0), x1 = ap(&x, t->effect);
+    double x0 = ap(&x, 0), x1 = ap(&x, bar_pos(d, t, t->effect));
+    double wlo = ap(&x, bar_pos(d, t, t->lo)), whi = ap(&x, bar_pos(d, t, t->hi));
     fprintf(o, "<text x='%d' y='%.1f' class='label' text-anchor='end'>", left - 8, y + 16);
     esc(o, letters);
     fputs("  ", o);
@@ -144,15 +226,17 @@ static void effect_bars(FILE *o, const ar_fx_design *d, const ar_fx_result *r) {
               "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' class='whisker'/>"
               "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' class='whisker'/>"
               "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' class='whisker'/>\n",
-              ap(&x, t->lo), ap(&x, t->hi), y + 12, y + 12, ap(&x, t->lo), ap(&x, t->lo),
-              y + 6, y + 18, ap(&x, t->hi), ap(&x, t->hi), y + 6, y + 18);
+              wlo, whi, y + 12, y + 12, wlo, wlo, y + 6, y + 18, whi, whi, y + 6, y + 18);
   }
-  fprintf(o, "<text x='%d' y='%d' class='axis' text-anchor='middle'>effect on ", (left + width) / 2,
-          top + row * n + 36);
+  fprintf(o, "<text x='%d' y='%d' class='axis' text-anchor='middle'>%s ", (left + width) / 2,
+          top + row * n + 36, logs ? "ratio (log scale): the factor by which it multiplies"
+                                   : "effect on");
   esc(o, d->response);
-  fputs(d->unit && d->unit[0] ? " (" : "", o);
-  esc(o, d->unit);
-  fputs(d->unit && d->unit[0] ? ")" : "", o);
+  if (!logs) {
+    fputs(d->unit && d->unit[0] ? " (" : "", o);
+    esc(o, d->unit);
+    fputs(d->unit && d->unit[0] ? ")" : "", o);
+  }
   fputs("</text></svg>\n", o);
 }
 
@@ -180,8 +264,14 @@ static void means_plot(FILE *o, const ar_fx_design *d, const ar_fx_result *r, in
       }
     }
   axis y;
-  axis_fit(&y, lo, hi, H - B, T);
+  if (d->scale == AR_FX_LOG)
+    axis_fit_log(&y, lo, hi, H - B, T);
+  else
+    axis_fit(&y, lo, hi, H - B, T);
   fprintf(o, "<svg class='small' viewBox='0 0 %d %d' width='%d' height='%d'>\n", W, H, W, H);
+  if (d->scale == AR_FX_LOG)
+    fprintf(o, "<text transform='rotate(-90)' x='%d' y='11' class='tick' "
+               "text-anchor='middle'>log scale</text>\n", -(T + H - B) / 2);
   fprintf(o, "<text x='%d' y='16' class='title' text-anchor='middle'>", W / 2);
   esc(o, d->names[fa]);
   if (fb >= 0) {
@@ -424,8 +514,9 @@ static const char css[] =
 static void verdict_table(FILE *o, const ar_study *s, const ar_fx_design *d,
                           const ar_fx_result *r) {
   char name[512], letters[32], sentence[2048];
-  fputs("<table><tr><th>term</th><th>factors</th><th>effect</th><th>95% CI</th>"
-        "<th>verdict</th><th>in words</th></tr>\n", o);
+  bool logs = d->scale == AR_FX_LOG;
+  fprintf(o, "<table><tr><th>term</th><th>factors</th><th>%s</th><th>95%% CI</th>"
+             "<th>verdict</th><th>in words</th></tr>\n", logs ? "ratio" : "effect");
   int rows = 0;
   for (int i = 0; i < r->n_terms; i++) {
     const ar_fx_term *t = &r->terms[i];
@@ -442,12 +533,12 @@ static void verdict_table(FILE *o, const ar_study *s, const ar_fx_design *d,
     fputs("</td><td>", o);
     esc(o, name);
     fputs("</td><td class='n'>", o);
-    fnum(o, t->effect);
+    fshown(o, d, t, t->effect);
     fputs("</td><td class='n'>", o);
     if (isfinite(t->lo)) {
-      fnum(o, t->lo);
+      fshown(o, d, t, t->lo);
       fputs(" to ", o);
-      fnum(o, t->hi);
+      fshown(o, d, t, t->hi);
     } else {
       fputs("&ndash;", o);
     }
@@ -465,6 +556,11 @@ static void verdict_table(FILE *o, const ar_study *s, const ar_fx_design *d,
   (void)s;
 }
 
+/* A run that gave a response the log scale cannot take (<= 0). */
+static bool not_analysable(const ar_study *s, const study_row *row) {
+  return s->scale == AR_FX_LOG && !strcmp(row->status, "ok") && isfinite(row->y) && row->y <= 0;
+}
+
 static void design_table(FILE *o, const ar_study *s, const ar_fx_result *r,
                          const study_row *rows, int n_rows) {
   fputs("<table><tr><th>cell</th>", o);
@@ -473,7 +569,11 @@ static void design_table(FILE *o, const ar_study *s, const ar_fx_result *r,
     esc(o, s->f[f].path);
     fputs("</th>", o);
   }
-  fputs("<th>runs ok</th><th>mean</th><th>sd</th><th>other runs</th></tr>\n", o);
+  bool logs = s->scale == AR_FX_LOG;
+  fputs(logs ? "<th>runs analysed</th><th>geometric mean</th><th>sd of ln</th>"
+               "<th>other runs</th></tr>\n"
+             : "<th>runs ok</th><th>mean</th><th>sd</th><th>other runs</th></tr>\n",
+        o);
   for (int c = 0; c < s->n_cells; c++) {
     if (!s->planned[c])
       continue;
@@ -490,16 +590,24 @@ static void design_table(FILE *o, const ar_study *s, const ar_fx_result *r,
     const ar_fx_cell *x = &r->cells[c];
     fprintf(o, "<td class='n%s'>%d of %d</td><td class='n'>", x->n ? "" : " missing", x->n,
             s->replicates);
-    fnum(o, x->mean);
+    fnum(o, logs ? exp(x->mean) : x->mean);
     fputs("</td><td class='n'>", o);
     fnum(o, x->sd);
     fputs("</td><td>", o);
     int other = 0;
     for (int i = 0; i < n_rows; i++)
-      if (rows[i].cell == c && strcmp(rows[i].status, "ok")) {
+      if (rows[i].cell == c && (strcmp(rows[i].status, "ok") || not_analysable(s, &rows[i]))) {
         fputs(other++ ? "<br>" : "", o);
         esc(o, rows[i].run);
         fputs(": ", o);
+        if (not_analysable(s, &rows[i])) {
+          char v[48];
+          ar_fx_format(rows[i].y, false, v, sizeof v);
+          fprintf(o, "not analysable on the log scale (%s ", v);
+          esc(o, s->resp_name);
+          fputs(" has no logarithm; left out)", o);
+          continue;
+        }
         esc(o, rows[i].status);
         if (rows[i].note[0]) {
           fputs(" &ndash; ", o);
@@ -540,13 +648,19 @@ ar_status ar__study_report(const ar_study *s, const study_row *rows, int n_rows,
              "(seed %llu): %d gave a response, %d did not, %d not run yet.",
           s->better > 0 ? "higher" : "lower", s->n_planned, s->replicates, s->n_runs,
           (unsigned long long)s->seed, ok, failed, s->n_runs - n_rows);
+  if (s->scale == AR_FX_LOG)
+    fprintf(o, " <b>Analysed on a log scale:</b> the fit is of ln(response), effects and "
+               "their intervals are ratios, means are geometric%s.",
+            r->n_nonpositive ? "; runs with a response of 0 or less have no logarithm and are "
+                               "left out (see the design table)"
+                             : "");
   if (r->df > 0)
   {
     char sd[48];
     ar_fx_format(sqrt(r->s2), false, sd, sizeof sd);
     fprintf(o, " Intervals: 95%%, Student t with %d degrees of freedom (t = %.3f) from the "
-               "pooled replicate variance (s = %s).",
-            r->df, r->t, sd);
+               "pooled replicate variance (s = %s%s).",
+            r->df, r->t, sd, s->scale == AR_FX_LOG ? " on ln" : "");
   }
   else
     fputs(" <b>No intervals:</b> with one result per cell there is no replicate variance; "
@@ -576,19 +690,43 @@ ar_status ar__study_report(const ar_study *s, const study_row *rows, int n_rows,
     fputs("; confounded terms are listed with the term they are estimated with.</p>\n", o);
   }
 
-  fputs("<h2>Verdicts</h2>\n<p class='note'>An interaction is <i>additive</i> when its "
-        "interval contains 0; <i>synergistic</i> when, at each factor's better level (by its "
-        "main effect), it makes the response better than the lower-order effects add up to; "
-        "<i>antagonistic</i> when it makes it worse.</p>\n",
-        o);
-  verdict_table(o, s, d, r);
-  fputs("<h2>Effects with 95% intervals</h2>\n<p class='note'>Effect = mean at the second "
-        "level minus mean at the first (for an interaction: half the difference of one "
-        "factor's effect between the other's levels). Green: clearly better, red: clearly "
-        "worse, grey: interval contains 0.</p>\n",
-        o);
+  if (s->scale == AR_FX_LOG) {
+    fputs("<h2>Verdicts</h2>\n<p class='note'>On the log scale an interaction is "
+          "<i>additive</i> (the factors act independently, multiplicatively) when the "
+          "interval of its ratio contains 1; <i>synergistic</i> when, moving each factor to "
+          "its better level (by its main effect), it multiplies the response further toward "
+          "better than the lower-order effects multiply up to; <i>antagonistic</i> when it "
+          "pulls it back.</p>\n",
+          o);
+    verdict_table(o, s, d, r);
+    fputs("<h2>Ratios with 95% intervals (log scale)</h2>\n<p class='note'>A main effect's "
+          "ratio: moving from the first level to the second multiplies the response by it "
+          "(the geometric mean over the other factors' levels). An interaction's ratio: how "
+          "many times more the change of all its factors together multiplies the response "
+          "than the product of the lower-order effects (for two factors a and b: "
+          "y(a2,b2)&#183;y(a1,b1) / (y(a2,b1)&#183;y(a1,b2))); 1 means independent. Green: "
+          "clearly better, red: clearly worse, grey: interval contains 1.</p>\n",
+          o);
+  } else {
+    fputs("<h2>Verdicts</h2>\n<p class='note'>An interaction is <i>additive</i> when its "
+          "interval contains 0; <i>synergistic</i> when, at each factor's better level (by its "
+          "main effect), it makes the response better than the lower-order effects add up to; "
+          "<i>antagonistic</i> when it makes it worse.</p>\n",
+          o);
+    verdict_table(o, s, d, r);
+    fputs("<h2>Effects with 95% intervals</h2>\n<p class='note'>Effect = mean at the second "
+          "level minus mean at the first (for an interaction: half the difference of one "
+          "factor's effect between the other's levels). Green: clearly better, red: clearly "
+          "worse, grey: interval contains 0.</p>\n",
+          o);
+  }
   effect_bars(o, d, r);
-  fputs("<h2>Interaction plots</h2>\n<div class='panels'>\n", o);
+  fputs("<h2>Interaction plots</h2>\n", o);
+  if (s->scale == AR_FX_LOG)
+    fputs("<p class='note'>Geometric means with 95% intervals on log y axes: parallel lines "
+          "mean the factors act independently (their ratios multiply).</p>\n",
+          o);
+  fputs("<div class='panels'>\n", o);
   int pairs = 0;
   for (int a = 0; a < s->k; a++)
     for (int b = a + 1; b < s->k; b++)
@@ -599,7 +737,11 @@ ar_status ar__study_report(const ar_study *s, const study_row *rows, int n_rows,
   fputs("</div>\n", o);
   if (!pairs)
     fputs("<p class='note'>Interaction plots need two factors of two levels.</p>\n", o);
-  fputs("<h2>Main effects (level means with 95% intervals)</h2>\n<div class='panels'>\n", o);
+  fputs(s->scale == AR_FX_LOG
+            ? "<h2>Main effects (geometric level means with 95% intervals, log scale)</h2>\n"
+              "<div class='panels'>\n"
+            : "<h2>Main effects (level means with 95% intervals)</h2>\n<div class='panels'>\n",
+        o);
   for (int f = 0; f < s->k; f++)
     means_plot(o, d, r, f, -1);
   fputs("</div>\n", o);

@@ -182,16 +182,24 @@ static bool get_int(pctx *c, const ar__ynode *n, const char *key, long lo, long 
   return true;
 }
 
-static bool get_bool(pctx *c, const ar__ynode *n, const char *key, bool *out) {
+/* A scalar that is one of two words: *is_one tells which.  Anything else
+ * is a diagnostic ("expected ONE or OTHER, got 'x'" and the hint). */
+static bool get_choice(pctx *c, const ar__ynode *n, const char *key, const char *one,
+                       const char *other, const char *hint, bool *is_one) {
   if (!scalar(c, n, key))
     return false;
-  if (ar__yscalar_is(n, "true") || ar__yscalar_is(n, "false")) {
-    *out = ar__yscalar_is(n, "true");
+  if (ar__yscalar_is(n, one) || ar__yscalar_is(n, other)) {
+    *is_one = ar__yscalar_is(n, one);
     return true;
   }
   char q[128];
-  diag(c, n->line, n->col, key, "expected true or false, got '%s'", quoted(n, q, sizeof q));
+  diag(c, n->line, n->col, key, "expected %s or %s, got '%s'%s", one, other,
+       quoted(n, q, sizeof q), hint);
   return false;
+}
+
+static bool get_bool(pctx *c, const ar__ynode *n, const char *key, bool *out) {
+  return get_choice(c, n, key, "true", "false", "", out);
 }
 
 static char *dup_text(pctx *c, const ar__ynode *n) {
@@ -229,7 +237,7 @@ static char *level_set(pctx *c, const char *path, const ar__ynode *n) {
 static const char *const study_keys[] = {"name", "base", "set", "factors", "response",
                                          "better", "replicates", "seed", "fraction",
                                          "ranks", "timeout_s", "output", "vary_seed",
-                                         "keep_checkpoints", "eval", NULL};
+                                         "keep_checkpoints", "eval", "scale", NULL};
 
 static void parse_factors(pctx *c, ar_study *s, const ar__ynode *n) {
   if (n->kind != AR__YMAP || n->n == 0) {
@@ -573,7 +581,7 @@ static void parse_tree(pctx *c, ar_study *s, const ar__ynode *root) {
       diag(c, root->keys[i]->line, root->keys[i]->col, NULL,
            "unknown key '%s'; a study has name, base, set, factors, response, better, "
            "replicates, seed, fraction, ranks, timeout_s, output, vary_seed, keep_checkpoints, "
-           "eval",
+           "eval, scale",
            quoted(root->keys[i], q, sizeof q));
     }
   }
@@ -614,19 +622,20 @@ static void parse_tree(pctx *c, ar_study *s, const ar__ynode *root) {
          "missing: say what to measure, e.g. response: samples_per_s");
   else
     parse_response(c, s, n);
-  if ((n = ar__ymap_get(root, "better")) && scalar(c, n, "better")) {
-    if (ar__yscalar_is(n, "higher") || ar__yscalar_is(n, "lower")) {
-      s->better = ar__yscalar_is(n, "higher") ? 1 : -1;
-    } else {
-      char q[128];
-      diag(c, n->line, n->col, "better", "expected higher or lower, got '%s'",
-           quoted(n, q, sizeof q));
-    }
-  } else if (!n && s->resp == AR_RESP_KEY && s->resp_name) {
+  bool yes;
+  if ((n = ar__ymap_get(root, "better"))) {
+    if (get_choice(c, n, "better", "higher", "lower", "", &yes))
+      s->better = yes ? 1 : -1;
+  } else if (s->resp == AR_RESP_KEY && s->resp_name) {
     diag(c, root->line, root->col, "better",
          "missing: say whether a higher or a lower %s is better (better: higher)",
          s->resp_name);
   }
+  if ((n = ar__ymap_get(root, "scale")) &&
+      get_choice(c, n, "scale", "linear", "log",
+                 " (log analyses ln of the response: effects as ratios, for speeds and times)",
+                 &yes))
+    s->scale = yes ? AR_FX_LINEAR : AR_FX_LOG;
   long v;
   s->replicates = 3;
   if ((n = ar__ymap_get(root, "replicates")) && get_int(c, n, "replicates", 1, 1000, &v))
@@ -1066,6 +1075,7 @@ static void fill_design(const ar_study *s, ar_fx_design *d, int *levels,
   d->response = s->resp_name;
   d->unit = s->unit;
   d->confidence = 0.95;
+  d->scale = s->scale;
 }
 
 static void word_text(unsigned w, int sign, char *buf, size_t cap) {
@@ -1131,9 +1141,10 @@ static void print_aliases(const ar_study *s, FILE *to) {
 void ar_study_print_design(const ar_study *s, FILE *to) {
   char kb[128], cn[64];
   fprintf(to, "study %s: base %s (%s)\n", s->name, s->base, kind_text(s, kb, sizeof kb));
-  fprintf(to, "response: %s (%s is better), %d replicate%s, seed %llu%s\n", s->resp_name,
+  fprintf(to, "response: %s (%s is better), %d replicate%s, seed %llu%s%s\n", s->resp_name,
           s->better > 0 ? "higher" : "lower", s->replicates, s->replicates > 1 ? "s" : "",
-          (unsigned long long)s->seed, s->vary_seed ? ", job seed varied per replicate" : "");
+          (unsigned long long)s->seed, s->vary_seed ? ", job seed varied per replicate" : "",
+          s->scale == AR_FX_LOG ? ", analysed on a log scale (effects as ratios)" : "");
   for (int i = 0; i < s->n_sets; i++)
     fprintf(to, "every run: --set %s\n", s->sets[i]);
   if (s->eval)
@@ -2012,6 +2023,14 @@ static ar_status run_one(const ar_study *s, int idx, study_row *r, run_end *end,
 
 /* ---- the study ------------------------------------------------------------------- */
 
+/* A number of effects.csv: six significant digits, empty when not finite. */
+static void csv_num(char *buf, size_t cap, double v) {
+  if (isfinite(v))
+    snprintf(buf, cap, "%.6g", v);
+  else
+    buf[0] = '\0';
+}
+
 static ar_status write_effects(const ar_study *s, const ar_fx_design *d, const ar_fx_result *r,
                                ar_err *err) {
   char *t = NULL;
@@ -2019,11 +2038,17 @@ static ar_status write_effects(const ar_study *s, const ar_fx_design *d, const a
   FILE *m = open_memstream(&t, &len);
   if (!m)
     return ar_errf(err, AR_NOMEM, "out of memory");
+  /* A log study has four more columns: the scale and, from the ln-scale
+   * estimate and interval, an effect's ratio (ar_fx_ratio) or a level's
+   * geometric mean; a linear study's file stays as it always was. */
+  bool logs = s->scale == AR_FX_LOG;
+  int n_cols = logs ? 16 : 12;
   fprintf(m, "kind,term,letters,order,level,estimate,se,ci_low,ci_high,verdict,"
-             "confounded_with,sentence\n");
+             "confounded_with,sentence%s\n",
+          logs ? ",scale,ratio,ratio_ci_low,ratio_ci_high" : "");
   char *b = NULL;
   size_t bl = 0, bc = 0;
-  char name[512], letters[32], other[32], sentence[2048], nums[4][32];
+  char name[512], letters[32], other[32], sentence[2048], nums[4][32], ratio[3][32];
   for (int i = 0; i < r->n_terms; i++) {
     const ar_fx_term *T = &r->terms[i];
     ar_fx_term_name(r, d, i, false, name, sizeof name);
@@ -2040,16 +2065,18 @@ static ar_status write_effects(const ar_study *s, const ar_fx_design *d, const a
     ar_fx_sentence(r, d, i, sentence, sizeof sentence);
     double v[4] = {T->effect, T->se, T->lo, T->hi};
     for (int j = 0; j < 4; j++)
-      if (isfinite(v[j]))
-        snprintf(nums[j], sizeof nums[j], "%.6g", v[j]);
-      else
-        nums[j][0] = '\0';
+      csv_num(nums[j], sizeof nums[j], v[j]);
     char ord[8];
     snprintf(ord, sizeof ord, "%d", T->order);
+    double rv[3] = {T->effect, T->lo, T->hi};
+    for (int j = 0; j < 3; j++)
+      csv_num(ratio[j], sizeof ratio[j], isfinite(rv[j]) ? ar_fx_ratio(T, rv[j]) : NAN);
     bl = 0;
-    const char *fields[] = {"effect", name, letters, ord, "", nums[0], nums[1],
-                            nums[2], nums[3], ar_fx_verdict_name(T->verdict), other, sentence};
-    for (int j = 0; j < 12; j++)
+    const char *fields[] = {"effect",  name,    letters,  ord,     "",
+                            nums[0],   nums[1], nums[2],  nums[3], ar_fx_verdict_name(T->verdict),
+                            other,     sentence, "log",   ratio[0], ratio[1],
+                            ratio[2]};
+    for (int j = 0; j < n_cols; j++)
       csv_field(&b, &bl, &bc, fields[j], j == 0);
     fprintf(m, "%s\n", b ? b : "");
   }
@@ -2057,16 +2084,16 @@ static ar_status write_effects(const ar_study *s, const ar_fx_design *d, const a
     for (int l = 0; l < s->f[f].n_levels; l++) {
       int o = r->level_off[f] + l;
       double v[3] = {r->level_mean[o], r->level_lo[o], r->level_hi[o]};
-      for (int j = 0; j < 3; j++)
-        if (isfinite(v[j]))
-          snprintf(nums[j], sizeof nums[j], "%.6g", v[j]);
-        else
-          nums[j][0] = '\0';
+      for (int j = 0; j < 3; j++) {
+        csv_num(nums[j], sizeof nums[j], v[j]);
+        csv_num(ratio[j], sizeof ratio[j], exp(v[j]));
+      }
       snprintf(letters, sizeof letters, "%c", 'A' + f);
       bl = 0;
       const char *fields[] = {"level_mean", s->f[f].path, letters, "1", s->f[f].label[l],
-                              nums[0], "", nums[1], nums[2], "", "", ""};
-      for (int j = 0; j < 12; j++)
+                              nums[0], "", nums[1], nums[2], "", "", "", "log", ratio[0],
+                              ratio[1], ratio[2]};
+      for (int j = 0; j < n_cols; j++)
         csv_field(&b, &bl, &bc, fields[j], j == 0);
       fprintf(m, "%s\n", b ? b : "");
     }
@@ -2120,7 +2147,15 @@ ar_status ar_study_analyze(ar_study *s, const ar_study_opts *opts, ar_err *err) 
     if (r->n_missing)
       fprintf(log, "; %d planned cell%s without a result", r->n_missing,
               r->n_missing > 1 ? "s" : "");
-    fprintf(log, "\n");
+    fprintf(log, "%s\n", s->scale == AR_FX_LOG ? "; analysed on a log scale" : "");
+    /* A response <= 0 has no logarithm: the run is named and left out. */
+    int shown = 0;
+    for (int i = 0; s->scale == AR_FX_LOG && i < n; i++)
+      if (!strcmp(rows[i].status, "ok") && isfinite(rows[i].y) && rows[i].y <= 0)
+        fprintf(log, "%s%s (%s %.6g)", shown++ ? ", " : "  not analysable on a log scale: ",
+                rows[i].run, s->resp_name, rows[i].y);
+    if (shown)
+      fprintf(log, ": left out (a response <= 0 has no logarithm)\n");
     char sentence[2048];
     for (int i = 0; i < r->n_terms; i++) {
       if (r->terms[i].alias_of != -1 && r->terms[i].order > 1)
@@ -2134,9 +2169,10 @@ ar_status ar_study_analyze(ar_study *s, const ar_study_opts *opts, ar_err *err) 
       fprintf(log, "  %s: means", s->f[f].path);
       for (int l = 0; l < s->f[f].n_levels; l++)
         fprintf(log, "%s %s %.4g", l ? "," : "", s->f[f].label[l],
-                r->level_mean[r->level_off[f] + l]);
-      fprintf(log, " (a factor of %d levels: only its main effect; interactions need two "
-              "levels)\n", s->f[f].n_levels);
+                s->scale == AR_FX_LOG ? exp(r->level_mean[r->level_off[f] + l])
+                                      : r->level_mean[r->level_off[f] + l]);
+      fprintf(log, " (%sa factor of %d levels: only its main effect; interactions need two "
+              "levels)\n", s->scale == AR_FX_LOG ? "geometric; " : "", s->f[f].n_levels);
     }
     fprintf(log, "report: %s  effects: %s/effects.csv  runs: %s/runs.csv\n", report, s->out,
             s->out);

@@ -59,6 +59,8 @@ struct ar_study {
   long eval_reps;    /* --reps: timed passes, the fastest kept */
   const char *unit;
   int better;        /* +1 higher is better, -1 lower */
+  ar_fx_scale scale; /* scale: linear (default) or log; only the analysis
+                        depends on it, so it is not part of design.txt */
   int replicates;
   uint64_t seed;
   bool vary_seed;    /* replicate r runs with the job's seed + r */

@@ -332,6 +332,53 @@ YAML
     p = (a==1?1:-1) * (b==1?1:-1) * (cc==1?1:-1); if ((d==1?1:-1) != p) exit 1 }' \
     || fail "a cell outside the fraction"
   ;;
+log_scale)
+  # scale: log: the fit is of ln(samples_per_s), effects and intervals are
+  # ratios; effects.csv gains scale and ratio columns; the report draws log
+  # axes.  A run whose response is 0 is named and left out; a bad scale is
+  # a FILE:LINE:COL error, exit 2.
+  small_study
+  echo 'scale: log' >> "$work/study.yaml"
+  "$bin" study "$work/study.yaml" --dry-run > "$work/dry" 2> "$work/err" || fail "dry run: $(cat "$work/err")"
+  grep -qF "analysed on a log scale (effects as ratios)" "$work/dry" || fail "$(cat "$work/dry")"
+  "$bin" study "$work/study.yaml" > "$work/stdout" 2> "$work/stderr" || fail "study exited $?: $(cat "$work/stderr")"
+  o=$work/out
+  [ "$(grep -c ',ok,' "$o/runs.csv")" = 8 ] || fail "runs: $(cat "$o/runs.csv")"
+  head -1 "$o/effects.csv" | grep -qx 'kind,term,letters,order,level,estimate,se,ci_low,ci_high,verdict,confounded_with,sentence,scale,ratio,ratio_ci_low,ratio_ci_high' \
+    || fail "effects.csv header: $(head -1 "$o/effects.csv")"
+  grep -q '^effect,train.batch,A,1,.*multiplies samples_per_s by [0-9.]*x (95% CI [0-9.]*x to [0-9.]*x).*,log,[0-9.e+-]*,[0-9.e+-]*,[0-9.e+-]*$' "$o/effects.csv" \
+    || fail "main effect as a ratio: $(cat "$o/effects.csv")"
+  grep -q '^effect,train.batch x model.layers.hidden.dense,AB,2,.*interaction ratio.*,log,' "$o/effects.csv" \
+    || fail "interaction as a ratio: $(cat "$o/effects.csv")"
+  # Each ratio is exp of its ln-scale estimate (a main effect: exp(estimate)).
+  awk -F, '$1 == "effect" && $4 == 1 { e = exp($6); if (e / $(NF-2) > 1.0001 || e / $(NF-2) < 0.9999) exit 1 }' "$o/effects.csv" \
+    || fail "ratio is not exp(estimate): $(cat "$o/effects.csv")"
+  [ "$(grep -c '^level_mean,.*,log,' "$o/effects.csv")" = 4 ] || fail "level means: $(cat "$o/effects.csv")"
+  grep -q 'analysed on a log scale' "$work/stdout" && grep -q 'multiplies samples_per_s by' "$work/stdout" \
+    || fail "stdout: $(cat "$work/stdout")"
+  has_all "$o/report.html" "Analysed on a log scale:" "ratio (log scale)" ">log scale</text>" "geometric mean" \
+    "<th>ratio</th>"
+  # A response of 0 has no logarithm: runs.csv keeps it, the analysis
+  # names the run and leaves it out.
+  zero=$(sed -n '2s/,.*//p' "$o/runs.csv")
+  awk -F, -v OFS=, 'NR == 2 { $7 = 0 } { print }' "$o/runs.csv" > "$work/runs.csv" && cp "$work/runs.csv" "$o/runs.csv"
+  "$bin" study "$work/study.yaml" --analyze > "$work/stdout2" 2> "$work/stderr2" || fail "analyze: $(cat "$work/stderr2")"
+  grep -qF "not analysable on a log scale: $zero (samples_per_s 0): left out" "$work/stdout2" \
+    || fail "zero response: $(cat "$work/stdout2")"
+  grep -qF "8 of 8 runs gave samples_per_s; analysed on a log scale" "$work/stdout2" || fail "$(cat "$work/stdout2")"
+  grep -qF "$zero: not analysable on the log scale" "$o/report.html" || fail "the report does not name $zero"
+  # The same runs on the linear scale: the old columns only, the zero kept.
+  sed -i '/^scale: log$/d' "$work/study.yaml"
+  "$bin" study "$work/study.yaml" --analyze > "$work/stdout3" 2>&1 || fail "linear analyze: $(cat "$work/stdout3")"
+  head -1 "$o/effects.csv" | grep -qx 'kind,term,letters,order,level,estimate,se,ci_low,ci_high,verdict,confounded_with,sentence' \
+    || fail "linear effects.csv header: $(head -1 "$o/effects.csv")"
+  grep -qF "8 of 8 runs gave samples_per_s" "$work/stdout3" || fail "$(cat "$work/stdout3")"
+  # A bad scale.
+  printf 'base: job.yaml\nfactors: {train.batch: [32, 64]}\nresponse: samples_per_s\nscale: logarithmic\n' > "$work/s2.yaml"
+  "$bin" study "$work/s2.yaml" 2> "$work/err"; rc=$?
+  [ $rc = 2 ] && grep -qF "s2.yaml:4:8: error: scale: expected linear or log, got 'logarithmic'" "$work/err" \
+    || fail "bad scale: exit $rc $(cat "$work/err")"
+  ;;
 chromium)
   # report.html rendered by headless Chromium: a screenshot of the right
   # size that holds a page's worth of drawing.
