@@ -242,6 +242,13 @@ ar_status ar_model_sampled_step(ar_model *m, int l);
  * step (a second call at the same step does nothing). */
 ar_status ar_model_sampled_rehash(ar_model *m, int l);
 
+/* The bits per hash code of sampled layer l's tables (its K), and a way
+ * to rebuild them from the current weights with another K (new hash
+ * functions, new tables; accelrt eval picks K for inference with it).
+ * AR_OK or a status with the reason in m->err. */
+int ar_model_sampled_K(const ar_model *m, int l);
+ar_status ar_model_sampled_set_K(ar_model *m, int l, int K);
+
 /* What a sampled layer did since the last reset. */
 typedef struct ar_sampled_stats {
   double query_s;    /* hashing the inputs and retrieving active sets

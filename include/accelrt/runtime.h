@@ -115,6 +115,13 @@ typedef struct ar_eval_report {
    * tables (only when the output layer is sampled on this device). */
   bool lsh;
   double lsh_p_at[3], lsh_seconds, lsh_samples_per_s, lsh_active_mean;
+  /* The tables' K for inference: with sparse.K automatic, the largest K
+   * (from the automatic one down) whose tables retrieve at least 90% of
+   * the layer's budget on a probe of the test points (or the one that
+   * retrieves most): lsh_K_auto and lsh_active_auto are the automatic K
+   * and what it retrieved; with K set in the job file, that K. */
+  int lsh_K, lsh_K_auto;
+  double lsh_active_auto;
 } ar_eval_report;
 
 /* Evaluates the parameters in checkpoint `ckpt` (written by a run of the

@@ -121,6 +121,10 @@ int cli_eval(int argc, char **argv) {
                r.lsh_p_at[1], r.lsh_p_at[2], r.lsh_samples_per_s, r.lsh_seconds);
         printf("  LSH scored %.1f candidates per point; speed-up %.2fx\n", r.lsh_active_mean,
                r.lsh_seconds > 0 ? r.seconds / r.lsh_seconds : 0.0);
+        if (r.lsh_K != r.lsh_K_auto)
+          printf("  LSH tables rebuilt with K=%d for inference: the automatic K=%d retrieved "
+                 "%.1f candidates per point, under 90%% of the budget\n", r.lsh_K, r.lsh_K_auto,
+                 r.lsh_active_auto);
       } else {
         printf("  (no LSH inference: the output layer is not sampled on this device)\n");
       }
@@ -140,6 +144,9 @@ int cli_eval(int argc, char **argv) {
         ar_json_num(j, "lsh_p_at_5", r.lsh_p_at[2]);
         ar_json_num(j, "lsh_samples_per_s", r.lsh_samples_per_s);
         ar_json_num(j, "lsh_candidates_mean", r.lsh_active_mean);
+        ar_json_int(j, "lsh_K", r.lsh_K);
+        ar_json_int(j, "lsh_K_auto", r.lsh_K_auto);
+        ar_json_num(j, "lsh_candidates_auto_K", r.lsh_active_auto);
       }
       const char *text = ar_json_end(j);
       size_t n = strlen(spec->output.dir) + sizeof "/eval.json";

@@ -107,6 +107,17 @@ static ar_status make_hash(ar_model *m, ar_sampled *s) {
   return ar_lsh_hash_create(&s->hopts, &s->hash, &m->err);
 }
 
+static ar_lsh_tables_opts tables_opts(const ar_model *m, const ar_sampled *s) {
+  const ar_sparse_spec *sp = &m->spec->layers[s->l].sparse;
+  ar_lsh_tables_opts to = AR_LSH_TABLES_OPTS_INIT;
+  to.neurons = s->neurons;
+  to.capacity = (uint32_t)sp->bucket;
+  to.policy = sp->reservoir ? AR_LSH_RESERVOIR : AR_LSH_FIFO;
+  to.seed = m->spec->seed + 31u * (uint64_t)s->l;
+  to.threads = s->nt;
+  return to;
+}
+
 /* Brings the tables up to date with the weights.  Only the rows updated
  * since the last build can have moved: when they are fewer than half the
  * layer (and the hash functions are the same), just they are re-hashed and
@@ -189,12 +200,7 @@ ar_status ar__sampled_create(ar_model *m, int l) {
   s->hopts = ho;
   AR_CHECK(schedule_to(m, s));
   AR_CHECK(make_hash(m, s));
-  ar_lsh_tables_opts to = AR_LSH_TABLES_OPTS_INIT;
-  to.neurons = s->neurons;
-  to.capacity = (uint32_t)sp->bucket;
-  to.policy = sp->reservoir ? AR_LSH_RESERVOIR : AR_LSH_FIFO;
-  to.seed = spec->seed + 31u * (uint64_t)l;
-  to.threads = s->nt;
+  ar_lsh_tables_opts to = tables_opts(m, s);
   AR_CHECK(ar_lsh_tables_create(s->hash, &to, &s->tables, &m->err));
   static const ar_lsh_strategy strat[] = {AR_LSH_UNION, AR_LSH_TOPK, AR_LSH_THRESHOLD};
   s->so.strategy = strat[sp->sampling];
@@ -227,6 +233,32 @@ ar_status ar__sampled_create(ar_model *m, int l) {
   for (int t = 0; t < s->nt; t++)
     AR_CHECK(ar_lsh_scratch_create(s->hash, s->tables, &s->scratch[t], &m->err));
   return AR_OK;
+}
+
+int ar_model_sampled_K(const ar_model *m, int l) {
+  const ar_sampled *s = m->layers[l].smp;
+  AR_ASSERT(s);
+  return (int)s->hopts.K;
+}
+
+ar_status ar_model_sampled_set_K(ar_model *m, int l, int K) {
+  ar_sampled *s = m->layers[l].smp;
+  AR_ASSERT(s && K > 0);
+  if ((uint32_t)K == s->hopts.K)
+    return AR_OK;
+  s->hopts.K = (uint32_t)K;
+  AR_CHECK(make_hash(m, s));
+  ar_lsh_tables_opts to = tables_opts(m, s);
+  ar_lsh_tables *t = NULL;
+  AR_CHECK(ar_lsh_tables_create(s->hash, &to, &t, &m->err));
+  ar_lsh_tables_destroy(s->tables);
+  s->tables = t;
+  for (int i = 0; i < s->nt; i++) {
+    ar_lsh_scratch_destroy(s->scratch[i]);
+    s->scratch[i] = NULL;
+    AR_CHECK(ar_lsh_scratch_create(s->hash, s->tables, &s->scratch[i], &m->err));
+  }
+  return rebuild(m, s, true, true);
 }
 
 ar_status ar__sampled_init(ar_model *m) {

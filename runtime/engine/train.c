@@ -538,6 +538,61 @@ static ar_status eval_pass(ar_model *m, ar_reader *r, ar_batch *b, int64_t max_p
   return AR_OK;
 }
 
+/* Candidates the output layer's tables retrieve per point on the first
+ * `points` test points. */
+static ar_status retrieved(ar_model *m, ar_reader *r, ar_batch *b, int64_t points, double *mean,
+                           ar_err *err) {
+  ar_eval_acc acc;
+  double sec = 0;
+  ar_sampled_stats ss;
+  ar_model_sampled_stats_reset(m);
+  AR_CHECK(eval_pass(m, r, b, points, true, &acc, &sec, err));
+  ar_model_sampled_stats(m, m->n_layers - 1, &ss);
+  *mean = ss.samples ? (double)ss.active_sum / (double)ss.samples : 0;
+  return AR_OK;
+}
+
+/* The K the output layer's tables use for inference.  The automatic K is
+ * sized for training, where random negatives top up every active set; at
+ * inference nothing tops up, and when the weights have concentrated, a
+ * fine K leaves most of the budget empty (10,000 labels after 2 epochs of
+ * the quick-start job: 40% of it, P@1 47 where scoring every label gives
+ * 77).  So with sparse.K automatic, K steps down from the automatic one
+ * until the tables retrieve 90% of the budget on a probe of the test
+ * points (only the inputs are read, never the labels), or the K that
+ * retrieved most is kept. */
+static ar_status inference_K(const ar_spec *spec, ar_model *m, ar_reader *rt, ar_batch *b,
+                             int64_t max_points, ar_eval_report *out, ar_err *err) {
+  int l = m->n_layers - 1;
+  int K0 = ar_model_sampled_K(m, l);
+  out->lsh_K = out->lsh_K_auto = K0;
+  if (spec->layers[l].sparse.K > 0)
+    return AR_OK; /* the job file chose K */
+  int64_t probe = max_points > 0 && max_points < 512 ? max_points : 512;
+  double want = 0.9 * (double)ar_layer_budget(spec, l);
+  double got = 0, best = -1;
+  int best_K = K0;
+  for (int K = K0; K >= 1 && K >= K0 - 8; K--) {
+    if (ar_model_sampled_set_K(m, l, K) != AR_OK)
+      return ar_errf(err, AR_STATE, "rebuilding the output layer's tables with K=%d: %s", K,
+                     m->err.msg);
+    AR_CHECK(retrieved(m, rt, b, probe, &got, err));
+    if (K == K0)
+      out->lsh_active_auto = got;
+    if (got > best) {
+      best = got;
+      best_K = K;
+    }
+    if (got >= want)
+      break;
+  }
+  if (best_K != ar_model_sampled_K(m, l) && ar_model_sampled_set_K(m, l, best_K) != AR_OK)
+    return ar_errf(err, AR_STATE, "rebuilding the output layer's tables with K=%d: %s", best_K,
+                   m->err.msg);
+  out->lsh_K = best_K;
+  return AR_OK;
+}
+
 ar_status ar_eval_checkpoint(const ar_spec *spec, const char *ckpt, int64_t max_points,
                              int reps, ar_eval_report *out, ar_err *err) {
   memset(out, 0, sizeof *out);
@@ -579,6 +634,8 @@ ar_status ar_eval_checkpoint(const ar_spec *spec, const char *ckpt, int64_t max_
   ar_ckpt_state cs;
   if (st == AR_OK)
     st = ar_checkpoint_load(m, &cs, ckpt, err);
+  if (st == AR_OK && m->layers[m->n_layers - 1].smp)
+    st = inference_K(spec, m, rt, &b, max_points, out, err);
   for (int pass = 0; st == AR_OK && pass < 2; pass++) {
     bool lsh = pass == 1;
     if (lsh && !m->layers[m->n_layers - 1].smp)

@@ -232,6 +232,19 @@ eval)
   [ "$(json_num "$e" p_at_1)" = "$(json_num "$work/out/summary.json" p_at_1)" ] \
     || fail "eval P@1 $(json_num "$e" p_at_1) differs from the run's $(json_num "$work/out/summary.json" p_at_1)"
   ge "$(json_num "$e" lsh_p_at_1)" 30 || fail "LSH inference P@1 $(json_num "$e" lsh_p_at_1) below 30"
+  # K for inference: never above the automatic one, and a step down only
+  # when the automatic K left the budget under 90% full; then it
+  # retrieves more.  A K set in the job file is kept as it is.
+  ka=$(json_num "$e" lsh_K_auto); k=$(json_num "$e" lsh_K)
+  ca=$(json_num "$e" lsh_candidates_auto_K)
+  [ -n "$k" ] && [ "$k" -le "$ka" ] || fail "inference K $k above the automatic $ka"
+  if [ "$k" -lt "$ka" ]; then
+    ge "$(json_num "$e" lsh_candidates_mean)" "$ca" || fail "K $k retrieves less than the automatic K"
+  fi
+  "$bin" eval "$work/job.yaml" --set "model.layers.out.sparse={mode: lsh, hash: srp, active: 0.1, K: 12}" \
+    --reps 1 > /dev/null 2> "$work/err" || fail "eval with K set exited $?: $(cat "$work/err")"
+  [ "$(json_num "$e" lsh_K)" = 12 ] && [ "$(json_num "$e" lsh_K_auto)" = 12 ] \
+    || fail "a K set in the job file was changed: $(json_num "$e" lsh_K)"
   "$bin" eval "$work/job.yaml" --checkpoint "$work/nope.bin" > /dev/null 2> "$work/err"
   [ $? = 1 ] || fail "missing checkpoint should exit 1"
   grep -q "no checkpoint at" "$work/err" || fail "unclear message: $(cat "$work/err")"
