@@ -199,6 +199,11 @@ typedef struct ar__dist {
   bool resync;            /* the next parameters are a full copy */
   int64_t rows_dense_steps; /* rows layers updated densely (a dense worker) */
   /* Worker state (worker.c). */
+  double *w_arrival;      /* (nt) per-iteration scratch, made once: when */
+  uint32_t *w_order_u;    /* (nt) each tensor came, in which order, */
+  int *w_idx;             /* (nt) which receives completed, */
+  uint64_t *w_bytes;      /* (2 nt) and the bytes for o.on_bytes */
+  int *s_idx;             /* (W x nt) server: completed requests, scratch */
   MPI_Request *preq;      /* (nt) parameter receives */
   int *pcount;            /* (nt) bytes of the matched parameter message */
   double *report;         /* (report length) */

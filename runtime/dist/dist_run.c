@@ -347,6 +347,15 @@ static ar_status make_model(ar__dist *c) {
   return AR_OK;
 }
 
+/* A transfer's pointers into its layer's model memory (again after the
+ * blocks moved). */
+static void bind_tensor(ar__dist_tensor *T, const ar_layer *L) {
+  T->p = T->bias ? L->b : L->w;
+  T->g = T->bias ? L->gb : L->gw;
+  T->s1 = T->bias ? L->s1b : L->s1w;
+  T->s2 = T->bias ? L->s2b : L->s2w;
+}
+
 /* Every layer's w and b is a transfer, ids 2l and 2l+1 (their servers
  * come from the op graph, see ar_dist_op_graph). */
 static ar_status make_tensors(ar__dist *c) {
@@ -371,10 +380,7 @@ static ar_status make_tensors(ar__dist *c) {
       T->bias = k == 1;
       T->count = k ? L->out : L->in * L->out;
       T->bytes = (size_t)T->count * sizeof(float);
-      T->p = k ? L->b : L->w;
-      T->g = k ? L->gb : L->gw;
-      T->s1 = k ? L->s1b : L->s1w;
-      T->s2 = k ? L->s2b : L->s2w;
+      bind_tensor(T, L);
       T->rows = ar__dist_sampled(c, 0, l); /* rank 0 is a server */
       T->nrows = (uint32_t)L->out;
       T->row_len = k ? 1 : L->in;
@@ -397,16 +403,8 @@ static ar_status make_tensors(ar__dist *c) {
 
 void ar__dist_rebind(ar__dist *c, void *persistent, void *ephemeral) {
   ar_model_rebase(c->model, persistent, ephemeral);
-  for (int l = 0; l < c->model->n_layers; l++) {
-    ar_layer *L = &c->model->layers[l];
-    for (int k = 0; k < 2; k++) {
-      ar__dist_tensor *T = &c->t[2 * l + k];
-      T->p = k ? L->b : L->w;
-      T->g = k ? L->gb : L->gw;
-      T->s1 = k ? L->s1b : L->s1w;
-      T->s2 = k ? L->s2b : L->s2w;
-    }
-  }
+  for (int t = 0; t < c->nt; t++)
+    bind_tensor(&c->t[t], &c->model->layers[c->t[t].layer]);
 }
 
 /* Rank 0 sends its whole model state to the other servers (resume). */

@@ -45,8 +45,9 @@ ar_status ar__dist_server_init(ar__dist *c) {
   c->pend_w = ar_malloc(wt * sizeof *c->pend_w);
   c->pend_t = ar_malloc(wt * sizeof *c->pend_t);
   c->pend_at = ar_malloc(wt * sizeof *c->pend_at);
+  c->s_idx = ar_malloc(wt * sizeof *c->s_idx);
   if (!c->gradoff || !c->sreq || !c->rreq || !c->send_start || !c->delivered || !c->arrive || !c->pend_w ||
-      !c->pend_t || !c->pend_at)
+      !c->pend_t || !c->pend_at || !c->s_idx)
     return ar_errf(c->err, AR_NOMEM, "out of memory for the server's bookkeeping");
   for (size_t i = 0; i < wt; i++)
     c->sreq[i] = c->rreq[i] = MPI_REQUEST_NULL;
@@ -121,6 +122,7 @@ void ar__dist_server_fini(ar__dist *c) {
   ar_free(c->pend_w);
   ar_free(c->pend_t);
   ar_free(c->pend_at);
+  ar_free(c->s_idx);
   ar_free(c->report);
 }
 
@@ -408,12 +410,7 @@ ar_status ar__dist_server_iteration(ar__dist *c, int64_t iter, const ar_commsche
   double start = ar__dist_clock(c);
   pack_params(c);
   AR_CHECK(post_grad_recvs(c, &it));
-  int *idx = ar_malloc((size_t)c->W * (size_t)c->nt * sizeof *idx + 1);
-  if (!idx)
-    return ar_errf(c->err, AR_NOMEM, "out of memory");
-  ar_status st = exchange(c, &it, idx);
-  ar_free(idx);
-  AR_CHECK(st);
+  AR_CHECK(exchange(c, &it, c->s_idx));
   /* With link emulation a gradient counts from its emulated arrival. */
   for (double now = ar__dist_clock(c); now < it.last_delivery; now = ar__dist_clock(c)) {
     double left = it.last_delivery - now;

@@ -171,12 +171,7 @@ static void *run_thread(void *arg) {
 
 /* ---- the worker's side (main thread) ---- */
 
-static const char *policy_name(ar_policy_kind k) {
-  static const char *const names[] = {"fifo", "pack", "srtf", "fair", "priority"};
-  return (unsigned)k < 5 ? names[k] : "fifo";
-}
-
-/* Waits (with the locks' owner: s->mu held) until pred holds, checking
+/* Waits (s->mu held) until pred holds, checking
  * every 50 ms that no other rank failed and no signal came (the wait for
  * one's turn is not a dead peer: progressed = true). */
 static ar_status wait_until(ar__share *s, bool (*pred)(const ar__share *), const char *what) {
@@ -270,7 +265,7 @@ ar_status ar__share_open(ar__dist *c, int threads, size_t persistent, size_t eph
   AR_CHECK(load_share_file(s));
   const ar_spec *sp = s->spec;
   ar__runner_opts ro = AR__RUNNER_OPTS_INIT;
-  ro.policy = policy_name(sp->runtime.policy);
+  ro.policy = ar__policy_name(sp->runtime.policy);
   ro.device = c->dev_name; /* a GPU worker shares its GPU */
   ro.device_opts = ar_job_device_opts(sp);
   ro.threads = threads;

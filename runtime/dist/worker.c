@@ -22,7 +22,13 @@ ar_status ar__dist_worker_init(ar__dist *c) {
   c->pcount = ar_calloc((size_t)c->nt, sizeof *c->pcount);
   c->report_len = ar__dist_worker_report_len(c);
   c->report = ar_malloc(c->report_len * sizeof *c->report);
-  if (!c->preq || !c->pcount || !c->report)
+  size_t nt = (size_t)c->nt;
+  c->w_arrival = ar_malloc(nt * sizeof *c->w_arrival);
+  c->w_order_u = ar_malloc(nt * sizeof *c->w_order_u);
+  c->w_idx = ar_malloc(nt * sizeof *c->w_idx);
+  c->w_bytes = ar_malloc(2 * nt * sizeof *c->w_bytes);
+  if (!c->preq || !c->pcount || !c->report || !c->w_arrival || !c->w_order_u || !c->w_idx ||
+      !c->w_bytes)
     return ar_errf(c->err, AR_NOMEM, "out of memory for the worker's bookkeeping");
   for (int t = 0; t < c->nt; t++)
     if (c->t[t].rows && !(c->t[t].msg = ar_malloc(c->t[t].wire)))
@@ -41,6 +47,10 @@ void ar__dist_worker_fini(ar__dist *c) {
   ar_free(c->preq);
   ar_free(c->pcount);
   ar_free(c->report);
+  ar_free(c->w_arrival);
+  ar_free(c->w_order_u);
+  ar_free(c->w_idx);
+  ar_free(c->w_bytes);
 }
 
 /* Copies rows [lo, hi) of src into dst. */
@@ -322,15 +332,9 @@ ar_status ar__dist_worker_iteration(ar__dist *c, int64_t iter) {
   for (size_t i = 0; i < c->report_len; i++)
     rep[i] = NAN;
   wrk_iter w;
-  w.arrival = ar_malloc(nt * sizeof *w.arrival);
-  w.order_u = ar_malloc(nt * sizeof *w.order_u);
-  w.idx = ar_malloc(nt * sizeof *w.idx);
-  if (!w.arrival || !w.order_u || !w.idx) {
-    ar_free(w.arrival);
-    ar_free(w.order_u);
-    ar_free(w.idx);
-    return ar_errf(c->err, AR_NOMEM, "out of memory");
-  }
+  w.arrival = c->w_arrival;
+  w.order_u = c->w_order_u;
+  w.idx = c->w_idx;
   for (size_t t = 0; t < nt; t++)
     w.arrival[t] = NAN;
   w.order = rep + AR__WREP_HEAD + 2 * c->nops + nt;
@@ -355,16 +359,11 @@ ar_status ar__dist_worker_iteration(ar__dist *c, int64_t iter) {
   }
   if (st == AR_OK && c->o.on_recv_order)
     c->o.on_recv_order(c->o.ctx, iter, w.order_u, w.norder);
-  uint64_t *bytes = c->o.on_bytes ? ar_malloc(2 * nt * sizeof *bytes) : NULL;
-  if (st == AR_OK && bytes) {
+  if (st == AR_OK && c->o.on_bytes) {
     const double *b = rep + AR__WREP_HEAD + 2 * c->nops + 2 * nt;
     for (size_t i = 0; i < 2 * nt; i++)
-      bytes[i] = (uint64_t)b[i];
-    c->o.on_bytes(c->o.ctx, iter, bytes, bytes + nt, nt);
+      c->w_bytes[i] = (uint64_t)b[i];
+    c->o.on_bytes(c->o.ctx, iter, c->w_bytes, c->w_bytes + nt, nt);
   }
-  ar_free(bytes);
-  ar_free(w.arrival);
-  ar_free(w.order_u);
-  ar_free(w.idx);
   return st;
 }

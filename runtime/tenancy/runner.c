@@ -858,30 +858,26 @@ static void busy_change(ar__runner *r, int delta) {
     r->busy_total += now - r->busy_since;
 }
 
+/* Appends x to the growable array (*v, *n, *cap), doubling from `first`;
+ * out of memory, the value is dropped (the quantiles lose a sample). */
+static void push_double(double **v, size_t *n, size_t *cap, size_t first, double x) {
+  if (*n == *cap) {
+    size_t c = *cap ? 2 * *cap : first;
+    double *p = ar_realloc(*v, c * sizeof *p);
+    if (p) {
+      *v = p;
+      *cap = c;
+    }
+  }
+  if (*n < *cap)
+    (*v)[(*n)++] = x;
+}
+
 static void push_switch(ar__runner *r, tjob *j, double s) {
-  if (j->nsw == j->capsw) {
-    size_t cap = j->capsw ? 2 * j->capsw : 64;
-    double *n = ar_realloc(j->sw, cap * sizeof *n);
-    if (n) {
-      j->sw = n;
-      j->capsw = cap;
-    }
-  }
-  if (j->nsw < j->capsw)
-    j->sw[j->nsw++] = s;
+  push_double(&j->sw, &j->nsw, &j->capsw, 64, s);
   r->switches++;
-  if (r->nsw_all < SWITCH_KEEP) {
-    if (r->nsw_all == r->capsw_all) {
-      size_t cap = r->capsw_all ? 2 * r->capsw_all : 256;
-      double *n = ar_realloc(r->sw_all, cap * sizeof *n);
-      if (n) {
-        r->sw_all = n;
-        r->capsw_all = cap;
-      }
-    }
-    if (r->nsw_all < r->capsw_all)
-      r->sw_all[r->nsw_all++] = s;
-  }
+  if (r->nsw_all < SWITCH_KEEP)
+    push_double(&r->sw_all, &r->nsw_all, &r->capsw_all, 256, s);
 }
 
 /* A worker handed an iteration back. */

@@ -207,6 +207,9 @@ size_t ar__host_available_bytes(void);
  * is the caller's).  resume: continue from output.dir/checkpoint.bin.
  * The spec must outlive the job.  Statuses of ar_job_open; AR_STATE when a
  * resumed job has no iteration left. */
+/* The lanes policy name of runtime.policy ("fifo", "pack", ...). */
+const char *ar__policy_name(ar_policy_kind k);
+
 ar_status ar__tenancy_open_job(const ar_spec *spec, bool resume,
                                ar__tjob_desc *d, ar_err *err);
 /* A job that only fails with `message` when started: a job whose data

@@ -181,7 +181,7 @@ static void on_event(void *ctxp, size_t idx, const ar__tjob_result *res) {
   }
 }
 
-static const char *policy_name(ar_policy_kind k) {
+const char *ar__policy_name(ar_policy_kind k) {
   static const char *const names[] = {"fifo", "pack", "srtf", "fair", "priority"};
   return (unsigned)k < 5 ? names[k] : "fifo";
 }
@@ -192,7 +192,7 @@ ar_status ar_tenancy_run(const ar_spec *spec, const ar_run_opts *opts, ar_err *e
   bool quiet = opts && opts->quiet;
   bool resume = opts && opts->resume;
   ar__runner_opts ro = AR__RUNNER_OPTS_INIT;
-  ro.policy = policy_name(spec->runtime.policy);
+  ro.policy = ar__policy_name(spec->runtime.policy);
   ro.device = spec->device ? spec->device : "auto";
   /* The device is opened once for every job, with the top-level
    * runtime.memory (a CUDA device's arena). */
