@@ -32,6 +32,7 @@
 #define ACCELRT_DATA_H
 
 #include "accelrt/base.h"
+#include "accelrt/fs.h"
 #include "accelrt/spec.h"
 
 #include <stdbool.h>
@@ -79,8 +80,14 @@ typedef struct ar_reader_opts {
   uint64_t seed;          /* shuffle seed; epoch e uses a stream derived from (seed, e) */
   int64_t features;       /* expected feature count (model input); 0 = do not check */
   int64_t labels;         /* expected label count (output width); 0 = do not check */
+  const ar_fs *fs; /* whose rights open the file (fs.h); NULL: this process's */
+  int64_t max_line;       /* longest line accepted, bytes; 0 = AR_READER_MAX_LINE */
 } ar_reader_opts;
-#define AR_READER_OPTS_INIT {AR_FMT_XC, 0, 0, 0, 0}
+#define AR_READER_OPTS_INIT {AR_FMT_XC, 0, 0, 0, 0, NULL, 0}
+/* The default bound on a line: a longer one is a located error, so a file
+ * without newlines (or /dev/zero behind a link) cannot grow the buffer
+ * without bound. */
+#define AR_READER_MAX_LINE ((int64_t)16 << 20)
 
 typedef struct ar_reader ar_reader;
 
@@ -88,7 +95,9 @@ typedef struct ar_reader ar_reader;
  * feature or label id out of range of the header or of opts->features /
  * opts->labels, or a header whose point count disagrees with the lines is
  * an AR_PARSE error "FILE:LINE: error: ..." in err).  The reader is
- * positioned at the start of epoch 0.  AR_IO when the file cannot be read.
+ * positioned at the start of epoch 0.  AR_NOTFOUND when the file does not
+ * exist, AR_IO when it cannot be read or is not a regular file (opened
+ * through opts->fs), AR_RANGE for a line longer than opts->max_line.
  * AR_INVALID for a bad option, AR_NOMEM.  opts may be NULL (defaults);
  * path is copied.  On failure *out is NULL.
  *
@@ -152,9 +161,15 @@ ar_status ar_reader_skip(ar_reader *r, int64_t rows, ar_err *err);
  * about 12 bytes a label.  AR_INVALID for a bad spec (the message names
  * the data.generate key), AR_IO (nothing is left behind but a complete
  * earlier file), AR_NOMEM. */
+typedef struct ar_gen_opts {
+  const ar_fs *fs; /* whose rights create the files; NULL: this process's */
+  uint64_t max_bytes;     /* both files together; 0 = no bound.  Past it:
+                             AR_RANGE, and nothing is left behind */
+} ar_gen_opts;
+#define AR_GEN_OPTS_INIT {NULL, 0}
 ar_status ar_data_generate(const ar_gen_spec *gen, uint64_t seed,
                            const char *train_path, const char *test_path,
-                           ar_err *err);
+                           const ar_gen_opts *opts, ar_err *err);
 
 #ifdef __cplusplus
 }

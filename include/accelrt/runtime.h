@@ -17,6 +17,7 @@
 #define ACCELRT_RUNTIME_H
 
 #include "accelrt/base.h"
+#include "accelrt/fs.h"
 #include "accelrt/graph.h"
 #include "accelrt/spec.h"
 
@@ -28,8 +29,14 @@ typedef struct ar_run_opts {
   bool resume;   /* continue from output.dir/checkpoint.bin */
   bool quiet;    /* no progress output */
   FILE *progress; /* where progress goes (default stderr) */
+  /* Whose rights every file of the job is opened with (data, outputs,
+   * checkpoints, generated data): NULL is this process's; the service
+   * passes the submitter's (fs.h).  Borrowed; outlives the job. */
+  const ar_fs *fs;
+  int64_t max_line;       /* data files' longest line; 0: AR_READER_MAX_LINE */
+  uint64_t max_generated; /* bytes data.generate may write; 0: no bound */
 } ar_run_opts;
-#define AR_RUN_OPTS_INIT {false, false, NULL}
+#define AR_RUN_OPTS_INIT {false, false, NULL, NULL, 0, 0}
 
 /* Final figures of a run (also written to summary.json). */
 typedef struct ar_summary {
@@ -136,8 +143,12 @@ ar_status ar_eval_checkpoint(const ar_spec *spec, const char *ckpt, int64_t max_
  * output.dir/data/ when needed (reused when the same parameters and seed
  * were generated before) and returns the train and test paths (test may be
  * NULL), borrowed from the spec or owned by `*storage` (free with ar_free). */
-ar_status ar_run_resolve_data(const ar_spec *spec, const char **train,
-                              const char **test, char **storage, ar_err *err);
+ar_status ar_run_resolve_data(const ar_spec *spec, const ar_run_opts *opts,
+                              const char **train, const char **test, char **storage,
+                              ar_err *err);
+/* Removes what ar_run_resolve_data generated (nothing for data files the
+ * job names): output.dir/data/ and its files. */
+void ar_run_remove_generated(const ar_spec *spec, const ar_fs *fs);
 
 /* ---- checkpoints ---- */
 typedef struct ar_ckpt_state {
@@ -148,16 +159,18 @@ typedef struct ar_ckpt_state {
   double train_s;        /* training seconds so far */
 } ar_ckpt_state;
 
-/* Writes the model's tensors and `st` to `path` atomically.  AR_IO. */
-ar_status ar_checkpoint_save(const ar_model *m, const ar_ckpt_state *st,
+/* Writes the model's tensors and `st` to `path` atomically, through fs
+ * (NULL: this process's rights).  AR_IO. */
+ar_status ar_checkpoint_save(const ar_model *m, const ar_ckpt_state *st, const ar_fs *fs,
                              const char *path, ar_err *err);
+/* Reads only the position (iteration, epoch, samples, time) of a
+ * checkpoint, without a model; the tensors are not checked. */
+ar_status ar_checkpoint_peek(const ar_fs *fs, const char *path, ar_ckpt_state *st,
+                             ar_err *err);
 /* Loads a checkpoint into a model of the same shape.  AR_CORRUPT when the
  * checksum fails or the file is truncated; AR_SPEC when the shapes differ
  * from the job's (the message names the tensor). */
-/* Reads only the position (iteration, epoch, samples, time) of a
- * checkpoint, without a model; the tensors are not checked. */
-ar_status ar_checkpoint_peek(const char *path, ar_ckpt_state *st, ar_err *err);
-ar_status ar_checkpoint_load(ar_model *m, ar_ckpt_state *st, const char *path,
+ar_status ar_checkpoint_load(ar_model *m, ar_ckpt_state *st, const ar_fs *fs, const char *path,
                              ar_err *err);
 
 /* ---- machine ---- */
@@ -189,18 +202,16 @@ void ar_json_bool(ar_json *j, const char *key, bool v);
 /* Finishes the object and returns its text (owned by j until destroy). */
 const char *ar_json_end(ar_json *j);
 void ar_json_destroy(ar_json *j);
-/* Writes text to path atomically (temp, fsync, rename).  AR_IO. */
+/* ar_fs_write_atomic and ar_fs_mkdirs with this process's rights. */
 ar_status ar_write_file_atomic(const char *path, const void *data, size_t len,
                                ar_err *err);
-/* mkdir -p.  AR_IO. */
 ar_status ar_mkdirs(const char *path, ar_err *err);
-/* "DIR/NAME" (ar_free it), or NULL when out of memory. */
-char *ar_path_join(const char *dir, const char *name);
 /* --resume: keeps the lines of the file at `path` whose iteration (the
  * number after `key`, or at the start of the line when key is "") is at
  * most upto, and the lines without one, so that iterations rerun after a
  * checkpoint are not logged twice.  A missing file is fine. */
-ar_status ar_trim_lines(const char *path, int64_t upto, const char *key, ar_err *err);
+ar_status ar_trim_lines(const ar_fs *fs, const char *path, int64_t upto, const char *key,
+                        ar_err *err);
 
 #ifdef __cplusplus
 }

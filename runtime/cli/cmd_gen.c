@@ -110,7 +110,7 @@ int cli_gen_data(int argc, char **argv) {
     snprintf(train, n, "%s/train.txt", out);
     snprintf(test, n, "%s/test.txt", out);
     double t0 = ar_now();
-    ar_status st = ar_data_generate(&g, (uint64_t)seed, train, g.test_points ? test : NULL, &err);
+    ar_status st = ar_data_generate(&g, (uint64_t)seed, train, g.test_points ? test : NULL, NULL, &err);
     if (st == AR_OK) {
       printf("wrote %s (%lld points) and %s (%lld points): %lld features, %lld labels in %.1f s\n",
              train, (long long)g.train_points, test, (long long)g.test_points,

@@ -162,7 +162,7 @@ int cli_check(int argc, char **argv) {
     ro.format = spec->data.format;
     ro.features = spec->input.features;
     ro.labels = spec->layers[spec->n_layers - 1].width;
-    ar_status st = ar_run_resolve_data(spec, &train, &test, &storage, &err);
+    ar_status st = ar_run_resolve_data(spec, NULL, &train, &test, &storage, &err);
     if (st == AR_OK)
       st = ar_reader_open(train, &ro, &rt, &err);
     if (st == AR_OK && test)

@@ -25,6 +25,8 @@
 
 typedef struct generator {
   const ar_gen_spec *spec;
+  ar_gen_opts opts;
+  uint64_t written; /* bytes of both files so far */
   uint64_t seed;
   /* Vose's alias method over label popularity (Vose, "A linear algorithm
    * for generating random numbers with a given distribution", IEEE TSE
@@ -153,6 +155,12 @@ static char *put_u32(char *p, uint32_t v) {
 
 static ar_status flush_out(generator *g, FILE *f, const char *tmp,
                            ar_err *err) {
+  g->written += g->out_len;
+  if (g->opts.max_bytes && g->written > g->opts.max_bytes)
+    return ar_errf(err, AR_RANGE,
+                   "data.generate: the data would take more than %llu bytes, the most "
+                   "allowed here; lower data.generate.train_points or test_points",
+                   (unsigned long long)g->opts.max_bytes);
   if (g->out_len && fwrite(g->out, 1, g->out_len, f) != g->out_len)
     return ar_errf(err, AR_IO, "%s: write failed: %s (check free disk space)",
                    tmp, strerror(errno));
@@ -214,93 +222,25 @@ static ar_status emit_point(generator *g, int split, int64_t i, FILE *f,
 
 /* ---- files ----------------------------------------------------------------- */
 
-/* Makes a rename in the folder of `path` durable; best effort, since some
- * file systems cannot fsync a directory. */
-static void sync_parent(const char *path) {
-  char dir[4096];
-  const char *slash = strrchr(path, '/');
-  if (!slash) {
-    strcpy(dir, ".");
-  } else {
-    size_t n = (size_t)(slash - path);
-    if (n == 0)
-      n = 1;
-    if (n >= sizeof dir)
-      return;
-    memcpy(dir, path, n);
-    dir[n] = '\0';
-  }
-  int fd = open(dir, O_RDONLY);
-  if (fd >= 0) {
-    fsync(fd);
-    close(fd);
-  }
-}
-
 static ar_status write_split(generator *g, int split, int64_t points,
                              const char *path, ar_err *err) {
   const ar_gen_spec *s = g->spec;
+  ar_fs_atomic a;
+  AR_CHECK(ar_fs_atomic_begin(g->opts.fs, path, &a, err));
+  const char *tmp = a.tmp;
   ar_status st = AR_OK;
-  FILE *f = NULL;
-  size_t plen = strlen(path);
-  char *tmp = ar_malloc(plen + 16);
-  if (!tmp)
-    return ar_errf(err, AR_NOMEM, "%s: out of memory", path);
-  memcpy(tmp, path, plen);
-  memcpy(tmp + plen, ".tmp.XXXXXX", 12);
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    st = ar_errf(err, AR_IO, "%s: cannot create a temporary file next to it: %s "
-                 "(check that the folder exists and is writable)",
-                 path, strerror(errno));
-    ar_free(tmp);
-    return st;
-  }
-  (void)fchmod(fd, 0644);
-  f = fdopen(fd, "wb");
-  if (!f) {
-    st = ar_errf(err, AR_IO, "%s: %s", tmp, strerror(errno));
-    close(fd);
-    goto fail;
-  }
-
   g->out_len = (size_t)snprintf(g->out, g->out_cap, "%lld %lld %lld\n",
                                 (long long)points, (long long)s->features,
                                 (long long)s->labels);
-  for (int64_t i = 0; i < points; i++) {
-    st = emit_point(g, split, i, f, tmp, err);
-    if (st != AR_OK)
-      goto fail;
+  for (int64_t i = 0; i < points && st == AR_OK; i++)
+    st = emit_point(g, split, i, a.f, tmp, err);
+  if (st == AR_OK)
+    st = flush_out(g, a.f, tmp, err);
+  if (st != AR_OK) {
+    ar_fs_atomic_abort(&a);
+    return st;
   }
-  st = flush_out(g, f, tmp, err);
-  if (st != AR_OK)
-    goto fail;
-  if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
-    st = ar_errf(err, AR_IO, "%s: cannot flush to disk: %s (check free disk space)",
-                 tmp, strerror(errno));
-    goto fail;
-  }
-  int rc = fclose(f);
-  f = NULL;
-  if (rc != 0) {
-    st = ar_errf(err, AR_IO, "%s: close failed: %s", tmp, strerror(errno));
-    goto fail;
-  }
-  if (rename(tmp, path) != 0) {
-    st = ar_errf(err, AR_IO, "cannot rename %s to %s: %s", tmp, path,
-                 strerror(errno));
-    goto fail;
-  }
-  sync_parent(path);
-  ar_free(tmp);
-  return AR_OK;
-
-fail:
-  if (f)
-    fclose(f);
-  unlink(tmp);
-  ar_free(tmp);
-  return st;
+  return ar_fs_atomic_commit(&a, err);
 }
 
 static ar_status check_spec(const ar_gen_spec *s, const char *train_path,
@@ -335,10 +275,11 @@ static ar_status check_spec(const ar_gen_spec *s, const char *train_path,
 
 ar_status ar_data_generate(const ar_gen_spec *gen, uint64_t seed,
                            const char *train_path, const char *test_path,
-                           ar_err *err) {
+                           const ar_gen_opts *opts, ar_err *err) {
   AR_CHECK(check_spec(gen, train_path, test_path, err));
   generator g;
   memset(&g, 0, sizeof g);
+  g.opts = opts ? *opts : (ar_gen_opts)AR_GEN_OPTS_INIT;
   g.spec = gen;
   g.seed = seed;
   g.max_k = 2 * (int64_t)gen->labels_per_point;
@@ -367,6 +308,10 @@ ar_status ar_data_generate(const ar_gen_spec *gen, uint64_t seed,
     goto done;
   if (test_path)
     st = write_split(&g, 1, gen->test_points, test_path, err);
+  if (st == AR_RANGE && test_path) {
+    /* Over the bound: the train file written first goes too. */
+    ar_fs_unlink(g.opts.fs, train_path, false, NULL);
+  }
 
 done:
   ar_free(g.out);

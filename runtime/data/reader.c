@@ -22,7 +22,7 @@
  * of the file; inside the data they are an error, because a point with
  * neither labels nor features cannot be told from an accidental blank.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 #include "accelrt/data.h"
 
 
@@ -32,6 +32,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define READ_CHUNK ((size_t)1 << 20) /* initial read buffer: 1 MiB */
 #define LINEAR_DEDUPE 16 /* label lists up to this long are de-duplicated by a linear scan */
@@ -193,9 +194,14 @@ static ar_status lr_get(ar_reader *r, int may_grow, char **line, size_t *len,
         return perr(r, err, AR_CORRUPT, lr->lineno + 1,
                     "line is longer than when the file was opened "
                     "(the file changed while it was being read; reopen it)");
-      if (lr->cap > ((size_t)-1) / 4)
-        return perr(r, err, AR_NOMEM, lr->lineno + 1, "line too long to buffer");
-      size_t ncap = lr->cap * 2;
+      size_t limit = (size_t)r->opts.max_line;
+      if (lr->cap >= limit)
+        return perr(r, err, AR_RANGE, lr->lineno + 1,
+                    "line is longer than %zu bytes, the longest this reader accepts "
+                    "(is this a data file? a file without line breaks, or /dev/zero, "
+                    "is not)",
+                    limit);
+      size_t ncap = lr->cap * 2 > limit ? limit : lr->cap * 2;
       char *nb = ar_realloc(lr->buf, ncap + 1);
       if (!nb)
         return perr(r, err, AR_NOMEM, lr->lineno + 1,
@@ -854,12 +860,14 @@ ar_status ar_reader_open(const char *path, const ar_reader_opts *opts,
   if (o.format != AR_FMT_XC && o.format != AR_FMT_LIBSVM)
     return ar_errf(err, AR_INVALID, "%s: unknown data format %d (use xc or libsvm)",
                    path, (int)o.format);
-  if (o.shuffle_window < 0 || o.features < 0 || o.labels < 0)
+  if (o.max_line == 0)
+    o.max_line = AR_READER_MAX_LINE;
+  if (o.shuffle_window < 0 || o.features < 0 || o.labels < 0 || o.max_line < 64)
     return ar_errf(err, AR_INVALID,
                    "%s: shuffle_window (%lld), features (%lld) and labels (%lld) "
-                   "must not be negative",
+                   "must not be negative, max_line (%lld) at least 64",
                    path, (long long)o.shuffle_window, (long long)o.features,
-                   (long long)o.labels);
+                   (long long)o.labels, (long long)o.max_line);
 
   ar_reader *r = ar_calloc(1, sizeof *r);
   if (!r)
@@ -871,8 +879,15 @@ ar_status ar_reader_open(const char *path, const ar_reader_opts *opts,
     st = ar_errf(err, AR_NOMEM, "%s: out of memory for a reader", path);
     goto fail;
   }
-  r->lr.f = fopen(path, "rb");
+  int fd = -1;
+  st = ar_fs_open_read(o.fs, path, &fd, err);
+  if (st != AR_OK) {
+    ar_err_wrap(err, "data file (check data.train / data.test)");
+    goto fail;
+  }
+  r->lr.f = fdopen(fd, "rb");
   if (!r->lr.f) {
+    close(fd);
     st = ar_errf(err, AR_IO, "%s: cannot open: %s (check data.train / data.test)",
                  path, strerror(errno));
     goto fail;
@@ -882,7 +897,7 @@ ar_status ar_reader_open(const char *path, const ar_reader_opts *opts,
 #ifdef POSIX_FADV_SEQUENTIAL
   posix_fadvise(fileno(r->lr.f), 0, 0, POSIX_FADV_SEQUENTIAL);
 #endif
-  r->lr.cap = READ_CHUNK;
+  r->lr.cap = READ_CHUNK < (size_t)o.max_line ? READ_CHUNK : (size_t)o.max_line;
   r->lr.buf = ar_malloc(r->lr.cap + 1);
   if (!r->lr.buf) {
     st = ar_errf(err, AR_NOMEM, "%s: out of memory for the read buffer", path);

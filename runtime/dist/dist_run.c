@@ -119,11 +119,11 @@ static ar_status open_data(ar__dist *c) {
   if (c->rank == 0) {
     st = ar_mkdirs(s->output.dir, c->err);
     if (st == AR_OK)
-      st = ar_run_resolve_data(s, &c->train_path, &c->test_path, &c->data_storage, c->err);
+      st = ar_run_resolve_data(s, NULL, &c->train_path, &c->test_path, &c->data_storage, c->err);
   }
   AR_CHECK(agree(c, st, "preparing the data"));
   if (c->rank != 0)
-    AR_CHECK(ar_run_resolve_data(s, &c->train_path, &c->test_path, &c->data_storage, c->err));
+    AR_CHECK(ar_run_resolve_data(s, NULL, &c->train_path, &c->test_path, &c->data_storage, c->err));
   ar_reader_opts ro = AR_READER_OPTS_INIT;
   ro.format = s->data.format;
   ro.shuffle_window = s->data.shuffle_window;
@@ -454,7 +454,7 @@ static ar_status resume(ar__dist *c) {
         st = ar_errf(c->err, AR_NOTFOUND, "--resume: no checkpoint at '%s'; run without "
                      "--resume to start afresh", path);
       else
-        st = ar_checkpoint_load(c->model, &c->st, path, c->err);
+        st = ar_checkpoint_load(c->model, &c->st, NULL, path, c->err);
     }
     ar_free(path);
   }
@@ -533,7 +533,7 @@ static ar_status between_iterations(ar__dist *c, int64_t iter) {
   if (ev)
     AR_CHECK(ar__dist_eval_and_log(c));
   if (ck)
-    AR_CHECK(ar_checkpoint_save(c->model, &c->st, c->ckpt_path, c->err));
+    AR_CHECK(ar_checkpoint_save(c->model, &c->st, NULL, c->ckpt_path, c->err));
   return AR_OK;
 }
 

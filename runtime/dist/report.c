@@ -50,12 +50,12 @@ ar_status ar__dist_report_init(ar__dist *c, bool resume) {
     c->rep_req[i] = MPI_REQUEST_NULL;
   AR_CHECK(ar_commsched_oracle_create(c->g, &c->oracle, c->err));
   if (resume)
-    AR_CHECK(ar_trim_lines(c->metrics_path, c->st.iteration, "\"iteration\": ", c->err));
+    AR_CHECK(ar_trim_lines(NULL, c->metrics_path, c->st.iteration, "\"iteration\": ", c->err));
   c->metrics = fopen(c->metrics_path, resume ? "a" : "w");
   if (!c->metrics)
     return ar_errf(c->err, AR_IO, "cannot write '%s': %s", c->metrics_path, strerror(errno));
   if (resume)
-    AR_CHECK(ar_trim_lines(c->trace_path, c->st.iteration, "", c->err));
+    AR_CHECK(ar_trim_lines(NULL, c->trace_path, c->st.iteration, "", c->err));
   c->trace = fopen(c->trace_path, resume ? "a" : "w");
   if (!c->trace)
     return ar_errf(c->err, AR_IO, "cannot write '%s': %s", c->trace_path, strerror(errno));
@@ -576,7 +576,7 @@ ar_status ar__dist_finish(ar__dist *c, bool finished, double wall0, ar_summary *
     AR_CHECK(ar__dist_eval_and_log(c));
   if (c->progress)
     ar_progress_finish(c->progress);
-  AR_CHECK(ar_checkpoint_save(c->model, &c->st, c->ckpt_path, c->err));
+  AR_CHECK(ar_checkpoint_save(c->model, &c->st, NULL, c->ckpt_path, c->err));
   ar_summary s;
   memset(&s, 0, sizeof s);
   const ar_data_stats *ts = ar_reader_stats(c->train);

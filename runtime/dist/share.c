@@ -291,7 +291,7 @@ ar_status ar__share_open(ar__dist *c, int threads, size_t persistent, size_t eph
   for (int i = 0; i < sp->n_jobs; i++) {
     ar__tjob_desc jd;
     ar_err je = AR_ERR_INIT;
-    ar_status os = ar__tenancy_open_job(sp->jobs[i], false, &jd, &je);
+    ar_status os = ar__tenancy_open_job(sp->jobs[i], NULL, &jd, &je);
     if (os != AR_OK)
       return ar_errf(c->err, os, "distributed.share: job '%s' of %s: %s", sp->jobs[i]->name,
                      c->spec->distributed.share_file, je.msg);

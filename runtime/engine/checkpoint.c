@@ -12,7 +12,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <string.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -36,42 +35,27 @@ static void put(writer *w, const void *p, size_t n) {
   w->crc = crc32(w->crc, p, (uInt)n);
 }
 
-static ar_status fsync_dir_of(const char *path) {
-  char *copy = ar_strdup(path);
-  if (!copy)
-    return AR_NOMEM;
-  int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
-  ar_free(copy);
-  if (fd >= 0) {
-    fsync(fd);
-    close(fd);
-  }
-  return AR_OK;
-}
-
-ar_status ar_checkpoint_save(const ar_model *m, const ar_ckpt_state *st, const char *path,
-                             ar_err *err) {
+ar_status ar_checkpoint_save(const ar_model *m, const ar_ckpt_state *st, const ar_fs *fs,
+                             const char *path, ar_err *err) {
   const char *names[MAX_TENSORS];
   float *ptrs[MAX_TENSORS];
   int64_t counts[MAX_TENSORS];
   int n = ar_model_tensors(m, names, ptrs, counts, MAX_TENSORS);
   AR_ASSERT(n <= MAX_TENSORS);
-  size_t plen = strlen(path);
-  char *tmp = ar_malloc(plen + 8);
   float *stage = ar_malloc(CHUNK * sizeof(float));
   ar_status status = AR_OK;
   writer w = {NULL, crc32(0L, Z_NULL, 0), 0};
-  if (!tmp || !stage) {
+  ar_fs_atomic a = {0};
+  if (!stage) {
     status = ar_errf(err, AR_NOMEM, "out of memory writing checkpoint '%s'", path);
     goto done;
   }
-  snprintf(tmp, plen + 8, "%s.tmp", path);
-  w.f = fopen(tmp, "wb");
-  if (!w.f) {
-    status = ar_errf(err, AR_IO, "cannot write checkpoint '%s': %s; check output.dir", tmp,
-                     strerror(errno));
+  status = ar_fs_atomic_begin(fs, path, &a, err);
+  if (status != AR_OK) {
+    ar_err_wrap(err, "checkpoint (check output.dir)");
     goto done;
   }
+  w.f = a.f;
   uint32_t version = CKPT_VERSION, nt = (uint32_t)n;
   put(&w, CKPT_MAGIC, 8);
   put(&w, &version, 4);
@@ -98,30 +82,16 @@ ar_status ar_checkpoint_save(const ar_model *m, const ar_ckpt_state *st, const c
   uint32_t crc = (uint32_t)w.crc;
   if (!w.failed && fwrite(&crc, 1, 4, w.f) != 4)
     w.failed = EIO;
-  if (!w.failed && fflush(w.f) != 0)
-    w.failed = errno;
-  if (!w.failed && fsync(fileno(w.f)) != 0)
-    w.failed = errno;
-  if (fclose(w.f) != 0 && !w.failed)
-    w.failed = errno;
-  w.f = NULL;
   if (w.failed) {
     status = ar_errf(err, AR_IO, "writing checkpoint '%s' failed: %s (disk full?); the "
-                     "previous checkpoint is kept", tmp, strerror(w.failed));
+                     "previous checkpoint is kept", a.tmp, strerror(w.failed));
     goto done;
   }
-  if (rename(tmp, path) != 0) {
-    status = ar_errf(err, AR_IO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-    goto done;
-  }
-  fsync_dir_of(path);
+  status = ar_fs_atomic_commit(&a, err);
 done:
-  if (w.f)
-    fclose(w.f);
-  if (status != AR_OK && tmp)
-    unlink(tmp);
+  if (status != AR_OK)
+    ar_fs_atomic_abort(&a);
   ar_free(stage);
-  ar_free(tmp);
   return status;
 }
 
@@ -140,11 +110,25 @@ static int get(reader *r, void *p, size_t n) {
   return 0;
 }
 
-ar_status ar_checkpoint_peek(const char *path, ar_ckpt_state *st, ar_err *err) {
-  reader r = {fopen(path, "rb"), crc32(0L, Z_NULL, 0), 0};
-  if (!r.f)
-    return ar_errf(err, AR_IO, "cannot open checkpoint '%s': %s; run without --resume to start "
-                   "afresh", path, strerror(errno));
+/* Opens a checkpoint for reading through fs. */
+static ar_status open_ckpt(const ar_fs *fs, const char *path, FILE **out, ar_err *err) {
+  int fd;
+  *out = NULL;
+  ar_status st = ar_fs_open_read(fs, path, &fd, err);
+  if (st != AR_OK)
+    return ar_err_wrap(err, "checkpoint (run without --resume to start afresh)");
+  *out = fdopen(fd, "rb");
+  if (!*out) {
+    close(fd);
+    return ar_errf(err, AR_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
+  }
+  return AR_OK;
+}
+
+ar_status ar_checkpoint_peek(const ar_fs *fs, const char *path, ar_ckpt_state *st,
+                             ar_err *err) {
+  reader r = {NULL, crc32(0L, Z_NULL, 0), 0};
+  AR_CHECK(open_ckpt(fs, path, &r.f, err));
   char magic[8];
   uint32_t version = 0, nt = 0;
   int64_t hdr[5];
@@ -170,7 +154,8 @@ ar_status ar_checkpoint_peek(const char *path, ar_ckpt_state *st, ar_err *err) {
   return status;
 }
 
-ar_status ar_checkpoint_load(ar_model *m, ar_ckpt_state *st, const char *path, ar_err *err) {
+ar_status ar_checkpoint_load(ar_model *m, ar_ckpt_state *st, const ar_fs *fs, const char *path,
+                             ar_err *err) {
   const char *names[MAX_TENSORS];
   float *ptrs[MAX_TENSORS];
   int64_t counts[MAX_TENSORS];
@@ -180,12 +165,9 @@ ar_status ar_checkpoint_load(ar_model *m, ar_ckpt_state *st, const char *path, a
   reader r = {NULL, crc32(0L, Z_NULL, 0), 0};
   if (!stage)
     return ar_errf(err, AR_NOMEM, "out of memory reading checkpoint '%s'", path);
-  r.f = fopen(path, "rb");
-  if (!r.f) {
-    status = ar_errf(err, AR_IO, "cannot open checkpoint '%s': %s; run without --resume to "
-                     "start afresh", path, strerror(errno));
+  status = open_ckpt(fs, path, &r.f, err);
+  if (status != AR_OK)
     goto done;
-  }
   char magic[8];
   uint32_t version = 0, nt = 0;
   int64_t hdr[5];

@@ -121,78 +121,26 @@ void ar_json_destroy(ar_json *j) {
   ar_free(j);
 }
 
-ar_status ar_mkdirs(const char *path, ar_err *err) {
-  char *p = ar_strdup(path);
-  if (!p)
-    return ar_errf(err, AR_NOMEM, "out of memory");
-  for (char *s = p + 1;; s++) {
-    if (*s == '/' || *s == '\0') {
-      char c = *s;
-      *s = '\0';
-      if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-        ar_status st = ar_errf(err, AR_IO, "cannot create directory '%s': %s", p,
-                               strerror(errno));
-        ar_free(p);
-        return st;
-      }
-      *s = c;
-      if (c == '\0')
-        break;
-    }
-  }
-  ar_free(p);
-  return AR_OK;
-}
+ar_status ar_mkdirs(const char *path, ar_err *err) { return ar_fs_mkdirs(NULL, path, err); }
 
 ar_status ar_write_file_atomic(const char *path, const void *data, size_t len, ar_err *err) {
-  size_t n = strlen(path) + 8;
-  char *tmp = ar_malloc(n);
-  if (!tmp)
-    return ar_errf(err, AR_NOMEM, "out of memory");
-  snprintf(tmp, n, "%s.tmp", path);
-  ar_status st = AR_OK;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-  if (fd < 0) {
-    st = ar_errf(err, AR_IO, "cannot write '%s': %s", tmp, strerror(errno));
-    goto done;
-  }
-  const char *p = data;
-  size_t left = len;
-  while (left > 0) {
-    ssize_t w = write(fd, p, left);
-    if (w < 0) {
-      if (errno == EINTR)
-        continue;
-      st = ar_errf(err, AR_IO, "writing '%s' failed: %s", tmp, strerror(errno));
-      break;
-    }
-    p += w;
-    left -= (size_t)w;
-  }
-  if (st == AR_OK && fsync(fd) != 0)
-    st = ar_errf(err, AR_IO, "fsync of '%s' failed: %s", tmp, strerror(errno));
-  close(fd);
-  if (st == AR_OK && rename(tmp, path) != 0)
-    st = ar_errf(err, AR_IO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-  if (st != AR_OK)
-    unlink(tmp);
-done:
-  ar_free(tmp);
-  return st;
+  return ar_fs_write_atomic(NULL, path, data, len, err);
 }
 
-char *ar_path_join(const char *dir, const char *name) {
-  size_t n = strlen(dir) + strlen(name) + 2;
-  char *s = ar_malloc(n);
-  if (s)
-    snprintf(s, n, "%s/%s", dir, name);
-  return s;
-}
-
-ar_status ar_trim_lines(const char *path, int64_t upto, const char *key, ar_err *err) {
-  FILE *f = fopen(path, "r");
-  if (!f)
+ar_status ar_trim_lines(const ar_fs *fs, const char *path, int64_t upto, const char *key,
+                        ar_err *err) {
+  int fd;
+  ar_err quiet = AR_ERR_INIT;
+  ar_status os = ar_fs_open_read(fs, path, &fd, &quiet);
+  if (os == AR_NOTFOUND)
     return AR_OK;
+  if (os != AR_OK)
+    return ar_errf(err, os, "%s", quiet.msg);
+  FILE *f = fdopen(fd, "r");
+  if (!f) {
+    close(fd);
+    return ar_errf(err, AR_IO, "cannot read '%s': %s", path, strerror(errno));
+  }
   char *keep = NULL, *line = NULL;
   size_t klen = 0, lcap = 0, kl = strlen(key);
   FILE *mem = open_memstream(&keep, &klen);
@@ -201,7 +149,13 @@ ar_status ar_trim_lines(const char *path, int64_t upto, const char *key, ar_err 
     return ar_errf(err, AR_NOMEM, "out of memory");
   }
   ssize_t n;
+  ar_status st = AR_OK;
   while ((n = getline(&line, &lcap, f)) > 0) {
+    if (n > (1 << 20)) {
+      st = ar_errf(err, AR_CORRUPT, "'%s' holds a line of over 1 MiB, which accelrt never "
+                   "writes; move the file away and resume again", path);
+      break;
+    }
     const char *p = kl ? strstr(line, key) : line;
     char *end = NULL;
     long long it = p ? strtoll(p + kl, &end, 10) : 0;
@@ -211,7 +165,8 @@ ar_status ar_trim_lines(const char *path, int64_t upto, const char *key, ar_err 
   free(line);
   fclose(f);
   fclose(mem);
-  ar_status st = ar_write_file_atomic(path, keep ? keep : "", klen, err);
+  if (st == AR_OK)
+    st = ar_fs_write_atomic(fs, path, keep ? keep : "", klen, err);
   free(keep);
   return st;
 }

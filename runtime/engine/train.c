@@ -20,21 +20,19 @@ static void on_signal(int sig) {
 }
 
 
-static int file_exists(const char *p) {
-  struct stat sb;
-  return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
-}
+/* Generated data lives in output.dir/data/, with a stamp naming the
+ * parameters it was made with, so a rerun reuses it. */
+static const char *const gen_files[] = {"train.txt", "test.txt", "generated"};
 
-ar_status ar_run_resolve_data(const ar_spec *spec, const char **train, const char **test,
-                              char **storage, ar_err *err) {
+ar_status ar_run_resolve_data(const ar_spec *spec, const ar_run_opts *opts, const char **train,
+                              const char **test, char **storage, ar_err *err) {
   *storage = NULL;
   if (!spec->data.generate) {
     *train = spec->data.train;
     *test = spec->data.test;
     return AR_OK;
   }
-  /* Generated data lives in output.dir/data/, with a stamp naming the
-   * parameters it was made with, so a rerun reuses it. */
+  const ar_fs *fs = opts ? opts->fs : NULL;
   const ar_gen_spec *g = &spec->data.gen;
   char stamp[512];
   snprintf(stamp, sizeof stamp,
@@ -53,31 +51,30 @@ ar_status ar_run_resolve_data(const ar_spec *spec, const char **train, const cha
     return ar_errf(err, AR_NOMEM, "out of memory");
   }
   char *trp = buf, *tep = buf + n, *stp = buf + 2 * n;
-  snprintf(trp, n, "%s/train.txt", dir);
-  snprintf(tep, n, "%s/test.txt", dir);
-  snprintf(stp, n, "%s/generated", dir);
-  ar_status st = ar_mkdirs(dir, err);
+  snprintf(trp, n, "%s/%s", dir, gen_files[0]);
+  snprintf(tep, n, "%s/%s", dir, gen_files[1]);
+  snprintf(stp, n, "%s/%s", dir, gen_files[2]);
+  ar_status st = ar_fs_mkdirs(fs, dir, err);
   ar_free(dir);
   if (st != AR_OK) {
     ar_free(buf);
     return st;
   }
-  int fresh = 0;
-  FILE *f = fopen(stp, "r");
-  if (f) {
-    char old[512] = {0};
-    size_t got = fread(old, 1, sizeof old - 1, f);
-    old[got] = '\0';
-    fclose(f);
-    fresh = strcmp(old, stamp) == 0 && file_exists(trp) &&
-            (g->test_points == 0 || file_exists(tep));
-  }
+  char *old = NULL;
+  size_t old_len = 0;
+  bool fresh = ar_fs_read_all(fs, stp, 511, &old, &old_len, NULL) == AR_OK &&
+               strcmp(old, stamp) == 0 && ar_fs_readable(fs, trp) &&
+               (g->test_points == 0 || ar_fs_readable(fs, tep));
+  ar_free(old);
   if (!fresh) {
-    unlink(stp);
+    ar_fs_unlink(fs, stp, false, NULL);
     ar_log(AR_LOG_INFO, "generating synthetic data into %s/data/", spec->output.dir);
-    st = ar_data_generate(g, spec->seed, trp, g->test_points > 0 ? tep : NULL, err);
+    ar_gen_opts go = AR_GEN_OPTS_INIT;
+    go.fs = fs;
+    go.max_bytes = opts ? opts->max_generated : 0;
+    st = ar_data_generate(g, spec->seed, trp, g->test_points > 0 ? tep : NULL, &go, err);
     if (st == AR_OK)
-      st = ar_write_file_atomic(stp, stamp, strlen(stamp), err);
+      st = ar_fs_write_atomic(fs, stp, stamp, strlen(stamp), err);
     if (st != AR_OK) {
       ar_free(buf);
       return st;
@@ -87,6 +84,22 @@ ar_status ar_run_resolve_data(const ar_spec *spec, const char **train, const cha
   *test = g->test_points > 0 ? tep : NULL;
   *storage = buf;
   return AR_OK;
+}
+
+void ar_run_remove_generated(const ar_spec *spec, const ar_fs *fs) {
+  if (!spec->data.generate)
+    return;
+  char *dir = ar_path_join(spec->output.dir, "data");
+  if (!dir)
+    return;
+  for (size_t i = 0; i < sizeof gen_files / sizeof gen_files[0]; i++) {
+    char *p = ar_path_join(dir, gen_files[i]);
+    if (p)
+      ar_fs_unlink(fs, p, false, NULL);
+    ar_free(p);
+  }
+  ar_fs_unlink(fs, dir, true, NULL);
+  ar_free(dir);
 }
 
 struct ar_job {
@@ -229,7 +242,7 @@ static ar_status write_summary(run_ctx *c, ar_summary *s) {
   ar_json_bool(j, "interrupted", s->interrupted);
   json_sampled(j, c->model);
   const char *text = ar_json_end(j);
-  ar_status st = text ? ar_write_file_atomic(c->summary_path, text, strlen(text), c->err)
+  ar_status st = text ? ar_fs_write_atomic(c->opts.fs, c->summary_path, text, strlen(text), c->err)
                       : ar_errf(c->err, AR_NOMEM, "out of memory writing the summary");
   ar_json_destroy(j);
   return st;
@@ -243,6 +256,8 @@ static ar_status open_readers(run_ctx *c, const char *train, const char *test) {
   ro.seed = s->seed;
   ro.features = s->input.features;
   ro.labels = s->layers[s->n_layers - 1].width;
+  ro.fs = c->opts.fs;
+  ro.max_line = c->opts.max_line;
   AR_CHECK(ar_reader_open(train, &ro, &c->train, c->err));
   if (ar_reader_stats(c->train)->points == 0)
     return ar_errf(c->err, AR_PARSE, "%s: error: the training file has no data points", train);
@@ -273,7 +288,7 @@ ar_status ar_job_open(const ar_spec *spec, const ar_run_opts *opts, ar_job **out
   c->wall0 = ar_now();
   c->last_eval_iter = -1;
   const char *train_path = NULL, *test_path = NULL;
-  ar_status st = ar_mkdirs(spec->output.dir, err);
+  ar_status st = ar_fs_mkdirs(c->opts.fs, spec->output.dir, err);
   if (st != AR_OK)
     goto fail;
   c->ckpt_path = ar_path_join(spec->output.dir, "checkpoint.bin");
@@ -283,7 +298,7 @@ ar_status ar_job_open(const ar_spec *spec, const ar_run_opts *opts, ar_job **out
     st = ar_errf(err, AR_NOMEM, "out of memory");
     goto fail;
   }
-  if (c->opts.resume && !file_exists(c->ckpt_path)) {
+  if (c->opts.resume && !ar_fs_readable(c->opts.fs, c->ckpt_path)) {
     st = ar_errf(err, AR_NOTFOUND, "--resume: no checkpoint at '%s'; run without --resume to "
                  "start afresh", c->ckpt_path);
     goto fail;
@@ -291,11 +306,11 @@ ar_status ar_job_open(const ar_spec *spec, const ar_run_opts *opts, ar_job **out
   /* A resumed job knows its position before it has a model, so that a
    * scheduler sees its remaining iterations (srtf). */
   if (c->opts.resume) {
-    st = ar_checkpoint_peek(c->ckpt_path, &c->st, err);
+    st = ar_checkpoint_peek(c->opts.fs, c->ckpt_path, &c->st, err);
     if (st != AR_OK)
       goto fail;
   }
-  st = ar_run_resolve_data(spec, &train_path, &test_path, &c->data_storage, err);
+  st = ar_run_resolve_data(spec, &c->opts, &train_path, &test_path, &c->data_storage, err);
   if (st != AR_OK)
     goto fail;
   st = open_readers(c, train_path, test_path);
@@ -351,16 +366,15 @@ ar_status ar_job_start(ar_job *c, ar_device *dev, void *persistent, void *epheme
                               &c->model, err));
   c->started = true;
   if (c->opts.resume) {
-    AR_CHECK(ar_checkpoint_load(c->model, &c->st, c->ckpt_path, err));
+    AR_CHECK(ar_checkpoint_load(c->model, &c->st, c->opts.fs, c->ckpt_path, err));
     AR_CHECK(ar_reader_rewind(c->train, (uint64_t)c->st.epoch, err));
     AR_CHECK(ar_reader_skip(c->train, c->st.rows_in_epoch, err));
-    AR_CHECK(ar_trim_lines(c->metrics_path, c->st.iteration, "\"iteration\": ", err));
+    AR_CHECK(ar_trim_lines(c->opts.fs, c->metrics_path, c->st.iteration, "\"iteration\": ",
+                           err));
   } else {
     AR_CHECK(ar_reader_rewind(c->train, 0, err));
   }
-  c->metrics = fopen(c->metrics_path, c->opts.resume ? "a" : "w");
-  if (!c->metrics)
-    return ar_errf(err, AR_IO, "cannot write '%s': %s", c->metrics_path, strerror(errno));
+  AR_CHECK(ar_fs_open_write(c->opts.fs, c->metrics_path, c->opts.resume, &c->metrics, err));
   c->progress = ar_progress_create(c->opts.progress, c->opts.quiet, c->total);
   if (c->opts.resume) {
     char line[160];
@@ -413,14 +427,14 @@ ar_status ar_job_step(ar_job *c, ar_err *err) {
     AR_CHECK(eval_and_log(c));
   if (spec->train.checkpoint_every > 0 && c->st.iteration % spec->train.checkpoint_every == 0 &&
       c->st.iteration < c->total)
-    AR_CHECK(ar_checkpoint_save(c->model, &c->st, c->ckpt_path, err));
+    AR_CHECK(ar_checkpoint_save(c->model, &c->st, c->opts.fs, c->ckpt_path, err));
   return AR_OK;
 }
 
 ar_status ar_job_checkpoint(ar_job *j, ar_err *err) {
   if (!j->started)
     return ar_errf(err, AR_STATE, "job not started");
-  return ar_checkpoint_save(j->model, &j->st, j->ckpt_path, err);
+  return ar_checkpoint_save(j->model, &j->st, j->opts.fs, j->ckpt_path, err);
 }
 
 ar_status ar_job_finish(ar_job *c, bool interrupted, ar_summary *summary, ar_err *err) {
@@ -431,7 +445,7 @@ ar_status ar_job_finish(ar_job *c, bool interrupted, ar_summary *summary, ar_err
   if (finished && c->last_eval_iter != c->st.iteration)
     AR_CHECK(eval_and_log(c));
   ar_progress_finish(c->progress);
-  AR_CHECK(ar_checkpoint_save(c->model, &c->st, c->ckpt_path, err));
+  AR_CHECK(ar_checkpoint_save(c->model, &c->st, c->opts.fs, c->ckpt_path, err));
   ar_summary s;
   memset(&s, 0, sizeof s);
   const ar_data_stats *ts = ar_reader_stats(c->train);
@@ -606,10 +620,10 @@ ar_status ar_eval_checkpoint(const ar_spec *spec, const char *ckpt, int64_t max_
   ar_model *m = NULL;
   ar_batch b;
   memset(&b, 0, sizeof b);
-  if (!file_exists(ckpt))
+  if (!ar_fs_readable(NULL, ckpt))
     return ar_errf(err, AR_NOTFOUND, "no checkpoint at '%s'; train the job first (accelrt run) "
                    "or pass --checkpoint PATH", ckpt);
-  ar_status st = ar_run_resolve_data(spec, &train, &test, &storage, err);
+  ar_status st = ar_run_resolve_data(spec, NULL, &train, &test, &storage, err);
   if (st == AR_OK && !test)
     st = ar_errf(err, AR_NOTFOUND, "the job has no test split to evaluate on; set data.test");
   if (st == AR_OK) {
@@ -633,7 +647,7 @@ ar_status ar_eval_checkpoint(const ar_spec *spec, const char *ckpt, int64_t max_
   }
   ar_ckpt_state cs;
   if (st == AR_OK)
-    st = ar_checkpoint_load(m, &cs, ckpt, err);
+    st = ar_checkpoint_load(m, &cs, NULL, ckpt, err);
   if (st == AR_OK && m->layers[m->n_layers - 1].smp)
     st = inference_K(spec, m, rt, &b, max_points, out, err);
   for (int pass = 0; st == AR_OK && pass < 2; pass++) {

@@ -1751,7 +1751,7 @@ static ar_status share_data(const ar_study *s, ar_spec *spec, ar_err *err) {
     j->output.dir = cache;
     const char *tr, *te;
     char *storage = NULL;
-    ar_status st = ar_run_resolve_data(j, &tr, &te, &storage, err);
+    ar_status st = ar_run_resolve_data(j, NULL, &tr, &te, &storage, err);
     j->output.dir = run_dir;
     ar_free(storage);
     if (st != AR_OK)

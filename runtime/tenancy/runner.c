@@ -117,6 +117,7 @@ typedef struct lane_rec {
 struct ar__runner {
   ar__runner_opts o;
   char *policy, *device_name, *out_dir, *trace_path;
+  const ar_fs *fs; /* borrowed: opens out_dir's files */
   ar_device *dev;  /* the one device opened by name; owns the arena */
   void *arena_raw; /* the one ar_device_alloc every block is carved from */
   size_t arena_raw_bytes;
@@ -301,6 +302,7 @@ ar_status ar__runner_create(const ar__runner_opts *opts, ar__runner **out,
   r->o = *opts;
   r->policy = ar_strdup(opts->policy);
   r->out_dir = opts->out_dir ? ar_strdup(opts->out_dir) : NULL;
+  r->fs = opts->fs;
   r->trace_path = opts->trace_path ? ar_strdup(opts->trace_path) : NULL;
   pthread_mutex_init(&r->mu, NULL);
   pthread_condattr_t ca;
@@ -702,12 +704,11 @@ static void job_record(ar__runner *r, tjob *j) {
       char path[4096];
       snprintf(path, sizeof path, "%s/metrics.jsonl", j->out_dir);
       ar_err e = AR_ERR_INIT;
-      if (ar_mkdirs(j->out_dir, &e) == AR_OK) {
-        FILE *f = fopen(path, "a");
-        if (f) {
-          fprintf(f, "%s\n", b.buf);
-          fclose(f);
-        }
+      FILE *f = NULL;
+      if (ar_fs_mkdirs(j->d.fs, j->out_dir, &e) == AR_OK &&
+          ar_fs_open_write(j->d.fs, path, true, &f, &e) == AR_OK) {
+        fprintf(f, "%s\n", b.buf);
+        fclose(f);
       }
     }
   }
@@ -1314,7 +1315,7 @@ static ar_status write_outputs(ar__runner *r, ar_err *err) {
   }
   char path[4096];
   snprintf(path, sizeof path, "%s/summary.json", r->out_dir);
-  ar_status st = ar_write_file_atomic(path, b.buf, b.len, err);
+  ar_status st = ar_fs_write_atomic(r->fs, path, b.buf, b.len, err);
   ar__sb_fini(&b);
   if (st != AR_OK)
     return st;
@@ -1339,7 +1340,7 @@ static ar_status write_outputs(ar__runner *r, ar_err *err) {
     snprintf(path, sizeof path, "%s", r->trace_path);
   else
     snprintf(path, sizeof path, "%s/trace.json", r->out_dir);
-  st = ar_write_file_atomic(path, t.buf, t.len, err);
+  st = ar_fs_write_atomic(r->fs, path, t.buf, t.len, err);
   ar__sb_fini(&t);
   return st;
 }
@@ -1358,14 +1359,10 @@ static void stop_all(ar__runner *r) {
 ar_status ar__runner_run(ar__runner *r, ar_err *err) {
   ar_status st = AR_OK;
   if (r->out_dir) {
-    st = ar_mkdirs(r->out_dir, err);
-    if (st != AR_OK)
-      return st;
+    AR_CHECK(ar_fs_mkdirs(r->fs, r->out_dir, err));
     char path[4096];
     snprintf(path, sizeof path, "%s/metrics.jsonl", r->out_dir);
-    r->metrics = fopen(path, "w");
-    if (!r->metrics)
-      return ar_errf(err, AR_IO, "cannot write '%s': %s", path, strerror(errno));
+    AR_CHECK(ar_fs_open_write(r->fs, path, false, &r->metrics, err));
   }
   pthread_mutex_lock(&r->mu);
   r->t0 = ar_now();

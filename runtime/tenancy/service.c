@@ -320,7 +320,9 @@ static ar_status start_job(server *s, sjob *j, const char *yaml, size_t n, bool 
     ar_free(ck);
   }
   ar__tjob_desc d;
-  st = ar__tenancy_open_job(spec, resume, &d, err);
+  ar_run_opts ro = AR_RUN_OPTS_INIT;
+  ro.resume = resume;
+  st = ar__tenancy_open_job(spec, &ro, &d, err);
   if (st == AR_STATE) {
     /* Its checkpoint was already at the end. */
     ar_spec_destroy(spec);

@@ -19,6 +19,7 @@
 
 #include "accelrt/device.h"
 #include "accelrt/lanes.h"
+#include "accelrt/runtime.h"
 #include "accelrt/spec.h"
 
 #include <stdbool.h>
@@ -57,6 +58,7 @@ typedef struct ar__tjob_desc {
   double arrival_s; /* on the runner's clock; the service uses "now" */
   void *job;        /* ownership passes to the runner (ops->close) */
   const ar__tjob_ops *ops;
+  const ar_fs *fs; /* borrowed, outlives the job: opens out_dir's files */
 } ar__tjob_desc;
 
 typedef enum ar__tjob_state {
@@ -116,13 +118,14 @@ typedef struct ar__runner_opts {
   int defrag;
   bool service;        /* run until ar__runner_stop, not until all ended */
   const char *out_dir; /* summary.json, metrics.jsonl, trace.json; NULL */
+  const ar_fs *fs;     /* borrowed: opens out_dir's files; NULL: directly */
   const char *trace_path; /* NULL: out_dir/trace.json */
   ar__runner_event_fn on_event; /* optional */
   void *ctx;
 } ar__runner_opts;
 
 #define AR__RUNNER_OPTS_INIT                                                     \
-  {"fifo", 0, "host", AR_DEVICE_OPTS_INIT, 0, 0, 0, 1, false, NULL, NULL, NULL, NULL}
+  {"fifo", 0, "host", AR_DEVICE_OPTS_INIT, 0, 0, 0, 1, false, NULL, NULL, NULL, NULL, NULL}
 
 /* Opens the device once, the lane handles (ar_device_open_lane where the
  * backend has queues; host devices with their share of the threads on the
@@ -204,13 +207,13 @@ size_t ar__host_available_bytes(void);
 
 /* Opens an engine job (ar_job_open) for `spec` and fills *d for the
  * runner (ops, plan sizes, iterations left, output dir, priority; arrival
- * is the caller's).  resume: continue from output.dir/checkpoint.bin.
+ * is the caller's).  opts: resume, the job's fs (quiet is forced).
  * The spec must outlive the job.  Statuses of ar_job_open; AR_STATE when a
  * resumed job has no iteration left. */
 /* The lanes policy name of runtime.policy ("fifo", "pack", ...). */
 const char *ar__policy_name(ar_policy_kind k);
 
-ar_status ar__tenancy_open_job(const ar_spec *spec, bool resume,
+ar_status ar__tenancy_open_job(const ar_spec *spec, const ar_run_opts *opts,
                                ar__tjob_desc *d, ar_err *err);
 /* A job that only fails with `message` when started: a job whose data
  * could not be opened still appears, failed, in the run's records.

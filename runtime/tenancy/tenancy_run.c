@@ -32,17 +32,17 @@ static void e_close(void *job) { ar_job_close(job); }
 
 static const ar__tjob_ops engine_ops = {e_start, e_step, e_done, e_rebase, e_finish, e_close};
 
-ar_status ar__tenancy_open_job(const ar_spec *spec, bool resume, ar__tjob_desc *d,
-                               ar_err *err) {
-  ar_run_opts o = AR_RUN_OPTS_INIT;
+ar_status ar__tenancy_open_job(const ar_spec *spec, const ar_run_opts *opts,
+                               ar__tjob_desc *d, ar_err *err) {
+  ar_run_opts o = opts ? *opts : (ar_run_opts)AR_RUN_OPTS_INIT;
   o.quiet = true;
-  o.resume = resume;
   ar_job *j = NULL;
   AR_CHECK(ar_job_open(spec, &o, &j, err));
   const ar_plan *plan = ar_job_plan(j);
   memset(d, 0, sizeof *d);
   d->name = spec->name;
   d->out_dir = spec->output.dir;
+  d->fs = o.fs;
   d->persistent = plan->persistent_bytes;
   d->ephemeral = plan->ephemeral_bytes;
   /* ar_job_open already read a resumed job's checkpoint position, so it is
@@ -211,9 +211,13 @@ ar_status ar_tenancy_run(const ar_spec *spec, const ar_run_opts *opts, ar_err *e
     const ar_spec *js = spec->jobs[i];
     ar__tjob_desc d;
     ar_err je = AR_ERR_INIT;
-    ar_status os = ar__tenancy_open_job(js, resume, &d, &je);
-    if (os == AR_NOTFOUND && resume) /* no checkpoint: it starts afresh */
-      os = ar__tenancy_open_job(js, false, &d, &je);
+    ar_run_opts jo = AR_RUN_OPTS_INIT;
+    jo.resume = resume;
+    ar_status os = ar__tenancy_open_job(js, &jo, &d, &je);
+    if (os == AR_NOTFOUND && resume) { /* no checkpoint: it starts afresh */
+      jo.resume = false;
+      os = ar__tenancy_open_job(js, &jo, &d, &je);
+    }
     if (os == AR_NOMEM) {
       st = ar_errf(err, AR_NOMEM, "out of memory opening job '%s'", js->name);
       break;

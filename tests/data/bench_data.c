@@ -31,7 +31,7 @@ int main(int argc, char **argv) {
     g.labels_per_point = 5;
     g.noise = 0.1;
     double t0 = ar_now();
-    if (ar_data_generate(&g, 1, argv[2], NULL, &err) != AR_OK) {
+    if (ar_data_generate(&g, 1, argv[2], NULL, NULL, &err) != AR_OK) {
       fprintf(stderr, "%s\n", err.msg);
       return 1;
     }

@@ -35,7 +35,7 @@ static ar_gen_spec small_spec(void) {
 static void gen_ok(const ar_gen_spec *g, uint64_t seed, const char *train,
                    const char *test) {
   ar_err err = AR_ERR_INIT;
-  ar_status st = ar_data_generate(g, seed, train, test, &err);
+  ar_status st = ar_data_generate(g, seed, train, test, NULL, &err);
   if (st != AR_OK)
     fail_msg("generate: %s: %s", ar_status_name(st), err.msg);
 }
@@ -294,25 +294,25 @@ static void test_errors(void **state) {
   /* Bad specs. */
   ar_gen_spec bad = g;
   bad.noise = 1.5;
-  assert_int_equal(ar_data_generate(&bad, 1, tu_path("x.txt"), NULL, &err), AR_INVALID);
+  assert_int_equal(ar_data_generate(&bad, 1, tu_path("x.txt"), NULL, NULL, &err), AR_INVALID);
   assert_non_null(strstr(err.msg, "noise"));
   bad = g;
   bad.labels = 0;
-  assert_int_equal(ar_data_generate(&bad, 1, tu_path("x.txt"), NULL, &err), AR_INVALID);
+  assert_int_equal(ar_data_generate(&bad, 1, tu_path("x.txt"), NULL, NULL, &err), AR_INVALID);
   bad = g;
   bad.labels_per_point = 0;
-  assert_int_equal(ar_data_generate(&bad, 1, tu_path("x.txt"), NULL, &err), AR_INVALID);
-  assert_int_equal(ar_data_generate(&g, 1, NULL, NULL, &err), AR_INVALID);
+  assert_int_equal(ar_data_generate(&bad, 1, tu_path("x.txt"), NULL, NULL, &err), AR_INVALID);
+  assert_int_equal(ar_data_generate(&g, 1, NULL, NULL, NULL, &err), AR_INVALID);
   /* A folder that does not exist. */
-  assert_int_equal(ar_data_generate(&g, 1, tu_path("no/such/dir/t.txt"), NULL, &err),
-                   AR_IO);
+  assert_int_equal(ar_data_generate(&g, 1, tu_path("no/such/dir/t.txt"), NULL, NULL, &err),
+                   AR_NOTFOUND);
   /* The final rename fails (a folder has the name): the temporary file is
    * removed and the folder untouched. */
   const char *dir = tu_path("adir");
   char dirpath[512];
   snprintf(dirpath, sizeof dirpath, "%s", dir);
   assert_int_equal(mkdir(dirpath, 0755), 0);
-  assert_int_equal(ar_data_generate(&g, 1, dirpath, NULL, &err), AR_IO);
+  assert_int_equal(ar_data_generate(&g, 1, dirpath, NULL, NULL, &err), AR_IO);
   assert_non_null(strstr(err.msg, "rename"));
   assert_no_temp_files();
   struct stat st;
@@ -345,7 +345,7 @@ static void test_alloc_failures(void **state) {
     unlink(tu_path("oom_test.txt"));
     ar_alloc_fail_after(n);
     ar_status st =
-        ar_data_generate(&g, 1, tu_path("oom_train.txt"), tu_path("oom_test.txt"), &err);
+        ar_data_generate(&g, 1, tu_path("oom_train.txt"), tu_path("oom_test.txt"), NULL, &err);
     ar_alloc_fail_after(-1);
     assert_no_temp_files();
     if (st == AR_OK) {

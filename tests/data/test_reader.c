@@ -242,7 +242,7 @@ static void test_bad_args(void **state) {
   (void)state;
   ar_err err = AR_ERR_INIT;
   ar_reader *r = NULL;
-  assert_int_equal(ar_reader_open(tu_path("missing.txt"), NULL, &r, &err), AR_IO);
+  assert_int_equal(ar_reader_open(tu_path("missing.txt"), NULL, &r, &err), AR_NOTFOUND);
   assert_non_null(strstr(err.msg, "missing.txt"));
   assert_null(r);
   ar_reader_opts o = AR_READER_OPTS_INIT;

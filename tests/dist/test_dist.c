@@ -194,7 +194,7 @@ static ar_model *load_ckpt(ar_device *dev, const ar_spec *spec, const char *path
     return NULL;
   }
   ar_ckpt_state st;
-  if (ar_checkpoint_load(m, &st, path, &err) != AR_OK) {
+  if (ar_checkpoint_load(m, &st, NULL, path, &err) != AR_OK) {
     CHECK(false, "ar_checkpoint_load %s: %s", path, err.msg);
     ar_model_destroy(m);
     return NULL;
