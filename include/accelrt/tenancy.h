@@ -24,16 +24,27 @@ ar_status ar_tenancy_run(const ar_spec *spec, const ar_run_opts *opts,
                          ar_err *err);
 
 /* The execution service (runtime/tenancy/service.c): `accelrt serve`.
- * Listens on socket_path (a Unix socket every user may connect to; the
- * kernel's SO_PEERCRED uid identifies them), keeps its journal in
+ * Listens on socket_path (a Unix socket; the kernel's SO_PEERCRED says
+ * who connects, never a claim in a message), keeps its journal in
  * state_dir, and runs the submitted jobs through the same runner as
  * ar_tenancy_run on `device` (opened once; its lanes get their own
  * handles) under `policy` with memory_bytes (or memory_fraction of the
  * free memory; both 0: all of the host's, or the CUDA default of 90% of
- * the GPU's).  Returns when
- * SIGINT or SIGTERM arrives, after the running jobs wrote their
- * checkpoints; AR_STATE when another server holds state_dir.
- * Tests: tests/tenancy/service.sh. */
+ * the GPU's).
+ *
+ * Least privilege: every path a job names is opened by a child process
+ * that took the submitter's uid and groups (runtime/tenancy/broker.h), so
+ * a job reads and writes exactly what its submitter could, and its outputs
+ * belong to them; a server started by root then gives up every
+ * capability.  A server that is not root serves only its own uid.  The
+ * state folder must be the server's own (state.h) and is opened only
+ * beneath its descriptor.  Every input is bounded by the limits below.
+ * docs/service.md is the full description, with the wire protocol.
+ *
+ * Returns when SIGINT or SIGTERM arrives, after the running jobs wrote
+ * their checkpoints; AR_STATE when another server holds state_dir,
+ * AR_INVALID for a state folder or socket path it refuses.
+ * Tests: tests/tenancy/service.sh, tests/tenancy/security.sh. */
 typedef struct ar_serve_opts {
   const char *state_dir;
   const char *socket_path;
@@ -41,9 +52,26 @@ typedef struct ar_serve_opts {
   const char *policy;  /* "fifo", "pack", "srtf", "fair", "priority" */
   uint64_t memory_bytes;
   double memory_fraction;
-  int threads;         /* host threads in all; 0 = all cores */
+  int threads;            /* host threads in all; 0 = all cores */
+  int request_timeout_ms; /* a whole request message must arrive in it */
+  int max_conns_per_uid;  /* open connections of one uid; root and the
+                             server's own uid are not limited */
+  int max_queued;         /* jobs of one uid not ended yet (root: no limit) */
+  uint64_t max_generated; /* bytes a job's data.generate may write */
+  int64_t max_line;       /* longest line of a data file, bytes */
 } ar_serve_opts;
-#define AR_SERVE_OPTS_INIT {NULL, NULL, "auto", "pack", 0, 0.0, 0}
+#define AR_SERVE_OPTS_INIT                                                           \
+  {NULL, NULL, "auto", "pack", 0, 0.0, 0, 10000, 8, 16, (uint64_t)2 << 30,        \
+   (int64_t)16 << 20}
+
+/* The default state folder and socket for a server of this process's uid:
+ * $ACCELRT_STATE / $ACCELRT_SOCKET when set; else for root /var/lib/accelrt
+ * and /run/accelrt/accelrt.sock; else $XDG_STATE_HOME/accelrt (or
+ * ~/.local/state/accelrt) and $XDG_RUNTIME_DIR/accelrt.sock.  Never a
+ * predictable name in a folder everyone may write.  Either buffer may be
+ * NULL.  AR_INVALID (with what to set) when no safe default exists. */
+ar_status ar_serve_default_paths(char *state, size_t state_cap, char *socket,
+                                 size_t socket_cap, ar_err *err);
 
 ar_status ar_tenancy_serve(const ar_serve_opts *opts, ar_err *err);
 

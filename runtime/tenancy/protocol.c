@@ -5,6 +5,8 @@
 #include "accelrt/spec.h"
 
 #include <errno.h>
+#include <poll.h>
+#include <time.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -67,7 +69,7 @@ ar_status ar__msg_decode(const uint8_t *body, size_t n, ar__msg *m, ar_err *err)
                      len, n - at);
     ar__mstr v = {(const char *)body + at, len};
     at += len;
-    if (tag < AR__TAG_OP || tag > AR__TAG_ALL)
+    if (tag < AR__TAG_OP || tag > AR__TAG_KEEP)
       return ar_errf(err, AR_PARSE, "unknown field tag %u at byte %zu", tag, at - len - 5);
     if (tag != AR__TAG_SET && (seen & (1u << tag)))
       return ar_errf(err, AR_PARSE, "field tag %u appears twice", tag);
@@ -116,6 +118,14 @@ ar_status ar__msg_decode(const uint8_t *body, size_t n, ar__msg *m, ar_err *err)
     case AR__TAG_ALL:
       if (!is_flag(v, &m->all))
         return ar_errf(err, AR_PARSE, "all is 0 or 1");
+      break;
+    case AR__TAG_KEEP:
+      if (!is_flag(v, &m->keep))
+        return ar_errf(err, AR_PARSE, "keep is 0 or 1");
+      break;
+    case AR__TAG_VERSION:
+      if (!parse_u64(v, &m->version) || m->version == 0)
+        return ar_errf(err, AR_PARSE, "version is a positive decimal number");
       break;
     case AR__TAG_OFFSET:
       if (!parse_u64(v, &m->offset))
@@ -198,6 +208,8 @@ ar_status ar__msg_encode(const ar__msg *m, uint8_t **out, size_t *len, ar_err *e
   if (!e.buf)
     return ar_errf(err, AR_NOMEM, "out of memory");
   put(&e, AR__TAG_OP, op_names[m->op], strlen(op_names[m->op]));
+  if (m->version)
+    put_u64(&e, AR__TAG_VERSION, m->version);
   if (m->has_id)
     put_u64(&e, AR__TAG_ID, m->id);
   put_str(&e, AR__TAG_YAML, m->yaml);
@@ -210,6 +222,8 @@ ar_status ar__msg_encode(const ar__msg *m, uint8_t **out, size_t *len, ar_err *e
     put(&e, AR__TAG_FOLLOW, "1", 1);
   if (m->all)
     put(&e, AR__TAG_ALL, "1", 1);
+  if (m->keep)
+    put(&e, AR__TAG_KEEP, "1", 1);
   if (m->offset)
     put_u64(&e, AR__TAG_OFFSET, m->offset);
   put_str(&e, AR__TAG_TEXT, m->text);
@@ -233,8 +247,28 @@ bool ar__mstr_copy(ar__mstr s, char *dst, size_t cap) {
   return true;
 }
 
-static ar_status read_full(int fd, uint8_t *p, size_t n, ar_err *err) {
+/* Milliseconds left until deadline (CLOCK_MONOTONIC), at least 0. */
+static int ms_left(const struct timespec *deadline) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  long long ms = (long long)(deadline->tv_sec - now.tv_sec) * 1000 +
+                 (deadline->tv_nsec - now.tv_nsec) / 1000000;
+  return ms < 0 ? 0 : ms > 1000000000 ? 1000000000 : (int)ms;
+}
+
+static ar_status read_full(int fd, uint8_t *p, size_t n, const struct timespec *deadline,
+                           ar_err *err) {
   while (n > 0) {
+    if (deadline) {
+      struct pollfd pf = {fd, POLLIN, 0};
+      int left = ms_left(deadline);
+      int k = left > 0 ? poll(&pf, 1, left) : 0;
+      if (k < 0 && errno == EINTR)
+        continue;
+      if (k == 0)
+        return ar_errf(err, AR_INTERRUPTED, "the request did not arrive in time (%zu bytes "
+                       "missing)", n);
+    }
     ssize_t k = read(fd, p, n);
     if (k < 0 && errno == EINTR)
       continue;
@@ -247,9 +281,20 @@ static ar_status read_full(int fd, uint8_t *p, size_t n, ar_err *err) {
   return AR_OK;
 }
 
-ar_status ar__msg_read(int fd, uint8_t **buf, size_t *n, ar_err *err) {
+ar_status ar__msg_read(int fd, uint8_t **buf, size_t *n, int timeout_ms, ar_err *err) {
+  struct timespec dl, *deadline = NULL;
+  if (timeout_ms > 0) {
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_sec += timeout_ms / 1000;
+    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+      dl.tv_sec++;
+      dl.tv_nsec -= 1000000000L;
+    }
+    deadline = &dl;
+  }
   uint8_t hdr[4];
-  AR_CHECK(read_full(fd, hdr, 4, err));
+  AR_CHECK(read_full(fd, hdr, 4, deadline, err));
   uint32_t len = get_be32(hdr);
   if (len > AR__MSG_MAX)
     return ar_errf(err, AR_RANGE, "message of %u bytes exceeds the limit of %zu", len,
@@ -257,7 +302,7 @@ ar_status ar__msg_read(int fd, uint8_t **buf, size_t *n, ar_err *err) {
   uint8_t *b = ar_malloc(len ? len : 1);
   if (!b)
     return ar_errf(err, AR_NOMEM, "out of memory for a message of %u bytes", len);
-  ar_status st = read_full(fd, b, len, err);
+  ar_status st = read_full(fd, b, len, deadline, err);
   if (st != AR_OK) {
     ar_free(b);
     return st;

@@ -12,8 +12,10 @@
  * (fields point into the caller's buffer), so any byte string is safe to
  * decode: tests/fuzz/fuzz_msg.c fuzzes it, and ctest replays its corpus.
  *
- * Requests: submit (yaml, file, base, cwd, sets), ps, logs (id, follow,
- * offset), cancel (id), and the replies ok (text, id) and error (text).
+ * Requests: submit (yaml, file, base, cwd, sets, keep), ps, logs (id,
+ * follow, offset), cancel (id), each with the client's version; the
+ * replies ok (text, id), error (text), data (text) and end, with the
+ * server's version.  docs/service.md is the specification.
  */
 #ifndef ACCELRT_TENANCY_PROTOCOL_H
 #define ACCELRT_TENANCY_PROTOCOL_H
@@ -51,8 +53,15 @@ enum {
   AR__TAG_FOLLOW = 8,
   AR__TAG_OFFSET = 9,
   AR__TAG_TEXT = 10,
-  AR__TAG_ALL = 11
+  AR__TAG_ALL = 11,
+  AR__TAG_VERSION = 12,
+  AR__TAG_KEEP = 13
 };
+
+/* The protocol version this build speaks; a request without a version
+ * field is version 1 (the same fields without keep).  A request of a newer
+ * version than the server's is refused with an error naming both. */
+#define AR__PROTO_VERSION 2
 
 /* A borrowed byte range of the decoded buffer (not NUL-terminated). */
 typedef struct ar__mstr {
@@ -68,7 +77,9 @@ typedef struct ar__msg {
   ar__mstr sets[AR__MSG_MAX_SETS];
   int n_sets;
   bool follow, all;
+  bool keep; /* submit: keep generated data when the job ends */
   uint64_t offset;
+  uint64_t version; /* 0: absent */
 } ar__msg;
 
 /* Decodes a body (without its length prefix).  Returns AR_OK, or AR_PARSE
@@ -87,8 +98,11 @@ bool ar__mstr_copy(ar__mstr s, char *dst, size_t cap);
 
 /* Reads one message from fd into *buf (grown as needed, free with
  * ar_free): AR_OK, AR_IO (closed or failed), AR_RANGE (declared length
- * above AR__MSG_MAX: nothing more is read).  Writes one: AR_IO. */
-ar_status ar__msg_read(int fd, uint8_t **buf, size_t *n, ar_err *err);
+ * above AR__MSG_MAX: nothing more is read).  With timeout_ms > 0 the whole
+ * message must arrive within it (a deadline for the message, not for each
+ * read, so a client trickling bytes is cut off): AR_INTERRUPTED when it
+ * passes.  Writes one: AR_IO. */
+ar_status ar__msg_read(int fd, uint8_t **buf, size_t *n, int timeout_ms, ar_err *err);
 ar_status ar__msg_write(int fd, const ar__msg *m, ar_err *err);
 
 #endif

@@ -22,7 +22,9 @@ cleanup() {
 trap cleanup EXIT
 sock=$t/s.sock
 st=$t/state
-as_nobody() { (cd "$t" && setpriv --reuid nobody --regid nogroup --clear-groups "$@"); }
+mkdir "$t/nobody"
+chown nobody:nogroup "$t/nobody"
+as_nobody() { (cd "$t/nobody" && setpriv --reuid nobody --regid nogroup --clear-groups "$@"); }
 fail() { echo "FAIL: $*"; echo "--- server log"; cat "$t/serve.log" || true; exit 1; }
 start() {
   "$bin" serve --state "$st" --socket "$sock" --device host --policy fifo --memory 256MiB \
@@ -40,6 +42,11 @@ until_ok() {
   fail "timed out waiting for: $*"
 }
 state_of() { "$bin" ps --socket "$sock" | awk -v id="$1" '$1 == id {print $3}'; }
+# until_state ID STATE: waits (up to 60 s, a hang guard) for a job's state.
+until_state() {
+  for _ in $(seq 600); do [ "$(state_of "$1")" = "$2" ] && return 0; sleep 0.1; done
+  fail "job $1 is $(state_of "$1"), not $2"
+}
 
 cat >"$t/job.yaml" <<YAML
 name: svc
@@ -72,7 +79,7 @@ as_nobody "$bin" cancel --socket "$sock" "$A" 2>/dev/null && fail "nobody cancel
 as_nobody "$bin" logs --socket "$sock" "$A" >/dev/null 2>&1 && fail "nobody read root's log"
 [ "$(state_of "$A")" = running ] || fail "root's job was touched: $(state_of "$A")"
 as_nobody "$bin" cancel --socket "$sock" "$B" >/dev/null || fail "nobody cannot cancel its job"
-until_ok test "$(state_of "$B")" = cancelled
+until_state "$B" cancelled
 as_nobody "$bin" logs --socket "$sock" "$B" | grep -q "cancel requested by uid 65534" ||
   fail "nobody's log"
 
@@ -91,7 +98,7 @@ wait "$spid" 2>/dev/null || true
 spid=
 start
 [ "$(state_of "$C")" = queued ] || fail "after the restart C is $(state_of "$C"), not queued"
-until_ok test "$(state_of "$A")" = running
+until_state "$A" running
 "$bin" logs --socket "$sock" "$A" | grep -q "resuming from $t/outA/checkpoint.bin" ||
   fail "A did not resume from its checkpoint: $("$bin" logs --socket "$sock" "$A")"
 "$bin" cancel --socket "$sock" "$A" >/dev/null
