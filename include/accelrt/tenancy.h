@@ -57,11 +57,13 @@ typedef struct ar_serve_opts {
   int max_conns_per_uid;  /* open connections of one uid; root and the
                              server's own uid are not limited */
   int max_queued;         /* jobs of one uid not ended yet (root: no limit) */
+  int keep_ended;         /* ended jobs of one uid kept for ps and logs; the
+                             ones that ended first are forgotten */
   uint64_t max_generated; /* bytes a job's data.generate may write */
   int64_t max_line;       /* longest line of a data file, bytes */
 } ar_serve_opts;
 #define AR_SERVE_OPTS_INIT                                                           \
-  {NULL, NULL, "auto", "pack", 0, 0.0, 0, 10000, 8, 16, (uint64_t)2 << 30,        \
+  {NULL, NULL, "auto", "pack", 0, 0.0, 0, 10000, 8, 16, 100, (uint64_t)2 << 30,   \
    (int64_t)16 << 20}
 
 /* The default state folder and socket for a server of this process's uid:

@@ -78,6 +78,9 @@ typedef struct sjob {
   ar_spec *spec; /* lives as long as the server (the engine borrows it) */
   ar_fs *fs;     /* the submitter's rights, through the broker */
   ar__tjob_result res;
+  uint64_t end_seq; /* order of ending (0: not ended); the oldest are forgotten first */
+  int refs;         /* request threads using it; freed at 0 once forgotten */
+  bool forgotten;   /* dropped from the server's list (--keep-ended) */
 } sjob;
 
 typedef struct uid_count {
@@ -102,7 +105,7 @@ typedef struct server {
   size_t njobs, capjobs;
   sjob **by_ridx;
   size_t nridx, capridx;
-  uint64_t next_id;
+  uint64_t next_id, end_seq;
   int conns, conns_total;
   uid_count *per_uid;
   size_t nper_uid, capper_uid;
@@ -239,6 +242,66 @@ static void write_meta(server *s, const sjob *j, const char *state) {
 
 static bool has_newline(const char *s) { return strchr(s, '\n') != NULL; }
 
+/* ---- forgetting ended jobs -------------------------------------------------------- */
+
+static void sjob_free(sjob *j);
+
+/* Marks j ended (for --keep-ended's order).  Called with s->mu held. */
+static void mark_ended(server *s, sjob *j) {
+  if (!j->end_seq)
+    j->end_seq = ++s->end_seq;
+}
+
+/* Removes a forgotten job's journal folder (its known files, then the
+ * folder; anything else in it keeps the folder). */
+static void remove_journal(server *s, const sjob *j) {
+  static const char *const files[] = {"meta", "job.yaml", "log"};
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    char path[64];
+    snprintf(path, sizeof path, "%s/%s", j->dir, files[i]);
+    ar_fs_unlink(s->sfs, path, false, NULL);
+  }
+  ar_fs_unlink(s->sfs, j->dir, true, NULL);
+}
+
+/* Keeps at most --keep-ended ended jobs of uid: the ones that ended first
+ * are forgotten (journal removed, memory freed once no request holds
+ * them), so a user submitting without end cannot fill the server's memory
+ * or its state folder.  Called with s->mu held. */
+static void prune_ended(server *s, uid_t uid) {
+  for (;;) {
+    size_t ended = 0, oldest = SIZE_MAX;
+    for (size_t i = 0; i < s->njobs; i++) {
+      const sjob *j = s->jobs[i];
+      if (j->cred.uid != uid || !j->end_seq)
+        continue;
+      ended++;
+      if (oldest == SIZE_MAX || j->end_seq < s->jobs[oldest]->end_seq)
+        oldest = i;
+    }
+    if (ended <= (size_t)s->o.keep_ended)
+      return;
+    sjob *j = s->jobs[oldest];
+    memmove(s->jobs + oldest, s->jobs + oldest + 1, (s->njobs - oldest - 1) * sizeof *s->jobs);
+    s->njobs--;
+    if (j->in_runner && j->ridx < s->nridx)
+      s->by_ridx[j->ridx] = NULL;
+    remove_journal(s, j);
+    j->forgotten = true;
+    if (j->refs == 0)
+      sjob_free(j);
+  }
+}
+
+/* Releases a request's hold on j. */
+static void put_job(server *s, sjob *j) {
+  pthread_mutex_lock(&s->mu);
+  bool free_it = --j->refs == 0 && j->forgotten;
+  pthread_mutex_unlock(&s->mu);
+  if (free_it)
+    sjob_free(j);
+}
+
 /* ---- runner events ---------------------------------------------------------- */
 
 /* Generated data goes with its job (the service's users did not ask to
@@ -290,8 +353,11 @@ static void on_event(void *ctx, size_t ridx, const ar__tjob_result *res) {
       }
       if (res->state != AR__TJ_PENDING)
         write_meta(s, j, jstate_name(res->state));
-      if (ar__tjob_ended(res->state))
+      if (ar__tjob_ended(res->state)) {
         drop_generated(j);
+        mark_ended(s, j);
+        prune_ended(s, j->cred.uid);
+      }
     }
     pthread_cond_broadcast(&s->cv);
   }
@@ -487,6 +553,7 @@ static sjob *new_sjob(server *s, const ar__cred *cred) {
   }
   j->id = s->next_id++;
   j->state = AR__TJ_PENDING;
+  j->refs = 1; /* the submitting request's */
   snprintf(j->dir, sizeof j->dir, "jobs/%llu", (unsigned long long)j->id);
   s->jobs[s->njobs++] = j;
   pthread_mutex_unlock(&s->mu);
@@ -593,6 +660,11 @@ static void do_submit(server *s, int fd, const ar__cred *cred, const ar__msg *m)
     slog("uid %u: job %llu refused: %s", (unsigned)cred->uid, (unsigned long long)j->id,
          err.msg);
     reply(fd, AR__OP_ERROR, err.msg, j->id, true);
+    pthread_mutex_lock(&s->mu);
+    mark_ended(s, j);
+    prune_ended(s, j->cred.uid);
+    pthread_mutex_unlock(&s->mu);
+    put_job(s, j);
     return;
   }
   job_log(s, j, "submitted by uid %u from %s", (unsigned)cred->uid, j->file[0] ? j->file : "?");
@@ -601,6 +673,7 @@ static void do_submit(server *s, int fd, const ar__cred *cred, const ar__msg *m)
   char id[32];
   snprintf(id, sizeof id, "%llu", (unsigned long long)j->id);
   reply(fd, AR__OP_OK, id, j->id, true);
+  put_job(s, j);
 }
 
 static void user_name(uid_t uid, char *buf, size_t cap) {
@@ -633,11 +706,14 @@ static void do_ps(server *s, int fd, uid_t uid) {
   ar__sb_fini(&b);
 }
 
-/* Finds the job and checks the asker may touch it; replies on failure. */
+/* Finds the job and checks the asker may touch it; replies on failure.
+ * The caller holds the job until put_job. */
 static sjob *owned_job(server *s, int fd, uid_t uid, uint64_t id) {
   pthread_mutex_lock(&s->mu);
   sjob *j = find_job(s, id);
   bool ok = j && (uid == 0 || j->cred.uid == uid);
+  if (ok)
+    j->refs++; /* released by the caller with put_job */
   pthread_mutex_unlock(&s->mu);
   if (!ok) {
     /* The same answer for "not yours" and "does not exist": another
@@ -664,21 +740,28 @@ static void do_cancel(server *s, int fd, uid_t uid, uint64_t id) {
   if (early) {
     job_log(s, j, "cancel requested by uid %u while it was being opened", (unsigned)uid);
     reply(fd, AR__OP_OK, "cancelling: the job had not started", id, true);
-    return;
-  }
-  if (!in || ar__runner_cancel(s->r, ridx) != AR_OK) {
+  } else if (!in || ar__runner_cancel(s->r, ridx) != AR_OK) {
     reply(fd, AR__OP_ERROR, "the job has already ended", id, true);
-    return;
+  } else {
+    job_log(s, j, "cancel requested by uid %u", (unsigned)uid);
+    slog("uid %u: job %llu cancelled", (unsigned)uid, (unsigned long long)id);
+    reply(fd, AR__OP_OK, "cancelling at the next iteration boundary", id, true);
   }
-  job_log(s, j, "cancel requested by uid %u", (unsigned)uid);
-  slog("uid %u: job %llu cancelled", (unsigned)uid, (unsigned long long)id);
-  reply(fd, AR__OP_OK, "cancelling at the next iteration boundary", id, true);
+  put_job(s, j);
 }
+
+static void stream_log(server *s, int fd, sjob *j, const ar__msg *m);
 
 static void do_logs(server *s, int fd, uid_t uid, const ar__msg *m) {
   sjob *j = owned_job(s, fd, uid, m->id);
   if (!j)
     return;
+  stream_log(s, fd, j, m);
+  put_job(s, j);
+}
+
+/* Sends the job's log from m->offset, following it with m->follow. */
+static void stream_log(server *s, int fd, sjob *j, const ar__msg *m) {
   char path[64];
   snprintf(path, sizeof path, "%s/log", j->dir);
   uint64_t off = m->offset;
@@ -1102,6 +1185,9 @@ static void recover_job(server *s, uint64_t id) {
     j->state = !strcmp(state, "done")        ? AR__TJ_DONE
                : !strcmp(state, "cancelled") ? AR__TJ_CANCELLED
                                              : AR__TJ_FAILED;
+    pthread_mutex_lock(&s->mu);
+    mark_ended(s, j);
+    pthread_mutex_unlock(&s->mu);
     return;
   }
   snprintf(path, sizeof path, "jobs/%llu/job.yaml", (unsigned long long)id);
@@ -1110,6 +1196,11 @@ static void recover_job(server *s, uint64_t id) {
   if (st == AR_OK)
     st = start_job(s, j, yaml, len, true, &err);
   ar_free(yaml);
+  if (st != AR_OK) {
+    pthread_mutex_lock(&s->mu);
+    mark_ended(s, j);
+    pthread_mutex_unlock(&s->mu);
+  }
   if (st == AR_STATE) {
     j->state = AR__TJ_DONE;
     write_meta(s, j, "done");
@@ -1131,6 +1222,14 @@ static void recover(server *s) {
   const uint64_t *ids = ar__state_jobs(s->st, &n);
   for (size_t i = 0; i < n; i++)
     recover_job(s, ids[i]);
+  pthread_mutex_lock(&s->mu);
+  /* Pruning shrinks the list: start over until a pass removes nothing. */
+  for (size_t before = 0; before != s->njobs;) {
+    before = s->njobs;
+    for (size_t i = 0; i < s->njobs; i++)
+      prune_ended(s, s->jobs[i]->cred.uid);
+  }
+  pthread_mutex_unlock(&s->mu);
 }
 
 /* ---- the server ------------------------------------------------------------------- */
@@ -1217,9 +1316,9 @@ static ar_status check_opts(const ar_serve_opts *o, ar_err *err) {
   if (!o->state_dir || !o->socket_path || strlen(o->socket_path) >= PATH_CAP)
     return ar_errf(err, AR_INVALID, "the state folder and the socket need paths");
   if (o->request_timeout_ms < 1 || o->max_conns_per_uid < 1 || o->max_queued < 1 ||
-      o->max_line < 64)
-    return ar_errf(err, AR_INVALID, "--request-timeout, --max-conns-per-uid and --max-queued "
-                   "must be positive, --max-line at least 64");
+      o->keep_ended < 1 || o->max_line < 64)
+    return ar_errf(err, AR_INVALID, "--request-timeout, --max-conns-per-uid, --max-queued and "
+                   "--keep-ended must be positive, --max-line at least 64");
   return AR_OK;
 }
 

@@ -191,7 +191,7 @@ wait "$upid" || fail "the user's server exited with $?"
 # ---- caps and the journal ---------------------------------------------------------
 echo "# caps"
 start main --max-line 1MiB --max-conns-per-uid 4 --request-timeout 2 --max-queued 3 \
-  --max-generated 2MiB
+  --max-generated 2MiB --keep-ended 6
 for task in /proc/"$spid"/task/*; do
   cap=$(awk '/^CapEff/ {print $2}' "$task/status")
   [ "$cap" = 0000000000000000 ] || fail "server thread $task has capabilities $cap"
@@ -254,8 +254,12 @@ for p in /dev/zero "$t/nob/fifo" "$t/nob/oneline.txt"; do
 done
 rss1=$(rss)
 [ "$rss1" -lt $((rss0 + 65536)) ] || fail "the server grew from $rss0 to $rss1 KiB"
-# Every refused job ended (none pending): cancel says so.
+# Every refused job ended (none pending), and of the 17 refused or done so
+# far, only the last 6 are kept (in memory and in the state folder).
 "$bin" ps --socket "$sock" | grep -q pending && fail "a job is left pending"
+[ "$("$bin" ps --socket "$sock" | grep -c nobody)" -eq 6 ] || fail "--keep-ended 6 kept $(
+  "$bin" ps --socket "$sock" | grep -c nobody) jobs"
+[ "$(ls "$st/jobs" | wc -l)" -eq 6 ] || fail "the state keeps $(ls "$st/jobs" | wc -l) jobs"
 
 # ---- connections -------------------------------------------------------------------
 echo "# conns"
