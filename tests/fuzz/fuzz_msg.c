@@ -61,7 +61,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (len < 4 || ar__msg_decode(enc + 4, len - 4, &m2, &err) != AR_OK)
     abort();
   if (m2.op != m.op || m2.has_id != m.has_id || m2.id != m.id || m2.n_sets != m.n_sets ||
-      m2.follow != m.follow || m2.all != m.all || m2.offset != m.offset)
+      m2.follow != m.follow || m2.all != m.all || m2.offset != m.offset ||
+      m2.keep != m.keep || m2.version != m.version)
     abort();
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
     const ar__mstr *g[] = {&m2.yaml, &m2.file, &m2.base, &m2.cwd, &m2.text};
