@@ -199,6 +199,13 @@ static ar_status fail(const ar_fs *fs, ar_err *err, int e, const char *verb, con
   case EEXIST:
     hint = "; something else already exists there";
     break;
+  case EMEDIUMTYPE:
+    hint = " (a FUSE file system): the service does not use files on file systems users "
+           "mount, whose reads could stall every job; copy it to a local disk";
+    break;
+  case ETIMEDOUT:
+    hint = "; its file system did not answer in time";
+    break;
   case ENOSPC:
   case EDQUOT:
     hint = "; free some disk space";

@@ -17,9 +17,12 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define BROKER_MAGIC 0x61726272u /* "arbr" */
@@ -46,11 +49,23 @@ typedef struct brep {
 
 #define REQ_MAX (sizeof(breq) + 2 * (PATH_CAP + 1))
 
+/* A request waiting for its reply. */
+typedef struct waiter {
+  uint64_t seq;
+  bool done;
+  brep rep;
+  int fd;
+  struct waiter *next;
+} waiter;
+
 struct ar__broker {
   int sock;
   pid_t pid;
   uint64_t seq;
-  pthread_mutex_t mu; /* one request at a time */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  waiter *waiting; /* requests sent and not answered */
+  bool reading;    /* a waiting thread is reading replies for everyone */
 };
 
 /* ---- descriptors over a socket -------------------------------------------------- */
@@ -139,7 +154,17 @@ static int become(const breq *q) {
   return 0;
 }
 
+/* Whether fd is on a file system any user may mount (FUSE): its reads and
+ * writes could stall the server's threads for as long as its owner likes. */
+static bool user_mounted(int fd) {
+  struct statfs sf;
+  return fstatfs(fd, &sf) == 0 && (unsigned long)sf.f_type == FUSE_SUPER_MAGIC;
+}
+
 static void child(const breq *q, const char *p1, const char *p2, int out) {
+  /* A hung file system ends the child, not the broker: SIGALRM's default
+   * action is fatal, which wakes even a killable wait in the kernel. */
+  alarm(AR__BROKER_TIMEOUT_S);
   brep rep = {q->seq, 0, 0};
   int fd = -1;
   int e = become(q);
@@ -148,6 +173,11 @@ static void child(const breq *q, const char *p1, const char *p2, int out) {
     case OP_OPEN:
       fd = open(p1, q->flags | O_CLOEXEC, (mode_t)q->mode);
       e = fd < 0 ? errno : 0;
+      if (fd >= 0 && user_mounted(fd)) {
+        close(fd);
+        fd = -1;
+        e = EMEDIUMTYPE;
+      }
       break;
     case OP_MKDIR:
       e = mkdir(p1, (mode_t)q->mode) == 0 ? 0 : errno;
@@ -189,58 +219,24 @@ static int valid(const char *buf, ssize_t n, const char **p1, const char **p2) {
   return 1;
 }
 
+/* Starts one request: a child answers it on sock by itself, so requests
+ * run side by side and a slow one delays nobody else's. */
 static void serve_one(int sock, const char *buf, ssize_t n) {
   const breq *q = (const breq *)buf;
-  brep rep = {n >= (ssize_t)sizeof(uint64_t) * 2 ? q->seq : 0, EINVAL, 0};
+  brep rep = {n >= (ssize_t)(2 * sizeof(uint64_t)) ? q->seq : 0, EINVAL, 0};
   const char *p1, *p2;
-  int fd = -1;
-  int sp[2] = {-1, -1};
   if (!valid(buf, n, &p1, &p2)) {
     send_with_fd(sock, &rep, sizeof rep, -1);
     return;
   }
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0) {
-    rep.err = errno;
-    send_with_fd(sock, &rep, sizeof rep, -1);
-    return;
-  }
   pid_t pid = fork();
-  if (pid == 0) {
-    close(sock);
-    close(sp[0]);
-    child(q, p1, p2, sp[1]);
-  }
-  close(sp[1]);
+  if (pid == 0)
+    child(q, p1, p2, sock);
   if (pid < 0) {
     rep.err = errno;
-  } else {
-    struct pollfd p = {sp[0], POLLIN, 0};
-    int k;
-    do
-      k = poll(&p, 1, AR__BROKER_TIMEOUT_S * 1000);
-    while (k < 0 && errno == EINTR);
-    brep got;
-    if (k > 0 && recv_with_fd(sp[0], &got, sizeof got, &fd) == (ssize_t)sizeof got &&
-        got.seq == q->seq) {
-      rep = got;
-      if (!got.has_fd && fd >= 0) {
-        close(fd);
-        fd = -1;
-      }
-    } else {
-      rep.err = k == 0 ? ETIMEDOUT : EIO;
-      if (fd >= 0)
-        close(fd);
-      fd = -1;
-    }
-    /* SIGCHLD is ignored here, so the child is reaped by the kernel. */
-    kill(pid, SIGKILL);
+    send_with_fd(sock, &rep, sizeof rep, -1);
   }
-  close(sp[0]);
-  rep.has_fd = fd >= 0;
-  send_with_fd(sock, &rep, sizeof rep, fd);
-  if (fd >= 0)
-    close(fd);
+  /* SIGCHLD is ignored here, so the kernel reaps the child. */
 }
 
 static void broker_main(int sock) {
@@ -297,6 +293,7 @@ ar_status ar__broker_start(ar__broker **out, ar_err *err) {
   b->sock = sp[0];
   b->pid = pid;
   pthread_mutex_init(&b->mu, NULL);
+  pthread_cond_init(&b->cv, NULL);
   *out = b;
   return AR_OK;
 }
@@ -317,7 +314,89 @@ void ar__broker_stop(ar__broker *b) {
     }
   }
   pthread_mutex_destroy(&b->mu);
+  pthread_cond_destroy(&b->cv);
   ar_free(b);
+}
+
+/* Reads one reply and hands it to its waiter (one that gave up is gone:
+ * the reply and its descriptor are dropped).  Called with b->mu NOT held,
+ * by the one reading thread.  false when the broker is gone. */
+static bool read_reply(ar__broker *b, int timeout_ms) {
+  struct pollfd p = {b->sock, POLLIN, 0};
+  int k = poll(&p, 1, timeout_ms);
+  if (k <= 0)
+    return k == 0 || errno == EINTR;
+  brep rep;
+  int fd;
+  ssize_t got = recv_with_fd(b->sock, &rep, sizeof rep, &fd);
+  if (got != (ssize_t)sizeof rep) {
+    if (fd >= 0)
+      close(fd);
+    return false;
+  }
+  pthread_mutex_lock(&b->mu);
+  waiter *w = b->waiting;
+  while (w && w->seq != rep.seq)
+    w = w->next;
+  if (w) {
+    w->rep = rep;
+    w->fd = fd;
+    w->done = true;
+  } else if (fd >= 0) {
+    close(fd);
+  }
+  pthread_mutex_unlock(&b->mu);
+  return true;
+}
+
+static long long now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Sends a request and waits for its reply; any number of threads at once.
+ * Whoever finds no reader reads replies for all until its own came. */
+static int exchange(ar__broker *b, char *buf, size_t n, waiter *w) {
+  long long deadline = now_ms() + (AR__BROKER_TIMEOUT_S + 5) * 1000LL;
+  breq *q = (breq *)buf;
+  pthread_mutex_lock(&b->mu);
+  q->seq = w->seq = ++b->seq;
+  w->next = b->waiting;
+  b->waiting = w;
+  bool sent = send_with_fd(b->sock, buf, n, -1) == 0;
+  bool broken = !sent;
+  while (!w->done && !broken) {
+    long long left = deadline - now_ms();
+    if (left <= 0)
+      break;
+    if (!b->reading) {
+      b->reading = true;
+      pthread_mutex_unlock(&b->mu);
+      bool alive = read_reply(b, left < 200 ? (int)left : 200);
+      pthread_mutex_lock(&b->mu);
+      b->reading = false;
+      pthread_cond_broadcast(&b->cv);
+      broken = !alive;
+    } else {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      ts.tv_nsec += 50 * 1000 * 1000;
+      if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+      }
+      pthread_cond_timedwait(&b->cv, &b->mu, &ts);
+    }
+  }
+  waiter **pp = &b->waiting;
+  while (*pp != w)
+    pp = &(*pp)->next;
+  *pp = w->next;
+  pthread_mutex_unlock(&b->mu);
+  if (!w->done)
+    return broken ? -EIO : -ETIMEDOUT;
+  return 0;
 }
 
 /* One request: returns a descriptor or 0, or a negative errno. */
@@ -347,49 +426,18 @@ static int call(ar__broker *b, const ar__cred *c, uint32_t op, const char *p1, c
     memcpy(buf + sizeof *q + l1 + 1, p2, l2 + 1);
   else
     buf[sizeof *q + l1 + 1] = '\0';
-  size_t n = sizeof *q + l1 + 1 + l2 + 1;
-
-  pthread_mutex_lock(&b->mu);
-  q->seq = ++b->seq;
-  int rc = -EIO;
-  if (send_with_fd(b->sock, buf, n, -1) == 0) {
-    /* Replies to earlier requests that timed out here are skipped. */
-    for (;;) {
-      struct pollfd p = {b->sock, POLLIN, 0};
-      int k = poll(&p, 1, (AR__BROKER_TIMEOUT_S + 5) * 1000);
-      if (k < 0 && errno == EINTR)
-        continue;
-      if (k <= 0) {
-        rc = -ETIMEDOUT;
-        break;
-      }
-      brep rep;
-      int fd;
-      ssize_t got = recv_with_fd(b->sock, &rep, sizeof rep, &fd);
-      if (got != (ssize_t)sizeof rep) {
-        if (fd >= 0)
-          close(fd);
-        rc = -EIO; /* the broker is gone */
-        break;
-      }
-      if (rep.seq != q->seq) {
-        if (fd >= 0)
-          close(fd);
-        continue;
-      }
-      if (rep.err)
-        rc = -rep.err;
-      else if (op == OP_OPEN)
-        rc = fd >= 0 ? fd : -EIO;
-      else
-        rc = 0;
-      if (rc < 0 && fd >= 0)
-        close(fd);
-      break;
-    }
+  waiter w;
+  memset(&w, 0, sizeof w);
+  w.fd = -1;
+  int rc = exchange(b, buf, sizeof *q + l1 + 1 + l2 + 1, &w);
+  if (rc < 0)
+    return rc;
+  if (w.rep.err || op != OP_OPEN) {
+    if (w.fd >= 0)
+      close(w.fd);
+    return w.rep.err ? -w.rep.err : 0;
   }
-  pthread_mutex_unlock(&b->mu);
-  return rc;
+  return w.fd >= 0 ? w.fd : -EIO;
 }
 
 /* ---- the ar_fs over the broker --------------------------------------------------- */

@@ -12,9 +12,12 @@
  * The broker is a small process forked when the server starts, before it
  * has threads or large memory, so each request forks a tiny process; it
  * keeps the rights to change identity, the server can then give up every
- * capability (ar__drop_capabilities).  A request that takes longer than
- * AR__BROKER_TIMEOUT_S (a hung network file system) is answered with
- * ETIMEDOUT and its child killed.
+ * capability (ar__drop_capabilities).  Requests run side by side (each
+ * child answers on its own), so a slow one delays only its caller; a
+ * child still busy after AR__BROKER_TIMEOUT_S (a hung file system) is
+ * killed by its alarm and its caller told ETIMEDOUT.  Files on a file
+ * system any user may mount (FUSE) are refused (EMEDIUMTYPE): reading
+ * them could stall the server's threads at their owner's will.
  *
  * Tests: tests/tenancy/test_broker.c (as root with an unprivileged uid),
  * tests/tenancy/security.sh.

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,6 +167,49 @@ static void test_many_requests(void **state) {
   ar_fs_destroy(r);
 }
 
+typedef struct worker {
+  ar_fs *fs;
+  int id, bad;
+} worker;
+
+static void *hammer(void *arg) {
+  worker *w = arg;
+  char path[512], want[32];
+  snprintf(path, sizeof path, "%s/w%d", root, w->id);
+  snprintf(want, sizeof want, "worker %d\n", w->id);
+  for (int i = 0; i < 150; i++) {
+    char *buf = NULL;
+    size_t len;
+    ar_err err = AR_ERR_INIT;
+    if (ar_fs_read_all(w->fs, path, 100, &buf, &len, &err) != AR_OK || strcmp(buf, want) != 0)
+      w->bad++;
+    ar_free(buf);
+  }
+  return NULL;
+}
+
+static void test_concurrent_requests(void **state) {
+  (void)state;
+  /* Requests from many threads at once each get their own answer. */
+  enum { N = 8 };
+  worker w[N];
+  pthread_t th[N];
+  ar_fs *r = fs_as(0, 0, 0, NULL);
+  for (int i = 0; i < N; i++) {
+    char path[512], text[32];
+    snprintf(path, sizeof path, "%s/w%d", root, i);
+    snprintf(text, sizeof text, "worker %d\n", i);
+    put_text(path, text, 0644, 0, 0);
+    w[i] = (worker){r, i, 0};
+    assert_int_equal(pthread_create(&th[i], NULL, hammer, &w[i]), 0);
+  }
+  for (int i = 0; i < N; i++) {
+    pthread_join(th[i], NULL);
+    assert_int_equal(w[i].bad, 0);
+  }
+  ar_fs_destroy(r);
+}
+
 static void test_dropped_capabilities(void **state) {
   (void)state;
   put_text(at("theirs"), "theirs\n", 0600, 65534, 65534);
@@ -200,6 +244,7 @@ int main(void) {
       cmocka_unit_test(test_rights_of_the_submitter),
       cmocka_unit_test(test_groups),
       cmocka_unit_test(test_many_requests),
+      cmocka_unit_test(test_concurrent_requests),
       cmocka_unit_test(test_dropped_capabilities),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
