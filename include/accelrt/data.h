@@ -82,8 +82,9 @@ typedef struct ar_reader_opts {
   int64_t labels;         /* expected label count (output width); 0 = do not check */
   const ar_fs *fs; /* whose rights open the file (fs.h); NULL: this process's */
   int64_t max_line;       /* longest line accepted, bytes; 0 = AR_READER_MAX_LINE */
+  bool own;               /* a file the job generated: a symlink is refused */
 } ar_reader_opts;
-#define AR_READER_OPTS_INIT {AR_FMT_XC, 0, 0, 0, 0, NULL, 0}
+#define AR_READER_OPTS_INIT {AR_FMT_XC, 0, 0, 0, 0, NULL, 0, false}
 /* The default bound on a line: a longer one is a located error, so a file
  * without newlines (or /dev/zero behind a link) cannot grow the buffer
  * without bound. */

@@ -63,11 +63,20 @@ void ar_fs_destroy(ar_fs *fs);
 /* Opens an input file for reading: a regular file, or AR_IO/AR_NOTFOUND
  * with why (and whose rights) in err.  *fd is blocking again. */
 ar_status ar_fs_open_read(const ar_fs *fs, const char *path, int *fd, ar_err *err);
-/* Whether path names a regular file this identity can open for reading. */
+/* The same for a file the job wrote itself (metrics.jsonl, generated
+ * data): a symlink there is refused, since the job never makes one and a
+ * planted one would make the job read (and copy) a file of the link's
+ * choosing. */
+ar_status ar_fs_open_own(const ar_fs *fs, const char *path, int *fd, ar_err *err);
+/* Whether path names a regular file this identity can open for reading
+ * (_own: and is not a symlink). */
 bool ar_fs_readable(const ar_fs *fs, const char *path);
+bool ar_fs_readable_own(const ar_fs *fs, const char *path);
 /* Reads a whole regular file of at most max bytes into *buf (NUL added;
- * free with ar_free).  AR_RANGE when larger. */
+ * free with ar_free).  AR_RANGE when larger.  _own: with ar_fs_open_own. */
 ar_status ar_fs_read_all(const ar_fs *fs, const char *path, size_t max, char **buf,
+                         size_t *len, ar_err *err);
+ar_status ar_fs_read_own(const ar_fs *fs, const char *path, size_t max, char **buf,
                          size_t *len, ar_err *err);
 /* Opens a file for writing as a stream: truncated, or appended to with
  * append.  A symlink or anything but a regular file there is refused. */

@@ -243,10 +243,13 @@ static ar_status regular(const ar_fs *fs, int fd, const char *path, ar_err *err)
 
 /* ---- operations -------------------------------------------------------------------- */
 
-ar_status ar_fs_open_read(const ar_fs *fs, const char *path, int *fd, ar_err *err) {
+static ar_status open_read(const ar_fs *fs, const char *path, bool follow, int *fd,
+                           ar_err *err) {
   fs = resolve(fs);
   *fd = -1;
-  int f = fs->ops->open(fs->ctx, path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0);
+  int f = fs->ops->open(fs->ctx, path,
+                        O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW),
+                        0);
   if (f < 0)
     return fail(fs, err, -f, "open", path);
   ar_status st = regular(fs, f, path, err);
@@ -258,20 +261,31 @@ ar_status ar_fs_open_read(const ar_fs *fs, const char *path, int *fd, ar_err *er
   return AR_OK;
 }
 
-bool ar_fs_readable(const ar_fs *fs, const char *path) {
+ar_status ar_fs_open_read(const ar_fs *fs, const char *path, int *fd, ar_err *err) {
+  return open_read(fs, path, true, fd, err);
+}
+
+ar_status ar_fs_open_own(const ar_fs *fs, const char *path, int *fd, ar_err *err) {
+  return open_read(fs, path, false, fd, err);
+}
+
+static bool readable(const ar_fs *fs, const char *path, bool follow) {
   int fd;
-  if (ar_fs_open_read(fs, path, &fd, NULL) != AR_OK)
+  if (open_read(fs, path, follow, &fd, NULL) != AR_OK)
     return false;
   close(fd);
   return true;
 }
 
-ar_status ar_fs_read_all(const ar_fs *fs, const char *path, size_t max, char **buf,
-                         size_t *len, ar_err *err) {
+bool ar_fs_readable(const ar_fs *fs, const char *path) { return readable(fs, path, true); }
+bool ar_fs_readable_own(const ar_fs *fs, const char *path) { return readable(fs, path, false); }
+
+static ar_status read_all(const ar_fs *fs, const char *path, bool follow, size_t max,
+                          char **buf, size_t *len, ar_err *err) {
   *buf = NULL;
   *len = 0;
   int fd;
-  AR_CHECK(ar_fs_open_read(fs, path, &fd, err));
+  AR_CHECK(open_read(fs, path, follow, &fd, err));
   char *b = ar_malloc(max + 1);
   if (!b) {
     close(fd);
@@ -302,6 +316,16 @@ ar_status ar_fs_read_all(const ar_fs *fs, const char *path, size_t max, char **b
   *buf = b;
   *len = n;
   return AR_OK;
+}
+
+ar_status ar_fs_read_all(const ar_fs *fs, const char *path, size_t max, char **buf,
+                         size_t *len, ar_err *err) {
+  return read_all(fs, path, true, max, buf, len, err);
+}
+
+ar_status ar_fs_read_own(const ar_fs *fs, const char *path, size_t max, char **buf,
+                         size_t *len, ar_err *err) {
+  return read_all(fs, path, false, max, buf, len, err);
 }
 
 ar_status ar_fs_open_write(const ar_fs *fs, const char *path, bool append, FILE **out,

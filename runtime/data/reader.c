@@ -880,7 +880,7 @@ ar_status ar_reader_open(const char *path, const ar_reader_opts *opts,
     goto fail;
   }
   int fd = -1;
-  st = ar_fs_open_read(o.fs, path, &fd, err);
+  st = o.own ? ar_fs_open_own(o.fs, path, &fd, err) : ar_fs_open_read(o.fs, path, &fd, err);
   if (st != AR_OK) {
     ar_err_wrap(err, "data file (check data.train / data.test)");
     goto fail;

@@ -131,7 +131,7 @@ ar_status ar_trim_lines(const ar_fs *fs, const char *path, int64_t upto, const c
                         ar_err *err) {
   int fd;
   ar_err quiet = AR_ERR_INIT;
-  ar_status os = ar_fs_open_read(fs, path, &fd, &quiet);
+  ar_status os = ar_fs_open_own(fs, path, &fd, &quiet);
   if (os == AR_NOTFOUND)
     return AR_OK;
   if (os != AR_OK)

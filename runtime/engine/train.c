@@ -62,9 +62,9 @@ ar_status ar_run_resolve_data(const ar_spec *spec, const ar_run_opts *opts, cons
   }
   char *old = NULL;
   size_t old_len = 0;
-  bool fresh = ar_fs_read_all(fs, stp, 511, &old, &old_len, NULL) == AR_OK &&
-               strcmp(old, stamp) == 0 && ar_fs_readable(fs, trp) &&
-               (g->test_points == 0 || ar_fs_readable(fs, tep));
+  bool fresh = ar_fs_read_own(fs, stp, 511, &old, &old_len, NULL) == AR_OK &&
+               strcmp(old, stamp) == 0 && ar_fs_readable_own(fs, trp) &&
+               (g->test_points == 0 || ar_fs_readable_own(fs, tep));
   ar_free(old);
   if (!fresh) {
     ar_fs_unlink(fs, stp, false, NULL);
@@ -258,6 +258,7 @@ static ar_status open_readers(run_ctx *c, const char *train, const char *test) {
   ro.labels = s->layers[s->n_layers - 1].width;
   ro.fs = c->opts.fs;
   ro.max_line = c->opts.max_line;
+  ro.own = s->data.generate;
   AR_CHECK(ar_reader_open(train, &ro, &c->train, c->err));
   if (ar_reader_stats(c->train)->points == 0)
     return ar_errf(c->err, AR_PARSE, "%s: error: the training file has no data points", train);

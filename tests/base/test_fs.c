@@ -114,6 +114,16 @@ static void test_write_refuses_planted_links(void **state) {
   /* A FIFO planted where an output goes: refused, not blocked on. */
   assert_int_equal(mkfifo(at("out.fifo"), 0600), 0);
   assert_int_equal(ar_fs_open_write(NULL, at("out.fifo"), true, &f, &err), AR_IO);
+  /* Reading back what the job wrote: a planted link is not followed. */
+  int fd = -1;
+  assert_int_equal(ar_fs_open_own(NULL, at("metrics.jsonl"), &fd, &err), AR_IO);
+  assert_int_equal(fd, -1);
+  assert_false(ar_fs_readable_own(NULL, at("metrics.jsonl")));
+  assert_true(ar_fs_readable(NULL, at("metrics.jsonl")));
+  char *buf = NULL;
+  size_t len;
+  assert_int_equal(ar_fs_read_own(NULL, at("metrics.jsonl"), 100, &buf, &len, &err), AR_IO);
+  assert_null(buf);
   /* A plain file: truncated or appended. */
   put_text(at("log"), "old\n");
   assert_int_equal(ar_fs_open_write(NULL, at("log"), true, &f, &err), AR_OK);
