@@ -150,8 +150,8 @@ done:
 /* ---- reading ------------------------------------------------------------- */
 
 /* What the messages about a file that fails a check add. */
-#define DAMAGED "the file is damaged or was not written by accelrt; start afresh (without " \
-                "--resume) or restore a good checkpoint"
+#define DAMAGED "the file is damaged or was not written by accelrt; restore a good checkpoint, " \
+                "or train afresh (accelrt run without --resume)"
 
 /* An open checkpoint.  pos counts the bytes read or skipped; the data
  * (everything before the checksum) ends at size - 4. */
@@ -253,8 +253,8 @@ static ar_status verify(reader *r, unsigned char *buf, size_t cap,
   AR_CHECK(stored_crc(r, &stored, err));
   if (stored != (uint32_t)crc)
     return ar_errf(err, AR_CORRUPT, "checkpoint '%s' fails its checksum: it is damaged or "
-                   "truncated; start afresh (without --resume) or restore a good checkpoint",
-                   r->path);
+                   "truncated; restore a good checkpoint, or train afresh (accelrt run without "
+                   "--resume)", r->path);
   return AR_OK;
 }
 
