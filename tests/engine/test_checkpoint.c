@@ -20,8 +20,8 @@
 #include <zlib.h>
 
 #include "accelrt/runtime.h"
-
-static char tmpdir[256];
+#include "engine_fixtures.h"
+#include "engine_scratch.h"
 
 /* A small job: 20 features, one hidden layer of 4, 6 labels (342
  * parameters with Adam's two moments), so a checkpoint is 1.5 KB and a
@@ -38,14 +38,7 @@ static ar_spec *job(const char *out, int train_points, const char *train) {
            "train: {batch: 16, %s, optimizer: {adam: {lr: 0.01}}}\n"
            "output: {dir: '%s'}\n",
            train_points, train, out);
-  ar_spec *spec = NULL;
-  ar_diags d = {0, NULL};
-  ar_status st = ar_spec_parse(yaml, strlen(yaml), "<test>", NULL, NULL, 0, false, &spec, &d);
-  if (st != AR_OK)
-    ar_diags_print(&d, "<test>", stderr);
-  ar_diags_fini(&d);
-  assert_int_equal(st, AR_OK);
-  return spec;
+  return parse(yaml);
 }
 
 static ar_status run(const char *out, int train_points, const char *train, bool resume,
@@ -64,19 +57,6 @@ static void run_ok(const char *out, int train_points, const char *train, bool re
   ar_err err = AR_ERR_INIT;
   if (run(out, train_points, train, resume, s, &err) != AR_OK)
     fail_msg("ar_run: %s", err.msg);
-}
-
-static unsigned char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  assert_non_null(f);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  unsigned char *buf = malloc((size_t)n);
-  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  *len = (size_t)n;
-  return buf;
 }
 
 static void spit(const char *path, const void *data, size_t len) {
@@ -131,30 +111,42 @@ static void refused(fixture *fx, const char *path, ar_status want, const char *w
              ar_status_name(got), err.msg, ar_status_name(want), what);
 }
 
-static void write_ckpt(const char *dir, char *path, size_t cap, ar_summary *s) {
-  run_ok(dir, 60, "iterations: 6, threads: 1", false, s);
+/* Trains the test job for 6 iterations in folder `name`; its checkpoint's
+ * path goes to path (cap bytes). */
+static void write_ckpt(const char *name, char *path, size_t cap) {
+  char dir[300];
+  snprintf(dir, sizeof dir, "%s/%s", tmpdir, name);
+  ar_summary s;
+  run_ok(dir, 60, "iterations: 6, threads: 1", false, &s);
   snprintf(path, cap, "%s/checkpoint.bin", dir);
+}
+
+/* A good checkpoint's bytes (free them; *len their count) with the model
+ * it loads into, checked to load, so that a refusal of a damaged copy is
+ * the damage's doing.  copy: where the damaged versions go. */
+static unsigned char *good_checkpoint(const char *name, char *copy, size_t cap, size_t *len,
+                                      fixture *fx) {
+  char path[340];
+  write_ckpt(name, path, sizeof path);
+  snprintf(copy, cap, "%s.damaged", path);
+  unsigned char *c = slurp(path, len);
+  assert_true(*len > 1000 && *len < 4000);
+  fixture_open(fx);
+  ar_ckpt_state st;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_checkpoint_load(fx->model, &st, NULL, path, &err), AR_OK);
+  assert_int_equal(st.iteration, 6);
+  return c;
 }
 
 /* ---- damaged files ---------------------------------------------------------- */
 
 static void test_every_flipped_byte_refused(void **state) {
   (void)state;
-  char dir[300], path[340], copy[340];
-  snprintf(dir, sizeof dir, "%s/flip", tmpdir);
-  ar_summary s;
-  write_ckpt(dir, path, sizeof path, &s);
-  snprintf(copy, sizeof copy, "%s/flipped.bin", dir);
+  char copy[360];
   size_t len;
-  unsigned char *c = slurp(path, &len);
-  assert_true(len > 1000 && len < 4000);
   fixture fx;
-  fixture_open(&fx);
-  /* The original loads, so a refusal below is the flip's doing. */
-  ar_ckpt_state st;
-  ar_err err = AR_ERR_INIT;
-  assert_int_equal(ar_checkpoint_load(fx.model, &st, NULL, path, &err), AR_OK);
-  assert_int_equal(st.iteration, 6);
+  unsigned char *c = good_checkpoint("flip", copy, sizeof copy, &len, &fx);
   for (size_t i = 0; i < len; i++) {
     char label[64];
     snprintf(label, sizeof label, "byte %zu of %zu", i, len);
@@ -171,15 +163,10 @@ static void test_every_flipped_byte_refused(void **state) {
 
 static void test_truncated_refused(void **state) {
   (void)state;
-  char dir[300], path[340], copy[340];
-  snprintf(dir, sizeof dir, "%s/cut", tmpdir);
-  ar_summary s;
-  write_ckpt(dir, path, sizeof path, &s);
-  snprintf(copy, sizeof copy, "%s/cut.bin", dir);
+  char copy[360];
   size_t len;
-  unsigned char *c = slurp(path, &len);
   fixture fx;
-  fixture_open(&fx);
+  unsigned char *c = good_checkpoint("cut", copy, sizeof copy, &len, &fx);
   const size_t cuts[] = {0, 5, 8, 40, 67, 68, 100, len / 2, len - 4, len - 1};
   const char *what[] = {"not an accelrt", "not an accelrt", "truncated", "truncated",
                         "truncated", "checksum", "checksum", "checksum", "checksum",
@@ -200,9 +187,9 @@ static void test_truncated_refused(void **state) {
 static void test_resume_refuses_damaged(void **state) {
   (void)state;
   char dir[300], path[340];
+  write_ckpt("resume_damaged", path, sizeof path);
   snprintf(dir, sizeof dir, "%s/resume_damaged", tmpdir);
   ar_summary s;
-  write_ckpt(dir, path, sizeof path, &s);
   size_t len;
   unsigned char *c = slurp(path, &len);
   c[23] ^= 0x01; /* the iteration count's high byte: 2^56 + 6, the job would look done */
@@ -500,13 +487,7 @@ static void test_many_tensors_round_trip(void **state) {
            "train: {batch: 4, iterations: 2, threads: 1, optimizer: {adam: {lr: 0.01}}}\n"
            "output: {dir: '%s'}\n",
            dir);
-  ar_spec *spec = NULL;
-  ar_diags d = {0, NULL};
-  ar_status st = ar_spec_parse(yaml, strlen(yaml), "<test>", NULL, NULL, 0, false, &spec, &d);
-  if (st != AR_OK)
-    ar_diags_print(&d, "<test>", stderr);
-  ar_diags_fini(&d);
-  assert_int_equal(st, AR_OK);
+  ar_spec *spec = parse(yaml);
   ar_run_opts o = AR_RUN_OPTS_INIT;
   o.quiet = true;
   ar_err err = AR_ERR_INIT;
@@ -526,19 +507,6 @@ static void test_many_tensors_round_trip(void **state) {
   memcpy(&nt, c + 12, 4);
   assert_int_equal(nt, 300);
   free(c);
-}
-
-static int setup(void **state) {
-  (void)state;
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/accelrt-test-ckpt-XXXXXX");
-  return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-  return system(cmd) == 0 ? 0 : -1;
 }
 
 int main(void) {
