@@ -459,11 +459,14 @@ ar_status ar_checkpoint_check_data(const ar_ckpt_state *st, int64_t points, cons
                                    ar_err *err) {
   /* The engine keeps samples == epoch * points + rows_in_epoch with
    * 0 <= rows_in_epoch <= points (an epoch ends when the reader has
-   * served every point); computed by division so nothing overflows. */
-  int64_t full = st->samples - st->rows_in_epoch;
-  if (points > 0 && st->rows_in_epoch >= 0 && st->rows_in_epoch <= points && full >= 0 &&
-      full % points == 0 && full / points == st->epoch)
-    return AR_OK;
+   * served every point); checked by division, and the subtraction only
+   * of counts known to be in order, so no value overflows. */
+  if (points > 0 && st->rows_in_epoch >= 0 && st->rows_in_epoch <= points &&
+      st->samples >= st->rows_in_epoch) {
+    int64_t full = st->samples - st->rows_in_epoch;
+    if (full % points == 0 && full / points == st->epoch)
+      return AR_OK;
+  }
   return ar_errf(err, AR_SPEC, "checkpoint '%s' is %lld rows into epoch %lld after %lld "
                  "samples, which a training file of %lld points cannot give: the training "
                  "data's shape differs from the checkpoint's; start afresh without --resume, or "
