@@ -160,18 +160,37 @@ typedef struct ar_ckpt_state {
 } ar_ckpt_state;
 
 /* Writes the model's tensors and `st` to `path` atomically, through fs
- * (NULL: this process's rights).  AR_IO. */
+ * (NULL: this process's rights).  AR_IO, AR_NOMEM; AR_UNSUPPORTED for a
+ * model of more tensors than a checkpoint holds (65,536). */
 ar_status ar_checkpoint_save(const ar_model *m, const ar_ckpt_state *st, const ar_fs *fs,
                              const char *path, ar_err *err);
-/* Reads only the position (iteration, epoch, samples, time) of a
- * checkpoint, without a model; the tensors are not checked. */
+/* Reads the position (iteration, epoch, samples, time) of a checkpoint,
+ * without a model.  The file is verified as ar_checkpoint_load verifies
+ * it, but for the shapes: the whole file's checksum before any field is
+ * used, every header field within what a run can write (counts >= 0 and
+ * at most 2^53, iterations <= samples, optimizer steps <= iterations,
+ * train_s finite and >= 0), the tensor table within the file and nothing
+ * after it.  AR_CORRUPT naming the file and the field when a check fails;
+ * AR_NOTFOUND or AR_IO when it cannot be opened; AR_NOMEM.  st is written
+ * only on success.  Reads the file once whole (in fixed chunks). */
 ar_status ar_checkpoint_peek(const ar_fs *fs, const char *path, ar_ckpt_state *st,
                              ar_err *err);
-/* Loads a checkpoint into a model of the same shape.  AR_CORRUPT when the
- * checksum fails or the file is truncated; AR_SPEC when the shapes differ
- * from the job's (the message names the tensor). */
+/* Loads a checkpoint into a model of the same shape, after the checks of
+ * ar_checkpoint_peek.  AR_CORRUPT when one fails (also when the file
+ * changes while it is read); AR_SPEC when the tensors' names or sizes
+ * differ from the model's (the message names the tensor); the model is
+ * written to only when the file has passed every check, but is left
+ * partly loaded when it changed in between (the caller then fails). */
 ar_status ar_checkpoint_load(ar_model *m, ar_ckpt_state *st, const ar_fs *fs, const char *path,
                              ar_err *err);
+/* Whether a checkpoint's data position is one a training file of `points`
+ * points can give: samples == epoch * points + rows_in_epoch and
+ * 0 <= rows_in_epoch <= points, as the engine keeps them.  AR_SPEC naming
+ * `path` ("the training data's shape differs from the checkpoint's")
+ * otherwise.  The iteration count is not involved, so a resumed job may
+ * change train.epochs, train.iterations or train.threads. */
+ar_status ar_checkpoint_check_data(const ar_ckpt_state *st, int64_t points, const char *path,
+                                   ar_err *err);
 
 /* ---- machine ---- */
 /* Prints the hwloc topology summary (packages, cores, PUs, NUMA nodes,

@@ -38,6 +38,7 @@
 #define LINEAR_DEDUPE 16 /* label lists up to this long are de-duplicated by a linear scan */
 #define ID_MAX 2147483647ll /* ids are int32 in ar_batch */
 #define NUM_TOKEN_MAX 128 /* longest number text handed to strtod */
+#define EXP10_CAP 100000  /* bound of a value's decimal exponent while parsing */
 
 /* ---- line reading ---------------------------------------------------------
  * The reader owns one buffer; a line that fits is returned in place (with
@@ -239,16 +240,19 @@ static inline int is_blank(char c) { return c == ' ' || c == '\t'; }
 static inline int is_digit(char c) { return (unsigned)(c - '0') < 10u; }
 
 /* Parses a non-negative decimal integer at *pp.  Returns the number of
- * digits (0: none), or -1 when the value exceeds `max`. */
+ * digits (0: none), or -1 when the value exceeds `max` (>= 0).  The bound
+ * is checked before each digit is added, so v never overflows, however
+ * many digits follow ("99999999999999999999" is -1, not a wrapped value). */
 static int parse_uint(const char **pp, const char *e, int64_t max,
                       int64_t *out) {
   const char *p = *pp;
   int64_t v = 0;
   int n = 0;
   while (p < e && is_digit(*p)) {
-    v = v * 10 + (*p - '0');
-    if (v > max)
+    int d = *p - '0';
+    if (v > max / 10 || v * 10 > max - d)
       return -1;
+    v = v * 10 + d;
     p++;
     n++;
   }
@@ -285,17 +289,21 @@ static int parse_value(const char **pp, const char *e, float *out) {
   }
   if (p < e && (*p == 'n' || *p == 'N' || *p == 'i' || *p == 'I'))
     return NUM_NONFINITE;
+  /* exp10 saturates at +-EXP10_CAP: only a token of that many digits
+   * gets there, and such a token is NUM_TOOLONG (or zero) whatever its
+   * exact exponent, so the counters stay far from overflow on any line. */
   uint64_t mant = 0;
-  int sig = 0, digits = 0, exp10 = 0;
+  int sig = 0, exp10 = 0;
+  bool digits = false;
   while (p < e && is_digit(*p)) {
     int d = *p++ - '0';
-    digits++;
+    digits = true;
     if (sig < 19) {
       if (mant || d) {
         mant = mant * 10 + (uint64_t)d;
         sig++;
       }
-    } else {
+    } else if (exp10 < EXP10_CAP) {
       exp10++;
     }
   }
@@ -303,17 +311,18 @@ static int parse_value(const char **pp, const char *e, float *out) {
     p++;
     while (p < e && is_digit(*p)) {
       int d = *p++ - '0';
-      digits++;
+      digits = true;
       if (sig < 19) {
         if (mant || d) {
           mant = mant * 10 + (uint64_t)d;
           sig++;
         }
-        exp10--;
+        if (exp10 > -EXP10_CAP)
+          exp10--;
       }
     }
   }
-  if (digits == 0)
+  if (!digits)
     return NUM_BAD;
   if (p < e && (*p == 'e' || *p == 'E')) {
     p++;

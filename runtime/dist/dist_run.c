@@ -455,6 +455,10 @@ static ar_status resume(ar__dist *c) {
                      "--resume to start afresh", path);
       else
         st = ar_checkpoint_load(c->model, &c->st, NULL, path, c->err);
+      /* Every rank reads the same training file (a worker takes its share
+       * of each global batch), so the engine's position rule holds. */
+      if (st == AR_OK)
+        st = ar_checkpoint_check_data(&c->st, ar_reader_stats(c->train)->points, path, c->err);
     }
     ar_free(path);
   }

@@ -318,6 +318,11 @@ ar_status ar_job_open(const ar_spec *spec, const ar_run_opts *opts, ar_job **out
   if (st != AR_OK)
     goto fail;
   const ar_data_stats *ts = ar_reader_stats(c->train);
+  if (c->opts.resume) {
+    st = ar_checkpoint_check_data(&c->st, ts->points, c->ckpt_path, err);
+    if (st != AR_OK)
+      goto fail;
+  }
   c->max_nnz = ts->max_nnz;
   c->max_labels = ts->max_labels;
   if (c->test) {
@@ -368,6 +373,9 @@ ar_status ar_job_start(ar_job *c, ar_device *dev, void *persistent, void *epheme
   c->started = true;
   if (c->opts.resume) {
     AR_CHECK(ar_checkpoint_load(c->model, &c->st, c->opts.fs, c->ckpt_path, err));
+    /* Checked again: the file may have been replaced since ar_job_open. */
+    AR_CHECK(ar_checkpoint_check_data(&c->st, ar_reader_stats(c->train)->points, c->ckpt_path,
+                                      err));
     AR_CHECK(ar_reader_rewind(c->train, (uint64_t)c->st.epoch, err));
     AR_CHECK(ar_reader_skip(c->train, c->st.rows_in_epoch, err));
     AR_CHECK(ar_trim_lines(c->opts.fs, c->metrics_path, c->st.iteration, "\"iteration\": ",

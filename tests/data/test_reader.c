@@ -206,6 +206,20 @@ static const bad_case bad_cases[] = {
     {AR_FMT_XC, 0, 0, "1 10 5\n0 1:1e39\n", 2, "not a finite", 0},
     {AR_FMT_XC, 0, 0, "1 10 5\n99999999999 1:1\n", 2, "too large", 0},
     {AR_FMT_XC, 0, 0, "1 10 5\n0 99999999999:1\n", 2, "too large", 0},
+    /* 20 digits and more: refused before any signed overflow (UBSan). */
+    {AR_FMT_XC, 0, 0, "99999999999999999999 5 5\n0 1:1\n", 1,
+     "header points count '99999999999999999999' is too large", 0},
+    {AR_FMT_XC, 0, 0, "1 99999999999999999999 5\n0 1:1\n", 1,
+     "header features count '99999999999999999999' is too large", 0},
+    {AR_FMT_XC, 0, 0, "1 5 184467440737095516160\n0 1:1\n", 1,
+     "header labels count '184467440737095516160' is too large", 0},
+    {AR_FMT_XC, 0, 0, "4611686018427387905 5 5\n0 1:1\n", 1, "is too large", 0},
+    {AR_FMT_XC, 0, 0, "4611686018427387904 5 5\n0 1:1\n", 1,
+     "declares 4611686018427387904 points but the file has 1", 0},
+    {AR_FMT_XC, 0, 0, "1 10 5\n99999999999999999999 1:1\n", 2, "too large", 0},
+    {AR_FMT_XC, 0, 0, "1 10 5\n0 9223372036854775808:1\n", 2, "too large", 0},
+    {AR_FMT_LIBSVM, 0, 0, "99999999999999999999 1:1\n", 1, "too large", 0},
+    {AR_FMT_LIBSVM, 0, 0, "0 99999999999999999999:1\n", 1, "too large", 0},
     {AR_FMT_XC, 0, 0, "3 10 5\n0 1:1\n\n1 2:1\n", 3, "blank line inside", 0},
     {AR_FMT_XC, 0, 0, "2 10 5\n0 1:1\n1 2:1\0\n", 3, "non-numeric value",
      sizeof "2 10 5\n0 1:1\n1 2:1\0\n" - 1},
@@ -236,6 +250,40 @@ static void test_malformed(void **state) {
       fail_msg("case %d (%s): got %s '%s', want AR_PARSE '%s...%s'", i, c->what,
                ar_status_name(st), err.msg, want, c->what);
   }
+}
+
+/* Numbers of many digits: a value of hundreds of zeros is zero, one that
+ * needs more than NUM_TOKEN_MAX characters is refused with its line, and
+ * a point count one past 2^62 is too large while 2^62 itself parses. */
+static void test_long_numbers(void **state) {
+  (void)state;
+  char text[2048];
+  int n = snprintf(text, sizeof text, "2 10 5\n0 1:0.");
+  for (int i = 0; i < 600; i++)
+    text[n++] = '0';
+  n += snprintf(text + n, sizeof text - (size_t)n, " 2:");
+  for (int i = 0; i < 600; i++)
+    text[n++] = i ? '0' : '1';
+  n += snprintf(text + n, sizeof text - (size_t)n, "e-590\n1 3:1\n");
+  ar_reader_opts o = fmt_opts(AR_FMT_XC);
+  ar_reader *r = NULL;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_reader_open(tu_write("long_num.txt", text), &o, &r, &err), AR_PARSE);
+  assert_non_null(strstr(err.msg, "long_num.txt:2: error: value of feature '2:"));
+  assert_non_null(strstr(err.msg, "longer than"));
+  /* Without the long one, the zeros are a zero. */
+  n = snprintf(text, sizeof text, "1 10 5\n0 1:0.");
+  for (int i = 0; i < 600; i++)
+    text[n++] = '0';
+  snprintf(text + n, sizeof text - (size_t)n, "\n");
+  r = open_ok(tu_write("zeros.txt", text), &o);
+  ar_batch b;
+  assert_int_equal(ar_batch_init(&b, 1, 1, 1), AR_OK);
+  assert_int_equal(ar_reader_next(r, 1, &b, &err), AR_OK);
+  assert_int_equal(b.rows, 1);
+  assert_true(b.val[0] == 0.0f);
+  ar_batch_fini(&b);
+  ar_reader_close(r);
 }
 
 static void test_bad_args(void **state) {
@@ -693,6 +741,7 @@ int main(void) {
       cmocka_unit_test(test_values_match_strtof),
       cmocka_unit_test(test_libsvm),
       cmocka_unit_test(test_malformed),
+      cmocka_unit_test(test_long_numbers),
       cmocka_unit_test(test_bad_args),
       cmocka_unit_test(test_label_dedupe_long),
       cmocka_unit_test(test_batches_file_order),

@@ -135,6 +135,40 @@ interrupt_resume)
   "$bin" run "$work/job.yaml" --quiet --resume --set train.iterations=$((it + 5)) 2> "$work/err" || fail "resume failed: $(cat "$work/err")"
   [ "$(json_num "$work/out/summary.json" iterations)" = $((it + 5)) ] || fail "resume did not continue from $it"
   ;;
+corrupt_checkpoint)
+  # A damaged checkpoint is refused by run --resume and by eval, with an
+  # exit code (never a signal) and a message naming the file; so is a
+  # truncated one and one whose iteration count reads as done.
+  small_job
+  "$bin" run "$work/job.yaml" --quiet --set train.epochs=1 2> "$work/err" || fail "run failed: $(cat "$work/err")"
+  ck=$work/out/checkpoint.bin
+  cp "$ck" "$work/good.bin"
+  flip() { # flip FILE OFFSET: inverts one byte in place
+    local b; b=$(od -An -tu1 -j "$2" -N1 "$1" | tr -d ' ')
+    printf "\\$(printf %03o $((b ^ 255)))" | dd of="$1" bs=1 seek="$2" conv=notrunc status=none
+  }
+  refused() { # refused WHAT CMD...: exits 1..127 and names the checkpoint
+    "${@:2}" > /dev/null 2> "$work/err"; local rc=$?
+    [ $rc -ne 0 ] && [ $rc -lt 128 ] || fail "$1: exit $rc: $(cat "$work/err")"
+    grep -q "$ck" "$work/err" || fail "$1: the message does not name $ck: $(cat "$work/err")"
+  }
+  for off in 23 $(( $(stat -c %s "$work/good.bin") / 2 )) $(( $(stat -c %s "$work/good.bin") - 1 )); do
+    cp "$work/good.bin" "$ck"
+    flip "$ck" "$off"
+    refused "byte $off, run --resume" "$bin" run "$work/job.yaml" --quiet --resume --set train.epochs=2
+    grep -q "checksum" "$work/err" || fail "byte $off: $(cat "$work/err")"
+    refused "byte $off, eval" "$bin" eval "$work/job.yaml" --reps 1
+    grep -q "checksum" "$work/err" || fail "byte $off: $(cat "$work/err")"
+  done
+  head -c 50 "$work/good.bin" > "$ck"
+  refused "truncated, run --resume" "$bin" run "$work/job.yaml" --quiet --resume
+  grep -q "truncated" "$work/err" || fail "truncated: $(cat "$work/err")"
+  refused "truncated, eval" "$bin" eval "$work/job.yaml" --reps 1
+  # The intact file still resumes and evaluates.
+  cp "$work/good.bin" "$ck"
+  "$bin" run "$work/job.yaml" --quiet --resume --set train.epochs=2 2> "$work/err" || fail "resume: $(cat "$work/err")"
+  "$bin" eval "$work/job.yaml" --reps 1 > /dev/null 2> "$work/err" || fail "eval: $(cat "$work/err")"
+  ;;
 resume_missing)
   small_job
   "$bin" run "$work/job.yaml" --resume 2> "$work/err"; rc=$?

@@ -12,8 +12,7 @@
 #include <unistd.h>
 
 #include "accelrt/runtime.h"
-
-static char tmpdir[256];
+#include "engine_scratch.h"
 
 static ar_spec *job(const char *out, int iterations) {
   char yaml[2048];
@@ -36,19 +35,6 @@ static ar_spec *job(const char *out, int iterations) {
   ar_diags_fini(&d);
   assert_int_equal(st, AR_OK);
   return spec;
-}
-
-static unsigned char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  assert_non_null(f);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  unsigned char *buf = malloc((size_t)n);
-  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  *len = (size_t)n;
-  return buf;
 }
 
 static void run_job(const char *out, int iterations, bool resume, ar_summary *s) {
@@ -230,19 +216,6 @@ static void test_training_learns(void **state) {
    * P@1 must beat chance (2.5% for 40 labels) many times over. */
   assert_true(s.loss < 0.8 * first);
   assert_true(s.p_at[0] > 30.0);
-}
-
-static int setup(void **state) {
-  (void)state;
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/accelrt-test-train-XXXXXX");
-  return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-  return system(cmd) == 0 ? 0 : -1;
 }
 
 int main(void) {

@@ -4,7 +4,9 @@
 #     cancels only their own jobs, root sees all;
 #  2. garbage on the socket is refused and logged, the server keeps serving;
 #  3. a server killed with SIGKILL restarts with its queue: the queued job
-#     is still queued and the running one resumes from its checkpoint;
+#     is still queued and the running one resumes from its checkpoint; a
+#     queued job whose checkpoint is damaged fails (it is not reported
+#     done, however large the iteration count its damaged bytes hold);
 #  4. logs -f follows a job to its end; SIGTERM stops the server cleanly.
 # Skipped (77) when not run as root or when setpriv is missing.
 set -euo pipefail
@@ -91,13 +93,22 @@ kill -0 "$spid" || fail "the server died"
 
 # 3. Crash: C queues behind A; A has a checkpoint; SIGKILL; restart.
 C=$("$bin" submit --socket "$sock" "$t/job.yaml" --set output.dir="$t/outC")
+D=$("$bin" submit --socket "$sock" "$t/job.yaml" --set output.dir="$t/outD")
 until_ok test -f "$t/outA/checkpoint.bin"
 [ "$(state_of "$C")" = queued ] || fail "C is not queued: $(state_of "$C")"
 kill -9 "$spid"
 wait "$spid" 2>/dev/null || true
 spid=
+# D gets a copy of A's checkpoint (the same model) whose iteration count
+# has its top byte set: read without the checksum, D would look done.
+mkdir -p "$t/outD"
+python3 -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); b[23] ^= 0x40
+open(sys.argv[2], "wb").write(b)' "$t/outA/checkpoint.bin" "$t/outD/checkpoint.bin"
 start
 [ "$(state_of "$C")" = queued ] || fail "after the restart C is $(state_of "$C"), not queued"
+[ "$(state_of "$D")" = failed ] || fail "D, with a damaged checkpoint, is $(state_of "$D")"
+"$bin" logs --socket "$sock" "$D" | grep -q "checksum" ||
+  fail "D's log does not say why: $("$bin" logs --socket "$sock" "$D")"
 until_state "$A" running
 "$bin" logs --socket "$sock" "$A" | grep -q "resuming from $t/outA/checkpoint.bin" ||
   fail "A did not resume from its checkpoint: $("$bin" logs --socket "$sock" "$A")"
