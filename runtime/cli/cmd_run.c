@@ -175,7 +175,7 @@ int cli_check(int argc, char **argv) {
         nnz = es->max_nnz > nnz ? es->max_nnz : nnz;
         lab = es->max_labels > lab ? es->max_labels : lab;
       }
-      st = ar_plan_compute(spec, nnz, lab, &plan);
+      st = ar_plan_compute(spec, nnz, lab, &plan, &err);
       if (st == AR_OK) {
         printf("%s: valid\n", a.job);
         printf("data: train %s (%lld points, at most %lld features and %lld labels a row)\n",

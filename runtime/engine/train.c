@@ -333,11 +333,9 @@ ar_status ar_job_open(const ar_spec *spec, const ar_run_opts *opts, ar_job **out
     ar_errf(err, st, "out of host memory for a batch of %d rows", spec->train.batch);
     goto fail;
   }
-  st = ar_plan_compute(spec, c->max_nnz, c->max_labels, &c->plan);
-  if (st != AR_OK) {
-    ar_errf(err, st, "out of host memory computing the memory plan");
+  st = ar_plan_compute(spec, c->max_nnz, c->max_labels, &c->plan, err);
+  if (st != AR_OK)
     goto fail;
-  }
   int64_t per_epoch = (ts->points + spec->train.batch - 1) / spec->train.batch;
   c->total = spec->train.iterations;
   if (spec->train.epochs > 0 && (c->total == 0 || spec->train.epochs * per_epoch < c->total))

@@ -43,7 +43,11 @@ ar_status ar__tenancy_open_job(const ar_spec *spec, const ar_run_opts *opts,
   d->name = spec->name;
   d->out_dir = spec->output.dir;
   d->fs = o.fs;
-  d->persistent = plan->persistent_bytes;
+  /* The host entries (a sampled layer's hash tables, ...) are held as
+   * long as the job, like its persistent block: admitted with it, so the
+   * lanes' budget covers them; on a GPU that reserves device bytes the job
+   * does not use, which errs on the safe side. */
+  d->persistent = plan->persistent_bytes + plan->host_bytes;
   d->ephemeral = plan->ephemeral_bytes;
   /* ar_job_open already read a resumed job's checkpoint position, so it is
    * admitted for the iterations it has left (srtf sees them); the runner
