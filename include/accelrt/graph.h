@@ -114,6 +114,30 @@ int64_t ar_layer_shared_cap(const ar_spec *spec, int l, int64_t max_labels);
  * output layer (its true labels are always active in training). */
 int64_t ar_layer_active_cap(const ar_spec *spec, int l, int64_t max_labels);
 void ar_plan_fini(ar_plan *plan);
+
+/* The memory a job may take on its device (runtime/engine/fit.c). */
+typedef struct ar_mem_limit {
+  bool on_host;            /* the device is the host: all of the plan is
+                              host memory */
+  uint64_t host;           /* host: the lower of MemAvailable and the
+                              process's cgroup limit; 0 unknown */
+  char host_source[1200];  /* where it came from */
+  uint64_t device;         /* a GPU: what its arena has left (or its free
+                              memory); without a device handle,
+                              runtime.memory in bytes; 0 unknown */
+  char device_source[160];
+} ar_mem_limit;
+/* The limits for spec's device: dev's (may be NULL: then from spec alone,
+ * as `accelrt check` does without opening a GPU).  A figure the device or
+ * the host cannot tell stays 0 (unknown). */
+void ar_mem_limit_get(const ar_spec *spec, ar_device *dev, ar_mem_limit *out);
+/* AR_OK when the plan fits (an unknown limit is not checked); AR_NOMEM
+ * when it does not, with the plan's bytes by part, the limit and where it
+ * came from, and what to lower (from the largest tensor) in err.  On the
+ * host the plan's total counts; on a GPU the two blocks against the
+ * device and the host entries against the host. */
+ar_status ar_plan_fit(const ar_plan *plan, const ar_spec *spec, const ar_mem_limit *lim,
+                      ar_err *err);
 /* Prints the model summary and the plan (used by `accelrt check`). */
 void ar_plan_print(const ar_plan *plan, const ar_spec *spec, FILE *to);
 

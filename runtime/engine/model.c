@@ -127,6 +127,14 @@ ar_status ar_model_create_in(ar_device *dev, const ar_spec *spec, int64_t max_nn
     m->persistent = persistent;
     m->ephemeral = ephemeral;
   } else {
+    /* Refused before allocating when the device cannot hold the plan: a
+     * failed allocation would say less, and an overcommitting host could
+     * grant it and let the OOM killer end the job later. */
+    ar_mem_limit lim;
+    ar_mem_limit_get(spec, dev, &lim);
+    st = ar_plan_fit(&m->plan, spec, &lim, err);
+    if (st != AR_OK)
+      goto fail;
     st = ar_device_alloc(dev, m->plan.persistent_bytes, &m->persistent);
     if (st != AR_OK) {
       ar_errf(err, st, "cannot allocate %zu bytes of persistent memory (parameters and "

@@ -195,17 +195,20 @@ static int add_slot(ar__runner *r, ar_device *dev, bool owned) {
 }
 
 /* The host's budget for the lanes, as before lane handles: runtime.memory
- * in bytes, or a fraction (default all) of the memory available now. */
+ * in bytes, or a fraction (default all) of the memory this process can
+ * use now (MemAvailable or its cgroup's limit, whichever is lower). */
 static ar_status host_capacity(const ar_device_opts *o, size_t *out, ar_err *err) {
   if (o->memory_bytes > 0) {
     *out = (size_t)o->memory_bytes;
     return AR_OK;
   }
-  size_t avail = ar__host_available_bytes();
+  ar_host_memory hm;
+  ar_host_memory_get(&hm);
+  size_t avail = hm.limit > SIZE_MAX ? SIZE_MAX : (size_t)hm.limit;
   if (avail == 0)
     return ar_errf(err, AR_UNSUPPORTED,
-                   "cannot read the host's available memory (/proc/meminfo); give "
-                   "runtime.memory in bytes (e.g. memory: 8GiB)");
+                   "cannot read the host's available memory (/proc/meminfo) or a cgroup "
+                   "limit; give runtime.memory in bytes (e.g. memory: 8GiB)");
   double f = o->memory_fraction > 0 ? o->memory_fraction : 1.0;
   if (!(f <= 1.0))
     return ar_errf(err, AR_RANGE,

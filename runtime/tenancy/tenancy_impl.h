@@ -200,9 +200,6 @@ void ar__sb_fini(ar__sbuf *b);
  * rank; 0 when n = 0. */
 double ar__quantile(double *v, size_t n, double q);
 
-/* Bytes of memory available on this host (MemAvailable), 0 if unknown. */
-size_t ar__host_available_bytes(void);
-
 /* ---- engine jobs (tenancy_run.c) ---- */
 
 /* Opens an engine job (ar_job_open) for `spec` and fills *d for the
