@@ -289,15 +289,9 @@ static ar_status make_model(ar__dist *c) {
   if (c->server)
     dopts.threads = 1;
   dopts.pin = false; /* several ranks per machine: let the OS place them */
-  const ar_data_stats *ts = ar_reader_stats(c->train);
-  int64_t nnz = ts->max_nnz, lab = ts->max_labels;
-  if (c->test) {
-    const ar_data_stats *es = ar_reader_stats(c->test);
-    nnz = es->max_nnz > nnz ? es->max_nnz : nnz;
-    lab = es->max_labels > lab ? es->max_labels : lab;
-  }
-  nnz = nnz < 1 ? 1 : nnz;
-  lab = lab < 1 ? 1 : lab;
+  int64_t nnz, lab;
+  ar_job_row_bounds(ar_reader_stats(c->train), c->test ? ar_reader_stats(c->test) : NULL, &nnz,
+                    &lab);
   c->wspec = *s;
   c->wspec.layers = c->wlayers;
   c->wspec.train.threads = dopts.threads; /* the plan's per-thread scratch */
