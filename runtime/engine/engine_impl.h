@@ -5,6 +5,9 @@
 #include "accelrt/graph.h"
 #include "accelrt/lsh.h"
 
+/* plan.c: bytes for messages, "1.50 GiB" (two decimals from KiB on). */
+void ar__fmt_bytes(uint64_t bytes, char *buf, size_t n);
+
 /* model.c: the address of plan entry "LAYER.WHAT" ("LAYER" when what is
  * NULL) in the model's blocks, or NULL when the plan has none. */
 void *ar__plan_ptr(ar_model *m, const char *layer, const char *what);

@@ -1,20 +1,9 @@
 /* Whether a job's memory plan fits the memory its device can give it,
  * checked before anything of the plan is allocated (see graph.h). */
-#include "accelrt/graph.h"
+#include "engine_impl.h"
 
 #include <stdio.h>
 #include <string.h>
-
-static void human(uint64_t bytes, char *buf, size_t n) {
-  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  double v = (double)bytes;
-  int u = 0;
-  while (v >= 1024.0 && u < 6) {
-    v /= 1024.0;
-    u++;
-  }
-  snprintf(buf, n, u ? "%.2f %s" : "%.0f %s", v, units[u]);
-}
 
 void ar_mem_limit_get(const ar_spec *spec, ar_device *dev, ar_mem_limit *out) {
   memset(out, 0, sizeof *out);
@@ -57,7 +46,7 @@ static void advice(const ar_plan *p, char *buf, size_t n) {
   if (dot)
     *dot = '\0';
   char b[32];
-  human(big->bytes, b, sizeof b);
+  ar__fmt_bytes(big->bytes, b, sizeof b);
   const char *lower;
   char own[160];
   if (big->cls == AR_MEM_EPHEMERAL || !strcmp(layer, "batch")) {
@@ -78,9 +67,9 @@ static void advice(const ar_plan *p, char *buf, size_t n) {
 ar_status ar_plan_fit(const ar_plan *plan, const ar_spec *spec, const ar_mem_limit *lim,
                       ar_err *err) {
   char need[32], have[32], p[32], e[32], h[32], what[512];
-  human(plan->persistent_bytes, p, sizeof p);
-  human(plan->ephemeral_bytes, e, sizeof e);
-  human(plan->host_bytes, h, sizeof h);
+  ar__fmt_bytes(plan->persistent_bytes, p, sizeof p);
+  ar__fmt_bytes(plan->ephemeral_bytes, e, sizeof e);
+  ar__fmt_bytes(plan->host_bytes, h, sizeof h);
   /* On the host all three parts are host memory; on a GPU the blocks are
    * device memory and the host entries host memory. */
   uint64_t dev_need = lim->on_host ? plan->total_bytes
@@ -88,8 +77,8 @@ ar_status ar_plan_fit(const ar_plan *plan, const ar_spec *spec, const ar_mem_lim
   uint64_t dev_have = lim->on_host ? lim->host : lim->device;
   const char *src = lim->on_host ? lim->host_source : lim->device_source;
   if (dev_have > 0 && dev_need > dev_have) {
-    human(dev_need, need, sizeof need);
-    human(dev_have, have, sizeof have);
+    ar__fmt_bytes(dev_need, need, sizeof need);
+    ar__fmt_bytes(dev_have, have, sizeof have);
     advice(plan, what, sizeof what);
     return ar_errf(err, AR_NOMEM,
                    "job '%s' needs %s (%llu bytes: persistent %s for parameters and optimizer "
@@ -102,8 +91,8 @@ ar_status ar_plan_fit(const ar_plan *plan, const ar_spec *spec, const ar_mem_lim
                    (unsigned long long)dev_have, src, what);
   }
   if (!lim->on_host && lim->host > 0 && plan->host_bytes > lim->host) {
-    human(plan->host_bytes, need, sizeof need);
-    human(lim->host, have, sizeof have);
+    ar__fmt_bytes(plan->host_bytes, need, sizeof need);
+    ar__fmt_bytes(lim->host, have, sizeof have);
     return ar_errf(err, AR_NOMEM,
                    "job '%s' needs %s of host memory next to its device blocks (%llu bytes) "
                    "but this host can give it %s (from %s), so nothing was allocated; lower "

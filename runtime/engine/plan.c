@@ -360,16 +360,18 @@ void ar_plan_fini(ar_plan *plan) {
   memset(plan, 0, sizeof *plan);
 }
 
-static void human(size_t bytes, char *buf, size_t n) {
-  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+void ar__fmt_bytes(uint64_t bytes, char *buf, size_t n) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   double v = (double)bytes;
   int u = 0;
-  while (v >= 1024.0 && u < 4) {
+  while (v >= 1024.0 && u < 6) {
     v /= 1024.0;
     u++;
   }
   snprintf(buf, n, u ? "%.2f %s" : "%.0f %s", v, units[u]);
 }
+
+static void human(size_t bytes, char *buf, size_t n) { ar__fmt_bytes(bytes, buf, n); }
 
 void ar_plan_print(const ar_plan *plan, const ar_spec *spec, FILE *to) {
   char h1[32], h2[32], h3[32];

@@ -52,18 +52,22 @@ static ar_model *model(const char *h2_sparse, const char *out_sparse, int thread
   return model_of(yaml, threads, spec, dev);
 }
 
-static void train(ar_model *m, int steps, uint64_t seed) {
+/* `steps` iterations on random batches of 16 rows over 60 features and
+ * `labels` labels. */
+static void train_on(ar_model *m, int steps, uint64_t seed, int labels) {
   ar_rng rng;
   ar_rng_seed(&rng, seed, 0);
   for (int i = 0; i < steps; i++) {
     ar_batch b;
-    make_batch(&b, 16, 60, 50, &rng);
+    make_batch(&b, 16, 60, labels, &rng);
     float loss = 0;
     assert_int_equal(ar_model_train_batch(m, &b, &loss), AR_OK);
     assert_true(isfinite(loss));
     ar_batch_fini(&b);
   }
 }
+
+static void train(ar_model *m, int steps, uint64_t seed) { train_on(m, steps, seed, 50); }
 
 static float *tensor(ar_model *m, const char *name, int64_t *count) {
   const char *names[64];
@@ -202,16 +206,7 @@ static void test_rebuilds_reinsert_changed_rows(void **state) {
   ar_spec *spec = NULL;
   ar_device *dev = NULL;
   ar_model *m = model_of(yaml, 1, &spec, &dev);
-  ar_rng rng;
-  ar_rng_seed(&rng, 1, 0);
-  for (int i = 0; i < 6; i++) {
-    ar_batch b;
-    make_batch(&b, 16, 60, 400, &rng);
-    float loss = 0;
-    assert_int_equal(ar_model_train_batch(m, &b, &loss), AR_OK);
-    assert_true(isfinite(loss));
-    ar_batch_fini(&b);
-  }
+  train_on(m, 6, 1, 400);
   ar_sampled_stats st;
   ar_model_sampled_stats(m, 1, &st);
   assert_int_equal(st.rehashes, 3); /* at 2, 4, 6; the first build apart */
@@ -317,15 +312,7 @@ static void test_allocated_equals_plan(void **state) {
   }
   /* Training with rebuilds at steps 2, 4, 6 (re-insertions of the changed
    * rows in between) leaves exactly what was allocated. */
-  ar_rng rng;
-  ar_rng_seed(&rng, 5, 0);
-  for (int it = 0; it < 6; it++) {
-    ar_batch b;
-    make_batch(&b, 16, 60, 6000, &rng);
-    float loss = 0;
-    assert_int_equal(ar_model_train_batch(m, &b, &loss), AR_OK);
-    ar_batch_fini(&b);
-  }
+  train_on(m, 6, 5, 6000);
   ar_sampled_stats ss;
   ar_model_sampled_stats(m, 2, &ss);
   assert_int_equal(ss.rehashes, 3);
