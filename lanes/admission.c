@@ -207,6 +207,19 @@ ar_status ar__lanes_admit_waiting(ar_lanes *l) {
 
 /* ---- submit and leave ------------------------------------------------------- */
 
+/* Rounded sizes P and E in a capacity rounded down: alone in the arena. */
+static bool fits_alone(size_t capacity, size_t P, size_t E) {
+  return P <= capacity && E <= capacity - P;
+}
+
+bool ar_lanes_fits_alone(const ar_lanes_opts *opts, size_t persistent, size_t ephemeral) {
+  if (!opts || opts->align == 0 || (opts->align & (opts->align - 1)) != 0)
+    return false;
+  return fits_alone(opts->capacity & ~(opts->align - 1),
+                    ar__lanes_round_to(opts->align, persistent),
+                    ar__lanes_round_to(opts->align, ephemeral));
+}
+
 ar_status ar_lanes_submit(ar_lanes *l, const ar_lanes_job_desc *d,
                           ar_lanes_job_id *out) {
   if (!d || !out)
@@ -219,7 +232,7 @@ ar_status ar_lanes_submit(ar_lanes *l, const ar_lanes_job_desc *d,
     return ar_errf(&l->err, AR_INVALID,
                    "job '%s' declares 0 iterations; it needs at least 1", name);
   size_t P = ar__lanes_round(l, d->persistent), E = ar__lanes_round(l, d->ephemeral);
-  if (P > l->capacity || E > l->capacity - P) {
+  if (!fits_alone(l->capacity, P, E)) {
     char p[32], e[32], c[32];
     return ar_errf(&l->err, AR_INVALID,
                    "job '%s' needs %s persistent + %s ephemeral peak, more than "

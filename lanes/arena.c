@@ -76,12 +76,16 @@ ar__lane *ar__lanes_lane_get(const ar_lanes *l, ar_lanes_lane_id id) {
   return NULL;
 }
 
-size_t ar__lanes_round(const ar_lanes *l, size_t bytes) {
+size_t ar__lanes_round_to(size_t align, size_t bytes) {
   if (bytes == 0)
-    return l->align;
-  if (bytes > SIZE_MAX - l->align)
-    return SIZE_MAX & ~(l->align - 1);
-  return (bytes + l->align - 1) & ~(l->align - 1);
+    return align;
+  if (bytes > SIZE_MAX - align)
+    return SIZE_MAX & ~(align - 1);
+  return (bytes + align - 1) & ~(align - 1);
+}
+
+size_t ar__lanes_round(const ar_lanes *l, size_t bytes) {
+  return ar__lanes_round_to(l->align, bytes);
 }
 
 /* 1 when [off, off + size) overlaps a persistent block or a lane. */

@@ -99,6 +99,7 @@ const char *ar__lanes_policy_list(void);
 /* arena.c: layout helpers. */
 ar__job *ar__lanes_job_get(const ar_lanes *l, ar_lanes_job_id id);
 ar__lane *ar__lanes_lane_get(const ar_lanes *l, ar_lanes_lane_id id);
+size_t ar__lanes_round_to(size_t align, size_t bytes); /* align: a power of two */
 size_t ar__lanes_round(const ar_lanes *l, size_t bytes);
 /* Lowest offset in [lo, hi) where `size` bytes overlap no block or lane. */
 int ar__lanes_lowest_fit(const ar_lanes *l, size_t lo, size_t hi, size_t size,

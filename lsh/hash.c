@@ -11,8 +11,8 @@ static uint32_t ceil_log2(uint32_t v) {
   return b;
 }
 
-ar_status ar_lsh_hash_create(const ar_lsh_hash_opts *opts, ar_lsh_hash **out,
-                             ar_err *err) {
+ar_status ar_lsh_hash_opts_resolve(const ar_lsh_hash_opts *opts, ar_lsh_hash_opts *out,
+                                   ar_err *err) {
   if (!opts || !out)
     return ar_errf(err, AR_INVALID, "lsh hash: opts and out must not be NULL");
   ar_lsh_hash_opts o = *opts;
@@ -44,6 +44,34 @@ ar_status ar_lsh_hash_create(const ar_lsh_hash_opts *opts, ar_lsh_hash **out,
     return ar_errf(err, AR_INVALID,
                    "lsh hash: bits=%u gives too many buckets; use at most 28",
                    o.bits);
+  *out = o;
+  return AR_OK;
+}
+
+ar_status ar_lsh_hash_bytes(const ar_lsh_hash_opts *opts, size_t *out, ar_err *err) {
+  ar_lsh_hash_opts o = AR_LSH_HASH_OPTS_INIT;
+  AR_CHECK(ar_lsh_hash_opts_resolve(opts, &o, err));
+  /* dim < 2^32 and K*L <= 2^16: no product below overflows 64 bits. */
+  const uint64_t kl = (uint64_t)o.K * o.L, cells = (uint64_t)o.dim * kl;
+  uint64_t bytes = sizeof(ar_lsh_hash);
+  if (o.family == AR_LSH_SRP)
+    bytes += cells + (cells <= AR__LSH_SRP_PROJ_MAX ? cells * sizeof(float) : 0);
+  else if (o.family != AR_LSH_DOPH)
+    bytes += 2 * kl * o.bin_size * sizeof(uint32_t) + ((uint64_t)o.dim + 1) * sizeof(uint32_t);
+  if (bytes > SIZE_MAX)
+    return ar_errf(err, AR_RANGE, "lsh hash: %llu bytes do not fit in memory",
+                   (unsigned long long)bytes);
+  *out = (size_t)bytes;
+  return AR_OK;
+}
+
+ar_status ar_lsh_hash_create(const ar_lsh_hash_opts *opts, ar_lsh_hash **out,
+                             ar_err *err) {
+  if (!opts || !out)
+    return ar_errf(err, AR_INVALID, "lsh hash: opts and out must not be NULL");
+  ar_lsh_hash_opts o = AR_LSH_HASH_OPTS_INIT;
+  AR_CHECK(ar_lsh_hash_opts_resolve(opts, &o, err));
+  const uint32_t cb = o.family == AR_LSH_SRP ? 1 : ceil_log2(o.bin_size);
   ar_lsh_hash *h = ar_calloc(1, sizeof *h);
   if (!h)
     return ar_errf(err, AR_NOMEM, "lsh hash: out of memory");
@@ -194,6 +222,12 @@ ar_status ar_lsh_hash_sparse(const ar_lsh_hash *h, const uint32_t *idx,
 }
 
 /* ---- scratch ---- */
+
+size_t ar_lsh_scratch_bytes(uint32_t kl, uint32_t neurons) {
+  size_t k = kl ? kl : 1, n = neurons ? neurons : 1;
+  return sizeof(ar_lsh_scratch) + k * (sizeof(float) + 1 + sizeof(uint64_t) + sizeof(uint32_t)) +
+         3 * n * sizeof(uint32_t);
+}
 
 ar_status ar_lsh_scratch_create(const ar_lsh_hash *h, const ar_lsh_tables *t,
                                 ar_lsh_scratch **out, ar_err *err) {

@@ -279,6 +279,11 @@ struct ar_lsh_touched {
   size_t count;   /* marked ids; advanced atomically */
 };
 
+size_t ar_lsh_touched_bytes(uint32_t neurons) {
+  return sizeof(ar_lsh_touched) + ((size_t)neurons + 63) / 64 * sizeof(uint64_t) +
+         (size_t)neurons * sizeof(uint32_t);
+}
+
 ar_status ar_lsh_touched_create(uint32_t neurons, ar_lsh_touched **out,
                                 ar_err *err) {
   if (!out || neurons == 0)

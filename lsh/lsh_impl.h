@@ -8,6 +8,10 @@
 /* Largest K*L and bin size; codes use a uint8 position and a 64-bit mask. */
 #define AR__LSH_MAX_BIN 64u
 #define AR__LSH_EMPTY 0xFFu
+/* SRP keeps float projections for GEMM hashing up to this many cells
+ * (64 MiB); a wider input (a sampled layer fed by a huge sparse input)
+ * hashes row by row (srp.c; counted by ar_lsh_hash_bytes). */
+#define AR__LSH_SRP_PROJ_MAX ((size_t)16 << 20)
 
 struct ar_lsh_hash {
   ar_lsh_hash_opts o;  /* resolved: bits filled in */

@@ -15,10 +15,6 @@
 #include <string.h>
 #include <omp.h>
 
-/* Float projections are kept for GEMM hashing up to this many cells
- * (64 MiB); a wider input (a sampled layer fed by a huge sparse input)
- * hashes row by row. */
-#define PROJ_MAX ((size_t)16 << 20)
 /* Rows per GEMM when hashing many rows. */
 #define BLOCK 512
 
@@ -37,7 +33,7 @@ ar_status ar__lsh_srp_init(ar_lsh_hash *h, ar_err *err) {
     uint64_t u = ar_rng_below(&r, span);
     h->sgn[i] = (int8_t)(u == 0 ? 1 : u == 1 ? -1 : 0);
   }
-  if (n <= PROJ_MAX) {
+  if (n <= AR__LSH_SRP_PROJ_MAX) {
     h->proj = ar_malloc(n * sizeof *h->proj);
     for (size_t i = 0; h->proj && i < n; i++)
       h->proj[i] = (float)h->sgn[i]; /* no memory: rows are hashed one by one */

@@ -122,6 +122,20 @@ void ar_free(void *p);
  * Not thread-safe; tests only. */
 void ar_alloc_fail_after(long countdown);
 
+/* Counting for tests that compare what a component holds with what it
+ * said it would hold (a job's memory plan): from ar_alloc_count_start on,
+ * every block the wrappers hand out is recorded with the bytes asked for,
+ * and ar_free forgets it.  ar_alloc_count_live returns the bytes of the
+ * blocks allocated since the start and not freed (blocks older than the
+ * start are ignored when freed), and their number in *blocks (may be
+ * NULL); -1 when more blocks were live than the record holds (2^20).
+ * Thread-safe (allocations from any thread are counted); start and stop
+ * from one thread.  Start: AR_OK or AR_NOMEM.  Costs one flag read per
+ * call when off. */
+ar_status ar_alloc_count_start(void);
+int64_t ar_alloc_count_live(int64_t *blocks);
+void ar_alloc_count_stop(void);
+
 /* ---- logging ------------------------------------------------------------ */
 typedef enum ar_log_level {
   AR_LOG_ERROR = 0,

@@ -171,6 +171,14 @@ typedef struct ar_gen_opts {
 ar_status ar_data_generate(const ar_gen_spec *gen, uint64_t seed,
                            const char *train_path, const char *test_path,
                            const ar_gen_opts *opts, ar_err *err);
+/* What ar_reader_stats would say of the train and test files
+ * ar_data_generate writes for (gen, seed) (every field: points, header
+ * counts, largest and total rows), from the same draws made in memory:
+ * nothing is written, memory is that of the generator (12 bytes a label),
+ * time that of generating.  train or test may be NULL (not computed).
+ * AR_OK, AR_INVALID (the spec, as ar_data_generate) or AR_NOMEM. */
+ar_status ar_data_generate_stats(const ar_gen_spec *gen, uint64_t seed, ar_data_stats *train,
+                                 ar_data_stats *test, ar_err *err);
 
 #ifdef __cplusplus
 }

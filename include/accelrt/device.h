@@ -67,7 +67,8 @@ typedef struct ar_device_opts {
 /* Memory of a device (ar_device_mem_info). */
 typedef struct ar_device_mem {
   uint64_t total;    /* physical memory of the device (host: RAM) */
-  uint64_t free;     /* free now, outside any arena (host: available RAM) */
+  uint64_t free;     /* free now, outside any arena (host: what this
+                        process can use, ar_host_memory_get's limit) */
   uint64_t capacity; /* the arena every alloc carves from; 0: no arena */
   uint64_t available; /* of capacity, not carved yet (0 without arena) */
 } ar_device_mem;
@@ -258,6 +259,24 @@ ar_status ar_device_arena_size(const ar_device_opts *opts, uint64_t free_bytes,
  * (used by `accelrt info`): host always; CUDA devices when built and
  * present, or the reason they are not. */
 void ar_device_describe_all(FILE *to);
+
+/* The host memory this process can use (runtime/device/host/host_memory.c):
+ * MemAvailable from /proc/meminfo and the memory limit of the process's
+ * cgroup (v2 memory.max, v1 memory.limit_in_bytes; the lowest of its
+ * folder and every ancestor), whichever is lower. */
+typedef struct ar_host_memory {
+  uint64_t limit;          /* the lower of the two; 0 when neither is known */
+  uint64_t mem_available;  /* MemAvailable; 0 when unreadable */
+  uint64_t cgroup_limit;   /* UINT64_MAX: no limit ("max") or no cgroup file */
+  char cgroup_file[1024];  /* the file the cgroup limit came from, or "" */
+  char source[1152];       /* where `limit` came from, for messages */
+} ar_host_memory;
+/* Fills *out.  AR_OK; AR_UNSUPPORTED when /proc/meminfo cannot be read
+ * (the cgroup limit may still be there).  Thread-safe. */
+ar_status ar_host_memory_get(ar_host_memory *out);
+/* The same with every path below `root` (a folder holding proc/ and
+ * sys/fs/cgroup/), so tests can replay captured machines. */
+ar_status ar_host_memory_get_at(const char *root, ar_host_memory *out);
 
 /* CUDA probe, always linkable: returns the number of CUDA devices, or 0
  * with the reason in `why` (not built, no driver, no device). */

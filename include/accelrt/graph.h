@@ -8,9 +8,12 @@
  * batch size and the largest row of the data) and it is also what the model
  * allocates: one persistent block (parameters, optimizer state) and one
  * ephemeral block (everything one iteration needs), each carved by the
- * plan's offsets.  So the plan is exact by construction, and after
- * ar_model_create nothing is allocated again: the training loop is
- * allocation-free.  The lanes module admits jobs on these two numbers.
+ * plan's offsets, and the host entries (a sampled layer's hash tables,
+ * hash functions and scratch, whose sizes the lsh library computes before
+ * it allocates them).  So the plan is exact by construction, and after
+ * ar_model_create nothing is allocated again but the working memory of a
+ * table rebuild: the training loop is allocation-free.  The lanes module
+ * admits jobs on these numbers (host bytes with the persistent ones).
  *
  * Parameter layouts (row-major):
  *   layer fed by the sparse input: w (in, out) — one row per input
@@ -33,14 +36,26 @@
 extern "C" {
 #endif
 
-typedef enum ar_mem_class { AR_MEM_PERSISTENT = 0, AR_MEM_EPHEMERAL = 1 } ar_mem_class;
+/* Persistent and ephemeral tensors live in the model's two device blocks;
+ * host entries are what the model keeps on the host outside them, each its
+ * own allocation made with the model and held until it is destroyed (a
+ * sampled layer's hash tables, hash functions and scratch, which the lsh
+ * library allocates; a dense batch's staging copy). */
+typedef enum ar_mem_class {
+  AR_MEM_PERSISTENT = 0,
+  AR_MEM_EPHEMERAL = 1,
+  AR_MEM_HOST = 2
+} ar_mem_class;
+/* "persistent", "ephemeral", "host". */
+const char *ar_mem_class_name(ar_mem_class c);
 
 /* One tensor of the plan. */
 typedef struct ar_plan_entry {
   char name[64];    /* "out.w", "hidden.adam_m", "batch.idx", ... */
   ar_mem_class cls;
   size_t bytes;     /* exact size */
-  size_t offset;    /* within its class's block, 64-byte aligned */
+  size_t offset;    /* within its class's block, 64-byte aligned (host:
+                       the bytes of the host entries before it) */
   int64_t first_use, last_use; /* ephemeral: steps of the iteration it lives
                                   between (see plan.c); persistent: 0, max */
   bool zero_between; /* persistent, but all zero between iterations (a
@@ -56,19 +71,30 @@ typedef struct ar_plan {
                               lifetimes (tensors never live together
                               share bytes) */
   size_t ephemeral_sum_bytes; /* the same without sharing */
+  size_t host_bytes;       /* the host entries, summed (held as long as
+                              the model) */
+  size_t total_bytes;      /* persistent + ephemeral + host: what the job
+                              holds, the figure admission and the device
+                              limit compare (ar_plan_fit) */
   size_t param_count;      /* trainable scalars */
 } ar_plan;
 
 /* Computes the plan for `spec` with input rows of at most max_nnz features
- * and max_labels labels.  AR_NOMEM.  Free with ar_plan_fini. */
+ * and max_labels labels.  Every byte count is checked: sizes that leave
+ * size_t are AR_RANGE with the tensor and what to lower in err (may be
+ * NULL); AR_NOMEM.  *out is empty on failure.  Free with ar_plan_fini. */
 ar_status ar_plan_compute(const ar_spec *spec, int64_t max_nnz,
-                          int64_t max_labels, ar_plan *out);
+                          int64_t max_labels, ar_plan *out, ar_err *err);
 /* As ar_plan_compute for a device of the given kind (host: true), which
  * decides whether `sparse: {mode: auto}` layers are sampled;
  * ar_plan_compute takes the kind from spec->device (auto: host when no
  * CUDA device is present). */
 ar_status ar_plan_compute_on(const ar_spec *spec, int64_t max_nnz, int64_t max_labels,
-                             bool host, ar_plan *out);
+                             bool host, ar_plan *out, ar_err *err);
+/* The threads the plan sizes per-thread scratch for (a sampled layer's):
+ * train.threads, or the machine's cores when 0 (ar_job_device_opts opens
+ * the device with as many). */
+int ar_plan_threads(const ar_spec *spec);
 /* Whether spec->device resolves to the host (auto probes for CUDA). */
 bool ar_spec_runs_on_host(const ar_spec *spec);
 /* Whether layer l runs LSH-sampled on a device of this kind: mode lsh on
@@ -88,6 +114,30 @@ int64_t ar_layer_shared_cap(const ar_spec *spec, int l, int64_t max_labels);
  * output layer (its true labels are always active in training). */
 int64_t ar_layer_active_cap(const ar_spec *spec, int l, int64_t max_labels);
 void ar_plan_fini(ar_plan *plan);
+
+/* The memory a job may take on its device (runtime/engine/fit.c). */
+typedef struct ar_mem_limit {
+  bool on_host;            /* the device is the host: all of the plan is
+                              host memory */
+  uint64_t host;           /* host: the lower of MemAvailable and the
+                              process's cgroup limit; 0 unknown */
+  char host_source[1200];  /* where it came from */
+  uint64_t device;         /* a GPU: what its arena has left (or its free
+                              memory); without a device handle,
+                              runtime.memory in bytes; 0 unknown */
+  char device_source[160];
+} ar_mem_limit;
+/* The limits for spec's device: dev's (may be NULL: then from spec alone,
+ * as `accelrt check` does without opening a GPU).  A figure the device or
+ * the host cannot tell stays 0 (unknown). */
+void ar_mem_limit_get(const ar_spec *spec, ar_device *dev, ar_mem_limit *out);
+/* AR_OK when the plan fits (an unknown limit is not checked); AR_NOMEM
+ * when it does not, with the plan's bytes by part, the limit and where it
+ * came from, and what to lower (from the largest tensor) in err.  On the
+ * host the plan's total counts; on a GPU the two blocks against the
+ * device and the host entries against the host. */
+ar_status ar_plan_fit(const ar_plan *plan, const ar_spec *spec, const ar_mem_limit *lim,
+                      ar_err *err);
 /* Prints the model summary and the plan (used by `accelrt check`). */
 void ar_plan_print(const ar_plan *plan, const ar_spec *spec, FILE *to);
 

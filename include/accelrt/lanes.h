@@ -47,6 +47,7 @@
 #ifndef ACCELRT_LANES_H
 #define ACCELRT_LANES_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -152,6 +153,13 @@ const char *ar_lanes_errmsg(const ar_lanes *lanes);
  * lack of it. */
 ar_status ar_lanes_submit(ar_lanes *lanes, const ar_lanes_job_desc *desc,
                           ar_lanes_job_id *out);
+/* Whether a job of `persistent` bytes and ephemeral peak `ephemeral` can
+ * ever be admitted to a handle made with opts: alone in the arena, sizes
+ * rounded up to opts->align (one unit at least) within the capacity
+ * rounded down, the test ar_lanes_submit applies.  No handle is needed
+ * (`accelrt check` answers it before any memory exists).  false for an
+ * align that is not a power of two.  Thread-safe. */
+bool ar_lanes_fits_alone(const ar_lanes_opts *opts, size_t persistent, size_t ephemeral);
 
 /* The job leaves after its last iteration (or whenever the caller decides
  * it is done): its persistent block is reclaimed, its lane is destroyed if

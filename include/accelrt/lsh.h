@@ -13,10 +13,12 @@
  *     bucket ids (bit for bit when the sparse indices are ascending).
  *   - ar_lsh_tables: L tables of buckets holding neuron ids, at most
  *     `capacity` per bucket, kept by a FIFO ring or by reservoir sampling.
- *     Bucket storage is allocated as items arrive (a bucket grows 4, 8, ...
- *     up to capacity inside a per-table pool); only a 4-byte directory entry
- *     per bucket exists up front, and it is calloc'ed, so untouched pages
- *     cost nothing.
+ *     A bucket grows 4, 8, ... up to capacity inside a per-table pool whose
+ *     size is fixed at create from the neuron count, so the memory of the
+ *     tables is known before they exist (ar_lsh_tables_bytes) and never
+ *     grows: a job's memory plan counts it exactly.  The directory (4 bytes
+ *     per bucket) is calloc'ed and the pools malloc'ed, so untouched pages
+ *     are never made resident.
  *   - sampling: the active set of one input from its L buckets (union up to
  *     a budget, top-k by frequency, threshold), with an always-include list,
  *     minimum and maximum counts, into a caller buffer.
@@ -109,6 +111,16 @@ ar_status ar_lsh_hash_create(const ar_lsh_hash_opts *opts, ar_lsh_hash **out,
                              ar_err *err);
 /* Frees the family; NULL is a no-op. */
 void ar_lsh_hash_destroy(ar_lsh_hash *h);
+/* Checks opts as ar_lsh_hash_create does and writes them to *out with what
+ * it would resolve (bits filled in; 2^bits is the buckets per table).
+ * Returns AR_OK or AR_INVALID. */
+ar_status ar_lsh_hash_opts_resolve(const ar_lsh_hash_opts *opts,
+                                   ar_lsh_hash_opts *out, ar_err *err);
+/* The bytes ar_lsh_hash_create allocates for opts (the handle, and SRP's
+ * signs and float projections or WTA/DWTA's bins and their transpose; see
+ * create).  Returns AR_OK, AR_INVALID or AR_RANGE. */
+ar_status ar_lsh_hash_bytes(const ar_lsh_hash_opts *opts, size_t *out,
+                            ar_err *err);
 
 /* Getters (never fail): L, K, 2^bits (buckets per table), bits per code,
  * and the options as resolved (bits filled in). */
@@ -147,6 +159,9 @@ ar_status ar_lsh_hash_sparse_codes(const ar_lsh_hash *h, const uint32_t *idx,
 ar_status ar_lsh_scratch_create(const ar_lsh_hash *h, const ar_lsh_tables *t,
                                 ar_lsh_scratch **out, ar_err *err);
 void ar_lsh_scratch_destroy(ar_lsh_scratch *s);
+/* The bytes ar_lsh_scratch_create allocates for a family of kl = K * L
+ * codes and tables of `neurons` neurons (0 for either: made without it). */
+size_t ar_lsh_scratch_bytes(uint32_t kl, uint32_t neurons);
 /* The message of the last failed call that used s (borrowed). */
 const char *ar_lsh_scratch_errmsg(const ar_lsh_scratch *s);
 
@@ -171,10 +186,24 @@ typedef struct ar_lsh_tables_opts {
 
 #define AR_LSH_TABLES_OPTS_INIT {0, 128, AR_LSH_FIFO, 0, 0}
 
+/* The bytes ar_lsh_tables_create allocates for tables of L tables of
+ * `buckets` buckets (ar_lsh_hash_buckets of the family) with opts: the
+ * handle, per table a directory (4 bytes per bucket) and a pool of
+ * 4 * (6 * min(buckets, neurons) + 2 * neurons + 4 + capacity) bytes, and
+ * one 4-byte bucket record per (neuron, table).  Builds, re-insertions and
+ * insertions never allocate more for the tables themselves (a build or a
+ * re-insertion briefly uses hashing scratch, see below).  Returns AR_OK,
+ * AR_INVALID (the options, as at create) or AR_RANGE (neurons beyond the
+ * pools' 32-bit offsets, about 2^31). */
+ar_status ar_lsh_tables_bytes(uint32_t L, uint32_t buckets,
+                              const ar_lsh_tables_opts *opts, size_t *out,
+                              ar_err *err);
+
 /* Creates empty tables shaped for h (L tables of ar_lsh_hash_buckets(h)
- * buckets); h is not kept.  Memory up front: the directory (4 bytes per
- * bucket, calloc'ed) and one 4-byte bucket record per (neuron, table).
- * Returns AR_OK, AR_INVALID or AR_NOMEM. */
+ * buckets); h is not kept.  Allocates everything the tables will hold,
+ * ar_lsh_tables_bytes of them.  A table holds each neuron at most once as
+ * builds and re-insertions keep it; that is what its pool is sized for.
+ * Returns AR_OK, AR_INVALID, AR_RANGE or AR_NOMEM. */
 ar_status ar_lsh_tables_create(const ar_lsh_hash *h,
                                const ar_lsh_tables_opts *opts,
                                ar_lsh_tables **out, ar_err *err);
@@ -188,8 +217,10 @@ void ar_lsh_tables_clear(ar_lsh_tables *t);
  * row stride ld floats (ld >= dim), hashed by h (same L and buckets as at
  * create; a new family for "new hash functions" is fine).  Rows are hashed
  * in parallel; each table is then filled by one thread in neuron order, so
- * the result does not depend on the thread count.  Allocates (per-thread
- * scratch, pool growth).  Not to run concurrently with anything else on t.
+ * the result does not depend on the thread count.  The tables do not grow;
+ * the build allocates working memory while it runs (per thread: hashing
+ * scratch and 4 bytes per bucket of counts).  Not to run concurrently with
+ * anything else on t.
  * Returns AR_OK, AR_INVALID (shape mismatch, n > neurons) or AR_NOMEM (the
  * tables are then empty). */
 ar_status ar_lsh_tables_build(ar_lsh_tables *t, const ar_lsh_hash *h,
@@ -205,7 +236,9 @@ ar_status ar_lsh_tables_reinsert(ar_lsh_tables *t, const ar_lsh_hash *h,
                                  const uint32_t *ids, size_t count);
 
 /* Inserts neuron id into bucket buckets[l] of each table l (L entries), as
- * if last in a build (for tests and callers with their own hashing).
+ * if last in a build (for tests and callers with their own hashing).  It
+ * does not remove id from where an earlier insertion put it: inserting
+ * ids more often than once each can fill a table's fixed pool (AR_NOMEM).
  * Returns AR_OK, AR_RANGE or AR_NOMEM. */
 ar_status ar_lsh_tables_insert(ar_lsh_tables *t, uint32_t id,
                                const uint32_t *buckets);
@@ -223,8 +256,11 @@ typedef struct ar_lsh_tables_stats {
   uint64_t nonempty_buckets;
   size_t directory_bytes;     /* 4 per bucket, calloc'ed */
   size_t record_bytes;        /* 4 per (neuron, table) */
-  size_t pool_bytes;          /* bucket storage allocated */
-  size_t total_bytes;         /* all of the above and the handle */
+  size_t pool_bytes;          /* bucket storage allocated (fixed) */
+  size_t pool_used_bytes;     /* of it, carved into blocks now */
+  uint64_t compactions;       /* pools compacted since create, all tables */
+  size_t total_bytes;         /* all allocated: directory, records, pools
+                                 and the handle; ar_lsh_tables_bytes */
 } ar_lsh_tables_stats;
 
 void ar_lsh_tables_stats_get(const ar_lsh_tables *t, ar_lsh_tables_stats *out);
@@ -410,6 +446,8 @@ ar_status ar_lsh_backward(const ar_lsh_rows *layer, const ar_lsh_input *x,
 ar_status ar_lsh_touched_create(uint32_t neurons, ar_lsh_touched **out,
                                 ar_err *err);
 void ar_lsh_touched_destroy(ar_lsh_touched *t);
+/* The bytes ar_lsh_touched_create allocates for `neurons` rows. */
+size_t ar_lsh_touched_bytes(uint32_t neurons);
 /* Marks id (< neurons; larger ids are a bug: AR_ASSERT).  Thread-safe. */
 void ar_lsh_touched_mark(ar_lsh_touched *t, uint32_t id);
 /* Whether id is marked. */

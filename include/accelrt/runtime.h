@@ -146,6 +146,20 @@ ar_status ar_eval_checkpoint(const ar_spec *spec, const char *ckpt, int64_t max_
 ar_status ar_run_resolve_data(const ar_spec *spec, const ar_run_opts *opts,
                               const char **train, const char **test, char **storage,
                               ar_err *err);
+/* The shape of the data a job will train on, as `accelrt run` will see it,
+ * without writing anything: data files are scanned (every line checked,
+ * opened with opts->fs, read only); data.generate runs the generator in
+ * memory (ar_data_generate_stats gives what reading its files would).
+ * *test is zeroed and *has_test false without a test split.  opts may be
+ * NULL.  Statuses of ar_reader_open and ar_data_generate_stats; AR_PARSE
+ * for a training file without points. */
+ar_status ar_job_data_stats(const ar_spec *spec, const ar_run_opts *opts, ar_data_stats *train,
+                            ar_data_stats *test, bool *has_test, ar_err *err);
+/* The row bounds a job's plan and batches use: the larger max_nnz and
+ * max_labels of train and test (test may be NULL), at least 1 each. */
+void ar_job_row_bounds(const ar_data_stats *train, const ar_data_stats *test, int64_t *max_nnz,
+                       int64_t *max_labels);
+
 /* Removes what ar_run_resolve_data generated (nothing for data files the
  * job names): output.dir/data/ and its files. */
 void ar_run_remove_generated(const ar_spec *spec, const ar_fs *fs);

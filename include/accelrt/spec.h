@@ -285,6 +285,9 @@ int ar_sparse_auto_K(ar_sparse_hash hash, int64_t width);
 
 /* Names for messages and summaries. */
 const char *ar_act_name(ar_act a);
+/* runtime.policy as written in a job file ("fifo", "pack", ...), which is
+ * also the lanes' policy name (lanes/policies.c). */
+const char *ar_policy_name(ar_policy_kind k);
 
 #ifdef __cplusplus
 }

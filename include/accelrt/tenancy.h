@@ -23,6 +23,17 @@ extern "C" {
 ar_status ar_tenancy_run(const ar_spec *spec, const ar_run_opts *opts,
                          ar_err *err);
 
+/* The lanes' capacity ar_tenancy_run gives spec's jobs, as it sizes it
+ * before allocating it: on the host runtime.memory in bytes (at most what
+ * this host can give) or its fraction (default all) of what this process
+ * can use (MemAvailable or its cgroup's limit); on a GPU runtime.memory in
+ * bytes, or 0 when it is a fraction of the free memory, known only once
+ * the device is open.  Where it came from goes to source (source_len
+ * bytes).  Opens no device, allocates nothing (`accelrt check`).  AR_OK;
+ * AR_RANGE / AR_UNSUPPORTED with what to set in err. */
+ar_status ar_tenancy_capacity(const ar_spec *spec, size_t *out, char *source, size_t source_len,
+                              ar_err *err);
+
 /* The execution service (runtime/tenancy/service.c): `accelrt serve`.
  * Listens on socket_path (a Unix socket; the kernel's SO_PEERCRED says
  * who connects, never a claim in a message), keeps its journal in

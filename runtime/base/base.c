@@ -80,24 +80,141 @@ static int alloc_should_fail(void) {
 
 void ar_alloc_fail_after(long countdown) { fail_countdown = countdown; }
 
+/* Counting (ar_alloc_count_start): the blocks handed out since the start,
+ * as an open-addressing table from address to the bytes asked for (linear
+ * probing, tombstones), guarded by a spin lock: allocations may come from
+ * any thread.  Off, the wrappers only read one flag. */
+#define COUNT_SLOTS ((size_t)1 << 20)
+#define COUNT_TOMB ((uintptr_t)1)
+typedef struct count_slot {
+  uintptr_t p; /* 0 empty, COUNT_TOMB deleted, else the block */
+  size_t bytes;
+} count_slot;
+static count_slot *count_tab;
+static int count_on;
+static char count_lock;
+static int64_t count_bytes, count_blocks;
+static int count_overflow;
+
+static void count_acquire(void) {
+  while (__atomic_test_and_set(&count_lock, __ATOMIC_ACQUIRE))
+    ;
+}
+static void count_release(void) { __atomic_clear(&count_lock, __ATOMIC_RELEASE); }
+
+static size_t count_hash(uintptr_t p) {
+  return (size_t)(ar_mix64((uint64_t)p) & (COUNT_SLOTS - 1));
+}
+
+static void count_add(void *p, size_t bytes) {
+  if (!p || !__atomic_load_n(&count_on, __ATOMIC_ACQUIRE))
+    return;
+  count_acquire();
+  if (count_tab) {
+    size_t i = count_hash((uintptr_t)p), k = 0;
+    while (count_tab[i].p > COUNT_TOMB && k < COUNT_SLOTS) {
+      i = (i + 1) & (COUNT_SLOTS - 1);
+      k++;
+    }
+    if (k == COUNT_SLOTS) {
+      count_overflow = 1;
+    } else {
+      count_tab[i].p = (uintptr_t)p;
+      count_tab[i].bytes = bytes;
+      count_bytes += (int64_t)bytes;
+      count_blocks++;
+    }
+  }
+  count_release();
+}
+
+/* Forgets block p; returns whether it was recorded, with its bytes. */
+static int count_remove(void *p, size_t *bytes) {
+  if (!p || !__atomic_load_n(&count_on, __ATOMIC_ACQUIRE))
+    return 0;
+  int found = 0;
+  count_acquire();
+  if (count_tab) {
+    size_t i = count_hash((uintptr_t)p);
+    for (size_t k = 0; k < COUNT_SLOTS && count_tab[i].p; k++) {
+      if (count_tab[i].p == (uintptr_t)p) {
+        count_bytes -= (int64_t)count_tab[i].bytes;
+        count_blocks--;
+        count_tab[i].p = COUNT_TOMB;
+        if (bytes)
+          *bytes = count_tab[i].bytes;
+        found = 1;
+        break;
+      }
+      i = (i + 1) & (COUNT_SLOTS - 1);
+    }
+  }
+  count_release();
+  return found;
+}
+
+ar_status ar_alloc_count_start(void) {
+  count_acquire();
+  free(count_tab);
+  count_tab = calloc(COUNT_SLOTS, sizeof *count_tab);
+  count_bytes = count_blocks = 0;
+  count_overflow = 0;
+  count_release();
+  if (!count_tab)
+    return AR_NOMEM;
+  __atomic_store_n(&count_on, 1, __ATOMIC_RELEASE);
+  return AR_OK;
+}
+
+int64_t ar_alloc_count_live(int64_t *blocks) {
+  count_acquire();
+  int64_t b = count_overflow ? -1 : count_bytes;
+  if (blocks)
+    *blocks = count_blocks;
+  count_release();
+  return b;
+}
+
+void ar_alloc_count_stop(void) {
+  __atomic_store_n(&count_on, 0, __ATOMIC_RELEASE);
+  count_acquire();
+  free(count_tab);
+  count_tab = NULL;
+  count_release();
+}
+
 void *ar_malloc(size_t bytes) {
   if (alloc_should_fail())
     return NULL;
-  return malloc(bytes ? bytes : 1);
+  void *p = malloc(bytes ? bytes : 1);
+  count_add(p, bytes);
+  return p;
 }
 
 void *ar_calloc(size_t n, size_t size) {
   if (alloc_should_fail())
     return NULL;
-  if (n == 0 || size == 0)
-    return calloc(1, 1);
-  return calloc(n, size);
+  if (n == 0 || size == 0) {
+    void *p = calloc(1, 1);
+    count_add(p, 0);
+    return p;
+  }
+  void *p = calloc(n, size);
+  count_add(p, n * size); /* calloc refused an overflowing product */
+  return p;
 }
 
 void *ar_realloc(void *p, size_t bytes) {
   if (alloc_should_fail())
     return NULL;
-  return realloc(p, bytes ? bytes : 1);
+  size_t was = 0;
+  int counted = count_remove(p, &was);
+  void *q = realloc(p, bytes ? bytes : 1);
+  if (q)
+    count_add(q, bytes);
+  else if (counted)
+    count_add(p, was); /* p is still the caller's */
+  return q;
 }
 
 /* Blocks of at least this size are placed on 2 MiB boundaries and offered
@@ -114,6 +231,7 @@ void *ar_aligned_alloc(size_t align, size_t bytes) {
   int huge = bytes >= HUGE_FROM && align <= HUGE_PAGE;
   if (posix_memalign(&p, huge ? HUGE_PAGE : align, bytes ? bytes : align) != 0)
     return NULL;
+  count_add(p, bytes);
 #ifdef MADV_HUGEPAGE
   if (huge)
     (void)madvise(p, bytes & ~(HUGE_PAGE - 1), MADV_HUGEPAGE); /* advice only */
@@ -131,7 +249,10 @@ char *ar_strdup(const char *s) {
   return d;
 }
 
-void ar_free(void *p) { free(p); }
+void ar_free(void *p) {
+  count_remove(p, NULL);
+  free(p);
+}
 
 /* ---- logging ------------------------------------------------------------- */
 

@@ -3,6 +3,10 @@
 #ifndef ACCELRT_CLI_H
 #define ACCELRT_CLI_H
 
+#include <stdbool.h>
+
+#include "accelrt/spec.h"
+
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
 /* main's argv, for re-executing. */
@@ -12,8 +16,25 @@ extern char **cli_argv;
  * team per lane (a jobs: file, the service). */
 void cli_passive_threads(void);
 
+/* The arguments of run and check: "JOB.yaml [--set K=V]... [--resume]
+ * [--quiet]" (the last two only with run_flags). */
+typedef struct cli_job_args {
+  const char *job;
+  const char **sets; /* (n_sets) borrowed from argv; the array is the
+                        caller's to ar_free, also on failure */
+  int n_sets;
+  bool resume, quiet;
+} cli_job_args;
+/* Returns -1 on success, else the exit status (usage printed). */
+int cli_parse_job_args(int argc, char **argv, const char *cmd, bool run_flags,
+                       cli_job_args *a);
+
+/* Prints why a job file did not load (its diagnostics, or the status) and
+ * returns the exit status: 2, or 1 when out of memory. */
+int cli_load_failed(const char *file, ar_status st, const ar_diags *diags);
+
 int cli_run(int argc, char **argv);
-int cli_check(int argc, char **argv);
+int cli_check(int argc, char **argv);  /* cmd_check.c */
 int cli_info(int argc, char **argv);
 int cli_gen_data(int argc, char **argv);
 int cli_schema(int argc, char **argv);

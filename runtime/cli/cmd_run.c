@@ -1,4 +1,4 @@
-/* accelrt run / check / schema: the job-file commands. */
+/* accelrt run / schema: the job-file commands (check: cmd_check.c). */
 #define _GNU_SOURCE
 #include "accelrt/data.h"
 #include "accelrt/dist.h"
@@ -10,17 +10,8 @@
 #include <getopt.h>
 #include <string.h>
 
-typedef struct job_args {
-  const char *job;
-  const char **sets; /* (n_sets) borrowed from argv */
-  int n_sets;
-  bool resume, quiet;
-} job_args;
-
-/* Parses "JOB.yaml [--set K=V]... [--resume] [--quiet]".  Returns -1 on
- * success, else the exit status. */
-static int parse_job_args(int argc, char **argv, const char *cmd, bool run_flags,
-                          job_args *a) {
+int cli_parse_job_args(int argc, char **argv, const char *cmd, bool run_flags,
+                       cli_job_args *a) {
   static const struct option longs[] = {{"set", required_argument, NULL, 's'},
                                         {"resume", no_argument, NULL, 'r'},
                                         {"quiet", no_argument, NULL, 'q'},
@@ -70,21 +61,22 @@ static int parse_job_args(int argc, char **argv, const char *cmd, bool run_flags
   return -1;
 }
 
-static int load_spec(const job_args *a, ar_spec **spec) {
+int cli_load_failed(const char *file, ar_status st, const ar_diags *diags) {
+  if (diags->count)
+    ar_diags_print(diags, file, stderr);
+  else
+    fprintf(stderr, "%s: error: %s\n", file, ar_status_str(st));
+  if (diags->count > 1)
+    fprintf(stderr, "%d errors in %s\n", diags->count, file);
+  return st == AR_NOMEM ? CLI_FAIL : CLI_USAGE;
+}
+
+static int load_spec(const cli_job_args *a, ar_spec **spec) {
   ar_diags diags = {0, NULL};
   ar_status st = ar_spec_load(a->job, a->sets, a->n_sets, spec, &diags);
-  if (st != AR_OK) {
-    if (diags.count)
-      ar_diags_print(&diags, a->job, stderr);
-    else
-      fprintf(stderr, "%s: error: %s\n", a->job, ar_status_str(st));
-    if (diags.count > 1)
-      fprintf(stderr, "%d errors in %s\n", diags.count, a->job);
-    ar_diags_fini(&diags);
-    return st == AR_NOMEM ? CLI_FAIL : CLI_USAGE;
-  }
+  int rc = st == AR_OK ? -1 : cli_load_failed(a->job, st, &diags);
   ar_diags_fini(&diags);
-  return -1;
+  return rc;
 }
 
 static void print_summary(const ar_spec *spec, const ar_summary *s) {
@@ -102,8 +94,8 @@ static void print_summary(const ar_spec *spec, const ar_summary *s) {
 }
 
 int cli_run(int argc, char **argv) {
-  job_args a;
-  int rc = parse_job_args(argc, argv, "run", true, &a);
+  cli_job_args a;
+  int rc = cli_parse_job_args(argc, argv, "run", true, &a);
   ar_spec *spec = NULL;
   if (rc < 0)
     rc = load_spec(&a, &spec);
@@ -137,66 +129,6 @@ int cli_run(int argc, char **argv) {
       fprintf(stderr, "accelrt run: error: %s\n", err.msg[0] ? err.msg : ar_status_str(st));
       rc = CLI_FAIL;
     }
-  }
-  ar_spec_destroy(spec);
-  ar_free(a.sets);
-  return rc;
-}
-
-int cli_check(int argc, char **argv) {
-  job_args a;
-  int rc = parse_job_args(argc, argv, "check", false, &a);
-  ar_spec *spec = NULL;
-  if (rc < 0)
-    rc = load_spec(&a, &spec);
-  if (rc < 0) {
-    /* The plan needs the largest row of the data: scan the files (which
-     * also validates every line of them). */
-    ar_err err = AR_ERR_INIT;
-    const char *train = NULL, *test = NULL;
-    char *storage = NULL;
-    ar_reader *rt = NULL, *re = NULL;
-    ar_plan plan;
-    memset(&plan, 0, sizeof plan);
-    ar_reader_opts ro = AR_READER_OPTS_INIT;
-    ro.format = spec->data.format;
-    ro.features = spec->input.features;
-    ro.labels = spec->layers[spec->n_layers - 1].width;
-    ar_status st = ar_run_resolve_data(spec, NULL, &train, &test, &storage, &err);
-    if (st == AR_OK)
-      st = ar_reader_open(train, &ro, &rt, &err);
-    if (st == AR_OK && test)
-      st = ar_reader_open(test, &ro, &re, &err);
-    if (st == AR_OK) {
-      const ar_data_stats *ts = ar_reader_stats(rt);
-      int64_t nnz = ts->max_nnz, lab = ts->max_labels;
-      if (re) {
-        const ar_data_stats *es = ar_reader_stats(re);
-        nnz = es->max_nnz > nnz ? es->max_nnz : nnz;
-        lab = es->max_labels > lab ? es->max_labels : lab;
-      }
-      st = ar_plan_compute(spec, nnz, lab, &plan);
-      if (st == AR_OK) {
-        printf("%s: valid\n", a.job);
-        printf("data: train %s (%lld points, at most %lld features and %lld labels a row)\n",
-               train, (long long)ts->points, (long long)ts->max_nnz, (long long)ts->max_labels);
-        if (re)
-          printf("      test %s (%lld points)\n", test, (long long)ar_reader_stats(re)->points);
-        ar_plan_print(&plan, spec, stdout);
-      } else {
-        ar_errf(&err, st, "out of memory computing the plan");
-      }
-    }
-    if (st != AR_OK) {
-      fprintf(stderr, "%s\n", err.msg);
-      rc = st == AR_PARSE ? CLI_USAGE : CLI_FAIL;
-    } else {
-      rc = CLI_OK;
-    }
-    ar_plan_fini(&plan);
-    ar_reader_close(re);
-    ar_reader_close(rt);
-    ar_free(storage);
   }
   ar_spec_destroy(spec);
   ar_free(a.sets);

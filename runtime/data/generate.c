@@ -168,9 +168,12 @@ static ar_status flush_out(generator *g, FILE *f, const char *tmp,
   return AR_OK;
 }
 
-/* Generates point `i` of split `split` and appends its line. */
-static ar_status emit_point(generator *g, int split, int64_t i, FILE *f,
-                            const char *tmp, ar_err *err) {
+/* Draws point `i` of split `split`: its *k labels into g->lab (distinct,
+ * increasing) and *m feature draws into g->feat (increasing, repeats
+ * possible); *distinct is how many different features they are, what its
+ * line holds. */
+static void draw_point(generator *g, int split, int64_t i, int64_t *k_out, int64_t *m_out,
+                       int64_t *distinct) {
   const ar_gen_spec *s = g->spec;
   ar_rng rng;
   ar_rng_seed3(&rng, g->seed, (uint64_t)split + 1, (uint64_t)i);
@@ -196,6 +199,19 @@ static ar_status emit_point(generator *g, int split, int64_t i, FILE *f,
     }
   }
   sort_i32(g->feat, m);
+  int64_t nd = 0;
+  for (int64_t d = 0; d < m; d++)
+    nd += !d || g->feat[d] != g->feat[d - 1];
+  *k_out = k;
+  *m_out = m;
+  *distinct = nd;
+}
+
+/* Generates point `i` of split `split` and appends its line. */
+static ar_status emit_point(generator *g, int split, int64_t i, FILE *f,
+                            const char *tmp, ar_err *err) {
+  int64_t k, m, nd;
+  draw_point(g, split, i, &k, &m, &nd);
 
   /* Worst case: 11 bytes a label, 13 a feature, newline. */
   size_t need = (size_t)k * 11 + (size_t)m * 13 + 2;
@@ -273,51 +289,86 @@ static ar_status check_spec(const ar_gen_spec *s, const char *train_path,
   return AR_OK;
 }
 
+static void gen_fini(generator *g) {
+  ar_free(g->out);
+  ar_free(g->feat);
+  ar_free(g->lab);
+  ar_free(g->alias);
+  ar_free(g->prob);
+}
+
+/* The label table and one point's scratch (and, with out, the output
+ * buffer). */
+static ar_status gen_init(generator *g, const ar_gen_spec *gen, uint64_t seed,
+                          const ar_gen_opts *opts, bool out, ar_err *err) {
+  memset(g, 0, sizeof *g);
+  g->opts = opts ? *opts : (ar_gen_opts)AR_GEN_OPTS_INIT;
+  g->spec = gen;
+  g->seed = seed;
+  g->max_k = 2 * (int64_t)gen->labels_per_point;
+  g->max_m = (int64_t)gen->nnz + gen->nnz / 2 + 1;
+  size_t line_max = (size_t)g->max_k * 11 + (size_t)g->max_m * 13 + 64;
+  g->out_cap = out ? (GEN_OUT_BUF > 2 * line_max ? GEN_OUT_BUF : 2 * line_max) : 0;
+  g->prob = ar_malloc((size_t)gen->labels * sizeof *g->prob);
+  g->alias = ar_malloc((size_t)gen->labels * sizeof *g->alias);
+  g->lab = ar_malloc((size_t)g->max_k * sizeof *g->lab);
+  g->feat = ar_malloc((size_t)g->max_m * sizeof *g->feat);
+  g->out = out ? ar_malloc(g->out_cap) : NULL;
+  if (!g->prob || !g->alias || !g->lab || !g->feat || (out && !g->out)) {
+    gen_fini(g);
+    return ar_errf(err, AR_NOMEM,
+                   "data.generate: out of memory for %lld labels (about %lld MiB); "
+                   "lower data.generate.labels",
+                   (long long)gen->labels, (long long)(gen->labels * 12 >> 20));
+  }
+  ar_status st = build_alias(g, err);
+  if (st != AR_OK)
+    gen_fini(g);
+  return st;
+}
+
 ar_status ar_data_generate(const ar_gen_spec *gen, uint64_t seed,
                            const char *train_path, const char *test_path,
                            const ar_gen_opts *opts, ar_err *err) {
   AR_CHECK(check_spec(gen, train_path, test_path, err));
   generator g;
-  memset(&g, 0, sizeof g);
-  g.opts = opts ? *opts : (ar_gen_opts)AR_GEN_OPTS_INIT;
-  g.spec = gen;
-  g.seed = seed;
-  g.max_k = 2 * (int64_t)gen->labels_per_point;
-  g.max_m = (int64_t)gen->nnz + gen->nnz / 2 + 1;
-  size_t line_max = (size_t)g.max_k * 11 + (size_t)g.max_m * 13 + 64;
-  g.out_cap = GEN_OUT_BUF > 2 * line_max ? GEN_OUT_BUF : 2 * line_max;
-  ar_status st = AR_OK;
-
-  g.prob = ar_malloc((size_t)gen->labels * sizeof *g.prob);
-  g.alias = ar_malloc((size_t)gen->labels * sizeof *g.alias);
-  g.lab = ar_malloc((size_t)g.max_k * sizeof *g.lab);
-  g.feat = ar_malloc((size_t)g.max_m * sizeof *g.feat);
-  g.out = ar_malloc(g.out_cap);
-  if (!g.prob || !g.alias || !g.lab || !g.feat || !g.out) {
-    st = ar_errf(err, AR_NOMEM,
-                 "data.generate: out of memory for %lld labels (about %lld MiB); "
-                 "lower data.generate.labels",
-                 (long long)gen->labels, (long long)(gen->labels * 12 >> 20));
-    goto done;
-  }
-  st = build_alias(&g, err);
-  if (st != AR_OK)
-    goto done;
-  st = write_split(&g, 0, gen->train_points, train_path, err);
-  if (st != AR_OK)
-    goto done;
-  if (test_path)
+  AR_CHECK(gen_init(&g, gen, seed, opts, true, err));
+  ar_status st = write_split(&g, 0, gen->train_points, train_path, err);
+  if (st == AR_OK && test_path)
     st = write_split(&g, 1, gen->test_points, test_path, err);
   if (st == AR_RANGE && test_path) {
     /* Over the bound: the train file written first goes too. */
     ar_fs_unlink(g.opts.fs, train_path, false, NULL);
   }
-
-done:
-  ar_free(g.out);
-  ar_free(g.feat);
-  ar_free(g.lab);
-  ar_free(g.alias);
-  ar_free(g.prob);
+  gen_fini(&g);
   return st;
+}
+
+/* The stats a reader's scan of split `split` would give. */
+static void split_stats(generator *g, int split, int64_t points, ar_data_stats *out) {
+  memset(out, 0, sizeof *out);
+  out->points = points;
+  out->features = g->spec->features;
+  out->labels = g->spec->labels;
+  for (int64_t i = 0; i < points; i++) {
+    int64_t k, m, nd;
+    draw_point(g, split, i, &k, &m, &nd);
+    out->max_nnz = nd > out->max_nnz ? nd : out->max_nnz;
+    out->max_labels = k > out->max_labels ? k : out->max_labels;
+    out->total_nnz += nd;
+    out->total_labels += k;
+  }
+}
+
+ar_status ar_data_generate_stats(const ar_gen_spec *gen, uint64_t seed, ar_data_stats *train,
+                                 ar_data_stats *test, ar_err *err) {
+  AR_CHECK(check_spec(gen, "(in memory)", test ? "(in memory)" : NULL, err));
+  generator g;
+  AR_CHECK(gen_init(&g, gen, seed, NULL, false, err));
+  if (train)
+    split_stats(&g, 0, gen->train_points, train);
+  if (test)
+    split_stats(&g, 1, gen->test_points, test);
+  gen_fini(&g);
+  return AR_OK;
 }

@@ -289,36 +289,33 @@ static ar_status make_model(ar__dist *c) {
   if (c->server)
     dopts.threads = 1;
   dopts.pin = false; /* several ranks per machine: let the OS place them */
-  const ar_data_stats *ts = ar_reader_stats(c->train);
-  int64_t nnz = ts->max_nnz, lab = ts->max_labels;
-  if (c->test) {
-    const ar_data_stats *es = ar_reader_stats(c->test);
-    nnz = es->max_nnz > nnz ? es->max_nnz : nnz;
-    lab = es->max_labels > lab ? es->max_labels : lab;
-  }
-  nnz = nnz < 1 ? 1 : nnz;
-  lab = lab < 1 ? 1 : lab;
+  int64_t nnz, lab;
+  ar_job_row_bounds(ar_reader_stats(c->train), c->test ? ar_reader_stats(c->test) : NULL, &nnz,
+                    &lab);
   c->wspec = *s;
   c->wspec.layers = c->wlayers;
+  c->wspec.train.threads = dopts.threads; /* the plan's per-thread scratch */
   int32_t B = s->train.batch;
   if (!c->server)
     c->wspec.train.batch = (B + c->W - 1) / c->W;
   else if (c->rank != 0)
     c->wspec.train.batch = 1;
   bool host = strcmp(c->dev_name, "host") == 0;
-  size_t pb = 0, eb = 0;
+  size_t pb = 0, eb = 0, hb = 0;
   if (!c->server) {
     ar_plan plan;
-    if (ar_plan_compute_on(&c->wspec, nnz, lab, host, &plan) != AR_OK)
-      return ar_errf(c->err, AR_NOMEM, "out of memory computing the memory plan");
+    AR_CHECK(ar_plan_compute_on(&c->wspec, nnz, lab, host, &plan, c->err));
     pb = plan.persistent_bytes;
     eb = plan.ephemeral_bytes;
+    hb = plan.host_bytes;
     ar_plan_fini(&plan);
   }
   if (!c->server && s->distributed.share_file) {
     /* A tenant of the shared device's lanes: the model lives in the
-     * blocks the lanes give its exact plan (share.c). */
-    AR_CHECK(ar__share_open(c, dopts.threads, pb, eb));
+     * blocks the lanes give its exact plan (share.c); its host memory
+     * lives as long as the model, so it is admitted with the persistent
+     * block. */
+    AR_CHECK(ar__share_open(c, dopts.threads, pb + hb, eb));
     void *p = NULL, *e = NULL;
     ar__share_blocks(c, &c->dev, &p, &e);
     c->dev_borrowed = true;

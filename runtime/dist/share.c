@@ -265,7 +265,7 @@ ar_status ar__share_open(ar__dist *c, int threads, size_t persistent, size_t eph
   AR_CHECK(load_share_file(s));
   const ar_spec *sp = s->spec;
   ar__runner_opts ro = AR__RUNNER_OPTS_INIT;
-  ro.policy = ar__policy_name(sp->runtime.policy);
+  ro.policy = ar_policy_name(sp->runtime.policy);
   ro.device = c->dev_name; /* a GPU worker shares its GPU */
   ro.device_opts = ar_job_device_opts(sp);
   ro.threads = threads;

@@ -3,12 +3,35 @@
 #define ACCELRT_ENGINE_IMPL_H
 
 #include "accelrt/graph.h"
+#include "accelrt/lsh.h"
+
+/* plan.c: bytes for messages, "1.50 GiB" (two decimals from KiB on). */
+void ar__fmt_bytes(uint64_t bytes, char *buf, size_t n);
 
 /* model.c: the address of plan entry "LAYER.WHAT" ("LAYER" when what is
  * NULL) in the model's blocks, or NULL when the plan has none. */
 void *ar__plan_ptr(ar_model *m, const char *layer, const char *what);
 
-/* sampled.c */
+/* sampled.c: the lsh options of sampled layer l fed by `in` inputs, as
+ * the model makes its hash family (before its seed) and tables; K 0 takes
+ * the layer's sparse.K (or the automatic one). */
+void ar__sampled_opts(const ar_spec *spec, int l, int64_t in, int K, ar_lsh_hash_opts *ho,
+                      ar_lsh_tables_opts *to);
+/* The host bytes the lsh library allocates for sampled layer l (see
+ * ar__sampled_opts) with `threads` scratch sets, by piece, as the plan
+ * lists them (plan.c) and the model allocates them (sampled.c).  AR_OK,
+ * or AR_RANGE / AR_INVALID with the reason in err. */
+typedef struct ar__sampled_mem {
+  size_t tables;  /* the L hash tables */
+  size_t hash;    /* the hash functions */
+  size_t scratch; /* per thread: hashing and sampling scratch, bucket ids */
+  size_t touched; /* the rows touched in a step and since the last build */
+  size_t ids;     /* positions among the shared negatives; all ids for
+                     scoring every neuron of a layer fed by the sparse input */
+} ar__sampled_mem;
+ar_status ar__sampled_bytes(const ar_spec *spec, int l, int64_t in, int K, int threads,
+                            int64_t shared_cap, ar__sampled_mem *out, ar_err *err);
+
 ar_status ar__sampled_create(ar_model *m, int l); /* after the layers exist */
 ar_status ar__sampled_init(ar_model *m);          /* after init_params */
 void ar__sampled_bind(ar_model *m);               /* after a (re)bind */

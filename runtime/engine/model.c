@@ -10,7 +10,7 @@ void *ar__plan_ptr(ar_model *m, const char *layer, const char *what) {
   snprintf(name, sizeof name, "%s%s%s", layer, what ? "." : "", what ? what : "");
   for (int i = 0; i < m->plan.count; i++) {
     const ar_plan_entry *e = &m->plan.entries[i];
-    if (strcmp(e->name, name) == 0) {
+    if (e->cls != AR_MEM_HOST && strcmp(e->name, name) == 0) {
       char *base = e->cls == AR_MEM_PERSISTENT ? m->persistent : m->ephemeral;
       return base + e->offset;
     }
@@ -119,16 +119,22 @@ ar_status ar_model_create_in(ar_device *dev, const ar_spec *spec, int64_t max_nn
   m->max_nnz = max_nnz < 1 ? 1 : max_nnz;
   m->max_labels = max_labels < 1 ? 1 : max_labels;
   const bool host = dev->ops->name && !strcmp(dev->ops->name, "host");
-  ar_status st = ar_plan_compute_on(spec, m->max_nnz, m->max_labels, host, &m->plan);
-  if (st != AR_OK) {
-    ar_errf(err, st, "out of host memory computing the memory plan");
+  ar_status st = ar_plan_compute_on(spec, m->max_nnz, m->max_labels, host, &m->plan, err);
+  if (st != AR_OK)
     goto fail;
-  }
   m->blocks_given = persistent != NULL;
   if (persistent) {
     m->persistent = persistent;
     m->ephemeral = ephemeral;
   } else {
+    /* Refused before allocating when the device cannot hold the plan: a
+     * failed allocation would say less, and an overcommitting host could
+     * grant it and let the OOM killer end the job later. */
+    ar_mem_limit lim;
+    ar_mem_limit_get(spec, dev, &lim);
+    st = ar_plan_fit(&m->plan, spec, &lim, err);
+    if (st != AR_OK)
+      goto fail;
     st = ar_device_alloc(dev, m->plan.persistent_bytes, &m->persistent);
     if (st != AR_OK) {
       ar_errf(err, st, "cannot allocate %zu bytes of persistent memory (parameters and "

@@ -1,18 +1,20 @@
 /* The exact memory plan of a job, from shapes alone (see graph.h). */
-#include "accelrt/graph.h"
+#include "engine_impl.h"
+
 #include "accelrt/lanes.h"
+#include "accelrt/runtime.h"
 
 #include <math.h>
 #include <string.h>
 
 #define PLAN_ALIGN 64
 
-static size_t align_up(size_t x) { return (x + PLAN_ALIGN - 1) & ~(size_t)(PLAN_ALIGN - 1); }
-
 typedef struct plan_builder {
   ar_plan *plan;
   int cap;
-  size_t next[2]; /* next free offset per class */
+  size_t next[3]; /* next free offset per class */
+  ar_err *err;    /* may be NULL */
+  bool overflow;  /* a byte count left size_t: the message is in err */
 } plan_builder;
 
 /* Steps of one iteration, for the ephemeral tensors' lifetimes: the batch
@@ -25,6 +27,23 @@ typedef struct plan_builder {
 #define T_BWD(n, l) ((n) + 2 + ((n) - 1 - (l)))
 #define T_STEP(n) (2 * (n) + 2)
 
+/* a * b * c bytes, or 0 with the builder marked when that leaves size_t
+ * (widths up to 2^31 make single tensors of up to 2^64 bytes). */
+static size_t bytes3(plan_builder *pb, const char *a, const char *b, uint64_t x, uint64_t y,
+                     uint64_t z) {
+  uint64_t r;
+  if (__builtin_mul_overflow(x, y, &r) || __builtin_mul_overflow(r, z, &r) || r > SIZE_MAX) {
+    if (!pb->overflow)
+      ar_errf(pb->err, AR_RANGE, "the memory plan overflows: %s%s%s alone would take more "
+              "than %zu bytes (%llu x %llu x %llu); lower the widths of model.layers or "
+              "train.batch", a, b ? "." : "", b ? b : "", SIZE_MAX, (unsigned long long)x,
+              (unsigned long long)y, (unsigned long long)z);
+    pb->overflow = true;
+    return 0;
+  }
+  return (size_t)r;
+}
+
 static ar_status add_live(plan_builder *pb, const char *a, const char *b, ar_mem_class cls,
                           size_t bytes, int64_t first, int64_t last);
 
@@ -36,12 +55,27 @@ static ar_status add(plan_builder *pb, const char *a, const char *b, ar_mem_clas
 
 static ar_status add_live(plan_builder *pb, const char *a, const char *b, ar_mem_class cls,
                           size_t bytes, int64_t first, int64_t last) {
+  if (pb->overflow)
+    return AR_RANGE;
   ar_plan *p = pb->plan;
+  /* The blocks are 64-byte aligned; host entries are separate allocations
+   * of exactly their bytes, summed. */
+  const size_t align = cls == AR_MEM_HOST ? 1 : PLAN_ALIGN;
+  size_t end;
+  if (__builtin_add_overflow(pb->next[cls], bytes, &end) ||
+      __builtin_add_overflow(end, align - 1, &end)) {
+    pb->overflow = true;
+    return ar_errf(pb->err, AR_RANGE, "the memory plan overflows: %s%s%s (%zu bytes) after "
+                   "%zu bytes of %s memory exceeds %zu bytes; lower the widths of "
+                   "model.layers or train.batch", a, b ? "." : "", b ? b : "", bytes,
+                   pb->next[cls], cls == AR_MEM_HOST ? "host" : cls == AR_MEM_PERSISTENT
+                   ? "persistent" : "ephemeral", SIZE_MAX);
+  }
   if (p->count == pb->cap) {
     int cap = pb->cap ? pb->cap * 2 : 32;
     ar_plan_entry *e = ar_realloc(p->entries, (size_t)cap * sizeof *e);
     if (!e)
-      return AR_NOMEM;
+      return ar_errf(pb->err, AR_NOMEM, "out of host memory computing the memory plan");
     p->entries = e;
     pb->cap = cap;
   }
@@ -53,7 +87,7 @@ static ar_status add_live(plan_builder *pb, const char *a, const char *b, ar_mem
   e->first_use = first;
   e->last_use = last;
   e->offset = pb->next[cls];
-  pb->next[cls] = align_up(pb->next[cls] + bytes);
+  pb->next[cls] = end & ~(align - 1);
   return AR_OK;
 }
 
@@ -142,17 +176,49 @@ int64_t ar_layer_shared_cap(const ar_spec *spec, int l, int64_t max_labels) {
   return 2 * target >= ls->width ? ls->width : target;
 }
 
+int ar_plan_threads(const ar_spec *spec) {
+  return spec->train.threads > 0 ? spec->train.threads : ar_topology_cores();
+}
+
 ar_status ar_plan_compute(const ar_spec *spec, int64_t max_nnz, int64_t max_labels,
-                          ar_plan *out) {
-  return ar_plan_compute_on(spec, max_nnz, max_labels, ar_spec_runs_on_host(spec), out);
+                          ar_plan *out, ar_err *err) {
+  return ar_plan_compute_on(spec, max_nnz, max_labels, ar_spec_runs_on_host(spec), out, err);
+}
+
+static ar_status plan_build(plan_builder *pb, const ar_spec *spec, int64_t max_nnz,
+                            int64_t max_labels, bool host);
+
+/* What the lsh library allocates on the host for sampled layer l. */
+static ar_status add_sampled_host(plan_builder *pb, const ar_spec *spec, int l, int64_t in,
+                                  int64_t max_labels) {
+  const char *n = spec->layers[l].name;
+  ar__sampled_mem sb;
+  AR_CHECK(ar__sampled_bytes(spec, l, in, 0, ar_plan_threads(spec),
+                             ar_layer_shared_cap(spec, l, max_labels), &sb, pb->err));
+  AR_CHECK(add(pb, n, "lsh.tables", AR_MEM_HOST, sb.tables));
+  AR_CHECK(add(pb, n, "lsh.hash", AR_MEM_HOST, sb.hash));
+  AR_CHECK(add(pb, n, "lsh.scratch", AR_MEM_HOST, sb.scratch));
+  AR_CHECK(add(pb, n, "lsh.touched", AR_MEM_HOST, sb.touched));
+  if (sb.ids)
+    AR_CHECK(add(pb, n, "lsh.ids", AR_MEM_HOST, sb.ids));
+  return AR_OK;
 }
 
 ar_status ar_plan_compute_on(const ar_spec *spec, int64_t max_nnz, int64_t max_labels,
-                             bool host, ar_plan *out) {
+                             bool host, ar_plan *out, ar_err *err) {
   memset(out, 0, sizeof *out);
-  plan_builder pb = {out, 0, {0, 0}};
-  const size_t f = sizeof(float);
-  const size_t B = (size_t)spec->train.batch;
+  plan_builder pb = {out, 0, {0, 0, 0}, err, false};
+  ar_status st = plan_build(&pb, spec, max_nnz, max_labels, host);
+  if (st != AR_OK)
+    ar_plan_fini(out);
+  return st;
+}
+
+static ar_status plan_build(plan_builder *pb, const ar_spec *spec, int64_t max_nnz,
+                            int64_t max_labels, bool host) {
+  ar_plan *out = pb->plan;
+  const uint64_t f = sizeof(float), i32 = sizeof(int32_t), i64 = sizeof(int64_t);
+  const uint64_t B = (uint64_t)spec->train.batch;
   const int state_per_param = spec->train.optimizer == AR_OPT_ADAM ? 2
                               : spec->train.momentum > 0.0         ? 1
                                                                    : 0;
@@ -160,107 +226,131 @@ ar_status ar_plan_compute_on(const ar_spec *spec, int64_t max_nnz, int64_t max_l
     max_nnz = 1;
   if (max_labels < 1)
     max_labels = 1;
+  const uint64_t nnz = (uint64_t)max_nnz, nlab = (uint64_t)max_labels;
 
   /* Persistent: parameters and optimizer state, layer by layer. */
-  int64_t in = spec->input.features;
+  uint64_t in = (uint64_t)spec->input.features;
   for (int l = 0; l < spec->n_layers; l++) {
     const ar_layer_spec *ls = &spec->layers[l];
-    size_t nw = (size_t)in * (size_t)ls->width, nb = (size_t)ls->width;
-    out->param_count += nw + nb;
-    AR_CHECK(add(&pb, ls->name, "w", AR_MEM_PERSISTENT, nw * f));
-    AR_CHECK(add(&pb, ls->name, "b", AR_MEM_PERSISTENT, nb * f));
+    const char *n = ls->name;
+    const uint64_t width = (uint64_t)ls->width;
+    /* Widths are below 2^31 (the schema), so in * width + width < 2^63;
+     * the sum over layers is checked. */
+    if (__builtin_add_overflow(out->param_count, (size_t)(in * width + width),
+                               &out->param_count))
+      return ar_errf(pb->err, AR_RANGE, "the model's parameter count overflows at layer %s; "
+                     "lower the widths of model.layers", n);
+    const size_t wb = bytes3(pb, n, "w", in, width, f), bb = bytes3(pb, n, "b", width, f, 1);
+    AR_CHECK(add(pb, n, "w", AR_MEM_PERSISTENT, wb));
+    AR_CHECK(add(pb, n, "b", AR_MEM_PERSISTENT, bb));
     static const char *const state_names[2][2] = {{"state1.w", "state1.b"},
                                                   {"state2.w", "state2.b"}};
     for (int s = 0; s < state_per_param; s++) {
-      AR_CHECK(add(&pb, ls->name, state_names[s][0], AR_MEM_PERSISTENT, nw * f));
-      AR_CHECK(add(&pb, ls->name, state_names[s][1], AR_MEM_PERSISTENT, nb * f));
+      AR_CHECK(add(pb, n, state_names[s][0], AR_MEM_PERSISTENT, wb));
+      AR_CHECK(add(pb, n, state_names[s][1], AR_MEM_PERSISTENT, bb));
     }
     if (ar_layer_sampled(spec, l, host)) {
       /* A sampled layer's gradient rows are accumulated by the samples of
        * a batch and zeroed by the sparse Adam step row by row, so they
        * live across iterations; the step of each row's last update makes
        * the moments decay exactly for the steps it skipped. */
-      AR_CHECK(add(&pb, ls->name, "grad.w", AR_MEM_PERSISTENT, nw * f));
+      AR_CHECK(add(pb, n, "grad.w", AR_MEM_PERSISTENT, wb));
       out->entries[out->count - 1].zero_between = true;
-      AR_CHECK(add(&pb, ls->name, "grad.b", AR_MEM_PERSISTENT, nb * f));
+      AR_CHECK(add(pb, n, "grad.b", AR_MEM_PERSISTENT, bb));
       out->entries[out->count - 1].zero_between = true;
-      AR_CHECK(add(&pb, ls->name, "lsh.last", AR_MEM_PERSISTENT, nb * sizeof(uint64_t)));
+      AR_CHECK(add(pb, n, "lsh.last", AR_MEM_PERSISTENT,
+                   bytes3(pb, n, "lsh.last", width, sizeof(uint64_t), 1)));
+      /* Its hash tables, hash functions and scratch: host memory the lsh
+       * library allocates itself, fixed when the model is made. */
+      AR_CHECK(add_sampled_host(pb, spec, l, (int64_t)in, max_labels));
     }
-    in = ls->width;
+    in = width;
   }
+  if (!spec->input.sparse) /* model.c: the host copy a dense batch is staged in */
+    AR_CHECK(add(pb, "batch", "stage", AR_MEM_HOST,
+                 bytes3(pb, "batch", "stage", B, (uint64_t)spec->input.features, f)));
 
   /* Ephemeral: the batch, activations, gradients, loss scratch, each with
    * the steps it lives between; offsets come from the liveness plan below,
    * so tensors that are never live together share bytes. */
-  const int64_t n = spec->n_layers, end = T_STEP(n);
-  AR_CHECK(add_live(&pb, "batch", "row_ptr", AR_MEM_EPHEMERAL, (B + 1) * sizeof(int64_t),
+  const int64_t nl = spec->n_layers, end = T_STEP(nl);
+  const ar_mem_class E = AR_MEM_EPHEMERAL;
+  AR_CHECK(add_live(pb, "batch", "row_ptr", E, bytes3(pb, "batch", "row_ptr", B + 1, i64, 1),
                     T_LOAD, end));
-  AR_CHECK(add_live(&pb, "batch", "idx", AR_MEM_EPHEMERAL, B * (size_t)max_nnz * sizeof(int32_t),
+  AR_CHECK(add_live(pb, "batch", "idx", E, bytes3(pb, "batch", "idx", B, nnz, i32), T_LOAD, end));
+  AR_CHECK(add_live(pb, "batch", "val", E, bytes3(pb, "batch", "val", B, nnz, f), T_LOAD, end));
+  AR_CHECK(add_live(pb, "batch", "lab_ptr", E, bytes3(pb, "batch", "lab_ptr", B + 1, i64, 1),
                     T_LOAD, end));
-  AR_CHECK(add_live(&pb, "batch", "val", AR_MEM_EPHEMERAL, B * (size_t)max_nnz * f, T_LOAD, end));
-  AR_CHECK(add_live(&pb, "batch", "lab_ptr", AR_MEM_EPHEMERAL, (B + 1) * sizeof(int64_t),
-                    T_LOAD, end));
-  AR_CHECK(add_live(&pb, "batch", "lab", AR_MEM_EPHEMERAL,
-                    B * (size_t)max_labels * sizeof(int32_t), T_LOAD, end));
+  AR_CHECK(add_live(pb, "batch", "lab", E, bytes3(pb, "batch", "lab", B, nlab, i32), T_LOAD,
+                    end));
   if (!spec->input.sparse)
-    AR_CHECK(add_live(&pb, "batch", "x", AR_MEM_EPHEMERAL, B * (size_t)spec->input.features * f,
-                      T_LOAD, end));
-  in = spec->input.features;
+    AR_CHECK(add_live(pb, "batch", "x", E,
+                      bytes3(pb, "batch", "x", B, (uint64_t)spec->input.features, f), T_LOAD,
+                      end));
+  in = (uint64_t)spec->input.features;
   for (int l = 0; l < spec->n_layers; l++) {
     const ar_layer_spec *ls = &spec->layers[l];
-    size_t nw = (size_t)in * (size_t)ls->width, nb = (size_t)ls->width;
+    const char *n = ls->name;
+    const uint64_t width = (uint64_t)ls->width;
+    const int64_t fw = T_FWD(l), bw = T_BWD(nl, l);
     if (ar_layer_sampled(spec, l, host)) {
       /* Per sample: the active ids, their count, activations and
        * gradients; y stays for the dense evaluation and dense layers
        * after this one. */
-      size_t cap = (size_t)ar_layer_active_cap(spec, l, max_labels);
-      AR_CHECK(add_live(&pb, ls->name, "lsh.active", AR_MEM_EPHEMERAL,
-                        B * cap * sizeof(uint32_t), T_FWD(l), T_BWD(n, l)));
-      AR_CHECK(add_live(&pb, ls->name, "lsh.n", AR_MEM_EPHEMERAL, B * sizeof(uint32_t), T_FWD(l),
-                        T_BWD(n, l)));
-      AR_CHECK(add_live(&pb, ls->name, "lsh.out", AR_MEM_EPHEMERAL, B * cap * f, T_FWD(l),
-                        T_BWD(n, l)));
-      AR_CHECK(add_live(&pb, ls->name, "lsh.dout", AR_MEM_EPHEMERAL, B * cap * f, T_FWD(l),
-                        T_BWD(n, l)));
-      size_t sc = (size_t)ar_layer_shared_cap(spec, l, max_labels);
+      const uint64_t cap = (uint64_t)ar_layer_active_cap(spec, l, max_labels);
+      AR_CHECK(add_live(pb, n, "lsh.active", E, bytes3(pb, n, "lsh.active", B, cap, 4), fw, bw));
+      AR_CHECK(add_live(pb, n, "lsh.n", E, bytes3(pb, n, "lsh.n", B, 4, 1), fw, bw));
+      AR_CHECK(add_live(pb, n, "lsh.out", E, bytes3(pb, n, "lsh.out", B, cap, f), fw, bw));
+      AR_CHECK(add_live(pb, n, "lsh.dout", E, bytes3(pb, n, "lsh.dout", B, cap, f), fw, bw));
+      const uint64_t sc = (uint64_t)ar_layer_shared_cap(spec, l, max_labels);
       if (sc) {
         /* The batch's shared negatives (sampled.c): ids, gathered rows and
          * their gradients, biases, and (batch, shared) logits. */
-        AR_CHECK(add_live(&pb, ls->name, "lsh.shared_ids", AR_MEM_EPHEMERAL,
-                          sc * sizeof(uint32_t), T_FWD(l), T_BWD(n, l)));
-        AR_CHECK(add_live(&pb, ls->name, "lsh.shared_w", AR_MEM_EPHEMERAL, sc * (size_t)in * f,
-                          T_FWD(l), T_BWD(n, l)));
-        AR_CHECK(add_live(&pb, ls->name, "lsh.shared_gw", AR_MEM_EPHEMERAL, sc * (size_t)in * f,
-                          T_BWD(n, l), T_BWD(n, l)));
-        AR_CHECK(add_live(&pb, ls->name, "lsh.shared_b", AR_MEM_EPHEMERAL, sc * f, T_FWD(l),
-                          T_BWD(n, l)));
-        AR_CHECK(add_live(&pb, ls->name, "lsh.shared_gb", AR_MEM_EPHEMERAL, sc * f, T_BWD(n, l),
-                          T_BWD(n, l)));
-        AR_CHECK(add_live(&pb, ls->name, "lsh.shared_z", AR_MEM_EPHEMERAL, B * sc * f, T_FWD(l),
-                          T_BWD(n, l)));
+        const size_t rows = bytes3(pb, n, "lsh.shared_w", sc, in, f);
+        AR_CHECK(add_live(pb, n, "lsh.shared_ids", E, bytes3(pb, n, "lsh.shared_ids", sc, 4, 1),
+                          fw, bw));
+        AR_CHECK(add_live(pb, n, "lsh.shared_w", E, rows, fw, bw));
+        AR_CHECK(add_live(pb, n, "lsh.shared_gw", E, rows, bw, bw));
+        AR_CHECK(add_live(pb, n, "lsh.shared_b", E, bytes3(pb, n, "lsh.shared_b", sc, f, 1), fw,
+                          bw));
+        AR_CHECK(add_live(pb, n, "lsh.shared_gb", E, bytes3(pb, n, "lsh.shared_gb", sc, f, 1),
+                          bw, bw));
+        AR_CHECK(add_live(pb, n, "lsh.shared_z", E, bytes3(pb, n, "lsh.shared_z", B, sc, f), fw,
+                          bw));
       }
     } else {
       /* Written by the layer's backward, read by the optimizer step. */
-      AR_CHECK(add_live(&pb, ls->name, "grad.w", AR_MEM_EPHEMERAL, nw * f, T_BWD(n, l), end));
-      AR_CHECK(add_live(&pb, ls->name, "grad.b", AR_MEM_EPHEMERAL, nb * f, T_BWD(n, l), end));
+      AR_CHECK(add_live(pb, n, "grad.w", E, bytes3(pb, n, "grad.w", in, width, f), bw, end));
+      AR_CHECK(add_live(pb, n, "grad.b", E, bytes3(pb, n, "grad.b", width, f, 1), bw, end));
     }
     /* Made by the forward, read by the next layer's forward and backward
      * (the last layer's holds the loss gradient until its backward). */
-    AR_CHECK(add_live(&pb, ls->name, "y", AR_MEM_EPHEMERAL, B * nb * f, T_FWD(l), T_BWD(n, l)));
+    const size_t yb = bytes3(pb, n, "y", B, width, f);
+    AR_CHECK(add_live(pb, n, "y", E, yb, fw, bw));
     /* Made by the next layer's backward, read by this layer's. */
     if (l + 1 < spec->n_layers)
-      AR_CHECK(add_live(&pb, ls->name, "grad.y", AR_MEM_EPHEMERAL, B * nb * f, T_BWD(n, l + 1),
-                        T_BWD(n, l)));
-    in = ls->width;
+      AR_CHECK(add_live(pb, n, "grad.y", E, yb, T_BWD(nl, l + 1), bw));
+    in = width;
   }
-  AR_CHECK(add_live(&pb, "loss", "rows", AR_MEM_EPHEMERAL, B * f, T_LOSS(n), T_LOSS(n)));
+  AR_CHECK(add_live(pb, "loss", "rows", E, bytes3(pb, "loss", "rows", B, f, 1), T_LOSS(nl),
+                    T_LOSS(nl)));
   /* Evaluation takes the top-k after the forward, then the loss. */
-  AR_CHECK(add_live(&pb, "eval", "topk", AR_MEM_EPHEMERAL, B * 5 * sizeof(int32_t), T_LOSS(n),
+  AR_CHECK(add_live(pb, "eval", "topk", E, bytes3(pb, "eval", "topk", B, 5, i32), T_LOSS(nl),
                     end));
 
-  out->persistent_bytes = pb.next[AR_MEM_PERSISTENT];
-  out->ephemeral_sum_bytes = pb.next[AR_MEM_EPHEMERAL];
-  return place_ephemeral(out);
+  out->persistent_bytes = pb->next[AR_MEM_PERSISTENT];
+  out->ephemeral_sum_bytes = pb->next[AR_MEM_EPHEMERAL];
+  out->host_bytes = pb->next[AR_MEM_HOST];
+  ar_status st = place_ephemeral(out);
+  if (st != AR_OK)
+    return ar_errf(pb->err, st, "out of host memory placing the plan's tensors");
+  if (__builtin_add_overflow(out->persistent_bytes, out->ephemeral_bytes, &out->total_bytes) ||
+      __builtin_add_overflow(out->total_bytes, out->host_bytes, &out->total_bytes))
+    return ar_errf(pb->err, AR_RANGE, "the memory plan overflows: %zu persistent, %zu "
+                   "ephemeral and %zu host bytes exceed %zu in all; lower the widths of "
+                   "model.layers or train.batch", out->persistent_bytes, out->ephemeral_bytes,
+                   out->host_bytes, SIZE_MAX);
+  return AR_OK;
 }
 
 void ar_plan_fini(ar_plan *plan) {
@@ -270,16 +360,18 @@ void ar_plan_fini(ar_plan *plan) {
   memset(plan, 0, sizeof *plan);
 }
 
-static void human(size_t bytes, char *buf, size_t n) {
-  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+void ar__fmt_bytes(uint64_t bytes, char *buf, size_t n) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   double v = (double)bytes;
   int u = 0;
-  while (v >= 1024.0 && u < 4) {
+  while (v >= 1024.0 && u < 6) {
     v /= 1024.0;
     u++;
   }
   snprintf(buf, n, u ? "%.2f %s" : "%.0f %s", v, units[u]);
 }
+
+static void human(size_t bytes, char *buf, size_t n) { ar__fmt_bytes(bytes, buf, n); }
 
 void ar_plan_print(const ar_plan *plan, const ar_spec *spec, FILE *to) {
   char h1[32], h2[32], h3[32];
@@ -299,14 +391,22 @@ void ar_plan_print(const ar_plan *plan, const ar_spec *spec, FILE *to) {
   for (int i = 0; i < plan->count; i++) {
     const ar_plan_entry *e = &plan->entries[i];
     human(e->bytes, h1, sizeof h1);
-    fprintf(to, "  %-10s %-28s %14zu B  (%s)\n",
-            e->cls == AR_MEM_PERSISTENT ? "persistent" : "ephemeral", e->name, e->bytes, h1);
+    fprintf(to, "  %-10s %-28s %14zu B  (%s)\n", ar_mem_class_name(e->cls), e->name, e->bytes,
+            h1);
   }
   human(plan->persistent_bytes, h1, sizeof h1);
   human(plan->ephemeral_bytes, h2, sizeof h2);
-  human(plan->persistent_bytes + plan->ephemeral_bytes, h3, sizeof h3);
   fprintf(to, "persistent bytes: %zu (%s)\n", plan->persistent_bytes, h1);
   fprintf(to, "ephemeral peak bytes: %zu (%s; tensors share bytes when never live together, "
           "%zu without sharing)\n", plan->ephemeral_bytes, h2, plan->ephemeral_sum_bytes);
-  fprintf(to, "total: %zu (%s)\n", plan->persistent_bytes + plan->ephemeral_bytes, h3);
+  human(plan->host_bytes, h1, sizeof h1);
+  fprintf(to, "host bytes: %zu (%s; outside the device blocks: sampled layers' hash tables, "
+          "hash functions and scratch, a dense batch's staging copy)\n", plan->host_bytes, h1);
+  human(plan->total_bytes, h3, sizeof h3);
+  fprintf(to, "total: %zu (%s)\n", plan->total_bytes, h3);
+}
+
+const char *ar_mem_class_name(ar_mem_class c) {
+  static const char *const names[] = {"persistent", "ephemeral", "host"};
+  return (unsigned)c < 3 ? names[c] : "?";
 }

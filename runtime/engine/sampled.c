@@ -51,9 +51,10 @@ struct ar_sampled {
   ar_lsh_touched *changed; /* rows updated since the tables were last built */
   ar_lsh_rehash sched;
   ar_lsh_sample_opts so;
-  int nt;                   /* threads */
-  ar_lsh_scratch **scratch; /* (nt) */
-  uint32_t *buckets;        /* (nt, L) */
+  int nt;                   /* threads an iteration uses, <= nscratch */
+  int nscratch;             /* scratch sets: the plan's threads */
+  ar_lsh_scratch **scratch; /* (nscratch) */
+  uint32_t *buckets;        /* (nscratch, L) */
   uint32_t *active;         /* (batch, cap), planned ephemeral */
   uint32_t *n_active;       /* (batch) */
   float *out, *dout;        /* (batch, cap) */
@@ -68,7 +69,8 @@ struct ar_sampled {
   float *sz;                /* (batch, scap) logits, then dL/dlogit */
   int32_t *spos;            /* (neurons) host: position in sids or -1 */
   ar_lsh_sample_opts so_own; /* retrieval only, no random top-up */
-  uint32_t *all;            /* 0..neurons-1 for full scoring of sparse inputs */
+  uint32_t *all;            /* 0..neurons-1 for full scoring of sparse inputs
+                               (layer 0 behind the sparse input; else NULL) */
   ar_sampled_stats st;
 };
 
@@ -107,13 +109,62 @@ static ar_status make_hash(ar_model *m, ar_sampled *s) {
   return ar_lsh_hash_create(&s->hopts, &s->hash, &m->err);
 }
 
+void ar__sampled_opts(const ar_spec *spec, int l, int64_t in, int K, ar_lsh_hash_opts *ho,
+                      ar_lsh_tables_opts *to) {
+  const ar_sparse_spec *sp = &spec->layers[l].sparse;
+  const int64_t width = spec->layers[l].width;
+  static const ar_lsh_family fam[] = {AR_LSH_SRP, AR_LSH_WTA, AR_LSH_DWTA, AR_LSH_DOPH};
+  *ho = (ar_lsh_hash_opts)AR_LSH_HASH_OPTS_INIT;
+  ho->family = fam[sp->hash];
+  ho->dim = (uint32_t)in;
+  ho->K = (uint32_t)(K > 0 ? K : sp->K > 0 ? sp->K : ar_sparse_auto_K(sp->hash, width));
+  ho->L = (uint32_t)sp->L;
+  *to = (ar_lsh_tables_opts)AR_LSH_TABLES_OPTS_INIT;
+  to->neurons = (uint32_t)width;
+  to->capacity = (uint32_t)sp->bucket;
+  to->policy = sp->reservoir ? AR_LSH_RESERVOIR : AR_LSH_FIFO;
+  to->seed = spec->seed + 31u * (uint64_t)l;
+}
+
+ar_status ar__sampled_bytes(const ar_spec *spec, int l, int64_t in, int K, int threads,
+                            int64_t shared_cap, ar__sampled_mem *out, ar_err *err) {
+  memset(out, 0, sizeof *out);
+  const ar_layer_spec *ls = &spec->layers[l];
+  if (ls->width > UINT32_MAX || in > UINT32_MAX)
+    return ar_errf(err, AR_RANGE, "layer %s (%lld inputs, %lld outputs) is too large to "
+                   "sample (at most 2^32 - 1 each); set its sparse.mode to dense", ls->name,
+                   (long long)in, (long long)ls->width);
+  ar_lsh_hash_opts ho, res;
+  ar_lsh_tables_opts to;
+  ar__sampled_opts(spec, l, in, K, &ho, &to);
+  ar_err e = AR_ERR_INIT;
+  ar_status st = ar_lsh_hash_opts_resolve(&ho, &res, &e);
+  if (st == AR_OK)
+    st = ar_lsh_hash_bytes(&res, &out->hash, &e);
+  if (st == AR_OK)
+    st = ar_lsh_tables_bytes(res.L, (uint32_t)1 << res.bits, &to, &out->tables, &e);
+  if (st != AR_OK)
+    return ar_errf(err, st, "layer %s's hash tables: %s", ls->name, e.msg);
+  /* Below 2^32 neurons, 2^16 codes and the plan's thread count, none of
+   * these products overflows 64 bits. */
+  const uint64_t n = (uint64_t)ls->width, T = (uint64_t)(threads > 0 ? threads : 1);
+  uint64_t scratch = T * (ar_lsh_scratch_bytes(res.K * res.L, (uint32_t)n) +
+                          (uint64_t)res.L * sizeof(uint32_t));
+  uint64_t ids = (shared_cap ? n * sizeof(int32_t) : 0) +
+                 (l == 0 && spec->input.sparse ? n * sizeof(uint32_t) : 0);
+  if (scratch > SIZE_MAX)
+    return ar_errf(err, AR_RANGE, "layer %s: scratch for %llu threads does not fit in memory; "
+                   "lower train.threads", ls->name, (unsigned long long)T);
+  out->scratch = (size_t)scratch;
+  out->touched = 2 * ar_lsh_touched_bytes((uint32_t)n);
+  out->ids = (size_t)ids;
+  return AR_OK;
+}
+
 static ar_lsh_tables_opts tables_opts(const ar_model *m, const ar_sampled *s) {
-  const ar_sparse_spec *sp = &m->spec->layers[s->l].sparse;
-  ar_lsh_tables_opts to = AR_LSH_TABLES_OPTS_INIT;
-  to.neurons = s->neurons;
-  to.capacity = (uint32_t)sp->bucket;
-  to.policy = sp->reservoir ? AR_LSH_RESERVOIR : AR_LSH_FIFO;
-  to.seed = m->spec->seed + 31u * (uint64_t)s->l;
+  ar_lsh_hash_opts ho;
+  ar_lsh_tables_opts to;
+  ar__sampled_opts(m->spec, s->l, s->in, (int)s->hopts.K, &ho, &to);
   to.threads = s->nt;
   return to;
 }
@@ -190,17 +241,15 @@ ar_status ar__sampled_create(ar_model *m, int l) {
   s->in = (uint32_t)L->in;
   s->budget = (uint32_t)ar_layer_budget(spec, l);
   s->cap = (uint32_t)ar_layer_active_cap(spec, l, m->max_labels);
-  s->nt = m->dev->threads > 0 ? m->dev->threads : 1;
-  ar_lsh_hash_opts ho = AR_LSH_HASH_OPTS_INIT;
-  static const ar_lsh_family fam[] = {AR_LSH_SRP, AR_LSH_WTA, AR_LSH_DWTA, AR_LSH_DOPH};
-  ho.family = fam[sp->hash];
-  ho.dim = s->in;
-  ho.K = (uint32_t)(sp->K > 0 ? sp->K : ar_sparse_auto_K(sp->hash, L->out));
-  ho.L = (uint32_t)sp->L;
-  s->hopts = ho;
+  /* Scratch for the plan's threads (what it counts); iterations use at
+   * most the device's. */
+  s->nscratch = ar_plan_threads(spec);
+  s->nt = m->dev->threads > 0 && m->dev->threads < s->nscratch ? m->dev->threads : s->nscratch;
+  ar_lsh_tables_opts to;
+  ar__sampled_opts(spec, l, L->in, 0, &s->hopts, &to);
   AR_CHECK(schedule_to(m, s));
   AR_CHECK(make_hash(m, s));
-  ar_lsh_tables_opts to = tables_opts(m, s);
+  to = tables_opts(m, s);
   AR_CHECK(ar_lsh_tables_create(s->hash, &to, &s->tables, &m->err));
   static const ar_lsh_strategy strat[] = {AR_LSH_UNION, AR_LSH_TOPK, AR_LSH_THRESHOLD};
   s->so.strategy = strat[sp->sampling];
@@ -218,6 +267,14 @@ ar_status ar__sampled_create(ar_model *m, int l) {
     for (uint32_t i = 0; i < s->neurons; i++)
       s->spos[i] = -1;
   }
+  if (l == 0 && spec->input.sparse) {
+    /* Every id, for scoring all neurons from the sparse input (sampled_full). */
+    s->all = ar_malloc((size_t)s->neurons * sizeof *s->all);
+    if (!s->all)
+      return ar_errf(&m->err, AR_NOMEM, "out of host memory for layer %s", L->name);
+    for (uint32_t i = 0; i < s->neurons; i++)
+      s->all[i] = i;
+  }
   ar_lsh_adam_opts ao = {(float)spec->train.lr, (float)spec->train.beta1,
                          (float)spec->train.beta2, (float)spec->train.eps, s->nt};
   ar__sampled_bind(m);
@@ -226,11 +283,11 @@ ar_status ar__sampled_create(ar_model *m, int l) {
   AR_CHECK(ar_lsh_touched_create(s->neurons, &s->touched, &m->err));
   AR_CHECK(ar_lsh_touched_create(s->neurons, &s->changed, &m->err));
 
-  s->scratch = ar_calloc((size_t)s->nt, sizeof *s->scratch);
-  s->buckets = ar_malloc((size_t)s->nt * (size_t)sp->L * sizeof *s->buckets);
+  s->scratch = ar_calloc((size_t)s->nscratch, sizeof *s->scratch);
+  s->buckets = ar_malloc((size_t)s->nscratch * (size_t)sp->L * sizeof *s->buckets);
   if (!s->scratch || !s->buckets)
     return ar_errf(&m->err, AR_NOMEM, "out of host memory for layer %s's scratch", L->name);
-  for (int t = 0; t < s->nt; t++)
+  for (int t = 0; t < s->nscratch; t++)
     AR_CHECK(ar_lsh_scratch_create(s->hash, s->tables, &s->scratch[t], &m->err));
   return AR_OK;
 }
@@ -246,6 +303,17 @@ ar_status ar_model_sampled_set_K(ar_model *m, int l, int K) {
   AR_ASSERT(s && K > 0);
   if ((uint32_t)K == s->hopts.K)
     return AR_OK;
+  /* The plan holds the tables, hash functions and scratch of the layer's
+   * K; a K that needs more would leave it. */
+  const ar_layer *L = &m->layers[l];
+  ar__sampled_mem now, want;
+  AR_CHECK(ar__sampled_bytes(m->spec, l, L->in, 0, s->nscratch, s->scap, &now, &m->err));
+  AR_CHECK(ar__sampled_bytes(m->spec, l, L->in, K, s->nscratch, s->scap, &want, &m->err));
+  if (want.tables + want.hash + want.scratch > now.tables + now.hash + now.scratch)
+    return ar_errf(&m->err, AR_RANGE, "layer %s: tables with K=%d need %zu bytes, more than "
+                   "the %zu its memory plan holds (K=%u); use a K of at most %u", L->name, K,
+                   want.tables + want.hash + want.scratch, now.tables + now.hash + now.scratch,
+                   s->hopts.K, s->hopts.K);
   s->hopts.K = (uint32_t)K;
   AR_CHECK(make_hash(m, s));
   ar_lsh_tables_opts to = tables_opts(m, s);
@@ -253,7 +321,7 @@ ar_status ar_model_sampled_set_K(ar_model *m, int l, int K) {
   AR_CHECK(ar_lsh_tables_create(s->hash, &to, &t, &m->err));
   ar_lsh_tables_destroy(s->tables);
   s->tables = t;
-  for (int i = 0; i < s->nt; i++) {
+  for (int i = 0; i < s->nscratch; i++) {
     ar_lsh_scratch_destroy(s->scratch[i]);
     s->scratch[i] = NULL;
     AR_CHECK(ar_lsh_scratch_create(s->hash, s->tables, &s->scratch[i], &m->err));
@@ -291,7 +359,7 @@ ar_status ar_model_sampled_rebuild(ar_model *m) {
 void ar__sampled_destroy(ar_sampled *s) {
   if (!s)
     return;
-  for (int t = 0; s->scratch && t < s->nt; t++)
+  for (int t = 0; s->scratch && t < s->nscratch; t++)
     ar_lsh_scratch_destroy(s->scratch[t]);
   ar_free(s->scratch);
   ar_free(s->buckets);
@@ -858,13 +926,6 @@ static ar_status sampled_full(ar_model *m, int l) {
   if (l > 0 || !m->spec->input.sparse) {
     ar_model_forward_layer(m, l); /* (out, in) rows: the dense layout */
     return AR_OK;
-  }
-  if (!s->all) {
-    s->all = ar_malloc((size_t)s->neurons * sizeof *s->all);
-    if (!s->all)
-      return ar_errf(&m->err, AR_NOMEM, "out of host memory scoring layer %s", L->name);
-    for (uint32_t i = 0; i < s->neurons; i++)
-      s->all[i] = i;
   }
   const bool last = l + 1 == m->n_layers;
   const ar_lsh_rows W = rows_of(L, false);

@@ -236,6 +236,7 @@ static ar_status write_summary(run_ctx *c, ar_summary *s) {
   ar_json_int(j, "peak_rss_bytes", s->peak_rss_bytes);
   ar_json_int(j, "persistent_bytes", (int64_t)c->model->plan.persistent_bytes);
   ar_json_int(j, "ephemeral_bytes", (int64_t)c->model->plan.ephemeral_bytes);
+  ar_json_int(j, "host_bytes", (int64_t)c->model->plan.host_bytes);
   ar_json_str(j, "device", s->device);
   ar_json_int(j, "threads", s->threads);
   ar_json_int(j, "batch", c->spec->train.batch);
@@ -248,25 +249,69 @@ static ar_status write_summary(run_ctx *c, ar_summary *s) {
   return st;
 }
 
-static ar_status open_readers(run_ctx *c, const char *train, const char *test) {
-  const ar_spec *s = c->spec;
+/* How a job opens its data files (the test split in file order). */
+static ar_reader_opts reader_opts(const ar_spec *s, const ar_run_opts *o, bool test) {
   ar_reader_opts ro = AR_READER_OPTS_INIT;
   ro.format = s->data.format;
-  ro.shuffle_window = s->data.shuffle_window;
+  ro.shuffle_window = test ? 0 : s->data.shuffle_window;
   ro.seed = s->seed;
   ro.features = s->input.features;
   ro.labels = s->layers[s->n_layers - 1].width;
-  ro.fs = c->opts.fs;
-  ro.max_line = c->opts.max_line;
+  ro.fs = o ? o->fs : NULL;
+  ro.max_line = o ? o->max_line : 0;
   ro.own = s->data.generate;
+  return ro;
+}
+
+static ar_status open_readers(run_ctx *c, const char *train, const char *test) {
+  ar_reader_opts ro = reader_opts(c->spec, &c->opts, false);
   AR_CHECK(ar_reader_open(train, &ro, &c->train, c->err));
   if (ar_reader_stats(c->train)->points == 0)
     return ar_errf(c->err, AR_PARSE, "%s: error: the training file has no data points", train);
   if (test) {
-    ro.shuffle_window = 0;
+    ro = reader_opts(c->spec, &c->opts, true);
     AR_CHECK(ar_reader_open(test, &ro, &c->test, c->err));
   }
   return AR_OK;
+}
+
+ar_status ar_job_data_stats(const ar_spec *spec, const ar_run_opts *opts, ar_data_stats *train,
+                            ar_data_stats *test, bool *has_test, ar_err *err) {
+  memset(train, 0, sizeof *train);
+  memset(test, 0, sizeof *test);
+  *has_test = false;
+  if (spec->data.generate) {
+    const ar_gen_spec *g = &spec->data.gen;
+    *has_test = g->test_points > 0;
+    return ar_data_generate_stats(g, spec->seed, train, *has_test ? test : NULL, err);
+  }
+  ar_reader *r = NULL;
+  ar_reader_opts ro = reader_opts(spec, opts, false);
+  AR_CHECK(ar_reader_open(spec->data.train, &ro, &r, err));
+  *train = *ar_reader_stats(r);
+  ar_reader_close(r);
+  if (train->points == 0)
+    return ar_errf(err, AR_PARSE, "%s: error: the training file has no data points",
+                   spec->data.train);
+  if (spec->data.test) {
+    ro = reader_opts(spec, opts, true);
+    AR_CHECK(ar_reader_open(spec->data.test, &ro, &r, err));
+    *test = *ar_reader_stats(r);
+    ar_reader_close(r);
+    *has_test = true;
+  }
+  return AR_OK;
+}
+
+void ar_job_row_bounds(const ar_data_stats *train, const ar_data_stats *test, int64_t *max_nnz,
+                       int64_t *max_labels) {
+  int64_t nnz = train->max_nnz, lab = train->max_labels;
+  if (test) {
+    nnz = test->max_nnz > nnz ? test->max_nnz : nnz;
+    lab = test->max_labels > lab ? test->max_labels : lab;
+  }
+  *max_nnz = nnz < 1 ? 1 : nnz;
+  *max_labels = lab < 1 ? 1 : lab;
 }
 
 ar_device_opts ar_job_device_opts(const ar_spec *spec) {
@@ -323,27 +368,15 @@ ar_status ar_job_open(const ar_spec *spec, const ar_run_opts *opts, ar_job **out
     if (st != AR_OK)
       goto fail;
   }
-  c->max_nnz = ts->max_nnz;
-  c->max_labels = ts->max_labels;
-  if (c->test) {
-    const ar_data_stats *es = ar_reader_stats(c->test);
-    if (es->max_nnz > c->max_nnz)
-      c->max_nnz = es->max_nnz;
-    if (es->max_labels > c->max_labels)
-      c->max_labels = es->max_labels;
-  }
-  c->max_nnz = c->max_nnz < 1 ? 1 : c->max_nnz;
-  c->max_labels = c->max_labels < 1 ? 1 : c->max_labels;
+  ar_job_row_bounds(ts, c->test ? ar_reader_stats(c->test) : NULL, &c->max_nnz, &c->max_labels);
   st = ar_batch_init(&c->batch, spec->train.batch, c->max_nnz, c->max_labels);
   if (st != AR_OK) {
     ar_errf(err, st, "out of host memory for a batch of %d rows", spec->train.batch);
     goto fail;
   }
-  st = ar_plan_compute(spec, c->max_nnz, c->max_labels, &c->plan);
-  if (st != AR_OK) {
-    ar_errf(err, st, "out of host memory computing the memory plan");
+  st = ar_plan_compute(spec, c->max_nnz, c->max_labels, &c->plan, err);
+  if (st != AR_OK)
     goto fail;
-  }
   int64_t per_epoch = (ts->points + spec->train.batch - 1) / spec->train.batch;
   c->total = spec->train.iterations;
   if (spec->train.epochs > 0 && (c->total == 0 || spec->train.epochs * per_epoch < c->total))

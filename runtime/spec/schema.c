@@ -391,6 +391,11 @@ static const ar__schema train_keys[] = {
 static const char *const policy_values[] = {"fifo", "pack", "srtf", "fair",
                                             "priority", NULL};
 
+const char *ar_policy_name(ar_policy_kind k) {
+  return (unsigned)k < sizeof policy_values / sizeof policy_values[0] - 1 ? policy_values[k]
+                                                                           : "fifo";
+}
+
 static const ar__schema runtime_keys[] = {
     {.key = "policy",
      .type = AR__S_ENUM,

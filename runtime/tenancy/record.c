@@ -1,5 +1,5 @@
 /* Small helpers of the runner's records: a growable string for JSON and
- * traces, quantiles, and the host's available memory. */
+ * traces, and quantiles. */
 #define _GNU_SOURCE
 #include "tenancy_impl.h"
 
@@ -74,23 +74,6 @@ double ar__quantile(double *v, size_t n, double q) {
   if (k > n)
     k = n;
   return v[k - 1];
-}
-
-size_t ar__host_available_bytes(void) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  if (!f)
-    return 0;
-  char line[256];
-  size_t kib = 0;
-  while (fgets(line, sizeof line, f)) {
-    unsigned long long v;
-    if (sscanf(line, "MemAvailable: %llu kB", &v) == 1) {
-      kib = (size_t)v;
-      break;
-    }
-  }
-  fclose(f);
-  return kib * 1024;
 }
 
 const char *ar__tjob_state_name(ar__tjob_state s) {

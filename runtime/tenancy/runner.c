@@ -194,18 +194,28 @@ static int add_slot(ar__runner *r, ar_device *dev, bool owned) {
   return r->nslots++;
 }
 
-/* The host's budget for the lanes, as before lane handles: runtime.memory
- * in bytes, or a fraction (default all) of the memory available now. */
-static ar_status host_capacity(const ar_device_opts *o, size_t *out, ar_err *err) {
+ar_status ar__host_lanes_capacity(const ar_device_opts *o, size_t *out, char *source,
+                                  size_t source_len, ar_err *err) {
+  ar_host_memory hm;
+  ar_host_memory_get(&hm);
+  char a[32], b[32];
   if (o->memory_bytes > 0) {
+    if (hm.limit > 0 && o->memory_bytes > hm.limit)
+      return ar_errf(err, AR_RANGE,
+                     "runtime.memory of %s exceeds the %s this host can give (%s); lower "
+                     "runtime.memory or give a fraction such as 90%%",
+                     ar_lanes_fmt_bytes((size_t)o->memory_bytes, a, sizeof a),
+                     ar_lanes_fmt_bytes((size_t)hm.limit, b, sizeof b), hm.source);
     *out = (size_t)o->memory_bytes;
+    if (source)
+      snprintf(source, source_len, "runtime.memory");
     return AR_OK;
   }
-  size_t avail = ar__host_available_bytes();
+  size_t avail = hm.limit > SIZE_MAX ? SIZE_MAX : (size_t)hm.limit;
   if (avail == 0)
     return ar_errf(err, AR_UNSUPPORTED,
-                   "cannot read the host's available memory (/proc/meminfo); give "
-                   "runtime.memory in bytes (e.g. memory: 8GiB)");
+                   "cannot read the host's available memory (/proc/meminfo) or a cgroup "
+                   "limit; give runtime.memory in bytes (e.g. memory: 8GiB)");
   double f = o->memory_fraction > 0 ? o->memory_fraction : 1.0;
   if (!(f <= 1.0))
     return ar_errf(err, AR_RANGE,
@@ -213,6 +223,8 @@ static ar_status host_capacity(const ar_device_opts *o, size_t *out, ar_err *err
                    "as 50%% or a size in bytes",
                    f);
   *out = (size_t)((double)avail * f);
+  if (source)
+    snprintf(source, source_len, "%.0f%% of %s", f * 100.0, hm.source);
   return AR_OK;
 }
 
@@ -348,7 +360,7 @@ ar_status ar__runner_create(const ar__runner_opts *opts, ar__runner **out,
   size_t cap = opts->capacity;
   if (r->host) {
     if (cap == 0)
-      st = host_capacity(&opts->device_opts, &cap, err);
+      st = ar__host_lanes_capacity(&opts->device_opts, &cap, NULL, 0, err);
   } else {
     st = arena_capacity(r, cap, &cap, err);
   }

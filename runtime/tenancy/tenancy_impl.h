@@ -134,6 +134,13 @@ typedef struct ar__runner_opts {
  * AR_RANGE / device statuses, with what to set in err. */
 ar_status ar__runner_create(const ar__runner_opts *opts, ar__runner **out,
                             ar_err *err);
+/* The host's budget for the lanes (runner.c): runtime.memory in bytes
+ * (at most what this host can give, ar_host_memory_get), or a fraction
+ * (default all) of that; where it came from in source (may be NULL).
+ * AR_RANGE, AR_UNSUPPORTED with what to set in err. */
+ar_status ar__host_lanes_capacity(const ar_device_opts *o, size_t *out, char *source,
+                                  size_t source_len, ar_err *err);
+
 /* The lanes' capacity in bytes and the device's name ("host", "cuda:0"). */
 size_t ar__runner_capacity(const ar__runner *r);
 const char *ar__runner_device_name(const ar__runner *r);
@@ -200,9 +207,6 @@ void ar__sb_fini(ar__sbuf *b);
  * rank; 0 when n = 0. */
 double ar__quantile(double *v, size_t n, double q);
 
-/* Bytes of memory available on this host (MemAvailable), 0 if unknown. */
-size_t ar__host_available_bytes(void);
-
 /* ---- engine jobs (tenancy_run.c) ---- */
 
 /* Opens an engine job (ar_job_open) for `spec` and fills *d for the
@@ -210,8 +214,6 @@ size_t ar__host_available_bytes(void);
  * is the caller's).  opts: resume, the job's fs (quiet is forced).
  * The spec must outlive the job.  Statuses of ar_job_open; AR_STATE when a
  * resumed job has no iteration left. */
-/* The lanes policy name of runtime.policy ("fifo", "pack", ...). */
-const char *ar__policy_name(ar_policy_kind k);
 
 ar_status ar__tenancy_open_job(const ar_spec *spec, const ar_run_opts *opts,
                                ar__tjob_desc *d, ar_err *err);

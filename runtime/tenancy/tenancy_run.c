@@ -43,7 +43,11 @@ ar_status ar__tenancy_open_job(const ar_spec *spec, const ar_run_opts *opts,
   d->name = spec->name;
   d->out_dir = spec->output.dir;
   d->fs = o.fs;
-  d->persistent = plan->persistent_bytes;
+  /* The host entries (a sampled layer's hash tables, ...) are held as
+   * long as the job, like its persistent block: admitted with it, so the
+   * lanes' budget covers them; on a GPU that reserves device bytes the job
+   * does not use, which errs on the safe side. */
+  d->persistent = plan->persistent_bytes + plan->host_bytes;
   d->ephemeral = plan->ephemeral_bytes;
   /* ar_job_open already read a resumed job's checkpoint position, so it is
    * admitted for the iterations it has left (srtf sees them); the runner
@@ -181,9 +185,24 @@ static void on_event(void *ctxp, size_t idx, const ar__tjob_result *res) {
   }
 }
 
-const char *ar__policy_name(ar_policy_kind k) {
-  static const char *const names[] = {"fifo", "pack", "srtf", "fair", "priority"};
-  return (unsigned)k < 5 ? names[k] : "fifo";
+ar_status ar_tenancy_capacity(const ar_spec *spec, size_t *out, char *source, size_t source_len,
+                              ar_err *err) {
+  ar_device_opts o = ar_job_device_opts(spec);
+  *out = 0;
+  if (ar_spec_runs_on_host(spec)) {
+    AR_CHECK(ar__host_lanes_capacity(&o, out, source, source_len, err));
+    *out &= ~(size_t)255; /* as the runner carves it */
+    return AR_OK;
+  }
+  if (o.memory_bytes > 0) {
+    *out = (size_t)o.memory_bytes & ~(size_t)255;
+    snprintf(source, source_len, "runtime.memory (the arena of %s, less its lane handles' "
+             "workspaces)", spec->device);
+  } else {
+    snprintf(source, source_len, "a fraction of the free memory of %s, known when it is "
+             "opened", spec->device);
+  }
+  return AR_OK;
 }
 
 ar_status ar_tenancy_run(const ar_spec *spec, const ar_run_opts *opts, ar_err *err) {
@@ -192,7 +211,7 @@ ar_status ar_tenancy_run(const ar_spec *spec, const ar_run_opts *opts, ar_err *e
   bool quiet = opts && opts->quiet;
   bool resume = opts && opts->resume;
   ar__runner_opts ro = AR__RUNNER_OPTS_INIT;
-  ro.policy = ar__policy_name(spec->runtime.policy);
+  ro.policy = ar_policy_name(spec->runtime.policy);
   ro.device = spec->device ? spec->device : "auto";
   /* The device is opened once for every job, with the top-level
    * runtime.memory (a CUDA device's arena). */

@@ -50,6 +50,42 @@ static void test_alloc_failure_injection(void **state) {
   ar_free(d);
 }
 
+/* The counter records the bytes asked for of every live block since the
+ * start, from any thread, and forgets older blocks when they are freed. */
+static void test_alloc_count(void **state) {
+  (void)state;
+  void *old = ar_malloc(1000);
+  assert_int_equal(ar_alloc_count_start(), AR_OK);
+  int64_t blocks = -1;
+  assert_int_equal(ar_alloc_count_live(&blocks), 0);
+  assert_int_equal(blocks, 0);
+  char *a = ar_malloc(100);
+  int *b = ar_calloc(10, sizeof *b);
+  void *c = ar_aligned_alloc(64, 300);
+  assert_int_equal(ar_alloc_count_live(&blocks), 100 + 40 + 300);
+  assert_int_equal(blocks, 3);
+  a = ar_realloc(a, 250);
+  assert_int_equal(ar_alloc_count_live(NULL), 250 + 40 + 300);
+  ar_free(old); /* from before the start: not counted, not subtracted */
+  assert_int_equal(ar_alloc_count_live(NULL), 250 + 40 + 300);
+  void *p[4];
+#pragma omp parallel for num_threads(4)
+  for (int t = 0; t < 4; t++)
+    p[t] = ar_malloc(1000 * (size_t)(t + 1));
+  assert_int_equal(ar_alloc_count_live(&blocks), 250 + 40 + 300 + 10000);
+  assert_int_equal(blocks, 7);
+  for (int t = 0; t < 4; t++)
+    ar_free(p[t]);
+  ar_free(a);
+  ar_free(b);
+  ar_free(c);
+  assert_int_equal(ar_alloc_count_live(&blocks), 0);
+  assert_int_equal(blocks, 0);
+  ar_alloc_count_stop();
+  void *d = ar_malloc(10); /* off: nothing recorded */
+  ar_free(d);
+}
+
 static void test_rng_repeatable_and_uniform(void **state) {
   (void)state;
   ar_rng a, b, c;
@@ -87,6 +123,7 @@ int main(void) {
       cmocka_unit_test(test_status_names),
       cmocka_unit_test(test_errf_and_wrap),
       cmocka_unit_test(test_alloc_failure_injection),
+      cmocka_unit_test(test_alloc_count),
       cmocka_unit_test(test_rng_repeatable_and_uniform),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -333,6 +333,90 @@ static void test_errors(void **state) {
   free(t);
 }
 
+static void stats_equal(const ar_data_stats *a, const ar_data_stats *b, const char *what) {
+  if (a->points != b->points || a->features != b->features || a->labels != b->labels ||
+      a->max_nnz != b->max_nnz || a->max_labels != b->max_labels ||
+      a->total_nnz != b->total_nnz || a->total_labels != b->total_labels ||
+      a->empty_label_rows != b->empty_label_rows)
+    fail_msg("%s: in memory points %lld nnz %lld/%lld labels %lld/%lld; the file says "
+             "points %lld nnz %lld/%lld labels %lld/%lld", what, (long long)a->points,
+             (long long)a->max_nnz, (long long)a->total_nnz, (long long)a->max_labels,
+             (long long)a->total_labels, (long long)b->points, (long long)b->max_nnz,
+             (long long)b->total_nnz, (long long)b->max_labels, (long long)b->total_labels);
+}
+
+/* The generator run in memory says exactly what reading its files says
+ * (every field of ar_data_stats, both splits), for ordinary shapes, one
+ * with many repeated feature draws (few features), all noise, the edge of
+ * one label and no features, and the Amazon-670K shape; and writes
+ * nothing. */
+static void test_stats_in_memory(void **state) {
+  (void)state;
+  ar_gen_spec shapes[5];
+  shapes[0] = small_spec();
+  shapes[1] = small_spec();
+  shapes[1].features = 30;
+  shapes[1].nnz = 40;
+  shapes[2] = small_spec();
+  shapes[2].noise = 1.0;
+  shapes[2].labels_per_point = 7;
+  shapes[3] = small_spec();
+  shapes[3].labels = 1;
+  shapes[3].labels_per_point = 3;
+  shapes[3].nnz = 0;
+  shapes[3].test_points = 0;
+  memset(&shapes[4], 0, sizeof shapes[4]);
+  shapes[4].train_points = 3000;
+  shapes[4].test_points = 300;
+  shapes[4].features = 135909;
+  shapes[4].labels = 670091;
+  shapes[4].nnz = 77;
+  shapes[4].labels_per_point = 5;
+  for (int k = 0; k < 5; k++) {
+    const ar_gen_spec *g = &shapes[k];
+    ar_data_stats mtr, mte;
+    ar_err err = AR_ERR_INIT;
+    int files_before = 0;
+    DIR *d = opendir(tu_dir);
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+      files_before++;
+    closedir(d);
+    assert_int_equal(ar_data_generate_stats(g, 40 + (uint64_t)k, &mtr, &mte, &err), AR_OK);
+    int files_after = 0;
+    d = opendir(tu_dir);
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+      files_after++;
+    closedir(d);
+    assert_int_equal(files_before, files_after);
+    char tr[512], te[512];
+    snprintf(tr, sizeof tr, "%s", tu_path("st_train.txt"));
+    snprintf(te, sizeof te, "%s", tu_path("st_test.txt"));
+    gen_ok(g, 40 + (uint64_t)k, tr, g->test_points ? te : NULL);
+    ar_reader_opts ro = AR_READER_OPTS_INIT;
+    ar_reader *r = NULL;
+    assert_int_equal(ar_reader_open(tr, &ro, &r, &err), AR_OK);
+    stats_equal(&mtr, ar_reader_stats(r), "train");
+    ar_reader_close(r);
+    if (g->test_points) {
+      assert_int_equal(ar_reader_open(te, &ro, &r, &err), AR_OK);
+      stats_equal(&mte, ar_reader_stats(r), "test");
+      ar_reader_close(r);
+    } else {
+      assert_int_equal(mte.points, 0);
+      assert_int_equal(mte.max_nnz, 0);
+    }
+    print_message("shape %d: train %lld points, at most %lld features and %lld labels a row\n",
+                  k, (long long)mtr.points, (long long)mtr.max_nnz, (long long)mtr.max_labels);
+    unlink(tr);
+    unlink(te);
+  }
+  ar_gen_spec bad = small_spec();
+  bad.noise = -1;
+  ar_err err = AR_ERR_INIT;
+  ar_data_stats x;
+  assert_int_equal(ar_data_generate_stats(&bad, 1, &x, NULL, &err), AR_INVALID);
+}
+
 static void test_alloc_failures(void **state) {
   (void)state;
   ar_gen_spec g = small_spec();
@@ -363,6 +447,7 @@ int main(void) {
       cmocka_unit_test(test_deterministic),   cmocka_unit_test(test_structure),
       cmocka_unit_test(test_amazon_shape),    cmocka_unit_test(test_errors),
       cmocka_unit_test(test_alloc_failures),
+      cmocka_unit_test(test_stats_in_memory),
   };
   return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
 }

@@ -31,6 +31,18 @@ output: {dir: $work/out}
 YAML
 }
 
+# Every entry under a folder: path, type, size, mode, mtime, and the
+# content of every file (md5), sorted; two equal snapshots mean nothing was
+# created, removed or modified there.
+snapshot() {
+  (cd "$1" && find . -printf '%p %y %s %m %T@\n' | LC_ALL=C sort \
+    && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r md5sum)
+}
+
+plan_num() { # plan_num FILE LABEL -> the bytes of a "LABEL: N (...)" line of check's output
+  sed -n "s/^$2: \([0-9]*\).*/\1/p" "$1" | head -1
+}
+
 case $case in
 golden)
   # The golden run: trains, writes every output, and learns the planted
@@ -181,6 +193,171 @@ check)
   # Adam: 3 x params x 4 bytes, params = 2000*64+64 + 64*200+200.
   p=$(sed -n 's/^persistent bytes: \([0-9]*\).*/\1/p' "$work/out.txt")
   [ "$p" -ge $(( 3 * 4 * (2000*64 + 64 + 64*200 + 200) )) ] && [ "$p" -le $(( 3 * 4 * (2000*64 + 64 + 64*200 + 200) + 64*12 )) ] || fail "persistent $p"
+  ;;
+check_readonly)
+  # accelrt check reads and never writes: the whole tree it runs in (the job
+  # files' folder, the working directory, where output.dir points) is the
+  # same before and after, for a data.generate job dense and LSH-sampled, a
+  # jobs: file and a distributed file; their plans are still printed.
+  t=$work/tree
+  mkdir -p "$t/jobs"
+  gen="generate: {train_points: 3000, test_points: 300, features: 2000, labels: 300, nnz: 20}"
+  cat > "$t/jobs/one.yaml" <<YAML
+name: one
+device: host
+model:
+  input: {sparse: 2000}
+  layers:
+    - {name: hidden, dense: 32}
+    - {name: out, dense: 300, activation: softmax}
+data: {$gen}
+train: {batch: 32, iterations: 5, threads: 1}
+output: {dir: runs/one}
+YAML
+  cat > "$t/jobs/many.yaml" <<YAML
+name: many
+device: host
+runtime: {policy: fair, memory: 256MiB}
+output: {dir: runs/many}
+jobs:
+  - name: a
+    model: {input: {sparse: 2000}, layers: [{dense: 300, activation: softmax}]}
+    data: {$gen}
+    train: {batch: 32, iterations: 5, threads: 1}
+  - name: b
+    model: {input: {sparse: 2000}, layers: [{dense: 16}, {dense: 300, activation: softmax}]}
+    data: {$gen}
+    train: {batch: 64, iterations: 5, threads: 1}
+YAML
+  sed 's/^name: one/name: dist/; $a distributed: {servers: 1}' "$t/jobs/one.yaml" > "$t/jobs/dist.yaml"
+  before=$(snapshot "$t")
+  cd "$t"
+  "$bin" check jobs/one.yaml > "$work/c1" 2> "$work/e1" || fail "check one: $(cat "$work/e1")"
+  "$bin" check jobs/one.yaml --set "model.layers.out.sparse={mode: lsh, active: 0.1}" \
+    > "$work/c2" 2> "$work/e2" || fail "check lsh: $(cat "$work/e2")"
+  "$bin" check jobs/many.yaml > "$work/c3" 2> "$work/e3" || fail "check jobs: $(cat "$work/e3")"
+  "$bin" check jobs/dist.yaml > "$work/c4" 2> "$work/e4" || fail "check distributed: $(cat "$work/e4")"
+  cd "$work"
+  [ "$before" = "$(snapshot "$t")" ] || fail "check changed the tree: $(diff <(echo "$before") <(snapshot "$t"))"
+  grep -q "run in memory (nothing written): train 3000 points, test 300 points" "$work/c1" || fail "$(cat "$work/c1")"
+  grep -q "^total: " "$work/c1" && grep -q "host *out.lsh.tables" "$work/c2" || fail "no plan printed"
+  grep -q "== job 2 of 2: b ==" "$work/c3" && grep -q "^admission (lanes, policy fair)" "$work/c3" \
+    || fail "jobs file: $(cat "$work/c3")"
+  grep -q "valid distributed job" "$work/c4" && grep -q "plan of one worker" "$work/c4" || fail "$(cat "$work/c4")"
+  ;;
+check_equals_run)
+  # The plan check prints is what run allocates: persistent, ephemeral and
+  # host bytes (and a sampled layer's tables) equal the model's in
+  # summary.json, for a dense and an LSH-sampled job with generated data.
+  small_job
+  for sparse in "" "{mode: lsh, hash: srp, active: 0.1}"; do
+    set -- --set train.epochs=1 --set output.dir="$work/out"
+    [ -n "$sparse" ] && set -- "$@" --set "model.layers.out.sparse=$sparse"
+    "$bin" check "$work/job.yaml" "$@" > "$work/check" 2> "$work/err" || fail "check: $(cat "$work/err")"
+    [ ! -e "$work/out" ] || fail "check wrote $work/out"
+    "$bin" run "$work/job.yaml" "$@" --quiet 2> "$work/err" || fail "run: $(cat "$work/err")"
+    s=$work/out/summary.json
+    for k in persistent ephemeral host; do
+      label=$k; [ $k = ephemeral ] && label="ephemeral peak"
+      c=$(plan_num "$work/check" "$label bytes"); r=$(json_num "$s" ${k}_bytes)
+      [ -n "$c" ] && [ "$c" = "$r" ] || fail "${sparse:-dense}: check says $k $c bytes, run allocated $r"
+    done
+    if [ -n "$sparse" ]; then
+      c=$(sed -n 's/^ *host *out.lsh.tables *\([0-9]*\) B.*/\1/p' "$work/check")
+      r=$(json_num "$s" out.lsh_tables_bytes)
+      [ -n "$c" ] && [ "$c" = "$r" ] || fail "check says the tables take $c bytes, run's take $r"
+      [ "$(plan_num "$work/check" "host bytes")" -gt 0 ] || fail "no host bytes for a sampled layer"
+    fi
+    echo "${sparse:-dense}: persistent $(json_num "$s" persistent_bytes), ephemeral $(json_num "$s" ephemeral_bytes), host $(json_num "$s" host_bytes) bytes, as check said"
+    rm -rf "$work/out"
+  done
+  ;;
+check_jobs)
+  # A jobs: file: every job's plan and the admission picture, exit 0; a job
+  # that can never be admitted (the lanes' whole capacity is too small)
+  # fails check with the sizes and what to raise.
+  cat > "$work/jobs.yaml" <<YAML
+name: two
+device: host
+runtime: {policy: pack, memory: 64MiB}
+output: {dir: $work/out}
+jobs:
+  - name: small
+    model: {input: {sparse: 500}, layers: [{dense: 100, activation: softmax}]}
+    data: {generate: {train_points: 500, test_points: 50, features: 500, labels: 100}}
+    train: {batch: 16, iterations: 3, threads: 1}
+  - name: wide
+    model: {input: {sparse: 500}, layers: [{dense: 20000, activation: softmax}]}
+    data: {generate: {train_points: 500, test_points: 50, features: 500, labels: 20000}}
+    train: {batch: 16, iterations: 3, threads: 1}
+YAML
+  "$bin" check "$work/jobs.yaml" --set runtime.memory=1GiB > "$work/out.txt" 2> "$work/err" \
+    || fail "check exited $?: $(cat "$work/err")"
+  grep -q "capacity 1.0 GiB (runtime.memory)" "$work/out.txt" || fail "$(cat "$work/out.txt")"
+  [ "$(grep -c "^  \(small\|wide\) .* yes$" "$work/out.txt")" = 2 ] || fail "$(tail -6 "$work/out.txt")"
+  "$bin" check "$work/jobs.yaml" > "$work/out.txt" 2> "$work/err"; rc=$?
+  [ $rc = 1 ] || fail "a job that can never fit: exit $rc, want 1"
+  grep -q "^  wide .* NEVER$" "$work/out.txt" || fail "$(tail -6 "$work/out.txt")"
+  grep -q "job 'wide' needs .*could never be admitted; raise runtime.memory" "$work/err" || fail "$(cat "$work/err")"
+  [ ! -e "$work/out" ] || fail "check wrote the output folder"
+  ;;
+too_big)
+  # A 10^9-wide layer is refused by the plan, before anything is allocated,
+  # by run and by check, with the bytes, the limit, where it came from and
+  # what to lower; sizes whose byte counts leave size_t are refused by the
+  # plan with a message (no wrapped arithmetic: UBSan builds check it).
+  small_job
+  for cmd in check run; do
+    "$bin" $cmd "$work/job.yaml" --set 'model.layers[0].dense=1000000000' > /dev/null 2> "$work/err"; rc=$?
+    [ $rc = 1 ] || fail "$cmd: exit $rc, want 1: $(cat "$work/err")"
+    grep -q "job 'small' needs .* but this host can give it .* (.* bytes, from .*), so nothing was allocated; the largest part is hidden.w .*: lower model.layers.hidden.dense" "$work/err" \
+      || fail "$cmd: $(cat "$work/err")"
+    ! grep -qi "cannot allocate" "$work/err" || fail "$cmd: an allocation was tried"
+  done
+  printf 'model: {input: {dense: 2147483647}, layers: [{name: a, dense: 2147483647}, {dense: 2147483647}]}\ndata: {train: x.txt}\ntrain: {iterations: 1}\n' > "$work/huge.yaml"
+  printf '1 2147483647 2147483647\n0 1:1\n' > "$work/x.txt"
+  "$bin" check "$work/huge.yaml" > /dev/null 2> "$work/err"; rc=$?
+  [ $rc = 1 ] && grep -q "the memory plan overflows: a\." "$work/err" || fail "exit $rc: $(cat "$work/err")"
+  ;;
+check_configs)
+  # accelrt check on every *.yaml under configs/, found now (a new file is
+  # covered without touching this test): each must be checked successfully
+  # (a job, a jobs: file, a distributed job, or a study file validated)
+  # without writing anything, or be listed below with the reason.  A listed
+  # file that passes or no longer exists fails too, so the list stays true.
+  # The copy keeps the configs' relative paths: ../../shared/data beside
+  # it (ACCELRT_DATA_DIR or the project's shared folder), the studies'
+  # share levels relative to the working directory (its root).
+  declare -A listed=()
+  data=${ACCELRT_DATA_DIR:-$src/../shared/data}
+  t=$work/repo
+  mkdir -p "$t" "$work/shared"
+  cp -r "$src/configs" "$t/configs"
+  ln -s "$(cd "$data" 2> /dev/null && pwd || echo "$data")" "$work/shared/data"
+  cd "$t"
+  n=0; bad=0
+  while IFS= read -r f; do
+    n=$((n + 1))
+    before=$(snapshot "$t")
+    "$bin" check "$f" > "$work/out.txt" 2> "$work/err"; rc=$?
+    [ "$before" = "$(snapshot "$t")" ] || { echo "FAIL $f: check wrote: $(diff <(echo "$before") <(snapshot "$t") | head -5)"; bad=1; }
+    if [ $rc = 0 ] && grep -q ": valid \(job\|jobs file\|distributed job\|study file\)" "$work/out.txt"; then
+      if [ -n "${listed[$f]:-}" ]; then echo "FAIL $f: listed (${listed[$f]}) but checks fine: unlist it"; bad=1; fi
+      echo "ok   $f: $(head -1 "$work/out.txt" | sed 's/^[^:]*: //' | cut -c1-40)$(grep -m1 '^total: ' "$work/out.txt" | sed 's/^/, /')"
+    elif [ -n "${listed[$f]:-}" ]; then
+      echo "skip $f: ${listed[$f]}"
+    elif [ ! -d "$data" ] && grep -q "shared/data" "$work/err"; then
+      echo "skip $f: needs the shared data folder ($data is absent; set ACCELRT_DATA_DIR)"
+    else
+      echo "FAIL $f: exit $rc: $(head -5 "$work/err")"; bad=1
+    fi
+  done < <(find configs -name '*.yaml' | LC_ALL=C sort)
+  for f in "${!listed[@]}"; do
+    [ -f "$f" ] || { echo "FAIL $f: listed but not in configs/ any more"; bad=1; }
+  done
+  [ $n -gt 0 ] || fail "no configs found under $src/configs"
+  [ $bad = 0 ] || fail "some configs were not checked (see above)"
+  echo "$n configs checked"
   ;;
 info)
   "$bin" info > "$work/out.txt" || fail "info failed"

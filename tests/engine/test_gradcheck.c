@@ -140,7 +140,7 @@ static void test_plan_by_hand(void **state) {
                         "data: {generate: {features: 64, labels: 16}}\n"
                         "train: {batch: 16, iterations: 1}\n");
   ar_plan plan;
-  assert_int_equal(ar_plan_compute(spec, 4, 2, &plan), AR_OK);
+  assert_int_equal(ar_plan_compute(spec, 4, 2, &plan, NULL), AR_OK);
   size_t params = 64 * 32 + 32 + 32 * 16 + 16;
   assert_int_equal(plan.param_count, params);
   /* Adam: parameters + two moments. */
@@ -176,7 +176,7 @@ static void test_plan_by_hand(void **state) {
                "    - {name: h, dense: 32}\n    - {name: out, dense: 16}\n"
                "data: {generate: {features: 64, labels: 16}}\n"
                "train: {batch: 16, iterations: 1, optimizer: {sgd: {lr: 0.1, momentum: 0}}}\n");
-  assert_int_equal(ar_plan_compute(spec, 4, 2, &plan), AR_OK);
+  assert_int_equal(ar_plan_compute(spec, 4, 2, &plan, NULL), AR_OK);
   assert_int_equal(plan.persistent_bytes, params * 4);
   ar_plan_fini(&plan);
   ar_spec_destroy(spec);

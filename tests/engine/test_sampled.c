@@ -7,7 +7,9 @@
  * - With a real budget, only the active rows (and the true labels') get
  *   gradients: rows never active keep their initial weights.
  * - One thread and a seed: two runs are bit-identical.
- * - The plan accounts for the sampled layer's own tensors. */
+ * - The plan accounts for the sampled layer's own tensors, and for all its
+ *   model allocates (hash tables and the rest, measured by the allocation
+ *   wrapper). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -50,18 +52,22 @@ static ar_model *model(const char *h2_sparse, const char *out_sparse, int thread
   return model_of(yaml, threads, spec, dev);
 }
 
-static void train(ar_model *m, int steps, uint64_t seed) {
+/* `steps` iterations on random batches of 16 rows over 60 features and
+ * `labels` labels. */
+static void train_on(ar_model *m, int steps, uint64_t seed, int labels) {
   ar_rng rng;
   ar_rng_seed(&rng, seed, 0);
   for (int i = 0; i < steps; i++) {
     ar_batch b;
-    make_batch(&b, 16, 60, 50, &rng);
+    make_batch(&b, 16, 60, labels, &rng);
     float loss = 0;
     assert_int_equal(ar_model_train_batch(m, &b, &loss), AR_OK);
     assert_true(isfinite(loss));
     ar_batch_fini(&b);
   }
 }
+
+static void train(ar_model *m, int steps, uint64_t seed) { train_on(m, steps, seed, 50); }
 
 static float *tensor(ar_model *m, const char *name, int64_t *count) {
   const char *names[64];
@@ -200,16 +206,7 @@ static void test_rebuilds_reinsert_changed_rows(void **state) {
   ar_spec *spec = NULL;
   ar_device *dev = NULL;
   ar_model *m = model_of(yaml, 1, &spec, &dev);
-  ar_rng rng;
-  ar_rng_seed(&rng, 1, 0);
-  for (int i = 0; i < 6; i++) {
-    ar_batch b;
-    make_batch(&b, 16, 60, 400, &rng);
-    float loss = 0;
-    assert_int_equal(ar_model_train_batch(m, &b, &loss), AR_OK);
-    assert_true(isfinite(loss));
-    ar_batch_fini(&b);
-  }
+  train_on(m, 6, 1, 400);
   ar_sampled_stats st;
   ar_model_sampled_stats(m, 1, &st);
   assert_int_equal(st.rehashes, 3); /* at 2, 4, 6; the first build apart */
@@ -226,8 +223,8 @@ static void test_plan_has_sampled_tensors(void **state) {
   snprintf(yaml, sizeof yaml, BASE, "", ", sparse: {mode: lsh, active: 0.1}", 1);
   ar_spec *s = parse(yaml);
   ar_plan host, gpu;
-  assert_int_equal(ar_plan_compute_on(s, 6, 3, true, &host), AR_OK);
-  assert_int_equal(ar_plan_compute_on(s, 6, 3, false, &gpu), AR_OK);
+  assert_int_equal(ar_plan_compute_on(s, 6, 3, true, &host, NULL), AR_OK);
+  assert_int_equal(ar_plan_compute_on(s, 6, 3, false, &gpu, NULL), AR_OK);
   bool found = false;
   for (int i = 0; i < host.count; i++)
     if (!strcmp(host.entries[i].name, "out.lsh.active")) {
@@ -245,6 +242,90 @@ static void test_plan_has_sampled_tensors(void **state) {
   ar_spec_destroy(s);
 }
 
+static size_t plan_bytes(const ar_plan *p, const char *name) {
+  for (int i = 0; i < p->count; i++)
+    if (!strcmp(p->entries[i].name, name))
+      return p->entries[i].bytes;
+  fail_msg("the plan has no %s", name);
+  return 0;
+}
+
+/* The plan counts everything a sampled job's model allocates: what the
+ * allocation wrapper sees live after ar_model_create is the plan's total
+ * (the two device blocks and the host entries: hash tables, hash
+ * functions, scratch for the plan's threads, touched sets, id lists) plus
+ * only the handles' own small structs; each layer's tables (by their own
+ * accounting) equal their plan entry; training with table rebuilds and
+ * re-insertions allocates nothing that stays; destroying frees it all.
+ * One sampled layer behind the sparse input (its full scoring keeps every
+ * id), one output layer behind a dense one (shared negatives). */
+static void test_allocated_equals_plan(void **state) {
+  (void)state;
+  const char *yaml =
+      "name: a\nseed: 3\ndevice: host\nmodel:\n  input: {sparse: 60}\n  layers:\n"
+      "    - {name: h, dense: 300, sparse: {mode: lsh, hash: dwta, L: 12, active: 0.1}}\n"
+      "    - {name: h2, dense: 32}\n"
+      "    - {name: out, dense: 6000, sparse: {mode: lsh, active: 0.02, L: 20,"
+      " rehash: {every: 2, growth: 1}}}\n"
+      "data: {train: x.txt}\ntrain: {batch: 16, iterations: 1, threads: 2}\n";
+  ar_spec *spec = parse(yaml);
+  ar_device_opts o = AR_DEVICE_OPTS_INIT;
+  o.threads = 2;
+  ar_device *dev = NULL;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_device_open("host", &o, &dev, &err), AR_OK);
+  ar_plan plan;
+  assert_int_equal(ar_plan_compute_on(spec, 6, 3, true, &plan, &err), AR_OK);
+  assert_int_equal(plan.total_bytes,
+                   plan.persistent_bytes + plan.ephemeral_bytes + plan.host_bytes);
+  assert_int_equal(ar_alloc_count_start(), AR_OK);
+  ar_model *m = NULL;
+  if (ar_model_create(dev, spec, 6, 3, &m, &err) != AR_OK)
+    fail_msg("%s", err.msg);
+  int64_t blocks = 0, live = ar_alloc_count_live(&blocks);
+  assert_int_equal(m->n_sampled, 2);
+  assert_true(live >= 0);
+  int64_t small = live - (int64_t)plan.total_bytes;
+  print_message("plan: persistent %zu + ephemeral %zu + host %zu = %zu bytes; allocated %lld "
+                "bytes in %lld blocks (%lld of them the handles' own structs)\n",
+                plan.persistent_bytes, plan.ephemeral_bytes, plan.host_bytes, plan.total_bytes,
+                (long long)live, (long long)blocks, (long long)small);
+  print_message("  out.lsh.tables %zu, out.lsh.hash %zu, out.lsh.scratch %zu; h.lsh.tables "
+                "%zu, h.lsh.ids %zu\n", plan_bytes(&plan, "out.lsh.tables"),
+                plan_bytes(&plan, "out.lsh.hash"), plan_bytes(&plan, "out.lsh.scratch"),
+                plan_bytes(&plan, "h.lsh.tables"), plan_bytes(&plan, "h.lsh.ids"));
+  /* The structs: the model, its layers and plan entries, and per sampled
+   * layer a handful of handles (a few KiB); the host entries alone are
+   * megabytes, so any of them left out would show. */
+  assert_true(small >= 0);
+  assert_true(small < 32 * 1024);
+  assert_true(plan_bytes(&plan, "out.lsh.tables") > 1000 * 1000);
+  assert_true(dev->bytes_in_use == plan.persistent_bytes + plan.ephemeral_bytes);
+  static const char *const layers[] = {"h", "out"};
+  const int idx[] = {0, 2};
+  for (int i = 0; i < 2; i++) {
+    ar_sampled_stats ss;
+    ar_model_sampled_stats(m, idx[i], &ss);
+    char name[64];
+    snprintf(name, sizeof name, "%s.lsh.tables", layers[i]);
+    assert_int_equal(ss.tables_bytes, plan_bytes(&plan, name));
+  }
+  /* Training with rebuilds at steps 2, 4, 6 (re-insertions of the changed
+   * rows in between) leaves exactly what was allocated. */
+  train_on(m, 6, 5, 6000);
+  ar_sampled_stats ss;
+  ar_model_sampled_stats(m, 2, &ss);
+  assert_int_equal(ss.rehashes, 3);
+  assert_int_equal(ar_alloc_count_live(NULL), live);
+  assert_int_equal(ss.tables_bytes, plan_bytes(&plan, "out.lsh.tables"));
+  ar_model_destroy(m);
+  assert_int_equal(ar_alloc_count_live(NULL), 0);
+  ar_alloc_count_stop();
+  ar_plan_fini(&plan);
+  ar_device_close(dev);
+  ar_spec_destroy(spec);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_output_all_active_equals_dense),
@@ -253,6 +334,7 @@ int main(void) {
       cmocka_unit_test(test_one_thread_repeats),
       cmocka_unit_test(test_rebuilds_reinsert_changed_rows),
       cmocka_unit_test(test_plan_has_sampled_tensors),
+      cmocka_unit_test(test_allocated_equals_plan),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

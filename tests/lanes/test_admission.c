@@ -226,6 +226,51 @@ static void test_fifo_one_at_a_time_in_arrival_order(void **state) {
   ar_lanes_destroy(l);
 }
 
+/* ar_lanes_fits_alone answers, without a handle, what submitting the job
+ * to a fresh handle of the same options answers; at the edges (exactly the
+ * capacity, one byte over, sizes rounded to the alignment) and at random,
+ * with capacities that are not multiples of the alignment. */
+static void test_fits_alone_matches_submit(void **state) {
+  (void)state;
+  ar_rng r;
+  ar_rng_seed(&r, 17, 3);
+  for (int i = 0; i < 2000; i++) {
+    ar_lanes_opts o = AR_LANES_OPTS_INIT;
+    o.capacity = 256 + (size_t)ar_rng_below(&r, 64 * 1024);
+    size_t P, E;
+    if (i < 3) { /* exactly full; one byte over; P alone over */
+      o.capacity = 4096;
+      P = 1024;
+      E = i == 0 ? 3072 : i == 1 ? 3073 : 1;
+      if (i == 2)
+        P = 4097;
+    } else {
+      P = (size_t)ar_rng_below(&r, o.capacity + 512);
+      E = (size_t)ar_rng_below(&r, o.capacity + 512);
+    }
+    ar_lanes *l = NULL;
+    ar_err err = AR_ERR_INIT;
+    assert_int_equal(ar_lanes_create(&o, &l, &err), AR_OK);
+    ar_lanes_job_desc d = AR_LANES_JOB_DESC_INIT;
+    d.persistent = P;
+    d.ephemeral = E;
+    ar_lanes_job_id id = 0;
+    bool admitted = ar_lanes_submit(l, &d, &id) == AR_OK;
+    if (admitted != ar_lanes_fits_alone(&o, P, E))
+      fail_msg("capacity %zu, P %zu, E %zu: submit %d, fits_alone %d", o.capacity, P, E,
+               admitted, !admitted);
+    if (i == 0)
+      assert_true(admitted);
+    if (i == 1 || i == 2)
+      assert_false(admitted);
+    ar_lanes_destroy(l);
+  }
+  ar_lanes_opts bad = AR_LANES_OPTS_INIT;
+  bad.capacity = 1 << 20;
+  bad.align = 100;
+  assert_false(ar_lanes_fits_alone(&bad, 1, 1));
+}
+
 static void test_bad_input(void **state) {
   (void)state;
   ar_lanes_opts o = AR_LANES_OPTS_INIT;
@@ -288,6 +333,7 @@ int main(void) {
       cmocka_unit_test(test_pack_best_fit),
       cmocka_unit_test(test_shared_first),
       cmocka_unit_test(test_fifo_one_at_a_time_in_arrival_order),
+      cmocka_unit_test(test_fits_alone_matches_submit),
       cmocka_unit_test(test_bad_input),
       cmocka_unit_test(test_oom),
   };

@@ -42,24 +42,25 @@ static void test_fifo_keeps_recent(void **st) {
 
 /* Algorithm R: after 100 insertions into a bucket of 10, each id is kept
  * with probability 1/10.  2000 buckets, counts ~ Binomial(2000, 0.1):
- * mean 200, sd 13.4; a FIFO would keep only ids 90..99. */
+ * mean 200, sd 13.4; a FIFO would keep only ids 90..99.  Bucket b takes
+ * ids 100 b + j (a neuron sits in one bucket of a table), counted as j. */
 static void test_reservoir_uniform(void **st) {
   (void)st;
   ar_lsh_hash *h = hand_hash(1);
-  ar_lsh_tables *t = mktables(h, 100, 10, AR_LSH_RESERVOIR, 42, 1);
+  ar_lsh_tables *t = mktables(h, 25000, 10, AR_LSH_RESERVOIR, 42, 1);
   assert_true(ar_lsh_hash_buckets(h) == 256);
   int count[100] = {0};
   for (int round = 0; round < 8; round++) {
     ar_lsh_tables_clear(t);
     for (uint32_t b = 0; b < 250; b++)
       for (uint32_t id = 0; id < 100; id++)
-        assert_int_equal(ar_lsh_tables_insert(t, id, &b), AR_OK);
+        assert_int_equal(ar_lsh_tables_insert(t, 100 * b + id, &b), AR_OK);
     for (uint32_t b = 0; b < 250; b++) {
       uint32_t n;
       const uint32_t *ids = ar_lsh_tables_bucket(t, 0, b, &n);
       assert_int_equal(n, 10);
       for (uint32_t i = 0; i < n; i++)
-        count[ids[i]]++;
+        count[ids[i] % 100]++;
     }
   }
   int early = 0, late = 0;
@@ -82,7 +83,8 @@ static float *randmat(uint32_t n, uint32_t dim, uint64_t seed, double zeros) {
   return w;
 }
 
-/* Memory follows the items stored, not the bucket count. */
+/* Memory is fixed at create and known before (ar_lsh_tables_bytes); what
+ * the blocks use follows the items stored, not the bucket count. */
 static void test_lazy_memory(void **st) {
   (void)st;
   ar_lsh_hash *h = mkhash(AR_LSH_DWTA, 32, 6, 50, 0, 3);
@@ -90,10 +92,18 @@ static void test_lazy_memory(void **st) {
   ar_lsh_tables_stats s;
   ar_lsh_tables_stats_get(t, &s);
   assert_int_equal(s.buckets_per_table, 1u << 18);
-  assert_int_equal(s.pool_bytes, 0);
-  /* SLIDE's layout would be 50 * 2^18 * 128 * 4 bytes = 6.7 GB. */
+  assert_int_equal(s.pool_used_bytes, 0);
+  ar_lsh_tables_opts o = AR_LSH_TABLES_OPTS_INIT;
+  o.neurons = 10000;
+  o.capacity = 128;
+  size_t want = 0;
+  assert_int_equal(ar_lsh_tables_bytes(50, 1u << 18, &o, &want, NULL), AR_OK);
+  assert_int_equal(s.total_bytes, want);
+  /* SLIDE's layout would be 50 * 2^18 * 128 * 4 bytes = 6.7 GB; here the
+   * directory (52 MB, calloc'ed: untouched pages are not resident), the
+   * records (2 MB) and the pools (16 MB). */
   size_t slide = (size_t)50 * (1u << 18) * 128 * 4;
-  assert_true(s.total_bytes < slide / 100);
+  assert_true(s.total_bytes < slide / 50);
   float *w = randmat(10000, 32, 1, 0.3);
   assert_int_equal(ar_lsh_tables_build(t, h, w, 1000, 32), AR_OK);
   ar_lsh_tables_stats s1, s2;
@@ -102,19 +112,22 @@ static void test_lazy_memory(void **st) {
   assert_int_equal(ar_lsh_tables_build(t, h, w, 10000, 32), AR_OK);
   ar_lsh_tables_stats_get(t, &s2);
   assert_int_equal(s2.items, 50 * 10000);
-  print_message("pool bytes: 1k neurons %zu, 10k neurons %zu\n", s1.pool_bytes,
-                s2.pool_bytes);
-  assert_true(s2.pool_bytes > 4 * s1.pool_bytes);
-  assert_true(s2.pool_bytes < 64 * s2.items); /* <= 16 words per id */
-  assert_true(s1.pool_bytes < 64 * s1.items + 50 * 4096);
-  /* Same items, 64x fewer buckets: about the same pool. */
+  assert_int_equal(s1.total_bytes, want);
+  assert_int_equal(s2.total_bytes, want);
+  print_message("pool bytes used: 1k neurons %zu, 10k neurons %zu, of %zu\n",
+                s1.pool_used_bytes, s2.pool_used_bytes, s2.pool_bytes);
+  assert_true(s2.pool_used_bytes > 4 * s1.pool_used_bytes);
+  assert_true(s2.pool_used_bytes < 64 * s2.items); /* <= 16 words per id */
+  assert_true(s1.pool_used_bytes < 64 * s1.items);
+  assert_true(s2.pool_used_bytes <= s2.pool_bytes);
+  /* Same items, 64x fewer buckets: about the same pool use. */
   ar_lsh_hash *h12 = mkhash(AR_LSH_DWTA, 32, 4, 50, 0, 3);
   ar_lsh_tables *t12 = mktables(h12, 10000, 128, AR_LSH_FIFO, 0, 2);
   assert_int_equal(ar_lsh_tables_build(t12, h12, w, 10000, 32), AR_OK);
   ar_lsh_tables_stats s3;
   ar_lsh_tables_stats_get(t12, &s3);
-  assert_true(s3.pool_bytes * 4 > s2.pool_bytes &&
-              s2.pool_bytes * 4 > s3.pool_bytes);
+  assert_true(s3.pool_used_bytes * 4 > s2.pool_used_bytes &&
+              s2.pool_used_bytes * 4 > s3.pool_used_bytes);
   ar_lsh_tables_destroy(t12);
   ar_lsh_hash_destroy(h12);
   free(w);
@@ -407,6 +420,221 @@ static void test_fifo_build_equals_inserts(void **st) {
   }
 }
 
+/* A FIFO bucket as the tables keep it: slots in ring order and the head
+ * (the oldest once full), for the reference below. */
+typedef struct ref_bucket {
+  uint32_t ids[32], n, head;
+} ref_bucket;
+
+static void ref_insert(ref_bucket *b, uint32_t id, uint32_t cap) {
+  if (b->n < cap) {
+    b->ids[b->n++] = id;
+    return;
+  }
+  b->ids[b->head] = id;
+  b->head = (b->head + 1) % cap;
+}
+
+static void ref_remove(ref_bucket *b, uint32_t id) {
+  uint32_t p = 0;
+  while (p < b->n && b->ids[p] != id)
+    p++;
+  if (p == b->n)
+    return; /* evicted already */
+  uint32_t ring[32];
+  for (uint32_t i = 0; i < b->n; i++) /* oldest first */
+    ring[i] = b->ids[(b->head + i) % b->n];
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < b->n; i++)
+    if (ring[i] != id)
+      b->ids[k++] = ring[i];
+  b->n = k;
+  b->head = 0;
+}
+
+/* The pools are fixed at create: many rounds of re-insertions that move
+ * neurons between half-full buckets (blocks growing and shrinking through
+ * the classes, dead blocks, compactions) keep exactly the contents, in
+ * ring order, of a plain reference, and never need more memory than
+ * ar_lsh_tables_bytes says.  DWTA: the tables hash rows one by one, as the
+ * reference does. */
+static void test_fixed_pool_churn(void **st) {
+  (void)st;
+  enum { N = 1000, D = 16, L = 4, CAP = 32, ROUNDS = 40, MOVE = 300 };
+  ar_lsh_hash *h = mkhash(AR_LSH_DWTA, D, 2, L, 0, 5);
+  const uint32_t nb = ar_lsh_hash_buckets(h);
+  assert_int_equal(nb, 64);
+  ar_lsh_tables *t = mktables(h, N, CAP, AR_LSH_FIFO, 0, 2);
+  ar_lsh_tables_opts o = AR_LSH_TABLES_OPTS_INIT;
+  o.neurons = N;
+  o.capacity = CAP;
+  size_t want = 0;
+  assert_int_equal(ar_lsh_tables_bytes(L, nb, &o, &want, NULL), AR_OK);
+  ar_lsh_scratch *sc = mkscratch(h, NULL);
+  float *w = randmat(N, D, 12, 0.0);
+  ref_bucket *ref = calloc((size_t)L * nb, sizeof *ref);
+  uint32_t *rec = malloc((size_t)N * L * sizeof *rec);
+  assert_int_equal(ar_lsh_tables_build(t, h, w, N, D), AR_OK);
+  for (uint32_t i = 0; i < N; i++) {
+    assert_int_equal(ar_lsh_hash_dense(h, w + (size_t)i * D, sc, rec + (size_t)i * L), AR_OK);
+    for (uint32_t l = 0; l < L; l++)
+      ref_insert(&ref[l * nb + rec[(size_t)i * L + l]], i, CAP);
+  }
+  ar_rng g;
+  ar_rng_seed(&g, 3, 4);
+  uint32_t ids[MOVE], bk[L];
+  for (int round = 0; round < ROUNDS; round++) {
+    for (int k = 0; k < MOVE; k++) { /* any order, repeats allowed */
+      ids[k] = (uint32_t)ar_rng_below(&g, N);
+      randrow(&g, w + (size_t)ids[k] * D, D, 0.0);
+    }
+    assert_int_equal(ar_lsh_tables_reinsert(t, h, w, D, ids, MOVE), AR_OK);
+    for (int k = 0; k < MOVE; k++) {
+      assert_int_equal(ar_lsh_hash_dense(h, w + (size_t)ids[k] * D, sc, bk), AR_OK);
+      for (uint32_t l = 0; l < L; l++) {
+        uint32_t *r = &rec[(size_t)ids[k] * L + l];
+        if (*r == bk[l])
+          continue;
+        ref_remove(&ref[l * nb + *r], ids[k]);
+        ref_insert(&ref[l * nb + bk[l]], ids[k], CAP);
+        *r = bk[l];
+      }
+    }
+    uint64_t items = 0;
+    for (uint32_t l = 0; l < L; l++)
+      for (uint32_t b = 0; b < nb; b++) {
+        uint32_t n;
+        const uint32_t *got = ar_lsh_tables_bucket(t, l, b, &n);
+        const ref_bucket *rb = &ref[l * nb + b];
+        if (n != rb->n)
+          fail_msg("round %d table %u bucket %u: %u ids, want %u", round, l, b, n, rb->n);
+        if (n)
+          assert_memory_equal(got, rb->ids, n * sizeof *got);
+        items += n;
+      }
+    ar_lsh_tables_stats s;
+    ar_lsh_tables_stats_get(t, &s);
+    assert_int_equal(s.items, items);
+    assert_int_equal(s.total_bytes, want);
+    assert_true(s.pool_used_bytes <= s.pool_bytes);
+  }
+  ar_lsh_tables_stats s;
+  ar_lsh_tables_stats_get(t, &s);
+  print_message("churn: %llu compactions, pool %zu of %zu bytes used\n",
+                (unsigned long long)s.compactions, s.pool_used_bytes, s.pool_bytes);
+  assert_true(s.compactions > 0); /* the path above ran */
+  free(rec);
+  free(ref);
+  free(w);
+  ar_lsh_scratch_destroy(sc);
+  ar_lsh_tables_destroy(t);
+  ar_lsh_hash_destroy(h);
+}
+
+/* Reservoir tables under the same churn: each bucket holds distinct ids,
+ * each hashing there now, at most `capacity`; the memory never changes. */
+static void test_fixed_pool_reservoir(void **st) {
+  (void)st;
+  enum { N = 1000, D = 16, L = 4, CAP = 32 };
+  ar_lsh_hash *h = mkhash(AR_LSH_DWTA, D, 2, L, 0, 6);
+  const uint32_t nb = ar_lsh_hash_buckets(h);
+  ar_lsh_tables *t = mktables(h, N, CAP, AR_LSH_RESERVOIR, 7, 2);
+  ar_lsh_tables_stats s0;
+  ar_lsh_tables_stats_get(t, &s0);
+  ar_lsh_scratch *sc = mkscratch(h, NULL);
+  float *w = randmat(N, D, 13, 0.0);
+  assert_int_equal(ar_lsh_tables_build(t, h, w, N, D), AR_OK);
+  ar_rng g;
+  ar_rng_seed(&g, 5, 6);
+  uint32_t ids[300], bk[L];
+  for (int round = 0; round < 40; round++) {
+    for (int k = 0; k < 300; k++) {
+      ids[k] = (uint32_t)ar_rng_below(&g, N);
+      randrow(&g, w + (size_t)ids[k] * D, D, 0.0);
+    }
+    assert_int_equal(ar_lsh_tables_reinsert(t, h, w, D, ids, 300), AR_OK);
+  }
+  for (uint32_t l = 0; l < L; l++)
+    for (uint32_t b = 0; b < nb; b++) {
+      uint32_t n;
+      const uint32_t *got = ar_lsh_tables_bucket(t, l, b, &n);
+      assert_true(n <= CAP);
+      for (uint32_t i = 0; i < n; i++) {
+        assert_false(contains(got, i, got[i]));
+        assert_int_equal(ar_lsh_hash_dense(h, w + (size_t)got[i] * D, sc, bk), AR_OK);
+        assert_int_equal(bk[l], b);
+      }
+    }
+  ar_lsh_tables_stats s;
+  ar_lsh_tables_stats_get(t, &s);
+  assert_int_equal(s.total_bytes, s0.total_bytes);
+  assert_true(s.compactions > 0);
+  free(w);
+  ar_lsh_scratch_destroy(sc);
+  ar_lsh_tables_destroy(t);
+  ar_lsh_hash_destroy(h);
+}
+
+/* What each handle really allocates (counted by the allocation wrapper)
+ * is what its _bytes function says, for every family; tables do not grow
+ * through builds and re-insertions (their working memory is freed). */
+static void test_bytes_measured(void **st) {
+  (void)st;
+  static const ar_lsh_family fams[] = {AR_LSH_SRP, AR_LSH_WTA, AR_LSH_DWTA, AR_LSH_DOPH};
+  for (int f = 0; f < 4; f++) {
+    ar_lsh_hash_opts ho = AR_LSH_HASH_OPTS_INIT;
+    ho.family = fams[f];
+    ho.dim = 40;
+    ho.K = 4;
+    ho.L = 10;
+    size_t hb = 0, tb = 0;
+    assert_int_equal(ar_lsh_hash_bytes(&ho, &hb, NULL), AR_OK);
+    assert_int_equal(ar_alloc_count_start(), AR_OK);
+    ar_lsh_hash *h = NULL;
+    assert_int_equal(ar_lsh_hash_create(&ho, &h, NULL), AR_OK);
+    assert_int_equal(ar_alloc_count_live(NULL), (int64_t)hb);
+    ar_lsh_tables_opts o = AR_LSH_TABLES_OPTS_INIT;
+    o.neurons = 3000;
+    o.capacity = 16;
+    o.policy = f % 2 ? AR_LSH_RESERVOIR : AR_LSH_FIFO;
+    o.threads = 2;
+    assert_int_equal(ar_lsh_tables_bytes(ho.L, ar_lsh_hash_buckets(h), &o, &tb, NULL), AR_OK);
+    ar_lsh_tables *t = NULL;
+    assert_int_equal(ar_lsh_tables_create(h, &o, &t, NULL), AR_OK);
+    assert_int_equal(ar_alloc_count_live(NULL), (int64_t)(hb + tb));
+    float *w = randmat(3000, 40, 20 + (uint64_t)f, 0.3);
+    assert_int_equal(ar_lsh_tables_build(t, h, w, 3000, 40), AR_OK);
+    uint32_t ids[600];
+    for (uint32_t i = 0; i < 600; i++)
+      ids[i] = 5 * i;
+    for (size_t i = 0; i < (size_t)3000 * 40; i += 7)
+      w[i] = -w[i];
+    assert_int_equal(ar_lsh_tables_reinsert(t, h, w, 40, ids, 600), AR_OK);
+    assert_int_equal(ar_alloc_count_live(NULL), (int64_t)(hb + tb));
+    ar_lsh_scratch *sc = NULL;
+    ar_lsh_touched *tt = NULL;
+    assert_int_equal(ar_lsh_scratch_create(h, t, &sc, NULL), AR_OK);
+    assert_int_equal(ar_lsh_touched_create(3000, &tt, NULL), AR_OK);
+    assert_int_equal(ar_alloc_count_live(NULL),
+                     (int64_t)(hb + tb + ar_lsh_scratch_bytes(40, 3000) +
+                               ar_lsh_touched_bytes(3000)));
+    ar_lsh_touched_destroy(tt);
+    ar_lsh_scratch_destroy(sc);
+    ar_lsh_tables_destroy(t);
+    ar_lsh_hash_destroy(h);
+    assert_int_equal(ar_alloc_count_live(NULL), 0);
+    ar_alloc_count_stop();
+    free(w);
+  }
+  /* Tables past the pools' 32-bit offsets are refused before allocating. */
+  ar_lsh_tables_opts o = AR_LSH_TABLES_OPTS_INIT;
+  o.neurons = 2147483647u;
+  size_t tb = 0;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_lsh_tables_bytes(50, 1u << 15, &o, &tb, &err), AR_RANGE);
+  assert_non_null(strstr(err.msg, "narrower"));
+}
+
 static void test_errors(void **st) {
   (void)st;
   ar_lsh_hash *h = mkhash(AR_LSH_SRP, 8, 2, 3, 0, 1);
@@ -511,6 +739,9 @@ int main(void) {
       cmocka_unit_test(test_reinsert_finds_new_neighbour),
       cmocka_unit_test(test_srp_gemm_build_matches_row_hashes),
       cmocka_unit_test(test_fifo_build_equals_inserts),
+      cmocka_unit_test(test_fixed_pool_churn),
+      cmocka_unit_test(test_fixed_pool_reservoir),
+      cmocka_unit_test(test_bytes_measured),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_amazon_shape),
   };

@@ -124,27 +124,27 @@ static void host_destroy(ar_device *dev) {
 
 /* ---- memory query ------------------------------------------------------------ */
 
-/* MemTotal and MemAvailable from /proc/meminfo (Linux); the total falls back
- * to hwloc's count, the free figure to 0, where that file is missing. */
+/* MemTotal from /proc/meminfo (Linux), falling back to hwloc's count; the
+ * free figure is what this process can use (MemAvailable or its cgroup's
+ * limit, ar_host_memory_get), 0 when unknown. */
 static ar_status host_mem_info(ar_device *dev, ar_device_mem *out) {
   ar__host_device *h = (ar__host_device *)dev;
-  uint64_t total = 0, avail = 0;
+  uint64_t total = 0;
   FILE *f = fopen("/proc/meminfo", "r");
   if (f) {
     char line[256];
-    while (fgets(line, sizeof line, f)) {
-      unsigned long long kib = 0;
+    unsigned long long kib = 0;
+    while (total == 0 && fgets(line, sizeof line, f))
       if (sscanf(line, "MemTotal: %llu kB", &kib) == 1)
         total = (uint64_t)kib * 1024u;
-      else if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
-        avail = (uint64_t)kib * 1024u;
-    }
     fclose(f);
   }
   if (total == 0 && h->topo)
     total = hwloc_get_root_obj(h->topo)->total_memory;
+  ar_host_memory hm;
+  ar_host_memory_get(&hm);
   out->total = total;
-  out->free = avail;
+  out->free = hm.limit;
   out->capacity = 0; /* no arena: the lanes keep the host budget */
   out->available = 0;
   return AR_OK;

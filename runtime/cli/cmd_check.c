@@ -1,0 +1,270 @@
+/* accelrt check: validates a job file and prints the exact memory plan of
+ * what `accelrt run` would allocate for it, reading and never writing.
+ *
+ * Data files are scanned (read only); data.generate runs the generator in
+ * memory (ar_job_data_stats), so the plan equals the one `run` computes
+ * from the files it generates.  A file `run` accepts is accepted here too:
+ * one job, a distributed job (the plan of one worker; no MPI needed) and a
+ * `jobs:` file (each job's plan and the lanes' admission picture).  A
+ * study file (`factors:`) is validated as `accelrt study` would and its
+ * design printed.  A plan the device cannot hold is an error (exit 1),
+ * as `run` refuses it before allocating. */
+#define _GNU_SOURCE
+#include "accelrt/lanes.h"
+#include "accelrt/runtime.h"
+#include "accelrt/spec.h"
+#include "accelrt/study.h"
+#include "accelrt/tenancy.h"
+#include "cli/cli.h"
+
+#include <string.h>
+
+static const char *human(size_t bytes, char *buf, size_t n) {
+  return ar_lanes_fmt_bytes(bytes, buf, n);
+}
+
+/* Scans or generates (in memory) the job's data and computes its plan;
+ * prints the data line and the plan.  AR_OK or a status with err. */
+static ar_status plan_job(const ar_spec *spec, ar_plan *plan, ar_err *err) {
+  ar_data_stats tr, te;
+  bool has_test = false;
+  AR_CHECK(ar_job_data_stats(spec, NULL, &tr, &te, &has_test, err));
+  int64_t nnz, lab;
+  ar_job_row_bounds(&tr, has_test ? &te : NULL, &nnz, &lab);
+  AR_CHECK(ar_plan_compute(spec, nnz, lab, plan, err));
+  if (spec->data.generate)
+    printf("data: data.generate, run in memory (nothing written): train %lld points, test "
+           "%lld points, at most %lld features and %lld labels a row\n", (long long)tr.points,
+           (long long)te.points, (long long)nnz, (long long)lab);
+  else
+    printf("data: train %s (%lld points), test %s (%lld points); at most %lld features and "
+           "%lld labels a row\n", spec->data.train, (long long)tr.points,
+           has_test ? spec->data.test : "none", (long long)te.points, (long long)nnz,
+           (long long)lab);
+  ar_plan_print(plan, spec, stdout);
+  return AR_OK;
+}
+
+/* The plan against what the job's device can give (as `run` checks it). */
+static ar_status fit_job(const ar_spec *spec, const ar_plan *plan, ar_err *err) {
+  ar_mem_limit lim;
+  ar_mem_limit_get(spec, NULL, &lim);
+  AR_CHECK(ar_plan_fit(plan, spec, &lim, err));
+  char a[32], b[32];
+  if (lim.on_host && lim.host)
+    printf("fits: %s of the %s this host can give (%s)\n", human(plan->total_bytes, a, sizeof a),
+           human(lim.host, b, sizeof b), lim.host_source);
+  else if (!lim.on_host && lim.device)
+    printf("fits: %s of device memory in the %s of %s\n",
+           human(plan->persistent_bytes + plan->ephemeral_bytes, a, sizeof a),
+           human(lim.device, b, sizeof b), lim.device_source);
+  else
+    printf("fits: not checked here (%s's free memory is known when it is opened; run checks "
+           "it before allocating)\n", lim.on_host ? "the host" : spec->device);
+  return AR_OK;
+}
+
+static ar_status check_single(const ar_spec *spec, ar_err *err) {
+  ar_plan plan;
+  ar_status st = plan_job(spec, &plan, err);
+  if (st == AR_OK)
+    st = fit_job(spec, &plan, err);
+  ar_plan_fini(&plan);
+  return st;
+}
+
+/* A tenant of a lanes picture: a job of a jobs: file, or a distributed
+ * worker joining the shared device's jobs. */
+typedef struct tenant {
+  const char *name;
+  size_t admit_p, admit_e; /* what the runner admits on: persistent + host, ephemeral */
+} tenant;
+
+/* Each tenant's sizes against the lanes' capacity (ar_tenancy_capacity):
+ * whether it can ever be admitted.  AR_NOMEM when one never can. */
+static ar_status print_admission(const ar_spec *spec, const tenant *t, int n, ar_err *err) {
+  size_t cap = 0;
+  char source[1400], a[32], b[32], c[32];
+  AR_CHECK(ar_tenancy_capacity(spec, &cap, source, sizeof source, err));
+  printf("\nadmission (lanes, policy %s) on device %s (%s): capacity %s (%s)\n",
+         ar_policy_name(spec->runtime.policy), spec->device,
+         ar_spec_runs_on_host(spec) ? "the host" : "a GPU",
+         cap ? human(cap, a, sizeof a) : "unknown here", source);
+  printf("  %-24s %14s %14s %14s  %s\n", "job", "persistent", "ephemeral", "alone", "can fit");
+  ar_lanes_opts lo = AR_LANES_OPTS_INIT;
+  lo.capacity = cap;
+  size_t sum_p = 0, max_e = 0;
+  int never = -1;
+  for (int i = 0; i < n; i++) {
+    bool fits = cap == 0 || ar_lanes_fits_alone(&lo, t[i].admit_p, t[i].admit_e);
+    printf("  %-24s %14s %14s %14s  %s\n", t[i].name, human(t[i].admit_p, a, sizeof a),
+           human(t[i].admit_e, b, sizeof b), human(t[i].admit_p + t[i].admit_e, c, sizeof c),
+           cap == 0 ? "unknown" : fits ? "yes" : "NEVER");
+    sum_p += t[i].admit_p;
+    max_e = t[i].admit_e > max_e ? t[i].admit_e : max_e;
+    if (!fits && never < 0)
+      never = i;
+  }
+  printf("  all at once: persistent %s + the largest ephemeral peak %s = %s%s\n",
+         human(sum_p, a, sizeof a), human(max_e, b, sizeof b), human(sum_p + max_e, c, sizeof c),
+         cap && sum_p + max_e <= cap ? " (every job fits at the same time)" : "");
+  if (never >= 0)
+    return ar_errf(err, AR_NOMEM,
+                   "job '%s' needs %s persistent (with its host memory) + %s ephemeral, more "
+                   "than the lanes' whole capacity of %s (%s): it could never be admitted; "
+                   "raise runtime.memory or lower its train.batch or widths",
+                   t[never].name, human(t[never].admit_p, a, sizeof a),
+                   human(t[never].admit_e, b, sizeof b), human(cap, c, sizeof c), source);
+  return AR_OK;
+}
+
+/* Every job's plan, then the admission picture; extra (may be NULL) joins
+ * it as one more tenant (a distributed worker). */
+static ar_status check_jobs(const ar_spec *spec, const tenant *extra, ar_err *err) {
+  int n = spec->n_jobs + (extra ? 1 : 0);
+  tenant *t = ar_calloc((size_t)n, sizeof *t);
+  if (!t)
+    return ar_errf(err, AR_NOMEM, "out of memory");
+  ar_status st = AR_OK;
+  for (int i = 0; i < spec->n_jobs && st == AR_OK; i++) {
+    const ar_spec *js = spec->jobs[i];
+    printf("%s== job %d of %d: %s ==\n", i ? "\n" : "", i + 1, spec->n_jobs, js->name);
+    ar_plan plan;
+    ar_err je = AR_ERR_INIT;
+    st = plan_job(js, &plan, &je);
+    if (st != AR_OK) {
+      ar_errf(err, st, "job '%s': %s", js->name, je.msg);
+      break;
+    }
+    t[i].name = js->name;
+    t[i].admit_p = plan.persistent_bytes + plan.host_bytes;
+    t[i].admit_e = plan.ephemeral_bytes;
+    ar_plan_fini(&plan);
+  }
+  if (st == AR_OK && extra)
+    t[n - 1] = *extra;
+  if (st == AR_OK)
+    st = print_admission(spec, t, n, err);
+  ar_free(t);
+  return st;
+}
+
+/* A distributed job: the plan of one worker.  The ranks are given to
+ * mpirun, not in the file, so with distributed.workers listing W workers
+ * each takes ceil(batch / W) rows; otherwise the plan is that of a single
+ * worker taking the whole batch, the most any worker can need. */
+static ar_status check_distributed(const ar_spec *spec, ar_err *err) {
+  ar_spec w = *spec;
+  int W = spec->distributed.n_workers > 0 ? spec->distributed.n_workers : 1;
+  w.train.batch = (spec->train.batch + W - 1) / W;
+  printf("distributed: %d server%s; the plan of one worker with %d of the batch's %d rows "
+         "(%s)\n", spec->distributed.servers, spec->distributed.servers == 1 ? "" : "s",
+         w.train.batch, spec->train.batch,
+         spec->distributed.n_workers > 0 ? "distributed.workers lists the workers"
+                                         : "one worker; with W workers each takes "
+                                           "ceil(batch / W) rows, less");
+  ar_plan plan;
+  AR_CHECK(plan_job(&w, &plan, err));
+  ar_status st = AR_OK;
+  if (!spec->distributed.share_file) {
+    st = fit_job(&w, &plan, err);
+  } else {
+    /* The worker is one more tenant of the shared device's lanes. */
+    ar_spec *share = NULL;
+    ar_diags diags = {0, NULL};
+    st = ar_spec_load(spec->distributed.share_file, NULL, 0, &share, &diags);
+    if (st != AR_OK) {
+      cli_load_failed(spec->distributed.share_file, st, &diags);
+      ar_errf(err, st, "distributed.share: %s is not a valid jobs file",
+              spec->distributed.share_file);
+    } else if (share->n_jobs <= 0) {
+      st = ar_errf(err, AR_SPEC, "distributed.share: %s has no `jobs:` list",
+                   spec->distributed.share_file);
+    } else {
+      printf("\ndistributed.share: each worker joins the %d jobs of %s\n\n", share->n_jobs,
+             spec->distributed.share_file);
+      tenant worker = {"(the worker)", plan.persistent_bytes + plan.host_bytes,
+                       plan.ephemeral_bytes};
+      st = check_jobs(share, &worker, err);
+    }
+    ar_diags_fini(&diags);
+    ar_spec_destroy(share);
+  }
+  ar_plan_fini(&plan);
+  return st;
+}
+
+/* Whether the diagnostics of a failed job load say the file is a study
+ * (its top-level `factors`, unknown to job files). */
+static bool looks_like_study(const ar_diags *d) {
+  for (int i = 0; i < d->count; i++)
+    if (d->items[i].path && !strcmp(d->items[i].path, "factors"))
+      return true;
+  return false;
+}
+
+static int check_study(const char *file) {
+  ar_diags diags = {0, NULL};
+  ar_study *s = NULL;
+  ar_study_opts so = AR_STUDY_OPTS_INIT;
+  ar_status st = ar_study_load(file, &so, &s, &diags);
+  if (st != AR_OK) {
+    fprintf(stderr, "%s is a study file (it has factors:), which `accelrt study` runs:\n", file);
+    ar_diags_print(&diags, file, stderr);
+    ar_diags_fini(&diags);
+    return st == AR_NOMEM ? CLI_FAIL : CLI_USAGE;
+  }
+  ar_diags_fini(&diags);
+  printf("%s: valid study file (`accelrt study` runs it; its base job and every planned "
+         "cell's settings were validated, a cell's plan: accelrt check BASE --set ...)\n",
+         file);
+  ar_study_print_design(s, stdout);
+  ar_study_destroy(s);
+  return CLI_OK;
+}
+
+int cli_check(int argc, char **argv) {
+  cli_job_args a;
+  int rc = cli_parse_job_args(argc, argv, "check", false, &a);
+  if (rc >= 0) {
+    ar_free(a.sets);
+    return rc;
+  }
+  const char *file = a.job;
+  const char **sets = a.sets;
+  const int n_sets = a.n_sets;
+  ar_spec *spec = NULL;
+  ar_diags diags = {0, NULL};
+  ar_status st = ar_spec_load(file, sets, n_sets, &spec, &diags);
+  if (st != AR_OK) {
+    if (n_sets == 0 && looks_like_study(&diags)) {
+      rc = check_study(file);
+    } else {
+      rc = cli_load_failed(file, st, &diags);
+    }
+    ar_diags_fini(&diags);
+    ar_free(sets);
+    return rc;
+  }
+  ar_diags_fini(&diags);
+  printf("%s: valid%s\n", file,
+         spec->n_jobs > 0 ? " jobs file"
+         : spec->distributed.enabled ? " distributed job" : " job");
+  ar_err err = AR_ERR_INIT;
+  if (spec->n_jobs > 0)
+    st = check_jobs(spec, NULL, &err);
+  else if (spec->distributed.enabled)
+    st = check_distributed(spec, &err);
+  else
+    st = check_single(spec, &err);
+  if (st != AR_OK) {
+    fflush(stdout);
+    fprintf(stderr, "accelrt check: error: %s\n", err.msg[0] ? err.msg : ar_status_str(st));
+    rc = st == AR_PARSE || st == AR_SPEC ? CLI_USAGE : CLI_FAIL;
+  } else {
+    rc = CLI_OK;
+  }
+  ar_spec_destroy(spec);
+  ar_free(sets);
+  return rc;
+}
