@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 struct ar_fs {
-  const ar_fs_ops *ops;
+  const ar_fs_ops *impl;
   void *ctx;
   char who[64];
 };
@@ -137,7 +137,7 @@ ar_status ar_fs_create(const ar_fs_ops *ops, void *ctx, const char *who, ar_fs *
       ops->destroy(ctx);
     return ar_errf(err, AR_NOMEM, "out of memory");
   }
-  fs->ops = ops;
+  fs->impl = ops;
   fs->ctx = ctx;
   snprintf(fs->who, sizeof fs->who, "%s", who ? who : "");
   *out = fs;
@@ -160,8 +160,8 @@ ar_status ar_fs_beneath(int dirfd, const char *who, ar_fs **out, ar_err *err) {
 void ar_fs_destroy(ar_fs *fs) {
   if (!fs)
     return;
-  if (fs->ops->destroy)
-    fs->ops->destroy(fs->ctx);
+  if (fs->impl->destroy)
+    fs->impl->destroy(fs->ctx);
   ar_free(fs);
 }
 
@@ -247,7 +247,7 @@ static ar_status open_read(const ar_fs *fs, const char *path, bool follow, int *
                            ar_err *err) {
   fs = resolve(fs);
   *fd = -1;
-  int f = fs->ops->open(fs->ctx, path,
+  int f = fs->impl->open(fs->ctx, path,
                         O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW),
                         0);
   if (f < 0)
@@ -334,7 +334,7 @@ ar_status ar_fs_open_write(const ar_fs *fs, const char *path, bool append, FILE 
   *out = NULL;
   int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC |
               (append ? O_APPEND : 0);
-  int f = fs->ops->open(fs->ctx, path, flags, 0644);
+  int f = fs->impl->open(fs->ctx, path, flags, 0644);
   if (f < 0)
     return fail(fs, err, -f, "write", path);
   ar_status st = regular(fs, f, path, err);
@@ -363,7 +363,7 @@ ar_status ar_fs_mkdirs(const ar_fs *fs, const char *path, ar_err *err) {
       continue;
     char c = *s;
     *s = '\0';
-    int rc = fs->ops->mkdir(fs->ctx, p, 0777);
+    int rc = fs->impl->mkdir(fs->ctx, p, 0777);
     if (rc != 0 && rc != -EEXIST) {
       st = fail(fs, err, -rc, "create the folder", p);
       break;
@@ -378,7 +378,7 @@ ar_status ar_fs_mkdirs(const ar_fs *fs, const char *path, ar_err *err) {
 
 ar_status ar_fs_unlink(const ar_fs *fs, const char *path, bool dir, ar_err *err) {
   fs = resolve(fs);
-  int rc = fs->ops->unlink(fs->ctx, path, dir);
+  int rc = fs->impl->unlink(fs->ctx, path, dir);
   if (rc != 0 && rc != -ENOENT)
     return fail(fs, err, -rc, "remove", path);
   return AR_OK;
@@ -386,7 +386,7 @@ ar_status ar_fs_unlink(const ar_fs *fs, const char *path, bool dir, ar_err *err)
 
 void ar_fs_sync_dir(const ar_fs *fs, const char *dir) {
   fs = resolve(fs);
-  int fd = fs->ops->open(fs->ctx, dir && *dir ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+  int fd = fs->impl->open(fs->ctx, dir && *dir ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
   if (fd >= 0) {
     (void)fsync(fd);
     close(fd);
@@ -431,7 +431,7 @@ ar_status ar_fs_atomic_begin(const ar_fs *fs, const char *path, ar_fs_atomic *a,
     uint64_t k = ar_mix64((uint64_t)getpid() << 32 ^ (uint64_t)ts.tv_nsec ^
                           atomic_fetch_add(&counter, 1));
     snprintf(a->tmp, n, "%s.tmp.%08llx", path, (unsigned long long)(k & 0xffffffffu));
-    f = r->ops->open(r->ctx, a->tmp,
+    f = r->impl->open(r->ctx, a->tmp,
                      O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, 0644);
   }
   ar_status st = AR_OK;
@@ -440,7 +440,7 @@ ar_status ar_fs_atomic_begin(const ar_fs *fs, const char *path, ar_fs_atomic *a,
   else if (!(a->f = fdopen(f, "wb"))) {
     st = fail(r, err, errno, "write", a->tmp);
     close(f);
-    r->ops->unlink(r->ctx, a->tmp, false);
+    r->impl->unlink(r->ctx, a->tmp, false);
   }
   if (st != AR_OK) {
     ar_free(a->path);
@@ -462,7 +462,7 @@ void ar_fs_atomic_abort(ar_fs_atomic *a) {
   const ar_fs *r = resolve(a->fs);
   if (a->f)
     fclose(a->f);
-  r->ops->unlink(r->ctx, a->tmp, false);
+  r->impl->unlink(r->ctx, a->tmp, false);
   atomic_end(a);
 }
 
@@ -480,7 +480,7 @@ ar_status ar_fs_atomic_commit(ar_fs_atomic *a, ar_err *err) {
     ar_fs_atomic_abort(a);
     return st;
   }
-  int rc = r->ops->rename(r->ctx, a->tmp, a->path);
+  int rc = r->impl->rename(r->ctx, a->tmp, a->path);
   if (rc != 0) {
     ar_status st = fail(r, err, -rc, "rename a file to", a->path);
     ar_fs_atomic_abort(a);
