@@ -8,12 +8,17 @@
 #     queued job whose checkpoint is damaged fails (it is not reported
 #     done, however large the iteration count its damaged bytes hold);
 #  4. logs -f follows a job to its end; SIGTERM stops the server cleanly.
-# Skipped (77) when not run as root or when setpriv is missing.
+# Skipped (77) when not run as root or when setpriv is missing; under
+# CI=true a skip is a failure.
 set -euo pipefail
 bin=$1
 garbage=$2
-[ "$(id -u)" -eq 0 ] || { echo "skipped: needs root to act as a second user"; exit 77; }
-command -v setpriv >/dev/null || { echo "skipped: setpriv (util-linux) missing"; exit 77; }
+skip() {
+  if [ "${CI:-}" = true ]; then echo "FAIL: cannot run under CI: $*"; exit 1; fi
+  echo "skipped: $*"; exit 77
+}
+[ "$(id -u)" -eq 0 ] || skip "needs root to act as a second user"
+command -v setpriv >/dev/null || skip "setpriv (util-linux) missing"
 t=$(mktemp -d)
 chmod 755 "$t"
 spid=
