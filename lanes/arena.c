@@ -27,9 +27,11 @@ ar_status ar_lanes_create(const ar_lanes_opts *opts, ar_lanes **out,
                    opts->capacity, opts->align);
   const ar__lanes_policy *pol =
       ar__lanes_policy_find(opts->policy ? opts->policy : "pack");
-  if (!pol)
+  if (!pol) {
+    char names[128];
     return ar_errf(err, AR_INVALID, "lanes: unknown policy '%s'; use one of %s",
-                   opts->policy, ar__lanes_policy_list());
+                   opts->policy, ar__lanes_policy_list(names, sizeof names));
+  }
   if (!(opts->default_iteration_s > 0) || !isfinite(opts->default_iteration_s))
     return ar_errf(err, AR_INVALID,
                    "lanes: default_iteration_s %g must be a positive number of "

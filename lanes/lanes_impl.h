@@ -94,7 +94,8 @@ extern const ar__lanes_policy ar__policy_fifo, ar__policy_pack,
 /* policies.c: the table, looked up by name; NULL when unknown. */
 const ar__lanes_policy *ar__lanes_policy_find(const char *name);
 /* "fifo, pack, ..." for messages. */
-const char *ar__lanes_policy_list(void);
+/* The policies' names, comma separated, into buf (returned). */
+const char *ar__lanes_policy_list(char *buf, size_t cap);
 
 /* arena.c: layout helpers. */
 ar__job *ar__lanes_job_get(const ar_lanes *l, ar_lanes_job_id id);

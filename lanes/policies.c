@@ -2,6 +2,7 @@
  * The policy table.  A new policy is one file defining an ar__lanes_policy
  * plus its line here.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "lanes_impl.h"
@@ -18,6 +19,14 @@ const ar__lanes_policy *ar__lanes_policy_find(const char *name) {
   return NULL;
 }
 
-const char *ar__lanes_policy_list(void) {
-  return "fifo, pack, srtf, fair, priority";
+const char *ar__lanes_policy_list(char *buf, size_t cap) {
+  size_t at = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+    int n = snprintf(buf + at, cap - at, "%s%s", i ? ", " : "", table[i]->name);
+    if (n < 0 || (size_t)n >= cap - at)
+      break;
+    at += (size_t)n;
+  }
+  return buf;
 }

@@ -94,13 +94,22 @@ typedef struct ar_layer_spec {
   ar_srcpos pos;  /* the list item; 0 when the layer came from a --set */
 } ar_layer_spec;
 
-/* runtime.policy: the lane scheduler's policy (lanes/). */
+/* runtime.policy: the lane scheduler's policy (lanes/).  One table: the
+ * enum, the names job files use (which are also the lanes' policy names,
+ * lanes/policies.c; tests/spec checks that lanes knows each), and the
+ * accessors below. */
+#define AR_POLICY_MAP(X)                                                       \
+  X(FIFO, "fifo")                                                              \
+  X(PACK, "pack")                                                              \
+  X(SRTF, "srtf")                                                              \
+  X(FAIR, "fair")                                                              \
+  X(PRIORITY, "priority")
+
 typedef enum ar_policy_kind {
-  AR_POLICY_FIFO = 0,
-  AR_POLICY_PACK,
-  AR_POLICY_SRTF,
-  AR_POLICY_FAIR,
-  AR_POLICY_PRIORITY
+#define AR__POLICY_ENUM(name, text) AR_POLICY_##name,
+  AR_POLICY_MAP(AR__POLICY_ENUM)
+#undef AR__POLICY_ENUM
+      AR_POLICY_COUNT
 } ar_policy_kind;
 
 /* distributed.order (commsched/). */
@@ -286,8 +295,12 @@ int ar_sparse_auto_K(ar_sparse_hash hash, int64_t width);
 /* Names for messages and summaries. */
 const char *ar_act_name(ar_act a);
 /* runtime.policy as written in a job file ("fifo", "pack", ...), which is
- * also the lanes' policy name (lanes/policies.c). */
+ * also the lanes' policy name (lanes/policies.c); "fifo" out of range. */
 const char *ar_policy_name(ar_policy_kind k);
+/* The policy named `name`: true and *out, or false for an unknown name. */
+bool ar_policy_parse(const char *name, ar_policy_kind *out);
+/* "fifo, pack, srtf, fair, priority", for messages (static storage). */
+const char *ar_policy_names(void);
 
 #ifdef __cplusplus
 }

@@ -218,15 +218,16 @@ static int serve(int argc, char **argv) {
     case 'd':
       o.device = optarg;
       break;
-    case 'p':
-      if (strcmp(optarg, "fifo") && strcmp(optarg, "pack") && strcmp(optarg, "srtf") &&
-          strcmp(optarg, "fair") && strcmp(optarg, "priority")) {
-        fprintf(stderr, "accelrt serve: --policy is fifo, pack, srtf, fair or priority, got "
-                "'%s'\n", optarg);
+    case 'p': {
+      ar_policy_kind kind;
+      if (!ar_policy_parse(optarg, &kind)) {
+        fprintf(stderr, "accelrt serve: --policy is one of %s, got '%s'\n", ar_policy_names(),
+                optarg);
         return CLI_USAGE;
       }
       o.policy = optarg;
       break;
+    }
     case 'm':
       if (!parse_memory(optarg, &o.memory_bytes, &o.memory_fraction)) {
         fprintf(stderr, "accelrt serve: --memory takes bytes with a unit (8GiB, 512MiB) or a "

@@ -387,13 +387,32 @@ static const ar__schema train_keys[] = {
 
 /* ---- runtime, distributed -------------------------------------------------- */
 
-/* By position: ar_policy_kind. */
-static const char *const policy_values[] = {"fifo", "pack", "srtf", "fair",
-                                            "priority", NULL};
+/* Indexed by ar_policy_kind (AR_POLICY_MAP). */
+static const char *const policy_values[] = {
+#define AR__POLICY_TEXT(name, text) text,
+    AR_POLICY_MAP(AR__POLICY_TEXT)
+#undef AR__POLICY_TEXT
+        NULL};
 
 const char *ar_policy_name(ar_policy_kind k) {
-  return (unsigned)k < sizeof policy_values / sizeof policy_values[0] - 1 ? policy_values[k]
-                                                                           : "fifo";
+  return (unsigned)k < AR_POLICY_COUNT ? policy_values[k] : policy_values[AR_POLICY_FIFO];
+}
+
+bool ar_policy_parse(const char *name, ar_policy_kind *out) {
+  for (int k = 0; name && k < AR_POLICY_COUNT; k++)
+    if (!strcmp(name, policy_values[k])) {
+      *out = (ar_policy_kind)k;
+      return true;
+    }
+  return false;
+}
+
+const char *ar_policy_names(void) {
+  /* ", fifo, pack, ..." without its first separator. */
+#define AR__POLICY_LIST(name, text) ", " text
+  static const char list[] = AR_POLICY_MAP(AR__POLICY_LIST);
+#undef AR__POLICY_LIST
+  return list + 2;
 }
 
 static const ar__schema runtime_keys[] = {

@@ -680,8 +680,39 @@ static void test_quantile(void **state) {
   assert_true(ar__quantile(w, 100, 0.99) == 99);
 }
 
+/* Job files and the lanes name policies from two tables (spec's
+ * AR_POLICY_MAP, lanes' policies.c): every name a job file may give is one
+ * the lanes know, and back. */
+static void test_policy_names_agree(void **state) {
+  (void)state;
+  char all[128];
+  snprintf(all, sizeof all, "%s", ar_policy_names());
+  int listed = 1;
+  for (const char *p = all; *p; p++)
+    listed += *p == ',';
+  assert_int_equal(listed, AR_POLICY_COUNT);
+  for (int k = 0; k < AR_POLICY_COUNT; k++) {
+    const char *name = ar_policy_name((ar_policy_kind)k);
+    ar_policy_kind back;
+    assert_true(ar_policy_parse(name, &back));
+    assert_int_equal(back, k);
+    assert_non_null(strstr(all, name));
+    ar_lanes_opts o = AR_LANES_OPTS_INIT;
+    o.capacity = 1 << 20;
+    o.policy = name;
+    ar_lanes *l = NULL;
+    ar_err err = AR_ERR_INIT;
+    assert_int_equal(ar_lanes_create(&o, &l, &err), AR_OK);
+    ar_lanes_destroy(l);
+  }
+  ar_policy_kind k;
+  assert_false(ar_policy_parse("lifo", &k));
+  assert_false(ar_policy_parse("", &k));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_policy_names_agree),
       cmocka_unit_test(test_quantile),       cmocka_unit_test(test_random_mixes),
       cmocka_unit_test(test_fifo_order),     cmocka_unit_test(test_srtf_short_first),
       cmocka_unit_test(test_failure_alone),  cmocka_unit_test(test_defrag_moves_bytes),
