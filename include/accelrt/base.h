@@ -22,6 +22,7 @@
 #ifndef ACCELRT_BASE_H
 #define ACCELRT_BASE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -246,6 +247,20 @@ double ar_rng_normal(ar_rng *r);
 
 /* Monotonic wall-clock seconds. */
 double ar_now(void);
+
+/* ---- stop signals -------------------------------------------------------
+ * SIGINT and SIGTERM as a request to stop at the next safe point (the end
+ * of an iteration, the next accept), one process-wide flag for every
+ * runner.  ar_stop_signals_install sets the handlers (and clears the flag),
+ * remembering the ones before; installs nest, and the last
+ * ar_stop_signals_restore puts the old handlers back.  Install and restore
+ * from one thread (the main one); ar_stop_signal may be read from any.
+ * With ignore_pipe, SIGPIPE is ignored for as long (a server writing to
+ * clients that left).  Tests: tests/base/test_base.c. */
+void ar_stop_signals_install(bool ignore_pipe);
+void ar_stop_signals_restore(void);
+/* The signal that asked to stop (SIGINT or SIGTERM), 0 when none did. */
+int ar_stop_signal(void);
 
 #ifdef __cplusplus
 }

@@ -21,27 +21,17 @@
  * double every sleep). */
 #define POLL_SLEEP_NS 50000L
 
-static volatile sig_atomic_t got_signal;
-static struct sigaction old_int, old_term;
 static int old_slack = -1;
 
-static void on_signal(int sig) { got_signal = sig; }
-
 void ar__dist_install_signals(void) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  got_signal = 0;
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
+  ar_stop_signals_install(false);
   old_slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
   if (old_slack >= 0)
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
 }
 
 void ar__dist_restore_signals(void) {
-  sigaction(SIGINT, &old_int, NULL);
-  sigaction(SIGTERM, &old_term, NULL);
+  ar_stop_signals_restore();
   if (old_slack >= 0)
     prctl(PR_SET_TIMERSLACK, (unsigned long)old_slack, 0, 0, 0);
 }
@@ -92,12 +82,12 @@ ar_status ar__dist_poll(ar__dist *c, bool progressed, int peer, const char *what
                    (long long)iter, role(c, failed, dead, sizeof dead), by,
                    (long long)c->abort_msg[0], c->rank, c->spec->output.dir);
   }
-  if (got_signal)
+  if (ar_stop_signal())
     return ar_errf(c->err, AR_INTERRUPTED,
                    "iteration %lld: rank %d stopped by signal %d while waiting for %s from %s "
                    "(under mpirun this means another rank died or the job was cancelled; "
                    "mpirun names the rank). The last checkpoint in '%s' is intact",
-                   (long long)iter, c->rank, (int)got_signal, what,
+                   (long long)iter, c->rank, ar_stop_signal(), what,
                    role(c, peer, who, sizeof who), c->spec->output.dir);
   double now = ar__dist_clock(c);
   if (progressed) {

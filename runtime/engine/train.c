@@ -12,12 +12,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t stop_requested;
-
-static void on_signal(int sig) {
-  (void)sig;
-  stop_requested = 1;
-}
 
 
 /* Generated data lives in output.dir/data/, with a stamp naming the
@@ -538,12 +532,7 @@ void ar_job_close(ar_job *c) {
 
 ar_status ar_run(const ar_spec *spec, const ar_run_opts *opts, ar_summary *summary,
                  ar_err *err) {
-  struct sigaction sa, old_int, old_term;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  stop_requested = 0;
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
+  ar_stop_signals_install(false);
   ar_job *j = NULL;
   ar_device *dev = NULL;
   ar_status st = ar_job_open(spec, opts, &j, err);
@@ -553,7 +542,7 @@ ar_status ar_run(const ar_spec *spec, const ar_run_opts *opts, ar_summary *summa
   }
   if (st == AR_OK)
     st = ar_job_start(j, dev, NULL, NULL, err);
-  while (st == AR_OK && !stop_requested && !ar_job_done(j))
+  while (st == AR_OK && !ar_stop_signal() && !ar_job_done(j))
     st = ar_job_step(j, err);
   if (st == AR_OK) {
     bool interrupted = !ar_job_done(j);
@@ -564,8 +553,7 @@ ar_status ar_run(const ar_spec *spec, const ar_run_opts *opts, ar_summary *summa
   }
   ar_job_close(j);
   ar_device_close(dev);
-  sigaction(SIGINT, &old_int, NULL);
-  sigaction(SIGTERM, &old_term, NULL);
+  ar_stop_signals_restore();
   return st;
 }
 

@@ -112,11 +112,6 @@ typedef struct server {
   uid_t self;
 } server;
 
-static volatile sig_atomic_t quit_flag;
-static void on_quit(int sig) {
-  (void)sig;
-  quit_flag = 1;
-}
 
 static void slog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void slog(const char *fmt, ...) {
@@ -791,7 +786,7 @@ static void stream_log(server *s, int fd, sjob *j, const ar__msg *m) {
     pthread_mutex_lock(&s->mu);
     bool ended = ar__tjob_ended(j->state) || (!j->in_runner && j->state != AR__TJ_PENDING);
     pthread_mutex_unlock(&s->mu);
-    if (!m->follow || ended || quit_flag)
+    if (!m->follow || ended || ar_stop_signal())
       break;
     /* Poll for more; a client that went away is noticed by the write. */
     struct pollfd p = {fd, POLLIN, 0};
@@ -1324,28 +1319,19 @@ static ar_status check_opts(const ar_serve_opts *o, ar_err *err) {
 
 /* Accepts connections until SIGINT or SIGTERM. */
 static void serve_loop(server *s, int lfd) {
-  struct sigaction sa, old_int, old_term, old_pipe;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_quit;
-  quit_flag = 0;
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
-  sa.sa_handler = SIG_IGN;
-  sigaction(SIGPIPE, &sa, &old_pipe);
+  ar_stop_signals_install(true);
   recover(s);
   char cap[32];
   slog("listening on %s (state %s; %s under %s, %s)", s->socket, ar__state_path(s->st),
        ar__runner_device_name(s->r), s->o.policy,
        ar_lanes_fmt_bytes(ar__runner_capacity(s->r), cap, sizeof cap));
-  while (!quit_flag) {
+  while (!ar_stop_signal()) {
     struct pollfd p = {lfd, POLLIN, 0};
     if (poll(&p, 1, 200) > 0 && (p.revents & POLLIN))
       accept_one(s, lfd);
   }
   slog("stopping: running jobs write their checkpoints");
-  sigaction(SIGINT, &old_int, NULL);
-  sigaction(SIGTERM, &old_term, NULL);
-  sigaction(SIGPIPE, &old_pipe, NULL);
+  ar_stop_signals_restore();
 }
 
 ar_status ar_tenancy_serve(const ar_serve_opts *o, ar_err *err) {

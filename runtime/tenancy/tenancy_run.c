@@ -125,12 +125,6 @@ ar_status ar__tenancy_failed_job(const char *name, const char *out_dir, const ch
 
 /* ---- signals: a watcher turns SIGINT/SIGTERM into ar__runner_stop ---- */
 
-static volatile sig_atomic_t stop_signal;
-static void on_signal(int sig) {
-  (void)sig;
-  stop_signal = 1;
-}
-
 typedef struct watcher {
   ar__runner *r;
   volatile int done;
@@ -139,7 +133,7 @@ typedef struct watcher {
 static void *watch(void *arg) {
   watcher *w = arg;
   while (!w->done) {
-    if (stop_signal) {
+    if (ar_stop_signal()) {
       ar__runner_stop(w->r);
       break;
     }
@@ -263,12 +257,7 @@ ar_status ar_tenancy_run(const ar_spec *spec, const ar_run_opts *opts, ar_err *e
       fprintf(stderr, "accelrt run: %d jobs on %s under %s, %.2f GiB of memory\n",
               spec->n_jobs, ar__runner_device_name(r), ro.policy,
               (double)ar__runner_capacity(r) / (1 << 30));
-    struct sigaction sa, old_int, old_term;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    stop_signal = 0;
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
+    ar_stop_signals_install(false);
     watcher w = {r, 0};
     pthread_t wt;
     bool watching = pthread_create(&wt, NULL, watch, &w) == 0;
@@ -277,8 +266,7 @@ ar_status ar_tenancy_run(const ar_spec *spec, const ar_run_opts *opts, ar_err *e
     w.done = 1;
     if (watching)
       pthread_join(wt, NULL);
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
+    ar_stop_signals_restore();
     ar__runner_summary s;
     ar__runner_summary_get(r, &s);
     if (st == AR_OK && !quiet) {
@@ -304,7 +292,7 @@ ar_status ar_tenancy_run(const ar_spec *spec, const ar_run_opts *opts, ar_err *e
              (unsigned long long)s.defrags);
       printf("  output %s/{summary.json,metrics.jsonl,trace.json}\n", spec->output.dir);
     }
-    if (st == AR_OK && stop_signal)
+    if (st == AR_OK && ar_stop_signal())
       st = ar_errf(err, AR_INTERRUPTED,
                    "interrupted; running jobs wrote their checkpoints: continue with "
                    "--resume");

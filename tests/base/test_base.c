@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <signal.h>
 #include <string.h>
 
 #include "accelrt/base.h"
@@ -118,8 +119,40 @@ static void test_rng_repeatable_and_uniform(void **state) {
   assert_true(sq / 100000 > 0.97 && sq / 100000 < 1.03);
 }
 
+static volatile sig_atomic_t custom_hits;
+static void custom(int sig) {
+  (void)sig;
+  custom_hits++;
+}
+
+static void test_stop_signals(void **state) {
+  (void)state;
+  signal(SIGTERM, custom);
+  ar_stop_signals_install(true);
+  assert_int_equal(ar_stop_signal(), 0);
+  raise(SIGPIPE); /* ignored while installed with ignore_pipe */
+  /* Nested: one flag, the outer install's old handlers come back last. */
+  ar_stop_signals_install(false);
+  raise(SIGTERM);
+  assert_int_equal(ar_stop_signal(), SIGTERM);
+  ar_stop_signals_restore();
+  assert_int_equal(custom_hits, 0);
+  raise(SIGINT);
+  assert_int_equal(ar_stop_signal(), SIGINT);
+  ar_stop_signals_restore();
+  raise(SIGTERM);
+  assert_int_equal(custom_hits, 1);
+  /* A new install clears the flag. */
+  ar_stop_signals_install(false);
+  assert_int_equal(ar_stop_signal(), 0);
+  ar_stop_signals_restore();
+  ar_stop_signals_restore(); /* one too many: a no-op */
+  signal(SIGTERM, SIG_DFL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_stop_signals),
       cmocka_unit_test(test_status_names),
       cmocka_unit_test(test_errf_and_wrap),
       cmocka_unit_test(test_alloc_failure_injection),
