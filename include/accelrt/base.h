@@ -248,6 +248,26 @@ double ar_rng_normal(ar_rng *r);
 /* Monotonic wall-clock seconds. */
 double ar_now(void);
 
+/* ---- growable text -------------------------------------------------------
+ * A string that grows as it is printed into, for JSON records, traces and
+ * replies.  Zero-initialise it ({0}); after an allocation failure `oom` is
+ * set and later calls do nothing, so a writer checks once at the end.
+ * ar_sbuf_json_str appends s as a JSON string (quotes, escapes; control
+ * characters as \u00XX).  This and ar_json (runtime.h), built on it, are
+ * the project's only JSON writers. */
+typedef struct ar_sbuf {
+  char *buf; /* NUL-terminated when len > 0 */
+  size_t len, cap;
+  bool oom;
+} ar_sbuf;
+void ar_sbuf_printf(ar_sbuf *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void ar_sbuf_json_str(ar_sbuf *b, const char *s);
+void ar_sbuf_fini(ar_sbuf *b); /* frees, and leaves b empty */
+
 /* ---- stop signals -------------------------------------------------------
  * SIGINT and SIGTERM as a request to stop at the next safe point (the end
  * of an iteration, the next accept), one process-wide flag for every

@@ -1,6 +1,6 @@
-/* JSON objects for metrics.jsonl and summary.json, and atomic file writes.
- * The objects are flat (numbers, strings, booleans), so a tiny writer is
- * enough; a JSON library would add a dependency for no gain here. */
+/* JSON objects for metrics.jsonl and summary.json (flat: numbers, strings,
+ * booleans), on base's growable string and its JSON escaping, and the
+ * resume-time trimming of metrics.jsonl. */
 #define _GNU_SOURCE
 #include "accelrt/runtime.h"
 
@@ -15,56 +15,21 @@
 #include <unistd.h>
 
 struct ar_json {
-  char *buf;
-  size_t len, cap;
+  ar_sbuf b;
   int fields;
-  int oom;
 };
-
-static void jput(ar_json *j, const char *fmt, ...) {
-  if (j->oom)
-    return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(j->buf + j->len, j->cap - j->len, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-      j->oom = 1;
-      return;
-    }
-    if ((size_t)n < j->cap - j->len) {
-      j->len += (size_t)n;
-      return;
-    }
-    size_t cap = j->cap * 2 + (size_t)n;
-    char *b = ar_realloc(j->buf, cap);
-    if (!b) {
-      j->oom = 1;
-      return;
-    }
-    j->buf = b;
-    j->cap = cap;
-  }
-}
 
 ar_json *ar_json_begin(void) {
   ar_json *j = ar_calloc(1, sizeof *j);
-  if (!j)
-    return NULL;
-  j->cap = 256;
-  j->buf = ar_malloc(j->cap);
-  if (!j->buf) {
-    ar_free(j);
-    return NULL;
-  }
-  j->buf[0] = '\0';
-  jput(j, "{");
+  if (j)
+    ar_sbuf_printf(&j->b, "{");
   return j;
 }
 
 static void key(ar_json *j, const char *k) {
-  jput(j, "%s\"%s\": ", j->fields++ ? ", " : "", k);
+  ar_sbuf_printf(&j->b, "%s", j->fields++ ? ", " : "");
+  ar_sbuf_json_str(&j->b, k);
+  ar_sbuf_printf(&j->b, ": ");
 }
 
 void ar_json_num(ar_json *j, const char *k, double v) {
@@ -72,52 +37,43 @@ void ar_json_num(ar_json *j, const char *k, double v) {
     return;
   key(j, k);
   if (isfinite(v))
-    jput(j, "%.10g", v);
+    ar_sbuf_printf(&j->b, "%.10g", v);
   else
-    jput(j, "null");
+    ar_sbuf_printf(&j->b, "null");
 }
 
 void ar_json_int(ar_json *j, const char *k, int64_t v) {
   if (!j)
     return;
   key(j, k);
-  jput(j, "%lld", (long long)v);
+  ar_sbuf_printf(&j->b, "%lld", (long long)v);
 }
 
 void ar_json_bool(ar_json *j, const char *k, bool v) {
   if (!j)
     return;
   key(j, k);
-  jput(j, v ? "true" : "false");
+  ar_sbuf_printf(&j->b, v ? "true" : "false");
 }
 
 void ar_json_str(ar_json *j, const char *k, const char *v) {
   if (!j)
     return;
   key(j, k);
-  jput(j, "\"");
-  for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
-    if (*p == '"' || *p == '\\')
-      jput(j, "\\%c", *p);
-    else if (*p < 0x20)
-      jput(j, "\\u%04x", *p);
-    else
-      jput(j, "%c", *p);
-  }
-  jput(j, "\"");
+  ar_sbuf_json_str(&j->b, v);
 }
 
 const char *ar_json_end(ar_json *j) {
   if (!j)
     return NULL;
-  jput(j, "}\n");
-  return j->oom ? NULL : j->buf;
+  ar_sbuf_printf(&j->b, "}\n");
+  return j->b.oom ? NULL : j->b.buf;
 }
 
 void ar_json_destroy(ar_json *j) {
   if (!j)
     return;
-  ar_free(j->buf);
+  ar_sbuf_fini(&j->b);
   ar_free(j);
 }
 

@@ -151,7 +151,7 @@ struct ar__runner {
   double *sw_all;
   size_t nsw_all, capsw_all;
   uint64_t switches;
-  ar__sbuf trace;
+  ar_sbuf trace;
   uint64_t trace_dropped;
   FILE *metrics;
   ar__runner_summary sum;
@@ -456,7 +456,7 @@ void ar__runner_destroy(ar__runner *r) {
   }
   ar_free(r->lrec);
   ar_free(r->sw_all);
-  ar__sb_fini(&r->trace);
+  ar_sbuf_fini(&r->trace);
   if (r->metrics)
     fclose(r->metrics);
   /* Jobs are closed above, so no queue touches the arena any more; lane
@@ -600,7 +600,7 @@ static bool trace_room(ar__runner *r) {
 }
 
 static void trace_sep(ar__runner *r) {
-  ar__sb_printf(&r->trace, r->trace.len ? ",\n" : "");
+  ar_sbuf_printf(&r->trace, r->trace.len ? ",\n" : "");
 }
 
 static lane_rec *lane_rec_get(ar__runner *r, ar_lanes_lane_id id) {
@@ -637,8 +637,8 @@ static void sample_memory(ar__runner *r, const char *why) {
   if (used > r->max_mem)
     r->max_mem = used;
   double t = clock_now(r);
-  ar__sbuf b = {0};
-  ar__sb_printf(&b,
+  ar_sbuf b = {0};
+  ar_sbuf_printf(&b,
                 "{\"event\": \"memory\", \"t_s\": %.6f, \"why\": \"%s\", "
                 "\"persistent_bytes\": %zu, \"lane_bytes\": %zu, \"free_bytes\": %zu, "
                 "\"capacity_bytes\": %zu, \"lanes\": %zu, \"admitted\": %zu, "
@@ -648,21 +648,21 @@ static void sample_memory(ar__runner *r, const char *why) {
   for (size_t k = 0; k < nl; k++) {
     ar_lanes_lane_info li;
     if (ar_lanes_lane_at(r->lanes, k, &li) == AR_OK)
-      ar__sb_printf(&b, "%s{\"lane\": %u, \"offset\": %zu, \"bytes\": %zu, \"jobs\": %zu}",
+      ar_sbuf_printf(&b, "%s{\"lane\": %u, \"offset\": %zu, \"bytes\": %zu, \"jobs\": %zu}",
                     k ? ", " : "", (unsigned)li.id, li.offset, li.size, li.jobs);
   }
-  ar__sb_printf(&b, "]}");
+  ar_sbuf_printf(&b, "]}");
   if (!b.oom)
     metrics_line(r, b.buf);
-  ar__sb_fini(&b);
+  ar_sbuf_fini(&b);
   if (trace_room(r)) {
     trace_sep(r);
-    ar__sb_printf(&r->trace,
+    ar_sbuf_printf(&r->trace,
                   "{\"name\": \"memory\", \"ph\": \"C\", \"pid\": 1, \"ts\": %.1f, "
                   "\"args\": {\"persistent\": %zu, \"lanes\": %zu, \"free\": %zu}}",
                   us(t), u.persistent_bytes, u.lane_bytes, u.capacity - used);
     trace_sep(r);
-    ar__sb_printf(&r->trace,
+    ar_sbuf_printf(&r->trace,
                   "{\"name\": \"jobs\", \"ph\": \"C\", \"pid\": 1, \"ts\": %.1f, "
                   "\"args\": {\"admitted\": %zu, \"queued\": %zu, \"lanes\": %zu}}",
                   us(t), u.admitted, u.queued, nl);
@@ -673,13 +673,13 @@ static void trace_instant(ar__runner *r, const char *what, const tjob *j) {
   if (!trace_room(r))
     return;
   trace_sep(r);
-  ar__sb_printf(&r->trace, "{\"name\": \"%s ", what);
-  ar__sbuf *b = &r->trace;
+  ar_sbuf_printf(&r->trace, "{\"name\": \"%s ", what);
+  ar_sbuf *b = &r->trace;
   /* the job name, escaped, inside the quoted event name */
   for (const char *p = j->name; *p; p++)
-    ar__sb_printf(b, (*p == '"' || *p == '\\') ? "\\%c" : ((unsigned char)*p < 0x20 ? "?" : "%c"),
+    ar_sbuf_printf(b, (*p == '"' || *p == '\\') ? "\\%c" : ((unsigned char)*p < 0x20 ? "?" : "%c"),
                   *p);
-  ar__sb_printf(b, "\", \"ph\": \"i\", \"s\": \"t\", \"pid\": 1, \"tid\": 0, \"ts\": %.1f}",
+  ar_sbuf_printf(b, "\", \"ph\": \"i\", \"s\": \"t\", \"pid\": 1, \"tid\": 0, \"ts\": %.1f}",
                 us(clock_now(r)));
 }
 
@@ -693,10 +693,10 @@ static void job_record(ar__runner *r, tjob *j) {
   ar__tjob_result *res = &j->res;
   res->switch_ms_p50 = 1e3 * ar__quantile(j->sw, j->nsw, 0.5);
   res->switch_ms_p99 = 1e3 * ar__quantile(j->sw, j->nsw, 0.99);
-  ar__sbuf b = {0};
-  ar__sb_printf(&b, "{\"event\": \"job\", \"name\": ");
-  ar__sb_json_str(&b, j->name);
-  ar__sb_printf(&b,
+  ar_sbuf b = {0};
+  ar_sbuf_printf(&b, "{\"event\": \"job\", \"name\": ");
+  ar_sbuf_json_str(&b, j->name);
+  ar_sbuf_printf(&b,
                 ", \"status\": \"%s\", \"arrival_s\": %.6f, \"queue_s\": %.6f, "
                 "\"jct_s\": %.6f, \"iterations\": %llu, \"lane\": %u, \"switches\": %llu, "
                 "\"switch_latency_ms_p50\": %.4f, \"switch_latency_ms_p99\": %.4f, "
@@ -706,10 +706,10 @@ static void job_record(ar__runner *r, tjob *j) {
                 (unsigned long long)res->switches, res->switch_ms_p50, res->switch_ms_p99,
                 res->busy_s, j->d.persistent, j->d.ephemeral);
   if (res->error[0]) {
-    ar__sb_printf(&b, ", \"error\": ");
-    ar__sb_json_str(&b, res->error);
+    ar_sbuf_printf(&b, ", \"error\": ");
+    ar_sbuf_json_str(&b, res->error);
   }
-  ar__sb_printf(&b, "}");
+  ar_sbuf_printf(&b, "}");
   if (!b.oom) {
     metrics_line(r, b.buf);
     if (j->out_dir) {
@@ -724,7 +724,7 @@ static void job_record(ar__runner *r, tjob *j) {
       }
     }
   }
-  ar__sb_fini(&b);
+  ar_sbuf_fini(&b);
   trace_instant(r, res->state == AR__TJ_DONE ? "done" : ar__tjob_state_name(res->state), j);
 }
 
@@ -926,7 +926,7 @@ static void complete(ar__runner *r, worker *w) {
       if (!lr->named && trace_room(r)) {
         lr->named = true;
         trace_sep(r);
-        ar__sb_printf(&r->trace,
+        ar_sbuf_printf(&r->trace,
                       "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %u, "
                       "\"args\": {\"name\": \"lane %u\"}}",
                       (unsigned)w->lane, (unsigned)w->lane);
@@ -934,21 +934,21 @@ static void complete(ar__runner *r, worker *w) {
     }
     if (w->started_now && trace_room(r)) {
       trace_sep(r);
-      ar__sb_printf(&r->trace, "{\"name\": \"start\", \"cat\": \"setup\", \"ph\": \"X\", "
+      ar_sbuf_printf(&r->trace, "{\"name\": \"start\", \"cat\": \"setup\", \"ph\": \"X\", "
                     "\"pid\": 1, \"tid\": %u, \"ts\": %.1f, \"dur\": %.1f}",
                     (unsigned)w->lane, us(w->t_setup - r->t0), us(w->t_start - w->t_setup));
     }
     if (w->ended && trace_room(r)) {
       trace_sep(r);
-      ar__sb_printf(&r->trace, "{\"name\": \"finish\", \"cat\": \"setup\", \"ph\": \"X\", "
+      ar_sbuf_printf(&r->trace, "{\"name\": \"finish\", \"cat\": \"setup\", \"ph\": \"X\", "
                     "\"pid\": 1, \"tid\": %u, \"ts\": %.1f, \"dur\": %.1f}",
                     (unsigned)w->lane, us(te), us(w->t_fin - w->t_end));
     }
     if (trace_room(r)) {
       trace_sep(r);
-      ar__sb_printf(&r->trace, "{\"name\": ");
-      ar__sb_json_str(&r->trace, j->name);
-      ar__sb_printf(&r->trace,
+      ar_sbuf_printf(&r->trace, "{\"name\": ");
+      ar_sbuf_json_str(&r->trace, j->name);
+      ar_sbuf_printf(&r->trace,
                     ", \"cat\": \"iteration\", \"ph\": \"X\", \"pid\": 1, \"tid\": %u, "
                     "\"ts\": %.1f, \"dur\": %.1f, \"args\": {\"iteration\": %llu, "
                     "\"threads\": %d}}",
@@ -1029,7 +1029,7 @@ static ar_status defragment(ar__runner *r, ar_err *err) {
   metrics_line(r, line);
   if (trace_room(r)) {
     trace_sep(r);
-    ar__sb_printf(&r->trace,
+    ar_sbuf_printf(&r->trace,
                   "{\"name\": \"defrag\", \"ph\": \"X\", \"pid\": 1, \"tid\": 0, \"ts\": %.1f, "
                   "\"dur\": %.1f, \"args\": {\"bytes_moved\": %llu}}",
                   us(t), us(dt), (unsigned long long)(r->moved - moved0));
@@ -1285,12 +1285,12 @@ static void finish_summary(ar__runner *r) {
 
 static ar_status write_outputs(ar__runner *r, ar_err *err) {
   const ar__runner_summary *s = &r->sum;
-  ar__sbuf b = {0};
-  ar__sb_printf(&b, "{\n  \"policy\": ");
-  ar__sb_json_str(&b, s->policy);
-  ar__sb_printf(&b, ",\n  \"device\": ");
-  ar__sb_json_str(&b, r->device_name);
-  ar__sb_printf(&b,
+  ar_sbuf b = {0};
+  ar_sbuf_printf(&b, "{\n  \"policy\": ");
+  ar_sbuf_json_str(&b, s->policy);
+  ar_sbuf_printf(&b, ",\n  \"device\": ");
+  ar_sbuf_json_str(&b, r->device_name);
+  ar_sbuf_printf(&b,
                 ",\n  \"makespan_s\": %.6f,\n  \"avg_jct_s\": %.6f,\n  \"p95_jct_s\": %.6f,\n"
                 "  \"avg_queue_s\": %.6f,\n  \"switch_latency_ms_p50\": %.6f,\n"
                 "  \"switch_latency_ms_p99\": %.6f,\n  \"switches\": %llu,\n"
@@ -1305,9 +1305,9 @@ static ar_status write_outputs(ar__runner *r, ar_err *err) {
   for (size_t i = 0; i < r->njobs; i++) {
     const tjob *j = r->jobs[i];
     const ar__tjob_result *res = &j->res;
-    ar__sb_printf(&b, "%s\n    {\"name\": ", i ? "," : "");
-    ar__sb_json_str(&b, j->name);
-    ar__sb_printf(&b,
+    ar_sbuf_printf(&b, "%s\n    {\"name\": ", i ? "," : "");
+    ar_sbuf_json_str(&b, j->name);
+    ar_sbuf_printf(&b,
                   ", \"status\": \"%s\", \"arrival_s\": %.6f, \"jct_s\": %.6f, "
                   "\"queue_s\": %.6f, \"iterations\": %llu, \"lane\": %u, "
                   "\"switch_latency_ms_p50\": %.4f",
@@ -1315,25 +1315,25 @@ static ar_status write_outputs(ar__runner *r, ar_err *err) {
                   (unsigned long long)res->iterations, (unsigned)res->lane,
                   res->switch_ms_p50);
     if (res->error[0]) {
-      ar__sb_printf(&b, ", \"error\": ");
-      ar__sb_json_str(&b, res->error);
+      ar_sbuf_printf(&b, ", \"error\": ");
+      ar_sbuf_json_str(&b, res->error);
     }
-    ar__sb_printf(&b, "}");
+    ar_sbuf_printf(&b, "}");
   }
-  ar__sb_printf(&b, "\n  ]\n}\n");
+  ar_sbuf_printf(&b, "\n  ]\n}\n");
   if (b.oom) {
-    ar__sb_fini(&b);
+    ar_sbuf_fini(&b);
     return ar_errf(err, AR_NOMEM, "out of memory writing summary.json");
   }
   char path[4096];
   snprintf(path, sizeof path, "%s/summary.json", r->out_dir);
   ar_status st = ar_fs_write_atomic(r->fs, path, b.buf, b.len, err);
-  ar__sb_fini(&b);
+  ar_sbuf_fini(&b);
   if (st != AR_OK)
     return st;
   /* The trace: {"traceEvents": [...]} */
-  ar__sbuf t = {0};
-  ar__sb_printf(&t,
+  ar_sbuf t = {0};
+  ar_sbuf_printf(&t,
                 "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n"
                 "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"args\": {\"name\": "
                 "\"accelrt lanes on %s (%s)\"}},\n"
@@ -1341,11 +1341,11 @@ static ar_status write_outputs(ar__runner *r, ar_err *err) {
                 "\"args\": {\"name\": \"admission\"}}%s",
                 r->device_name, r->policy, r->trace.len ? ",\n" : "");
   if (r->trace.len)
-    ar__sb_printf(&t, "%s", r->trace.buf);
-  ar__sb_printf(&t, "\n], \"otherData\": {\"dropped_events\": %llu}}\n",
+    ar_sbuf_printf(&t, "%s", r->trace.buf);
+  ar_sbuf_printf(&t, "\n], \"otherData\": {\"dropped_events\": %llu}}\n",
                 (unsigned long long)r->trace_dropped);
   if (t.oom) {
-    ar__sb_fini(&t);
+    ar_sbuf_fini(&t);
     return ar_errf(err, AR_NOMEM, "out of memory writing the trace");
   }
   if (r->trace_path)
@@ -1353,7 +1353,7 @@ static ar_status write_outputs(ar__runner *r, ar_err *err) {
   else
     snprintf(path, sizeof path, "%s/trace.json", r->out_dir);
   st = ar_fs_write_atomic(r->fs, path, t.buf, t.len, err);
-  ar__sb_fini(&t);
+  ar_sbuf_fini(&t);
   return st;
 }
 

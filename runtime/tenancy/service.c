@@ -206,25 +206,25 @@ static void job_log(server *s, const sjob *j, const char *fmt, ...) {
  * last; paths and overrides hold no newline (the decoder refuses NUL, the
  * submit path newlines). */
 static void write_meta(server *s, const sjob *j, const char *state) {
-  ar__sbuf b = {0};
-  ar__sb_printf(&b, "id %llu\nuid %u\ngid %u\ngroups", (unsigned long long)j->id,
+  ar_sbuf b = {0};
+  ar_sbuf_printf(&b, "id %llu\nuid %u\ngid %u\ngroups", (unsigned long long)j->id,
                 (unsigned)j->cred.uid, (unsigned)j->cred.gid);
   for (int i = 0; i < j->cred.ngroups; i++)
-    ar__sb_printf(&b, "%s%u", i ? "," : " ", (unsigned)j->cred.groups[i]);
-  ar__sb_printf(&b, "\nstate %s\nname %s\nout %s\nfile %s\nbase %s\ncwd %s\nkeep %d\n", state,
+    ar_sbuf_printf(&b, "%s%u", i ? "," : " ", (unsigned)j->cred.groups[i]);
+  ar_sbuf_printf(&b, "\nstate %s\nname %s\nout %s\nfile %s\nbase %s\ncwd %s\nkeep %d\n", state,
                 j->name, j->out, j->file, j->base, j->cwd, j->keep ? 1 : 0);
   for (int i = 0; i < j->n_sets; i++)
-    ar__sb_printf(&b, "set %s\n", j->sets[i]);
+    ar_sbuf_printf(&b, "set %s\n", j->sets[i]);
   if (j->res.error[0]) {
     char e[sizeof j->res.error];
     snprintf(e, sizeof e, "%s", j->res.error);
     for (char *p = e; *p; p++)
       if (*p == '\n')
         *p = ' ';
-    ar__sb_printf(&b, "error %s\n", e);
+    ar_sbuf_printf(&b, "error %s\n", e);
   }
   if (!b.oom)
-    ar__sb_printf(&b, "crc %08lx\n", crc32(0L, (const Bytef *)b.buf, (uInt)b.len));
+    ar_sbuf_printf(&b, "crc %08lx\n", crc32(0L, (const Bytef *)b.buf, (uInt)b.len));
   if (!b.oom) {
     char path[64];
     snprintf(path, sizeof path, "%s/meta", j->dir);
@@ -232,7 +232,7 @@ static void write_meta(server *s, const sjob *j, const char *state) {
     if (ar_fs_write_atomic(s->sfs, path, b.buf, b.len, &err) != AR_OK)
       slog("job %llu: cannot write its journal: %s", (unsigned long long)j->id, err.msg);
   }
-  ar__sb_fini(&b);
+  ar_sbuf_fini(&b);
 }
 
 static bool has_newline(const char *s) { return strchr(s, '\n') != NULL; }
@@ -681,8 +681,8 @@ static void user_name(uid_t uid, char *buf, size_t cap) {
 }
 
 static void do_ps(server *s, int fd, uid_t uid) {
-  ar__sbuf b = {0};
-  ar__sb_printf(&b, "%-6s %-10s %-9s %-24s %5s %8s %9s %9s\n", "ID", "USER", "STATE", "NAME",
+  ar_sbuf b = {0};
+  ar_sbuf_printf(&b, "%-6s %-10s %-9s %-24s %5s %8s %9s %9s\n", "ID", "USER", "STATE", "NAME",
                 "LANE", "ITERS", "QUEUE_S", "JCT_S");
   pthread_mutex_lock(&s->mu);
   for (size_t i = 0; i < s->njobs; i++) {
@@ -691,14 +691,14 @@ static void do_ps(server *s, int fd, uid_t uid) {
       continue;
     char who[64];
     user_name(j->cred.uid, who, sizeof who);
-    ar__sb_printf(&b, "%-6llu %-10s %-9s %-24s %5u %8llu %9.2f %9.2f\n",
+    ar_sbuf_printf(&b, "%-6llu %-10s %-9s %-24s %5u %8llu %9.2f %9.2f\n",
                   (unsigned long long)j->id, who, jstate_name(j->state),
                   j->name[0] ? j->name : "-", (unsigned)j->res.lane,
                   (unsigned long long)j->res.iterations, j->res.queue_s, j->res.jct_s);
   }
   pthread_mutex_unlock(&s->mu);
   reply(fd, b.oom ? AR__OP_ERROR : AR__OP_OK, b.oom ? "out of memory" : b.buf, 0, false);
-  ar__sb_fini(&b);
+  ar_sbuf_fini(&b);
 }
 
 /* Finds the job and checks the asker may touch it; replies on failure.

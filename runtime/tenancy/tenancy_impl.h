@@ -188,21 +188,6 @@ void ar__runner_summary_get(ar__runner *r, ar__runner_summary *out);
 
 /* ---- records (record.c) ---- */
 
-/* A growable string. */
-typedef struct ar__sbuf {
-  char *buf;
-  size_t len, cap;
-  bool oom;
-} ar__sbuf;
-void ar__sb_printf(ar__sbuf *b, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-/* Appends s as a JSON string (quotes, escapes). */
-void ar__sb_json_str(ar__sbuf *b, const char *s);
-void ar__sb_fini(ar__sbuf *b);
-
 /* Value at quantile q in [0, 1] of v (n values; sorted in place), nearest
  * rank; 0 when n = 0. */
 double ar__quantile(double *v, size_t n, double q);

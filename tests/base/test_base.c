@@ -119,6 +119,28 @@ static void test_rng_repeatable_and_uniform(void **state) {
   assert_true(sq / 100000 > 0.97 && sq / 100000 < 1.03);
 }
 
+static void test_sbuf_json(void **state) {
+  (void)state;
+  ar_sbuf b = {0};
+  ar_sbuf_json_str(&b, "a\"b\\c\n\x01z");
+  assert_string_equal(b.buf, "\"a\\\"b\\\\c\\u000a\\u0001z\"");
+  /* Grows past any first guess; stays NUL-terminated. */
+  for (int i = 0; i < 1000; i++)
+    ar_sbuf_printf(&b, "%04d", i);
+  assert_int_equal(b.len, strlen(b.buf));
+  assert_int_equal(b.len, 22 + 4000);
+  ar_sbuf_fini(&b);
+  assert_null(b.buf);
+  /* An allocation failure sticks: later calls do nothing. */
+  ar_alloc_fail_after(0);
+  ar_sbuf_printf(&b, "x");
+  ar_alloc_fail_after(-1);
+  assert_true(b.oom);
+  ar_sbuf_printf(&b, "y");
+  assert_null(b.buf);
+  ar_sbuf_fini(&b);
+}
+
 static volatile sig_atomic_t custom_hits;
 static void custom(int sig) {
   (void)sig;
@@ -153,6 +175,7 @@ static void test_stop_signals(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_stop_signals),
+      cmocka_unit_test(test_sbuf_json),
       cmocka_unit_test(test_status_names),
       cmocka_unit_test(test_errf_and_wrap),
       cmocka_unit_test(test_alloc_failure_injection),
