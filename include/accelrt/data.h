@@ -33,7 +33,6 @@
 
 #include "accelrt/base.h"
 #include "accelrt/fs.h"
-#include "accelrt/spec.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -44,6 +43,18 @@ extern "C" {
 
 /* A batch of sparse rows in CSR form, host memory, owned by the caller
  * (ar_batch_init / ar_batch_fini) with capacities fixed at init. */
+/* The formats a reader takes (data.format in a job file). */
+typedef enum ar_data_format { AR_FMT_XC = 0, AR_FMT_LIBSVM } ar_data_format;
+
+/* What data.generate asks the generator for (see ar_data_generate). */
+typedef struct ar_gen_spec {
+  int64_t train_points, test_points;
+  int64_t features, labels;
+  int32_t nnz;              /* average non-zero features per point */
+  int32_t labels_per_point; /* average labels per point */
+  double noise;             /* fraction of features drawn at random, 0..1 */
+} ar_gen_spec;
+
 typedef struct ar_batch {
   int64_t rows;     /* rows filled */
   int64_t *row_ptr; /* (cap_rows + 1) feature offsets; row_ptr[0] = 0 */

@@ -40,7 +40,6 @@
 #define ACCELRT_DEVICE_H
 
 #include "accelrt/base.h"
-#include "accelrt/spec.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -50,6 +49,15 @@ extern "C" {
 #endif
 
 typedef struct ar_device ar_device;
+
+/* Activations the device applies (bias_act, act_grad); the job file's
+ * `activation` names them (spec.h). */
+typedef enum ar_act {
+  AR_ACT_NONE = 0, /* identity */
+  AR_ACT_RELU,
+  AR_ACT_SIGMOID,
+  AR_ACT_SOFTMAX /* output layer only: softmax cross-entropy loss */
+} ar_act;
 
 typedef struct ar_device_opts {
   int threads; /* host: worker threads; 0 = one per core */

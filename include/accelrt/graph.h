@@ -212,7 +212,6 @@ void ar_model_destroy(ar_model *m); /* NULL is a no-op */
 /* Copies a host batch to the device.  AR_RANGE when the batch exceeds the
  * planned shape. */
 ar_status ar_model_load(ar_model *m, const ar_batch *b);
-/* Forward pass over the loaded rows; the last layer's y holds logits. */
 /* Per-layer pieces of forward, backward and step, in the order the whole-
  * model calls use them (forward 0..n-1, backward n-1..0); for callers that
  * interleave them with communication (runtime/dist).  step_layer uses
@@ -220,6 +219,7 @@ ar_status ar_model_load(ar_model *m, const ar_batch *b);
 void ar_model_forward_layer(ar_model *m, int l);
 void ar_model_backward_layer(ar_model *m, int l);
 void ar_model_step_layer(ar_model *m, int l);
+/* Forward pass over the loaded rows; the last layer's y holds logits. */
 void ar_model_forward(ar_model *m);
 /* Loss of the loaded rows (mean over rows, as in training).  With want_grad
  * the logits are replaced by the gradient of that mean loss. */
@@ -242,9 +242,6 @@ typedef struct ar_eval_acc {
  * `b` is the host copy of the same batch (for the labels). */
 ar_status ar_model_eval_batch(ar_model *m, const ar_batch *b, ar_eval_acc *acc);
 
-/* The model's parameters and optimizer state as named tensors, in a fixed
- * order, for checkpoints: tensor i is `count` floats at `ptr` (device
- * memory).  Returns the number of tensors. */
 /* ---- LSH-sampled layers (runtime/engine/sampled.c) ----
  * ar_model_train_batch runs sampled layers per sample (SLIDE); evaluation
  * (ar_model_eval_batch) scores every neuron, so P@k is exact and
@@ -317,7 +314,10 @@ typedef struct ar_sampled_stats {
 void ar_model_sampled_stats(const ar_model *m, int l, ar_sampled_stats *out);
 void ar_model_sampled_stats_reset(ar_model *m);
 
-/* (Entries marked zero_between are left out.) */
+/* The model's parameters and optimizer state as named tensors, in a fixed
+ * order, for checkpoints: tensor i is `count` floats at `ptr` (device
+ * memory); entries marked zero_between are left out.  Returns the number
+ * of tensors. */
 int ar_model_tensors(const ar_model *m, const char **names, float **ptrs,
                      int64_t *counts, int max);
 

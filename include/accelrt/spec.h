@@ -14,6 +14,8 @@
 #define ACCELRT_SPEC_H
 
 #include "accelrt/base.h"
+#include "accelrt/data.h"   /* ar_data_format, ar_gen_spec */
+#include "accelrt/device.h" /* ar_act */
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -22,14 +24,6 @@
 extern "C" {
 #endif
 
-typedef enum ar_act {
-  AR_ACT_NONE = 0, /* identity */
-  AR_ACT_RELU,
-  AR_ACT_SIGMOID,
-  AR_ACT_SOFTMAX /* output layer only: softmax cross-entropy loss */
-} ar_act;
-
-typedef enum ar_data_format { AR_FMT_XC = 0, AR_FMT_LIBSVM } ar_data_format;
 
 typedef enum ar_opt_kind { AR_OPT_ADAM = 0, AR_OPT_SGD } ar_opt_kind;
 
@@ -122,14 +116,6 @@ typedef enum ar_order_kind {
 
 /* data.generate: a synthetic XC dataset with planted structure written by
  * the runtime before training (see include/accelrt/data.h). */
-typedef struct ar_gen_spec {
-  int64_t train_points, test_points;
-  int64_t features, labels;
-  int32_t nnz;              /* average non-zero features per point */
-  int32_t labels_per_point; /* average labels per point */
-  double noise;             /* fraction of features drawn at random, 0..1 */
-} ar_gen_spec;
-
 typedef struct ar_spec {
   char *file; /* path of the job file as given ("<string>" when parsed from memory) */
   char *name;
