@@ -411,6 +411,80 @@ static ar_status parse_job(const sjob *j, const char *yaml, size_t n, ar_spec **
   return st == AR_OK ? AR_OK : err ? err->status : AR_SPEC;
 }
 
+/* Makes every path of the job absolute against the client's folder (the
+ * broker opens only absolute paths, as the submitter) and fixes j->out. */
+static ar_status resolve_paths(sjob *j, ar_spec *spec, ar_err *err) {
+  AR_CHECK(absolute(&spec->data.train, j->cwd, "data.train", err));
+  AR_CHECK(absolute(&spec->data.test, j->cwd, "data.test", err));
+  if (!j->out[0]) {
+    AR_CHECK(absolute(&spec->output.dir, j->cwd, "output.dir", err));
+    if (strlen(spec->output.dir) >= sizeof j->out)
+      return ar_errf(err, AR_SPEC, "output.dir is longer than %zu bytes", sizeof j->out - 1);
+    snprintf(j->out, sizeof j->out, "%s", spec->output.dir);
+  }
+  if (has_newline(j->out) || has_newline(spec->name))
+    return ar_errf(err, AR_SPEC, "names and output folders must not hold newlines");
+  if (strcmp(spec->output.dir, j->out) != 0) {
+    char *dir = ar_strdup(j->out);
+    if (!dir)
+      return ar_errf(err, AR_NOMEM, "out of memory");
+    ar_free(spec->output.dir);
+    spec->output.dir = dir;
+  }
+  return AR_OK;
+}
+
+/* Adds the opened job to the runner; on failure the job (d) is closed and
+ * its spec destroyed.  A cancel that came while it was being opened wins
+ * here (AR_INTERRUPTED). */
+static ar_status hand_to_runner(server *s, sjob *j, ar_spec *spec, ar__tjob_desc *d,
+                                ar_err *err) {
+  d->arrival_s = ar__runner_now(s->r);
+  pthread_mutex_lock(&s->add_mu);
+  pthread_mutex_lock(&s->mu);
+  ar_status st = AR_OK;
+  if (j->cancel_asked)
+    st = ar_errf(err, AR_INTERRUPTED, "cancelled before it started");
+  if (st == AR_OK && s->nridx == s->capridx) {
+    size_t cap = s->capridx ? 2 * s->capridx : 64;
+    sjob **nb = ar_realloc(s->by_ridx, cap * sizeof *nb);
+    if (!nb)
+      st = ar_errf(err, AR_NOMEM, "out of memory");
+    else {
+      s->by_ridx = nb;
+      s->capridx = cap;
+    }
+  }
+  if (st == AR_OK) {
+    /* The runner's next index is nridx: jobs are only added here, under
+     * s->mu, so the two counts stay equal. */
+    j->spec = spec;
+    j->ridx = s->nridx;
+    s->by_ridx[s->nridx++] = j;
+    j->in_runner = true;
+    j->state = AR__TJ_PENDING;
+  }
+  pthread_mutex_unlock(&s->mu);
+  size_t idx = 0;
+  if (st == AR_OK && (st = ar__runner_add(s->r, d, &idx, err)) != AR_OK) {
+    pthread_mutex_lock(&s->mu);
+    s->nridx--;
+    j->in_runner = false;
+    j->spec = NULL;
+    pthread_mutex_unlock(&s->mu);
+  }
+  pthread_mutex_unlock(&s->add_mu);
+  if (st != AR_OK) {
+    d->ops->close(d->job);
+    if (st == AR_INTERRUPTED && !j->keep)
+      ar_run_remove_generated(spec, j->fs);
+    ar_spec_destroy(spec);
+    return st;
+  }
+  AR_ASSERT(idx == j->ridx);
+  return AR_OK;
+}
+
 /* Parses the job text of j (its journal), fixes its paths, opens it as its
  * submitter and hands it to the runner.  Called with s->mu NOT held.  On
  * failure nothing of the job is left in the runner. */
@@ -422,30 +496,8 @@ static ar_status start_job(server *s, sjob *j, const char *yaml, size_t n, bool 
   if (spec->n_jobs > 0 || spec->distributed.enabled)
     st = ar_errf(err, AR_SPEC, "the service takes single jobs; submit each job of a `jobs:` "
                  "file (or run it with accelrt run), and distributed jobs with mpirun");
-  /* Every path is made absolute against the client's folder: the broker
-   * opens only absolute paths, as the submitter. */
   if (st == AR_OK)
-    st = absolute(&spec->data.train, j->cwd, "data.train", err);
-  if (st == AR_OK)
-    st = absolute(&spec->data.test, j->cwd, "data.test", err);
-  if (st == AR_OK && !j->out[0]) {
-    st = absolute(&spec->output.dir, j->cwd, "output.dir", err);
-    if (st == AR_OK && strlen(spec->output.dir) >= sizeof j->out)
-      st = ar_errf(err, AR_SPEC, "output.dir is longer than %zu bytes", sizeof j->out - 1);
-    if (st == AR_OK)
-      snprintf(j->out, sizeof j->out, "%s", spec->output.dir);
-  }
-  if (st == AR_OK && (has_newline(j->out) || has_newline(spec->name)))
-    st = ar_errf(err, AR_SPEC, "names and output folders must not hold newlines");
-  if (st == AR_OK && strcmp(spec->output.dir, j->out) != 0) {
-    char *dir = ar_strdup(j->out);
-    if (!dir)
-      st = ar_errf(err, AR_NOMEM, "out of memory");
-    else {
-      ar_free(spec->output.dir);
-      spec->output.dir = dir;
-    }
-  }
+    st = resolve_paths(j, spec, err);
   if (st != AR_OK) {
     ar_spec_destroy(spec);
     return st;
@@ -470,54 +522,7 @@ static ar_status start_job(server *s, sjob *j, const char *yaml, size_t n, bool 
     ar_spec_destroy(spec);
     return st;
   }
-  d.arrival_s = ar__runner_now(s->r);
-  pthread_mutex_lock(&s->add_mu);
-  pthread_mutex_lock(&s->mu);
-  if (j->cancel_asked) {
-    pthread_mutex_unlock(&s->mu);
-    pthread_mutex_unlock(&s->add_mu);
-    d.ops->close(d.job);
-    if (!j->keep)
-      ar_run_remove_generated(spec, j->fs);
-    ar_spec_destroy(spec);
-    return ar_errf(err, AR_INTERRUPTED, "cancelled before it started");
-  }
-  if (s->nridx == s->capridx) {
-    size_t cap = s->capridx ? 2 * s->capridx : 64;
-    sjob **nb = ar_realloc(s->by_ridx, cap * sizeof *nb);
-    if (!nb) {
-      pthread_mutex_unlock(&s->mu);
-      pthread_mutex_unlock(&s->add_mu);
-      d.ops->close(d.job);
-      ar_spec_destroy(spec);
-      return ar_errf(err, AR_NOMEM, "out of memory");
-    }
-    s->by_ridx = nb;
-    s->capridx = cap;
-  }
-  /* The runner's next index is nridx: jobs are only added here, under
-   * s->mu, so the two counts stay equal. */
-  j->spec = spec;
-  j->ridx = s->nridx;
-  s->by_ridx[s->nridx++] = j;
-  j->in_runner = true;
-  j->state = AR__TJ_PENDING;
-  pthread_mutex_unlock(&s->mu);
-  size_t idx = 0;
-  st = ar__runner_add(s->r, &d, &idx, err);
-  if (st != AR_OK) {
-    pthread_mutex_lock(&s->mu);
-    s->nridx--;
-    j->in_runner = false;
-    j->spec = NULL;
-    pthread_mutex_unlock(&s->mu);
-    pthread_mutex_unlock(&s->add_mu);
-    d.ops->close(d.job);
-    ar_spec_destroy(spec);
-    return st;
-  }
-  pthread_mutex_unlock(&s->add_mu);
-  AR_ASSERT(idx == j->ridx);
+  AR_CHECK(hand_to_runner(s, j, spec, &d, err));
   if (resume)
     job_log(s, j, "resuming from %s/checkpoint.bin", j->out);
   return AR_OK;
