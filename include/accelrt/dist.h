@@ -133,6 +133,18 @@ ar_status ar_dist_run_ex(const ar_spec *spec, const ar_run_opts *opts,
 ar_status ar_dist_op_graph(const ar_spec *spec, int servers,
                            ar_commsched_graph **out, ar_err *err);
 
+/* The op ids of that graph for a model of n layers, the one statement of
+ * its layout: transfers first (w of layer l is 2l, its b 2l+1), then the
+ * forward ops in layer order, the loss, and the backward ops from the last
+ * layer down. */
+static inline ar_commsched_op ar_dist_op_recv_w(int l) { return (ar_commsched_op)(2 * l); }
+static inline ar_commsched_op ar_dist_op_recv_b(int l) { return (ar_commsched_op)(2 * l + 1); }
+static inline ar_commsched_op ar_dist_op_fwd(int n, int l) { return (ar_commsched_op)(2 * n + l); }
+static inline ar_commsched_op ar_dist_op_loss(int n) { return (ar_commsched_op)(3 * n); }
+static inline ar_commsched_op ar_dist_op_bwd(int n, int l) {
+  return (ar_commsched_op)(3 * n + 1 + (n - 1 - l));
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -247,13 +247,12 @@ static ar_status measure(const ar_spec *spec, long rows, ar_commsched_graph *g,
       }
       /* Op ids as ar_dist_op_graph lays them out. */
       for (int l = 0; l < n && st == AR_OK; l++) {
-        st = ar_commsched_graph_set_time(g, (ar_commsched_op)(2 * n + l), best[l], err);
+        st = ar_commsched_graph_set_time(g, ar_dist_op_fwd(n, l), best[l], err);
         if (st == AR_OK)
-          st = ar_commsched_graph_set_time(g, (ar_commsched_op)(3 * n + 1 + (n - 1 - l)),
-                                           best[n + l], err);
+          st = ar_commsched_graph_set_time(g, ar_dist_op_bwd(n, l), best[n + l], err);
       }
       if (st == AR_OK)
-        st = ar_commsched_graph_set_time(g, (ar_commsched_op)(3 * n), best[2 * n], err);
+        st = ar_commsched_graph_set_time(g, ar_dist_op_loss(n), best[2 * n], err);
       *update_s = best[2 * n + 1];
       ar_free(best);
     }

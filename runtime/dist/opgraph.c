@@ -90,16 +90,18 @@ ar_status ar_dist_op_graph(const ar_spec *spec, int servers, ar_commsched_graph 
     snprintf(name, sizeof name, "fwd.%s", spec->layers[l].name);
     clean_name(name);
     st = ar_commsched_graph_add_compute(g, name, 1e-3, &op, err);
+    AR_ASSERT(st != AR_OK || op == ar_dist_op_fwd(n, l));
     if (st == AR_OK)
-      st = ar_commsched_graph_add_edge(g, (ar_commsched_op)(2 * l), op, err);
+      st = ar_commsched_graph_add_edge(g, ar_dist_op_recv_w(l), op, err);
     if (st == AR_OK)
-      st = ar_commsched_graph_add_edge(g, (ar_commsched_op)(2 * l + 1), op, err);
+      st = ar_commsched_graph_add_edge(g, ar_dist_op_recv_b(l), op, err);
     if (st == AR_OK && prev != AR_COMMSCHED_NONE)
       st = ar_commsched_graph_add_edge(g, prev, op, err);
     prev = op;
   }
   if (st == AR_OK)
     st = ar_commsched_graph_add_compute(g, "loss", 1e-4, &op, err);
+  AR_ASSERT(st != AR_OK || op == ar_dist_op_loss(n));
   if (st == AR_OK)
     st = ar_commsched_graph_add_edge(g, prev, op, err);
   prev = op;
@@ -107,12 +109,13 @@ ar_status ar_dist_op_graph(const ar_spec *spec, int servers, ar_commsched_graph 
     snprintf(name, sizeof name, "bwd.%s", spec->layers[l].name);
     clean_name(name);
     st = ar_commsched_graph_add_compute(g, name, 2e-3, &op, err);
+    AR_ASSERT(st != AR_OK || op == ar_dist_op_bwd(n, l));
     if (st == AR_OK)
       st = ar_commsched_graph_add_edge(g, prev, op, err);
     if (st == AR_OK)
-      st = ar_commsched_graph_add_edge(g, (ar_commsched_op)(2 * l), op, err);
+      st = ar_commsched_graph_add_edge(g, ar_dist_op_recv_w(l), op, err);
     if (st == AR_OK)
-      st = ar_commsched_graph_add_edge(g, (ar_commsched_op)(2 * l + 1), op, err);
+      st = ar_commsched_graph_add_edge(g, ar_dist_op_recv_b(l), op, err);
     prev = op;
   }
   if (st == AR_OK)
@@ -140,10 +143,10 @@ ar_status ar__dist_graph_build(ar__dist *c) {
   if (!c->fwd || !c->bwd)
     return ar_errf(c->err, AR_NOMEM, "out of memory for the op graph");
   for (int l = 0; l < n; l++) {
-    c->fwd[l] = (ar_commsched_op)(2 * n + l);
-    c->bwd[l] = (ar_commsched_op)(3 * n + 1 + (n - 1 - l));
+    c->fwd[l] = ar_dist_op_fwd(n, l);
+    c->bwd[l] = ar_dist_op_bwd(n, l);
   }
-  c->loss_op = (ar_commsched_op)(3 * n);
+  c->loss_op = ar_dist_op_loss(n);
   for (int t = 0; t < c->nt; t++) {
     c->t[t].server = (int)ar_commsched_graph_channel(c->g, (uint32_t)t);
     AR_ASSERT(ar_commsched_graph_bytes(c->g, (uint32_t)t) == c->t[t].bytes);
