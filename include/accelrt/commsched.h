@@ -470,6 +470,53 @@ void ar_commsched_pacer_consume(ar_commsched_pacer *p, double now_s,
 uint64_t ar_commsched_pacer_bytes(const ar_commsched_pacer *p);
 double ar_commsched_pacer_tokens(const ar_commsched_pacer *p, double now_s);
 
+/* ---- calibration from a traced run -------------------------------------- */
+
+/*
+ * A real run's trace calibrates the simulator (ar_commsched_simulate): each
+ * compute op takes its median time over the traced iterations (so the
+ * time-sharing of the cores and whatever else ran is in it), and the
+ * per-message cost a receiver pays (message_s + bytes x byte_s, see
+ * ar_commsched_sim_opts) is the least-squares fit of time = a + bytes x b
+ * over the transfers the worker was idle for: from the link's delivery to
+ * the worker having the tensor, with no compute op of that worker running
+ * in between.  The intercept is the median residual, not the mean, so
+ * that a few waits for a core on a loaded machine do not set the cost of
+ * every message.  Departure from TicTac: the paper's oracle times ops
+ * only; the message cost is ours (the simulator models receive copies).
+ * Tests: tests/commsched/test_calibrate.c.
+ */
+typedef struct ar_commsched_trace_event {
+  ar_commsched_op_kind kind; /* compute, or a received transfer */
+  ar_commsched_op op;        /* compute: the graph's op (NONE: not in the graph) */
+  double bytes;              /* recv: its size */
+  double start, end;         /* seconds, any clock shared by one iteration */
+  double link;               /* recv: when the link delivered it; NaN unknown */
+} ar_commsched_trace_event;
+
+typedef struct ar_commsched_calib ar_commsched_calib;
+
+typedef struct ar_commsched_calib_result {
+  int ops_set;          /* compute ops given a median time */
+  long samples;         /* transfers the fit used */
+  double message_s;     /* NaN with fewer than 3 samples */
+  double byte_s;        /* likewise; never negative */
+} ar_commsched_calib_result;
+
+/* An empty calibration for the compute ops of g (borrowed for op counts
+ * only; g may change afterwards).  AR_NOMEM. */
+ar_status ar_commsched_calib_create(const ar_commsched_graph *g, ar_commsched_calib **out,
+                                    ar_err *err);
+void ar_commsched_calib_destroy(ar_commsched_calib *c); /* NULL: no-op */
+/* Adds one worker-iteration's events (read, not kept).  AR_INVALID for an
+ * op id out of range, AR_NOMEM. */
+ar_status ar_commsched_calib_add(ar_commsched_calib *c, const ar_commsched_trace_event *ev,
+                                 size_t n, ar_err *err);
+/* Sets the median time of every compute op that was traced on g and fills
+ * *out.  AR_OK, AR_INVALID (g has fewer ops than at create), AR_NOMEM. */
+ar_status ar_commsched_calib_apply(ar_commsched_calib *c, ar_commsched_graph *g,
+                                   ar_commsched_calib_result *out, ar_err *err);
+
 /* ---- discrete-event simulation of one iteration ------------------------- */
 
 /* Simulates one synchronous parameter-server iteration of W identical

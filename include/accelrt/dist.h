@@ -133,6 +133,18 @@ ar_status ar_dist_run_ex(const ar_spec *spec, const ar_run_opts *opts,
 ar_status ar_dist_op_graph(const ar_spec *spec, int servers,
                            ar_commsched_graph **out, ar_err *err);
 
+/* Reads a time oracle (output.dir/oracle.tsv of a distributed run): each
+ * compute op of g named there gets its time; *set counts them.  AR_IO,
+ * AR_PARSE ("FILE:LINE: error: ..."), AR_INVALID. */
+ar_status ar_dist_read_oracle(const char *path, ar_commsched_graph *g, int *set,
+                              ar_err *err);
+/* Calibrates g from a run's trace (output.dir/trace.tsv) with commsched's
+ * calibration (median compute times after warm-up, the fitted message
+ * cost in *out).  AR_IO, AR_PARSE, AR_NOMEM.  Tests: tests/dist/cli.sh
+ * (accelrt simulate --trace), tests/commsched/test_calibrate.c. */
+ar_status ar_dist_read_trace(const char *path, ar_commsched_graph *g,
+                             ar_commsched_calib_result *out, ar_err *err);
+
 /* The op ids of that graph for a model of n layers, the one statement of
  * its layout: transfers first (w of layer l is 2l, its b 2l+1), then the
  * forward ops in layer order, the loss, and the backward ops from the last

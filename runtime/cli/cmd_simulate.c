@@ -263,205 +263,6 @@ static ar_status measure(const ar_spec *spec, long rows, ar_commsched_graph *g,
   return st;
 }
 
-/* Reads "name<TAB>kind<TAB>seconds" lines (oracle.tsv) into the compute
- * ops of g with the same name.  Returns the number of ops set. */
-static ar_status read_oracle(const char *path, ar_commsched_graph *g, int *set, ar_err *err) {
-  FILE *f = fopen(path, "r");
-  if (!f)
-    return ar_errf(err, AR_IO, "%s: cannot open the time oracle (written by a distributed "
-                   "run into output.dir/oracle.tsv)", path);
-  char line[512], name[256], kind[32];
-  double secs;
-  int lineno = 0;
-  *set = 0;
-  size_t nops = ar_commsched_graph_op_count(g);
-  ar_status st = AR_OK;
-  while (st == AR_OK && fgets(line, sizeof line, f)) {
-    lineno++;
-    if (line[0] == '#' || line[0] == '\n')
-      continue;
-    if (sscanf(line, "%255s %31s %lf", name, kind, &secs) != 3 || !(secs >= 0)) {
-      st = ar_errf(err, AR_PARSE, "%s:%d: error: expected 'name kind seconds'", path, lineno);
-      break;
-    }
-    if (strcmp(kind, "compute") != 0)
-      continue;
-    for (size_t op = 0; op < nops; op++)
-      if (strcmp(ar_commsched_graph_name(g, (ar_commsched_op)op), name) == 0) {
-        st = ar_commsched_graph_set_time(g, (ar_commsched_op)op, secs, err);
-        (*set)++;
-      }
-  }
-  fclose(f);
-  return st;
-}
-
-/* One worker-iteration of trace.tsv. */
-typedef struct trace_row {
-  char name[128], kind[16];
-  double bytes, start, end, link;
-} trace_row;
-
-static int cmp_dbl(const void *x, const void *y) {
-  double a = *(const double *)x, b = *(const double *)y;
-  return a < b ? -1 : a > b;
-}
-
-/* Fit samples of one worker-iteration: every transfer the worker was idle
- * for (no compute op of its overlaps (link, end)), time end - link. */
-static void fit_group(const trace_row *r, size_t n, double *sx, double *sy, double *sxx,
-                      double *sxy, long *k, double *xs, double *ys, size_t cap) {
-  for (size_t i = 0; i < n; i++) {
-    if (strcmp(r[i].kind, "recv") != 0 || !isfinite(r[i].link) || !isfinite(r[i].end))
-      continue;
-    double a = r[i].link, b = r[i].end;
-    if (b < a)
-      continue;
-    bool busy = false;
-    for (size_t j = 0; j < n && !busy; j++)
-      if (strcmp(r[j].kind, "compute") == 0 && r[j].start < b && r[j].end > a)
-        busy = true;
-    if (busy)
-      continue;
-    double x = r[i].bytes, y = b - a;
-    if ((size_t)*k < cap) {
-      xs[*k] = x;
-      ys[*k] = y;
-    } else {
-      continue;
-    }
-    *sx += x;
-    *sy += y;
-    *sxx += x * x;
-    *sxy += x * y;
-    (*k)++;
-  }
-}
-
-/* Reads trace.tsv: compute ops of g get their median time after warm-up
- * (*set counts them), and *msg_s, *byte_s the fitted message cost (NAN
- * when there are too few samples). */
-static ar_status read_trace(const char *path, ar_commsched_graph *g, int *set, double *msg_s,
-                            double *byte_s, long *samples, ar_err *err) {
-  FILE *f = fopen(path, "r");
-  if (!f)
-    return ar_errf(err, AR_IO, "%s: cannot open the trace (written by a distributed run into "
-                   "output.dir/trace.tsv)", path);
-  size_t nops = ar_commsched_graph_op_count(g), cap = 1024, nv = 0;
-  trace_row *grp = ar_calloc(nops + 1, sizeof *grp);
-  double *dur = ar_malloc(cap * sizeof *dur);
-  uint32_t *opof = ar_malloc(cap * sizeof *opof);
-  ar_status st = AR_OK;
-  if (!grp || !dur || !opof) {
-    st = ar_errf(err, AR_NOMEM, "out of memory");
-    goto done;
-  }
-  char line[1024];
-  long it, w, lit = -1, lw = -1, k = 0;
-  int warm, lineno = 0;
-  size_t ng = 0;
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  enum { FIT_CAP = 1 << 16 };
-  double *fx = ar_malloc(2 * FIT_CAP * sizeof *fx), *fy = fx ? fx + FIT_CAP : NULL;
-  if (!fx) {
-    st = ar_errf(err, AR_NOMEM, "out of memory");
-    goto done;
-  }
-  for (;;) {
-    char *got = fgets(line, sizeof line, f);
-    trace_row r;
-    if (got) {
-      lineno++;
-      if (line[0] == '#' || strncmp(line, "iteration\t", 10) == 0 || line[0] == '\n')
-        continue;
-      char wire[64];
-      if (sscanf(line, "%ld %d %ld %127s %15s %lf %lf %lf %63s %lf", &it, &warm, &w, r.name,
-                 r.kind, &r.bytes, &r.start, &r.end, wire, &r.link) != 10) {
-        st = ar_errf(err, AR_PARSE, "%s:%d: error: expected 10 tab-separated fields", path,
-                     lineno);
-        break;
-      }
-      if (warm)
-        continue;
-    }
-    if (!got || it != lit || w != lw) {
-      fit_group(grp, ng, &sx, &sy, &sxx, &sxy, &k, fx, fy, FIT_CAP);
-      ng = 0;
-      lit = it;
-      lw = w;
-    }
-    if (!got)
-      break;
-    if (ng < nops + 1)
-      grp[ng++] = r;
-    if (strcmp(r.kind, "compute") != 0 || !(r.end >= r.start))
-      continue;
-    for (size_t op = 0; op < nops; op++)
-      if (strcmp(ar_commsched_graph_name(g, (ar_commsched_op)op), r.name) == 0) {
-        if (nv == cap) {
-          cap *= 2;
-          double *d2 = ar_realloc(dur, cap * sizeof *dur);
-          uint32_t *o2 = d2 ? ar_realloc(opof, cap * sizeof *opof) : NULL;
-          if (d2)
-            dur = d2;
-          if (o2)
-            opof = o2;
-          if (!d2 || !o2) {
-            st = ar_errf(err, AR_NOMEM, "out of memory");
-            goto done;
-          }
-        }
-        dur[nv] = r.end - r.start;
-        opof[nv++] = (uint32_t)op;
-        break;
-      }
-  }
-  /* Medians per op. */
-  *set = 0;
-  double *v = st == AR_OK ? ar_malloc((nv + 1) * sizeof *v) : NULL;
-  if (st == AR_OK && !v)
-    st = ar_errf(err, AR_NOMEM, "out of memory");
-  for (size_t op = 0; op < nops && st == AR_OK; op++) {
-    size_t m = 0;
-    for (size_t i = 0; i < nv; i++)
-      if (opof[i] == op)
-        v[m++] = dur[i];
-    if (m == 0)
-      continue;
-    qsort(v, m, sizeof *v, cmp_dbl);
-    double med = m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
-    st = ar_commsched_graph_set_time(g, (ar_commsched_op)op, med, err);
-    (*set)++;
-  }
-  ar_free(v);
-  *msg_s = *byte_s = NAN;
-  *samples = k;
-  if (k >= 3) {
-    double den = (double)k * sxx - sx * sx;
-    double b = den > 0 ? ((double)k * sxy - sx * sy) / den : 0.0;
-    if (b < 0)
-      b = 0;
-    /* The intercept is the median residual, not the mean: an idle worker
-     * on a loaded machine sometimes waits milliseconds for a core, and a
-     * few such waits would otherwise set the cost of every message. */
-    for (long i = 0; i < k; i++)
-      fy[i] -= b * fx[i];
-    qsort(fy, (size_t)k, sizeof *fy, cmp_dbl);
-    double a = k % 2 ? fy[k / 2] : 0.5 * (fy[k / 2 - 1] + fy[k / 2]);
-    if (a < 0)
-      a = 0;
-    *msg_s = a;
-    *byte_s = b < 0 ? 0 : b;
-  }
-  ar_free(fx);
-done:
-  fclose(f);
-  ar_free(grp);
-  ar_free(dur);
-  ar_free(opof);
-  return st;
-}
-
 typedef struct row {
   double makespan, eff, comm, comp, umin, umax, params, straggler;
   int eff_n;
@@ -512,12 +313,10 @@ static int run(const sim_args *a, const ar_spec *spec) {
   if (st == AR_OK)
     st = measure(spec, rows, g, &update_s, &err);
   if (st == AR_OK && a->oracle)
-    st = read_oracle(a->oracle, g, &from_oracle, &err);
-  int from_trace = 0;
-  long fit_n = 0;
-  double fit_msg = NAN, fit_byte = NAN;
+    st = ar_dist_read_oracle(a->oracle, g, &from_oracle, &err);
+  ar_commsched_calib_result cal = {0, 0, NAN, NAN};
   if (st == AR_OK && a->trace)
-    st = read_trace(a->trace, g, &from_trace, &fit_msg, &fit_byte, &fit_n, &err);
+    st = ar_dist_read_trace(a->trace, g, &cal, &err);
   if (st != AR_OK) {
     fprintf(stderr, "accelrt simulate: error: %s\n", err.msg);
     ar_commsched_graph_destroy(g);
@@ -532,9 +331,9 @@ static int run(const sim_args *a, const ar_spec *spec) {
   so.bandwidth_Bps = a->gbps * 1e9 / 8.0;
   so.latency_s = a->latency_us * 1e-6;
   so.update_s = update_s / a->servers;
-  if (isfinite(fit_msg)) {
-    so.message_s = fit_msg;
-    so.byte_s = fit_byte;
+  if (isfinite(cal.message_s)) {
+    so.message_s = cal.message_s;
+    so.byte_s = cal.byte_s;
   }
   if (a->message_us >= 0)
     so.message_s = a->message_us * 1e-6;
@@ -551,7 +350,7 @@ static int run(const sim_args *a, const ar_spec *spec) {
            a->latency_us);
     if (a->trace)
       printf("compute times: medians of %d ops from %s (the rest measured here, %ld rows "
-             "per worker)\n", from_trace, a->trace, rows);
+             "per worker)\n", cal.ops_set, a->trace, rows);
     else if (a->oracle)
       printf("compute times: %d ops from %s (the rest measured here, %ld rows per worker)\n",
              from_oracle, a->oracle, rows);
@@ -561,9 +360,9 @@ static int run(const sim_args *a, const ar_spec *spec) {
     printf("per message: %.1f us + %.3f ns/byte (copy %.2f Gbit/s)%s; compute x %.3g\n",
            1e6 * so.message_s, 1e9 * so.byte_s,
            so.byte_s > 0 ? 8e-9 / so.byte_s : INFINITY,
-           a->trace && isfinite(fit_msg) ? " fitted on the trace" : "", so.compute_scale);
+           a->trace && isfinite(cal.message_s) ? " fitted on the trace" : "", so.compute_scale);
     if (a->trace)
-      printf("fit samples: %ld idle transfers\n", fit_n);
+      printf("fit samples: %ld idle transfers\n", cal.samples);
     printf("%-7s %12s %6s %9s %9s %9s %9s %11s %12s %9s\n", "order", "makespan_ms", "E",
            "N_ms", "C_ms", "Umin_ms", "Umax_ms", "params_ms", "straggler_ms", "vs_random");
   }

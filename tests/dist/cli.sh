@@ -29,6 +29,15 @@ grep -q '"order": "tac"' "$dir/run/summary.json" || fail "order is not tac"
 for o in none random tic tac; do
   grep -q "^$o " "$dir/out.txt" || fail "simulate printed no row for $o"
 done
+# Calibrated from the run's trace: compute times from the traced
+# iterations after warm-up (ar_dist_read_trace, commsched's calibration).
+[ -s "$dir/run/trace.tsv" ] || fail "no trace.tsv"
+"$ACCELRT" simulate "$SRC/configs/cluster.yaml" --workers 2 --servers 1 --gbps 1 \
+  --trace "$dir/run/trace.tsv" --set train.batch=64 > "$dir/out.txt" 2>&1 ||
+  fail "accelrt simulate --trace failed"
+grep -q "compute times: medians of [1-9][0-9]* ops from" "$dir/out.txt" ||
+  fail "simulate --trace set no compute time from the trace"
+grep -q "^tac " "$dir/out.txt" || fail "simulate --trace printed no row for tac"
 "$ACCELRT" simulate "$SRC/configs/cluster.yaml" --workers 0 --gbps 1 > "$dir/out.txt" 2>&1
 [ $? -eq 2 ] || fail "simulate --workers 0 is not a usage error"
 echo ok
