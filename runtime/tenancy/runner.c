@@ -434,8 +434,8 @@ static void job_free(ar__runner *r, tjob *j) {
   (void)r;
   if (!j)
     return;
-  if (!j->closed && j->d.ops && j->d.ops->close)
-    j->d.ops->close(j->d.job);
+  if (!j->closed && j->d.fns && j->d.fns->close)
+    j->d.fns->close(j->d.job);
   ar_free(j->name);
   ar_free(j->out_dir);
   ar_free(j->sw);
@@ -489,8 +489,8 @@ static void result_init(ar__tjob_result *res) {
 
 ar_status ar__runner_add(ar__runner *r, const ar__tjob_desc *d, size_t *index,
                          ar_err *err) {
-  if (!d || !d->ops || !d->ops->start || !d->ops->step || !d->ops->done ||
-      !d->ops->rebase || !d->ops->finish || !d->ops->close)
+  if (!d || !d->fns || !d->fns->start || !d->fns->step || !d->fns->done ||
+      !d->fns->rebase || !d->fns->finish || !d->fns->close)
     return ar_errf(err, AR_INVALID, "runner: a job needs its whole table of functions");
   if (d->iterations == 0)
     return ar_errf(err, AR_INVALID, "job '%s' has no iterations left to run",
@@ -739,14 +739,14 @@ static void end_job(ar__runner *r, size_t idx, ar__tjob_state state, bool call_f
   AR_ASSERT(!j->running);
   if (call_finish && j->started) {
     ar_err e = AR_ERR_INIT;
-    ar_status st = j->d.ops->finish(j->d.job, state != AR__TJ_DONE, &e);
+    ar_status st = j->d.fns->finish(j->d.job, state != AR__TJ_DONE, &e);
     if (st != AR_OK && state == AR__TJ_DONE) {
       state = AR__TJ_FAILED;
       snprintf(j->res.error, sizeof j->res.error, "finishing: %s", e.msg);
     }
   }
   if (!j->closed) {
-    j->d.ops->close(j->d.job);
+    j->d.fns->close(j->d.job);
     j->closed = true;
   }
   ar_device *d = j->slot >= 0 ? slot_dev(r, j->slot) : NULL;
@@ -1017,7 +1017,7 @@ static ar_status defragment(ar__runner *r, ar_err *err) {
     AR_ASSERT(ar_lanes_job(r->lanes, j->lid, &ji) == AR_OK);
     void *p = r->arena + ji.persistent_offset;
     if (p != j->pers) {
-      j->d.ops->rebase(j->d.job, p, NULL);
+      j->d.fns->rebase(j->d.job, p, NULL);
       j->pers = p;
     }
   }
@@ -1157,7 +1157,7 @@ static void dispatch(ar__runner *r) {
 /* The worker's side of one iteration.  The job is the worker's alone
  * until it reports back, so no lock is held. */
 static void run_task(ar__runner *r, worker *w, tjob *j) {
-  const ar__tjob_ops *ops = j->d.ops;
+  const ar__tjob_fns *fns = j->d.fns;
   ar_status st = AR_OK;
   w->t_setup = ar_now();
   slot *sl = w->slotp;
@@ -1181,19 +1181,19 @@ static void run_task(ar__runner *r, worker *w, tjob *j) {
     dev->threads = w->threads; /* this iteration's share of the cores */
   if (!j->started) {
     w->started_now = true;
-    st = ops->start(j->d.job, dev, w->pers, w->eph, &w->err);
+    st = fns->start(j->d.job, dev, w->pers, w->eph, &w->err);
     if (st == AR_OK) {
       j->started = true;
       j->pers = w->pers;
       j->eph = w->eph;
     }
   } else if (w->eph != j->eph) {
-    ops->rebase(j->d.job, NULL, w->eph);
+    fns->rebase(j->d.job, NULL, w->eph);
     j->eph = w->eph;
   }
-  if (st == AR_OK && ops->done(j->d.job)) {
+  if (st == AR_OK && fns->done(j->d.job)) {
     /* A resumed job whose checkpoint was already at its end. */
-    st = ops->finish(j->d.job, false, &w->err);
+    st = fns->finish(j->d.job, false, &w->err);
     w->ended = true;
     w->st = st;
     w->t_start = w->t_end = w->t_fin = ar_now();
@@ -1201,13 +1201,13 @@ static void run_task(ar__runner *r, worker *w, tjob *j) {
   }
   if (st == AR_OK) {
     w->t_start = ar_now();
-    st = ops->step(j->d.job, &w->err);
+    st = fns->step(j->d.job, &w->err);
     w->t_end = ar_now();
     w->stepped = true;
   }
   if (st == AR_OK &&
-      (ops->done(j->d.job) || j->res.iterations + 1 >= j->d.iterations)) {
-    st = ops->finish(j->d.job, false, &w->err);
+      (fns->done(j->d.job) || j->res.iterations + 1 >= j->d.iterations)) {
+    st = fns->finish(j->d.job, false, &w->err);
     if (st != AR_OK)
       ar_err_wrap(&w->err, "finishing");
     w->ended = true;

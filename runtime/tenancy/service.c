@@ -481,7 +481,7 @@ static ar_status start_job(server *s, sjob *j, const char *yaml, size_t n, bool 
   if (j->cancel_asked) {
     pthread_mutex_unlock(&s->mu);
     pthread_mutex_unlock(&s->add_mu);
-    d.ops->close(d.job);
+    d.fns->close(d.job);
     if (!j->keep)
       ar_run_remove_generated(spec, j->fs);
     ar_spec_destroy(spec);
@@ -493,7 +493,7 @@ static ar_status start_job(server *s, sjob *j, const char *yaml, size_t n, bool 
     if (!nb) {
       pthread_mutex_unlock(&s->mu);
       pthread_mutex_unlock(&s->add_mu);
-      d.ops->close(d.job);
+      d.fns->close(d.job);
       ar_spec_destroy(spec);
       return ar_errf(err, AR_NOMEM, "out of memory");
     }
@@ -517,7 +517,7 @@ static ar_status start_job(server *s, sjob *j, const char *yaml, size_t n, bool 
     j->spec = NULL;
     pthread_mutex_unlock(&s->mu);
     pthread_mutex_unlock(&s->add_mu);
-    d.ops->close(d.job);
+    d.fns->close(d.job);
     ar_spec_destroy(spec);
     return st;
   }

@@ -206,7 +206,7 @@ static void f_close(void *job) {
   reg_del(f->id, 1);
 }
 
-static const ar__tjob_ops fake_ops = {f_start, f_step, f_done, f_rebase, f_finish, f_close};
+static const ar__tjob_fns fake_fns = {f_start, f_step, f_done, f_rebase, f_finish, f_close};
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -229,7 +229,7 @@ static ar__runner *make_runner(const char *policy, size_t capacity, int defrag,
 static void add(ar__runner *r, fake *f, double arrival) {
   char name[32];
   snprintf(name, sizeof name, "f%d", f->id);
-  ar__tjob_desc d = {name, NULL, f->P, f->E, f->iters, 0, 0, 0, arrival, f, &fake_ops, NULL};
+  ar__tjob_desc d = {name, NULL, f->P, f->E, f->iters, 0, 0, 0, arrival, f, &fake_fns, NULL};
   f->r = r;
   ar_err err = AR_ERR_INIT;
   assert_int_equal(ar__runner_add(r, &d, &f->index, &err), AR_OK);
