@@ -239,7 +239,7 @@ static ar_status measure(const ar_spec *spec, long rows, ar_commsched_graph *g,
           best[n + l] = fmin(best[n + l], ar_now() - t0);
         }
         t0 = ar_now();
-        m->step++;
+        ar_model_advance_step(m);
         for (int l = 0; l < n; l++)
           ar_model_step_layer(m, l);
         dev->ops->sync(dev);

@@ -313,7 +313,7 @@ static ar_status apply_rows(ar__dist *c, int l) {
 static ar_status apply_update(ar__dist *c) {
   const ar_spec *s = c->spec;
   ar_device *d = c->dev;
-  c->model->step++;
+  ar_model_advance_step(c->model);
   for (int t = 0; t < c->nt; t++) {
     const ar__dist_tensor *T = &c->t[t];
     if (T->server != c->rank)

@@ -311,7 +311,7 @@ static ar_status compute(ar__dist *c, wrk_iter *w, int64_t R, double *loss_sum) 
   }
   /* The step the servers take now: the model's step numbers the sampled
    * layers' random streams and their rebuild schedule, as on one process. */
-  m->step++;
+  ar_model_advance_step(m);
   return AR_OK;
 }
 

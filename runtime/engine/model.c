@@ -355,8 +355,17 @@ void ar_model_step_layer(ar_model *m, int l) {
   }
 }
 
-void ar_model_step(ar_model *m) {
+void ar_model_advance_step(ar_model *m) {
   m->step++;
+}
+
+void ar_model_set_step(ar_model *m, int64_t step) {
+  AR_ASSERT(step >= 0);
+  m->step = step;
+}
+
+void ar_model_step(ar_model *m) {
+  ar_model_advance_step(m);
   for (int l = 0; l < m->n_layers; l++)
     ar_model_step_layer(m, l);
 }
