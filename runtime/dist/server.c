@@ -332,14 +332,14 @@ static ar_status apply_update(ar__dist *c) {
         T->g[i] += gw[i];
     }
     if (s->train.optimizer == AR_OPT_ADAM)
-      d->ops->adam(d, T->count, T->p, T->g, T->s1, T->s2, (float)s->train.lr,
-                   (float)s->train.beta1, (float)s->train.beta2, (float)s->train.eps,
-                   (float)s->train.weight_decay, c->model->step);
+      ar_device_adam(d, T->count, T->p, T->g, T->s1, T->s2, (float)s->train.lr,
+                     (float)s->train.beta1, (float)s->train.beta2, (float)s->train.eps,
+                     (float)s->train.weight_decay, c->model->step);
     else
-      d->ops->sgd(d, T->count, T->p, T->g, T->s1, (float)s->train.lr,
-                  (float)s->train.momentum, (float)s->train.weight_decay);
+      ar_device_sgd(d, T->count, T->p, T->g, T->s1, (float)s->train.lr,
+                    (float)s->train.momentum, (float)s->train.weight_decay);
   }
-  d->ops->sync(d);
+  ar_device_sync(d);
   return AR_OK;
 }
 

@@ -33,7 +33,7 @@
 
 /* True when the op should run: no earlier failure, and the device current. */
 static bool enter(ar__cuda_device *d) {
-  if (d->failed != AR_OK)
+  if (d->base.failed != AR_OK)
     return false;
   return ar__cuda_note(d, cudaSetDevice(d->ordinal), "cudaSetDevice");
 }
