@@ -45,7 +45,9 @@
  * Tests: tests/device/test_host_ops.c, test_host_losses.c and
  * test_host_optim.c run every op against a naive double-precision
  * reference; test_device_open.c covers opening by name and the memory
- * accounting; test_cuda_probe.c the CUDA probe; test_cuda_arena.c the carving of the
+ * accounting; test_device_wrappers.c the wrappers' argument checks, the
+ * optional slots' defaults and the skipping after a recorded failure;
+ * test_cuda_probe.c the CUDA probe; test_cuda_arena.c the carving of the
  * device arena; test_cuda_parity.c runs every op on the CUDA backend
  * against the host backend and trains a small network on both (label
  * cuda, skipped without a GPU); test_device_copy.c the device-to-device

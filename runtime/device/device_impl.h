@@ -10,6 +10,9 @@
  * dev is not NULL, sizes are not negative, every pointer an op will read
  * or write is not NULL (an empty operand may be), topk's k <= cols, and no
  * op reaches the table once the handle recorded a failure (dev->failed).
+ *
+ * Tests: tests/device/test_device_wrappers.c fills the optional slots'
+ * defaults and the skipping after a failure in through this header.
  */
 #ifndef ACCELRT_DEVICE_IMPL_H
 #define ACCELRT_DEVICE_IMPL_H
