@@ -80,24 +80,31 @@ void ar_device_gemm(ar_device *dev, bool trans_a, bool trans_b, int64_t m,
                  ldc);
 }
 
+/* What spmm and spmm_t may run with: the CSR offsets whenever there are
+ * rows, and the dense (rows, out) operand (Y, or dY) when it has an
+ * element. */
+static inline bool csr_op_runs(const ar_device *dev, int64_t rows,
+                               const int64_t *row_ptr, int64_t out,
+                               const float *dense) {
+  if (!op_runs(dev))
+    return false;
+  AR_ASSERT(rows >= 0 && out >= 0 && (rows == 0 || row_ptr != NULL));
+  AR_ASSERT(matrix_ok(dense, rows, out, out));
+  return true;
+}
+
 void ar_device_spmm(ar_device *dev, int64_t rows, const int64_t *row_ptr,
                     const int32_t *idx, const float *val, const float *w,
                     int64_t out, float *y) {
-  if (!op_runs(dev))
-    return;
-  AR_ASSERT(rows >= 0 && out >= 0 && (rows == 0 || row_ptr != NULL));
-  AR_ASSERT(matrix_ok(y, rows, out, out));
-  dev->ops->spmm(dev, rows, row_ptr, idx, val, w, out, y);
+  if (csr_op_runs(dev, rows, row_ptr, out, y))
+    dev->ops->spmm(dev, rows, row_ptr, idx, val, w, out, y);
 }
 
 void ar_device_spmm_t(ar_device *dev, int64_t rows, const int64_t *row_ptr,
                       const int32_t *idx, const float *val, const float *dy,
                       int64_t out, float *dw) {
-  if (!op_runs(dev))
-    return;
-  AR_ASSERT(rows >= 0 && out >= 0 && (rows == 0 || row_ptr != NULL));
-  AR_ASSERT(matrix_ok(dy, rows, out, out));
-  dev->ops->spmm_t(dev, rows, row_ptr, idx, val, dy, out, dw);
+  if (csr_op_runs(dev, rows, row_ptr, out, dy))
+    dev->ops->spmm_t(dev, rows, row_ptr, idx, val, dy, out, dw);
 }
 
 void ar_device_bias_act(ar_device *dev, int64_t rows, int64_t cols,
@@ -126,36 +133,36 @@ void ar_device_col_sum(ar_device *dev, int64_t rows, int64_t cols,
   dev->ops->col_sum(dev, rows, cols, dy, accumulate, db);
 }
 
-/* What both losses need: the logits, the label offsets and a loss per
- * row whenever there are rows. */
-static inline bool loss_args_ok(int64_t rows, int64_t cols,
-                                const float *logits, const int64_t *lab_ptr,
+/* What both losses may run with: the logits, the label offsets and a
+ * loss per row whenever there are rows. */
+static inline bool loss_op_runs(const ar_device *dev, int64_t rows,
+                                int64_t cols, const float *logits,
+                                const int64_t *lab_ptr,
                                 const float *loss_rows) {
-  return rows >= 0 && cols >= 0 &&
-         (rows == 0 || (lab_ptr != NULL && loss_rows != NULL)) &&
-         matrix_ok(logits, rows, cols, cols);
+  if (!op_runs(dev))
+    return false;
+  AR_ASSERT(rows >= 0 && cols >= 0 &&
+            (rows == 0 || (lab_ptr != NULL && loss_rows != NULL)));
+  AR_ASSERT(matrix_ok(logits, rows, cols, cols));
+  return true;
 }
 
 void ar_device_softmax_xent(ar_device *dev, int64_t rows, int64_t cols,
                             const float *logits, const int64_t *lab_ptr,
                             const int32_t *lab, float scale, float *grad,
                             float *loss_rows) {
-  if (!op_runs(dev))
-    return;
-  AR_ASSERT(loss_args_ok(rows, cols, logits, lab_ptr, loss_rows));
-  dev->ops->softmax_xent(dev, rows, cols, logits, lab_ptr, lab, scale, grad,
-                         loss_rows);
+  if (loss_op_runs(dev, rows, cols, logits, lab_ptr, loss_rows))
+    dev->ops->softmax_xent(dev, rows, cols, logits, lab_ptr, lab, scale, grad,
+                           loss_rows);
 }
 
 void ar_device_sigmoid_bce(ar_device *dev, int64_t rows, int64_t cols,
                            const float *logits, const int64_t *lab_ptr,
                            const int32_t *lab, float scale, float *grad,
                            float *loss_rows) {
-  if (!op_runs(dev))
-    return;
-  AR_ASSERT(loss_args_ok(rows, cols, logits, lab_ptr, loss_rows));
-  dev->ops->sigmoid_bce(dev, rows, cols, logits, lab_ptr, lab, scale, grad,
-                        loss_rows);
+  if (loss_op_runs(dev, rows, cols, logits, lab_ptr, loss_rows))
+    dev->ops->sigmoid_bce(dev, rows, cols, logits, lab_ptr, lab, scale, grad,
+                          loss_rows);
 }
 
 void ar_device_topk(ar_device *dev, int64_t rows, int64_t cols,
