@@ -35,8 +35,8 @@
  * runtime's text, in the handle (ar_device_status); from then on every op
  * wrapper returns without calling the backend, and ar_device_sync,
  * ar_device_copy_in, ar_device_copy_out and ar_device_copy return that
- * status.  The handle is then only good for reading the message and
- * closing.
+ * status.  The handle is then only good for reading the message, freeing
+ * its memory and closing.
  *
  * Thread-safety: a device handle, its accessors included, is used by one
  * thread at a time; the backend parallelises inside each op.  Different
