@@ -215,7 +215,8 @@ ar_status ar_model_load(ar_model *m, const ar_batch *b);
 /* Per-layer pieces of forward, backward and step, in the order the whole-
  * model calls use them (forward 0..n-1, backward n-1..0); for callers that
  * interleave them with communication (runtime/dist).  step_layer uses
- * m->step as Adam's t: increment it once per iteration before the layers. */
+ * m->step as Adam's t: advance it (ar_model_advance_step) once per
+ * iteration before the layers. */
 void ar_model_forward_layer(ar_model *m, int l);
 void ar_model_backward_layer(ar_model *m, int l);
 void ar_model_step_layer(ar_model *m, int l);
@@ -229,6 +230,16 @@ float ar_model_loss(ar_model *m, bool want_grad);
 void ar_model_backward(ar_model *m);
 /* Applies the optimizer to every parameter and increments m->step. */
 void ar_model_step(ar_model *m);
+/* The optimizer's step count m->step (Adam's t; it also numbers the
+ * sampled layers' random streams and their rebuild schedule) belongs to
+ * the engine; other modules read it and change it only through these.
+ * advance_step: one more step, for callers that step a layer at a time
+ * (ar_model_step_layer: runtime/dist, `accelrt simulate`), once per
+ * iteration before the layers.  set_step: the count a resumed run's
+ * checkpoint holds (step >= 0, AR_ASSERT).  Between iterations only; not
+ * thread-safe, as every call on the model. */
+void ar_model_advance_step(ar_model *m);
+void ar_model_set_step(ar_model *m, int64_t step);
 /* One whole training iteration on a host batch; returns the batch loss. */
 ar_status ar_model_train_batch(ar_model *m, const ar_batch *b, float *loss_out);
 
@@ -282,7 +293,7 @@ void ar_model_grad_rows_clear(ar_model *m, int l);
  * received new rows). */
 void ar_model_rows_changed(ar_model *m, int l, const uint32_t *ids, size_t n);
 /* Sparse Adam over the touched rows with t = m->step (the caller
- * increments m->step once per iteration first), clearing them; no table
+ * advances it once per iteration first), clearing them; no table
  * rebuild.  AR_OK or AR_INVALID. */
 ar_status ar_model_sampled_step(ar_model *m, int l);
 /* The table rebuild SLIDE's schedule asks for at step m->step, once per

@@ -225,24 +225,24 @@ static ar_status measure(const ar_spec *spec, long rows, ar_commsched_graph *g,
         for (int l = 0; l < n; l++) {
           double t0 = ar_now();
           ar_model_forward_layer(m, l);
-          dev->ops->sync(dev);
+          ar_device_sync(dev);
           best[l] = fmin(best[l], ar_now() - t0);
         }
         double t0 = ar_now();
         ar_model_loss(m, true);
-        dev->ops->sync(dev);
+        ar_device_sync(dev);
         best[2 * n] = fmin(best[2 * n], ar_now() - t0);
         for (int l = n - 1; l >= 0; l--) {
           t0 = ar_now();
           ar_model_backward_layer(m, l);
-          dev->ops->sync(dev);
+          ar_device_sync(dev);
           best[n + l] = fmin(best[n + l], ar_now() - t0);
         }
         t0 = ar_now();
-        m->step++;
+        ar_model_advance_step(m);
         for (int l = 0; l < n; l++)
           ar_model_step_layer(m, l);
-        dev->ops->sync(dev);
+        ar_device_sync(dev);
         best[2 * n + 1] = fmin(best[2 * n + 1], ar_now() - t0);
       }
       /* Op ids as ar_dist_op_graph lays them out. */

@@ -1,9 +1,10 @@
 /*
- * Device wrappers: opening a device by name, byte accounting of its memory,
- * and the device list of `accelrt info`.  The backends live in host/ and
- * cuda/; everything here is backend-neutral.
+ * Device wrappers: opening a device by name, the handle's accessors, byte
+ * accounting of its memory, copies and synchronisation, lanes, and the
+ * device list of `accelrt info`.  The math ops' wrappers are in ops.c, the
+ * backends in host/ and cuda/; everything here is backend-neutral.
  */
-#include "accelrt/device.h"
+#include "device_impl.h"
 
 #include "cuda/cuda_backend.h"
 #include "host/host_device.h"
@@ -62,6 +63,15 @@ static ar_status open_auto(const ar_device_opts *opts, ar_device **out,
   return ar_host_device_create(opts, out, err);
 }
 
+/* A handle as ar_device_open and ar_device_open_lane give it out: nothing
+ * allocated through it, nothing failed, no message. */
+static void hand_out(ar_device *dev) {
+  dev->bytes_in_use = 0;
+  dev->bytes_peak = 0;
+  dev->failed = AR_OK;
+  dev->err = (ar_err)AR_ERR_INIT;
+}
+
 ar_status ar_device_open(const char *name, const ar_device_opts *opts,
                          ar_device **out, ar_err *err) {
   if (!name || !out)
@@ -85,13 +95,11 @@ ar_status ar_device_open(const char *name, const ar_device_opts *opts,
     return st;
   /* A backend that leaves a required slot empty is a bug, not a user error. */
   const ar_device_ops *o = dev->ops;
-  AR_ASSERT(o && o->destroy && o->alloc && o->free && o->copy_in &&
-            o->copy_out && o->sync && o->fill && o->gemm && o->spmm &&
-            o->spmm_t && o->bias_act && o->act_grad && o->col_sum &&
-            o->softmax_xent && o->sigmoid_bce && o->topk && o->adam && o->sgd);
-  dev->bytes_in_use = 0;
-  dev->bytes_peak = 0;
-  dev->err = (ar_err)AR_ERR_INIT;
+  AR_ASSERT(o && o->name && o->destroy && o->alloc && o->free && o->copy_in &&
+            o->copy_out && o->gemm && o->spmm && o->spmm_t && o->bias_act &&
+            o->act_grad && o->col_sum && o->softmax_xent && o->sigmoid_bce &&
+            o->topk && o->adam && o->sgd);
+  hand_out(dev);
   *out = dev;
   return AR_OK;
 }
@@ -104,6 +112,60 @@ void ar_device_close(ar_device *dev) {
            dev->ops->name, dev->bytes_in_use);
   dev->ops->destroy(dev);
 }
+
+/* ---- accessors ----------------------------------------------------------- */
+
+const char *ar_device_name(const ar_device *dev) {
+  AR_ASSERT(dev != NULL);
+  return dev->ops->name;
+}
+
+int ar_device_index(const ar_device *dev) {
+  AR_ASSERT(dev != NULL);
+  return dev->index;
+}
+
+int ar_device_threads(const ar_device *dev) {
+  AR_ASSERT(dev != NULL);
+  return dev->threads;
+}
+
+void ar_device_set_threads(ar_device *dev, int threads) {
+  AR_ASSERT(dev != NULL && threads >= 1);
+  dev->threads = threads;
+}
+
+bool ar_device_has_lanes(const ar_device *dev) {
+  AR_ASSERT(dev != NULL);
+  return dev->ops->open_lane != NULL;
+}
+
+const char *ar_device_errmsg(const ar_device *dev) {
+  AR_ASSERT(dev != NULL);
+  return dev->err.msg;
+}
+
+ar_status ar_device_errcode(const ar_device *dev) {
+  AR_ASSERT(dev != NULL);
+  return dev->err.status;
+}
+
+ar_status ar_device_status(const ar_device *dev) {
+  AR_ASSERT(dev != NULL);
+  return dev->failed;
+}
+
+size_t ar_device_bytes_in_use(const ar_device *dev) {
+  AR_ASSERT(dev != NULL);
+  return dev->bytes_in_use;
+}
+
+size_t ar_device_bytes_peak(const ar_device *dev) {
+  AR_ASSERT(dev != NULL);
+  return dev->bytes_peak;
+}
+
+/* ---- memory, copies, synchronisation ------------------------------------- */
 
 ar_status ar_device_alloc(ar_device *dev, size_t bytes, void **out) {
   if (!dev)
@@ -158,9 +220,7 @@ ar_status ar_device_open_lane(ar_device *dev, ar_device **out) {
   ar_status st = dev->ops->open_lane(dev, &lane);
   if (st != AR_OK)
     return st;
-  lane->bytes_in_use = 0;
-  lane->bytes_peak = 0;
-  lane->err = (ar_err)AR_ERR_INIT;
+  hand_out(lane);
   *out = lane;
   return AR_OK;
 }
@@ -192,6 +252,43 @@ void ar_device_host_free(ar_device *dev, void *ptr) {
     ar_free(ptr);
 }
 
+/* What every copy checks first: a failure recorded on the handle, then
+ * its pointers (a NULL one is the caller's to handle, so a status). */
+static ar_status copy_args(ar_device *dev, const char *what, const void *dst,
+                           const void *src, size_t bytes) {
+  if (dev->failed != AR_OK)
+    return dev->failed;
+  if (bytes > 0 && (!dst || !src))
+    return ar_errf(&dev->err, AR_INVALID,
+                   "%s: %zu bytes with a NULL %s pointer", what, bytes,
+                   dst ? "source" : "destination");
+  return AR_OK;
+}
+
+ar_status ar_device_copy_in(ar_device *dev, void *dst, const void *host_src,
+                            size_t bytes) {
+  if (!dev)
+    return AR_INVALID;
+  AR_CHECK(copy_args(dev, "ar_device_copy_in", dst, host_src, bytes));
+  return dev->ops->copy_in(dev, dst, host_src, bytes);
+}
+
+ar_status ar_device_copy_out(ar_device *dev, void *host_dst, const void *src,
+                             size_t bytes) {
+  if (!dev)
+    return AR_INVALID;
+  AR_CHECK(copy_args(dev, "ar_device_copy_out", host_dst, src, bytes));
+  return dev->ops->copy_out(dev, host_dst, src, bytes);
+}
+
+ar_status ar_device_sync(ar_device *dev) {
+  if (!dev)
+    return AR_INVALID;
+  if (dev->failed != AR_OK)
+    return dev->failed;
+  return dev->ops->sync ? dev->ops->sync(dev) : AR_OK;
+}
+
 /* Host staging for a backend without its own copy: chunks taken in the
  * order that never overwrites source bytes not yet read (ascending when
  * dst is below src, descending otherwise). */
@@ -202,11 +299,8 @@ ar_status ar_device_copy(ar_device *dev, void *dst, const void *src,
   if (!dev)
     return AR_INVALID;
   if (bytes == 0 || dst == src)
-    return AR_OK;
-  if (!dst || !src)
-    return ar_errf(&dev->err, AR_INVALID,
-                   "ar_device_copy: %zu bytes with a NULL %s pointer", bytes,
-                   dst ? "source" : "destination");
+    return dev->failed;
+  AR_CHECK(copy_args(dev, "ar_device_copy", dst, src, bytes));
   if (dev->ops->copy)
     return dev->ops->copy(dev, dst, src, bytes);
   size_t chunk = bytes < COPY_STAGE_BYTES ? bytes : COPY_STAGE_BYTES;

@@ -470,7 +470,7 @@ static ar_status resume(ar__dist *c) {
   c->st.rows_in_epoch = hdr[2];
   c->st.samples = hdr[3];
   c->st.train_s = train_s;
-  c->model->step = hdr[4];
+  ar_model_set_step(c->model, hdr[4]);
   /* The parameters go to every rank (their shapes are the same whatever a
    * rank samples); the whole state (optimizer, sparse Adam's row steps)
    * to the other servers, whose models have rank 0's plan. */

@@ -592,7 +592,7 @@ ar_status ar__dist_finish(ar__dist *c, bool finished, double wall0, ar_summary *
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   s.peak_rss_bytes = (int64_t)ru.ru_maxrss * 1024;
-  s.threads = c->dev->threads;
+  s.threads = ar_device_threads(c->dev);
   snprintf(s.device, sizeof s.device, "host");
   s.interrupted = !finished;
   s.wall_s = ar_now() - wall0;

@@ -313,7 +313,7 @@ static ar_status apply_rows(ar__dist *c, int l) {
 static ar_status apply_update(ar__dist *c) {
   const ar_spec *s = c->spec;
   ar_device *d = c->dev;
-  c->model->step++;
+  ar_model_advance_step(c->model);
   for (int t = 0; t < c->nt; t++) {
     const ar__dist_tensor *T = &c->t[t];
     if (T->server != c->rank)
@@ -332,14 +332,14 @@ static ar_status apply_update(ar__dist *c) {
         T->g[i] += gw[i];
     }
     if (s->train.optimizer == AR_OPT_ADAM)
-      d->ops->adam(d, T->count, T->p, T->g, T->s1, T->s2, (float)s->train.lr,
-                   (float)s->train.beta1, (float)s->train.beta2, (float)s->train.eps,
-                   (float)s->train.weight_decay, c->model->step);
+      ar_device_adam(d, T->count, T->p, T->g, T->s1, T->s2, (float)s->train.lr,
+                     (float)s->train.beta1, (float)s->train.beta2, (float)s->train.eps,
+                     (float)s->train.weight_decay, c->model->step);
     else
-      d->ops->sgd(d, T->count, T->p, T->g, T->s1, (float)s->train.lr,
-                  (float)s->train.momentum, (float)s->train.weight_decay);
+      ar_device_sgd(d, T->count, T->p, T->g, T->s1, (float)s->train.lr,
+                    (float)s->train.momentum, (float)s->train.weight_decay);
   }
-  d->ops->sync(d);
+  ar_device_sync(d);
   return AR_OK;
 }
 

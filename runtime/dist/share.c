@@ -138,7 +138,7 @@ static ar_status p_finish(void *job, bool interrupted, ar_err *err) {
 
 static void p_close(void *job) { (void)job; /* the worker owns it */ }
 
-static const ar__tjob_ops proxy_ops = {p_start, p_step, p_done, p_rebase, p_finish, p_close};
+static const ar__tjob_fns proxy_fns = {p_start, p_step, p_done, p_rebase, p_finish, p_close};
 
 /* The runner's events (scheduler thread, runner lock held): the proxy
  * ended without the worker (it could not fit, the run stopped). */
@@ -286,7 +286,7 @@ ar_status ar__share_open(ar__dist *c, int threads, size_t persistent, size_t eph
   d.iterations = (uint64_t)(c->total > 0 ? c->total : 1);
   d.max_threads = threads;
   d.job = s;
-  d.ops = &proxy_ops;
+  d.fns = &proxy_fns;
   AR_CHECK(ar__runner_add(s->runner, &d, &s->proxy, c->err));
   for (int i = 0; i < sp->n_jobs; i++) {
     ar__tjob_desc jd;
@@ -296,7 +296,7 @@ ar_status ar__share_open(ar__dist *c, int threads, size_t persistent, size_t eph
       return ar_errf(c->err, os, "distributed.share: job '%s' of %s: %s", sp->jobs[i]->name,
                      c->spec->distributed.share_file, je.msg);
     if (ar__runner_add(s->runner, &jd, NULL, &je) != AR_OK) {
-      jd.ops->close(jd.job);
+      jd.fns->close(jd.job);
       return ar_errf(c->err, AR_NOMEM, "%s", je.msg);
     }
   }

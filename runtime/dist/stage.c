@@ -38,7 +38,7 @@ static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 static ar_status dev_err(ar__dist *c, ar_status st, const char *what, const ar__dist_tensor *T) {
   return ar_errf(c->err, st, "worker %d: %s '%s' (%zu bytes) on %s: %s", c->widx, what,
-                 T->name, T->bytes, c->dev_name, c->dev->err.msg);
+                 T->name, T->bytes, c->dev_name, ar_device_errmsg(c->dev));
 }
 
 ar_status ar__stage_init(ar__dist *c) {
@@ -47,7 +47,7 @@ ar_status ar__stage_init(ar__dist *c) {
     total += 2 * round64(c->t[t].bytes);
   if (ar_device_host_alloc(c->dev, total, &c->stage) != AR_OK)
     return ar_errf(c->err, AR_NOMEM, "worker %d: host staging buffers for %s (%zu bytes): %s",
-                   c->widx, c->dev_name, total, c->dev->err.msg);
+                   c->widx, c->dev_name, total, ar_device_errmsg(c->dev));
   c->stage_bytes = total;
   unsigned char *p = c->stage;
   for (int t = 0; t < c->nt; t++) {
@@ -56,7 +56,7 @@ ar_status ar__stage_init(ar__dist *c) {
     p += round64(T->bytes);
     T->hg = (float *)p;
     p += round64(T->bytes);
-    ar_status st = c->dev->ops->copy_out(c->dev, T->hp, T->p, T->bytes);
+    ar_status st = ar_device_copy_out(c->dev, T->hp, T->p, T->bytes);
     if (st != AR_OK)
       return dev_err(c, st, "copying out the initial parameters of", T);
   }
@@ -76,8 +76,8 @@ void ar__stage_fini(ar__dist *c) {
 /* Rows [a, b) of tensor T from hp into the model. */
 static ar_status rows_in(ar__dist *c, const ar__dist_tensor *T, size_t a, size_t b) {
   size_t k = (size_t)T->row_len;
-  ar_status st = c->dev->ops->copy_in(c->dev, T->p + a * k, T->hp + a * k,
-                                      (b - a) * k * sizeof(float));
+  ar_status st = ar_device_copy_in(c->dev, T->p + a * k, T->hp + a * k,
+                                   (b - a) * k * sizeof(float));
   return st == AR_OK ? AR_OK : dev_err(c, st, "copying in rows of", T);
 }
 
@@ -94,7 +94,7 @@ ar_status ar__stage_params_in(ar__dist *c, int l) {
       runs += i == 0 || r.ids[i] != r.ids[i - 1] + 1;
     size_t row_bytes = (size_t)T->row_len * sizeof(float);
     if (!r.ids || runs * call + (size_t)r.n * row_bytes >= T->bytes) {
-      ar_status st = c->dev->ops->copy_in(c->dev, T->p, T->hp, T->bytes);
+      ar_status st = ar_device_copy_in(c->dev, T->p, T->hp, T->bytes);
       if (st != AR_OK)
         return dev_err(c, st, "copying in", T);
       continue;
@@ -113,7 +113,7 @@ ar_status ar__stage_params_in(ar__dist *c, int l) {
 ar_status ar__stage_grads_out(ar__dist *c, int l) {
   for (int t = 2 * l; t <= 2 * l + 1; t++) {
     const ar__dist_tensor *T = &c->t[t];
-    ar_status st = c->dev->ops->copy_out(c->dev, T->hg, T->g, T->bytes);
+    ar_status st = ar_device_copy_out(c->dev, T->hg, T->g, T->bytes);
     if (st != AR_OK)
       return dev_err(c, st, "copying out the gradient of", T);
   }
@@ -123,7 +123,7 @@ ar_status ar__stage_grads_out(ar__dist *c, int l) {
 ar_status ar__stage_reload(ar__dist *c) {
   for (int t = 0; t < c->nt; t++) {
     const ar__dist_tensor *T = &c->t[t];
-    ar_status st = c->dev->ops->copy_in(c->dev, T->p, T->hp, T->bytes);
+    ar_status st = ar_device_copy_in(c->dev, T->p, T->hp, T->bytes);
     if (st != AR_OK)
       return dev_err(c, st, "copying in", T);
   }

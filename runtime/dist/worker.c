@@ -254,10 +254,10 @@ static ar_status wait_grads(ar__dist *c, wrk_iter *w) {
 /* Waits for the device's queue (an asynchronous device reports a failed
  * op here) and records op's span. */
 static ar_status timed_sync(ar__dist *c, ar_commsched_op op, double t0) {
-  ar_status st = c->dev->ops->sync(c->dev);
+  ar_status st = ar_device_sync(c->dev);
   if (st != AR_OK)
     return ar_errf(c->err, st, "worker %d: iteration %lld on %s: %s", c->widx,
-                   (long long)c->st.iteration + 1, c->dev_name, c->dev->err.msg);
+                   (long long)c->st.iteration + 1, c->dev_name, ar_device_errmsg(c->dev));
   double *rep = c->report + AR__WREP_HEAD;
   rep[op] = t0;
   rep[c->nops + op] = ar__dist_clock(c);
@@ -298,8 +298,8 @@ static ar_status compute(ar__dist *c, wrk_iter *w, int64_t R, double *loss_sum) 
       if (ar_model_train_backward_layer(m, l) != AR_OK)
         return ar_errf(c->err, AR_STATE, "worker %d: %s", c->widx, m->err.msg);
     } else if (!m->layers[l].smp) { /* a sampled layer's rows are zero */
-      d->ops->fill(d, m->layers[l].gw, m->layers[l].in * m->layers[l].out, 0.0f);
-      d->ops->fill(d, m->layers[l].gb, m->layers[l].out, 0.0f);
+      ar_device_fill(d, m->layers[l].gw, m->layers[l].in * m->layers[l].out, 0.0f);
+      ar_device_fill(d, m->layers[l].gb, m->layers[l].out, 0.0f);
     }
     if (c->staged)
       AR_CHECK(ar__stage_grads_out(c, l)); /* part of the layer's backward */
@@ -311,7 +311,7 @@ static ar_status compute(ar__dist *c, wrk_iter *w, int64_t R, double *loss_sum) 
   }
   /* The step the servers take now: the model's step numbers the sampled
    * layers' random streams and their rebuild schedule, as on one process. */
-  m->step++;
+  ar_model_advance_step(m);
   return AR_OK;
 }
 

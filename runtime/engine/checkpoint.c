@@ -121,10 +121,10 @@ ar_status ar_checkpoint_save(const ar_model *m, const ar_ckpt_state *st, const a
     put(&w, &t.counts[i], 8);
     for (int64_t off = 0; off < t.counts[i] && !w.failed; off += CHUNK) {
       int64_t c = t.counts[i] - off < CHUNK ? t.counts[i] - off : CHUNK;
-      status = m->dev->ops->copy_out(m->dev, stage, t.ptrs[i] + off, (size_t)c * sizeof(float));
+      status = ar_device_copy_out(m->dev, stage, t.ptrs[i] + off, (size_t)c * sizeof(float));
       if (status != AR_OK) {
         ar_errf(err, status, "copying tensor '%s' off the device: %s", t.names[i],
-                m->dev->err.msg);
+                ar_device_errmsg(m->dev));
         goto done;
       }
       put(&w, stage, (size_t)c * sizeof(float));
@@ -371,10 +371,10 @@ static ar_status walk(reader *r, const ckpt_header *h, const tensor_list *t, ar_
     for (int64_t off = 0; off < rec.count; off += CHUNK) {
       size_t bytes = (size_t)(rec.count - off < CHUNK ? rec.count - off : CHUNK) * sizeof(float);
       AR_CHECK(get(r, buf, bytes, err));
-      ar_status st = into->dev->ops->copy_in(into->dev, t->ptrs[i] + off, buf, bytes);
+      ar_status st = ar_device_copy_in(into->dev, t->ptrs[i] + off, buf, bytes);
       if (st != AR_OK)
         return ar_errf(err, st, "copying tensor '%s' to the device: %s", rec.name,
-                       into->dev->err.msg);
+                       ar_device_errmsg(into->dev));
     }
   }
   if (data_left(r) != 0)

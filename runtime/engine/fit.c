@@ -7,7 +7,7 @@
 
 void ar_mem_limit_get(const ar_spec *spec, ar_device *dev, ar_mem_limit *out) {
   memset(out, 0, sizeof *out);
-  out->on_host = dev ? dev->ops->name && !strcmp(dev->ops->name, "host")
+  out->on_host = dev ? !strcmp(ar_device_name(dev), "host")
                      : ar_spec_runs_on_host(spec);
   ar_host_memory hm;
   ar_host_memory_get(&hm);
@@ -20,7 +20,7 @@ void ar_mem_limit_get(const ar_spec *spec, ar_device *dev, ar_mem_limit *out) {
     out->device = mi.capacity ? mi.available : mi.free;
     snprintf(out->device_source, sizeof out->device_source, "%s of %s%s",
              mi.capacity ? "what is left of the arena" : "the free memory",
-             dev->ops->name ? dev->ops->name : "the device",
+             ar_device_name(dev),
              mi.capacity ? " (runtime.memory sizes it)" : "");
   } else if (spec->runtime.memory_bytes > 0) {
     out->device = spec->runtime.memory_bytes;

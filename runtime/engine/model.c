@@ -30,7 +30,7 @@ static ar_status init_tensor(ar_model *m, float *dst, int64_t n, int kind, doubl
       else
         stage[i] = (float)((2.0 * ar_rng_uniform(rng) - 1.0) * scale);
     }
-    AR_CHECK(m->dev->ops->copy_in(m->dev, dst + off, stage, (size_t)c * sizeof(float)));
+    AR_CHECK(ar_device_copy_in(m->dev, dst + off, stage, (size_t)c * sizeof(float)));
   }
   return AR_OK;
 }
@@ -58,14 +58,14 @@ static ar_status init_params(ar_model *m) {
       st = init_tensor(m, L->w, L->in * L->out, 1, sqrt(6.0 / (double)(L->in + L->out)), &rng,
                        stage, stage_n);
     if (st == AR_OK)
-      m->dev->ops->fill(m->dev, L->b, L->out, 0.0f);
+      ar_device_fill(m->dev, L->b, L->out, 0.0f);
     if (L->s1w) {
-      m->dev->ops->fill(m->dev, L->s1w, L->in * L->out, 0.0f);
-      m->dev->ops->fill(m->dev, L->s1b, L->out, 0.0f);
+      ar_device_fill(m->dev, L->s1w, L->in * L->out, 0.0f);
+      ar_device_fill(m->dev, L->s1b, L->out, 0.0f);
     }
     if (L->s2w) {
-      m->dev->ops->fill(m->dev, L->s2w, L->in * L->out, 0.0f);
-      m->dev->ops->fill(m->dev, L->s2b, L->out, 0.0f);
+      ar_device_fill(m->dev, L->s2w, L->in * L->out, 0.0f);
+      ar_device_fill(m->dev, L->s2b, L->out, 0.0f);
     }
   }
   ar_free(stage);
@@ -118,7 +118,7 @@ ar_status ar_model_create_in(ar_device *dev, const ar_spec *spec, int64_t max_nn
   m->batch = spec->train.batch;
   m->max_nnz = max_nnz < 1 ? 1 : max_nnz;
   m->max_labels = max_labels < 1 ? 1 : max_labels;
-  const bool host = dev->ops->name && !strcmp(dev->ops->name, "host");
+  const bool host = !strcmp(ar_device_name(dev), "host");
   ar_status st = ar_plan_compute_on(spec, m->max_nnz, m->max_labels, host, &m->plan, err);
   if (st != AR_OK)
     goto fail;
@@ -139,21 +139,22 @@ ar_status ar_model_create_in(ar_device *dev, const ar_spec *spec, int64_t max_nn
     if (st != AR_OK) {
       ar_errf(err, st, "cannot allocate %zu bytes of persistent memory (parameters and "
               "optimizer state) on %s: %s; use a smaller model", m->plan.persistent_bytes,
-              dev->ops->name, dev->err.msg);
+              ar_device_name(dev), ar_device_errmsg(dev));
       goto fail;
     }
     st = ar_device_alloc(dev, m->plan.ephemeral_bytes, &m->ephemeral);
     if (st != AR_OK) {
       ar_errf(err, st, "cannot allocate %zu bytes of ephemeral memory (one iteration) on %s: "
-              "%s; lower train.batch", m->plan.ephemeral_bytes, dev->ops->name, dev->err.msg);
+              "%s; lower train.batch", m->plan.ephemeral_bytes, ar_device_name(dev),
+              ar_device_errmsg(dev));
       goto fail;
     }
     /* First touch through the device: on the host its fill runs on the
      * pinned team in static chunks, so each page lands on the NUMA node of
      * the thread that will mostly use that part of the rows, not all on
      * the node of the thread that created the model. */
-    dev->ops->fill(dev, m->persistent, (int64_t)(m->plan.persistent_bytes / sizeof(float)), 0.0f);
-    dev->ops->fill(dev, m->ephemeral, (int64_t)(m->plan.ephemeral_bytes / sizeof(float)), 0.0f);
+    ar_device_fill(dev, m->persistent, (int64_t)(m->plan.persistent_bytes / sizeof(float)), 0.0f);
+    ar_device_fill(dev, m->ephemeral, (int64_t)(m->plan.ephemeral_bytes / sizeof(float)), 0.0f);
   }
   m->n_layers = spec->n_layers;
   m->layers = ar_calloc((size_t)m->n_layers, sizeof *m->layers);
@@ -196,7 +197,8 @@ ar_status ar_model_create_in(ar_device *dev, const ar_spec *spec, int64_t max_nn
   if (st == AR_OK)
     st = ar__sampled_init(m);
   if (st != AR_OK) {
-    ar_errf(err, st, "initialising parameters: %s", m->err.msg[0] ? m->err.msg : dev->err.msg);
+    ar_errf(err, st, "initialising parameters: %s",
+            m->err.msg[0] ? m->err.msg : ar_device_errmsg(dev));
     goto fail;
   }
   *out = m;
@@ -240,11 +242,11 @@ ar_status ar_model_load(ar_model *m, const ar_batch *b) {
                    (long long)rows, (long long)nnz, (long long)nlab, (long long)m->batch,
                    (long long)m->max_nnz, (long long)m->max_labels);
   m->rows = rows;
-  AR_CHECK(d->ops->copy_in(d, m->row_ptr, b->row_ptr, (size_t)(rows + 1) * sizeof(int64_t)));
-  AR_CHECK(d->ops->copy_in(d, m->idx, b->idx, (size_t)nnz * sizeof(int32_t)));
-  AR_CHECK(d->ops->copy_in(d, m->val, b->val, (size_t)nnz * sizeof(float)));
-  AR_CHECK(d->ops->copy_in(d, m->lab_ptr, b->lab_ptr, (size_t)(rows + 1) * sizeof(int64_t)));
-  AR_CHECK(d->ops->copy_in(d, m->lab, b->lab, (size_t)nlab * sizeof(int32_t)));
+  AR_CHECK(ar_device_copy_in(d, m->row_ptr, b->row_ptr, (size_t)(rows + 1) * sizeof(int64_t)));
+  AR_CHECK(ar_device_copy_in(d, m->idx, b->idx, (size_t)nnz * sizeof(int32_t)));
+  AR_CHECK(ar_device_copy_in(d, m->val, b->val, (size_t)nnz * sizeof(float)));
+  AR_CHECK(ar_device_copy_in(d, m->lab_ptr, b->lab_ptr, (size_t)(rows + 1) * sizeof(int64_t)));
+  AR_CHECK(ar_device_copy_in(d, m->lab, b->lab, (size_t)nlab * sizeof(int32_t)));
   if (m->x) {
     /* Dense input: scatter the sparse rows into (rows, features). */
     int64_t F = m->spec->input.features;
@@ -252,7 +254,7 @@ ar_status ar_model_load(ar_model *m, const ar_batch *b) {
     for (int64_t r = 0; r < rows; r++)
       for (int64_t j = b->row_ptr[r]; j < b->row_ptr[r + 1]; j++)
         m->host_scratch[r * F + b->idx[j]] += b->val[j];
-    AR_CHECK(d->ops->copy_in(d, m->x, m->host_scratch, (size_t)rows * (size_t)F * sizeof(float)));
+    AR_CHECK(ar_device_copy_in(d, m->x, m->host_scratch, (size_t)rows * (size_t)F * sizeof(float)));
   }
   return AR_OK;
 }
@@ -262,12 +264,12 @@ void ar_model_forward_layer(ar_model *m, int l) {
   ar_layer *L = &m->layers[l];
   const float *x = l == 0 ? m->x : m->layers[l - 1].y;
   if (L->sparse_in)
-    d->ops->spmm(d, m->rows, m->row_ptr, m->idx, m->val, L->w, L->out, L->y);
+    ar_device_spmm(d, m->rows, m->row_ptr, m->idx, m->val, L->w, L->out, L->y);
   else
-    d->ops->gemm(d, false, true, m->rows, L->out, L->in, 1.0f, x, L->in, L->w, L->in, 0.0f,
-                 L->y, L->out);
+    ar_device_gemm(d, false, true, m->rows, L->out, L->in, 1.0f, x, L->in, L->w, L->in, 0.0f,
+                   L->y, L->out);
   bool last = l + 1 == m->n_layers;
-  d->ops->bias_act(d, m->rows, L->out, L->b, last ? AR_ACT_NONE : L->act, L->y);
+  ar_device_bias_act(d, m->rows, L->out, L->b, last ? AR_ACT_NONE : L->act, L->y);
 }
 
 void ar_model_forward(ar_model *m) {
@@ -283,21 +285,21 @@ float ar_model_loss(ar_model *m, bool want_grad) {
   float scale = 1.0f / (float)(m->grad_rows > 0 ? m->grad_rows : m->rows);
   float *grad = want_grad ? L->y : NULL;
   if (L->act == AR_ACT_SIGMOID)
-    d->ops->sigmoid_bce(d, m->rows, L->out, L->y, m->lab_ptr, m->lab, scale, grad, m->loss_rows);
+    ar_device_sigmoid_bce(d, m->rows, L->out, L->y, m->lab_ptr, m->lab, scale, grad, m->loss_rows);
   else
-    d->ops->softmax_xent(d, m->rows, L->out, L->y, m->lab_ptr, m->lab, scale, grad,
-                         m->loss_rows);
+    ar_device_softmax_xent(d, m->rows, L->out, L->y, m->lab_ptr, m->lab, scale, grad,
+                           m->loss_rows);
   /* The row losses are tiny (batch floats): sum them on the host. */
   float rows_loss[4096];
   double sum = 0.0;
   for (int64_t off = 0; off < m->rows; off += 4096) {
     int64_t c = m->rows - off < 4096 ? m->rows - off : 4096;
-    ar_status st = d->ops->copy_out(d, rows_loss, m->loss_rows + off, (size_t)c * sizeof(float));
+    ar_status st = ar_device_copy_out(d, rows_loss, m->loss_rows + off, (size_t)c * sizeof(float));
     if (st != AR_OK) {
       /* A device failure (an asynchronous op's, reported here): NaN makes
        * the caller stop, and m->loss_status says why. */
       m->loss_status = st;
-      ar_errf(&m->err, st, "reading the loss from the device: %s", d->err.msg);
+      ar_errf(&m->err, st, "reading the loss from the device: %s", ar_device_errmsg(d));
       return NAN;
     }
     for (int64_t i = 0; i < c; i++)
@@ -311,22 +313,22 @@ void ar_model_backward_layer(ar_model *m, int l) {
   ar_layer *L = &m->layers[l];
   /* G: gradient wrt this layer's pre-activation output (rows, out). */
   const float *g = l + 1 == m->n_layers ? L->y : L->dy;
-  d->ops->col_sum(d, m->rows, L->out, g, false, L->gb);
+  ar_device_col_sum(d, m->rows, L->out, g, false, L->gb);
   if (L->sparse_in) {
-    d->ops->fill(d, L->gw, L->in * L->out, 0.0f);
-    d->ops->spmm_t(d, m->rows, m->row_ptr, m->idx, m->val, g, L->out, L->gw);
+    ar_device_fill(d, L->gw, L->in * L->out, 0.0f);
+    ar_device_spmm_t(d, m->rows, m->row_ptr, m->idx, m->val, g, L->out, L->gw);
   } else {
     const float *x = l == 0 ? m->x : m->layers[l - 1].y;
     /* gw (out, in) = G^T X */
-    d->ops->gemm(d, true, false, L->out, L->in, m->rows, 1.0f, g, L->out, x, L->in, 0.0f,
-                 L->gw, L->in);
+    ar_device_gemm(d, true, false, L->out, L->in, m->rows, 1.0f, g, L->out, x, L->in, 0.0f,
+                   L->gw, L->in);
   }
   if (l > 0) {
     ar_layer *P = &m->layers[l - 1];
     /* dY_prev (rows, in) = G W, then through the previous activation. */
-    d->ops->gemm(d, false, false, m->rows, L->in, L->out, 1.0f, g, L->out, L->w, L->in, 0.0f,
-                 P->dy, P->out);
-    d->ops->act_grad(d, m->rows * P->out, P->act, P->y, P->dy);
+    ar_device_gemm(d, false, false, m->rows, L->in, L->out, 1.0f, g, L->out, L->w, L->in, 0.0f,
+                   P->dy, P->out);
+    ar_device_act_grad(d, m->rows * P->out, P->act, P->y, P->dy);
   }
 }
 
@@ -341,22 +343,31 @@ void ar_model_step_layer(ar_model *m, int l) {
   ar_layer *L = &m->layers[l];
   int64_t nw = L->in * L->out;
   if (s->train.optimizer == AR_OPT_ADAM) {
-    d->ops->adam(d, nw, L->w, L->gw, L->s1w, L->s2w, (float)s->train.lr, (float)s->train.beta1,
-                 (float)s->train.beta2, (float)s->train.eps, (float)s->train.weight_decay,
-                 m->step);
-    d->ops->adam(d, L->out, L->b, L->gb, L->s1b, L->s2b, (float)s->train.lr,
-                 (float)s->train.beta1, (float)s->train.beta2, (float)s->train.eps,
-                 (float)s->train.weight_decay, m->step);
+    ar_device_adam(d, nw, L->w, L->gw, L->s1w, L->s2w, (float)s->train.lr, (float)s->train.beta1,
+                   (float)s->train.beta2, (float)s->train.eps, (float)s->train.weight_decay,
+                   m->step);
+    ar_device_adam(d, L->out, L->b, L->gb, L->s1b, L->s2b, (float)s->train.lr,
+                   (float)s->train.beta1, (float)s->train.beta2, (float)s->train.eps,
+                   (float)s->train.weight_decay, m->step);
   } else {
-    d->ops->sgd(d, nw, L->w, L->gw, L->s1w, (float)s->train.lr, (float)s->train.momentum,
-                (float)s->train.weight_decay);
-    d->ops->sgd(d, L->out, L->b, L->gb, L->s1b, (float)s->train.lr, (float)s->train.momentum,
-                (float)s->train.weight_decay);
+    ar_device_sgd(d, nw, L->w, L->gw, L->s1w, (float)s->train.lr, (float)s->train.momentum,
+                  (float)s->train.weight_decay);
+    ar_device_sgd(d, L->out, L->b, L->gb, L->s1b, (float)s->train.lr, (float)s->train.momentum,
+                  (float)s->train.weight_decay);
   }
 }
 
-void ar_model_step(ar_model *m) {
+void ar_model_advance_step(ar_model *m) {
   m->step++;
+}
+
+void ar_model_set_step(ar_model *m, int64_t step) {
+  AR_ASSERT(step >= 0);
+  m->step = step;
+}
+
+void ar_model_step(ar_model *m) {
+  ar_model_advance_step(m);
   for (int l = 0; l < m->n_layers; l++)
     ar_model_step_layer(m, l);
 }
@@ -392,13 +403,13 @@ ar_status ar_model_eval_batch(ar_model *m, const ar_batch *b, ar_eval_acc *acc) 
   int k = L->out < 5 ? (int)L->out : 5;
   /* Top-k of the logits (softmax and sigmoid are monotonic) before the loss
    * op reads them; the loss op leaves the logits in place without grad. */
-  m->dev->ops->topk(m->dev, m->rows, L->out, L->y, k, m->topk);
+  ar_device_topk(m->dev, m->rows, L->out, L->y, k, m->topk);
   double loss = ar_model_loss(m, false);
   int32_t top[4096 * 5];
   for (int64_t off = 0; off < m->rows; off += 4096) {
     int64_t c = m->rows - off < 4096 ? m->rows - off : 4096;
-    AR_CHECK(m->dev->ops->copy_out(m->dev, top, m->topk + off * k,
-                                   (size_t)(c * k) * sizeof(int32_t)));
+    AR_CHECK(ar_device_copy_out(m->dev, top, m->topk + off * k,
+                                (size_t)(c * k) * sizeof(int32_t)));
     for (int64_t r = 0; r < c; r++) {
       const int32_t *lab = b->lab + b->lab_ptr[off + r];
       ar__count_hits(acc, top + r * k, k, lab, b->lab_ptr[off + r + 1] - b->lab_ptr[off + r]);

@@ -244,7 +244,8 @@ ar_status ar__sampled_create(ar_model *m, int l) {
   /* Scratch for the plan's threads (what it counts); iterations use at
    * most the device's. */
   s->nscratch = ar_plan_threads(spec);
-  s->nt = m->dev->threads > 0 && m->dev->threads < s->nscratch ? m->dev->threads : s->nscratch;
+  const int dev_threads = ar_device_threads(m->dev);
+  s->nt = dev_threads > 0 && dev_threads < s->nscratch ? dev_threads : s->nscratch;
   ar_lsh_tables_opts to;
   ar__sampled_opts(spec, l, L->in, 0, &s->hopts, &to);
   AR_CHECK(schedule_to(m, s));
@@ -557,7 +558,7 @@ static ar_status sampled_backward(ar_model *m, int l) {
     return ar_errf(&m->err, fb.st, "layer %s: %s", L->name, fb.msg);
   s->st.compute_s += tc;
   if (P && !ps)
-    m->dev->ops->act_grad(m->dev, rows * P->out, P->act, P->y, P->dy);
+    ar_device_act_grad(m->dev, rows * P->out, P->act, P->y, P->dy);
   return AR_OK;
 }
 
@@ -667,8 +668,8 @@ static ar_status shared_forward(ar_model *m, int l, double *loss_sum) {
     s->sb[k] = L->b[s->sids[k]];
   }
   if (ns) {
-    d->ops->gemm(d, false, true, rows, ns, in, 1.0f, X, in, s->sw, in, 0.0f, s->sz, ns);
-    d->ops->bias_act(d, rows, ns, s->sb, AR_ACT_NONE, s->sz);
+    ar_device_gemm(d, false, true, rows, ns, in, 1.0f, X, in, s->sw, in, 0.0f, s->sz, ns);
+    ar_device_bias_act(d, rows, ns, s->sb, AR_ACT_NONE, s->sz);
   }
   /* 3. Softmax over each row's own ids and the shared ids it did not
    * retrieve (those are masked out of the shared part). */
@@ -765,10 +766,11 @@ static ar_status shared_backward(ar_model *m, int l) {
   double t0 = ar_now();
   const uint32_t ns = s->ns;
   if (ns) {
-    d->ops->gemm(d, true, false, ns, in, rows, 1.0f, s->sz, ns, X, in, 0.0f, s->sgw, in);
-    d->ops->col_sum(d, rows, ns, s->sz, false, s->sgb);
+    ar_device_gemm(d, true, false, ns, in, rows, 1.0f, s->sz, ns, X, in, 0.0f, s->sgw, in);
+    ar_device_col_sum(d, rows, ns, s->sz, false, s->sgb);
     if (P)
-      d->ops->gemm(d, false, false, rows, in, ns, 1.0f, s->sz, ns, s->sw, in, 1.0f, P->dy, P->out);
+      ar_device_gemm(d, false, false, rows, in, ns, 1.0f, s->sz, ns, s->sw, in, 1.0f, P->dy,
+                     P->out);
   }
 #pragma omp parallel for num_threads(s->nt) schedule(static)
   for (uint32_t k = 0; k < ns; k++) {
@@ -784,7 +786,7 @@ static ar_status shared_backward(ar_model *m, int l) {
   s->ns = 0;
   s->st.compute_s += (ar_now() - t0) * s->nt + tc;
   if (P)
-    d->ops->act_grad(d, rows * P->out, P->act, P->y, P->dy);
+    ar_device_act_grad(d, rows * P->out, P->act, P->y, P->dy);
   return AR_OK;
 }
 

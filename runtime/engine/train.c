@@ -497,9 +497,9 @@ ar_status ar_job_finish(ar_job *c, bool interrupted, ar_summary *summary, ar_err
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   s.peak_rss_bytes = (int64_t)ru.ru_maxrss * 1024;
-  s.threads = c->dev->threads;
-  if (c->dev->ops->name && strcmp(c->dev->ops->name, "host") != 0)
-    snprintf(s.device, sizeof s.device, "%s:%d", c->dev->ops->name, c->dev->index);
+  s.threads = ar_device_threads(c->dev);
+  if (strcmp(ar_device_name(c->dev), "host") != 0)
+    snprintf(s.device, sizeof s.device, "%s:%d", ar_device_name(c->dev), ar_device_index(c->dev));
   else
     snprintf(s.device, sizeof s.device, "host");
   s.interrupted = !finished;
@@ -712,8 +712,8 @@ ar_status ar_eval_checkpoint(const ar_spec *spec, const char *ckpt, int64_t max_
     }
   }
   if (st == AR_OK) {
-    out->threads = dev->threads;
-    snprintf(out->device, sizeof out->device, "%s", dev->ops->name);
+    out->threads = ar_device_threads(dev);
+    snprintf(out->device, sizeof out->device, "%s", ar_device_name(dev));
   }
   ar_model_destroy(m);
   ar_device_close(dev);

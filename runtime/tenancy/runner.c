@@ -234,16 +234,20 @@ ar_status ar__host_lanes_capacity(const ar_device_opts *o, size_t *out, char *so
 static ar_status arena_capacity(ar__runner *r, size_t want, size_t *out, ar_err *err) {
   ar_device_mem mi;
   ar_status st = ar_device_mem_info(r->dev, &mi);
-  if (st == AR_OK && mi.capacity == 0)
-    st = ar_errf(&r->dev->err, AR_UNSUPPORTED, "device %s keeps no arena", r->device_name);
+  char why[AR_ERR_MAX];
+  if (st != AR_OK)
+    snprintf(why, sizeof why, "%s", ar_device_errmsg(r->dev));
+  else if (mi.capacity == 0) {
+    st = AR_UNSUPPORTED;
+    snprintf(why, sizeof why, "device %s keeps no arena", r->device_name);
+  }
   if (st != AR_OK) {
     if (r->o.device_opts.memory_bytes > 0) { /* no arena to measure */
       *out = want ? want : (size_t)r->o.device_opts.memory_bytes;
       return AR_OK;
     }
-    return ar_errf(err, st,
-                   "cannot size the lanes on %s (%s); give runtime.memory in bytes",
-                   r->device_name, r->dev->err.msg);
+    return ar_errf(err, st, "cannot size the lanes on %s (%s); give runtime.memory in bytes",
+                   r->device_name, why);
   }
   char a[32], b[32];
   if (want > mi.available)
@@ -268,7 +272,7 @@ static ar_status arena_capacity(ar__runner *r, size_t want, size_t *out, ar_err 
  * workspace from the arena the lanes get the rest of. */
 static ar_status open_slots(ar__runner *r, ar_err *err) {
   int n = r->o.max_lane_handles > 0 ? r->o.max_lane_handles : r->nworkers;
-  if (!r->host && !r->dev->ops->open_lane) {
+  if (!r->host && !ar_device_has_lanes(r->dev)) {
     /* Neither queues nor host threads: every iteration on the device
      * handle, one at a time. */
     r->nworkers = 1;
@@ -292,7 +296,7 @@ static ar_status open_slots(ar__runner *r, ar_err *err) {
       st = ar_device_open_lane(r->dev, &d);
       if (st != AR_OK)
         st = ar_errf(err, st, "opening lane handle %d of %d on %s: %s", i + 1, n,
-                     r->device_name, r->dev->err.msg);
+                     r->device_name, ar_device_errmsg(r->dev));
     }
     if (st != AR_OK)
       return st;
@@ -335,12 +339,12 @@ ar_status ar__runner_create(const ar__runner_opts *opts, ar__runner **out,
   st = ar_device_open(opts->device, &dopts, &r->dev, err);
   if (st != AR_OK)
     goto fail;
-  r->host = strcmp(r->dev->ops->name, "host") == 0;
+  r->host = strcmp(ar_device_name(r->dev), "host") == 0;
   char name[32];
   if (r->host)
     snprintf(name, sizeof name, "host");
   else
-    snprintf(name, sizeof name, "%s:%d", r->dev->ops->name, r->dev->index);
+    snprintf(name, sizeof name, "%s:%d", ar_device_name(r->dev), ar_device_index(r->dev));
   r->device_name = ar_strdup(name);
   if (!r->device_name) {
     st = ar_errf(err, AR_NOMEM, "out of memory");
@@ -382,7 +386,7 @@ ar_status ar__runner_create(const ar__runner_opts *opts, ar__runner **out,
     st = ar_errf(err, st,
                  "cannot reserve the %s of runtime.memory on %s (%s); lower "
                  "runtime.memory",
-                 ar_lanes_fmt_bytes(cap, b, sizeof b), name, r->dev->err.msg);
+                 ar_lanes_fmt_bytes(cap, b, sizeof b), name, ar_device_errmsg(r->dev));
     r->arena_raw = NULL;
     goto fail;
   }
@@ -434,8 +438,8 @@ static void job_free(ar__runner *r, tjob *j) {
   (void)r;
   if (!j)
     return;
-  if (!j->closed && j->d.ops && j->d.ops->close)
-    j->d.ops->close(j->d.job);
+  if (!j->closed && j->d.fns && j->d.fns->close)
+    j->d.fns->close(j->d.job);
   ar_free(j->name);
   ar_free(j->out_dir);
   ar_free(j->sw);
@@ -489,8 +493,8 @@ static void result_init(ar__tjob_result *res) {
 
 ar_status ar__runner_add(ar__runner *r, const ar__tjob_desc *d, size_t *index,
                          ar_err *err) {
-  if (!d || !d->ops || !d->ops->start || !d->ops->step || !d->ops->done ||
-      !d->ops->rebase || !d->ops->finish || !d->ops->close)
+  if (!d || !d->fns || !d->fns->start || !d->fns->step || !d->fns->done ||
+      !d->fns->rebase || !d->fns->finish || !d->fns->close)
     return ar_errf(err, AR_INVALID, "runner: a job needs its whole table of functions");
   if (d->iterations == 0)
     return ar_errf(err, AR_INVALID, "job '%s' has no iterations left to run",
@@ -739,23 +743,23 @@ static void end_job(ar__runner *r, size_t idx, ar__tjob_state state, bool call_f
   AR_ASSERT(!j->running);
   if (call_finish && j->started) {
     ar_err e = AR_ERR_INIT;
-    ar_status st = j->d.ops->finish(j->d.job, state != AR__TJ_DONE, &e);
+    ar_status st = j->d.fns->finish(j->d.job, state != AR__TJ_DONE, &e);
     if (st != AR_OK && state == AR__TJ_DONE) {
       state = AR__TJ_FAILED;
       snprintf(j->res.error, sizeof j->res.error, "finishing: %s", e.msg);
     }
   }
   if (!j->closed) {
-    j->d.ops->close(j->d.job);
+    j->d.fns->close(j->d.job);
     j->closed = true;
   }
   ar_device *d = j->slot >= 0 ? slot_dev(r, j->slot) : NULL;
   if (j->started && d) {
     /* Its block and lane go back to the lanes, and another handle may
      * carve them at once: nothing of this job may still be queued. */
-    if (d->ops->sync(d) != AR_OK)
+    if (ar_device_sync(d) != AR_OK)
       ar_log(AR_LOG_WARN, "job '%s': its device queue failed at its end: %s", j->name,
-             d->err.msg);
+             ar_device_errmsg(d));
   }
   if (j->lid) {
     ar_lanes_job_info ji;
@@ -993,20 +997,20 @@ static ar_status defragment(ar__runner *r, ar_err *err) {
    * bytes about to move (or about to be overwritten by a move). */
   for (int i = 0; i < r->nslots; i++) {
     ar_device *d = slot_dev(r, i);
-    if (d && d->ops->sync(d) != AR_OK)
+    if (d && ar_device_sync(d) != AR_OK)
       return ar_errf(err, AR_DEVICE,
                      "defragmentation: lane handle %d of %s failed before the move: %s", i,
-                     r->device_name, d->err.msg);
+                     r->device_name, ar_device_errmsg(d));
   }
   move_ctx m = {r, AR_OK};
   uint64_t moved0 = r->moved;
   AR_ASSERT(ar_lanes_defrag(r->lanes, move_block, &m) == AR_OK);
   /* The lane handles use the moved bytes next: the copies must be done. */
   if (m.st == AR_OK)
-    m.st = r->dev->ops->sync(r->dev);
+    m.st = ar_device_sync(r->dev);
   if (m.st != AR_OK)
     return ar_errf(err, m.st, "defragmentation: copying a persistent block failed: %s",
-                   r->dev->err.msg);
+                   ar_device_errmsg(r->dev));
   r->defrags++;
   /* Started jobs whose block moved learn its new address. */
   for (size_t i = 0; i < r->njobs; i++) {
@@ -1017,7 +1021,7 @@ static ar_status defragment(ar__runner *r, ar_err *err) {
     AR_ASSERT(ar_lanes_job(r->lanes, j->lid, &ji) == AR_OK);
     void *p = r->arena + ji.persistent_offset;
     if (p != j->pers) {
-      j->d.ops->rebase(j->d.job, p, NULL);
+      j->d.fns->rebase(j->d.job, p, NULL);
       j->pers = p;
     }
   }
@@ -1157,7 +1161,7 @@ static void dispatch(ar__runner *r) {
 /* The worker's side of one iteration.  The job is the worker's alone
  * until it reports back, so no lock is held. */
 static void run_task(ar__runner *r, worker *w, tjob *j) {
-  const ar__tjob_ops *ops = j->d.ops;
+  const ar__tjob_fns *fns = j->d.fns;
   ar_status st = AR_OK;
   w->t_setup = ar_now();
   slot *sl = w->slotp;
@@ -1178,22 +1182,22 @@ static void run_task(ar__runner *r, worker *w, tjob *j) {
   }
   ar_device *dev = sl->dev;
   if (r->host)
-    dev->threads = w->threads; /* this iteration's share of the cores */
+    ar_device_set_threads(dev, w->threads); /* this iteration's share of the cores */
   if (!j->started) {
     w->started_now = true;
-    st = ops->start(j->d.job, dev, w->pers, w->eph, &w->err);
+    st = fns->start(j->d.job, dev, w->pers, w->eph, &w->err);
     if (st == AR_OK) {
       j->started = true;
       j->pers = w->pers;
       j->eph = w->eph;
     }
   } else if (w->eph != j->eph) {
-    ops->rebase(j->d.job, NULL, w->eph);
+    fns->rebase(j->d.job, NULL, w->eph);
     j->eph = w->eph;
   }
-  if (st == AR_OK && ops->done(j->d.job)) {
+  if (st == AR_OK && fns->done(j->d.job)) {
     /* A resumed job whose checkpoint was already at its end. */
-    st = ops->finish(j->d.job, false, &w->err);
+    st = fns->finish(j->d.job, false, &w->err);
     w->ended = true;
     w->st = st;
     w->t_start = w->t_end = w->t_fin = ar_now();
@@ -1201,13 +1205,13 @@ static void run_task(ar__runner *r, worker *w, tjob *j) {
   }
   if (st == AR_OK) {
     w->t_start = ar_now();
-    st = ops->step(j->d.job, &w->err);
+    st = fns->step(j->d.job, &w->err);
     w->t_end = ar_now();
     w->stepped = true;
   }
   if (st == AR_OK &&
-      (ops->done(j->d.job) || j->res.iterations + 1 >= j->d.iterations)) {
-    st = ops->finish(j->d.job, false, &w->err);
+      (fns->done(j->d.job) || j->res.iterations + 1 >= j->d.iterations)) {
+    st = fns->finish(j->d.job, false, &w->err);
     if (st != AR_OK)
       ar_err_wrap(&w->err, "finishing");
     w->ended = true;

@@ -475,7 +475,7 @@ static ar_status hand_to_runner(server *s, sjob *j, ar_spec *spec, ar__tjob_desc
   }
   pthread_mutex_unlock(&s->add_mu);
   if (st != AR_OK) {
-    d->ops->close(d->job);
+    d->fns->close(d->job);
     if (st == AR_INTERRUPTED && !j->keep)
       ar_run_remove_generated(spec, j->fs);
     ar_spec_destroy(spec);

@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 /* A job as the runner drives it.  `job` is the implementation's handle. */
-typedef struct ar__tjob_ops {
+typedef struct ar__tjob_fns {
   /* Creates the job's state on dev (borrowed: the lane handle the job runs
    * every iteration on, shared with the other jobs of its lane, valid
    * until the runner is destroyed) in the given arena blocks.  Called
@@ -44,7 +44,7 @@ typedef struct ar__tjob_ops {
   ar_status (*finish)(void *job, bool interrupted, ar_err *err);
   /* Frees the job (started or not). */
   void (*close)(void *job);
-} ar__tjob_ops;
+} ar__tjob_fns;
 
 typedef struct ar__tjob_desc {
   const char *name;    /* copied */
@@ -56,8 +56,8 @@ typedef struct ar__tjob_desc {
   int priority;
   int max_threads;  /* host threads an iteration may use; 0 = its share */
   double arrival_s; /* on the runner's clock; the service uses "now" */
-  void *job;        /* ownership passes to the runner (ops->close) */
-  const ar__tjob_ops *ops;
+  void *job;        /* ownership passes to the runner (fns->close) */
+  const ar__tjob_fns *fns;
   const ar_fs *fs; /* borrowed, outlives the job: opens out_dir's files */
 } ar__tjob_desc;
 
@@ -195,7 +195,7 @@ double ar__quantile(double *v, size_t n, double q);
 /* ---- engine jobs (tenancy_run.c) ---- */
 
 /* Opens an engine job (ar_job_open) for `spec` and fills *d for the
- * runner (ops, plan sizes, iterations left, output dir, priority; arrival
+ * runner (fns, plan sizes, iterations left, output dir, priority; arrival
  * is the caller's).  opts: resume, the job's fs (quiet is forced).
  * The spec must outlive the job.  Statuses of ar_job_open; AR_STATE when a
  * resumed job has no iteration left. */

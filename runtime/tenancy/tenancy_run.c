@@ -30,7 +30,7 @@ static ar_status e_finish(void *job, bool interrupted, ar_err *err) {
 }
 static void e_close(void *job) { ar_job_close(job); }
 
-static const ar__tjob_ops engine_ops = {e_start, e_step, e_done, e_rebase, e_finish, e_close};
+static const ar__tjob_fns engine_fns = {e_start, e_step, e_done, e_rebase, e_finish, e_close};
 
 ar_status ar__tenancy_open_job(const ar_spec *spec, const ar_run_opts *opts,
                                ar__tjob_desc *d, ar_err *err) {
@@ -63,7 +63,7 @@ ar_status ar__tenancy_open_job(const ar_spec *spec, const ar_run_opts *opts,
   d->max_threads = spec->train.threads;
   d->arrival_s = spec->arrival_s;
   d->job = j;
-  d->ops = &engine_ops;
+  d->fns = &engine_fns;
   return AR_OK;
 }
 
@@ -103,7 +103,7 @@ static void f_close(void *job) {
     ar_free(f->message);
   ar_free(f);
 }
-static const ar__tjob_ops failed_ops = {f_start, f_step, f_done, f_rebase, f_finish, f_close};
+static const ar__tjob_fns failed_fns = {f_start, f_step, f_done, f_rebase, f_finish, f_close};
 
 ar_status ar__tenancy_failed_job(const char *name, const char *out_dir, const char *message,
                                  ar__tjob_desc *d) {
@@ -119,7 +119,7 @@ ar_status ar__tenancy_failed_job(const char *name, const char *out_dir, const ch
   d->ephemeral = 1;
   d->iterations = 1;
   d->job = f;
-  d->ops = &failed_ops;
+  d->fns = &failed_fns;
   return AR_OK;
 }
 
@@ -248,7 +248,7 @@ ar_status ar_tenancy_run(const ar_spec *spec, const ar_run_opts *opts, ar_err *e
     }
     ar_err ae = AR_ERR_INIT;
     if (ar__runner_add(r, &d, NULL, &ae) != AR_OK) {
-      d.ops->close(d.job);
+      d.fns->close(d.job);
       st = ar_errf(err, AR_NOMEM, "%s", ae.msg);
     }
   }

@@ -69,7 +69,7 @@ static inline float *fx_floats(ar_device *dev, int64_t n) {
   void *p = NULL;
   size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(float);
   if (ar_device_alloc(dev, bytes, &p) != AR_OK)
-    fail_msg("ar_device_alloc(%zu): %s", bytes, dev->err.msg);
+    fail_msg("ar_device_alloc(%zu): %s", bytes, ar_device_errmsg(dev));
   return p;
 }
 

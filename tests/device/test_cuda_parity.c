@@ -61,26 +61,26 @@ typedef struct pair {
 } pair;
 
 static void cuda_ok(const char *what) {
-  ar_status st = C->ops->sync(C);
+  ar_status st = ar_device_sync(C);
   if (st != AR_OK)
-    fail_msg("%s: cuda sync: %s", what, C->err.msg);
+    fail_msg("%s: cuda sync: %s", what, ar_device_errmsg(C));
 }
 
 static pair alloc2(size_t bytes) {
   pair p = {NULL, NULL, bytes > 0 ? bytes : 4};
   if (ar_device_alloc(H, p.bytes, &p.h) != AR_OK)
-    fail_msg("host alloc %zu: %s", p.bytes, H->err.msg);
+    fail_msg("host alloc %zu: %s", p.bytes, ar_device_errmsg(H));
   if (ar_device_alloc(C, p.bytes, &p.c) != AR_OK)
-    fail_msg("cuda alloc %zu: %s", p.bytes, C->err.msg);
+    fail_msg("cuda alloc %zu: %s", p.bytes, ar_device_errmsg(C));
   return p;
 }
 
 static pair up(const void *src, size_t bytes) {
   pair p = alloc2(bytes);
   if (bytes > 0) {
-    assert_int_equal(H->ops->copy_in(H, p.h, src, bytes), AR_OK);
-    if (C->ops->copy_in(C, p.c, src, bytes) != AR_OK)
-      fail_msg("cuda copy_in %zu: %s", bytes, C->err.msg);
+    assert_int_equal(ar_device_copy_in(H, p.h, src, bytes), AR_OK);
+    if (ar_device_copy_in(C, p.c, src, bytes) != AR_OK)
+      fail_msg("cuda copy_in %zu: %s", bytes, ar_device_errmsg(C));
   }
   return p;
 }
@@ -95,9 +95,9 @@ static void drop(pair *p) {
 static void down(pair p, void **h, void **c) {
   *h = test_malloc(p.bytes);
   *c = test_malloc(p.bytes);
-  assert_int_equal(H->ops->copy_out(H, *h, p.h, p.bytes), AR_OK);
-  if (C->ops->copy_out(C, *c, p.c, p.bytes) != AR_OK)
-    fail_msg("cuda copy_out: %s", C->err.msg);
+  assert_int_equal(ar_device_copy_out(H, *h, p.h, p.bytes), AR_OK);
+  if (ar_device_copy_out(C, *c, p.c, p.bytes) != AR_OK)
+    fail_msg("cuda copy_out: %s", ar_device_errmsg(C));
 }
 
 /* Compares n floats of p: |cuda - host| <= atol + rtol * scale_i, where
@@ -176,8 +176,8 @@ static void test_fill(void **state) {
   for (size_t s = 0; s < 3; s++) {
     int64_t n = sizes[s];
     pair p = alloc2((size_t)n * sizeof(float));
-    H->ops->fill(H, p.h, n, -0.375f);
-    C->ops->fill(C, p.c, n, -0.375f);
+    ar_device_fill(H, p.h, n, -0.375f);
+    ar_device_fill(C, p.c, n, -0.375f);
     compare("fill", "fill", p, n, NULL, 0, 0);
     drop(&p);
   }
@@ -205,8 +205,8 @@ static void check_gemm(fx_rng *r, bool ta, bool tb, int64_t m, int64_t n,
     }
   pair pa = up(a, (size_t)(ar_ * lda) * 4), pb = up(b, (size_t)(br * ldb) * 4);
   pair pc = up(c, (size_t)(m * ldc) * 4);
-  H->ops->gemm(H, ta, tb, m, n, k, alpha, pa.h, lda, pb.h, ldb, beta, pc.h, ldc);
-  C->ops->gemm(C, ta, tb, m, n, k, alpha, pa.c, lda, pb.c, ldb, beta, pc.c, ldc);
+  ar_device_gemm(H, ta, tb, m, n, k, alpha, pa.h, lda, pb.h, ldb, beta, pc.h, ldc);
+  ar_device_gemm(C, ta, tb, m, n, k, alpha, pa.c, lda, pb.c, ldb, beta, pc.c, ldc);
   char what[128];
   snprintf(what, sizeof what, "gemm ta=%d tb=%d m=%lld n=%lld k=%lld", ta, tb,
            (long long)m, (long long)n, (long long)k);
@@ -241,11 +241,11 @@ static void test_gemm_empty_k(void **state) {
   (void)state;
   float c[6] = {NAN, 1, 2, 3, 4, 5}, a[1] = {0}, b[1] = {0};
   pair pc = up(c, sizeof c), pa = up(a, 4), pb = up(b, 4);
-  H->ops->gemm(H, false, false, 2, 3, 0, 1.0f, pa.h, 1, pb.h, 3, 0.0f, pc.h, 3);
-  C->ops->gemm(C, false, false, 2, 3, 0, 1.0f, pa.c, 1, pb.c, 3, 0.0f, pc.c, 3);
+  ar_device_gemm(H, false, false, 2, 3, 0, 1.0f, pa.h, 1, pb.h, 3, 0.0f, pc.h, 3);
+  ar_device_gemm(C, false, false, 2, 3, 0, 1.0f, pa.c, 1, pb.c, 3, 0.0f, pc.c, 3);
   compare("gemm", "gemm k=0 beta=0", pc, 6, NULL, 0, 0);
-  H->ops->gemm(H, false, false, 2, 3, 0, 1.0f, pa.h, 1, pb.h, 3, 0.5f, pc.h, 3);
-  C->ops->gemm(C, false, false, 2, 3, 0, 1.0f, pa.c, 1, pb.c, 3, 0.5f, pc.c, 3);
+  ar_device_gemm(H, false, false, 2, 3, 0, 1.0f, pa.h, 1, pb.h, 3, 0.5f, pc.h, 3);
+  ar_device_gemm(C, false, false, 2, 3, 0, 1.0f, pa.c, 1, pb.c, 3, 0.5f, pc.c, 3);
   compare("gemm", "gemm k=0 beta=0.5", pc, 6, NULL, 0, 0);
   drop(&pa);
   drop(&pb);
@@ -269,16 +269,16 @@ static void test_spmm(void **state) {
     pair pw = up(w, (size_t)(in * out) * 4), pg = up(g, (size_t)(rows * out) * 4);
     pair py = alloc2((size_t)(rows * out) * 4);
     pair pdw = up(dw0, (size_t)(in * out) * 4);
-    H->ops->spmm(H, rows, x.ptr.h, x.idx.h, x.val.h, pw.h, out, py.h);
-    C->ops->spmm(C, rows, x.ptr.c, x.idx.c, x.val.c, pw.c, out, py.c);
+    ar_device_spmm(H, rows, x.ptr.h, x.idx.h, x.val.h, pw.h, out, py.h);
+    ar_device_spmm(C, rows, x.ptr.c, x.idx.c, x.val.c, pw.c, out, py.c);
     char what[96];
     snprintf(what, sizeof what, "spmm rows=%lld out=%lld", (long long)rows,
              (long long)out);
     /* At most 40 products of magnitude <= 1 per element. */
     compare("spmm", what, py, rows * out, NULL, 1e-5, 1e-5);
     /* spmm_t accumulates into a dW that already holds values. */
-    H->ops->spmm_t(H, rows, x.ptr.h, x.idx.h, x.val.h, pg.h, out, pdw.h);
-    C->ops->spmm_t(C, rows, x.ptr.c, x.idx.c, x.val.c, pg.c, out, pdw.c);
+    ar_device_spmm_t(H, rows, x.ptr.h, x.idx.h, x.val.h, pg.h, out, pdw.h);
+    ar_device_spmm_t(C, rows, x.ptr.c, x.idx.c, x.val.c, pg.c, out, pdw.c);
     snprintf(what, sizeof what, "spmm_t rows=%lld out=%lld", (long long)rows,
              (long long)out);
     compare("spmm_t", what, pdw, in * out, NULL, 1e-5, 1e-5);
@@ -309,8 +309,8 @@ static void test_bias_act(void **state) {
         float *y = rand_floats(&r, rows * cols, -30, 30);
         float *b = rand_floats(&r, cols, -2, 2);
         pair py = up(y, (size_t)(rows * cols) * 4), pb = up(b, (size_t)cols * 4);
-        H->ops->bias_act(H, rows, cols, with_bias ? pb.h : NULL, acts[a], py.h);
-        C->ops->bias_act(C, rows, cols, with_bias ? pb.c : NULL, acts[a], py.c);
+        ar_device_bias_act(H, rows, cols, with_bias ? pb.h : NULL, acts[a], py.h);
+        ar_device_bias_act(C, rows, cols, with_bias ? pb.c : NULL, acts[a], py.c);
         char what[96];
         snprintf(what, sizeof what, "bias_act %s bias=%d rows=%lld cols=%lld",
                  act_names[a], with_bias, (long long)rows,
@@ -332,8 +332,8 @@ static void test_act_grad(void **state) {
     float *y = rand_floats(&r, n, a ? 0.0f : -1.0f, 1.0f);
     float *dy = rand_floats(&r, n, -1, 1);
     pair py = up(y, (size_t)n * 4), pd = up(dy, (size_t)n * 4);
-    H->ops->act_grad(H, n, act, py.h, pd.h);
-    C->ops->act_grad(C, n, act, py.c, pd.c);
+    ar_device_act_grad(H, n, act, py.h, pd.h);
+    ar_device_act_grad(C, n, act, py.c, pd.c);
     compare("act_grad", a ? "act_grad sigmoid" : "act_grad relu", pd, n, NULL,
             1e-6, 1e-7);
     drop(&py);
@@ -353,8 +353,8 @@ static void test_col_sum(void **state) {
       float *dy = rand_floats(&r, rows * cols, -1, 1);
       float *db = rand_floats(&r, cols, -1, 1);
       pair pd = up(dy, (size_t)(rows * cols) * 4), pb = up(db, (size_t)cols * 4);
-      H->ops->col_sum(H, rows, cols, pd.h, acc, pb.h);
-      C->ops->col_sum(C, rows, cols, pd.c, acc, pb.c);
+      ar_device_col_sum(H, rows, cols, pd.h, acc, pb.h);
+      ar_device_col_sum(C, rows, cols, pd.c, acc, pb.c);
       char what[96];
       snprintf(what, sizeof what, "col_sum acc=%d rows=%lld cols=%lld", acc,
                (long long)rows, (long long)cols);
@@ -381,15 +381,15 @@ static void check_loss(fx_rng *r, bool softmax, int64_t rows, int64_t cols,
   float *gh = grad_mode == 0 ? NULL : grad_mode == 1 ? pg.h : px.h;
   float *gc = grad_mode == 0 ? NULL : grad_mode == 1 ? pg.c : px.c;
   if (softmax) {
-    H->ops->softmax_xent(H, rows, cols, px.h, lab.ptr.h, lab.idx.h, scale, gh,
-                         pl.h);
-    C->ops->softmax_xent(C, rows, cols, px.c, lab.ptr.c, lab.idx.c, scale, gc,
-                         pl.c);
+    ar_device_softmax_xent(H, rows, cols, px.h, lab.ptr.h, lab.idx.h, scale, gh,
+                           pl.h);
+    ar_device_softmax_xent(C, rows, cols, px.c, lab.ptr.c, lab.idx.c, scale, gc,
+                           pl.c);
   } else {
-    H->ops->sigmoid_bce(H, rows, cols, px.h, lab.ptr.h, lab.idx.h, scale, gh,
-                        pl.h);
-    C->ops->sigmoid_bce(C, rows, cols, px.c, lab.ptr.c, lab.idx.c, scale, gc,
-                        pl.c);
+    ar_device_sigmoid_bce(H, rows, cols, px.h, lab.ptr.h, lab.idx.h, scale, gh,
+                          pl.h);
+    ar_device_sigmoid_bce(C, rows, cols, px.c, lab.ptr.c, lab.idx.c, scale, gc,
+                          pl.c);
   }
   const char *op = softmax ? "softmax_xent" : "sigmoid_bce";
   char what[128];
@@ -457,8 +457,8 @@ static void test_topk(void **state) {
     }
     pair px = up(x, (size_t)(rows * cols) * 4);
     pair pi = alloc2((size_t)(rows * k) * 4);
-    H->ops->topk(H, rows, cols, px.h, k, pi.h);
-    C->ops->topk(C, rows, cols, px.c, k, pi.c);
+    ar_device_topk(H, rows, cols, px.h, k, pi.h);
+    ar_device_topk(C, rows, cols, px.c, k, pi.c);
     cuda_ok("topk");
     int32_t *ih, *ic;
     down(pi, (void **)&ih, (void **)&ic);
@@ -489,17 +489,17 @@ static void test_adam(void **state) {
       float *p = rand_floats(&r, n, -1, 1);
       pair pp = up(p, (size_t)n * 4), pm = alloc2((size_t)n * 4),
            pv = alloc2((size_t)n * 4);
-      H->ops->fill(H, pm.h, n, 0.0f);
-      H->ops->fill(H, pv.h, n, 0.0f);
-      C->ops->fill(C, pm.c, n, 0.0f);
-      C->ops->fill(C, pv.c, n, 0.0f);
+      ar_device_fill(H, pm.h, n, 0.0f);
+      ar_device_fill(H, pv.h, n, 0.0f);
+      ar_device_fill(C, pm.c, n, 0.0f);
+      ar_device_fill(C, pv.c, n, 0.0f);
       for (int64_t t = 1; t <= 3; t++) {
         float *g = rand_floats(&r, n, -1, 1);
         pair pg = up(g, (size_t)n * 4);
-        H->ops->adam(H, n, pp.h, pg.h, pm.h, pv.h, 1e-3f, 0.9f, 0.999f, 1e-8f,
-                     wd ? 0.01f : 0.0f, t);
-        C->ops->adam(C, n, pp.c, pg.c, pm.c, pv.c, 1e-3f, 0.9f, 0.999f, 1e-8f,
-                     wd ? 0.01f : 0.0f, t);
+        ar_device_adam(H, n, pp.h, pg.h, pm.h, pv.h, 1e-3f, 0.9f, 0.999f, 1e-8f,
+                       wd ? 0.01f : 0.0f, t);
+        ar_device_adam(C, n, pp.c, pg.c, pm.c, pv.c, 1e-3f, 0.9f, 0.999f, 1e-8f,
+                       wd ? 0.01f : 0.0f, t);
         drop(&pg);
         test_free(g);
       }
@@ -521,13 +521,13 @@ static void test_sgd(void **state) {
     float mom = mode & 1 ? 0.9f : 0.0f, wd = mode & 2 ? 1e-4f : 0.0f;
     float *p = rand_floats(&r, n, -1, 1);
     pair pp = up(p, (size_t)n * 4), pv = alloc2((size_t)n * 4);
-    H->ops->fill(H, pv.h, n, 0.0f);
-    C->ops->fill(C, pv.c, n, 0.0f);
+    ar_device_fill(H, pv.h, n, 0.0f);
+    ar_device_fill(C, pv.c, n, 0.0f);
     for (int t = 0; t < 3; t++) {
       float *g = rand_floats(&r, n, -1, 1);
       pair pg = up(g, (size_t)n * 4);
-      H->ops->sgd(H, n, pp.h, pg.h, mom != 0.0f ? pv.h : NULL, 0.01f, mom, wd);
-      C->ops->sgd(C, n, pp.c, pg.c, mom != 0.0f ? pv.c : NULL, 0.01f, mom, wd);
+      ar_device_sgd(H, n, pp.h, pg.h, mom != 0.0f ? pv.h : NULL, 0.01f, mom, wd);
+      ar_device_sgd(C, n, pp.c, pg.c, mom != 0.0f ? pv.c : NULL, 0.01f, mom, wd);
       drop(&pg);
       test_free(g);
     }
@@ -558,11 +558,11 @@ typedef struct net {
 static float *dev_floats(ar_device *d, int64_t n, const float *init) {
   void *p = NULL;
   if (ar_device_alloc(d, (size_t)n * 4, &p) != AR_OK)
-    fail_msg("alloc on %s: %s", d->ops->name, d->err.msg);
+    fail_msg("alloc on %s: %s", ar_device_name(d), ar_device_errmsg(d));
   if (init)
-    assert_int_equal(d->ops->copy_in(d, p, init, (size_t)n * 4), AR_OK);
+    assert_int_equal(ar_device_copy_in(d, p, init, (size_t)n * 4), AR_OK);
   else
-    d->ops->fill(d, p, n, 0.0f);
+    ar_device_fill(d, p, n, 0.0f);
   return p;
 }
 
@@ -620,53 +620,53 @@ static double net_step(net *m, int64_t rows, const int64_t *ptr, const int32_t *
   ar_device *d = m->dev;
   for (int l = 0; l < NL; l++) {
     if (l == 0)
-      d->ops->spmm(d, rows, ptr, idx, val, m->w[0], m->out[0], m->y[0]);
+      ar_device_spmm(d, rows, ptr, idx, val, m->w[0], m->out[0], m->y[0]);
     else
-      d->ops->gemm(d, false, true, rows, m->out[l], m->in[l], 1.0f, m->y[l - 1],
-                   m->in[l], m->w[l], m->in[l], 0.0f, m->y[l], m->out[l]);
-    d->ops->bias_act(d, rows, m->out[l], m->b[l],
-                     l == NL - 1 ? AR_ACT_NONE : m->act[l], m->y[l]);
+      ar_device_gemm(d, false, true, rows, m->out[l], m->in[l], 1.0f, m->y[l - 1],
+                     m->in[l], m->w[l], m->in[l], 0.0f, m->y[l], m->out[l]);
+    ar_device_bias_act(d, rows, m->out[l], m->b[l],
+                       l == NL - 1 ? AR_ACT_NONE : m->act[l], m->y[l]);
   }
   const int last = NL - 1;
   const float scale = 1.0f / (float)rows;
   if (m->act[last] == AR_ACT_SIGMOID)
-    d->ops->sigmoid_bce(d, rows, m->out[last], m->y[last], lptr, lab, scale,
-                        m->y[last], m->loss);
+    ar_device_sigmoid_bce(d, rows, m->out[last], m->y[last], lptr, lab, scale,
+                          m->y[last], m->loss);
   else
-    d->ops->softmax_xent(d, rows, m->out[last], m->y[last], lptr, lab, scale,
-                         m->y[last], m->loss);
+    ar_device_softmax_xent(d, rows, m->out[last], m->y[last], lptr, lab, scale,
+                           m->y[last], m->loss);
   float lr_[512];
   assert_true(rows <= 512);
-  if (d->ops->copy_out(d, lr_, m->loss, (size_t)rows * 4) != AR_OK)
-    fail_msg("copy_out loss on %s: %s", d->ops->name, d->err.msg);
+  if (ar_device_copy_out(d, lr_, m->loss, (size_t)rows * 4) != AR_OK)
+    fail_msg("copy_out loss on %s: %s", ar_device_name(d), ar_device_errmsg(d));
   double loss = 0;
   for (int64_t i = 0; i < rows; i++)
     loss += lr_[i];
   for (int l = last; l >= 0; l--) {
     const float *g = l == last ? m->y[l] : m->dy[l];
-    d->ops->col_sum(d, rows, m->out[l], g, false, m->gb[l]);
+    ar_device_col_sum(d, rows, m->out[l], g, false, m->gb[l]);
     if (l == 0) {
-      d->ops->fill(d, m->gw[0], m->in[0] * m->out[0], 0.0f);
-      d->ops->spmm_t(d, rows, ptr, idx, val, g, m->out[0], m->gw[0]);
+      ar_device_fill(d, m->gw[0], m->in[0] * m->out[0], 0.0f);
+      ar_device_spmm_t(d, rows, ptr, idx, val, g, m->out[0], m->gw[0]);
     } else {
-      d->ops->gemm(d, true, false, m->out[l], m->in[l], rows, 1.0f, g, m->out[l],
-                   m->y[l - 1], m->in[l], 0.0f, m->gw[l], m->in[l]);
-      d->ops->gemm(d, false, false, rows, m->in[l], m->out[l], 1.0f, g,
-                   m->out[l], m->w[l], m->in[l], 0.0f, m->dy[l - 1], m->out[l - 1]);
-      d->ops->act_grad(d, rows * m->out[l - 1], m->act[l - 1], m->y[l - 1],
-                       m->dy[l - 1]);
+      ar_device_gemm(d, true, false, m->out[l], m->in[l], rows, 1.0f, g, m->out[l],
+                     m->y[l - 1], m->in[l], 0.0f, m->gw[l], m->in[l]);
+      ar_device_gemm(d, false, false, rows, m->in[l], m->out[l], 1.0f, g,
+                     m->out[l], m->w[l], m->in[l], 0.0f, m->dy[l - 1], m->out[l - 1]);
+      ar_device_act_grad(d, rows * m->out[l - 1], m->act[l - 1], m->y[l - 1],
+                         m->dy[l - 1]);
     }
   }
   for (int l = 0; l < NL; l++) {
     int64_t nw = m->in[l] * m->out[l];
     if (adam) {
-      d->ops->adam(d, nw, m->w[l], m->gw[l], m->s1w[l], m->s2w[l], 1e-3f, 0.9f,
-                   0.999f, 1e-8f, 0.0f, t);
-      d->ops->adam(d, m->out[l], m->b[l], m->gb[l], m->s1b[l], m->s2b[l], 1e-3f,
-                   0.9f, 0.999f, 1e-8f, 0.0f, t);
+      ar_device_adam(d, nw, m->w[l], m->gw[l], m->s1w[l], m->s2w[l], 1e-3f, 0.9f,
+                     0.999f, 1e-8f, 0.0f, t);
+      ar_device_adam(d, m->out[l], m->b[l], m->gb[l], m->s1b[l], m->s2b[l], 1e-3f,
+                     0.9f, 0.999f, 1e-8f, 0.0f, t);
     } else {
-      d->ops->sgd(d, nw, m->w[l], m->gw[l], m->s1w[l], 0.05f, 0.9f, 1e-4f);
-      d->ops->sgd(d, m->out[l], m->b[l], m->gb[l], m->s1b[l], 0.05f, 0.9f, 1e-4f);
+      ar_device_sgd(d, nw, m->w[l], m->gw[l], m->s1w[l], 0.05f, 0.9f, 1e-4f);
+      ar_device_sgd(d, m->out[l], m->b[l], m->gb[l], m->s1b[l], 0.05f, 0.9f, 1e-4f);
     }
   }
   return loss / (double)rows;
@@ -746,13 +746,13 @@ static void check_copy(size_t n, size_t d, size_t s, size_t len) {
   memmove(ref + d, ref + s, len);
   void *buf = NULL;
   if (ar_device_alloc(C, n, &buf) != AR_OK)
-    fail_msg("alloc %zu: %s", n, C->err.msg);
-  assert_int_equal(C->ops->copy_in(C, buf, init, n), AR_OK);
+    fail_msg("alloc %zu: %s", n, ar_device_errmsg(C));
+  assert_int_equal(ar_device_copy_in(C, buf, init, n), AR_OK);
   unsigned char *b = buf;
   if (ar_device_copy(C, b + d, b + s, len) != AR_OK)
-    fail_msg("copy %zu bytes %zu -> %zu: %s", len, s, d, C->err.msg);
+    fail_msg("copy %zu bytes %zu -> %zu: %s", len, s, d, ar_device_errmsg(C));
   cuda_ok("copy");
-  assert_int_equal(C->ops->copy_out(C, got, buf, n), AR_OK);
+  assert_int_equal(ar_device_copy_out(C, got, buf, n), AR_OK);
   if (memcmp(got, ref, n) != 0) {
     size_t i = 0;
     while (got[i] == ref[i])
@@ -795,15 +795,15 @@ static void test_host_staging(void **state) {
     void *buf = NULL;
     if (ar_device_host_alloc(C, n, (void **)&in) != AR_OK ||
         ar_device_host_alloc(C, n, (void **)&out) != AR_OK)
-      fail_msg("host_alloc %zu: %s", n, C->err.msg);
+      fail_msg("host_alloc %zu: %s", n, ar_device_errmsg(C));
     for (size_t i = 0; i < n; i++) {
       in[i] = (unsigned char)(i * 7u % 253u);
       out[i] = 0;
     }
     if (ar_device_alloc(C, n, &buf) != AR_OK)
-      fail_msg("alloc %zu: %s", n, C->err.msg);
-    assert_int_equal(C->ops->copy_in(C, buf, in, n), AR_OK);
-    assert_int_equal(C->ops->copy_out(C, out, buf, n), AR_OK);
+      fail_msg("alloc %zu: %s", n, ar_device_errmsg(C));
+    assert_int_equal(ar_device_copy_in(C, buf, in, n), AR_OK);
+    assert_int_equal(ar_device_copy_out(C, out, buf, n), AR_OK);
     assert_memory_equal(in, out, n);
     record("copy in/out (staging buffers)", 0, 0, (int64_t)n);
     ar_device_free(C, buf, n);
@@ -831,7 +831,7 @@ static void test_lanes_and_memory(void **state) {
 
   ar_device *lane = NULL;
   if (ar_device_open_lane(d, &lane) != AR_OK)
-    fail_msg("open_lane: %s", d->err.msg);
+    fail_msg("open_lane: %s", ar_device_errmsg(d));
   assert_int_equal(ar_device_mem_info(lane, &mi), AR_OK);
   assert_int_equal(mi.capacity, 256u << 20); /* the same arena */
   assert_true(mi.available < avail0);        /* the lane's own workspace */
@@ -843,19 +843,19 @@ static void test_lanes_and_memory(void **state) {
   /* Ops on the lane's own stream. */
   float a[4] = {1, 2, 3, 4}, c[4];
   float *pa = p, *pc = pa + 4;
-  assert_int_equal(lane->ops->copy_in(lane, pa, a, sizeof a), AR_OK);
-  lane->ops->gemm(lane, false, false, 2, 2, 2, 1.0f, pa, 2, pa, 2, 0.0f, pc, 2);
-  assert_int_equal(lane->ops->sync(lane), AR_OK);
-  assert_int_equal(lane->ops->copy_out(lane, c, pc, sizeof c), AR_OK);
+  assert_int_equal(ar_device_copy_in(lane, pa, a, sizeof a), AR_OK);
+  ar_device_gemm(lane, false, false, 2, 2, 2, 1.0f, pa, 2, pa, 2, 0.0f, pc, 2);
+  assert_int_equal(ar_device_sync(lane), AR_OK);
+  assert_int_equal(ar_device_copy_out(lane, c, pc, sizeof c), AR_OK);
   assert_true(c[0] == 7 && c[1] == 10 && c[2] == 15 && c[3] == 22);
 
   /* Out of memory is a status with the figures, accounting unchanged. */
   void *big = NULL;
-  size_t before = d->bytes_in_use;
+  size_t before = ar_device_bytes_in_use(d);
   assert_int_equal(ar_device_alloc(d, 300u << 20, &big), AR_NOMEM);
   assert_null(big);
-  assert_non_null(strstr(d->err.msg, "raise runtime.memory"));
-  assert_int_equal(d->bytes_in_use, before);
+  assert_non_null(strstr(ar_device_errmsg(d), "raise runtime.memory"));
+  assert_int_equal(ar_device_bytes_in_use(d), before);
 
   /* An overlapping copy with no room left for a temporary: small chunks
    * on the lane's stream, still right. */
@@ -870,10 +870,10 @@ static void test_lanes_and_memory(void **state) {
     memcpy(ref, init, n);
     memmove(ref, ref + 256, n - 256);
     unsigned char *b = rest;
-    assert_int_equal(lane->ops->copy_in(lane, b, init, n), AR_OK);
+    assert_int_equal(ar_device_copy_in(lane, b, init, n), AR_OK);
     assert_int_equal(ar_device_copy(lane, b, b + 256, n - 256), AR_OK);
-    assert_int_equal(lane->ops->sync(lane), AR_OK);
-    assert_int_equal(lane->ops->copy_out(lane, got, b, n), AR_OK);
+    assert_int_equal(ar_device_sync(lane), AR_OK);
+    assert_int_equal(ar_device_copy_out(lane, got, b, n), AR_OK);
     assert_memory_equal(got, ref, n);
     test_free(init);
     test_free(ref);
@@ -883,7 +883,7 @@ static void test_lanes_and_memory(void **state) {
 
   /* The parent may go first; the lane keeps the arena alive. */
   ar_device_close(d);
-  assert_int_equal(lane->ops->copy_out(lane, c, pc, sizeof c), AR_OK);
+  assert_int_equal(ar_device_copy_out(lane, c, pc, sizeof c), AR_OK);
   assert_true(c[3] == 22);
   ar_device_free(lane, p, 1u << 20);
   ar_device_close(lane);

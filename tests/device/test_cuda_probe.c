@@ -40,7 +40,7 @@ static void test_probe(void **state) {
     assert_string_equal(why, "");
     if (st != AR_OK)
       fail_msg("cuda:0 is present but does not open: %s", err.msg);
-    assert_string_equal(dev->ops->name, "cuda");
+    assert_string_equal(ar_device_name(dev), "cuda");
     ar_device_close(dev);
   }
 }

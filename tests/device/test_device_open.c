@@ -41,16 +41,16 @@ static void test_open_host(void **state) {
   ar_err err = AR_ERR_INIT;
   assert_int_equal(ar_device_open("host", NULL, &dev, &err), AR_OK);
   assert_non_null(dev);
-  assert_string_equal(dev->ops->name, "host");
-  assert_true(dev->threads >= 1);
-  assert_int_equal(dev->bytes_in_use, 0);
+  assert_string_equal(ar_device_name(dev), "host");
+  assert_true(ar_device_threads(dev) >= 1);
+  assert_int_equal(ar_device_bytes_in_use(dev), 0);
   ar_device_close(dev);
 
   ar_device_opts o = AR_DEVICE_OPTS_INIT;
   o.threads = 2;
   o.pin = false;
   assert_int_equal(ar_device_open("host", &o, &dev, &err), AR_OK);
-  assert_int_equal(dev->threads, 2);
+  assert_int_equal(ar_device_threads(dev), 2);
   ar_device_close(dev);
   ar_device_close(NULL); /* no-op */
 }
@@ -66,16 +66,16 @@ static void test_open_pinned(void **state) {
   o.threads = 1;
   assert_int_equal(ar_device_open("host", &o, &dev, &err), AR_OK);
   float x[3] = {1, 2, 3};
-  dev->ops->fill(dev, x, 3, 0.5f);
+  ar_device_fill(dev, x, 3, 0.5f);
   assert_true(x[2] == 0.5f);
   ar_device_close(dev);
   o.threads = 64; /* more than the cores of any test machine here */
   assert_int_equal(ar_device_open("host", &o, &dev, &err), AR_OK);
-  assert_int_equal(dev->threads, 64);
+  assert_int_equal(ar_device_threads(dev), 64);
   ar_device_close(dev);
   o.threads = 0; /* one per core, pinned */
   assert_int_equal(ar_device_open("host", &o, &dev, &err), AR_OK);
-  assert_true(dev->threads >= 1);
+  assert_true(ar_device_threads(dev) >= 1);
   ar_device_close(dev);
 }
 
@@ -117,7 +117,7 @@ static void test_open_cuda_absent(void **state) {
   if (n > 0) { /* a GPU: cuda:0 opens */
     assert_int_equal(st, AR_OK);
     assert_non_null(dev);
-    assert_string_equal(dev->ops->name, "cuda");
+    assert_string_equal(ar_device_name(dev), "cuda");
     ar_device_close(dev);
     dev = NULL;
   } else {
@@ -162,9 +162,9 @@ static void test_open_auto(void **state) {
   ar_log_set_level(saved);
   assert_non_null(dev);
   if (ar_cuda_device_count(NULL, 0) > 0) { /* a GPU: auto takes it, silently */
-    assert_string_equal(dev->ops->name, "cuda");
+    assert_string_equal(ar_device_name(dev), "cuda");
   } else {
-    assert_string_equal(dev->ops->name, "host");
+    assert_string_equal(ar_device_name(dev), "host");
     assert_non_null(strstr(text, "device auto: using the host"));
     char *nl = strchr(text, '\n');
     assert_non_null(nl);
@@ -182,26 +182,26 @@ static void test_alloc_accounting(void **state) {
   assert_int_equal(ar_device_alloc(dev, 1000, &b), AR_OK);
   assert_int_equal((uintptr_t)a % 64, 0);
   assert_int_equal((uintptr_t)b % 64, 0);
-  assert_int_equal(dev->bytes_in_use, 1100);
-  assert_int_equal(dev->bytes_peak, 1100);
+  assert_int_equal(ar_device_bytes_in_use(dev), 1100);
+  assert_int_equal(ar_device_bytes_peak(dev), 1100);
   ar_device_free(dev, a, 100);
-  assert_int_equal(dev->bytes_in_use, 1000);
-  assert_int_equal(dev->bytes_peak, 1100);
+  assert_int_equal(ar_device_bytes_in_use(dev), 1000);
+  assert_int_equal(ar_device_bytes_peak(dev), 1100);
   assert_int_equal(ar_device_alloc(dev, 0, &c), AR_OK); /* zero bytes is fine */
   assert_non_null(c);
   ar_device_free(dev, c, 0);
   assert_int_equal(ar_device_alloc(dev, 50, &a), AR_OK);
-  assert_int_equal(dev->bytes_in_use, 1050);
-  assert_int_equal(dev->bytes_peak, 1100);
+  assert_int_equal(ar_device_bytes_in_use(dev), 1050);
+  assert_int_equal(ar_device_bytes_peak(dev), 1100);
   assert_int_equal(ar_device_alloc(dev, 200, &c), AR_OK);
-  assert_int_equal(dev->bytes_peak, 1250);
+  assert_int_equal(ar_device_bytes_peak(dev), 1250);
   ar_device_free(dev, NULL, 999); /* no-op */
-  assert_int_equal(dev->bytes_in_use, 1250);
+  assert_int_equal(ar_device_bytes_in_use(dev), 1250);
   ar_device_free(dev, a, 50);
   ar_device_free(dev, b, 1000);
   ar_device_free(dev, c, 200);
-  assert_int_equal(dev->bytes_in_use, 0);
-  assert_int_equal(dev->bytes_peak, 1250);
+  assert_int_equal(ar_device_bytes_in_use(dev), 0);
+  assert_int_equal(ar_device_bytes_peak(dev), 1250);
   assert_int_equal(ar_device_alloc(dev, 8, NULL), AR_INVALID);
   assert_int_equal(ar_device_alloc(NULL, 8, &a), AR_INVALID);
   ar_device_close(dev);
@@ -219,11 +219,12 @@ static void test_out_of_memory(void **state) {
   ar_alloc_fail_after(-1);
   assert_int_equal(st, AR_NOMEM);
   assert_ptr_equal(p, (void *)&keep);
-  assert_int_equal(dev->bytes_in_use, 64);
-  assert_int_equal(dev->bytes_peak, 64);
-  assert_int_equal(dev->err.status, AR_NOMEM);
-  assert_non_null(strstr(dev->err.msg, "cannot allocate 1048576 bytes"));
-  assert_non_null(strstr(dev->err.msg, "64 bytes in use"));
+  assert_int_equal(ar_device_bytes_in_use(dev), 64);
+  assert_int_equal(ar_device_bytes_peak(dev), 64);
+  assert_int_equal(ar_device_errcode(dev), AR_NOMEM);
+  assert_non_null(
+      strstr(ar_device_errmsg(dev), "cannot allocate 1048576 bytes"));
+  assert_non_null(strstr(ar_device_errmsg(dev), "64 bytes in use"));
   ar_device_free(dev, keep, 64);
   ar_device_close(dev);
 
@@ -242,13 +243,13 @@ static void test_copy_sync(void **state) {
   ar_device *dev = fx_open_host(2);
   float src[5] = {1, 2, 3, 4, 5}, back[5] = {0};
   float *d = fx_floats(dev, 5);
-  assert_int_equal(dev->ops->copy_in(dev, d, src, sizeof src), AR_OK);
-  assert_int_equal(dev->ops->sync(dev), AR_OK);
-  assert_int_equal(dev->ops->copy_out(dev, back, d, sizeof back), AR_OK);
+  assert_int_equal(ar_device_copy_in(dev, d, src, sizeof src), AR_OK);
+  assert_int_equal(ar_device_sync(dev), AR_OK);
+  assert_int_equal(ar_device_copy_out(dev, back, d, sizeof back), AR_OK);
   assert_memory_equal(src, back, sizeof src);
-  assert_int_equal(dev->ops->copy_in(dev, d, src, 0), AR_OK);
-  assert_int_equal(dev->ops->copy_in(dev, NULL, src, 4), AR_INVALID);
-  assert_non_null(strstr(dev->err.msg, "NULL"));
+  assert_int_equal(ar_device_copy_in(dev, d, src, 0), AR_OK);
+  assert_int_equal(ar_device_copy_in(dev, NULL, src, 4), AR_INVALID);
+  assert_non_null(strstr(ar_device_errmsg(dev), "NULL"));
   fx_free_floats(dev, d, 5);
   ar_device_close(dev);
 }
@@ -261,10 +262,10 @@ static void test_host_alloc(void **state) {
   float *h = NULL, src[4] = {1, 2, 3, 4};
   assert_int_equal(ar_device_host_alloc(dev, sizeof src, (void **)&h), AR_OK);
   assert_non_null(h);
-  assert_int_equal(dev->bytes_in_use, 0);
+  assert_int_equal(ar_device_bytes_in_use(dev), 0);
   float *d = fx_floats(dev, 4);
-  assert_int_equal(dev->ops->copy_in(dev, d, src, sizeof src), AR_OK);
-  assert_int_equal(dev->ops->copy_out(dev, h, d, sizeof src), AR_OK);
+  assert_int_equal(ar_device_copy_in(dev, d, src, sizeof src), AR_OK);
+  assert_int_equal(ar_device_copy_out(dev, h, d, sizeof src), AR_OK);
   assert_memory_equal(h, src, sizeof src);
   ar_device_host_free(dev, h);
   ar_device_host_free(dev, NULL); /* no-op */
@@ -274,7 +275,7 @@ static void test_host_alloc(void **state) {
   ar_alloc_fail_after(-1);
   assert_int_equal(st, AR_NOMEM);
   assert_null(p);
-  assert_non_null(strstr(dev->err.msg, "1048576 bytes of staging"));
+  assert_non_null(strstr(ar_device_errmsg(dev), "1048576 bytes of staging"));
   assert_int_equal(ar_device_host_alloc(dev, 8, NULL), AR_INVALID);
   assert_int_equal(ar_device_host_alloc(NULL, 8, &p), AR_INVALID);
   fx_free_floats(dev, d, 4);

@@ -42,7 +42,7 @@ static void check_gemm(ar_device *dev, fx_rng *r, bool ta, bool tb, int64_t m,
       mag[i * ldc + j] = fabs(alpha) * sm + fabs(c0);
     }
   }
-  dev->ops->gemm(dev, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  ar_device_gemm(dev, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   char what[128];
   snprintf(what, sizeof what, "gemm ta=%d tb=%d m=%lld n=%lld k=%lld", ta, tb,
            (long long)m, (long long)n, (long long)k);
@@ -73,11 +73,11 @@ static void test_gemm_empty_k(void **state) {
   (void)state;
   float c[6] = {NAN, 1, 2, 3, 4, 5};
   float a[1] = {0}, b[1] = {0};
-  dev1->ops->gemm(dev1, false, false, 2, 3, 0, 1.0f, a, 1, b, 3, 0.0f, c, 3);
+  ar_device_gemm(dev1, false, false, 2, 3, 0, 1.0f, a, 1, b, 3, 0.0f, c, 3);
   for (int i = 0; i < 6; i++)
     assert_true(c[i] == 0.0f);
   float d[2] = {2, -4};
-  dev1->ops->gemm(dev1, false, false, 1, 2, 0, 1.0f, a, 1, b, 2, 0.5f, d, 2);
+  ar_device_gemm(dev1, false, false, 1, 2, 0, 1.0f, a, 1, b, 2, 0.5f, d, 2);
   assert_true(d[0] == 1.0f && d[1] == -2.0f);
 }
 
@@ -98,7 +98,7 @@ static void check_spmm(ar_device *dev, fx_rng *r, int64_t rows, int64_t in,
         ref[i * out + j] += t;
         mag[i * out + j] += fabs(t);
       }
-  dev->ops->spmm(dev, rows, x.ptr, x.idx, x.val, w, out, y);
+  ar_device_spmm(dev, rows, x.ptr, x.idx, x.val, w, out, y);
   char what[96];
   snprintf(what, sizeof what, "spmm rows=%lld in=%lld out=%lld", (long long)rows,
            (long long)in, (long long)out);
@@ -142,7 +142,7 @@ static void check_spmm_t(ar_device *dev, fx_rng *r, int64_t rows, int64_t in,
         ref[x.idx[e] * out + j] += t;
         mag[x.idx[e] * out + j] += fabs(t);
       }
-  dev->ops->spmm_t(dev, rows, x.ptr, x.idx, x.val, dy, out, dw);
+  ar_device_spmm_t(dev, rows, x.ptr, x.idx, x.val, dy, out, dw);
   char what[96];
   snprintf(what, sizeof what, "spmm_t rows=%lld in=%lld out=%lld",
            (long long)rows, (long long)in, (long long)out);
@@ -202,7 +202,7 @@ static void test_bias_act(void **state) {
           for (int64_t j = 0; j < cols; j++)
             ref[i * cols + j] = ref_act(
                 acts[a], (float)((double)y[i * cols + j] + (with_bias ? b[j] : 0.0)));
-        dev2->ops->bias_act(dev2, rows, cols, with_bias ? b : NULL, acts[a], y);
+        ar_device_bias_act(dev2, rows, cols, with_bias ? b : NULL, acts[a], y);
         char what[96];
         snprintf(what, sizeof what, "bias_act act=%d bias=%d %lldx%lld", acts[a],
                  with_bias, (long long)rows, (long long)cols);
@@ -235,7 +235,7 @@ static void test_act_grad(void **state) {
           d *= (double)y[i] * (1.0 - y[i]);
         ref[i] = d;
       }
-      dev2->ops->act_grad(dev2, n, acts[a], y, dy);
+      ar_device_act_grad(dev2, n, acts[a], y, dy);
       char what[64];
       snprintf(what, sizeof what, "act_grad act=%d n=%lld", acts[a],
                (long long)n);
@@ -267,7 +267,7 @@ static void test_col_sum(void **state) {
             mag[j] += fabs(dy[k * n + j]);
           }
         }
-        dev2->ops->col_sum(dev2, m, n, dy, acc, db);
+        ar_device_col_sum(dev2, m, n, dy, acc, db);
         char what[80];
         snprintf(what, sizeof what, "col_sum %lldx%lld accumulate=%d",
                  (long long)m, (long long)n, acc);
@@ -285,7 +285,7 @@ static void test_fill(void **state) {
   for (int s = 0; s < 3; s++) {
     float *x = fx_floats(dev2, ns[s] + 1);
     x[ns[s]] = 7.0f; /* one past the end must survive */
-    dev2->ops->fill(dev2, x, ns[s], -2.5f);
+    ar_device_fill(dev2, x, ns[s], -2.5f);
     for (int64_t i = 0; i < ns[s]; i++)
       assert_true(x[i] == -2.5f);
     assert_true(x[ns[s]] == 7.0f);
@@ -314,7 +314,7 @@ static void check_topk(ar_device *dev, fx_rng *r, int64_t rows, int64_t cols,
     s[i] = levels ? (float)fx_below(r, levels) : fx_uniform(r, -1, 1);
   int32_t *idx = test_malloc((size_t)(rows * k) * sizeof *idx);
   ranked *all = test_malloc((size_t)cols * sizeof *all);
-  dev->ops->topk(dev, rows, cols, s, k, idx);
+  ar_device_topk(dev, rows, cols, s, k, idx);
   for (int64_t i = 0; i < rows; i++) {
     for (int64_t j = 0; j < cols; j++)
       all[j] = (ranked){s[i * cols + j], (int32_t)j};
@@ -354,7 +354,7 @@ static void test_topk_ties(void **state) {
   (void)state;
   float s[8] = {1, 5, 3, 5, 2, 5, 0, 3};
   int32_t idx[4];
-  dev1->ops->topk(dev1, 1, 8, s, 4, idx);
+  ar_device_topk(dev1, 1, 8, s, 4, idx);
   assert_int_equal(idx[0], 1);
   assert_int_equal(idx[1], 3);
   assert_int_equal(idx[2], 5);
@@ -371,13 +371,13 @@ static void test_threads_identical(void **state) {
   float *w = fx_floats(dev1, in * out), *y1 = fx_floats(dev1, rows * out),
         *y2 = fx_floats(dev1, rows * out);
   fx_fill_uniform(&r, w, in * out, -1, 1);
-  dev1->ops->spmm(dev1, rows, x.ptr, x.idx, x.val, w, out, y1);
-  dev2->ops->spmm(dev2, rows, x.ptr, x.idx, x.val, w, out, y2);
+  ar_device_spmm(dev1, rows, x.ptr, x.idx, x.val, w, out, y1);
+  ar_device_spmm(dev2, rows, x.ptr, x.idx, x.val, w, out, y2);
   fx_expect_identical("spmm", y1, y2, rows * out);
 
   float *dw1 = fx_copy(dev1, w, in * out), *dw2 = fx_copy(dev1, w, in * out);
-  dev1->ops->spmm_t(dev1, rows, x.ptr, x.idx, x.val, y1, out, dw1);
-  dev2->ops->spmm_t(dev2, rows, x.ptr, x.idx, x.val, y1, out, dw2);
+  ar_device_spmm_t(dev1, rows, x.ptr, x.idx, x.val, y1, out, dw1);
+  ar_device_spmm_t(dev2, rows, x.ptr, x.idx, x.val, y1, out, dw2);
   fx_expect_identical("spmm_t", dw1, dw2, in * out);
 
   float *z = fx_floats(dev1, 4 * cols), *b = fx_floats(dev1, cols);
@@ -386,12 +386,12 @@ static void test_threads_identical(void **state) {
   const ar_act acts[] = {AR_ACT_RELU, AR_ACT_SIGMOID};
   for (int a = 0; a < 2; a++) {
     float *z1 = fx_copy(dev1, z, 4 * cols), *z2 = fx_copy(dev1, z, 4 * cols);
-    dev1->ops->bias_act(dev1, 4, cols, b, acts[a], z1);
-    dev2->ops->bias_act(dev2, 4, cols, b, acts[a], z2);
+    ar_device_bias_act(dev1, 4, cols, b, acts[a], z1);
+    ar_device_bias_act(dev2, 4, cols, b, acts[a], z2);
     fx_expect_identical("bias_act", z1, z2, 4 * cols);
     float *g1 = fx_copy(dev1, z, 4 * cols), *g2 = fx_copy(dev1, z, 4 * cols);
-    dev1->ops->act_grad(dev1, 4 * cols, acts[a], z1, g1);
-    dev2->ops->act_grad(dev2, 4 * cols, acts[a], z1, g2);
+    ar_device_act_grad(dev1, 4 * cols, acts[a], z1, g1);
+    ar_device_act_grad(dev2, 4 * cols, acts[a], z1, g2);
     fx_expect_identical("act_grad", g1, g2, 4 * cols);
     fx_free_floats(dev1, g1, 4 * cols);
     fx_free_floats(dev1, g2, 4 * cols);
@@ -399,13 +399,13 @@ static void test_threads_identical(void **state) {
     fx_free_floats(dev1, z2, 4 * cols);
   }
   float *c1 = fx_copy(dev1, b, cols), *c2 = fx_copy(dev1, b, cols);
-  dev1->ops->col_sum(dev1, 4, cols, z, true, c1);
-  dev2->ops->col_sum(dev2, 4, cols, z, true, c2);
+  ar_device_col_sum(dev1, 4, cols, z, true, c1);
+  ar_device_col_sum(dev2, 4, cols, z, true, c2);
   fx_expect_identical("col_sum", c1, c2, cols);
 
   int32_t *t1 = test_malloc(4 * 5 * sizeof *t1), *t2 = test_malloc(4 * 5 * sizeof *t2);
-  dev1->ops->topk(dev1, 4, cols, z, 5, t1);
-  dev2->ops->topk(dev2, 4, cols, z, 5, t2);
+  ar_device_topk(dev1, 4, cols, z, 5, t1);
+  ar_device_topk(dev2, 4, cols, z, 5, t2);
   assert_memory_equal(t1, t2, 4 * 5 * sizeof *t1);
 
   test_free(t1);

@@ -46,7 +46,7 @@ static void check_adam(ar_device *dev, fx_rng *r, int64_t n, const adam_cfg *c,
     if (n > 3)
       g[3] = 0.0f; /* a zero gradient moves p by momentum alone */
     memcpy(g_copy, g, (size_t)n * sizeof *g);
-    dev->ops->adam(dev, n, p, g, m, v, c->lr, c->beta1, c->beta2, c->eps,
+    ar_device_adam(dev, n, p, g, m, v, c->lr, c->beta1, c->beta2, c->eps,
                    c->wd, t);
     assert_memory_equal(g, g_copy, (size_t)n * sizeof *g); /* g unchanged */
     for (int64_t i = 0; i < n; i++)
@@ -113,7 +113,7 @@ static void check_sgd(ar_device *dev, fx_rng *r, int64_t n, const sgd_cfg *c,
     memset(vel, 0, (size_t)n * sizeof *vel);
   for (int s = 0; s < steps; s++) {
     fx_fill_uniform(r, g, n, -1, 1);
-    dev->ops->sgd(dev, n, p, g, vel, c->lr, c->momentum, c->wd);
+    ar_device_sgd(dev, n, p, g, vel, c->lr, c->momentum, c->wd);
     /* torch.optim.SGD (dampening 0, nesterov off): d = g + wd p;
      * buf = momentum buf + d (buf = d at the first step); p -= lr buf. */
     for (int64_t i = 0; i < n; i++) {
@@ -165,10 +165,10 @@ static void test_threads_identical(void **state) {
         *v2 = fx_copy(dev1, v1, n);
   for (int t = 1; t <= 3; t++) {
     fx_fill_uniform(&r, g, n, -1, 1);
-    dev1->ops->adam(dev1, n, p1, g, m1, v1, 1e-3f, 0.9f, 0.999f, 1e-8f, 1e-4f, t);
-    dev2->ops->adam(dev2, n, p2, g, m2, v2, 1e-3f, 0.9f, 0.999f, 1e-8f, 1e-4f, t);
-    dev1->ops->sgd(dev1, n, p1, g, m1, 1e-2f, 0.9f, 1e-4f);
-    dev2->ops->sgd(dev2, n, p2, g, m2, 1e-2f, 0.9f, 1e-4f);
+    ar_device_adam(dev1, n, p1, g, m1, v1, 1e-3f, 0.9f, 0.999f, 1e-8f, 1e-4f, t);
+    ar_device_adam(dev2, n, p2, g, m2, v2, 1e-3f, 0.9f, 0.999f, 1e-8f, 1e-4f, t);
+    ar_device_sgd(dev1, n, p1, g, m1, 1e-2f, 0.9f, 1e-4f);
+    ar_device_sgd(dev2, n, p2, g, m2, 1e-2f, 0.9f, 1e-4f);
   }
   fx_expect_identical("p, 1 vs 2 threads", p1, p2, n);
   fx_expect_identical("m, 1 vs 2 threads", m1, m2, n);

@@ -29,7 +29,7 @@ static void gradcheck(const char *yaml) {
   ar_model *m = NULL;
   assert_int_equal(ar_model_create(dev, spec, 6, 3, &m, &err), AR_OK);
   /* The plan is what was allocated, to the byte. */
-  assert_int_equal(dev->bytes_in_use, m->plan.persistent_bytes + m->plan.ephemeral_bytes);
+  assert_int_equal(ar_device_bytes_in_use(dev), m->plan.persistent_bytes + m->plan.ephemeral_bytes);
 
   ar_rng rng;
   ar_rng_seed(&rng, 7, 0);
@@ -88,7 +88,7 @@ static void gradcheck(const char *yaml) {
   }
   ar_batch_fini(&b);
   ar_model_destroy(m);
-  assert_int_equal(dev->bytes_in_use, 0);
+  assert_int_equal(ar_device_bytes_in_use(dev), 0);
   ar_device_close(dev);
   ar_spec_destroy(spec);
 }

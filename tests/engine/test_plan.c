@@ -101,7 +101,7 @@ static void test_wide_layer_refused_before_allocating(void **state) {
   ar_model *m = NULL;
   assert_int_equal(ar_model_create(dev, spec, 20, 3, &m, &err), AR_NOMEM);
   assert_null(m);
-  assert_int_equal(dev->bytes_peak, 0);
+  assert_int_equal(ar_device_bytes_peak(dev), 0);
   assert_non_null(strstr(err.msg, "job 'small' needs"));
   assert_non_null(strstr(err.msg, "this host can give it"));
   assert_non_null(strstr(err.msg, "nothing was allocated"));

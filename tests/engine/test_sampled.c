@@ -300,7 +300,7 @@ static void test_allocated_equals_plan(void **state) {
   assert_true(small >= 0);
   assert_true(small < 32 * 1024);
   assert_true(plan_bytes(&plan, "out.lsh.tables") > 1000 * 1000);
-  assert_true(dev->bytes_in_use == plan.persistent_bytes + plan.ephemeral_bytes);
+  assert_true(ar_device_bytes_in_use(dev) == plan.persistent_bytes + plan.ephemeral_bytes);
   static const char *const layers[] = {"h", "out"};
   const int idx[] = {0, 2};
   for (int i = 0; i < 2; i++) {

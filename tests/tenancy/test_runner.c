@@ -206,7 +206,7 @@ static void f_close(void *job) {
   reg_del(f->id, 1);
 }
 
-static const ar__tjob_ops fake_ops = {f_start, f_step, f_done, f_rebase, f_finish, f_close};
+static const ar__tjob_fns fake_fns = {f_start, f_step, f_done, f_rebase, f_finish, f_close};
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -229,7 +229,7 @@ static ar__runner *make_runner(const char *policy, size_t capacity, int defrag,
 static void add(ar__runner *r, fake *f, double arrival) {
   char name[32];
   snprintf(name, sizeof name, "f%d", f->id);
-  ar__tjob_desc d = {name, NULL, f->P, f->E, f->iters, 0, 0, 0, arrival, f, &fake_ops, NULL};
+  ar__tjob_desc d = {name, NULL, f->P, f->E, f->iters, 0, 0, 0, arrival, f, &fake_fns, NULL};
   f->r = r;
   ar_err err = AR_ERR_INIT;
   assert_int_equal(ar__runner_add(r, &d, &f->index, &err), AR_OK);
@@ -569,9 +569,9 @@ static void test_one_device_lane_handles(void **state) {
     assert_non_null(dev);
     assert_int_equal(nh, 2); /* one per worker to begin with: threads = 2 */
     assert_int_equal(ar__runner_capacity(r), 1 << 20);
-    const size_t arena = dev->bytes_in_use;
+    const size_t arena = ar_device_bytes_in_use(dev);
     assert_true(arena >= (size_t)(1 << 20) && arena <= (size_t)(1 << 20) + 256);
-    assert_int_equal(dev->bytes_peak, arena);
+    assert_int_equal(ar_device_bytes_peak(dev), arena);
     ar_device *h0 = ar__runner_lane_handle(r, 0), *h1 = ar__runner_lane_handle(r, 1);
     assert_non_null(h0);
     assert_non_null(h1);
@@ -606,10 +606,10 @@ static void test_one_device_lane_handles(void **state) {
     (void)ar__runner_device(r, &nh);
     assert_true(nh >= 2 && nh <= 8);
     assert_int_equal(dev_clashes, 0);
-    assert_int_equal(dev->bytes_in_use, arena);
-    assert_int_equal(dev->bytes_peak, arena);
+    assert_int_equal(ar_device_bytes_in_use(dev), arena);
+    assert_int_equal(ar_device_bytes_peak(dev), arena);
     for (int i = 0; i < nh; i++)
-      assert_int_equal(ar__runner_lane_handle(r, i)->bytes_peak, 0);
+      assert_int_equal(ar_device_bytes_peak(ar__runner_lane_handle(r, i)), 0);
     ar__runner_destroy(r);
   }
 }

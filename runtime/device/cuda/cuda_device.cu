@@ -124,8 +124,8 @@ ar_status ar__cuda_status(cudaError_t e, ar_err *err, const char *call,
 bool ar__cuda_note(ar__cuda_device *d, cudaError_t e, const char *call) {
   if (e == cudaSuccess)
     return true;
-  if (d->failed == AR_OK) {
-    d->failed = ar__cuda_status(e, &d->base.err, call, d->ordinal);
+  if (d->base.failed == AR_OK) {
+    d->base.failed = ar__cuda_status(e, &d->base.err, call, d->ordinal);
     ar_err_wrap(&d->base.err, "an op on the GPU failed; the device handle is "
                               "unusable from here on");
   } else {
@@ -137,8 +137,8 @@ bool ar__cuda_note(ar__cuda_device *d, cudaError_t e, const char *call) {
 bool ar__cublas_note(ar__cuda_device *d, cublasStatus_t s, const char *call) {
   if (s == CUBLAS_STATUS_SUCCESS)
     return true;
-  if (d->failed == AR_OK)
-    d->failed = ar_errf(&d->base.err, AR_DEVICE, "cuda:%d: %s failed: %s",
+  if (d->base.failed == AR_OK)
+    d->base.failed = ar_errf(&d->base.err, AR_DEVICE, "cuda:%d: %s failed: %s",
                         d->ordinal, call, ar__cublas_text(s));
   return false;
 }
@@ -212,8 +212,8 @@ static void cuda_free(ar_device *dev, void *ptr) {
 static ar_status cuda_copy(ar_device *dev, void *dst, const void *src,
                            size_t bytes, const char *what) {
   ar__cuda_device *d = ar__cuda(dev);
-  if (d->failed != AR_OK)
-    return d->failed;
+  if (d->base.failed != AR_OK)
+    return d->base.failed;
   if (bytes == 0)
     return AR_OK;
   if (!dst || !src)
@@ -226,7 +226,7 @@ static ar_status cuda_copy(ar_device *dev, void *dst, const void *src,
                      "cudaMemcpyAsync") ||
       !ar__cuda_note(d, cudaStreamSynchronize(d->stream),
                      "cudaStreamSynchronize"))
-    return d->failed;
+    return d->base.failed;
   return AR_OK;
 }
 
@@ -281,8 +281,8 @@ static void cuda_host_free(ar_device *dev, void *ptr) {
 static ar_status cuda_copy_d2d(ar_device *dev, void *dst, const void *src,
                                size_t bytes) {
   ar__cuda_device *d = ar__cuda(dev);
-  if (d->failed != AR_OK)
-    return d->failed;
+  if (d->base.failed != AR_OK)
+    return d->base.failed;
   if (bytes == 0 || dst == src)
     return AR_OK;
   if (!dst || !src)
@@ -290,7 +290,7 @@ static ar_status cuda_copy_d2d(ar_device *dev, void *dst, const void *src,
                    "cuda:%d: copy of %zu bytes with a NULL %s pointer",
                    d->ordinal, bytes, dst ? "source" : "destination");
   if (!ar__cuda_note(d, cudaSetDevice(d->ordinal), "cudaSetDevice"))
-    return d->failed;
+    return d->base.failed;
   char *to = (char *)dst;
   const char *from = (const char *)src;
   const bool down = (uintptr_t)to < (uintptr_t)from;
@@ -299,7 +299,7 @@ static ar_status cuda_copy_d2d(ar_device *dev, void *dst, const void *src,
     ar__cuda_note(d, cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice,
                                      d->stream),
                   "cudaMemcpyAsync");
-    return d->failed;
+    return d->base.failed;
   }
   size_t chunk = gap;
   void *temp = NULL;
@@ -316,7 +316,7 @@ static ar_status cuda_copy_d2d(ar_device *dev, void *dst, const void *src,
       temp = NULL;
   }
   size_t n = (bytes + chunk - 1) / chunk;
-  for (size_t k = 0; k < n && d->failed == AR_OK; k++) {
+  for (size_t k = 0; k < n && d->base.failed == AR_OK; k++) {
     size_t c = down ? k : n - 1 - k;
     size_t off = c * chunk, len = bytes - off < chunk ? bytes - off : chunk;
     if (temp) {
@@ -337,16 +337,16 @@ static ar_status cuda_copy_d2d(ar_device *dev, void *dst, const void *src,
     ar__cuda_note(d, cudaStreamSynchronize(d->stream), "cudaStreamSynchronize");
     ar__arena_free(d->arena, temp);
   }
-  return d->failed;
+  return d->base.failed;
 }
 
 static ar_status cuda_sync(ar_device *dev) {
   ar__cuda_device *d = ar__cuda(dev);
-  if (d->failed == AR_OK) {
+  if (d->base.failed == AR_OK) {
     ar__cuda_note(d, cudaSetDevice(d->ordinal), "cudaSetDevice");
     ar__cuda_note(d, cudaStreamSynchronize(d->stream), "cudaStreamSynchronize");
   }
-  return d->failed;
+  return d->base.failed;
 }
 
 static ar_status cuda_mem_info(ar_device *dev, ar_device_mem *out) {
@@ -458,14 +458,14 @@ static ar__cuda_device *new_handle(int ordinal) {
   d->base.threads = 1;
   d->base.err = (ar_err)AR_ERR_INIT;
   d->ordinal = ordinal;
-  d->failed = AR_OK;
+  d->base.failed = AR_OK;
   return d;
 }
 
 static ar_status cuda_open_lane(ar_device *dev, ar_device **out) {
   ar__cuda_device *p = ar__cuda(dev);
-  if (p->failed != AR_OK)
-    return p->failed;
+  if (p->base.failed != AR_OK)
+    return p->base.failed;
   ar__cuda_device *d = new_handle(p->ordinal);
   if (!d)
     return ar_errf(&dev->err, AR_NOMEM,

@@ -8,14 +8,16 @@
  * ar__cuda_note / ar__cublas_note (void ops), which turn the code into an
  * ar_status plus "cuda:N: CALL failed: TEXT (NAME)".  The ops of the table
  * return void and run asynchronously, so a failure there is recorded once
- * in the handle (`failed` and base.err), every later op is skipped, and
- * the next sync, copy_in or copy_out returns it.  Nothing here aborts.
+ * in the handle (base.failed and base.err, see device_impl.h), the
+ * wrappers skip every later op, and the next sync, copy_in or copy_out
+ * returns it.  Nothing here aborts.
  */
 #ifndef ACCELRT_CUDA_IMPL_H
 #define ACCELRT_CUDA_IMPL_H
 
 #include "cuda/cuda_arena.h"
 #include "cuda/cuda_backend.h"
+#include "device_impl.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -29,7 +31,6 @@ typedef struct ar__cuda_device {
   size_t blas_ws_bytes;
   ar__arena *arena;      /* shared with the lane handles; refcounted */
   void *arena_base;      /* the one cudaMalloc; freed with the last owner */
-  ar_status failed;      /* first failure of an asynchronous op, or AR_OK */
   int sm_count;          /* multiprocessors, for grid sizes */
   char name[256];        /* from cudaGetDeviceProperties */
 } ar__cuda_device;

@@ -58,11 +58,6 @@ static ar_status host_copy(ar_device *dev, void *dst, const void *src,
   return AR_OK;
 }
 
-static ar_status host_sync(ar_device *dev) {
-  (void)dev; /* host ops are synchronous */
-  return AR_OK;
-}
-
 /* ---- threads -------------------------------------------------------------------- */
 
 /* Binds thread i of the calling thread's OpenMP team to core i.  Falls back
@@ -157,7 +152,7 @@ static const ar_device_ops host_ops = {
     .free = host_free,
     .copy_in = host_copy,
     .copy_out = host_copy,
-    .sync = host_sync,
+    .sync = NULL, /* every op is synchronous: nothing to wait for */
     .fill = ar__host_fill,
     .gemm = ar__host_gemm,
     .spmm = ar__host_spmm,
@@ -213,6 +208,7 @@ ar_status ar_host_device_create(const ar_device_opts *opts, ar_device **out,
                    sizeof *h);
   h->base.ops = &host_ops;
   h->base.index = 0;
+  h->base.failed = AR_OK;
   h->base.err = (ar_err)AR_ERR_INIT;
   h->topo = load_topology();
   h->cores = count_cores(h->topo);

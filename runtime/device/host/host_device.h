@@ -8,7 +8,7 @@
 #ifndef ACCELRT_HOST_DEVICE_H
 #define ACCELRT_HOST_DEVICE_H
 
-#include "accelrt/device.h"
+#include "device_impl.h"
 
 #include <hwloc.h>
 

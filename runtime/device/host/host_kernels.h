@@ -4,9 +4,10 @@
  * Each function implements one slot of ar_device_ops for the host device
  * (see include/accelrt/device.h for the contract of each op).  They run
  * synchronously on the calling thread plus dev->threads - 1 OpenMP workers,
- * allocate nothing, and never fail: arguments are checked by the caller
- * (the engine); a broken invariant such as a label index >= cols stops the
- * process through AR_ASSERT.
+ * allocate nothing, and never fail: the wrappers (runtime/device/ops.c)
+ * checked the arguments they can see (device_impl.h lists them); a broken
+ * invariant in the data, such as a label index >= cols, stops the process
+ * through AR_ASSERT.
  *
  * Determinism: for a fixed input every op returns bit-identical results
  * whatever dev->threads is.  Work is split either by rows (each row is
@@ -21,7 +22,7 @@
 #ifndef ACCELRT_HOST_KERNELS_H
 #define ACCELRT_HOST_KERNELS_H
 
-#include "accelrt/device.h"
+#include "device_impl.h"
 
 /* Split points of parallel loops are multiples of this many floats (one
  * 64-byte cache line), so that threads never write to the same cache line
