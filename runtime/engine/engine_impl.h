@@ -2,7 +2,9 @@
 #ifndef ACCELRT_ENGINE_IMPL_H
 #define ACCELRT_ENGINE_IMPL_H
 
+#include "accelrt/data.h"
 #include "accelrt/graph.h"
+#include "accelrt/runtime.h"
 #include "accelrt/lsh.h"
 
 /* plan.c: bytes for messages, "1.50 GiB" (two decimals from KiB on). */
@@ -42,5 +44,17 @@ ar_status ar__model_forward_eval(ar_model *m);    /* every neuron scored */
  * labels to the P@1/3/5 counts. */
 void ar__count_hits(ar_eval_acc *acc, const int32_t *top, int k, const int32_t *lab,
                     int64_t nl);
+
+/* job_data.c: how a job opens its data files (the test split in file
+ * order, a generated file without following links). */
+ar_reader_opts ar__job_reader_opts(const ar_spec *s, const ar_run_opts *o, bool test);
+
+/* eval.c: one pass over r, at most max_points rows (0: all), through b,
+ * scoring every neuron or (lsh) the output layer's retrieved candidates;
+ * *seconds is the scoring time.  P@k in percent of acc's rows (-1 when
+ * none), k = 1, 3, 5 for i = 0, 1, 2. */
+ar_status ar__eval_pass(ar_model *m, ar_reader *r, ar_batch *b, int64_t max_points, bool lsh,
+                        ar_eval_acc *acc, double *seconds, ar_err *err);
+double ar__p_at(const ar_eval_acc *a, int i);
 
 #endif

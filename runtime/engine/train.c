@@ -1,100 +1,20 @@
-/* One job end to end on one device: data, model, the training loop,
- * evaluation, metrics, progress, checkpoints and the summary. */
+/* One job end to end on one device: the job's life cycle (open, start,
+ * step, checkpoint, finish), its evaluation lines, metrics and summary,
+ * and ar_run.  Its data (generated or read) is prepared by job_data.c;
+ * checkpoint evaluation and LSH inference are in eval.c. */
 #define _GNU_SOURCE
 #include "accelrt/runtime.h"
 
+#include "engine_impl.h"
+
 #include <errno.h>
 #include <math.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 
-
-/* Generated data lives in output.dir/data/, with a stamp naming the
- * parameters it was made with, so a rerun reuses it. */
-static const char *const gen_files[] = {"train.txt", "test.txt", "generated"};
-
-ar_status ar_run_resolve_data(const ar_spec *spec, const ar_run_opts *opts, const char **train,
-                              const char **test, char **storage, ar_err *err) {
-  *storage = NULL;
-  if (!spec->data.generate) {
-    *train = spec->data.train;
-    *test = spec->data.test;
-    return AR_OK;
-  }
-  const ar_fs *fs = opts ? opts->fs : NULL;
-  const ar_gen_spec *g = &spec->data.gen;
-  char stamp[512];
-  snprintf(stamp, sizeof stamp,
-           "train_points=%lld test_points=%lld features=%lld labels=%lld nnz=%d "
-           "labels_per_point=%d noise=%.17g seed=%llu\n",
-           (long long)g->train_points, (long long)g->test_points, (long long)g->features,
-           (long long)g->labels, g->nnz, g->labels_per_point, g->noise,
-           (unsigned long long)spec->seed);
-  char *dir = ar_path_join(spec->output.dir, "data");
-  if (!dir)
-    return ar_errf(err, AR_NOMEM, "out of memory");
-  size_t n = strlen(dir) + 32;
-  char *buf = ar_malloc(3 * n);
-  if (!buf) {
-    ar_free(dir);
-    return ar_errf(err, AR_NOMEM, "out of memory");
-  }
-  char *trp = buf, *tep = buf + n, *stp = buf + 2 * n;
-  snprintf(trp, n, "%s/%s", dir, gen_files[0]);
-  snprintf(tep, n, "%s/%s", dir, gen_files[1]);
-  snprintf(stp, n, "%s/%s", dir, gen_files[2]);
-  ar_status st = ar_fs_mkdirs(fs, dir, err);
-  ar_free(dir);
-  if (st != AR_OK) {
-    ar_free(buf);
-    return st;
-  }
-  char *old = NULL;
-  size_t old_len = 0;
-  bool fresh = ar_fs_read_own(fs, stp, 511, &old, &old_len, NULL) == AR_OK &&
-               strcmp(old, stamp) == 0 && ar_fs_readable_own(fs, trp) &&
-               (g->test_points == 0 || ar_fs_readable_own(fs, tep));
-  ar_free(old);
-  if (!fresh) {
-    ar_fs_unlink(fs, stp, false, NULL);
-    ar_log(AR_LOG_INFO, "generating synthetic data into %s/data/", spec->output.dir);
-    ar_gen_opts go = AR_GEN_OPTS_INIT;
-    go.fs = fs;
-    go.max_bytes = opts ? opts->max_generated : 0;
-    st = ar_data_generate(g, spec->seed, trp, g->test_points > 0 ? tep : NULL, &go, err);
-    if (st == AR_OK)
-      st = ar_fs_write_atomic(fs, stp, stamp, strlen(stamp), err);
-    if (st != AR_OK) {
-      ar_free(buf);
-      return st;
-    }
-  }
-  *train = trp;
-  *test = g->test_points > 0 ? tep : NULL;
-  *storage = buf;
-  return AR_OK;
-}
-
-void ar_run_remove_generated(const ar_spec *spec, const ar_fs *fs) {
-  if (!spec->data.generate)
-    return;
-  char *dir = ar_path_join(spec->output.dir, "data");
-  if (!dir)
-    return;
-  for (size_t i = 0; i < sizeof gen_files / sizeof gen_files[0]; i++) {
-    char *p = ar_path_join(dir, gen_files[i]);
-    if (p)
-      ar_fs_unlink(fs, p, false, NULL);
-    ar_free(p);
-  }
-  ar_fs_unlink(fs, dir, true, NULL);
-  ar_free(dir);
-}
 
 struct ar_job {
   const ar_spec *spec;
@@ -150,21 +70,13 @@ static void json_sampled(ar_json *j, const ar_model *m) {
   }
 }
 
-static ar_status eval_pass(ar_model *m, ar_reader *r, ar_batch *b, int64_t max_points, bool lsh,
-                           ar_eval_acc *acc, double *seconds, ar_err *err);
-
 static ar_status evaluate(run_ctx *c, ar_eval_acc *acc) {
   memset(acc, 0, sizeof *acc);
   if (!c->test)
     return AR_OK;
   double seconds;
-  return eval_pass(c->model, c->test, &c->batch, c->spec->train.eval_points, false, acc, &seconds,
+  return ar__eval_pass(c->model, c->test, &c->batch, c->spec->train.eval_points, false, acc, &seconds,
                    c->err);
-}
-
-static double p_at(const ar_eval_acc *a, int i) {
-  static const int ks[3] = {1, 3, 5};
-  return a->rows ? 100.0 * a->hits[i] / ((double)a->rows * ks[i]) : -1.0;
 }
 
 static ar_status eval_and_log(run_ctx *c) {
@@ -186,9 +98,9 @@ static ar_status eval_and_log(run_ctx *c) {
   ar_json_num(j, "train_loss", train_loss);
   if (acc.rows) {
     ar_json_num(j, "test_loss", acc.loss_sum / (double)acc.rows);
-    ar_json_num(j, "p_at_1", p_at(&acc, 0));
-    ar_json_num(j, "p_at_3", p_at(&acc, 1));
-    ar_json_num(j, "p_at_5", p_at(&acc, 2));
+    ar_json_num(j, "p_at_1", ar__p_at(&acc, 0));
+    ar_json_num(j, "p_at_3", ar__p_at(&acc, 1));
+    ar_json_num(j, "p_at_5", ar__p_at(&acc, 2));
     ar_json_int(j, "test_points", acc.rows);
   }
   ar_json_num(j, "samples_per_s", c->st.train_s > 0 ? (double)c->st.samples / c->st.train_s : 0);
@@ -204,8 +116,8 @@ static ar_status eval_and_log(run_ctx *c) {
     char line[256];
     snprintf(line, sizeof line,
              "eval @ iter %lld: test loss %.4f  P@1 %.2f  P@3 %.2f  P@5 %.2f (%lld points)",
-             (long long)c->st.iteration, acc.loss_sum / (double)acc.rows, p_at(&acc, 0),
-             p_at(&acc, 1), p_at(&acc, 2), (long long)acc.rows);
+             (long long)c->st.iteration, acc.loss_sum / (double)acc.rows, ar__p_at(&acc, 0),
+             ar__p_at(&acc, 1), ar__p_at(&acc, 2), (long long)acc.rows);
     ar_progress_note(c->progress, line);
   }
   return st;
@@ -243,69 +155,16 @@ static ar_status write_summary(run_ctx *c, ar_summary *s) {
   return st;
 }
 
-/* How a job opens its data files (the test split in file order). */
-static ar_reader_opts reader_opts(const ar_spec *s, const ar_run_opts *o, bool test) {
-  ar_reader_opts ro = AR_READER_OPTS_INIT;
-  ro.format = s->data.format;
-  ro.shuffle_window = test ? 0 : s->data.shuffle_window;
-  ro.seed = s->seed;
-  ro.features = s->input.features;
-  ro.labels = s->layers[s->n_layers - 1].width;
-  ro.fs = o ? o->fs : NULL;
-  ro.max_line = o ? o->max_line : 0;
-  ro.own = s->data.generate;
-  return ro;
-}
-
 static ar_status open_readers(run_ctx *c, const char *train, const char *test) {
-  ar_reader_opts ro = reader_opts(c->spec, &c->opts, false);
+  ar_reader_opts ro = ar__job_reader_opts(c->spec, &c->opts, false);
   AR_CHECK(ar_reader_open(train, &ro, &c->train, c->err));
   if (ar_reader_stats(c->train)->points == 0)
     return ar_errf(c->err, AR_PARSE, "%s: error: the training file has no data points", train);
   if (test) {
-    ro = reader_opts(c->spec, &c->opts, true);
+    ro = ar__job_reader_opts(c->spec, &c->opts, true);
     AR_CHECK(ar_reader_open(test, &ro, &c->test, c->err));
   }
   return AR_OK;
-}
-
-ar_status ar_job_data_stats(const ar_spec *spec, const ar_run_opts *opts, ar_data_stats *train,
-                            ar_data_stats *test, bool *has_test, ar_err *err) {
-  memset(train, 0, sizeof *train);
-  memset(test, 0, sizeof *test);
-  *has_test = false;
-  if (spec->data.generate) {
-    const ar_gen_spec *g = &spec->data.gen;
-    *has_test = g->test_points > 0;
-    return ar_data_generate_stats(g, spec->seed, train, *has_test ? test : NULL, err);
-  }
-  ar_reader *r = NULL;
-  ar_reader_opts ro = reader_opts(spec, opts, false);
-  AR_CHECK(ar_reader_open(spec->data.train, &ro, &r, err));
-  *train = *ar_reader_stats(r);
-  ar_reader_close(r);
-  if (train->points == 0)
-    return ar_errf(err, AR_PARSE, "%s: error: the training file has no data points",
-                   spec->data.train);
-  if (spec->data.test) {
-    ro = reader_opts(spec, opts, true);
-    AR_CHECK(ar_reader_open(spec->data.test, &ro, &r, err));
-    *test = *ar_reader_stats(r);
-    ar_reader_close(r);
-    *has_test = true;
-  }
-  return AR_OK;
-}
-
-void ar_job_row_bounds(const ar_data_stats *train, const ar_data_stats *test, int64_t *max_nnz,
-                       int64_t *max_labels) {
-  int64_t nnz = train->max_nnz, lab = train->max_labels;
-  if (test) {
-    nnz = test->max_nnz > nnz ? test->max_nnz : nnz;
-    lab = test->max_labels > lab ? test->max_labels : lab;
-  }
-  *max_nnz = nnz < 1 ? 1 : nnz;
-  *max_labels = lab < 1 ? 1 : lab;
 }
 
 ar_device_opts ar_job_device_opts(const ar_spec *spec) {
@@ -493,7 +352,7 @@ ar_status ar_job_finish(ar_job *c, bool interrupted, ar_summary *summary, ar_err
   s.train_loss = c->loss_window_n ? c->loss_window / (double)c->loss_window_n : c->last_train_loss;
   s.loss = c->last_eval.rows ? c->last_eval.loss_sum / (double)c->last_eval.rows : s.train_loss;
   for (int i = 0; i < 3; i++)
-    s.p_at[i] = c->last_eval.rows ? p_at(&c->last_eval, i) : -1.0;
+    s.p_at[i] = c->last_eval.rows ? ar__p_at(&c->last_eval, i) : -1.0;
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   s.peak_rss_bytes = (int64_t)ru.ru_maxrss * 1024;
@@ -557,168 +416,3 @@ ar_status ar_run(const ar_spec *spec, const ar_run_opts *opts, ar_summary *summa
   return st;
 }
 
-/* One pass over the test split, at most max_points; lsh: LSH inference. */
-static ar_status eval_pass(ar_model *m, ar_reader *r, ar_batch *b, int64_t max_points, bool lsh,
-                           ar_eval_acc *acc, double *seconds, ar_err *err) {
-  memset(acc, 0, sizeof *acc);
-  AR_CHECK(ar_reader_rewind(r, 0, err));
-  double t = 0;
-  for (;;) {
-    int64_t want = b->cap_rows;
-    if (max_points > 0 && max_points - acc->rows < want)
-      want = max_points - acc->rows;
-    if (want <= 0)
-      break;
-    AR_CHECK(ar_reader_next(r, want, b, err));
-    if (b->rows == 0)
-      break;
-    double t0 = ar_now();
-    ar_status st = lsh ? ar_model_eval_batch_lsh(m, b, acc) : ar_model_eval_batch(m, b, acc);
-    t += ar_now() - t0;
-    if (st != AR_OK)
-      return ar_errf(err, st, "evaluation: %s", m->err.msg);
-  }
-  *seconds = t;
-  return AR_OK;
-}
-
-/* Candidates the output layer's tables retrieve per point on the first
- * `points` test points. */
-static ar_status retrieved(ar_model *m, ar_reader *r, ar_batch *b, int64_t points, double *mean,
-                           ar_err *err) {
-  ar_eval_acc acc;
-  double sec = 0;
-  ar_sampled_stats ss;
-  ar_model_sampled_stats_reset(m);
-  AR_CHECK(eval_pass(m, r, b, points, true, &acc, &sec, err));
-  ar_model_sampled_stats(m, m->n_layers - 1, &ss);
-  *mean = ss.samples ? (double)ss.active_sum / (double)ss.samples : 0;
-  return AR_OK;
-}
-
-/* The K the output layer's tables use for inference.  The automatic K is
- * sized for training, where random negatives top up every active set; at
- * inference nothing tops up, and when the weights have concentrated, a
- * fine K leaves most of the budget empty (10,000 labels after 2 epochs of
- * the quick-start job: 40% of it, P@1 47 where scoring every label gives
- * 77).  So with sparse.K automatic, K steps down from the automatic one
- * until the tables retrieve 90% of the budget on a probe of the test
- * points (only the inputs are read, never the labels), or the K that
- * retrieved most is kept. */
-static ar_status inference_K(const ar_spec *spec, ar_model *m, ar_reader *rt, ar_batch *b,
-                             int64_t max_points, ar_eval_report *out, ar_err *err) {
-  int l = m->n_layers - 1;
-  int K0 = ar_model_sampled_K(m, l);
-  out->lsh_K = out->lsh_K_auto = K0;
-  if (spec->layers[l].sparse.K > 0)
-    return AR_OK; /* the job file chose K */
-  int64_t probe = max_points > 0 && max_points < 512 ? max_points : 512;
-  double want = 0.9 * (double)ar_layer_budget(spec, l);
-  double got = 0, best = -1;
-  int best_K = K0;
-  for (int K = K0; K >= 1 && K >= K0 - 8; K--) {
-    if (ar_model_sampled_set_K(m, l, K) != AR_OK)
-      return ar_errf(err, AR_STATE, "rebuilding the output layer's tables with K=%d: %s", K,
-                     m->err.msg);
-    AR_CHECK(retrieved(m, rt, b, probe, &got, err));
-    if (K == K0)
-      out->lsh_active_auto = got;
-    if (got > best) {
-      best = got;
-      best_K = K;
-    }
-    if (got >= want)
-      break;
-  }
-  if (best_K != ar_model_sampled_K(m, l) && ar_model_sampled_set_K(m, l, best_K) != AR_OK)
-    return ar_errf(err, AR_STATE, "rebuilding the output layer's tables with K=%d: %s", best_K,
-                   m->err.msg);
-  out->lsh_K = best_K;
-  return AR_OK;
-}
-
-ar_status ar_eval_checkpoint(const ar_spec *spec, const char *ckpt, int64_t max_points,
-                             int reps, ar_eval_report *out, ar_err *err) {
-  memset(out, 0, sizeof *out);
-  AR_CHECK(ar_mkdirs(spec->output.dir, err)); /* eval.json goes there */
-  if (reps < 1)
-    reps = 1;
-  const char *train = NULL, *test = NULL;
-  char *storage = NULL;
-  ar_reader *rt = NULL;
-  ar_device *dev = NULL;
-  ar_model *m = NULL;
-  ar_batch b;
-  memset(&b, 0, sizeof b);
-  if (!ar_fs_readable(NULL, ckpt))
-    return ar_errf(err, AR_NOTFOUND, "no checkpoint at '%s'; train the job first (accelrt run) "
-                   "or pass --checkpoint PATH", ckpt);
-  ar_status st = ar_run_resolve_data(spec, NULL, &train, &test, &storage, err);
-  if (st == AR_OK && !test)
-    st = ar_errf(err, AR_NOTFOUND, "the job has no test split to evaluate on; set data.test");
-  if (st == AR_OK) {
-    ar_reader_opts ro = AR_READER_OPTS_INIT;
-    ro.format = spec->data.format;
-    ro.features = spec->input.features;
-    ro.labels = spec->layers[spec->n_layers - 1].width;
-    st = ar_reader_open(test, &ro, &rt, err);
-  }
-  if (st == AR_OK) {
-    const ar_data_stats *ds = ar_reader_stats(rt);
-    int64_t nnz = ds->max_nnz < 1 ? 1 : ds->max_nnz, lab = ds->max_labels < 1 ? 1 : ds->max_labels;
-    st = ar_batch_init(&b, spec->train.batch, nnz, lab);
-    if (st != AR_OK)
-      ar_errf(err, st, "out of host memory for a batch");
-    ar_device_opts dopts = ar_job_device_opts(spec);
-    if (st == AR_OK)
-      st = ar_device_open(spec->device, &dopts, &dev, err);
-    if (st == AR_OK)
-      st = ar_model_create(dev, spec, nnz, lab, &m, err);
-  }
-  ar_ckpt_state cs;
-  if (st == AR_OK)
-    st = ar_checkpoint_load(m, &cs, NULL, ckpt, err);
-  if (st == AR_OK && m->layers[m->n_layers - 1].smp)
-    st = inference_K(spec, m, rt, &b, max_points, out, err);
-  for (int pass = 0; st == AR_OK && pass < 2; pass++) {
-    bool lsh = pass == 1;
-    if (lsh && !m->layers[m->n_layers - 1].smp)
-      break;
-    ar_eval_acc acc;
-    double best = INFINITY;
-    ar_sampled_stats ss;
-    for (int k = 0; st == AR_OK && k < reps; k++) {
-      double sec = 0;
-      ar_model_sampled_stats_reset(m);
-      st = eval_pass(m, rt, &b, max_points, lsh, &acc, &sec, err);
-      best = sec < best ? sec : best;
-    }
-    if (st != AR_OK)
-      break;
-    out->points = acc.rows;
-    double *p = lsh ? out->lsh_p_at : out->p_at;
-    for (int i = 0; i < 3; i++)
-      p[i] = p_at(&acc, i);
-    if (lsh) {
-      out->lsh = true;
-      out->lsh_seconds = best;
-      out->lsh_samples_per_s = best > 0 ? (double)acc.rows / best : 0;
-      ar_model_sampled_stats(m, m->n_layers - 1, &ss);
-      out->lsh_active_mean = ss.samples ? (double)ss.active_sum / (double)ss.samples : 0;
-    } else {
-      out->loss = acc.rows ? acc.loss_sum / (double)acc.rows : 0;
-      out->seconds = best;
-      out->samples_per_s = best > 0 ? (double)acc.rows / best : 0;
-    }
-  }
-  if (st == AR_OK) {
-    out->threads = ar_device_threads(dev);
-    snprintf(out->device, sizeof out->device, "%s", ar_device_name(dev));
-  }
-  ar_model_destroy(m);
-  ar_device_close(dev);
-  ar_batch_fini(&b);
-  ar_reader_close(rt);
-  ar_free(storage);
-  return st;
-}
