@@ -88,6 +88,44 @@ ar_status ar_serve_default_paths(char *state, size_t state_cap, char *socket,
 
 ar_status ar_tenancy_serve(const ar_serve_opts *opts, ar_err *err);
 
+/* ---- the client side: accelrt submit, ps, logs, cancel -------------------
+ * One request over the service's socket and its replies (the protocol is
+ * docs/service.md's; runtime/tenancy/client.c speaks it). */
+typedef enum ar_client_op {
+  AR_CLIENT_SUBMIT = 1,
+  AR_CLIENT_PS,
+  AR_CLIENT_LOGS,
+  AR_CLIENT_CANCEL
+} ar_client_op;
+#define AR_CLIENT_MAX_SETS 64
+
+typedef struct ar_client_request {
+  ar_client_op op;
+  uint64_t id;                   /* logs, cancel */
+  bool follow;                   /* logs: until the job ends */
+  const char *yaml;              /* submit: the job file's text, yaml_len bytes */
+  size_t yaml_len;
+  const char *file, *base, *cwd; /* submit: the file (for messages), the folders
+                                    its data paths and output.dir resolve in */
+  const char *const *sets;       /* submit: KEY=VALUE overrides */
+  int n_sets;                    /* at most AR_CLIENT_MAX_SETS */
+  bool keep_generated;           /* submit: keep data.generate's files */
+} ar_client_request;
+
+/* Receives the text the server sends: each chunk of a log, then the text
+ * of its final "ok" (a job id, the ps table, a confirmation). */
+typedef void (*ar_client_text_fn)(void *ctx, const char *text, size_t n);
+
+/* Connects to socket_path, sends req and reads the replies until the
+ * server ends the exchange, passing their text to on_text (may be NULL).
+ * AR_OK when the server did what was asked; AR_STATE with the server's own
+ * words in err when it refused (a job-file error, a limit, "no job N of
+ * yours"); AR_IO when it cannot be reached or the exchange broke, and
+ * AR_INVALID for a bad request, with what to do in err.  Thread-safe.
+ * Tests: tests/tenancy/service.sh and security.sh, through the CLI. */
+ar_status ar_client_call(const char *socket_path, const ar_client_request *req,
+                         ar_client_text_fn on_text, void *ctx, ar_err *err);
+
 #ifdef __cplusplus
 }
 #endif

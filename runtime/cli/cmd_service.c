@@ -1,10 +1,10 @@
 /* accelrt serve / submit / ps / logs / cancel: the execution service and
- * its clients (runtime/tenancy/service.c; wire format in protocol.h). */
+ * its clients (runtime/tenancy/service.c and client.c; the protocol is
+ * docs/service.md's). */
 #define _GNU_SOURCE
 #include "accelrt/spec.h"
 #include "accelrt/tenancy.h"
 #include "cli/cli.h"
-#include "protocol.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+static char last_char; /* the last character printed, to end on a newline */
 
 /* The socket a client talks to: $ACCELRT_SOCKET; else, for a user with a
  * server of their own running, $XDG_RUNTIME_DIR/accelrt.sock; else the
@@ -66,78 +68,29 @@ static bool parse_memory(const char *s, uint64_t *bytes, double *fraction) {
   return false;
 }
 
-static int connect_server(const char *path) {
-  struct sockaddr_un a;
-  memset(&a, 0, sizeof a);
-  a.sun_family = AF_UNIX;
-  if (strlen(path) >= sizeof a.sun_path) {
-    fprintf(stderr, "accelrt: socket path '%s' is too long\n", path);
-    return -1;
-  }
-  snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-    fprintf(stderr, "accelrt: cannot reach the server at %s (%s); start it with 'accelrt "
-            "serve' or give its --socket\n", path, strerror(errno));
-    if (fd >= 0)
-      close(fd);
-    return -1;
-  }
-  return fd;
+/* Prints what the server sends: log chunks as they come, the final text
+ * with a newline. */
+static void print_text(void *ctx, const char *text, size_t n) {
+  (void)ctx;
+  fwrite(text, 1, n, stdout);
+  fflush(stdout);
+  last_char = text[n - 1];
 }
 
-/* Sends a request and reads replies until ok/error/end; data chunks are
- * printed as they come.  Returns the exit status. */
-static int request(const char *sock, const ar__msg *m, bool print_ok) {
-  int fd = connect_server(sock);
-  if (fd < 0)
-    return CLI_FAIL;
+/* One request; returns the exit status. */
+static int request(const char *cmd, const char *sock, const ar_client_request *q) {
   ar_err err = AR_ERR_INIT;
-  /* A server that refuses the connection says why before closing it: the
-   * reply is read even when sending failed. */
-  ar_err werr = AR_ERR_INIT;
-  bool sent = ar__msg_write(fd, m, &werr) == AR_OK;
-  uint8_t *buf = NULL;
-  size_t n = 0;
-  int rc = CLI_FAIL;
-  for (;;) {
-    ar__msg r;
-    if (ar__msg_read(fd, &buf, &n, 0, &err) != AR_OK || ar__msg_decode(buf, n, &r, &err) != AR_OK) {
-      if (!sent)
-        fprintf(stderr, "accelrt: %s\n", werr.msg);
-      else
-        fprintf(stderr, "accelrt: the server's reply: %s\n", err.msg);
-      break;
-    }
-    if (r.op == AR__OP_DATA) {
-      fwrite(r.text.p, 1, r.text.n, stdout);
-      fflush(stdout);
-      continue;
-    }
-    if (r.op == AR__OP_END) {
-      rc = CLI_OK;
-      break;
-    }
-    if (r.op == AR__OP_ERROR) {
-      fprintf(stderr, "accelrt %s: error: %.*s\n", m->op == AR__OP_SUBMIT ? "submit"
-                      : m->op == AR__OP_CANCEL ? "cancel"
-                      : m->op == AR__OP_LOGS ? "logs" : "ps",
-              (int)r.text.n, r.text.p);
-      break;
-    }
-    if (r.op == AR__OP_OK) {
-      if (print_ok && r.text.n) {
-        fwrite(r.text.p, 1, r.text.n, stdout);
-        if (r.text.p[r.text.n - 1] != '\n')
-          fputc('\n', stdout);
-      }
-      rc = CLI_OK;
-      break;
-    }
-  }
-  ar_free(buf);
-  close(fd);
-  return rc;
+  last_char = '\n';
+  ar_status st = ar_client_call(sock, q, print_text, NULL, &err);
+  if (last_char != '\n')
+    fputc('\n', stdout);
+  if (st == AR_OK)
+    return CLI_OK;
+  if (st == AR_STATE)
+    fprintf(stderr, "accelrt %s: error: %s\n", cmd, err.msg);
+  else
+    fprintf(stderr, "accelrt: %s\n", err.msg);
+  return st == AR_INVALID ? CLI_USAGE : CLI_FAIL;
 }
 
 static void serve_usage(FILE *to) {
@@ -302,92 +255,9 @@ static int serve(int argc, char **argv) {
   return CLI_OK;
 }
 
-/* Common client options: --socket PATH, and -f / --set for some. */
-static int client(int argc, char **argv) {
-  const char *cmd = argv[0];
-  static const struct option longs[] = {{"socket", required_argument, NULL, 'k'},
-                                        {"set", required_argument, NULL, 's'},
-                                        {"follow", no_argument, NULL, 'f'},
-                                        {"keep-generated", no_argument, NULL, 'K'},
-                                        {"help", no_argument, NULL, 'h'},
-                                        {NULL, 0, NULL, 0}};
-  const char *sock = client_socket();
-  ar__msg m;
-  memset(&m, 0, sizeof m);
-  m.version = AR__PROTO_VERSION;
-  optind = 1;
-  int c;
-  bool is_submit = !strcmp(cmd, "submit"), is_logs = !strcmp(cmd, "logs");
-  while ((c = getopt_long(argc, argv, "fs:h", longs, NULL)) != -1) {
-    switch (c) {
-    case 'k':
-      sock = optarg;
-      break;
-    case 's':
-      if (!is_submit || !strchr(optarg, '=')) {
-        fprintf(stderr, "accelrt %s: --set KEY=VALUE is an option of submit\n", cmd);
-        return CLI_USAGE;
-      }
-      if (m.n_sets == AR__MSG_MAX_SETS) {
-        fprintf(stderr, "accelrt submit: at most %d --set\n", AR__MSG_MAX_SETS);
-        return CLI_USAGE;
-      }
-      m.sets[m.n_sets++] = (ar__mstr){optarg, strlen(optarg)};
-      break;
-    case 'K':
-      if (!is_submit) {
-        fprintf(stderr, "accelrt %s: --keep-generated is an option of submit\n", cmd);
-        return CLI_USAGE;
-      }
-      m.keep = true;
-      break;
-    case 'f':
-      if (!is_logs) {
-        fprintf(stderr, "accelrt %s: -f is an option of logs\n", cmd);
-        return CLI_USAGE;
-      }
-      m.follow = true;
-      break;
-    case 'h':
-      printf("usage: accelrt submit JOB.yaml [--set KEY=VALUE]... [--keep-generated] "
-             "[--socket PATH]\n"
-             "       accelrt ps [--socket PATH]\n"
-             "       accelrt logs ID [-f] [--socket PATH]\n"
-             "       accelrt cancel ID [--socket PATH]\n");
-      return CLI_OK;
-    default:
-      return CLI_USAGE;
-    }
-  }
-  int want = !strcmp(cmd, "ps") ? 0 : 1;
-  if (argc - optind != want) {
-    fprintf(stderr, "accelrt %s: expected %s (see accelrt %s --help)\n", cmd,
-            want ? (is_submit ? "one job file" : "one job id") : "no argument", cmd);
-    return CLI_USAGE;
-  }
-  if (!strcmp(cmd, "ps"))
-    m.op = AR__OP_PS;
-  else if (is_submit)
-    m.op = AR__OP_SUBMIT;
-  else {
-    char *end;
-    errno = 0;
-    unsigned long long id = strtoull(argv[optind], &end, 10);
-    if (errno || *end || !*argv[optind]) {
-      fprintf(stderr, "accelrt %s: '%s' is not a job id (a number, see accelrt ps)\n", cmd,
-              argv[optind]);
-      return CLI_USAGE;
-    }
-    m.op = is_logs ? AR__OP_LOGS : AR__OP_CANCEL;
-    m.id = id;
-    m.has_id = true;
-  }
-  if (!is_submit)
-    return request(sock, &m, true);
-
-  /* submit: the file's text travels; relative paths in it resolve against
-   * its folder, output.dir against this working directory. */
-  const char *path = argv[optind];
+/* submit: the file's text travels; relative paths in it resolve against
+ * its folder, output.dir and --set paths against this working folder. */
+static int submit(const char *sock, const char *path, ar_client_request *q) {
   FILE *f = fopen(path, "rb");
   if (!f) {
     fprintf(stderr, "accelrt submit: cannot read '%s': %s\n", path, strerror(errno));
@@ -414,13 +284,100 @@ static int client(int argc, char **argv) {
     slash[1] = '\0';
   else if (slash)
     *slash = '\0';
-  m.yaml = (ar__mstr){text, n};
-  m.file = (ar__mstr){real, strlen(real)};
-  m.base = (ar__mstr){base, strlen(base)};
-  m.cwd = (ar__mstr){cwd, strlen(cwd)};
-  int rc = request(sock, &m, true);
+  q->yaml = text;
+  q->yaml_len = n;
+  q->file = real;
+  q->base = base;
+  q->cwd = cwd;
+  int rc = request("submit", sock, q);
   ar_free(text);
   return rc;
+}
+
+/* The client commands: --socket PATH everywhere, --set and --keep-generated
+ * for submit, -f for logs.  A linear option switch, kept in one piece. */
+static int client(int argc, char **argv) {
+  const char *cmd = argv[0];
+  static const struct option longs[] = {{"socket", required_argument, NULL, 'k'},
+                                        {"set", required_argument, NULL, 's'},
+                                        {"follow", no_argument, NULL, 'f'},
+                                        {"keep-generated", no_argument, NULL, 'K'},
+                                        {"help", no_argument, NULL, 'h'},
+                                        {NULL, 0, NULL, 0}};
+  const char *sock = client_socket();
+  const char *sets[AR_CLIENT_MAX_SETS];
+  ar_client_request q;
+  memset(&q, 0, sizeof q);
+  q.sets = sets;
+  optind = 1;
+  int c;
+  bool is_submit = !strcmp(cmd, "submit"), is_logs = !strcmp(cmd, "logs");
+  while ((c = getopt_long(argc, argv, "fs:h", longs, NULL)) != -1) {
+    switch (c) {
+    case 'k':
+      sock = optarg;
+      break;
+    case 's':
+      if (!is_submit || !strchr(optarg, '=')) {
+        fprintf(stderr, "accelrt %s: --set KEY=VALUE is an option of submit\n", cmd);
+        return CLI_USAGE;
+      }
+      if (q.n_sets == AR_CLIENT_MAX_SETS) {
+        fprintf(stderr, "accelrt submit: at most %d --set\n", AR_CLIENT_MAX_SETS);
+        return CLI_USAGE;
+      }
+      sets[q.n_sets++] = optarg;
+      break;
+    case 'K':
+      if (!is_submit) {
+        fprintf(stderr, "accelrt %s: --keep-generated is an option of submit\n", cmd);
+        return CLI_USAGE;
+      }
+      q.keep_generated = true;
+      break;
+    case 'f':
+      if (!is_logs) {
+        fprintf(stderr, "accelrt %s: -f is an option of logs\n", cmd);
+        return CLI_USAGE;
+      }
+      q.follow = true;
+      break;
+    case 'h':
+      printf("usage: accelrt submit JOB.yaml [--set KEY=VALUE]... [--keep-generated] "
+             "[--socket PATH]\n"
+             "       accelrt ps [--socket PATH]\n"
+             "       accelrt logs ID [-f] [--socket PATH]\n"
+             "       accelrt cancel ID [--socket PATH]\n");
+      return CLI_OK;
+    default:
+      return CLI_USAGE;
+    }
+  }
+  int want = !strcmp(cmd, "ps") ? 0 : 1;
+  if (argc - optind != want) {
+    fprintf(stderr, "accelrt %s: expected %s (see accelrt %s --help)\n", cmd,
+            want ? (is_submit ? "one job file" : "one job id") : "no argument", cmd);
+    return CLI_USAGE;
+  }
+  if (is_submit) {
+    q.op = AR_CLIENT_SUBMIT;
+    return submit(sock, argv[optind], &q);
+  }
+  if (!strcmp(cmd, "ps")) {
+    q.op = AR_CLIENT_PS;
+    return request(cmd, sock, &q);
+  }
+  char *end;
+  errno = 0;
+  unsigned long long id = strtoull(argv[optind], &end, 10);
+  if (errno || *end || !*argv[optind]) {
+    fprintf(stderr, "accelrt %s: '%s' is not a job id (a number, see accelrt ps)\n", cmd,
+            argv[optind]);
+    return CLI_USAGE;
+  }
+  q.op = is_logs ? AR_CLIENT_LOGS : AR_CLIENT_CANCEL;
+  q.id = id;
+  return request(cmd, sock, &q);
 }
 
 int cli_service(int argc, char **argv) {
