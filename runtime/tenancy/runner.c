@@ -1372,17 +1372,8 @@ static void stop_all(ar__runner *r) {
   }
 }
 
-ar_status ar__runner_run(ar__runner *r, ar_err *err) {
-  ar_status st = AR_OK;
-  if (r->out_dir) {
-    AR_CHECK(ar_fs_mkdirs(r->fs, r->out_dir, err));
-    char path[4096];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", r->out_dir);
-    AR_CHECK(ar_fs_open_write(r->fs, path, false, &r->metrics, err));
-  }
-  pthread_mutex_lock(&r->mu);
-  r->t0 = ar_now();
-  r->clock_started = true;
+/* Starts the lane threads (r->mu held); none started is a failure. */
+static ar_status start_workers(ar__runner *r, ar_err *err) {
   int started = 0;
   for (; started < r->nworkers; started++) {
     worker *w = &r->workers[started];
@@ -1390,12 +1381,84 @@ ar_status ar__runner_run(ar__runner *r, ar_err *err) {
       break;
     w->th_ok = true;
   }
-  if (started == 0) {
-    pthread_mutex_unlock(&r->mu);
+  if (started == 0)
     return ar_errf(err, AR_NOMEM, "cannot start the lane threads");
-  }
   r->nworkers = started;
-  sample_memory(r, "start");
+  return AR_OK;
+}
+
+/* Cancels of jobs that run no iteration now (r->mu held).  Its checkpoint
+ * uses the job's handle, which another lane may be using (lanes share
+ * handles when there are more lanes than handles). */
+static void end_cancelled(ar__runner *r) {
+  for (size_t i = 0; i < r->njobs; i++) {
+    tjob *j = r->jobs[i];
+    if (j->cancel_req && !j->running &&
+        (j->res.state == AR__TJ_QUEUED || j->res.state == AR__TJ_ADMITTED) &&
+        (!j->started || !r->slots[j->slot]->busy))
+      end_job(r, i, AR__TJ_CANCELLED, true, NULL);
+  }
+}
+
+/* Defragmentation at an iteration boundary of every lane: asks the lanes
+ * to drain when the layout is fragmented (and a job waits, unless
+ * defrag == 2), and defragments once they have (r->mu held). */
+static ar_status maybe_defragment(ar__runner *r, ar_err *err) {
+  if (r->o.defrag && r->departed && !r->draining) {
+    ar_lanes_usage u;
+    ar_lanes_usage_get(r->lanes, &u);
+    if (!ar_lanes_fragmented(r->lanes))
+      r->departed = false;
+    else if (r->o.defrag == 2 || u.queued > 0)
+      r->draining = true;
+  }
+  if (!r->draining || r->nrunning > 0)
+    return AR_OK;
+  r->draining = false;
+  r->departed = false;
+  AR_CHECK(defragment(r, err));
+  refresh_admissions(r);
+  sample_memory(r, "defrag");
+  return AR_OK;
+}
+
+/* Nothing runs, nothing arrives, yet only queued jobs remain: they can
+ * never be admitted (a bug in the lanes, or a job that never ends), so
+ * they fail.  Returns whether it ended any (r->mu held). */
+static bool fail_never_admitted(ar__runner *r) {
+  for (size_t i = 0; i < r->njobs; i++)
+    if (r->jobs[i]->res.state == AR__TJ_ADMITTED)
+      return false;
+  for (size_t i = 0; i < r->njobs; i++)
+    if (r->jobs[i]->res.state == AR__TJ_QUEUED)
+      end_job(r, i, AR__TJ_FAILED, false,
+              "never admitted: nothing else runs and it still does not fit");
+  return true;
+}
+
+/* Sleeps (r->mu held) until a worker reports, a job is added or cancelled,
+ * or the next arrival, at most a second. */
+static void wait_for_change(ar__runner *r, double next_arrival) {
+  for (int i = 0; i < r->nworkers; i++)
+    if (r->workers[i].state == W_DONE)
+      return;
+  double wait = isinf(next_arrival) ? 1.0 : next_arrival - clock_now(r);
+  if (wait > 1.0)
+    wait = 1.0;
+  if (wait <= 0)
+    return;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  double at = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + wait;
+  ts.tv_sec = (time_t)at;
+  ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
+  pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+}
+
+/* The scheduler (r->mu held): completes finished iterations, ends
+ * cancelled jobs, admits arrivals, defragments and dispatches, until every
+ * job ended (batch mode) or a stop; a runner-level failure returns at once. */
+static ar_status schedule(ar__runner *r, ar_err *err) {
   for (;;) {
     for (int i = 0; i < r->nworkers; i++)
       if (r->workers[i].state == W_DONE)
@@ -1404,93 +1467,44 @@ ar_status ar__runner_run(ar__runner *r, ar_err *err) {
       if (r->nrunning == 0) {
         stop_all(r);
         sample_memory(r, "stop");
-        break;
+        return AR_OK;
       }
       pthread_cond_wait(&r->cv, &r->mu);
       continue;
     }
-    /* Cancels of jobs that run no iteration now. */
-    for (size_t i = 0; i < r->njobs; i++) {
-      tjob *j = r->jobs[i];
-      /* Its checkpoint uses its handle, which another lane may be using
-       * (lanes share handles when there are more lanes than handles). */
-      if (j->cancel_req && !j->running &&
-          (j->res.state == AR__TJ_QUEUED || j->res.state == AR__TJ_ADMITTED) &&
-          (!j->started || !r->slots[j->slot]->busy))
-        end_job(r, i, AR__TJ_CANCELLED, true, NULL);
-    }
+    end_cancelled(r);
     double next_arrival;
     arrivals(r, &next_arrival);
     refresh_admissions(r);
     sample_memory(r, "change");
-    /* Defragmentation at an iteration boundary of every lane. */
-    if (r->o.defrag && r->departed && !r->draining) {
-      ar_lanes_usage u;
-      ar_lanes_usage_get(r->lanes, &u);
-      if (!ar_lanes_fragmented(r->lanes))
-        r->departed = false;
-      else if (r->o.defrag == 2 || u.queued > 0)
-        r->draining = true;
-    }
-    if (r->draining && r->nrunning == 0) {
-      r->draining = false;
-      r->departed = false;
-      st = defragment(r, err);
-      if (st != AR_OK)
-        break;
-      refresh_admissions(r);
-      sample_memory(r, "defrag");
-    }
+    AR_CHECK(maybe_defragment(r, err));
     if (!r->draining)
       dispatch(r);
     if (!r->o.service && r->nrunning == 0 && all_ended(r))
-      break;
-    if (r->nrunning == 0 && !r->draining && isinf(next_arrival) && !r->o.service) {
-      /* Nothing runs, nothing arrives, yet jobs remain: they can never be
-       * admitted (a bug in the lanes, or a job that never ends). */
-      bool queued_only = true;
-      for (size_t i = 0; i < r->njobs; i++)
-        if (r->jobs[i]->res.state == AR__TJ_ADMITTED)
-          queued_only = false;
-      if (queued_only) {
-        for (size_t i = 0; i < r->njobs; i++)
-          if (r->jobs[i]->res.state == AR__TJ_QUEUED)
-            end_job(r, i, AR__TJ_FAILED, false,
-                    "never admitted: nothing else runs and it still does not fit");
-        continue;
-      }
-    }
-    /* Sleep until a worker reports, a job is added or cancelled, or the
-     * next arrival (at most a second in service mode). */
-    bool work_pending = false;
+      return AR_OK;
+    if (r->nrunning == 0 && !r->draining && isinf(next_arrival) && !r->o.service &&
+        fail_never_admitted(r))
+      continue;
+    wait_for_change(r, next_arrival);
+  }
+}
+
+/* After a runner-level failure (r->mu held): lets running iterations end,
+ * then stops every job. */
+static void drain_and_stop(ar__runner *r) {
+  while (r->nrunning > 0) {
     for (int i = 0; i < r->nworkers; i++)
       if (r->workers[i].state == W_DONE)
-        work_pending = true;
-    if (work_pending)
-      continue;
-    double wait = isinf(next_arrival) ? 1.0 : next_arrival - clock_now(r);
-    if (wait > 1.0)
-      wait = 1.0;
-    if (wait > 0) {
-      struct timespec ts;
-      clock_gettime(CLOCK_MONOTONIC, &ts);
-      double at = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + wait;
-      ts.tv_sec = (time_t)at;
-      ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
-      pthread_cond_timedwait(&r->cv, &r->mu, &ts);
-    }
+        complete(r, &r->workers[i]);
+    if (r->nrunning > 0)
+      pthread_cond_wait(&r->cv, &r->mu);
   }
-  if (st != AR_OK) {
-    /* A runner-level failure: let iterations end, stop everything. */
-    while (r->nrunning > 0) {
-      for (int i = 0; i < r->nworkers; i++)
-        if (r->workers[i].state == W_DONE)
-          complete(r, &r->workers[i]);
-      if (r->nrunning > 0)
-        pthread_cond_wait(&r->cv, &r->mu);
-    }
-    stop_all(r);
-  }
+  stop_all(r);
+}
+
+/* Tells the lane threads to exit and joins them (r->mu held on entry,
+ * released while joining, held again on return). */
+static void end_workers(ar__runner *r) {
   for (int i = 0; i < r->nworkers; i++) {
     r->workers[i].state = W_EXIT;
     pthread_cond_signal(&r->workers[i].cv);
@@ -1502,6 +1516,28 @@ ar_status ar__runner_run(ar__runner *r, ar_err *err) {
       r->workers[i].th_ok = false;
     }
   pthread_mutex_lock(&r->mu);
+}
+
+ar_status ar__runner_run(ar__runner *r, ar_err *err) {
+  if (r->out_dir) {
+    AR_CHECK(ar_fs_mkdirs(r->fs, r->out_dir, err));
+    char path[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", r->out_dir);
+    AR_CHECK(ar_fs_open_write(r->fs, path, false, &r->metrics, err));
+  }
+  pthread_mutex_lock(&r->mu);
+  r->t0 = ar_now();
+  r->clock_started = true;
+  ar_status st = start_workers(r, err);
+  if (st != AR_OK) {
+    pthread_mutex_unlock(&r->mu);
+    return st;
+  }
+  sample_memory(r, "start");
+  st = schedule(r, err);
+  if (st != AR_OK)
+    drain_and_stop(r);
+  end_workers(r);
   finish_summary(r);
   pthread_mutex_unlock(&r->mu);
   if (r->out_dir) {
