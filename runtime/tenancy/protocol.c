@@ -48,6 +48,86 @@ static bool is_flag(ar__mstr s, bool *out) {
   return true;
 }
 
+/* Stores one field's value in m; AR_PARSE for a bad value. */
+static ar_status decode_field(uint8_t tag, ar__mstr v, ar__msg *m, ar_err *err) {
+  switch (tag) {
+  case AR__TAG_OP:
+    m->op = AR__OP_NONE;
+    for (size_t k = 1; k < N_OPS; k++)
+      if (strlen(op_names[k]) == v.n && memcmp(op_names[k], v.p, v.n) == 0)
+        m->op = (ar__msg_op)k;
+    if (m->op == AR__OP_NONE)
+      return ar_errf(err, AR_PARSE, "unknown operation (%zu bytes)", v.n);
+    return AR_OK;
+  case AR__TAG_ID:
+    if (!parse_u64(v, &m->id))
+      return ar_errf(err, AR_PARSE, "a job id is a decimal number");
+    m->has_id = true;
+    return AR_OK;
+  case AR__TAG_SET:
+    if (m->n_sets == AR__MSG_MAX_SETS)
+      return ar_errf(err, AR_PARSE, "more than %d overrides", AR__MSG_MAX_SETS);
+    if (v.n == 0 || !memchr(v.p, '=', v.n))
+      return ar_errf(err, AR_PARSE, "an override is KEY=VALUE");
+    m->sets[m->n_sets++] = v;
+    return AR_OK;
+  case AR__TAG_FOLLOW:
+    return is_flag(v, &m->follow) ? AR_OK : ar_errf(err, AR_PARSE, "follow is 0 or 1");
+  case AR__TAG_ALL:
+    return is_flag(v, &m->all) ? AR_OK : ar_errf(err, AR_PARSE, "all is 0 or 1");
+  case AR__TAG_KEEP:
+    return is_flag(v, &m->keep) ? AR_OK : ar_errf(err, AR_PARSE, "keep is 0 or 1");
+  case AR__TAG_VERSION:
+    if (!parse_u64(v, &m->version) || m->version == 0)
+      return ar_errf(err, AR_PARSE, "version is a positive decimal number");
+    return AR_OK;
+  case AR__TAG_OFFSET:
+    return parse_u64(v, &m->offset) ? AR_OK
+                                    : ar_errf(err, AR_PARSE, "offset is a decimal number");
+  case AR__TAG_YAML:
+    m->yaml = v;
+    return AR_OK;
+  case AR__TAG_FILE:
+    m->file = v;
+    return AR_OK;
+  case AR__TAG_BASE:
+    m->base = v;
+    return AR_OK;
+  case AR__TAG_CWD:
+    m->cwd = v;
+    return AR_OK;
+  case AR__TAG_TEXT:
+    m->text = v;
+    return AR_OK;
+  }
+  return ar_errf(err, AR_PARSE, "unknown field tag %u", tag);
+}
+
+/* The fields the message's operation needs, and their bounds. */
+static ar_status check_op(const ar__msg *m, uint32_t seen, ar_err *err) {
+  if (!(seen & (1u << AR__TAG_OP)))
+    return ar_errf(err, AR_PARSE, "the message names no operation");
+  switch (m->op) {
+  case AR__OP_SUBMIT:
+    if (!(seen & (1u << AR__TAG_YAML)) || m->yaml.n == 0)
+      return ar_errf(err, AR_PARSE, "submit needs the job file's text");
+    if (m->yaml.n > AR_SPEC_MAX_BYTES)
+      return ar_errf(err, AR_PARSE, "the job file exceeds %u bytes", AR_SPEC_MAX_BYTES);
+    if (m->file.n > 4095 || m->base.n > 4095 || m->cwd.n > 4095)
+      return ar_errf(err, AR_PARSE, "a path exceeds 4095 bytes");
+    if ((m->base.n && m->base.p[0] != '/') || (m->cwd.n && m->cwd.p[0] != '/'))
+      return ar_errf(err, AR_PARSE, "base and cwd are absolute paths");
+    return AR_OK;
+  case AR__OP_LOGS:
+  case AR__OP_CANCEL:
+    if (!m->has_id)
+      return ar_errf(err, AR_PARSE, "%s needs a job id", op_names[m->op]);
+    return AR_OK;
+  default:
+    return AR_OK;
+  }
+}
+
 ar_status ar__msg_decode(const uint8_t *body, size_t n, ar__msg *m, ar_err *err) {
   memset(m, 0, sizeof *m);
   if (!body && n > 0)
@@ -77,87 +157,9 @@ ar_status ar__msg_decode(const uint8_t *body, size_t n, ar__msg *m, ar_err *err)
     /* Only the job file may hold any bytes; every other field is text. */
     if (tag != AR__TAG_YAML && memchr(v.p, '\0', v.n))
       return ar_errf(err, AR_PARSE, "field tag %u holds a NUL byte", tag);
-    switch (tag) {
-    case AR__TAG_OP: {
-      m->op = AR__OP_NONE;
-      for (size_t k = 1; k < N_OPS; k++)
-        if (strlen(op_names[k]) == v.n && memcmp(op_names[k], v.p, v.n) == 0)
-          m->op = (ar__msg_op)k;
-      if (m->op == AR__OP_NONE)
-        return ar_errf(err, AR_PARSE, "unknown operation (%zu bytes)", v.n);
-      break;
-    }
-    case AR__TAG_ID:
-      if (!parse_u64(v, &m->id))
-        return ar_errf(err, AR_PARSE, "a job id is a decimal number");
-      m->has_id = true;
-      break;
-    case AR__TAG_YAML:
-      m->yaml = v;
-      break;
-    case AR__TAG_FILE:
-      m->file = v;
-      break;
-    case AR__TAG_BASE:
-      m->base = v;
-      break;
-    case AR__TAG_CWD:
-      m->cwd = v;
-      break;
-    case AR__TAG_SET:
-      if (m->n_sets == AR__MSG_MAX_SETS)
-        return ar_errf(err, AR_PARSE, "more than %d overrides", AR__MSG_MAX_SETS);
-      if (v.n == 0 || !memchr(v.p, '=', v.n))
-        return ar_errf(err, AR_PARSE, "an override is KEY=VALUE");
-      m->sets[m->n_sets++] = v;
-      break;
-    case AR__TAG_FOLLOW:
-      if (!is_flag(v, &m->follow))
-        return ar_errf(err, AR_PARSE, "follow is 0 or 1");
-      break;
-    case AR__TAG_ALL:
-      if (!is_flag(v, &m->all))
-        return ar_errf(err, AR_PARSE, "all is 0 or 1");
-      break;
-    case AR__TAG_KEEP:
-      if (!is_flag(v, &m->keep))
-        return ar_errf(err, AR_PARSE, "keep is 0 or 1");
-      break;
-    case AR__TAG_VERSION:
-      if (!parse_u64(v, &m->version) || m->version == 0)
-        return ar_errf(err, AR_PARSE, "version is a positive decimal number");
-      break;
-    case AR__TAG_OFFSET:
-      if (!parse_u64(v, &m->offset))
-        return ar_errf(err, AR_PARSE, "offset is a decimal number");
-      break;
-    case AR__TAG_TEXT:
-      m->text = v;
-      break;
-    }
+    AR_CHECK(decode_field(tag, v, m, err));
   }
-  if (!(seen & (1u << AR__TAG_OP)))
-    return ar_errf(err, AR_PARSE, "the message names no operation");
-  switch (m->op) {
-  case AR__OP_SUBMIT:
-    if (!(seen & (1u << AR__TAG_YAML)) || m->yaml.n == 0)
-      return ar_errf(err, AR_PARSE, "submit needs the job file's text");
-    if (m->yaml.n > AR_SPEC_MAX_BYTES)
-      return ar_errf(err, AR_PARSE, "the job file exceeds %u bytes", AR_SPEC_MAX_BYTES);
-    if (m->file.n > 4095 || m->base.n > 4095 || m->cwd.n > 4095)
-      return ar_errf(err, AR_PARSE, "a path exceeds 4095 bytes");
-    if ((m->base.n && m->base.p[0] != '/') || (m->cwd.n && m->cwd.p[0] != '/'))
-      return ar_errf(err, AR_PARSE, "base and cwd are absolute paths");
-    break;
-  case AR__OP_LOGS:
-  case AR__OP_CANCEL:
-    if (!m->has_id)
-      return ar_errf(err, AR_PARSE, "%s needs a job id", op_names[m->op]);
-    break;
-  default:
-    break;
-  }
-  return AR_OK;
+  return check_op(m, seen, err);
 }
 
 typedef struct enc {

@@ -308,6 +308,41 @@ static ar_status open_slots(ar__runner *r, ar_err *err) {
   return AR_OK;
 }
 
+/* The lanes' capacity (r->capacity), then the one allocation it is
+ * carved from (r->arena, 256-byte aligned). */
+static ar_status reserve_arena(ar__runner *r, const ar__runner_opts *opts, ar_err *err) {
+  size_t cap = opts->capacity;
+  if (r->host) {
+    if (cap == 0)
+      AR_CHECK(ar__host_lanes_capacity(&opts->device_opts, &cap, NULL, 0, err));
+  } else {
+    AR_CHECK(arena_capacity(r, cap, &cap, err));
+  }
+  cap &= ~(size_t)255;
+  if (cap == 0)
+    return ar_errf(err, AR_INVALID,
+                   "runner: a memory capacity under 256 bytes holds no job; set "
+                   "runtime.memory (e.g. 2GiB or 50%%)");
+  /* Host memory is only 64-byte aligned: 256 more bytes to align the base
+   * to the lanes' 256.  An arena's blocks are 256-byte aligned already. */
+  r->arena_raw_bytes = cap + (r->host ? 256 : 0);
+  ar_status st = ar_device_alloc(r->dev, r->arena_raw_bytes, &r->arena_raw);
+  if (st != AR_OK) {
+    char b[32];
+    r->arena_raw = NULL;
+    return ar_errf(err, st,
+                   "cannot reserve the %s of runtime.memory on %s (%s); lower "
+                   "runtime.memory",
+                   ar_lanes_fmt_bytes(cap, b, sizeof b), r->device_name,
+                   ar_device_errmsg(r->dev));
+  }
+  r->arena = (unsigned char *)(((uintptr_t)r->arena_raw + 255) & ~(uintptr_t)255);
+  size_t lost = (size_t)(r->arena - (unsigned char *)r->arena_raw);
+  r->capacity = r->arena_raw_bytes - lost < cap ? (r->arena_raw_bytes - lost) & ~(size_t)255
+                                                : cap;
+  return AR_OK;
+}
+
 ar_status ar__runner_create(const ar__runner_opts *opts, ar__runner **out,
                             ar_err *err) {
   if (!opts || !out || !opts->policy || !opts->device)
@@ -360,40 +395,9 @@ ar_status ar__runner_create(const ar__runner_opts *opts, ar__runner **out,
   if (st != AR_OK)
     goto fail;
 
-  /* The lanes' capacity, then the one allocation it is carved from. */
-  size_t cap = opts->capacity;
-  if (r->host) {
-    if (cap == 0)
-      st = ar__host_lanes_capacity(&opts->device_opts, &cap, NULL, 0, err);
-  } else {
-    st = arena_capacity(r, cap, &cap, err);
-  }
+  st = reserve_arena(r, opts, err);
   if (st != AR_OK)
     goto fail;
-  cap &= ~(size_t)255;
-  if (cap == 0) {
-    st = ar_errf(err, AR_INVALID,
-                 "runner: a memory capacity under 256 bytes holds no job; set "
-                 "runtime.memory (e.g. 2GiB or 50%%)");
-    goto fail;
-  }
-  /* Host memory is only 64-byte aligned: 256 more bytes to align the base
-   * to the lanes' 256.  An arena's blocks are 256-byte aligned already. */
-  r->arena_raw_bytes = cap + (r->host ? 256 : 0);
-  st = ar_device_alloc(r->dev, r->arena_raw_bytes, &r->arena_raw);
-  if (st != AR_OK) {
-    char b[32];
-    st = ar_errf(err, st,
-                 "cannot reserve the %s of runtime.memory on %s (%s); lower "
-                 "runtime.memory",
-                 ar_lanes_fmt_bytes(cap, b, sizeof b), name, ar_device_errmsg(r->dev));
-    r->arena_raw = NULL;
-    goto fail;
-  }
-  r->arena = (unsigned char *)(((uintptr_t)r->arena_raw + 255) & ~(uintptr_t)255);
-  size_t lost = (size_t)(r->arena - (unsigned char *)r->arena_raw);
-  r->capacity = r->arena_raw_bytes - lost < cap ? (r->arena_raw_bytes - lost) & ~(size_t)255
-                                                : cap;
 
   ar_lanes_opts lo = AR_LANES_OPTS_INIT;
   lo.capacity = r->capacity;
