@@ -472,75 +472,73 @@ static ar_status add_label(ar_reader *r, int scanning, rowbuf *row, int32_t v,
 /* Parses one data line into row.  scanning: validate and count (features
  * are not stored, the label buffer may grow); otherwise store into the
  * window (capacities are fixed: exceeding them means the file changed). */
-static ar_status parse_row(ar_reader *r, int scanning, char *s, size_t len,
-                           rowbuf *row, ar_err *err) {
-  const int64_t line = r->lr.lineno;
-  const int libsvm = r->opts.format == AR_FMT_LIBSVM;
-  const char *p = s, *e = s + len;
+/* The label list "l1,l2,..." at *pp (the line does not start with a
+ * blank); *pp moves past it. */
+static ar_status parse_labels(ar_reader *r, int scanning, const char **pp, const char *e,
+                              rowbuf *row, int64_t line, ar_err *err) {
+  const char *p = *pp;
   char tok[48];
-  while (e > p && (is_blank(e[-1]) || e[-1] == '\r'))
-    e--;
-  row->nnz = 0;
-  row->nlab = 0;
-  row->set_active = 0;
-
-  /* Labels: "l1,l2,..." unless the line starts with a blank. */
-  if (p < e && !is_blank(*p)) {
-    const char *list = p;
-    for (;;) {
-      int64_t v;
-      const char *at = p;
-      int n = parse_uint(&p, e, ID_MAX - 1, &v);
-      if (n < 0)
-        return perr(r, err, AR_PARSE, line,
-                    "label id '%s' is too large (ids must be below 2^31)",
-                    show_token(tok, at, e));
-      if (n == 0) {
-        const char *q = list;
-        while (q < e && !is_blank(*q) && *q != ':')
-          q++;
-        if (q < e && *q == ':')
-          return perr(r, err, AR_PARSE, line,
-                      "the line starts with feature '%s' but labels come first "
-                      "(a point without labels starts with a space)",
-                      show_token(tok, list, e));
-        if (at == e || is_blank(*at) || *at == ',')
-          return perr(r, err, AR_PARSE, line,
-                      "empty label id in '%s' (labels are separated by single commas)",
-                      show_token(tok, list, e));
-        if (*at == '-')
-          return perr(r, err, AR_PARSE, line,
-                      "negative label id '%s' (label ids are 0-based, >= 0)",
-                      show_token(tok, at, e));
-        return perr(r, err, AR_PARSE, line,
-                    "non-numeric label id '%s' (labels are 'l1,l2,...' with "
-                    "0-based integer ids)",
-                    show_token(tok, at, e));
-      }
-      if (v >= r->lab_limit)
-        return perr(r, err, AR_PARSE, line,
-                    "label id %lld out of range [0, %lld) (%s)", (long long)v,
-                    (long long)r->lab_limit, r->lab_why);
-      AR_CHECK(add_label(r, scanning, row, (int32_t)v, line, err));
-      if (p < e && *p == ',') {
-        p++;
-        continue;
-      }
-      if (p == e || is_blank(*p))
-        break;
-      if (*p == ':')
+  const char *list = p;
+  for (;;) {
+    int64_t v;
+    const char *at = p;
+    int n = parse_uint(&p, e, ID_MAX - 1, &v);
+    if (n < 0)
+      return perr(r, err, AR_PARSE, line,
+                  "label id '%s' is too large (ids must be below 2^31)",
+                  show_token(tok, at, e));
+    if (n == 0) {
+      const char *q = list;
+      while (q < e && !is_blank(*q) && *q != ':')
+        q++;
+      if (q < e && *q == ':')
         return perr(r, err, AR_PARSE, line,
                     "the line starts with feature '%s' but labels come first "
                     "(a point without labels starts with a space)",
                     show_token(tok, list, e));
+      if (at == e || is_blank(*at) || *at == ',')
+        return perr(r, err, AR_PARSE, line,
+                    "empty label id in '%s' (labels are separated by single commas)",
+                    show_token(tok, list, e));
+      if (*at == '-')
+        return perr(r, err, AR_PARSE, line,
+                    "negative label id '%s' (label ids are 0-based, >= 0)",
+                    show_token(tok, at, e));
       return perr(r, err, AR_PARSE, line,
-                  "unexpected character '%s' in the label list (labels are "
-                  "'l1,l2,...' with 0-based integer ids)",
-                  show_token(tok, p, e));
+                  "non-numeric label id '%s' (labels are 'l1,l2,...' with "
+                  "0-based integer ids)",
+                  show_token(tok, at, e));
     }
+    if (v >= r->lab_limit)
+      return perr(r, err, AR_PARSE, line,
+                  "label id %lld out of range [0, %lld) (%s)", (long long)v,
+                  (long long)r->lab_limit, r->lab_why);
+    AR_CHECK(add_label(r, scanning, row, (int32_t)v, line, err));
+    if (p < e && *p == ',') {
+      p++;
+      continue;
+    }
+    if (p == e || is_blank(*p)) {
+      *pp = p;
+      return AR_OK;
+    }
+    if (*p == ':')
+      return perr(r, err, AR_PARSE, line,
+                  "the line starts with feature '%s' but labels come first "
+                  "(a point without labels starts with a space)",
+                  show_token(tok, list, e));
+    return perr(r, err, AR_PARSE, line,
+                "unexpected character '%s' in the label list (labels are "
+                "'l1,l2,...' with 0-based integer ids)",
+                show_token(tok, p, e));
   }
+}
 
-  /* Features: "id:value" separated by blanks. */
+/* The features "id:value ..." from p to e. */
+static ar_status parse_features(ar_reader *r, const char *p, const char *e, rowbuf *row,
+                                int64_t line, ar_err *err) {
+  const int libsvm = r->opts.format == AR_FMT_LIBSVM;
+  char tok[48];
   for (;;) {
     while (p < e && is_blank(*p))
       p++;
@@ -618,6 +616,21 @@ static ar_status parse_row(ar_reader *r, int scanning, char *s, size_t len,
     row->nnz++;
   }
   return AR_OK;
+}
+
+static ar_status parse_row(ar_reader *r, int scanning, char *s, size_t len,
+                           rowbuf *row, ar_err *err) {
+  const int64_t line = r->lr.lineno;
+  const char *p = s, *e = s + len;
+  while (e > p && (is_blank(e[-1]) || e[-1] == '\r'))
+    e--;
+  row->nnz = 0;
+  row->nlab = 0;
+  row->set_active = 0;
+  /* Labels first, unless the line starts with a blank. */
+  if (p < e && !is_blank(*p))
+    AR_CHECK(parse_labels(r, scanning, &p, e, row, line, err));
+  return parse_features(r, p, e, row, line, err);
 }
 
 static int line_is_blank(const char *s, size_t len) {
