@@ -32,6 +32,98 @@ static bool parse_count(const char *s, int64_t lo, int64_t *out) {
   return true;
 }
 
+/* The report on the terminal. */
+static void print_report(const ar_spec *spec, const char *ckpt, const ar_eval_report *r) {
+  printf("%s: %lld test points on %s, %d threads (checkpoint %s)\n", spec->name,
+         (long long)r->points, r->device, r->threads, ckpt);
+  printf("  %-22s %7s %7s %7s %12s %10s\n", "", "P@1", "P@3", "P@5", "samples/s", "seconds");
+  printf("  %-22s %7.2f %7.2f %7.2f %12.1f %10.3f\n", "all labels scored", r->p_at[0],
+         r->p_at[1], r->p_at[2], r->samples_per_s, r->seconds);
+  if (!r->lsh) {
+    printf("  (no LSH inference: the output layer is not sampled on this device)\n");
+    return;
+  }
+  printf("  %-22s %7.2f %7.2f %7.2f %12.1f %10.3f\n", "LSH candidates", r->lsh_p_at[0],
+         r->lsh_p_at[1], r->lsh_p_at[2], r->lsh_samples_per_s, r->lsh_seconds);
+  printf("  LSH scored %.1f candidates per point; speed-up %.2fx\n", r->lsh_active_mean,
+         r->lsh_seconds > 0 ? r->seconds / r->lsh_seconds : 0.0);
+  if (r->lsh_K != r->lsh_K_auto)
+    printf("  LSH tables rebuilt with K=%d for inference: the automatic K=%d retrieved "
+           "%.1f candidates per point, under 90%% of the budget\n", r->lsh_K, r->lsh_K_auto,
+           r->lsh_active_auto);
+}
+
+/* The report as output.dir/eval.json. */
+static ar_status write_report(const ar_spec *spec, const char *ckpt, const ar_eval_report *r,
+                              ar_err *err) {
+  ar_json *j = ar_json_begin();
+  ar_json_str(j, "checkpoint", ckpt);
+  ar_json_int(j, "points", r->points);
+  ar_json_str(j, "device", r->device);
+  ar_json_int(j, "threads", r->threads);
+  ar_json_num(j, "p_at_1", r->p_at[0]);
+  ar_json_num(j, "p_at_3", r->p_at[1]);
+  ar_json_num(j, "p_at_5", r->p_at[2]);
+  ar_json_num(j, "samples_per_s", r->samples_per_s);
+  ar_json_num(j, "loss", r->loss);
+  if (r->lsh) {
+    ar_json_num(j, "lsh_p_at_1", r->lsh_p_at[0]);
+    ar_json_num(j, "lsh_p_at_3", r->lsh_p_at[1]);
+    ar_json_num(j, "lsh_p_at_5", r->lsh_p_at[2]);
+    ar_json_num(j, "lsh_samples_per_s", r->lsh_samples_per_s);
+    ar_json_num(j, "lsh_candidates_mean", r->lsh_active_mean);
+    ar_json_int(j, "lsh_K", r->lsh_K);
+    ar_json_int(j, "lsh_K_auto", r->lsh_K_auto);
+    ar_json_num(j, "lsh_candidates_auto_K", r->lsh_active_auto);
+  }
+  const char *text = ar_json_end(j);
+  char *out = ar_path_join(spec->output.dir, "eval.json");
+  ar_status st = out && text ? ar_write_file_atomic(out, text, strlen(text), err)
+                             : ar_errf(err, AR_NOMEM, "out of memory writing eval.json");
+  ar_free(out);
+  ar_json_destroy(j);
+  return st;
+}
+
+/* Loads the job file with its overrides: a CLI exit status, or -1 when
+ * *spec is ready. */
+static int load_job(const char *file, const char **sets, int n_sets, ar_spec **spec) {
+  ar_diags diags = {0, NULL};
+  ar_status st = ar_spec_load(file, sets, n_sets, spec, &diags);
+  int rc = -1;
+  if (st != AR_OK) {
+    ar_diags_print(&diags, file, stderr);
+    if (!diags.count)
+      fprintf(stderr, "%s: error: %s\n", file, ar_status_str(st));
+    rc = st == AR_NOMEM ? CLI_FAIL : CLI_USAGE;
+  } else if ((*spec)->n_jobs > 0) {
+    fprintf(stderr, "accelrt eval: %s lists several jobs; evaluate one job file\n", file);
+    rc = CLI_USAGE;
+  }
+  ar_diags_fini(&diags);
+  return rc;
+}
+
+/* Evaluates, prints and writes eval.json: a CLI exit status. */
+static int evaluate(const ar_spec *spec, const char *ckpt, int64_t points, int64_t reps) {
+  char *path = ckpt ? NULL : ar_path_join(spec->output.dir, "checkpoint.bin");
+  if (!ckpt && !path)
+    return CLI_FAIL;
+  if (!ckpt)
+    ckpt = path;
+  ar_err err = AR_ERR_INIT;
+  ar_eval_report r;
+  ar_status st = ar_eval_checkpoint(spec, ckpt, points, (int)reps, &r, &err);
+  if (st == AR_OK) {
+    print_report(spec, ckpt, &r);
+    st = write_report(spec, ckpt, &r, &err);
+  }
+  if (st != AR_OK)
+    fprintf(stderr, "accelrt eval: error: %s\n", err.msg[0] ? err.msg : ar_status_str(st));
+  ar_free(path);
+  return st == AR_OK ? CLI_OK : CLI_FAIL;
+}
+
 int cli_eval(int argc, char **argv) {
   static const struct option longs[] = {{"checkpoint", required_argument, NULL, 'c'},
                                         {"points", required_argument, NULL, 'p'},
@@ -80,90 +172,10 @@ int cli_eval(int argc, char **argv) {
     rc = CLI_USAGE;
   }
   ar_spec *spec = NULL;
-  if (rc < 0) {
-    ar_diags diags = {0, NULL};
-    ar_status st = ar_spec_load(argv[optind], sets, n_sets, &spec, &diags);
-    if (st != AR_OK) {
-      ar_diags_print(&diags, argv[optind], stderr);
-      if (!diags.count)
-        fprintf(stderr, "%s: error: %s\n", argv[optind], ar_status_str(st));
-      rc = st == AR_NOMEM ? CLI_FAIL : CLI_USAGE;
-    } else if (spec->n_jobs > 0) {
-      fprintf(stderr, "accelrt eval: %s lists several jobs; evaluate one job file\n",
-              argv[optind]);
-      rc = CLI_USAGE;
-    }
-    ar_diags_fini(&diags);
-  }
-  char *path = NULL;
-  if (rc < 0 && !ckpt) {
-    size_t n = strlen(spec->output.dir) + sizeof "/checkpoint.bin";
-    path = ar_malloc(n);
-    if (path)
-      snprintf(path, n, "%s/checkpoint.bin", spec->output.dir);
-    ckpt = path;
-  }
-  if (rc < 0) {
-    ar_err err = AR_ERR_INIT;
-    ar_eval_report r;
-    ar_status st = ar_eval_checkpoint(spec, ckpt, points, (int)reps, &r, &err);
-    if (st != AR_OK) {
-      fprintf(stderr, "accelrt eval: error: %s\n", err.msg[0] ? err.msg : ar_status_str(st));
-      rc = CLI_FAIL;
-    } else {
-      printf("%s: %lld test points on %s, %d threads (checkpoint %s)\n", spec->name,
-             (long long)r.points, r.device, r.threads, ckpt);
-      printf("  %-22s %7s %7s %7s %12s %10s\n", "", "P@1", "P@3", "P@5", "samples/s", "seconds");
-      printf("  %-22s %7.2f %7.2f %7.2f %12.1f %10.3f\n", "all labels scored", r.p_at[0],
-             r.p_at[1], r.p_at[2], r.samples_per_s, r.seconds);
-      if (r.lsh) {
-        printf("  %-22s %7.2f %7.2f %7.2f %12.1f %10.3f\n", "LSH candidates", r.lsh_p_at[0],
-               r.lsh_p_at[1], r.lsh_p_at[2], r.lsh_samples_per_s, r.lsh_seconds);
-        printf("  LSH scored %.1f candidates per point; speed-up %.2fx\n", r.lsh_active_mean,
-               r.lsh_seconds > 0 ? r.seconds / r.lsh_seconds : 0.0);
-        if (r.lsh_K != r.lsh_K_auto)
-          printf("  LSH tables rebuilt with K=%d for inference: the automatic K=%d retrieved "
-                 "%.1f candidates per point, under 90%% of the budget\n", r.lsh_K, r.lsh_K_auto,
-                 r.lsh_active_auto);
-      } else {
-        printf("  (no LSH inference: the output layer is not sampled on this device)\n");
-      }
-      ar_json *j = ar_json_begin();
-      ar_json_str(j, "checkpoint", ckpt);
-      ar_json_int(j, "points", r.points);
-      ar_json_str(j, "device", r.device);
-      ar_json_int(j, "threads", r.threads);
-      ar_json_num(j, "p_at_1", r.p_at[0]);
-      ar_json_num(j, "p_at_3", r.p_at[1]);
-      ar_json_num(j, "p_at_5", r.p_at[2]);
-      ar_json_num(j, "samples_per_s", r.samples_per_s);
-      ar_json_num(j, "loss", r.loss);
-      if (r.lsh) {
-        ar_json_num(j, "lsh_p_at_1", r.lsh_p_at[0]);
-        ar_json_num(j, "lsh_p_at_3", r.lsh_p_at[1]);
-        ar_json_num(j, "lsh_p_at_5", r.lsh_p_at[2]);
-        ar_json_num(j, "lsh_samples_per_s", r.lsh_samples_per_s);
-        ar_json_num(j, "lsh_candidates_mean", r.lsh_active_mean);
-        ar_json_int(j, "lsh_K", r.lsh_K);
-        ar_json_int(j, "lsh_K_auto", r.lsh_K_auto);
-        ar_json_num(j, "lsh_candidates_auto_K", r.lsh_active_auto);
-      }
-      const char *text = ar_json_end(j);
-      size_t n = strlen(spec->output.dir) + sizeof "/eval.json";
-      char *out = ar_malloc(n);
-      rc = CLI_OK;
-      if (out && text) {
-        snprintf(out, n, "%s/eval.json", spec->output.dir);
-        if (ar_write_file_atomic(out, text, strlen(text), &err) != AR_OK) {
-          fprintf(stderr, "accelrt eval: error: %s\n", err.msg);
-          rc = CLI_FAIL;
-        }
-      }
-      ar_free(out);
-      ar_json_destroy(j);
-    }
-  }
-  ar_free(path);
+  if (rc < 0)
+    rc = load_job(argv[optind], sets, n_sets, &spec);
+  if (rc < 0)
+    rc = evaluate(spec, ckpt, points, reps);
   ar_spec_destroy(spec);
   ar_free(sets);
   return rc;
