@@ -214,21 +214,16 @@ ar_status ar_plan_compute_on(const ar_spec *spec, int64_t max_nnz, int64_t max_l
   return st;
 }
 
-static ar_status plan_build(plan_builder *pb, const ar_spec *spec, int64_t max_nnz,
-                            int64_t max_labels, bool host) {
+/* Persistent: parameters and optimizer state, layer by layer, and the
+ * host memory a sampled layer's lsh library allocates. */
+static ar_status plan_persistent(plan_builder *pb, const ar_spec *spec, int64_t max_labels,
+                                 bool host) {
   ar_plan *out = pb->plan;
-  const uint64_t f = sizeof(float), i32 = sizeof(int32_t), i64 = sizeof(int64_t);
+  const uint64_t f = sizeof(float);
   const uint64_t B = (uint64_t)spec->train.batch;
   const int state_per_param = spec->train.optimizer == AR_OPT_ADAM ? 2
                               : spec->train.momentum > 0.0         ? 1
                                                                    : 0;
-  if (max_nnz < 1)
-    max_nnz = 1;
-  if (max_labels < 1)
-    max_labels = 1;
-  const uint64_t nnz = (uint64_t)max_nnz, nlab = (uint64_t)max_labels;
-
-  /* Persistent: parameters and optimizer state, layer by layer. */
   uint64_t in = (uint64_t)spec->input.features;
   for (int l = 0; l < spec->n_layers; l++) {
     const ar_layer_spec *ls = &spec->layers[l];
@@ -270,9 +265,18 @@ static ar_status plan_build(plan_builder *pb, const ar_spec *spec, int64_t max_n
     AR_CHECK(add(pb, "batch", "stage", AR_MEM_HOST,
                  bytes3(pb, "batch", "stage", B, (uint64_t)spec->input.features, f)));
 
-  /* Ephemeral: the batch, activations, gradients, loss scratch, each with
-   * the steps it lives between; offsets come from the liveness plan below,
-   * so tensors that are never live together share bytes. */
+  return AR_OK;
+}
+
+/* Ephemeral: the batch, activations, gradients, loss scratch, each with
+ * the steps it lives between; offsets come from the liveness plan
+ * (place_ephemeral), so tensors that are never live together share bytes.
+ * One linear list of the iteration's tensors, kept in one piece so that it
+ * reads in the order the iteration uses them. */
+static ar_status plan_ephemeral(plan_builder *pb, const ar_spec *spec, uint64_t nnz,
+                                uint64_t nlab, int64_t max_labels, bool host) {
+  const uint64_t f = sizeof(float), i32 = sizeof(int32_t), i64 = sizeof(int64_t);
+  const uint64_t B = (uint64_t)spec->train.batch;
   const int64_t nl = spec->n_layers, end = T_STEP(nl);
   const ar_mem_class E = AR_MEM_EPHEMERAL;
   AR_CHECK(add_live(pb, "batch", "row_ptr", E, bytes3(pb, "batch", "row_ptr", B + 1, i64, 1),
@@ -287,7 +291,7 @@ static ar_status plan_build(plan_builder *pb, const ar_spec *spec, int64_t max_n
     AR_CHECK(add_live(pb, "batch", "x", E,
                       bytes3(pb, "batch", "x", B, (uint64_t)spec->input.features, f), T_LOAD,
                       end));
-  in = (uint64_t)spec->input.features;
+  uint64_t in = (uint64_t)spec->input.features;
   for (int l = 0; l < spec->n_layers; l++) {
     const ar_layer_spec *ls = &spec->layers[l];
     const char *n = ls->name;
@@ -338,6 +342,18 @@ static ar_status plan_build(plan_builder *pb, const ar_spec *spec, int64_t max_n
   AR_CHECK(add_live(pb, "eval", "topk", E, bytes3(pb, "eval", "topk", B, 5, i32), T_LOSS(nl),
                     end));
 
+  return AR_OK;
+}
+
+static ar_status plan_build(plan_builder *pb, const ar_spec *spec, int64_t max_nnz,
+                            int64_t max_labels, bool host) {
+  ar_plan *out = pb->plan;
+  if (max_nnz < 1)
+    max_nnz = 1;
+  if (max_labels < 1)
+    max_labels = 1;
+  AR_CHECK(plan_persistent(pb, spec, max_labels, host));
+  AR_CHECK(plan_ephemeral(pb, spec, (uint64_t)max_nnz, (uint64_t)max_labels, max_labels, host));
   out->persistent_bytes = pb->next[AR_MEM_PERSISTENT];
   out->ephemeral_sum_bytes = pb->next[AR_MEM_EPHEMERAL];
   out->host_bytes = pb->next[AR_MEM_HOST];
