@@ -143,30 +143,30 @@ static void diag(pctx *c, int line, int col, const char *path, const char *fmt, 
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  if (!ar__diags_push(c->d, line, col, NULL, path, msg))
+  if (ar_diags_add(c->d, line, col, path, "%s", msg) != AR_OK)
     c->nomem = true;
 }
 
 static void report_yaml(void *ud, int line, int col, const char *path, const char *msg) {
   pctx *c = ud;
-  if (!ar__diags_push(c->d, line, col, NULL, path, msg))
+  if (ar_diags_add(c->d, line, col, path, "%s", msg) != AR_OK)
     c->nomem = true;
 }
 
-static char *quoted(const ar__ynode *n, char *buf, size_t cap) {
+static char *quoted(const ar_ynode *n, char *buf, size_t cap) {
   return ar__yquote(n->text, n->len, 60, buf, cap);
 }
 
-static bool scalar(pctx *c, const ar__ynode *n, const char *key) {
-  if (n->kind == AR__YSCALAR)
+static bool scalar(pctx *c, const ar_ynode *n, const char *key) {
+  if (n->kind == AR_YNODE_SCALAR)
     return true;
   diag(c, n->line, n->col, key, "expected a single value, got a %s",
-       n->kind == AR__YMAP ? "mapping" : "list");
+       n->kind == AR_YNODE_MAP ? "mapping" : "list");
   return false;
 }
 
 /* An integer in [lo, hi]; false after reporting. */
-static bool get_int(pctx *c, const ar__ynode *n, const char *key, long lo, long hi, long *out) {
+static bool get_int(pctx *c, const ar_ynode *n, const char *key, long lo, long hi, long *out) {
   if (!scalar(c, n, key))
     return false;
   char *end = NULL;
@@ -184,12 +184,12 @@ static bool get_int(pctx *c, const ar__ynode *n, const char *key, long lo, long 
 
 /* A scalar that is one of two words: *is_one tells which.  Anything else
  * is a diagnostic ("expected ONE or OTHER, got 'x'" and the hint). */
-static bool get_choice(pctx *c, const ar__ynode *n, const char *key, const char *one,
+static bool get_choice(pctx *c, const ar_ynode *n, const char *key, const char *one,
                        const char *other, const char *hint, bool *is_one) {
   if (!scalar(c, n, key))
     return false;
-  if (ar__yscalar_is(n, one) || ar__yscalar_is(n, other)) {
-    *is_one = ar__yscalar_is(n, one);
+  if (ar_ynode_is(n, one) || ar_ynode_is(n, other)) {
+    *is_one = ar_ynode_is(n, one);
     return true;
   }
   char q[128];
@@ -198,11 +198,11 @@ static bool get_choice(pctx *c, const ar__ynode *n, const char *key, const char 
   return false;
 }
 
-static bool get_bool(pctx *c, const ar__ynode *n, const char *key, bool *out) {
+static bool get_bool(pctx *c, const ar_ynode *n, const char *key, bool *out) {
   return get_choice(c, n, key, "true", "false", "", out);
 }
 
-static char *dup_text(pctx *c, const ar__ynode *n) {
+static char *dup_text(pctx *c, const ar_ynode *n) {
   char *s = ar_strdup(n->text);
   if (!s)
     c->nomem = true;
@@ -211,7 +211,7 @@ static char *dup_text(pctx *c, const ar__ynode *n) {
 
 /* The value of a level as --set receives it: plain scalars as written,
  * quoted ones quoted again so that YAML reads the same string. */
-static char *level_set(pctx *c, const char *path, const ar__ynode *n) {
+static char *level_set(pctx *c, const char *path, const ar_ynode *n) {
   size_t cap = strlen(path) + 2 * n->len + 8;
   char *s = ar_malloc(cap);
   if (!s) {
@@ -239,8 +239,8 @@ static const char *const study_keys[] = {"name", "base", "set", "factors", "resp
                                          "ranks", "timeout_s", "output", "vary_seed",
                                          "keep_checkpoints", "eval", "scale", NULL};
 
-static void parse_factors(pctx *c, ar_study *s, const ar__ynode *n) {
-  if (n->kind != AR__YMAP || n->n == 0) {
+static void parse_factors(pctx *c, ar_study *s, const ar_ynode *n) {
+  if (n->kind != AR_YNODE_MAP || n->n == 0) {
     diag(c, n->line, n->col, "factors",
          "expected a mapping of job keys to lists of levels, e.g. "
          "{train.batch: [64, 256], distributed.order: [random, tac]}");
@@ -254,7 +254,7 @@ static void parse_factors(pctx *c, ar_study *s, const ar__ynode *n) {
   }
   long cells = 1;
   for (int i = 0; i < n->n; i++) {
-    const ar__ynode *key = n->keys[i], *v = n->vals[i];
+    const ar_ynode *key = n->keys[i], *v = n->vals[i];
     char path[300];
     snprintf(path, sizeof path, "factors.%s", key->text);
     study_factor *f = &s->f[s->k++];
@@ -284,7 +284,7 @@ static void parse_factors(pctx *c, ar_study *s, const ar__ynode *n) {
       continue;
     }
     f->n_keys = nk;
-    if (v->kind != AR__YSEQ || v->n < 2) {
+    if (v->kind != AR_YNODE_SEQ || v->n < 2) {
       diag(c, v->line, v->col, path,
            "expected a list of two or more levels, e.g. [fifo, pack]");
       continue;
@@ -298,10 +298,10 @@ static void parse_factors(pctx *c, ar_study *s, const ar__ynode *n) {
       return;
     }
     for (int l = 0; l < v->n; l++) {
-      const ar__ynode *x = v->vals[l];
+      const ar_ynode *x = v->vals[l];
       char lp[320];
       snprintf(lp, sizeof lp, "%s[%d]", path, l);
-      if (x->kind != AR__YSCALAR) {
+      if (x->kind != AR_YNODE_SCALAR) {
         diag(c, x->line, x->col, lp,
              "a level is a single value (a number, a word, a quoted string); vary the keys "
              "inside a structure as factors of their own");
@@ -330,12 +330,12 @@ static void parse_factors(pctx *c, ar_study *s, const ar__ynode *n) {
          AR_FX_MAX_CELLS);
 }
 
-static void parse_response(pctx *c, ar_study *s, const ar__ynode *n) {
-  const ar__ynode *name = n, *arg = NULL;
-  if (n->kind == AR__YMAP && n->n == 1) {
+static void parse_response(pctx *c, ar_study *s, const ar_ynode *n) {
+  const ar_ynode *name = n, *arg = NULL;
+  if (n->kind == AR_YNODE_MAP && n->n == 1) {
     name = n->keys[0];
     arg = n->vals[0];
-  } else if (n->kind != AR__YSCALAR) {
+  } else if (n->kind != AR_YNODE_SCALAR) {
     diag(c, n->line, n->col, "response",
          "expected a response name or {time_to_p1: P}, {key: SUMMARY_KEY} or "
          "{eval: EVAL_KEY}");
@@ -344,7 +344,7 @@ static void parse_response(pctx *c, ar_study *s, const ar__ynode *n) {
   s->resp_line = arg ? arg->line : name->line;
   s->resp_col = arg ? arg->col : name->col;
   size_t i = 0;
-  while (i < N_RESPONSES && !ar__yscalar_is(name, responses[i].name))
+  while (i < N_RESPONSES && !ar_ynode_is(name, responses[i].name))
     i++;
   if (i == N_RESPONSES) {
     char q[128];
@@ -403,7 +403,7 @@ static void parse_response(pctx *c, ar_study *s, const ar__ynode *n) {
     if (!scalar(c, arg, "response.eval"))
       return;
     size_t j = 0;
-    while (j < N_EVAL_KEYS && !ar__yscalar_is(arg, eval_keys[j].key))
+    while (j < N_EVAL_KEYS && !ar_ynode_is(arg, eval_keys[j].key))
       j++;
     if (j == N_EVAL_KEYS) {
       char q[128];
@@ -427,8 +427,8 @@ static void parse_response(pctx *c, ar_study *s, const ar__ynode *n) {
 }
 
 /* "D=ABC" or "D=-ABC": letters of factors. */
-static void parse_fraction(pctx *c, ar_study *s, const ar__ynode *n) {
-  if (n->kind != AR__YSEQ || n->n == 0) {
+static void parse_fraction(pctx *c, ar_study *s, const ar_ynode *n) {
+  if (n->kind != AR_YNODE_SEQ || n->n == 0) {
     diag(c, n->line, n->col, "fraction",
          "expected a list of generators such as [D=ABC] (factor letters in the order the "
          "factors are listed: A is the first)");
@@ -436,7 +436,7 @@ static void parse_fraction(pctx *c, ar_study *s, const ar__ynode *n) {
   }
   unsigned targets = 0;
   for (int i = 0; i < n->n; i++) {
-    const ar__ynode *g = n->vals[i];
+    const ar_ynode *g = n->vals[i];
     char path[64], q[128];
     snprintf(path, sizeof path, "fraction[%d]", i);
     if (!scalar(c, g, path))
@@ -491,32 +491,32 @@ static void parse_fraction(pctx *c, ar_study *s, const ar__ynode *n) {
 }
 
 /* eval: true, or {points: N, reps: N} as accelrt eval's --points and --reps. */
-static void parse_eval(pctx *c, ar_study *s, const ar__ynode *n) {
+static void parse_eval(pctx *c, ar_study *s, const ar_ynode *n) {
   s->eval_line = n->line;
   s->eval_col = n->col;
   s->eval_points = 0;
   s->eval_reps = 3;
-  if (n->kind == AR__YSCALAR && (ar__yscalar_is(n, "true") || ar__yscalar_is(n, "false"))) {
-    s->eval = ar__yscalar_is(n, "true");
+  if (n->kind == AR_YNODE_SCALAR && (ar_ynode_is(n, "true") || ar_ynode_is(n, "false"))) {
+    s->eval = ar_ynode_is(n, "true");
     return;
   }
-  if (n->kind != AR__YMAP) {
+  if (n->kind != AR_YNODE_MAP) {
     char q[128];
     diag(c, n->line, n->col, "eval",
          "expected {points: N, reps: N} (accelrt eval's --points, 0 for every test point, "
          "and --reps) or true, got %s%s%s",
-         n->kind == AR__YSEQ ? "a list" : "'", n->kind == AR__YSEQ ? "" : quoted(n, q, sizeof q),
-         n->kind == AR__YSEQ ? "" : "'");
+         n->kind == AR_YNODE_SEQ ? "a list" : "'", n->kind == AR_YNODE_SEQ ? "" : quoted(n, q, sizeof q),
+         n->kind == AR_YNODE_SEQ ? "" : "'");
     return;
   }
   s->eval = true;
   long v;
   for (int i = 0; i < n->n; i++) {
-    const ar__ynode *k = n->keys[i], *x = n->vals[i];
-    if (ar__yscalar_is(k, "points")) {
+    const ar_ynode *k = n->keys[i], *x = n->vals[i];
+    if (ar_ynode_is(k, "points")) {
       if (get_int(c, x, "eval.points", 0, 2147483647L, &v))
         s->eval_points = v;
-    } else if (ar__yscalar_is(k, "reps")) {
+    } else if (ar_ynode_is(k, "reps")) {
       if (get_int(c, x, "eval.reps", 1, 1000, &v))
         s->eval_reps = v;
     } else {
@@ -529,8 +529,8 @@ static void parse_eval(pctx *c, ar_study *s, const ar__ynode *n) {
   }
 }
 
-static void parse_sets(pctx *c, ar_study *s, const ar__ynode *n) {
-  if (n->kind != AR__YMAP) {
+static void parse_sets(pctx *c, ar_study *s, const ar_ynode *n) {
+  if (n->kind != AR_YNODE_MAP) {
     diag(c, n->line, n->col, "set",
          "expected a mapping of job keys to values, e.g. {train.iterations: 40}");
     return;
@@ -566,8 +566,8 @@ static char *path_dir(const char *path) {
   return d;
 }
 
-static void parse_tree(pctx *c, ar_study *s, const ar__ynode *root) {
-  if (!root || root->kind != AR__YMAP) {
+static void parse_tree(pctx *c, ar_study *s, const ar_ynode *root) {
+  if (!root || root->kind != AR_YNODE_MAP) {
     diag(c, root ? root->line : 0, root ? root->col : 0, NULL,
          "a study file is a mapping with base, factors and response (see docs/study.md)");
     return;
@@ -575,7 +575,7 @@ static void parse_tree(pctx *c, ar_study *s, const ar__ynode *root) {
   for (int i = 0; i < root->n; i++) {
     bool known = false;
     for (int j = 0; study_keys[j] && !known; j++)
-      known = ar__yscalar_is(root->keys[i], study_keys[j]);
+      known = ar_ynode_is(root->keys[i], study_keys[j]);
     if (!known) {
       char q[128];
       diag(c, root->keys[i]->line, root->keys[i]->col, NULL,
@@ -585,10 +585,10 @@ static void parse_tree(pctx *c, ar_study *s, const ar__ynode *root) {
            quoted(root->keys[i], q, sizeof q));
     }
   }
-  const ar__ynode *n;
-  if ((n = ar__ymap_get(root, "name")) && scalar(c, n, "name"))
+  const ar_ynode *n;
+  if ((n = ar_ynode_get(root, "name")) && scalar(c, n, "name"))
     s->name = dup_text(c, n);
-  if (!(n = ar__ymap_get(root, "base"))) {
+  if (!(n = ar_ynode_get(root, "base"))) {
     diag(c, root->line, root->col, "base",
          "missing: name the base job file, e.g. base: ../quickstart.yaml (relative to this "
          "file)");
@@ -610,20 +610,20 @@ static void parse_tree(pctx *c, ar_study *s, const ar__ynode *root) {
       s->base = NULL;
     }
   }
-  if ((n = ar__ymap_get(root, "set")))
+  if ((n = ar_ynode_get(root, "set")))
     parse_sets(c, s, n);
-  if (!(n = ar__ymap_get(root, "factors")))
+  if (!(n = ar_ynode_get(root, "factors")))
     diag(c, root->line, root->col, "factors",
          "missing: list the factors, e.g. factors: {train.batch: [64, 256]}");
   else
     parse_factors(c, s, n);
-  if (!(n = ar__ymap_get(root, "response")))
+  if (!(n = ar_ynode_get(root, "response")))
     diag(c, root->line, root->col, "response",
          "missing: say what to measure, e.g. response: samples_per_s");
   else
     parse_response(c, s, n);
   bool yes;
-  if ((n = ar__ymap_get(root, "better"))) {
+  if ((n = ar_ynode_get(root, "better"))) {
     if (get_choice(c, n, "better", "higher", "lower", "", &yes))
       s->better = yes ? 1 : -1;
   } else if (s->resp == AR_RESP_KEY && s->resp_name) {
@@ -631,21 +631,21 @@ static void parse_tree(pctx *c, ar_study *s, const ar__ynode *root) {
          "missing: say whether a higher or a lower %s is better (better: higher)",
          s->resp_name);
   }
-  if ((n = ar__ymap_get(root, "scale")) &&
+  if ((n = ar_ynode_get(root, "scale")) &&
       get_choice(c, n, "scale", "linear", "log",
                  " (log analyses ln of the response: effects as ratios, for speeds and times)",
                  &yes))
     s->scale = yes ? AR_FX_LINEAR : AR_FX_LOG;
   long v;
   s->replicates = 3;
-  if ((n = ar__ymap_get(root, "replicates")) && get_int(c, n, "replicates", 1, 1000, &v))
+  if ((n = ar_ynode_get(root, "replicates")) && get_int(c, n, "replicates", 1, 1000, &v))
     s->replicates = (int)v;
   s->seed = 1;
-  if ((n = ar__ymap_get(root, "seed")) && get_int(c, n, "seed", 0, 2147483647L, &v))
+  if ((n = ar_ynode_get(root, "seed")) && get_int(c, n, "seed", 0, 2147483647L, &v))
     s->seed = (uint64_t)v;
-  if ((n = ar__ymap_get(root, "ranks")) && get_int(c, n, "ranks", 2, 4096, &v))
+  if ((n = ar_ynode_get(root, "ranks")) && get_int(c, n, "ranks", 2, 4096, &v))
     s->ranks = (int)v;
-  if ((n = ar__ymap_get(root, "timeout_s")) && scalar(c, n, "timeout_s")) {
+  if ((n = ar_ynode_get(root, "timeout_s")) && scalar(c, n, "timeout_s")) {
     char *end = NULL;
     double t = strtod(n->text, &end);
     if (!n->len || *end || !(t > 0 && t < 1e7)) {
@@ -655,15 +655,15 @@ static void parse_tree(pctx *c, ar_study *s, const ar__ynode *root) {
     }
     s->timeout_s = t;
   }
-  if ((n = ar__ymap_get(root, "vary_seed")))
+  if ((n = ar_ynode_get(root, "vary_seed")))
     get_bool(c, n, "vary_seed", &s->vary_seed);
-  if ((n = ar__ymap_get(root, "keep_checkpoints")))
+  if ((n = ar_ynode_get(root, "keep_checkpoints")))
     get_bool(c, n, "keep_checkpoints", &s->keep_checkpoints);
-  if ((n = ar__ymap_get(root, "output")) && scalar(c, n, "output"))
+  if ((n = ar_ynode_get(root, "output")) && scalar(c, n, "output"))
     s->out = dup_text(c, n);
-  if ((n = ar__ymap_get(root, "fraction")) && s->k > 0)
+  if ((n = ar_ynode_get(root, "fraction")) && s->k > 0)
     parse_fraction(c, s, n);
-  if ((n = ar__ymap_get(root, "eval")))
+  if ((n = ar_ynode_get(root, "eval")))
     parse_eval(c, s, n);
   if (s->resp_name && resp_from_eval(s->resp) && !s->eval)
     diag(c, s->resp_line, s->resp_col, "response",
@@ -955,7 +955,7 @@ ar_status ar_study_load(const char *path, const ar_study_opts *opts, ar_study **
   pctx c = {d, false};
   ar_study *s = ar_calloc(1, sizeof *s);
   char *text = NULL;
-  ar__ynode *root = NULL;
+  ar_ynode *root = NULL;
   ar_status st = AR_NOMEM;
   if (!s || !(s->file = ar_strdup(path)))
     goto done;
@@ -1021,7 +1021,7 @@ ar_status ar_study_load(const char *path, const ar_study_opts *opts, ar_study **
     st = AR_NOMEM;
     goto done;
   }
-  const ar__ynode *b = ar__ymap_get(root, "base");
+  const ar_ynode *b = ar_ynode_get(root, "base");
   validate(&c, s, b->line, b->col);
   st = c.nomem ? AR_NOMEM : d->count ? AR_SPEC : AR_OK;
 done:
@@ -1037,7 +1037,7 @@ done:
       *a = *b;
       *b = t;
     }
-  ar__ynode_free(root);
+  ar_ynode_destroy(root);
   ar_free(text);
   if (st == AR_OK)
     *out = s;
