@@ -4,7 +4,9 @@
  * comes from a study file, a job or a run goes through esc().
  */
 #define _GNU_SOURCE
-#include "study_impl.h"
+#include "report.h"
+
+#include "json.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -364,22 +366,23 @@ static void load_series(const ar_study *s, const char *run, series *out) {
     return;
   char *line = NULL;
   size_t cap = 0;
-  int job = 0;
-  while (getline(&line, &cap, f) > 0) {
+  cJSON *m;
+  while ((m = ar__study_json_next_line(f, &line, &cap))) {
     if (s->kind == STUDY_DIST) {
-      if (strstr(line, "\"kind\": \"iteration\""))
-        push(out, ar__study_json_num(line, "iteration"), ar__study_json_num(line, "iteration_s"),
-             strstr(line, "\"warmup\": true") ? 1 : 0);
+      if (ar__study_json_str_is(m, "kind", "iteration"))
+        push(out, ar__study_json_num(m, "iteration"), ar__study_json_num(m, "iteration_s"),
+             ar__study_json_true(m, "warmup") ? 1 : 0);
     } else if (s->kind == STUDY_JOBS) {
-      if (strstr(line, "\"event\": \"job\"")) {
-        double a = ar__study_json_num(line, "arrival_s"), q = ar__study_json_num(line, "queue_s"), j = ar__study_json_num(line, "jct_s");
-        push(out, a, a + j, a + q);
-        job++;
+      if (ar__study_json_str_is(m, "event", "job")) {
+        double a = ar__study_json_num(m, "arrival_s"), q = ar__study_json_num(m, "queue_s");
+        push(out, a, a + ar__study_json_num(m, "jct_s"), a + q);
       }
     } else {
-      double p = ar__study_json_num(line, "p_at_1");
-      push(out, ar__study_json_num(line, "train_s"), isfinite(p) ? p : ar__study_json_num(line, "train_loss"), 0);
+      double p = ar__study_json_num(m, "p_at_1");
+      push(out, ar__study_json_num(m, "train_s"),
+           isfinite(p) ? p : ar__study_json_num(m, "train_loss"), 0);
     }
+    cJSON_Delete(m);
   }
   free(line);
   fclose(f);
@@ -398,7 +401,7 @@ static void timelines(FILE *o, const ar_study *s, const study_row *rows, int n_r
   for (int c = 0; c < s->n_cells; c++) {
     /* The first successful replicate of the cell. */
     for (int i = 0; i < n_rows && !which[c]; i++)
-      if (rows[i].cell == c && !strcmp(rows[i].status, "ok"))
+      if (rows[i].cell == c && rows[i].status == RUN_OK)
         which[c] = rows[i].run;
     if (!which[c])
       continue;
@@ -558,7 +561,7 @@ static void verdict_table(FILE *o, const ar_study *s, const ar_fx_design *d,
 
 /* A run that gave a response the log scale cannot take (<= 0). */
 static bool not_analysable(const ar_study *s, const study_row *row) {
-  return s->scale == AR_FX_LOG && !strcmp(row->status, "ok") && isfinite(row->y) && row->y <= 0;
+  return s->scale == AR_FX_LOG && row->status == RUN_OK && isfinite(row->y) && row->y <= 0;
 }
 
 static void design_table(FILE *o, const ar_study *s, const ar_fx_result *r,
@@ -596,7 +599,7 @@ static void design_table(FILE *o, const ar_study *s, const ar_fx_result *r,
     fputs("</td><td>", o);
     int other = 0;
     for (int i = 0; i < n_rows; i++)
-      if (rows[i].cell == c && (strcmp(rows[i].status, "ok") || not_analysable(s, &rows[i]))) {
+      if (rows[i].cell == c && (rows[i].status != RUN_OK || not_analysable(s, &rows[i]))) {
         fputs(other++ ? "<br>" : "", o);
         esc(o, rows[i].run);
         fputs(": ", o);
@@ -608,7 +611,7 @@ static void design_table(FILE *o, const ar_study *s, const ar_fx_result *r,
           fputs(" has no logarithm; left out)", o);
           continue;
         }
-        esc(o, rows[i].status);
+        esc(o, ar__study_status_name(rows[i].status));
         if (rows[i].note[0]) {
           fputs(" &ndash; ", o);
           esc(o, rows[i].note);
@@ -631,7 +634,7 @@ ar_status ar__study_report(const ar_study *s, const study_row *rows, int n_rows,
     return ar_errf(err, AR_NOMEM, "out of memory writing the report");
   int ok = 0, failed = 0;
   for (int i = 0; i < n_rows; i++)
-    ok += !strcmp(rows[i].status, "ok") && isfinite(rows[i].y), failed += !!strcmp(rows[i].status, "ok");
+    ok += rows[i].status == RUN_OK && isfinite(rows[i].y), failed += rows[i].status != RUN_OK;
   fputs("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>\n"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>\n<title>Study ",
         o);
@@ -765,7 +768,7 @@ ar_status ar__study_report(const ar_study *s, const study_row *rows, int n_rows,
     fprintf(o, "<tr><td class='n'>%d</td><td>", rows[i].order);
     esc(o, rows[i].run);
     fputs("</td><td>", o);
-    esc(o, rows[i].status);
+    esc(o, ar__study_status_name(rows[i].status));
     fputs("</td><td class='n'>", o);
     fnum(o, rows[i].y);
     fprintf(o, "</td><td class='n'>%.1f</td><td>", rows[i].wall_s);
