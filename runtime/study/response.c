@@ -1,11 +1,13 @@
 /*
- * What a study measures, and reading it from a finished run (see
- * response.h).
+ * What a study measures: the responses and eval.json numbers a study file
+ * may name, its response: key, and reading the response of a finished run
+ * (see response.h).
  */
 #define _GNU_SOURCE
 #include "response.h"
 
 #include "json.h"
+#include "study_file.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -15,6 +17,19 @@
 #include <unistd.h>
 
 /* ---- the names ---------------------------------------------------------------- */
+
+typedef struct study_response {
+  const char *name; /* as the study file names it */
+  ar_study_response_kind kind;
+  int better;       /* +1 higher is better, -1 lower, 0 the file says */
+  const char *unit;
+} study_response;
+
+typedef struct study_eval_key {
+  const char *key;  /* a number accelrt eval writes to eval.json */
+  int better;
+  const char *unit;
+} study_eval_key;
 
 static const study_response responses[] = {
     {"samples_per_s", AR_RESP_SAMPLES_PER_S, 1, "samples/s"},
@@ -45,14 +60,14 @@ static const study_eval_key eval_keys[] = {
     {"lsh_candidates_mean", -1, "candidates"},
 };
 
-const study_response *ar__study_response_named(const ar_ynode *n) {
+static const study_response *response_named(const ar_ynode *n) {
   for (size_t i = 0; i < sizeof responses / sizeof responses[0]; i++)
     if (ar_ynode_is(n, responses[i].name))
       return &responses[i];
   return NULL;
 }
 
-const study_eval_key *ar__study_eval_key_named(const ar_ynode *n) {
+static const study_eval_key *eval_key_named(const ar_ynode *n) {
   for (size_t i = 0; i < sizeof eval_keys / sizeof eval_keys[0]; i++)
     if (ar_ynode_is(n, eval_keys[i].key))
       return &eval_keys[i];
@@ -62,6 +77,107 @@ const study_eval_key *ar__study_eval_key_named(const ar_ynode *n) {
 bool ar__study_resp_from_eval(ar_study_response_kind k) {
   return k == AR_RESP_EVAL_KEY || k == AR_RESP_INFERENCE_SAMPLES_PER_S ||
          k == AR_RESP_INFERENCE_P_AT_1;
+}
+
+/* ---- the study file's response: key ----------------------------------------------- */
+
+/* The argument of {time_to_p1: P}, {key: K} or {eval: K}: sets what it
+ * decides and the column name in buf.  false after reporting. */
+static bool response_arg(study_diags *c, ar_study *s, const ar_ynode *arg, char *buf,
+                         size_t cap) {
+  char q[128];
+  if (s->resp == AR_RESP_TIME_TO_P1) {
+    if (!ar__study_scalar(c, arg, "response.time_to_p1"))
+      return false;
+    char *end = NULL;
+    double x = strtod(arg->text, &end);
+    if (!arg->len || *end || !(x > 0 && x <= 100)) {
+      ar__study_diag(c, arg->line, arg->col, "response.time_to_p1",
+                     "expected P@1 in percent, above 0 and at most 100, got '%s'",
+                     ar_ynode_quote(arg, q, sizeof q));
+      return false;
+    }
+    s->resp_x = x;
+    snprintf(buf, cap, "time_to_p1_%g", x);
+    return true;
+  }
+  if (s->resp == AR_RESP_KEY) {
+    if (!ar__study_scalar(c, arg, "response.key"))
+      return false;
+    bool ok = arg->len > 0 && arg->len < 100;
+    for (size_t j = 0; j < arg->len && ok; j++)
+      ok = (arg->text[j] >= 'a' && arg->text[j] <= 'z') || arg->text[j] == '_' ||
+           (arg->text[j] >= '0' && arg->text[j] <= '9');
+    if (!ok) {
+      ar__study_diag(c, arg->line, arg->col, "response.key",
+                     "expected a key of summary.json (lower case, digits, _), got '%s'",
+                     ar_ynode_quote(arg, q, sizeof q));
+      return false;
+    }
+    s->resp_key = ar__study_strdup(c, arg->text);
+    snprintf(buf, cap, "%s", arg->text);
+    return true;
+  }
+  /* AR_RESP_EVAL_KEY */
+  if (!ar__study_scalar(c, arg, "response.eval"))
+    return false;
+  const study_eval_key *k = eval_key_named(arg);
+  if (!k) {
+    ar__study_diag(c, arg->line, arg->col, "response.eval",
+                   "'%s' is not a number accelrt eval writes; one of p_at_1, p_at_3, p_at_5, "
+                   "samples_per_s, loss, and for a sampled output layer lsh_p_at_1, "
+                   "lsh_p_at_3, lsh_p_at_5, lsh_samples_per_s, lsh_candidates_mean",
+                   ar_ynode_quote(arg, q, sizeof q));
+    return false;
+  }
+  s->resp_key = ar__study_strdup(c, arg->text);
+  s->better = k->better;
+  s->unit = k->unit;
+  snprintf(buf, cap, "eval.%s", k->key);
+  return true;
+}
+
+void ar__study_parse_response(study_diags *c, ar_study *s, const ar_ynode *n) {
+  const ar_ynode *name = n, *arg = NULL;
+  if (n->kind == AR_YNODE_MAP && n->n == 1) {
+    name = n->keys[0];
+    arg = n->vals[0];
+  } else if (n->kind != AR_YNODE_SCALAR) {
+    ar__study_diag(c, n->line, n->col, "response",
+                   "expected a response name or {time_to_p1: P}, {key: SUMMARY_KEY} or "
+                   "{eval: EVAL_KEY}");
+    return;
+  }
+  s->resp_line = arg ? arg->line : name->line;
+  s->resp_col = arg ? arg->col : name->col;
+  const study_response *r = response_named(name);
+  if (!r) {
+    char q[128];
+    ar__study_diag(c, name->line, name->col, "response",
+                   "unknown response '%s'; one of samples_per_s, iteration_s, makespan_s, "
+                   "jct_s, p_at_1, wall_s, {time_to_p1: P@1 in percent}, {key: SUMMARY_KEY}, "
+                   "and with eval: inference_samples_per_s, inference_p_at_1, "
+                   "{eval: EVAL_KEY}",
+                   ar_ynode_quote(name, q, sizeof q));
+    return;
+  }
+  s->resp = r->kind;
+  s->better = r->better;
+  s->unit = r->unit;
+  bool needs = s->resp == AR_RESP_TIME_TO_P1 || s->resp == AR_RESP_KEY ||
+               s->resp == AR_RESP_EVAL_KEY;
+  if (needs != (arg != NULL)) {
+    ar__study_diag(c, name->line, name->col, "response",
+                   needs ? "%s needs an argument: {time_to_p1: 50} (P@1 in percent, as "
+                           "summary.json has it), {key: SUMMARY_KEY} or {eval: EVAL_KEY}"
+                         : "%s takes no argument",
+                   r->name);
+    return;
+  }
+  char buf[160]; /* the column name in runs.csv */
+  snprintf(buf, sizeof buf, "%s", r->name);
+  if (!arg || response_arg(c, s, arg, buf, sizeof buf))
+    s->resp_name = ar__study_strdup(c, buf);
 }
 
 /* ---- reading one -------------------------------------------------------------- */

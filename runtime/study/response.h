@@ -1,33 +1,20 @@
 /*
  * Private to runtime/study: what a study measures (response.c) -- the
- * responses a study file may name, the numbers of eval.json, and reading a
- * finished run's response from its summary.json, eval.json or
- * metrics.jsonl.  The names here are the study file's and runs.csv's;
+ * responses a study file may name and the numbers of eval.json (one table
+ * each), the study file's response: key, and reading a finished run's
+ * response from its summary.json, eval.json or metrics.jsonl.  The names here are the study file's and runs.csv's;
  * docs/study.md has the table of which file and key each one reads.
  */
 #ifndef ACCELRT_STUDY_RESPONSE_H
 #define ACCELRT_STUDY_RESPONSE_H
 
-#include "study_impl.h"
+#include "study_file.h"
 
-typedef struct study_response {
-  const char *name; /* as the study file names it */
-  ar_study_response_kind kind;
-  int better;       /* +1 higher is better, -1 lower, 0 the file says */
-  const char *unit;
-} study_response;
-
-typedef struct study_eval_key {
-  const char *key;  /* a number accelrt eval writes to eval.json */
-  int better;
-  const char *unit;
-} study_eval_key;
-
-/* The response the scalar n names, or NULL. */
-const study_response *ar__study_response_named(const ar_ynode *n);
-
-/* The eval.json number the scalar n names ({eval: KEY}), or NULL. */
-const study_eval_key *ar__study_eval_key_named(const ar_ynode *n);
+/* Reads the study file's response: key n (a name, or a one-key mapping
+ * {time_to_p1: P}, {key: K}, {eval: K}) into s: resp, resp_x, resp_key,
+ * resp_name, better and unit by default, and where it is written.
+ * Problems go to c. */
+void ar__study_parse_response(study_diags *c, ar_study *s, const ar_ynode *n);
 
 /* Whether the response is read from the run's eval.json. */
 bool ar__study_resp_from_eval(ar_study_response_kind k);

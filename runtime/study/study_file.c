@@ -130,9 +130,7 @@ void ar__study_diag(study_diags *c, int line, int col, const char *path, const c
     c->nomem = true;
 }
 
-/* For the parts the table leaves to this file: a single value, or false
- * after reporting. */
-static bool scalar(study_diags *c, const ar_ynode *n, const char *key) {
+bool ar__study_scalar(study_diags *c, const ar_ynode *n, const char *key) {
   if (n->kind == AR_YNODE_SCALAR)
     return true;
   ar__study_diag(c, n->line, n->col, key, "expected a single value, got a %s",
@@ -140,16 +138,14 @@ static bool scalar(study_diags *c, const ar_ynode *n, const char *key) {
   return false;
 }
 
-static char *dup_text(study_diags *c, const char *text) {
+char *ar__study_strdup(study_diags *c, const char *text) {
   char *s = ar_strdup(text);
   if (!s)
     c->nomem = true;
   return s;
 }
 
-/* The value of a level as --set receives it: plain scalars as written,
- * quoted ones quoted again so that YAML reads the same string. */
-static char *level_set(study_diags *c, const char *path, const ar_ynode *n) {
+char *ar__study_override(study_diags *c, const char *path, const ar_ynode *n) {
   size_t cap = strlen(path) + 2 * n->len + 8;
   char *s = ar_malloc(cap);
   if (!s) {
@@ -172,280 +168,7 @@ static char *level_set(study_diags *c, const char *path, const ar_ynode *n) {
   return s;
 }
 
-/* ---- factors ---------------------------------------------------------------------- */
-
-/* Splits a factor's name into the job keys it sets ("a+b": both take each
- * level) in keybuf; false when it names none or too many. */
-static bool factor_keys(const ar_ynode *key, char *keybuf, size_t cap,
-                        char *keys[STUDY_MAX_LINKED], int *nk) {
-  *nk = 0;
-  if (key->len >= cap)
-    return false;
-  snprintf(keybuf, cap, "%s", key->text);
-  bool ok = true;
-  for (char *p = keybuf, *plus = NULL; ok && p; p = plus ? plus + 1 : NULL) {
-    plus = strchr(p, '+');
-    if (plus)
-      *plus = '\0';
-    ok = *p && *nk < STUDY_MAX_LINKED;
-    if (ok)
-      keys[(*nk)++] = p;
-  }
-  return ok;
-}
-
-/* The levels of factor f (the list v) for its nk keys. */
-static void factor_levels(study_diags *c, study_factor *f, const ar_ynode *v, const char *path,
-                          char *const *keys, int nk) {
-  f->set = ar_calloc((size_t)v->n * (size_t)nk, sizeof *f->set);
-  f->label = ar_calloc((size_t)v->n, sizeof *f->label);
-  f->lline = ar_calloc((size_t)v->n, sizeof *f->lline);
-  f->lcol = ar_calloc((size_t)v->n, sizeof *f->lcol);
-  if (!f->set || !f->label || !f->lline || !f->lcol) {
-    c->nomem = true;
-    return;
-  }
-  for (int l = 0; l < v->n; l++) {
-    const ar_ynode *x = v->vals[l];
-    char lp[320], q[128];
-    snprintf(lp, sizeof lp, "%s[%d]", path, l);
-    if (x->kind != AR_YNODE_SCALAR) {
-      ar__study_diag(c, x->line, x->col, lp,
-                     "a level is a single value (a number, a word, a quoted string); vary "
-                     "the keys inside a structure as factors of their own");
-      continue;
-    }
-    for (int m = 0; m < l; m++)
-      if (f->label[m] && !strcmp(f->label[m], x->text))
-        ar__study_diag(c, x->line, x->col, lp, "level '%s' is listed twice",
-                       ar_ynode_quote(x, q, sizeof q));
-    f->label[l] = dup_text(c, x->text);
-    for (int j = 0; j < nk; j++)
-      f->set[l * nk + j] = level_set(c, keys[j], x);
-    f->lline[l] = x->line;
-    f->lcol[l] = x->col;
-  }
-  f->n_levels = v->n;
-}
-
-static void parse_factors(study_diags *c, ar_study *s, const ar_ynode *n) {
-  if (n->kind != AR_YNODE_MAP || n->n == 0) {
-    ar__study_diag(c, n->line, n->col, "factors",
-                   "expected a mapping of job keys to lists of levels, e.g. "
-                   "{train.batch: [64, 256], distributed.order: [random, tac]}");
-    return;
-  }
-  if (n->n > AR_FX_MAX_FACTORS) {
-    const ar_ynode *past = n->keys[AR_FX_MAX_FACTORS];
-    ar__study_diag(c, past->line, past->col, "factors",
-                   "at most %d factors; split the study or use a fraction of fewer factors",
-                   AR_FX_MAX_FACTORS);
-    return;
-  }
-  long cells = 1;
-  for (int i = 0; i < n->n && !c->nomem; i++) {
-    const ar_ynode *key = n->keys[i], *v = n->vals[i];
-    char path[300], keybuf[300], q[128];
-    char *keys[STUDY_MAX_LINKED];
-    snprintf(path, sizeof path, "factors.%s", key->text);
-    study_factor *f = &s->f[s->k++];
-    f->path = dup_text(c, key->text);
-    f->line = key->line;
-    f->col = key->col;
-    if (!factor_keys(key, keybuf, sizeof keybuf, keys, &f->n_keys)) {
-      ar__study_diag(c, key->line, key->col, path,
-                     "'%s' is not a factor: name a job key, or up to %d keys joined by '+' "
-                     "that take the same level (model.layers.out.dense+data.generate.labels)",
-                     ar_ynode_quote(key, q, sizeof q), STUDY_MAX_LINKED);
-      continue;
-    }
-    if (v->kind != AR_YNODE_SEQ || v->n < 2) {
-      ar__study_diag(c, v->line, v->col, path,
-                     "expected a list of two or more levels, e.g. [fifo, pack]");
-      continue;
-    }
-    factor_levels(c, f, v, path, keys, f->n_keys);
-    cells *= v->n;
-    for (int g = 0; g < i; g++)
-      if (s->f[g].path && f->path && !strcmp(s->f[g].path, f->path))
-        ar__study_diag(c, key->line, key->col, path, "the factor is listed twice");
-  }
-  if (cells > AR_FX_MAX_CELLS)
-    ar__study_diag(c, n->line, n->col, "factors",
-                   "the full design has %ld cells, more than %d; use fewer levels or a "
-                   "fraction",
-                   cells, AR_FX_MAX_CELLS);
-}
-
-/* ---- the response ----------------------------------------------------------------- */
-
-/* The argument of {time_to_p1: P}, {key: K} or {eval: K}: sets what it
- * decides and the column name in buf.  false after reporting. */
-static bool response_arg(study_diags *c, ar_study *s, const ar_ynode *arg, char *buf,
-                         size_t cap) {
-  char q[128];
-  if (s->resp == AR_RESP_TIME_TO_P1) {
-    if (!scalar(c, arg, "response.time_to_p1"))
-      return false;
-    char *end = NULL;
-    double x = strtod(arg->text, &end);
-    if (!arg->len || *end || !(x > 0 && x <= 100)) {
-      ar__study_diag(c, arg->line, arg->col, "response.time_to_p1",
-                     "expected P@1 in percent, above 0 and at most 100, got '%s'",
-                     ar_ynode_quote(arg, q, sizeof q));
-      return false;
-    }
-    s->resp_x = x;
-    snprintf(buf, cap, "time_to_p1_%g", x);
-    return true;
-  }
-  if (s->resp == AR_RESP_KEY) {
-    if (!scalar(c, arg, "response.key"))
-      return false;
-    bool ok = arg->len > 0 && arg->len < 100;
-    for (size_t j = 0; j < arg->len && ok; j++)
-      ok = (arg->text[j] >= 'a' && arg->text[j] <= 'z') || arg->text[j] == '_' ||
-           (arg->text[j] >= '0' && arg->text[j] <= '9');
-    if (!ok) {
-      ar__study_diag(c, arg->line, arg->col, "response.key",
-                     "expected a key of summary.json (lower case, digits, _), got '%s'",
-                     ar_ynode_quote(arg, q, sizeof q));
-      return false;
-    }
-    s->resp_key = dup_text(c, arg->text);
-    snprintf(buf, cap, "%s", arg->text);
-    return true;
-  }
-  /* AR_RESP_EVAL_KEY */
-  if (!scalar(c, arg, "response.eval"))
-    return false;
-  const study_eval_key *k = ar__study_eval_key_named(arg);
-  if (!k) {
-    ar__study_diag(c, arg->line, arg->col, "response.eval",
-                   "'%s' is not a number accelrt eval writes; one of p_at_1, p_at_3, p_at_5, "
-                   "samples_per_s, loss, and for a sampled output layer lsh_p_at_1, "
-                   "lsh_p_at_3, lsh_p_at_5, lsh_samples_per_s, lsh_candidates_mean",
-                   ar_ynode_quote(arg, q, sizeof q));
-    return false;
-  }
-  s->resp_key = dup_text(c, arg->text);
-  s->better = k->better;
-  s->unit = k->unit;
-  snprintf(buf, cap, "eval.%s", k->key);
-  return true;
-}
-
-static void parse_response(study_diags *c, ar_study *s, const ar_ynode *n) {
-  const ar_ynode *name = n, *arg = NULL;
-  if (n->kind == AR_YNODE_MAP && n->n == 1) {
-    name = n->keys[0];
-    arg = n->vals[0];
-  } else if (n->kind != AR_YNODE_SCALAR) {
-    ar__study_diag(c, n->line, n->col, "response",
-                   "expected a response name or {time_to_p1: P}, {key: SUMMARY_KEY} or "
-                   "{eval: EVAL_KEY}");
-    return;
-  }
-  s->resp_line = arg ? arg->line : name->line;
-  s->resp_col = arg ? arg->col : name->col;
-  const study_response *r = ar__study_response_named(name);
-  if (!r) {
-    char q[128];
-    ar__study_diag(c, name->line, name->col, "response",
-                   "unknown response '%s'; one of samples_per_s, iteration_s, makespan_s, "
-                   "jct_s, p_at_1, wall_s, {time_to_p1: P@1 in percent}, {key: SUMMARY_KEY}, "
-                   "and with eval: inference_samples_per_s, inference_p_at_1, "
-                   "{eval: EVAL_KEY}",
-                   ar_ynode_quote(name, q, sizeof q));
-    return;
-  }
-  s->resp = r->kind;
-  s->better = r->better;
-  s->unit = r->unit;
-  bool needs = s->resp == AR_RESP_TIME_TO_P1 || s->resp == AR_RESP_KEY ||
-               s->resp == AR_RESP_EVAL_KEY;
-  if (needs != (arg != NULL)) {
-    ar__study_diag(c, name->line, name->col, "response",
-                   needs ? "%s needs an argument: {time_to_p1: 50} (P@1 in percent, as "
-                           "summary.json has it), {key: SUMMARY_KEY} or {eval: EVAL_KEY}"
-                         : "%s takes no argument",
-                   r->name);
-    return;
-  }
-  char buf[160]; /* the column name in runs.csv */
-  snprintf(buf, sizeof buf, "%s", r->name);
-  if (!arg || response_arg(c, s, arg, buf, sizeof buf))
-    s->resp_name = dup_text(c, buf);
-}
-
-/* ---- fraction, eval, set ----------------------------------------------------------- */
-
-/* One generator "D=ABC" or "D=-ABC" over the factor letters into *g;
- * false when it is not one. */
-static bool parse_generator(const ar_study *s, const char *t, size_t len, study_gen *g) {
-  g->target = t[0] - 'A';
-  g->sign = 1;
-  g->word = 0;
-  bool ok = len >= 3 && g->target >= 0 && g->target < s->k && t[1] == '=';
-  const char *p = t + 2;
-  if (ok && *p == '-') {
-    g->sign = -1;
-    p++;
-  }
-  ok = ok && *p;
-  for (; ok && *p; p++) {
-    int f = *p - 'A';
-    ok = f >= 0 && f < s->k && f != g->target && !((g->word >> f) & 1u);
-    if (ok)
-      g->word |= 1u << f;
-  }
-  return ok;
-}
-
-static void parse_fraction(study_diags *c, ar_study *s, const ar_ynode *n) {
-  if (n->kind != AR_YNODE_SEQ || n->n == 0) {
-    ar__study_diag(c, n->line, n->col, "fraction",
-                   "expected a list of generators such as [D=ABC] (factor letters in the "
-                   "order the factors are listed: A is the first)");
-    return;
-  }
-  unsigned targets = 0;
-  for (int i = 0; i < n->n; i++) {
-    const ar_ynode *g = n->vals[i];
-    char path[64], q[128];
-    snprintf(path, sizeof path, "fraction[%d]", i);
-    study_gen x;
-    if (!scalar(c, g, path))
-      continue;
-    if (!parse_generator(s, g->text, g->len, &x)) {
-      ar__study_diag(c, g->line, g->col, path,
-                     "expected a generator X=WORD such as D=ABC or D=-ABC over the factor "
-                     "letters A..%c, got '%s'",
-                     'A' + s->k - 1, ar_ynode_quote(g, q, sizeof q));
-      continue;
-    }
-    if ((targets >> x.target) & 1u) {
-      ar__study_diag(c, g->line, g->col, path, "factor %c is generated twice", 'A' + x.target);
-      continue;
-    }
-    targets |= 1u << x.target;
-    x.text = dup_text(c, g->text);
-    s->gens[s->n_gens++] = x;
-  }
-  for (int i = 0; i < s->n_gens; i++)
-    if (s->gens[i].word & targets)
-      ar__study_diag(c, n->line, n->col, "fraction",
-                     "generator %s uses a generated factor; write every generator over the "
-                     "base factors only",
-                     s->gens[i].text ? s->gens[i].text : "?");
-  for (int f = 0; f < s->k; f++)
-    if (s->f[f].n_levels != 2 && s->f[f].n_levels != 0) {
-      ar__study_diag(c, n->line, n->col, "fraction",
-                     "a 2^(k-p) fraction needs every factor at two levels; %s has %d",
-                     s->f[f].path, s->f[f].n_levels);
-      break;
-    }
-}
+/* ---- eval, set ----------------------------------------------------------- */
 
 /* eval: true, or {points: N, reps: N} as accelrt eval's --points and --reps. */
 static void parse_eval(study_diags *c, ar_study *s, const ar_ynode *n) {
@@ -493,9 +216,9 @@ static void parse_sets(study_diags *c, ar_study *s, const ar_ynode *n) {
   for (int i = 0; i < n->n; i++) {
     char path[300];
     snprintf(path, sizeof path, "set.%s", n->keys[i]->text);
-    if (!scalar(c, n->vals[i], path))
+    if (!ar__study_scalar(c, n->vals[i], path))
       continue;
-    s->sets[s->n_sets] = level_set(c, n->keys[i]->text, n->vals[i]);
+    s->sets[s->n_sets] = ar__study_override(c, n->keys[i]->text, n->vals[i]);
     s->set_line[s->n_sets] = n->vals[i]->line;
     s->set_col[s->n_sets++] = n->vals[i]->col;
   }
@@ -521,9 +244,9 @@ static void read_base(study_diags *c, ar_study *s, const ar_ynode *root) {
   ar_schema_value v;
   if (!ar_schema_get(&study_file, root, "base", &v))
     return; /* missing or not a path: reported */
-  s->base_given = dup_text(c, v.s);
+  s->base_given = ar__study_strdup(c, v.s);
   char *dir = path_dir(s->file);
-  s->base = v.s[0] == '/' || !dir ? dup_text(c, v.s) : ar_path_join(dir, v.s);
+  s->base = v.s[0] == '/' || !dir ? ar__study_strdup(c, v.s) : ar_path_join(dir, v.s);
   ar_free(dir);
   if (!s->base) {
     c->nomem = true;
@@ -543,9 +266,9 @@ static void read_base(study_diags *c, ar_study *s, const ar_ynode *root) {
 static void read_settings(study_diags *c, ar_study *s, const ar_ynode *root) {
   ar_schema_value v;
   if (ar_schema_get(&study_file, root, "name", &v))
-    s->name = dup_text(c, v.s);
+    s->name = ar__study_strdup(c, v.s);
   if (ar_schema_get(&study_file, root, "output", &v))
-    s->out = dup_text(c, v.s);
+    s->out = ar__study_strdup(c, v.s);
   if (ar_schema_get(&study_file, root, "better", &v))
     s->better = v.e == 0 ? 1 : -1;
   else if (!ar_ynode_get(root, "better") && s->resp == AR_RESP_KEY && s->resp_name)
@@ -583,12 +306,12 @@ static void read_study(study_diags *c, ar_study *s, const ar_ynode *root) {
   if ((n = ar_ynode_get(root, "set")))
     parse_sets(c, s, n);
   if ((n = ar_ynode_get(root, "factors")))
-    parse_factors(c, s, n);
+    ar__study_parse_factors(c, s, n);
   if ((n = ar_ynode_get(root, "response")))
-    parse_response(c, s, n);
+    ar__study_parse_response(c, s, n);
   read_settings(c, s, root);
   if ((n = ar_ynode_get(root, "fraction")) && s->k > 0)
-    parse_fraction(c, s, n);
+    ar__study_parse_fraction(c, s, n);
   if ((n = ar_ynode_get(root, "eval")))
     parse_eval(c, s, n);
   if (s->resp_name && ar__study_resp_from_eval(s->resp) && !s->eval)
@@ -603,14 +326,14 @@ static void read_study(study_diags *c, ar_study *s, const ar_ynode *root) {
 static void name_and_output(study_diags *c, ar_study *s, const ar_study_opts *opts) {
   if (!s->name) {
     const char *b = strrchr(s->file, '/');
-    s->name = dup_text(c, b ? b + 1 : s->file);
+    s->name = ar__study_strdup(c, b ? b + 1 : s->file);
     char *dot = s->name ? strrchr(s->name, '.') : NULL;
     if (dot && dot != s->name)
       *dot = '\0';
   }
   if (opts && opts->out_dir) {
     ar_free(s->out);
-    s->out = dup_text(c, opts->out_dir);
+    s->out = ar__study_strdup(c, opts->out_dir);
   } else if (!s->out && s->name) {
     size_t n = strlen(s->name) + 16;
     s->out = ar_malloc(n);

@@ -3,8 +3,9 @@
  * runs.csv, which every file of the module shares.  Each concern has its
  * own header beside its file:
  *
- *   study_file.c  the study file: its keys, factors, response, fraction
- *   validate.c    validate.h  the study against its base job
+ *   study_file.c  study_file.h  the study file: its keys (a schema table)
+ *   factors.c                 its factors and fraction
+ *   validate.c                the study against its base job
  *   design.c      design.h    cells, run order, the printed design
  *   csv.c         csv.h       CSV fields
  *   store.c       store.h     OUT/design.txt and OUT/runs.csv, durable
