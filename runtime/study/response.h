@@ -2,8 +2,9 @@
  * Private to runtime/study: what a study measures (response.c) -- the
  * responses a study file may name and the numbers of eval.json (one table
  * each), the study file's response: key, and reading a finished run's
- * response from its summary.json, eval.json or metrics.jsonl.  The names here are the study file's and runs.csv's;
- * docs/study.md has the table of which file and key each one reads.
+ * response from its summary.json, eval.json or metrics.jsonl.  The names
+ * are the study file's and runs.csv's; docs/study.md has the table of which
+ * file and key each one reads.
  */
 #ifndef ACCELRT_STUDY_RESPONSE_H
 #define ACCELRT_STUDY_RESPONSE_H
