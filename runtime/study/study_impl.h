@@ -1,21 +1,23 @@
 /*
  * Private to runtime/study: the parsed study, its cells, and the rows of
  * runs.csv, which every file of the module shares.  Each concern has its
- * own header beside its file:
+ * own header beside its files:
  *
- *   study_file.c  study_file.h  the study file: its keys (a schema table)
- *   factors.c                 its factors and fraction
- *   validate.c                the study against its base job
- *   design.c      design.h    cells, run order, the printed design
- *   csv.c         csv.h       CSV fields
- *   store.c       store.h     OUT/design.txt and OUT/runs.csv, durable
- *   child.c       child.h     one child process: start, timeout, stop
- *   runner.c                  the runs (ar_study_run), resume, signals
- *   json.c        json.h      reading what the runs write (cJSON)
- *   response.c    response.h  the responses and reading one from a run
- *   analyze.c                 ar_study_analyze: effects.csv, the summary
- *   report.c      report.h    report.html
- *   effects.c                 the statistics (public: ar_fx_*)
+ *   study_file.h  the study file and its checks:
+ *     study_file.c  its keys (a table in the spec module's schema
+ *                   language), loading, set: and eval:
+ *     factors.c     factors and the fraction's generators
+ *     validate.c    the study against its base job
+ *   design.h      design.c   cells, run order, the printed design
+ *   csv.h         csv.c      CSV fields
+ *   store.h       store.c    OUT/design.txt and OUT/runs.csv, durable
+ *   child.h       child.c    one child process: start, timeout, stop, signals
+ *                 runner.c   the runs (ar_study_run): resume, one row each
+ *   json.h        json.c     reading what the runs write (cJSON)
+ *   response.h    response.c the responses: names, response:, reading one
+ *                 analyze.c  ar_study_analyze: effects.csv, the summary
+ *   report.h      report.c   report.html
+ *   accelrt/study.h effects.c the statistics (ar_fx_*, public)
  */
 #ifndef ACCELRT_STUDY_IMPL_H
 #define ACCELRT_STUDY_IMPL_H
