@@ -2,7 +2,7 @@
 #define _GNU_SOURCE
 #include "json.h"
 
-#include "accelrt/base.h"
+#include "accelrt/fs.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -26,24 +26,22 @@ cJSON *ar__study_json_text(const char *text) {
   return text ? cJSON_ParseWithOpts(text, NULL, true) : NULL;
 }
 
+/* summary.json and eval.json are a few kilobytes; this only bounds what a
+ * broken run could make the study read. */
+#define JSON_FILE_MAX ((size_t)4 << 20)
+
 cJSON *ar__study_json_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return NULL;
   char *text = NULL;
   size_t len = 0;
-  FILE *m = open_memstream(&text, &len);
-  char chunk[16384];
-  size_t got;
-  while (m && (got = fread(chunk, 1, sizeof chunk, f)) > 0)
-    fwrite(chunk, 1, got, m);
-  if (m)
-    fclose(m);
-  fclose(f);
+  ar_err quiet = AR_ERR_INIT;
+  /* The run wrote the file: like the engine reading back its own files, a
+   * symlink in its place is not followed. */
+  if (ar_fs_read_own(NULL, path, JSON_FILE_MAX, &text, &len, &quiet) != AR_OK)
+    return NULL;
   /* A NUL inside the file would end the text early: then it is not the
    * one JSON value the file should be. */
-  cJSON *doc = text && strlen(text) == len ? ar__study_json_text(text) : NULL;
-  free(text);
+  cJSON *doc = strlen(text) == len ? ar__study_json_text(text) : NULL;
+  ar_free(text);
   return doc;
 }
 

@@ -19,7 +19,8 @@
 #include <stdio.h>
 
 /* The JSON document in the file at path, or NULL when the file cannot be
- * read or does not hold exactly one JSON value (free with cJSON_Delete). */
+ * read (missing, a symlink, over 4 MiB) or does not hold exactly one JSON
+ * value (free with cJSON_Delete). */
 cJSON *ar__study_json_file(const char *path);
 
 /* The JSON document in text (NUL-terminated; one value and white space

@@ -173,6 +173,12 @@ static void test_lines_and_files(void **state) {
   assert_non_null(doc);
   assert_true(ar__study_json_num(doc, "samples_per_s") == 42);
   cJSON_Delete(doc);
+  /* A symlink where a run's file should be is not followed. */
+  char link_path[300];
+  snprintf(link_path, sizeof link_path, "%s/eval.json", dir);
+  assert_int_equal(symlink(path, link_path), 0);
+  assert_null(ar__study_json_file(link_path));
+  unlink(link_path);
   f = fopen(path, "w"); /* a NUL inside: not one JSON value */
   assert_non_null(f);
   fwrite("{\"a\": 1}\0{\"b\": 2}", 1, 17, f);
