@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-/* ---- effects.csv ------------------------------------------------------------------ */
+/* ---- effects.csv --------------------------------------------------------- */
 
 /* A number of effects.csv: six significant digits, empty when not finite. */
 static void csv_num(char *buf, size_t cap, double v) {
@@ -106,7 +106,7 @@ static ar_status write_effects(const ar_study *s, const ar_fx_design *d, const a
   return st;
 }
 
-/* ---- the summary on the log --------------------------------------------------------- */
+/* ---- the summary on the log ---------------------------------------------- */
 
 /* What the analysis found, in sentences: how many runs gave the response,
  * runs left out of a log-scale fit, each estimated term, the level means
@@ -149,7 +149,7 @@ static void print_summary(FILE *log, const ar_study *s, const study_row *rows, i
           s->out);
 }
 
-/* ---- the analysis -------------------------------------------------------------------- */
+/* ---- the analysis -------------------------------------------------------- */
 
 ar_status ar_study_analyze(ar_study *s, const ar_study_opts *opts, ar_err *err) {
   FILE *log = opts && opts->log ? opts->log : stdout;

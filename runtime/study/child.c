@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ---- signals -------------------------------------------------------------------- */
+/* ---- signals ------------------------------------------------------------- */
 
 static volatile sig_atomic_t stop_signal;
 static void on_stop(int sig) { stop_signal = sig; }
@@ -38,7 +38,7 @@ void ar__study_signals_restore(const study_signals *saved) {
 
 bool ar__study_stop_requested(void) { return stop_signal != 0; }
 
-/* ---- one child ------------------------------------------------------------------ */
+/* ---- one child ----------------------------------------------------------- */
 
 ar_status ar__study_self_exe(char *exe, size_t cap, ar_err *err) {
   ssize_t el = readlink("/proc/self/exe", exe, cap - 1);

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-/* ---- cells ---------------------------------------------------------------- */
+/* ---- cells --------------------------------------------------------------- */
 
 int ar__study_level(const ar_study *s, int cell, int f) {
   for (int g = 0; g < f; g++)
@@ -68,7 +68,7 @@ ar_status ar__study_make_design(ar_study *s) {
   return AR_OK;
 }
 
-/* ---- the design, printed -------------------------------------------------- */
+/* ---- the design, printed ------------------------------------------------- */
 
 static const char *kind_text(const ar_study *s, char *buf, size_t cap) {
   if (s->kind == STUDY_DIST)

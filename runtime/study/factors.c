@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-/* ---- factors ---------------------------------------------------------------------- */
+/* ---- factors ------------------------------------------------------------- */
 
 /* Splits a factor's name into the job keys it sets ("a+b": both take each
  * level) in keybuf; false when it names none or too many. */
@@ -114,7 +114,7 @@ void ar__study_parse_factors(study_diags *c, ar_study *s, const ar_ynode *n) {
                    cells, AR_FX_MAX_CELLS);
 }
 
-/* ---- the fraction ---------------------------------------------------------------- */
+/* ---- the fraction -------------------------------------------------------- */
 
 /* One generator "D=ABC" or "D=-ABC" over the factor letters into *g;
  * false when it is not one. */

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* ---- the names ---------------------------------------------------------------- */
+/* ---- the names ----------------------------------------------------------- */
 
 typedef struct study_response {
   const char *name; /* as the study file names it */
@@ -79,7 +79,7 @@ bool ar__study_resp_from_eval(ar_study_response_kind k) {
          k == AR_RESP_INFERENCE_P_AT_1;
 }
 
-/* ---- the study file's response: key ----------------------------------------------- */
+/* ---- the study file's response: key -------------------------------------- */
 
 /* The argument of {time_to_p1: P}, {key: K} or {eval: K}: sets what it
  * decides and the column name in buf.  false after reporting. */
@@ -180,7 +180,7 @@ void ar__study_parse_response(study_diags *c, ar_study *s, const ar_ynode *n) {
     s->resp_name = ar__study_strdup(c, buf);
 }
 
-/* ---- reading one -------------------------------------------------------------- */
+/* ---- reading one --------------------------------------------------------- */
 
 /* Sets the row's status and its note from a format. */
 static void set_result(study_row *r, run_status status, const char *fmt, ...)

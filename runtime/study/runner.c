@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ---- a run's folder -------------------------------------------------------------- */
+/* ---- a run's folder ------------------------------------------------------ */
 
 static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
   (void)sb;
@@ -126,7 +126,7 @@ static void last_line(const char *log, char *buf, size_t cap) {
     fclose(f);
 }
 
-/* ---- one run ---------------------------------------------------------------------- */
+/* ---- one run ------------------------------------------------------------- */
 
 /* One run being run: its name, folder, log and overrides. */
 typedef struct one_run {
@@ -289,7 +289,7 @@ done:
   return st;
 }
 
-/* ---- the study -------------------------------------------------------------------- */
+/* ---- the study ----------------------------------------------------------- */
 
 /* Which runs of the order have a row (with retry_failed: an ok row) in
  * done[0..n_runs) (ar_free it), and how many in *n_done. */

@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* ---- statuses and rows ------------------------------------------------------ */
+/* ---- statuses and rows --------------------------------------------------- */
 
 static const char *const status_names[] = {
 #define STUDY__RUN_STATUS_NAME(name, text) text,
@@ -47,7 +47,7 @@ void ar__study_rows_free(study_row *rows, int n) {
   ar_free(rows);
 }
 
-/* ---- design.txt ------------------------------------------------------------- */
+/* ---- design.txt ---------------------------------------------------------- */
 
 /* FNV-1a of a file's bytes; 0 when unreadable. */
 static uint64_t file_hash(const char *path) {
@@ -134,7 +134,7 @@ done:
   return st;
 }
 
-/* ---- runs.csv: reading -------------------------------------------------------- */
+/* ---- runs.csv: reading --------------------------------------------------- */
 
 /* The header of this study's runs.csv, appended to b as fields. */
 static void header_fields(const ar_study *s, csv_buf *b) {
@@ -314,7 +314,7 @@ done:
   return AR_OK;
 }
 
-/* ---- runs.csv: appending ------------------------------------------------------- */
+/* ---- runs.csv: appending ------------------------------------------------- */
 
 /* Writes all of buf to fd (one write per call, retried on short writes). */
 static ar_status write_all(int fd, const char *buf, size_t len, const char *path, ar_err *err) {

@@ -22,7 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* ---- the keys ------------------------------------------------------------------ */
+/* ---- the keys ------------------------------------------------------------ */
 
 /* By position: better: 1 for higher, -1 for lower. */
 static const char *const better_values[] = {"higher", "lower", NULL};
@@ -51,74 +51,100 @@ static const ar_schema eval_keys[] = {
 
 static const ar_schema eval_map = {.key = "eval", .type = AR_SCHEMA_MAP, .kids = eval_keys};
 
-/* In the order the old messages listed them ("allowed keys: ..."). */
+/* The keys of a study file, in the order of docs/study.md's example (and
+ * of "allowed keys: ..."). */
 static const ar_schema study_keys[] = {
-    {.key = "name", .type = AR_SCHEMA_STRING, .def_doc = "the file's name without .yaml"},
+    {.key = "name",
+     .type = AR_SCHEMA_STRING,
+     .def_doc = "the file's name without .yaml",
+     .doc = "Names the study in messages and the default output folder."},
     {.key = "base",
      .type = AR_SCHEMA_PATH,
      .required = true,
-     .expect = "the base job file, relative to this file (base: ../quickstart.yaml)"},
-    {.key = "set", .type = AR_SCHEMA_ANY, .doc = "Fixed overrides: {job.key: value}."},
+     .expect = "the base job file, relative to this file (base: ../quickstart.yaml)",
+     .doc = "The job every run runs, relative to the study file."},
+    {.key = "set",
+     .type = AR_SCHEMA_ANY,
+     .doc = "Fixed overrides for every run, {KEY.PATH: value} as for --set."},
     {.key = "factors",
      .type = AR_SCHEMA_ANY,
      .required = true,
-     .expect = "the factors, e.g. factors: {train.batch: [64, 256]}"},
+     .expect = "the factors, e.g. factors: {train.batch: [64, 256]}",
+     .doc = "{KEY.PATH: [level, level, ...]}: any --set path of the job (or up to four "
+            "joined by '+') with two or more levels."},
     {.key = "response",
      .type = AR_SCHEMA_ANY,
      .required = true,
-     .expect = "what to measure, e.g. response: samples_per_s"},
+     .expect = "what to measure, e.g. response: samples_per_s",
+     .doc = "What is measured of each run: a name, or {time_to_p1: P}, {key: NAME}, "
+            "{eval: NAME}."},
     {.key = "better",
      .type = AR_SCHEMA_ENUM,
      .values = better_values,
      .def_doc = "per response",
-     .expect = "higher or lower"},
+     .expect = "higher or lower",
+     .doc = "Whether a higher or a lower response is better (required for {key:})."},
     {.key = "replicates",
      .type = AR_SCHEMA_INT,
      .imin = 1,
      .imax = 1000,
      .def = "3",
-     .expect = "a whole number from 1 to 1000"},
+     .expect = "a whole number from 1 to 1000",
+     .doc = "Runs per cell; 2 or more for intervals."},
     {.key = "seed",
      .type = AR_SCHEMA_INT,
      .imin = 0,
      .imax = 2147483647,
      .def = "1",
-     .expect = "a whole number from 0 to 2147483647"},
-    {.key = "fraction", .type = AR_SCHEMA_ANY, .doc = "Generators of a 2^(k-p) fraction."},
+     .expect = "a whole number from 0 to 2147483647",
+     .doc = "Randomises the run order."},
+    {.key = "fraction",
+     .type = AR_SCHEMA_ANY,
+     .doc = "Generators of a 2^(k-p) fraction, [D=ABC] (two-level factors only)."},
     {.key = "ranks",
      .type = AR_SCHEMA_INT,
      .imin = 2,
      .imax = 4096,
-     .expect = "a whole number from 2 to 4096"},
+     .expect = "a whole number from 2 to 4096",
+     .doc = "MPI ranks of a base job with distributed: (its runs start under mpiexec)."},
     {.key = "timeout_s",
      .type = AR_SCHEMA_FLOAT,
      .fmin = 0,
      .fmin_open = true,
      .fmax = 1e7,
      .fmax_open = true,
-     .expect = "seconds above 0"},
-    {.key = "output", .type = AR_SCHEMA_STRING, .def_doc = "runs/studies/NAME"},
+     .expect = "seconds above 0",
+     .doc = "A run (with its eval) taking longer is stopped and recorded as timeout."},
+    {.key = "output",
+     .type = AR_SCHEMA_STRING,
+     .def_doc = "runs/studies/NAME",
+     .doc = "The output folder; --out DIR overrides it."},
     {.key = "vary_seed",
      .type = AR_SCHEMA_ENUM,
      .values = bool_values,
      .def = "false",
-     .expect = "true or false"},
+     .expect = "true or false",
+     .doc = "true: replicate r runs with the job's seed + r."},
     {.key = "keep_checkpoints",
      .type = AR_SCHEMA_ENUM,
      .values = bool_values,
      .def = "false",
-     .expect = "true or false"},
-    {.key = "eval", .type = AR_SCHEMA_ANY, .doc = "true, false or {points: N, reps: N}."},
+     .expect = "true or false",
+     .doc = "true: keep each run's checkpoint.bin."},
+    {.key = "eval",
+     .type = AR_SCHEMA_ANY,
+     .doc = "accelrt eval after each run that trained: true, false or {points: N, reps: N}."},
     {.key = "scale",
      .type = AR_SCHEMA_ENUM,
      .values = scale_values,
      .def = "linear",
-     .expect = "linear or log"},
+     .expect = "linear or log",
+     .doc = "The scale of the analysis: log fits ln(response), effects as ratios."},
     {0}};
 
 static const ar_schema study_file = {.key = "", .type = AR_SCHEMA_MAP, .kids = study_keys};
 
-/* ---- helpers -------------------------------------------------------------------- */
+/* ---- helpers ------------------------------------------------------------- */
 
 void ar__study_diag(study_diags *c, int line, int col, const char *path, const char *fmt, ...) {
   char msg[2048];
@@ -224,7 +250,7 @@ static void parse_sets(study_diags *c, ar_study *s, const ar_ynode *n) {
   }
 }
 
-/* ---- the file ------------------------------------------------------------------------ */
+/* ---- the file ------------------------------------------------------------ */
 
 static char *path_dir(const char *path) {
   const char *slash = strrchr(path, '/');
