@@ -419,8 +419,9 @@ const ar_ynode *ar_ynode_get(const ar_ynode *map, const char *key);
 /* True when n is a scalar whose bytes equal the string s. */
 bool ar_ynode_is(const ar_ynode *n, const char *s);
 
-/* A scalar's text for a message, written into buf (cap >= 8): control
- * characters escaped, cut to 60 characters with "...".  Returns buf. */
+/* A scalar's text (a key's or a value's) for a message, written into buf
+ * (cap >= 8): control characters escaped, cut to 60 characters with
+ * "...".  Returns buf. */
 char *ar_ynode_quote(const ar_ynode *n, char *buf, size_t cap);
 
 /* Checks v against the entry s exactly as job files are checked (kinds,
@@ -430,7 +431,8 @@ char *ar_ynode_quote(const ar_ynode *n, char *buf, size_t cap);
  * difference: a key the table does not have is reported with the path of
  * the mapping that holds it ("eval: unknown key 'x'"), where job files
  * name the key itself.  Suggestions for misspelt keys come from s's table.
- * AR_OK (problems or not) or AR_NOMEM. */
+ * AR_OK (problems or not) or AR_NOMEM.  Reentrant; diags' strings are
+ * copies. */
 ar_status ar_schema_check(const ar_schema *s, const ar_ynode *v, const char *path,
                           ar_diags *diags);
 
@@ -438,7 +440,9 @@ ar_status ar_schema_check(const ar_schema *s, const ar_ynode *v, const char *pat
  * (which must list key), read through the same parser as ar_schema_check,
  * or the entry's default when the key is absent (m may be NULL).  false
  * when the value is not valid (ar_schema_check reports why) or absent
- * without a default.  Strings are borrowed from m or the table. */
+ * without a default.  Strings are borrowed from m or the table.  A key the
+ * table does not list, or a default its own parser refuses, is a bug in
+ * the table: AR_ASSERT aborts. */
 bool ar_schema_get(const ar_schema *map, const ar_ynode *m, const char *key,
                    ar_schema_value *out);
 
