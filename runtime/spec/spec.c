@@ -611,10 +611,14 @@ static bool scalar_value(const ar_schema *s, const char *t, size_t len,
 /* What an entry expects, in words, for type errors ("an integer",
  * "one of xc, libsvm").  Returns buf. */
 static const char *expected(const ar_schema *s, char *buf, size_t cap) {
-  const char *w = s->expect;
-  switch (w ? AR_SCHEMA_ANY : s->type) {
+  if (s->expect) { /* the table's own words */
+    snprintf(buf, cap, "%s", s->expect);
+    return buf;
+  }
+  const char *w = NULL;
+  switch (s->type) {
   case AR_SCHEMA_ANY:
-    w = w ? w : "a value";
+    w = "a value";
     break;
   case AR_SCHEMA_MAP:
     w = "a mapping of keys";
@@ -1306,8 +1310,8 @@ static void convert_sparse(ctx *c, const ar_ynode *m, const ar_schema *ss,
   sp->auto_min_width = get_int(m, ss, "auto_min_width", &ok);
   if (get(m, ss, "hash", &v, NULL))
     sp->hash = (ar_sparse_hash)v.e;
-  sp->K = ar_ynode_get(m, "K") ? (int32_t)get_int(m, ss, "K", &ok)
-                               : 0; /* 0: auto */
+  /* 0: chosen from the width (ar_sparse_auto_K) */
+  sp->K = ar_ynode_get(m, "K") ? (int32_t)get_int(m, ss, "K", &ok) : 0;
   sp->L = (int32_t)get_int(m, ss, "L", &ok);
   sp->bucket = (int32_t)get_int(m, ss, "bucket", &ok);
   sp->reservoir = get(m, ss, "insert", &v, NULL) && v.e == 1;
