@@ -231,6 +231,22 @@ void ar_diags_print(const ar_diags *d, const char *file, FILE *to);
 /* Frees the diagnostics and leaves *d empty.  NULL is a no-op. */
 void ar_diags_fini(ar_diags *d);
 
+/* Appends one diagnostic about a place in a file (line, col 1-based; 0
+ * when it has none) with the key path (NULL: none) and a printf-formatted
+ * message; strings are copied.  For modules that check their own YAML
+ * files (see ar_yaml_load).  AR_OK or AR_NOMEM. */
+ar_status ar_diags_add(ar_diags *d, int line, int col, const char *path,
+                       const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+
+/* Orders the diagnostics as ar_spec_load reports them: overrides first,
+ * then by place in the file, then those without a place; ties keep their
+ * order.  Left as they are when out of memory (the order is a nicety). */
+void ar_diags_sort(ar_diags *d);
+
 /* Parses and validates the job file at `path`, applies the `n_sets`
  * overrides "key.path=value" (value is parsed as YAML, so
  * `model.input={sparse: 100}` works; list items are addressed by index
@@ -277,6 +293,153 @@ void ar_spec_schema_markdown(FILE *to);
  * is not given: about log2(width / 16) bits of table index, one bit per
  * SRP code, three per WTA/DWTA/DOPH code (bin size 8). */
 int ar_sparse_auto_K(ar_sparse_hash hash, int64_t width);
+
+/* ---- the schema language, for other modules' YAML files ------------------
+ *
+ * A job file is checked against a table of ar_schema entries
+ * (runtime/spec/schema.c).  Another module describes its own YAML file in
+ * the same language and has it checked by the same code, with the same
+ * "FILE:LINE:COL: error: KEY.PATH: message" diagnostics: ar_yaml_load reads
+ * the file into a tree of ar_ynode, ar_schema_check checks a node against
+ * an entry, ar_schema_get reads a checked value or the entry's default, and
+ * the module adds diagnostics of its own with ar_diags_add.
+ * runtime/study/study_file.c reads study files this way;
+ * tests/spec/test_spec.c checks the interface on a small table. */
+
+typedef enum ar_schema_type {
+  AR_SCHEMA_MAP = 0, /* mapping with the keys listed in kids */
+  AR_SCHEMA_LIST,    /* list; every item follows kids[0] */
+  AR_SCHEMA_VARIANT, /* a kid's key as a string (that kid with its defaults),
+                        or a mapping with exactly one of the (two) kids */
+  AR_SCHEMA_STRING,  /* any text without NUL characters */
+  AR_SCHEMA_NAME,    /* non-empty string without '/', control characters */
+  AR_SCHEMA_PATH,    /* non-empty file path; resolved by the reader */
+  AR_SCHEMA_INT,     /* whole decimal number within [imin, imax] */
+  AR_SCHEMA_FLOAT,   /* finite decimal number within the float range */
+  AR_SCHEMA_ENUM,    /* one of values */
+  AR_SCHEMA_DEVICE,  /* "auto", "host" or "cuda:N" */
+  AR_SCHEMA_SIZE,    /* bytes with a unit ("8GiB", "512MiB", "1000000") or a
+                        percentage ("90%"): value.i bytes, or value.f fraction */
+  AR_SCHEMA_RESERVED, /* key accepted, reported as not available in this build */
+  AR_SCHEMA_ANY      /* any value: the module that reads the file checks it
+                        (a grammar of its own, such as a study's factors) */
+} ar_schema_type;
+
+typedef enum ar_schema_rule_kind {
+  AR_SCHEMA_RULES_END = 0,
+  AR_SCHEMA_ONE_OF,  /* exactly one of a and b must be given */
+  AR_SCHEMA_CONFLICT /* a and b must not be given together */
+} ar_schema_rule_kind;
+
+typedef struct ar_schema_rule {
+  ar_schema_rule_kind kind;
+  const char *a, *b;
+  const char *why; /* completes the message, e.g. "test data comes from generate" */
+} ar_schema_rule;
+
+/* One key of a file: its type, range, enum values, default, whether it is
+ * required, documentation and, for mappings and lists, the entries below
+ * it.  A table is an array ended by an entry with key NULL ({0}); write
+ * entries with designated initializers, the fields not named are 0. */
+typedef struct ar_schema ar_schema;
+struct ar_schema {
+  const char *key; /* NULL ends a kids array */
+  ar_schema_type type;
+  bool required;
+  int64_t imin, imax;        /* AR_SCHEMA_INT; imax INT64_MAX: no upper bound */
+  double fmin, fmax;         /* AR_SCHEMA_FLOAT; fmax INFINITY: no upper bound */
+  bool fmin_open, fmax_open; /* AR_SCHEMA_FLOAT: bound excluded */
+  const char *const *values; /* AR_SCHEMA_ENUM: NULL-terminated */
+  int min_items;             /* AR_SCHEMA_LIST */
+  const char *def;           /* default as YAML text; NULL: none, or computed */
+  const char *def_doc;       /* default shown in the docs when computed */
+  const char *doc;           /* one or more sentences for the reference */
+  const char *reserved_msg;  /* AR_SCHEMA_RESERVED: the error message */
+  const ar_schema *kids;     /* MAP, VARIANT: keys; LIST: the item entry */
+  const ar_schema_rule *rules; /* MAP: AR_SCHEMA_RULES_END-terminated, or NULL */
+  /* What the value must be, in the table's own words ("a whole number
+   * from 1 to 1000"); NULL: said from the type.  Set, every problem with
+   * the value reads "expected EXPECT, got VALUE", and a missing required
+   * key "missing required key 'KEY'; expected EXPECT". */
+  const char *expect;
+};
+
+/* A checked value of a scalar entry. */
+typedef struct ar_schema_value {
+  int64_t i;     /* INT; SIZE: bytes */
+  double f;      /* FLOAT; SIZE: fraction */
+  int e;         /* ENUM: index into values */
+  const char *s; /* STRING, NAME, PATH, DEVICE: borrowed from the node */
+} ar_schema_value;
+
+/* A node of a parsed YAML file.  Read-only for everyone but the spec
+ * module; the tree belongs to whoever holds its root. */
+typedef enum ar_ynode_kind {
+  AR_YNODE_SCALAR = 0,
+  AR_YNODE_MAP,
+  AR_YNODE_SEQ
+} ar_ynode_kind;
+
+typedef struct ar_ynode ar_ynode;
+struct ar_ynode {
+  ar_ynode_kind kind;
+  int line, col;   /* 1-based position of the node's first character */
+  int set;         /* -1: written in the file; i >= 0: made by the i-th --set */
+  bool plain;      /* scalar written without quotes (plain style) */
+  size_t len;      /* scalar: bytes in text, not counting the final NUL */
+  char *text;      /* scalar: len bytes plus a NUL; may hold inner NULs ("\0") */
+  int n, cap;      /* map: pairs; seq: items (cap: allocated) */
+  ar_ynode **keys; /* map: (n) scalar key nodes; NULL for a sequence */
+  ar_ynode **vals; /* map: (n) values; seq: (n) items */
+};
+
+/* Reads the YAML file at path with the same safeguards as job files (at
+ * most AR_SPEC_MAX_BYTES; anchors, aliases, tags and several documents
+ * refused; nesting and size bounded).  `what` names the file in messages
+ * ("study file").  Returns AR_OK and *out, the root (NULL for an empty
+ * file; free with ar_ynode_destroy); duplicate keys are reported in diags
+ * and still give AR_OK.  AR_IO when the file cannot be read, AR_SPEC when
+ * it is too large or not YAML (both with the problem in diags, *out NULL),
+ * AR_NOMEM.  Appends to diags.  Reentrant. */
+ar_status ar_yaml_load(const char *path, const char *what, ar_ynode **out,
+                       ar_diags *diags);
+
+/* Frees a node and everything below it.  NULL is a no-op. */
+void ar_ynode_destroy(ar_ynode *n);
+
+/* The value stored under `key` (compared with the whole key, inner NULs
+ * included), borrowed from map; NULL when absent or map is not a mapping. */
+const ar_ynode *ar_ynode_get(const ar_ynode *map, const char *key);
+
+/* True when n is a scalar whose bytes equal the string s. */
+bool ar_ynode_is(const ar_ynode *n, const char *s);
+
+/* A scalar's text (a key's or a value's) for a message, written into buf
+ * (cap >= 8): control characters escaped, cut to 60 characters with
+ * "...".  Returns buf. */
+char *ar_ynode_quote(const ar_ynode *n, char *buf, size_t cap);
+
+/* Checks v against the entry s exactly as job files are checked (kinds,
+ * ranges, enum values, required keys, rules, keys a mapping does not have),
+ * appending each problem to diags with v's file position and the key path
+ * below `path` (the path of v itself; NULL or "" at the top).  One
+ * difference: a key the table does not have is reported with the path of
+ * the mapping that holds it ("eval: unknown key 'x'"), where job files
+ * name the key itself.  Suggestions for misspelt keys come from s's table.
+ * AR_OK (problems or not) or AR_NOMEM.  Reentrant; diags' strings are
+ * copies. */
+ar_status ar_schema_check(const ar_schema *s, const ar_ynode *v, const char *path,
+                          ar_diags *diags);
+
+/* The value of `key` in the mapping m, described by the MAP entry `map`
+ * (which must list key), read through the same parser as ar_schema_check,
+ * or the entry's default when the key is absent (m may be NULL).  false
+ * when the value is not valid (ar_schema_check reports why) or absent
+ * without a default.  Strings are borrowed from m or the table.  A key the
+ * table does not list, or a default its own parser refuses, is a bug in
+ * the table: AR_ASSERT aborts. */
+bool ar_schema_get(const ar_schema *map, const ar_ynode *m, const char *key,
+                   ar_schema_value *out);
 
 /* Names for messages and summaries. */
 const char *ar_act_name(ar_act a);

@@ -195,7 +195,7 @@ void ar_fx_format_ratio(double r, char *buf, size_t cap);
 /* Names for files and messages. */
 const char *ar_fx_verdict_name(ar_fx_verdict v);
 
-/* ---- studies (runtime/study/study.c) ----------------------------------- */
+/* ---- studies (runtime/study/: study_file.c, runner.c, analyze.c) ------ */
 
 typedef struct ar_study ar_study;
 
@@ -218,7 +218,7 @@ typedef enum ar_study_response_kind {
 typedef struct ar_study_opts {
   const char *out_dir;   /* overrides the study's output; NULL: keep */
   bool resume;           /* require an existing output to resume */
-  bool retry_failed;     /* rerun runs recorded as failed, timeout or no_response */
+  bool retry_failed;     /* rerun every run whose row is not ok */
   bool quiet;            /* no line per run */
   FILE *log;             /* where run lines go; NULL: stdout */
 } ar_study_opts;

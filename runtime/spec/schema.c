@@ -17,9 +17,9 @@
 #include <string.h>
 
 /* Shorthands that keep the table readable. */
-#define INT_RANGE(lo, hi) .type = AR__S_INT, .imin = (lo), .imax = (hi)
+#define INT_RANGE(lo, hi) .type = AR_SCHEMA_INT, .imin = (lo), .imax = (hi)
 #define FLOAT_RANGE(lo, lo_open, hi, hi_open)                                  \
-  .type = AR__S_FLOAT, .fmin = (lo), .fmin_open = (lo_open), .fmax = (hi),     \
+  .type = AR_SCHEMA_FLOAT, .fmin = (lo), .fmin_open = (lo_open), .fmax = (hi), \
   .fmax_open = (hi_open)
 #define FLOAT_ABOVE(lo) FLOAT_RANGE(lo, true, INFINITY, false)
 #define FLOAT_FROM(lo) FLOAT_RANGE(lo, false, INFINITY, false)
@@ -30,7 +30,7 @@
 
 /* ---- model ------------------------------------------------------------- */
 
-static const ar__schema input_keys[] = {
+static const ar_schema input_keys[] = {
     {.key = "sparse",
      INT_RANGE(1, COUNT_MAX),
      .doc = "Number of input features; each point is a sparse row of "
@@ -41,8 +41,9 @@ static const ar__schema input_keys[] = {
             "of this length."},
     {0}};
 
-static const ar__srule input_rules[] = {
-    {AR__R_ONE_OF, "sparse", "dense", "the input is either sparse or dense"},
+static const ar_schema_rule input_rules[] = {
+    {AR_SCHEMA_ONE_OF, "sparse", "dense",
+     "the input is either sparse or dense"},
     {0}};
 
 /* spec.c maps these by position to ar_act (see convert_model). */
@@ -58,7 +59,7 @@ static const char *const sampling_values[] = {"union", "topk", "threshold",
                                               NULL};
 static const char *const insert_values[] = {"fifo", "reservoir", NULL};
 
-static const ar__schema rehash_keys[] = {
+static const ar_schema rehash_keys[] = {
     {.key = "every",
      INT_RANGE(1, INT64_MAX),
      .def = "50",
@@ -75,9 +76,9 @@ static const ar__schema rehash_keys[] = {
      .doc = "Draw new hash functions every this many iterations; 0 never."},
     {0}};
 
-static const ar__schema sparse_keys[] = {
+static const ar_schema sparse_keys[] = {
     {.key = "mode",
-     .type = AR__S_ENUM,
+     .type = AR_SCHEMA_ENUM,
      .values = sparse_mode_values,
      .def = "auto",
      .doc = "`lsh`: always sampled (host devices only). `dense`: computed "
@@ -95,7 +96,7 @@ static const ar__schema sparse_keys[] = {
             "speed); from 32,768 on the budget is wide enough and the "
             "speed-up large (3.5x at 32,768, 8x at 100,000)."},
     {.key = "hash",
-     .type = AR__S_ENUM,
+     .type = AR_SCHEMA_ENUM,
      .values = hash_values,
      .def = "srp",
      .doc = "Hash family: `srp` (signed random projections, sparse), `wta` "
@@ -122,13 +123,13 @@ static const ar__schema sparse_keys[] = {
      .def = "128",
      .doc = "Neuron ids kept per bucket."},
     {.key = "insert",
-     .type = AR__S_ENUM,
+     .type = AR_SCHEMA_ENUM,
      .values = insert_values,
      .def = "fifo",
      .doc = "A full bucket keeps its newest ids (`fifo`) or a uniform "
             "sample of all ids offered to it (`reservoir`)."},
     {.key = "sampling",
-     .type = AR__S_ENUM,
+     .type = AR_SCHEMA_ENUM,
      .values = sampling_values,
      .def = "topk",
      .doc = "How candidates become the active set: `union` (bucket "
@@ -158,14 +159,14 @@ static const ar__schema sparse_keys[] = {
      .def = "2",
      .doc = "`sampling: threshold`: tables an id must be found in."},
     {.key = "rehash",
-     .type = AR__S_MAP,
+     .type = AR_SCHEMA_MAP,
      .kids = rehash_keys,
      .doc = "When the tables are rebuilt from the changing weights."},
     {0}};
 
-static const ar__schema layer_keys[] = {
+static const ar_schema layer_keys[] = {
     {.key = "name",
-     .type = AR__S_NAME,
+     .type = AR_SCHEMA_NAME,
      .def_doc = "`layer<i>`, with i the position in the list counted from 0",
      .doc = "Names the layer in summaries, checkpoints and `--set` paths "
             "(`model.layers.NAME.dense=...`). Names must be unique."},
@@ -175,7 +176,7 @@ static const ar__schema layer_keys[] = {
      .doc = "Output width: the number of neurons. The last layer's width is "
             "the number of labels."},
     {.key = "activation",
-     .type = AR__S_ENUM,
+     .type = AR_SCHEMA_ENUM,
      .values = act_values,
      .def_doc = "`relu`; `softmax` on the last layer",
      .doc = "The last layer's activation picks the loss and must be `softmax` "
@@ -183,7 +184,7 @@ static const ar__schema layer_keys[] = {
             "cross-entropy per label). `softmax` is only allowed on the last "
             "layer."},
     {.key = "sparse",
-     .type = AR__S_MAP,
+     .type = AR_SCHEMA_MAP,
      .kids = sparse_keys,
      .doc = "Run this layer LSH-sampled (SLIDE): hash tables over the "
             "neurons' weights pick, per input, the few neurons worth "
@@ -191,15 +192,15 @@ static const ar__schema layer_keys[] = {
             "devices only; see `mode`."},
     {0}};
 
-static const ar__schema layer_item[] = {{.key = "item",
-                                         .type = AR__S_MAP,
-                                         .kids = layer_keys,
-                                         .doc = "One fully connected layer."},
-                                        {0}};
+static const ar_schema layer_item[] = {{.key = "item",
+                                        .type = AR_SCHEMA_MAP,
+                                        .kids = layer_keys,
+                                        .doc = "One fully connected layer."},
+                                       {0}};
 
-static const ar__schema model_keys[] = {
+static const ar_schema model_keys[] = {
     {.key = "input",
-     .type = AR__S_MAP,
+     .type = AR_SCHEMA_MAP,
      .required = true,
      .kids = input_keys,
      .rules = input_rules,
@@ -207,7 +208,7 @@ static const ar__schema model_keys[] = {
             "`dense: N`. With `data.generate`, N must equal "
             "`data.generate.features`."},
     {.key = "layers",
-     .type = AR__S_LIST,
+     .type = AR_SCHEMA_LIST,
      .required = true,
      .min_items = 1,
      .kids = layer_item,
@@ -218,7 +219,7 @@ static const ar__schema model_keys[] = {
 
 /* ---- data -------------------------------------------------------------- */
 
-static const ar__schema generate_keys[] = {
+static const ar_schema generate_keys[] = {
     {.key = "train_points",
      INT_RANGE(1, INT64_MAX),
      .def = "20000",
@@ -253,18 +254,18 @@ static const ar__schema generate_keys[] = {
 /* By position: AR_FMT_XC, AR_FMT_LIBSVM. */
 static const char *const format_values[] = {"xc", "libsvm", NULL};
 
-static const ar__schema data_keys[] = {
+static const ar_schema data_keys[] = {
     {.key = "train",
-     .type = AR__S_PATH,
+     .type = AR_SCHEMA_PATH,
      .doc = "Training data file. A relative path is taken from the job "
             "file's folder (from the working directory when given with "
             "`--set`)."},
     {.key = "test",
-     .type = AR__S_PATH,
+     .type = AR_SCHEMA_PATH,
      .doc = "Test data file, resolved like `train`. Without it there is no "
             "test evaluation."},
     {.key = "format",
-     .type = AR__S_ENUM,
+     .type = AR_SCHEMA_ENUM,
      .values = format_values,
      .def = "xc",
      .doc = "`xc`: the Extreme Classification Repository format (a header "
@@ -276,22 +277,22 @@ static const ar__schema data_keys[] = {
      .doc = "Rows shuffled together while streaming the training file; 0 "
             "keeps the file order."},
     {.key = "generate",
-     .type = AR__S_MAP,
+     .type = AR_SCHEMA_MAP,
      .kids = generate_keys,
      .doc = "Generate a synthetic extreme-classification dataset with planted "
             "structure before training, instead of reading files."},
     {0}};
 
-static const ar__srule data_rules[] = {
-    {AR__R_ONE_OF, "train", "generate",
+static const ar_schema_rule data_rules[] = {
+    {AR_SCHEMA_ONE_OF, "train", "generate",
      "the training data comes from a file or from the generator"},
-    {AR__R_CONFLICT, "test", "generate",
+    {AR_SCHEMA_CONFLICT, "test", "generate",
      "the generator writes its own test set"},
     {0}};
 
 /* ---- train ------------------------------------------------------------- */
 
-static const ar__schema adam_keys[] = {
+static const ar_schema adam_keys[] = {
     {.key = "lr", FLOAT_ABOVE(0.0), .def = "0.001", .doc = "Learning rate."},
     {.key = "beta1",
      FRACTION,
@@ -311,7 +312,7 @@ static const ar__schema adam_keys[] = {
      .doc = "L2 penalty added to the gradient."},
     {0}};
 
-static const ar__schema sgd_keys[] = {
+static const ar_schema sgd_keys[] = {
     {.key = "lr", FLOAT_ABOVE(0.0), .def = "0.1", .doc = "Learning rate."},
     {.key = "momentum",
      FRACTION,
@@ -323,13 +324,13 @@ static const ar__schema sgd_keys[] = {
      .doc = "L2 penalty added to the gradient."},
     {0}};
 
-static const ar__schema optimizer_kinds[] = {
+static const ar_schema optimizer_kinds[] = {
     {.key = "adam",
-     .type = AR__S_MAP,
+     .type = AR_SCHEMA_MAP,
      .kids = adam_keys,
      .doc = "Adam (Kingma & Ba, 2015)."},
     {.key = "sgd",
-     .type = AR__S_MAP,
+     .type = AR_SCHEMA_MAP,
      .kids = sgd_keys,
      .doc = "Stochastic gradient descent with momentum."},
     {0}};
@@ -337,7 +338,7 @@ static const ar__schema optimizer_kinds[] = {
 /* By position: ar_init_kind (AR_INIT_AUTO, AR_INIT_HE, AR_INIT_XAVIER). */
 static const char *const init_values[] = {"auto", "he", "xavier", NULL};
 
-static const ar__schema train_keys[] = {
+static const ar_schema train_keys[] = {
     {.key = "batch",
      INT_RANGE(1, 1048576),
      .def = "128",
@@ -357,14 +358,14 @@ static const ar__schema train_keys[] = {
      .def = "0",
      .doc = "Host threads; 0 uses all cores."},
     {.key = "optimizer",
-     .type = AR__S_VARIANT,
+     .type = AR_SCHEMA_VARIANT,
      .kids = optimizer_kinds,
      .def = "adam",
      .doc = "`adam` or `sgd` with their defaults, or a mapping with one of "
             "them as its only key to set their parameters, e.g. "
             "`{sgd: {lr: 0.05}}`."},
     {.key = "init",
-     .type = AR__S_ENUM,
+     .type = AR_SCHEMA_ENUM,
      .values = init_values,
      .def = "auto",
      .doc = "Weight initialisation: `he` (for relu layers), `xavier`, or "
@@ -415,9 +416,9 @@ const char *ar_policy_names(void) {
   return list + 2;
 }
 
-static const ar__schema runtime_keys[] = {
+static const ar_schema runtime_keys[] = {
     {.key = "policy",
-     .type = AR__S_ENUM,
+     .type = AR_SCHEMA_ENUM,
      .values = policy_values,
      .def = "fifo",
      .doc = "How the jobs of a `jobs:` file share the device (Salus): "
@@ -425,7 +426,7 @@ static const ar__schema runtime_keys[] = {
             "as fit, `srtf` shortest remaining time first, `fair` equal "
             "device time, `priority` by each job's `priority`."},
     {.key = "memory",
-     .type = AR__S_SIZE,
+     .type = AR_SCHEMA_SIZE,
      .def_doc = "the device's free memory",
      .doc = "Device memory the jobs may use, as bytes with a unit "
             "(`8GiB`, `512MiB`, `4GB`) or a percentage of the free memory "
@@ -442,7 +443,7 @@ static const ar__schema runtime_keys[] = {
 static const char *const order_values[] = {"none", "random", "tic", "tac",
                                            NULL};
 
-static const ar__schema link_keys[] = {
+static const ar_schema link_keys[] = {
     {.key = "gbps",
      FLOAT_ABOVE(0.0),
      .required = true,
@@ -458,9 +459,9 @@ static const ar__schema link_keys[] = {
 
 static const char *const worker_sparse_values[] = {"auto", "dense", NULL};
 
-static const ar__schema worker_keys[] = {
+static const ar_schema worker_keys[] = {
     {.key = "device",
-     .type = AR__S_DEVICE,
+     .type = AR_SCHEMA_DEVICE,
      .def_doc = "the job's `device`",
      .doc = "Where this worker computes: `host`, `cuda:N`, or `auto` (a "
             "CUDA device when the build has CUDA and one is present, the "
@@ -468,7 +469,7 @@ static const ar__schema worker_keys[] = {
             "sends its gradients through host buffers (MPI moves host "
             "memory) and computes sampled layers dense."},
     {.key = "sparse",
-     .type = AR__S_ENUM,
+     .type = AR_SCHEMA_ENUM,
      .values = worker_sparse_values,
      .def = "auto",
      .doc = "`auto`: layers with a `sparse` section run as their mode says "
@@ -477,20 +478,20 @@ static const ar__schema worker_keys[] = {
             "dense and the server applies them densely)."},
     {0}};
 
-static const ar__schema worker_item[] = {{.key = "item",
-                                          .type = AR__S_MAP,
-                                          .kids = worker_keys,
-                                          .doc = "One worker's settings."},
-                                         {0}};
+static const ar_schema worker_item[] = {{.key = "item",
+                                         .type = AR_SCHEMA_MAP,
+                                         .kids = worker_keys,
+                                         .doc = "One worker's settings."},
+                                        {0}};
 
-static const ar__schema distributed_keys[] = {
+static const ar_schema distributed_keys[] = {
     {.key = "servers",
      INT_RANGE(1, 65536),
      .def = "1",
      .doc = "The first this many MPI ranks are parameter servers; the "
             "others are workers (at least one)."},
     {.key = "order",
-     .type = AR__S_ENUM,
+     .type = AR_SCHEMA_ENUM,
      .values = order_values,
      .def = "tac",
      .doc = "Order of the parameter transfers on each server-worker "
@@ -503,7 +504,7 @@ static const ar__schema distributed_keys[] = {
      .doc = "Iterations traced to measure op times before the schedule is "
             "computed; they are reported as warm-up."},
     {.key = "link",
-     .type = AR__S_MAP,
+     .type = AR_SCHEMA_MAP,
      .kids = link_keys,
      .doc = "Emulate a slower network for testbeds on one machine or a "
             "fast fabric. Off when absent."},
@@ -513,11 +514,11 @@ static const ar__schema distributed_keys[] = {
      .doc = "At most this many bytes posted and not yet received per "
             "channel; 0 for no bound."},
     {.key = "schedule",
-     .type = AR__S_PATH,
+     .type = AR_SCHEMA_PATH,
      .doc = "A schedule file: read when it exists, else written once "
             "computed. Relative to the job file's folder."},
     {.key = "share",
-     .type = AR__S_PATH,
+     .type = AR_SCHEMA_PATH,
      .doc = "A job file with `jobs:` whose jobs share each worker's "
             "device (its host or its GPU) with it through lanes (Salus): "
             "the worker is one more "
@@ -527,7 +528,7 @@ static const ar__schema distributed_keys[] = {
             "to `OUTPUT/share/worker<i>/`. Relative to the job file's "
             "folder; `none` (the default) keeps each worker's device its own."},
     {.key = "workers",
-     .type = AR__S_LIST,
+     .type = AR_SCHEMA_LIST,
      .kids = worker_item,
      .doc = "Per-worker settings, item i for worker i (MPI rank servers + "
             "i); workers past the list use the defaults. A job may mix "
@@ -537,18 +538,18 @@ static const ar__schema distributed_keys[] = {
 
 /* ---- output and the top level ------------------------------------------ */
 
-static const ar__schema output_keys[] = {
+static const ar_schema output_keys[] = {
     {.key = "dir",
-     .type = AR__S_PATH,
+     .type = AR_SCHEMA_PATH,
      .def_doc = "`runs/<name>`",
      .doc = "Folder for metrics, checkpoints and traces, relative to the "
             "working directory (not to the job file)."},
     {0}};
 
 /* One item of `jobs:`: a job of its own. */
-static const ar__schema job_keys[] = {
+static const ar_schema job_keys[] = {
     {.key = "name",
-     .type = AR__S_NAME,
+     .type = AR_SCHEMA_NAME,
      .def_doc = "`job<i>`, with i the position in the list counted from 0",
      .doc = "Names the job; with `repeat`, copies are NAME-1, NAME-2, ..."},
     {.key = "seed",
@@ -556,23 +557,23 @@ static const ar__schema job_keys[] = {
      .def_doc = "the top-level `seed` plus the job's position",
      .doc = "Seeds this job."},
     {.key = "model",
-     .type = AR__S_MAP,
+     .type = AR_SCHEMA_MAP,
      .required = true,
      .kids = model_keys,
      .doc = "The job's network, as the top-level `model`."},
     {.key = "data",
-     .type = AR__S_MAP,
+     .type = AR_SCHEMA_MAP,
      .required = true,
      .kids = data_keys,
      .rules = data_rules,
      .doc = "The job's data, as the top-level `data`."},
     {.key = "train",
-     .type = AR__S_MAP,
+     .type = AR_SCHEMA_MAP,
      .required = true,
      .kids = train_keys,
      .doc = "How the job trains, as the top-level `train`."},
     {.key = "output",
-     .type = AR__S_MAP,
+     .type = AR_SCHEMA_MAP,
      .kids = output_keys,
      .doc = "Where the job's results go; default `OUTPUT/NAME` with OUTPUT "
             "the file's `output.dir`."},
@@ -592,19 +593,17 @@ static const ar__schema job_keys[] = {
             "as for separate items)."},
     {0}};
 
-static const ar__schema job_item[] = {{.key = "item",
-                                       .type = AR__S_MAP,
-                                       .kids = job_keys,
-                                       .doc = "One job."},
-                                      {0}};
+static const ar_schema job_item[] = {
+    {.key = "item", .type = AR_SCHEMA_MAP, .kids = job_keys, .doc = "One job."},
+    {0}};
 
-static const ar__schema top_keys[] = {
+static const ar_schema top_keys[] = {
     {.key = "name",
-     .type = AR__S_NAME,
+     .type = AR_SCHEMA_NAME,
      .def_doc = "the job file's name without its extension",
      .doc = "Names the job in logs, metrics and the default output folder."},
     {.key = "device",
-     .type = AR__S_DEVICE,
+     .type = AR_SCHEMA_DEVICE,
      .def = "auto",
      .doc = "Where the job runs: `host` (the CPU cores), `cuda:N` (CUDA "
             "device N, from 0), or `auto` (the first CUDA device when one is "
@@ -615,37 +614,37 @@ static const ar__schema top_keys[] = {
      .doc = "Seeds initialisation, shuffling and data generation, so that a "
             "run can be repeated."},
     {.key = "model",
-     .type = AR__S_MAP,
+     .type = AR_SCHEMA_MAP,
      .def_doc = "**required** unless `jobs` is given",
      .kids = model_keys,
      .doc = "The network."},
     {.key = "data",
-     .type = AR__S_MAP,
+     .type = AR_SCHEMA_MAP,
      .def_doc = "**required** unless `jobs` is given",
      .kids = data_keys,
      .rules = data_rules,
      .doc = "Where the points come from: exactly one of `train` (files) or "
             "`generate` (synthetic)."},
     {.key = "train",
-     .type = AR__S_MAP,
+     .type = AR_SCHEMA_MAP,
      .def_doc = "**required** unless `jobs` is given",
      .kids = train_keys,
      .doc = "How long and how to train."},
     {.key = "output",
-     .type = AR__S_MAP,
+     .type = AR_SCHEMA_MAP,
      .kids = output_keys,
      .doc = "Where results go."},
     {.key = "runtime",
-     .type = AR__S_MAP,
+     .type = AR_SCHEMA_MAP,
      .kids = runtime_keys,
      .doc = "How the jobs of this file share one device (lanes, Salus)."},
     {.key = "distributed",
-     .type = AR__S_MAP,
+     .type = AR_SCHEMA_MAP,
      .kids = distributed_keys,
      .doc = "Train over MPI with parameter servers and ordered transfers "
             "(TicTac): run with `mpirun -np N accelrt run JOB.yaml`."},
     {.key = "jobs",
-     .type = AR__S_LIST,
+     .type = AR_SCHEMA_LIST,
      .min_items = 1,
      .kids = job_item,
      .doc = "Several jobs in one run, sharing the device under `runtime`. "
@@ -653,44 +652,44 @@ static const ar__schema top_keys[] = {
             "`train`; `device` and `runtime` apply to all jobs."},
     {0}};
 
-static const ar__srule top_rules[] = {
-    {AR__R_ONE_OF, "model", "jobs",
+static const ar_schema_rule top_rules[] = {
+    {AR_SCHEMA_ONE_OF, "model", "jobs",
      "a job file describes one job (model, data, train) or lists several "
      "under jobs"},
-    {AR__R_CONFLICT, "jobs", "data", "each job of jobs has its own data"},
-    {AR__R_CONFLICT, "jobs", "train", "each job of jobs has its own train"},
-    {AR__R_CONFLICT, "jobs", "distributed",
+    {AR_SCHEMA_CONFLICT, "jobs", "data", "each job of jobs has its own data"},
+    {AR_SCHEMA_CONFLICT, "jobs", "train", "each job of jobs has its own train"},
+    {AR_SCHEMA_CONFLICT, "jobs", "distributed",
      "a multi-job file shares one device; run a distributed job on its own "
      "with mpirun"},
     {0}};
 
-static const ar__schema root_entry = {
+static const ar_schema root_entry = {
     .key = "",
-    .type = AR__S_MAP,
+    .type = AR_SCHEMA_MAP,
     .kids = top_keys,
     .rules = top_rules,
     .doc = "A job file is one YAML mapping with these keys."};
 
-const ar__schema *ar__schema_root(void) { return &root_entry; }
+const ar_schema *ar__schema_root(void) { return &root_entry; }
 
-const ar__schema *ar__schema_kid(const ar__schema *parent, const char *key,
-                                 size_t len) {
+const ar_schema *ar__schema_kid(const ar_schema *parent, const char *key,
+                                size_t len) {
   if (!parent || !parent->kids)
     return NULL;
-  for (const ar__schema *k = parent->kids; k->key; k++)
+  for (const ar_schema *k = parent->kids; k->key; k++)
     if (strlen(k->key) == len && memcmp(k->key, key, len) == 0)
       return k;
   return NULL;
 }
 
-char *ar__schema_range_text(const ar__schema *s, char *buf, size_t cap) {
+char *ar__schema_range_text(const ar_schema *s, char *buf, size_t cap) {
   buf[0] = '\0';
-  if (s->type == AR__S_INT) {
+  if (s->type == AR_SCHEMA_INT) {
     if (s->imax == INT64_MAX)
       snprintf(buf, cap, ">= %" PRId64, s->imin);
     else
       snprintf(buf, cap, "between %" PRId64 " and %" PRId64, s->imin, s->imax);
-  } else if (s->type == AR__S_FLOAT) {
+  } else if (s->type == AR_SCHEMA_FLOAT) {
     bool lo = isfinite(s->fmin), hi = isfinite(s->fmax);
     if (lo && hi && !s->fmin_open && !s->fmax_open)
       snprintf(buf, cap, "between %g and %g", s->fmin, s->fmax);
@@ -792,18 +791,18 @@ static const char md_rules[] =
     "## Keys\n";
 
 /* The type column of a row. */
-static void md_type(FILE *to, const ar__schema *s) {
+static void md_type(FILE *to, const ar_schema *s) {
   char range[96];
   ar__schema_range_text(s, range, sizeof range);
   switch (s->type) {
-  case AR__S_MAP:
+  case AR_SCHEMA_MAP:
     fputs("mapping", to);
     break;
-  case AR__S_LIST:
+  case AR_SCHEMA_LIST:
     fprintf(to, "list of mappings, at least %d", s->min_items);
     break;
-  case AR__S_VARIANT:
-    for (const ar__schema *k = s->kids; k->key; k++)
+  case AR_SCHEMA_VARIANT:
+    for (const ar_schema *k = s->kids; k->key; k++)
       fprintf(to, "%s`%s`",
               k == s->kids ? ""
               : k[1].key   ? ", "
@@ -811,38 +810,41 @@ static void md_type(FILE *to, const ar__schema *s) {
               k->key);
     fputs(", or a mapping with one of them", to);
     break;
-  case AR__S_STRING:
+  case AR_SCHEMA_STRING:
     fputs("string", to);
     break;
-  case AR__S_NAME:
+  case AR_SCHEMA_NAME:
     fputs("name (no `/`)", to);
     break;
-  case AR__S_PATH:
+  case AR_SCHEMA_PATH:
     fputs("path", to);
     break;
-  case AR__S_INT:
+  case AR_SCHEMA_INT:
     fprintf(to, "integer %s", range);
     break;
-  case AR__S_FLOAT:
+  case AR_SCHEMA_FLOAT:
     fprintf(to, "number %s", range);
     break;
-  case AR__S_ENUM:
+  case AR_SCHEMA_ENUM:
     for (int i = 0; s->values[i]; i++)
       fprintf(to, "%s`%s`", i == 0 ? "one of " : ", ", s->values[i]);
     break;
-  case AR__S_DEVICE:
+  case AR_SCHEMA_DEVICE:
     fputs("`auto`, `host` or `cuda:N`", to);
     break;
-  case AR__S_SIZE:
+  case AR_SCHEMA_SIZE:
     fputs("bytes with a unit (`8GiB`) or a percentage (`90%`)", to);
     break;
-  case AR__S_RESERVED:
+  case AR_SCHEMA_RESERVED:
     fputs("reserved", to);
+    break;
+  case AR_SCHEMA_ANY:
+    fputs("see the description", to);
     break;
   }
 }
 
-static void md_default(FILE *to, const ar__schema *s) {
+static void md_default(FILE *to, const ar_schema *s) {
   if (s->required)
     fputs("**required**", to);
   else if (s->def)
@@ -853,29 +855,29 @@ static void md_default(FILE *to, const ar__schema *s) {
     fputs("-", to);
 }
 
-static void md_section(FILE *to, const ar__schema *s, const char *path);
+static void md_section(FILE *to, const ar_schema *s, const char *path);
 
 /* Sections for the entries below a row, in table order. */
 /* A nested entry that reuses a top-level table (jobs[].model is the
  * top-level model) is documented once, at the top level. */
-static bool md_shared(const ar__schema *k, const char *path) {
+static bool md_shared(const ar_schema *k, const char *path) {
   if (!path[0])
     return false;
-  for (const ar__schema *t = top_keys; t->key; t++)
+  for (const ar_schema *t = top_keys; t->key; t++)
     if (t != k && t->kids && t->kids == k->kids)
       return true;
   return false;
 }
 
-static void md_subsections(FILE *to, const ar__schema *s, const char *path) {
-  for (const ar__schema *k = s->kids; k && k->key; k++) {
+static void md_subsections(FILE *to, const ar_schema *s, const char *path) {
+  for (const ar_schema *k = s->kids; k && k->key; k++) {
     if (md_shared(k, path))
       continue;
     char sub[256];
     snprintf(sub, sizeof sub, "%s%s%s", path, path[0] ? "." : "", k->key);
-    if (k->type == AR__S_MAP || k->type == AR__S_VARIANT) {
+    if (k->type == AR_SCHEMA_MAP || k->type == AR_SCHEMA_VARIANT) {
       md_section(to, k, sub);
-    } else if (k->type == AR__S_LIST) {
+    } else if (k->type == AR_SCHEMA_LIST) {
       char item[sizeof sub + 2];
       snprintf(item, sizeof item, "%s[]", sub);
       md_section(to, &k->kids[0], item);
@@ -885,15 +887,16 @@ static void md_subsections(FILE *to, const ar__schema *s, const char *path) {
 
 /* One heading, the entry's sentences and constraints, a table of its keys,
  * then the sections of nested mappings. */
-static void md_section(FILE *to, const ar__schema *s, const char *path) {
+static void md_section(FILE *to, const ar_schema *s, const char *path) {
   if (path[0])
     fprintf(to, "\n### `%s`\n\n%s\n", path, s->doc);
   else
     fprintf(to, "\n### Top level\n\n%s\n", s->doc);
-  if (s->type == AR__S_VARIANT)
+  if (s->type == AR_SCHEMA_VARIANT)
     fprintf(to, "\nDefault: `%s`.\n", s->def);
-  for (const ar__srule *r = s->rules; r && r->kind != AR__R_END; r++) {
-    if (r->kind == AR__R_ONE_OF)
+  for (const ar_schema_rule *r = s->rules; r && r->kind != AR_SCHEMA_RULES_END;
+       r++) {
+    if (r->kind == AR_SCHEMA_ONE_OF)
       fprintf(to, "\nExactly one of `%s` and `%s` must be given: %s.\n", r->a,
               r->b, r->why);
     else
@@ -901,7 +904,7 @@ static void md_section(FILE *to, const ar__schema *s, const char *path) {
               r->why);
   }
   fputs("\n| key | type | default | description |\n|---|---|---|---|\n", to);
-  for (const ar__schema *k = s->kids; k->key; k++) {
+  for (const ar_schema *k = s->kids; k->key; k++) {
     fprintf(to, "| `%s` | ", k->key);
     md_type(to, k);
     fputs(" | ", to);

@@ -35,9 +35,8 @@
 
 /* ---- diagnostics -------------------------------------------------------- */
 
-/* Appends one diagnostic; copies the strings.  false when out of memory.
- * Declared in yaml_tree.h for the other readers of YAML files (study.c). */
-bool ar__diags_push(ar_diags *d, int line, int col, const char *set,
+/* Appends one diagnostic; copies the strings.  false when out of memory. */
+static bool diags_push(ar_diags *d, int line, int col, const char *set,
                        const char *path, const char *msg) {
   ar_diag *items = ar_realloc(d->items, (size_t)(d->count + 1) * sizeof *items);
   if (!items)
@@ -58,6 +57,16 @@ bool ar__diags_push(ar_diags *d, int line, int col, const char *set,
   }
   d->count++;
   return true;
+}
+
+ar_status ar_diags_add(ar_diags *d, int line, int col, const char *path,
+                       const char *fmt, ...) {
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return diags_push(d, line, col, NULL, path, msg) ? AR_OK : AR_NOMEM;
 }
 
 void ar_diags_fini(ar_diags *d) {
@@ -117,10 +126,8 @@ static int diag_cmp(const void *pa, const void *pb) {
   return (a->seq > b->seq) - (a->seq < b->seq);
 }
 
-/* Orders the diagnostics by place; leaves them as found when out of memory
- * (the order is a nicety). */
-static void diags_sort(ar_diags *d) {
-  if (d->count < 2)
+void ar_diags_sort(ar_diags *d) {
+  if (!d || d->count < 2)
     return;
   diag_ref *refs = ar_malloc((size_t)d->count * sizeof *refs);
   if (!refs)
@@ -146,7 +153,11 @@ typedef struct ctx {
   bool check_files;
   char path[1024]; /* key path of the value being checked */
   size_t plen;
-  const ar__ynode *root; /* the file's top mapping (jobs items are not) */
+  const ar_ynode *root; /* the file's top mapping (jobs items are not) */
+  const ar_schema *top; /* the table being checked against, for suggestions */
+  /* A key the table does not have is reported with the path of the mapping
+   * that holds it (ar_schema_check) instead of its own (job files). */
+  bool unknown_at_map;
 } ctx;
 
 static void vdiag(ctx *c, int line, int col, int set, const char *path,
@@ -164,24 +175,24 @@ static void vdiag(ctx *c, int line, int col, int set, const char *path,
     snprintf(msg, sizeof msg, "more than %d problems; fix these first",
              MAX_DIAGS - 1);
     c->capped = true;
-    if (!ar__diags_push(c->d, 0, 0, NULL, NULL, msg))
+    if (!diags_push(c->d, 0, 0, NULL, NULL, msg))
       c->nomem = true;
     return;
   }
   vsnprintf(msg, sizeof msg, fmt, ap);
-  if (!ar__diags_push(c->d, line, col, st, path, msg))
+  if (!diags_push(c->d, line, col, st, path, msg))
     c->nomem = true;
 }
 
 /* A problem at a node, with an explicit key path. */
-static void diag_path(ctx *c, const ar__ynode *at, const char *path,
+static void diag_path(ctx *c, const ar_ynode *at, const char *path,
                       const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 4, 5)))
 #endif
     ;
 
-static void diag_path(ctx *c, const ar__ynode *at, const char *path,
+static void diag_path(ctx *c, const ar_ynode *at, const char *path,
                       const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -191,13 +202,13 @@ static void diag_path(ctx *c, const ar__ynode *at, const char *path,
 }
 
 /* A problem at a node, about the key path being checked. */
-static void diag(ctx *c, const ar__ynode *at, const char *fmt, ...)
+static void diag(ctx *c, const ar_ynode *at, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
 
-static void diag(ctx *c, const ar__ynode *at, const char *fmt, ...) {
+static void diag(ctx *c, const ar_ynode *at, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vdiag(c, at ? at->line : 0, at ? at->col : 0, at ? at->set : -1,
@@ -209,7 +220,7 @@ static void diag(ctx *c, const ar__ynode *at, const char *fmt, ...) {
 static void report_file(void *ud, int line, int col, const char *path,
                         const char *msg) {
   ctx *c = ud;
-  diag_path(c, &(ar__ynode){.line = line, .col = col, .set = -1}, path, "%s",
+  diag_path(c, &(ar_ynode){.line = line, .col = col, .set = -1}, path, "%s",
             msg);
 }
 
@@ -228,12 +239,12 @@ static void report_set(void *ud, int line, int col, const char *path,
   char full[1024];
   snprintf(full, sizeof full, "%s%s%s", r->c->set_key, path ? "." : "",
            path ? path : "");
-  diag_path(r->c, &(ar__ynode){.set = r->set}, full, "%s", msg);
+  diag_path(r->c, &(ar_ynode){.set = r->set}, full, "%s", msg);
 }
 
 /* Key path bookkeeping while walking the tree: push returns the length to
  * restore. */
-static size_t push_key(ctx *c, const ar__ynode *key) {
+static size_t push_key(ctx *c, const ar_ynode *key) {
   size_t old = c->plen;
   char q[128];
   ar__yquote(key->text, key->len, 40, q, sizeof q);
@@ -304,20 +315,20 @@ static const char *closest(const char *typed, size_t len,
 
 /* Writes into buf the path of the first schema entry named key outside
  * `except`, e.g. "train.batch" for a "batch:" written at the top level. */
-static bool find_elsewhere(const ar__schema *s, const ar__schema *except,
+static bool find_elsewhere(const ar_schema *s, const ar_schema *except,
                            const char *key, size_t len, char *prefix,
                            size_t cap) {
   if (!s->kids)
     return false;
   size_t plen = strlen(prefix);
-  for (const ar__schema *k = s->kids; k->key; k++) {
-    const char *name = s->type == AR__S_LIST ? "[i]" : k->key;
+  for (const ar_schema *k = s->kids; k->key; k++) {
+    const char *name = s->type == AR_SCHEMA_LIST ? "[i]" : k->key;
     if (plen + strlen(name) + 2 >= cap)
       continue;
     snprintf(prefix + plen, cap - plen, "%s%s",
-             plen && s->type != AR__S_LIST ? "." : "", name);
-    if (s != except && s->type != AR__S_LIST && strlen(k->key) == len &&
-        memcmp(k->key, key, len) == 0 && k->type != AR__S_RESERVED)
+             plen && s->type != AR_SCHEMA_LIST ? "." : "", name);
+    if (s != except && s->type != AR_SCHEMA_LIST && strlen(k->key) == len &&
+        memcmp(k->key, key, len) == 0 && k->type != AR_SCHEMA_RESERVED)
       return true;
     if (find_elsewhere(k, except, key, len, prefix, cap))
       return true;
@@ -329,11 +340,11 @@ static bool find_elsewhere(const ar__schema *s, const ar__schema *except,
 /* ---- scalars ------------------------------------------------------------ */
 
 /* How a value reads in a message. */
-static const char *describe(const ar__ynode *v, char *buf, size_t cap) {
+static const char *describe(const ar_ynode *v, char *buf, size_t cap) {
   char q[160];
-  if (v->kind == AR__YMAP)
+  if (v->kind == AR_YNODE_MAP)
     return "a mapping";
-  if (v->kind == AR__YSEQ)
+  if (v->kind == AR_YNODE_SEQ)
     return "a list";
   if (ar__ynode_is_null(v))
     return "an empty value";
@@ -416,21 +427,13 @@ static bool valid_device(const char *t, size_t len) {
   return n <= INT_MAX;
 }
 
-/* The value of one scalar entry. */
-typedef struct sval {
-  int64_t i;     /* INT */
-  double f;      /* FLOAT */
-  int e;         /* ENUM: index into values */
-  const char *s; /* STRING, NAME, PATH, DEVICE: borrowed text */
-} sval;
-
 /* Parses text as the scalar entry s.  Returns true with *out, or false
  * with the problem in why (a whole message, without the key path).
  * `plain` is false for quoted text (then never a number). */
 /* "8GiB", "512MiB", "4GB", "1000000" (bytes) or "90%" (a fraction of the
  * device's free memory, in (0, 100]). */
-static bool parse_size(const char *t, size_t len, bool plain, sval *out,
-                       char *why, size_t cap) {
+static bool parse_size(const char *t, size_t len, bool plain,
+                       ar_schema_value *out, char *why, size_t cap) {
   static const struct {
     const char *unit;
     double mult;
@@ -489,13 +492,14 @@ static bool parse_size(const char *t, size_t len, bool plain, sval *out,
   return false;
 }
 
-static bool scalar_value(const ar__schema *s, const char *t, size_t len,
-                         bool plain, sval *out, char *why, size_t cap) {
+static bool scalar_value(const ar_schema *s, const char *t, size_t len,
+                         bool plain, ar_schema_value *out, char *why,
+                         size_t cap) {
   char q[160], range[96];
   ar__yquote(t, len, QUOTE_MAX, q, sizeof q);
   ar__schema_range_text(s, range, sizeof range);
   switch (s->type) {
-  case AR__S_INT: {
+  case AR_SCHEMA_INT: {
     bool ovf;
     if (!plain) {
       snprintf(why, cap,
@@ -514,7 +518,7 @@ static bool scalar_value(const ar__schema *s, const char *t, size_t len,
     }
     return true;
   }
-  case AR__S_FLOAT: {
+  case AR_SCHEMA_FLOAT: {
     bool big;
     if (!plain) {
       snprintf(why, cap,
@@ -535,7 +539,7 @@ static bool scalar_value(const ar__schema *s, const char *t, size_t len,
     }
     return true;
   }
-  case AR__S_ENUM: {
+  case AR_SCHEMA_ENUM: {
     int n = 0;
     for (; s->values[n]; n++)
       if (strlen(s->values[n]) == len && !memcmp(s->values[n], t, len)) {
@@ -557,9 +561,9 @@ static bool scalar_value(const ar__schema *s, const char *t, size_t len,
       snprintf(why, cap, "'%s' is not allowed: use one of %s", q, list);
     return false;
   }
-  case AR__S_SIZE:
+  case AR_SCHEMA_SIZE:
     return parse_size(t, len, plain, out, why, cap);
-  case AR__S_DEVICE:
+  case AR_SCHEMA_DEVICE:
     if (!valid_device(t, len)) {
       static const char *const devs[] = {"auto", "host", "cuda:0"};
       const char *near = closest(t, len, devs, 3);
@@ -571,18 +575,18 @@ static bool scalar_value(const ar__schema *s, const char *t, size_t len,
     }
     out->s = t;
     return true;
-  case AR__S_STRING:
-  case AR__S_NAME:
-  case AR__S_PATH:
+  case AR_SCHEMA_STRING:
+  case AR_SCHEMA_NAME:
+  case AR_SCHEMA_PATH:
     if (memchr(t, '\0', len)) {
       snprintf(why, cap, "'%s' contains a NUL character", q);
       return false;
     }
-    if (s->type != AR__S_STRING && len == 0) {
+    if (s->type != AR_SCHEMA_STRING && len == 0) {
       snprintf(why, cap, "must not be empty");
       return false;
     }
-    if (s->type == AR__S_NAME) {
+    if (s->type == AR_SCHEMA_NAME) {
       bool bad =
           (len == 1 && t[0] == '.') || (len == 2 && t[0] == '.' && t[1] == '.');
       for (size_t i = 0; i < len; i++)
@@ -606,45 +610,52 @@ static bool scalar_value(const ar__schema *s, const char *t, size_t len,
 
 /* What an entry expects, in words, for type errors ("an integer",
  * "one of xc, libsvm").  Returns buf. */
-static const char *expected(const ar__schema *s, char *buf, size_t cap) {
+static const char *expected(const ar_schema *s, char *buf, size_t cap) {
+  if (s->expect) { /* the table's own words */
+    snprintf(buf, cap, "%s", s->expect);
+    return buf;
+  }
   const char *w = NULL;
   switch (s->type) {
-  case AR__S_MAP:
+  case AR_SCHEMA_ANY:
+    w = "a value";
+    break;
+  case AR_SCHEMA_MAP:
     w = "a mapping of keys";
     break;
-  case AR__S_LIST:
+  case AR_SCHEMA_LIST:
     w = "a list";
     break;
-  case AR__S_INT:
+  case AR_SCHEMA_INT:
     w = "an integer";
     break;
-  case AR__S_FLOAT:
+  case AR_SCHEMA_FLOAT:
     w = "a number";
     break;
-  case AR__S_DEVICE:
+  case AR_SCHEMA_DEVICE:
     w = "'auto', 'host' or 'cuda:N'";
     break;
-  case AR__S_SIZE:
+  case AR_SCHEMA_SIZE:
     w = "a size such as 8GiB or 90%";
     break;
-  case AR__S_NAME:
+  case AR_SCHEMA_NAME:
     w = "a name";
     break;
-  case AR__S_PATH:
+  case AR_SCHEMA_PATH:
     w = "a path";
     break;
-  case AR__S_STRING:
-  case AR__S_RESERVED:
+  case AR_SCHEMA_STRING:
+  case AR_SCHEMA_RESERVED:
     w = "a single value";
     break;
-  case AR__S_ENUM: {
+  case AR_SCHEMA_ENUM: {
     size_t used = (size_t)snprintf(buf, cap, "one of");
     for (int i = 0; s->values[i] && used < cap; i++)
       used += (size_t)snprintf(buf + used, cap - used, "%s %s", i ? "," : "",
                                s->values[i]);
     return buf;
   }
-  case AR__S_VARIANT:
+  case AR_SCHEMA_VARIANT:
     snprintf(buf, cap,
              "'%s' or '%s' (or a mapping with one of them as its "
              "only key)",
@@ -657,15 +668,15 @@ static const char *expected(const ar__schema *s, char *buf, size_t cap) {
 
 /* ---- validation against the schema --------------------------------------- */
 
-static void check(ctx *c, const ar__schema *s, const ar__ynode *v,
-                  const ar__ynode *key);
+static void check(ctx *c, const ar_schema *s, const ar_ynode *v,
+                  const ar_ynode *key);
 
-static void unknown_key(ctx *c, const ar__schema *s, const ar__ynode *k) {
+static void unknown_key(ctx *c, const ar_schema *s, const ar_ynode *k) {
   const char *names[32];
   int n = 0;
   char list[512] = "";
   size_t used = 0;
-  for (const ar__schema *e = s->kids; e->key && n < 32; e++) {
+  for (const ar_schema *e = s->kids; e->key && n < 32; e++) {
     names[n++] = e->key;
     if (used < sizeof list)
       used += (size_t)snprintf(list + used, sizeof list - used, "%s%s",
@@ -676,35 +687,49 @@ static void unknown_key(ctx *c, const ar__schema *s, const ar__ynode *k) {
   const char *near = closest(k->text, k->len, names, n);
   if (near)
     diag(c, k, "unknown key '%s'; did you mean '%s'?", q, near);
-  else if (find_elsewhere(ar__schema_root(), s, k->text, k->len, where,
-                          sizeof where))
+  else if (find_elsewhere(c->top, s, k->text, k->len, where, sizeof where))
     diag(c, k, "unknown key '%s' here; did you mean '%s'?", q, where);
   else
     diag(c, k, "unknown key '%s'; allowed keys: %s", q, list);
 }
 
-static void check_map(ctx *c, const ar__schema *s, const ar__ynode *m,
-                      const ar__ynode *key) {
+/* Reports k, a key the table does not have, with the path convention of
+ * the check at hand (see ctx.unknown_at_map). */
+static void unknown_key_at(ctx *c, const ar_schema *s, const ar_ynode *k) {
+  if (c->unknown_at_map) {
+    unknown_key(c, s, k);
+    return;
+  }
+  size_t old = push_key(c, k);
+  unknown_key(c, s, k);
+  pop(c, old);
+}
+
+static void check_map(ctx *c, const ar_schema *s, const ar_ynode *m,
+                      const ar_ynode *key) {
   for (int i = 0; i < m->n; i++) {
-    const ar__ynode *k = m->keys[i];
-    const ar__schema *ks = ar__schema_kid(s, k->text, k->len);
+    const ar_ynode *k = m->keys[i];
+    const ar_schema *ks = ar__schema_kid(s, k->text, k->len);
+    if (!ks) {
+      unknown_key_at(c, s, k);
+      continue;
+    }
     size_t old = push_key(c, k);
-    if (!ks)
-      unknown_key(c, s, k);
-    else
-      check(c, ks, m->vals[i], k);
+    check(c, ks, m->vals[i], k);
     pop(c, old);
   }
-  const ar__ynode *at = key ? key : m;
-  for (const ar__schema *e = s->kids; e->key; e++)
+  const ar_ynode *at = key ? key : m;
+  for (const ar_schema *e = s->kids; e->key; e++)
     if (e->required && ar__ymap_find(m, e->key) < 0)
-      diag(c, at, "missing required key '%s'", e->key);
-  for (const ar__srule *r = s->rules; r && r->kind != AR__R_END; r++) {
+      diag(c, at, "missing required key '%s'%s%s", e->key,
+           e->expect ? "; expected " : "", e->expect ? e->expect : "");
+  for (const ar_schema_rule *r = s->rules; r && r->kind != AR_SCHEMA_RULES_END;
+       r++) {
     int ia = ar__ymap_find(m, r->a), ib = ar__ymap_find(m, r->b);
     if (ia >= 0 && ib >= 0) {
       /* Point at whichever of the two comes second. */
-      const ar__ynode *first = m->keys[ia < ib ? ia : ib];
-      const ar__ynode *second = m->keys[ia < ib ? ib : ia];
+      const ar_ynode *first = m->keys[ia < ib ? ia : ib];
+      const ar_ynode *second = m->keys[ia < ib ? ib : ia];
       char q1[160], q2[160];
       ar__yquote(first->text, first->len, 40, q1, sizeof q1);
       ar__yquote(second->text, second->len, 40, q2, sizeof q2);
@@ -718,21 +743,21 @@ static void check_map(ctx *c, const ar__schema *s, const ar__ynode *m,
         diag(c, second, "conflicting keys '%s' and '%s': give only one; %s", q1,
              q2, r->why);
       pop(c, old);
-    } else if (r->kind == AR__R_ONE_OF && ia < 0 && ib < 0) {
+    } else if (r->kind == AR_SCHEMA_ONE_OF && ia < 0 && ib < 0) {
       diag(c, at, "missing key: give one of '%s' or '%s'; %s", r->a, r->b,
            r->why);
     }
   }
 }
 
-static void check_variant(ctx *c, const ar__schema *s, const ar__ynode *v) {
+static void check_variant(ctx *c, const ar_schema *s, const ar_ynode *v) {
   const char *names[8];
   int n = 0;
-  for (const ar__schema *e = s->kids; e->key && n < 8; e++)
+  for (const ar_schema *e = s->kids; e->key && n < 8; e++)
     names[n++] = e->key;
   AR_ASSERT(n == 2); /* the messages name two alternatives */
   char want[256];
-  if (v->kind == AR__YSCALAR) {
+  if (v->kind == AR_YNODE_SCALAR) {
     if (ar__schema_kid(s, v->text, v->len))
       return;
     char q[160];
@@ -742,27 +767,27 @@ static void check_variant(ctx *c, const ar__schema *s, const ar__ynode *v) {
          near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
     return;
   }
-  if (v->kind != AR__YMAP) {
+  if (v->kind != AR_YNODE_MAP) {
     diag(c, v, "expected %s, got a list", expected(s, want, sizeof want));
     return;
   }
-  const ar__ynode *first = NULL;
+  const ar_ynode *first = NULL;
   for (int i = 0; i < v->n; i++) {
-    const ar__ynode *k = v->keys[i];
-    const ar__schema *ks = ar__schema_kid(s, k->text, k->len);
-    size_t old = push_key(c, k);
+    const ar_ynode *k = v->keys[i];
+    const ar_schema *ks = ar__schema_kid(s, k->text, k->len);
     if (!ks) {
-      unknown_key(c, s, k);
-    } else {
-      if (first) {
-        char q1[160], q2[160];
-        ar__yquote(first->text, first->len, 40, q1, sizeof q1);
-        ar__yquote(k->text, k->len, 40, q2, sizeof q2);
-        diag(c, k, "conflicting keys '%s' and '%s': give only one", q1, q2);
-      }
-      first = first ? first : k;
-      check(c, ks, v->vals[i], k);
+      unknown_key_at(c, s, k);
+      continue;
     }
+    size_t old = push_key(c, k);
+    if (first) {
+      char q1[160], q2[160];
+      ar__yquote(first->text, first->len, 40, q1, sizeof q1);
+      ar__yquote(k->text, k->len, 40, q2, sizeof q2);
+      diag(c, k, "conflicting keys '%s' and '%s': give only one", q1, q2);
+    }
+    first = first ? first : k;
+    check(c, ks, v->vals[i], k);
     pop(c, old);
   }
   if (v->n == 0)
@@ -771,10 +796,12 @@ static void check_variant(ctx *c, const ar__schema *s, const ar__ynode *v) {
 
 /* Checks value v against entry s; key is the key node that led here (NULL
  * at the top and for list items), for problems "at the parent". */
-static void check(ctx *c, const ar__schema *s, const ar__ynode *v,
-                  const ar__ynode *key) {
+static void check(ctx *c, const ar_schema *s, const ar_ynode *v,
+                  const ar_ynode *key) {
   char desc[200], why[512], want[256];
-  if (s->type == AR__S_RESERVED) {
+  if (s->type == AR_SCHEMA_ANY)
+    return; /* the module that reads the file checks it */
+  if (s->type == AR_SCHEMA_RESERVED) {
     diag(c, key ? key : v, "%s", s->reserved_msg);
     return;
   }
@@ -785,16 +812,17 @@ static void check(ctx *c, const ar__schema *s, const ar__ynode *v,
     return;
   }
   switch (s->type) {
-  case AR__S_MAP:
-    if (v->kind != AR__YMAP)
-      diag(c, v, "expected a mapping of keys, got %s",
+  case AR_SCHEMA_MAP:
+    if (v->kind != AR_YNODE_MAP)
+      diag(c, v, "expected %s, got %s", expected(s, want, sizeof want),
            describe(v, desc, sizeof desc));
     else
       check_map(c, s, v, key);
     return;
-  case AR__S_LIST:
-    if (v->kind != AR__YSEQ) {
-      diag(c, v, "expected a list, got %s", describe(v, desc, sizeof desc));
+  case AR_SCHEMA_LIST:
+    if (v->kind != AR_YNODE_SEQ) {
+      diag(c, v, "expected %s, got %s", expected(s, want, sizeof want),
+           describe(v, desc, sizeof desc));
       return;
     }
     if (v->n < s->min_items)
@@ -806,19 +834,24 @@ static void check(ctx *c, const ar__schema *s, const ar__ynode *v,
       pop(c, old);
     }
     return;
-  case AR__S_VARIANT:
+  case AR_SCHEMA_VARIANT:
     check_variant(c, s, v);
     return;
   default:
     break;
   }
-  if (v->kind != AR__YSCALAR) {
+  if (v->kind != AR_YNODE_SCALAR) {
     diag(c, v, "expected %s, got %s", expected(s, want, sizeof want),
          describe(v, desc, sizeof desc));
     return;
   }
-  sval out;
-  if (!scalar_value(s, v->text, v->len, v->plain, &out, why, sizeof why))
+  ar_schema_value out;
+  if (scalar_value(s, v->text, v->len, v->plain, &out, why, sizeof why))
+    return;
+  if (s->expect) /* the table's words instead of the type's */
+    diag(c, v, "expected %s, got %s", s->expect,
+         describe(v, desc, sizeof desc));
+  else
     diag(c, v, "%s", why);
 }
 
@@ -903,14 +936,14 @@ static bool seg_is_number(const seg *g, int *out) {
 
 /* The index of the item of a list addressed by g (index or name), or -1
  * after reporting. */
-static int find_item(ctx *c, int set, const ar__ynode *seq, const seg *g,
+static int find_item(ctx *c, int set, const ar_ynode *seq, const seg *g,
                      const char *where) {
   int idx;
   char q[160];
   ar__yquote(g->s, g->len, 40, q, sizeof q);
   if (g->index || seg_is_number(g, &idx)) {
     if (!seg_is_number(g, &idx) || idx >= seq->n) {
-      diag_path(c, &(ar__ynode){.set = set}, c->set_key,
+      diag_path(c, &(ar_ynode){.set = set}, c->set_key,
                 "index %s is out of range: '%s' has %d item%s", q, where,
                 seq->n, seq->n == 1 ? "" : "s");
       return -1;
@@ -918,8 +951,8 @@ static int find_item(ctx *c, int set, const ar__ynode *seq, const seg *g,
     return idx;
   }
   for (int i = 0; i < seq->n; i++) {
-    const ar__ynode *name = ar__ymap_get(seq->vals[i], "name");
-    if (name && name->kind == AR__YSCALAR && name->len == g->len &&
+    const ar_ynode *name = ar_ynode_get(seq->vals[i], "name");
+    if (name && name->kind == AR_YNODE_SCALAR && name->len == g->len &&
         !memcmp(name->text, g->s, g->len))
       return i;
   }
@@ -927,11 +960,11 @@ static int find_item(ctx *c, int set, const ar__ynode *seq, const seg *g,
   if (g->len > 5 && !memcmp(g->s, "layer", 5)) {
     seg num = {g->s + 5, g->len - 5, false};
     if (seg_is_number(&num, &idx) && idx < seq->n &&
-        seq->vals[idx]->kind == AR__YMAP &&
-        !ar__ymap_get(seq->vals[idx], "name"))
+        seq->vals[idx]->kind == AR_YNODE_MAP &&
+        !ar_ynode_get(seq->vals[idx], "name"))
       return idx;
   }
-  diag_path(c, &(ar__ynode){.set = set}, c->set_key,
+  diag_path(c, &(ar_ynode){.set = set}, c->set_key,
             "no item of '%s' is named '%s'; address items by index "
             "('%s[0]') or by their name",
             where, q, where);
@@ -941,9 +974,9 @@ static int find_item(ctx *c, int set, const ar__ynode *seq, const seg *g,
 /* Applies override number i: parses its value and hangs it at its path,
  * creating missing mappings.  Problems are reported and the override
  * skipped. */
-static void apply_set(ctx *c, ar__ynode *root, int i) {
+static void apply_set(ctx *c, ar_ynode *root, int i) {
   const char *arg = c->sets[i];
-  ar__ynode *fake = &(ar__ynode){.set = i};
+  ar_ynode *fake = &(ar_ynode){.set = i};
   if (!arg) {
     diag_path(c, fake, NULL, "empty override; expected KEY.PATH=VALUE");
     return;
@@ -964,7 +997,7 @@ static void apply_set(ctx *c, ar__ynode *root, int i) {
   }
 
   /* The value is YAML of its own, stamped with the override's number. */
-  ar__ynode *val = NULL;
+  ar_ynode *val = NULL;
   set_report rep = {c, i};
   ar_status st =
       ar__yaml_parse(eq + 1, strlen(eq + 1), i, report_set, &rep, &val);
@@ -973,7 +1006,7 @@ static void apply_set(ctx *c, ar__ynode *root, int i) {
   if (st != AR_OK)
     return;
   if (!val) { /* "key=" : an empty value, judged by validation */
-    val = ar__ynode_new(AR__YSCALAR, 0, 0, i, "", 0);
+    val = ar__ynode_new(AR_YNODE_SCALAR, 0, 0, i, "", 0);
     if (!val) {
       c->nomem = true;
       return;
@@ -983,13 +1016,13 @@ static void apply_set(ctx *c, ar__ynode *root, int i) {
   /* Walk down; `where` is the path walked so far, for messages. */
   char where[512] = "";
   size_t wl = 0;
-  ar__ynode *cur = root;
+  ar_ynode *cur = root;
   for (int s = 0; s < n; s++) {
     const seg *g = &segs[s];
     bool last = s == n - 1;
     char q[160];
     ar__yquote(g->s, g->len, 40, q, sizeof q);
-    if (cur->kind == AR__YMAP) {
+    if (cur->kind == AR_YNODE_MAP) {
       if (g->index) {
         diag_path(c, fake, c->set_key,
                   "'%s' is a mapping, not a list: address it with a key, not "
@@ -1004,12 +1037,12 @@ static void apply_set(ctx *c, ar__ynode *root, int i) {
           j = t;
       if (last) {
         if (j >= 0) {
-          ar__ynode_free(cur->vals[j]);
+          ar_ynode_destroy(cur->vals[j]);
           cur->vals[j] = val;
         } else {
-          ar__ynode *k = ar__ynode_new(AR__YSCALAR, 0, 0, i, g->s, g->len);
+          ar_ynode *k = ar__ynode_new(AR_YNODE_SCALAR, 0, 0, i, g->s, g->len);
           if (!k || ar__ynode_append(cur, k, val) != AR_OK) {
-            ar__ynode_free(k);
+            ar_ynode_destroy(k);
             c->nomem = true;
             goto fail;
           }
@@ -1018,15 +1051,15 @@ static void apply_set(ctx *c, ar__ynode *root, int i) {
       }
       if (j >= 0 && ar__ynode_is_null(cur->vals[j])) {
         /* "output:" left empty in the file: fill it like a missing key. */
-        ar__ynode *m = ar__ynode_new(AR__YMAP, 0, 0, i, NULL, 0);
+        ar_ynode *m = ar__ynode_new(AR_YNODE_MAP, 0, 0, i, NULL, 0);
         if (!m) {
           c->nomem = true;
           goto fail;
         }
-        ar__ynode_free(cur->vals[j]);
+        ar_ynode_destroy(cur->vals[j]);
         cur->vals[j] = m;
-      } else if (j >= 0 && cur->vals[j]->kind == AR__YSCALAR) {
-        const ar__ynode *sv = cur->vals[j];
+      } else if (j >= 0 && cur->vals[j]->kind == AR_YNODE_SCALAR) {
+        const ar_ynode *sv = cur->vals[j];
         char vq[160];
         ar__yquote(sv->text, sv->len, 40, vq, sizeof vq);
         char here[700], next[160];
@@ -1038,27 +1071,27 @@ static void apply_set(ctx *c, ar__ynode *root, int i) {
                   here, vq, next, here);
         goto fail;
       } else if (j < 0) {
-        ar__ynode *k = ar__ynode_new(AR__YSCALAR, 0, 0, i, g->s, g->len);
-        ar__ynode *m = ar__ynode_new(AR__YMAP, 0, 0, i, NULL, 0);
+        ar_ynode *k = ar__ynode_new(AR_YNODE_SCALAR, 0, 0, i, g->s, g->len);
+        ar_ynode *m = ar__ynode_new(AR_YNODE_MAP, 0, 0, i, NULL, 0);
         if (!k || !m || ar__ynode_append(cur, k, m) != AR_OK) {
-          ar__ynode_free(k);
-          ar__ynode_free(m);
+          ar_ynode_destroy(k);
+          ar_ynode_destroy(m);
           c->nomem = true;
           goto fail;
         }
         j = cur->n - 1;
       }
       cur = cur->vals[j];
-    } else if (cur->kind == AR__YSEQ) {
+    } else if (cur->kind == AR_YNODE_SEQ) {
       int j = find_item(c, i, cur, g, where);
       if (j < 0)
         goto fail;
       if (last) {
-        ar__ynode_free(cur->vals[j]);
+        ar_ynode_destroy(cur->vals[j]);
         cur->vals[j] = val;
         return;
       }
-      if (cur->vals[j]->kind == AR__YSCALAR) {
+      if (cur->vals[j]->kind == AR_YNODE_SCALAR) {
         diag_path(c, fake, c->set_key,
                   "item %d of '%s' is a single value, not a mapping", j, where);
         goto fail;
@@ -1073,13 +1106,13 @@ static void apply_set(ctx *c, ar__ynode *root, int i) {
       wl = strlen(where);
   }
 fail:
-  ar__ynode_free(val);
+  ar_ynode_destroy(val);
 }
 
 /* ---- conversion --------------------------------------------------------- */
 
-static const ar__schema *kid(const ar__schema *parent, const char *key) {
-  const ar__schema *k = ar__schema_kid(parent, key, strlen(key));
+static const ar_schema *kid(const ar_schema *parent, const char *key) {
+  const ar_schema *k = ar__schema_kid(parent, key, strlen(key));
   AR_ASSERT(k); /* a key missing from the table is a bug in this file */
   return k;
 }
@@ -1087,15 +1120,15 @@ static const ar__schema *kid(const ar__schema *parent, const char *key) {
 /* The valid value of `key` in map m (entry ms), or its default.  false
  * when the value is invalid (already reported) or absent without default;
  * *node gets the value's node or NULL. */
-static bool get(const ar__ynode *m, const ar__schema *ms, const char *key,
-                sval *out, const ar__ynode **node) {
-  const ar__schema *s = kid(ms, key);
-  const ar__ynode *v = ar__ymap_get(m, key);
+static bool get(const ar_ynode *m, const ar_schema *ms, const char *key,
+                ar_schema_value *out, const ar_ynode **node) {
+  const ar_schema *s = kid(ms, key);
+  const ar_ynode *v = ar_ynode_get(m, key);
   char why[512];
   if (node)
     *node = v;
   if (v) {
-    if (v->kind != AR__YSCALAR || ar__ynode_is_null(v))
+    if (v->kind != AR_YNODE_SCALAR || ar__ynode_is_null(v))
       return false;
     return scalar_value(s, v->text, v->len, v->plain, out, why, sizeof why);
   }
@@ -1106,9 +1139,9 @@ static bool get(const ar__ynode *m, const ar__schema *ms, const char *key,
   return ok;
 }
 
-static int64_t get_int(const ar__ynode *m, const ar__schema *ms,
-                       const char *key, bool *ok) {
-  sval v = {0};
+static int64_t get_int(const ar_ynode *m, const ar_schema *ms, const char *key,
+                       bool *ok) {
+  ar_schema_value v = {0};
   if (!get(m, ms, key, &v, NULL)) {
     *ok = false;
     return 0;
@@ -1116,16 +1149,22 @@ static int64_t get_int(const ar__ynode *m, const ar__schema *ms,
   return v.i;
 }
 
-static double get_float(const ar__ynode *m, const ar__schema *ms,
+static double get_float(const ar_ynode *m, const ar_schema *ms,
                         const char *key) {
-  sval v = {0};
+  ar_schema_value v = {0};
   return get(m, ms, key, &v, NULL) ? v.f : 0.0;
 }
 
+bool ar_schema_get(const ar_schema *map, const ar_ynode *m, const char *key,
+                   ar_schema_value *out) {
+  *out = (ar_schema_value){0};
+  return get(m, map, key, out, NULL);
+}
+
 /* A map value or NULL (absent, or invalid and already reported). */
-static const ar__ynode *get_map(const ar__ynode *m, const char *key) {
-  const ar__ynode *v = ar__ymap_get(m, key);
-  return v && v->kind == AR__YMAP ? v : NULL;
+static const ar_ynode *get_map(const ar_ynode *m, const char *key) {
+  const ar_ynode *v = ar_ynode_get(m, key);
+  return v && v->kind == AR_YNODE_MAP ? v : NULL;
 }
 
 /* A copy of a string; out of memory is noted in the context. */
@@ -1138,7 +1177,7 @@ static char *dup_text(ctx *c, const char *s) {
 
 /* Data paths in the file resolve against the job file's folder; paths from
  * --set are the user's own, relative to the working directory. */
-static char *resolve(ctx *c, const ar__ynode *v) {
+static char *resolve(ctx *c, const ar_ynode *v) {
   const char *p = v->text;
   if (v->set >= 0 || !c->base_dir || !c->base_dir[0] || p[0] == '/')
     return dup_text(c, p);
@@ -1156,7 +1195,7 @@ static char *resolve(ctx *c, const ar__ynode *v) {
   return r;
 }
 
-static void check_file(ctx *c, const ar__ynode *at, const char *key,
+static void check_file(ctx *c, const ar_ynode *at, const char *key,
                        const char *path) {
   char q[512];
   struct stat st;
@@ -1197,7 +1236,7 @@ static char *name_from_file(ctx *c, const char *file) {
   if (dot && dot != base)
     len = (size_t)(dot - base);
   char why[256];
-  sval v;
+  ar_schema_value v;
   if (len == 0 || !scalar_value(kid(ar__schema_root(), "name"), base, len,
                                 false, &v, why, sizeof why))
     return dup_text(c, "job");
@@ -1224,7 +1263,7 @@ static int name_cmp(const void *pa, const void *pb) {
 }
 
 static void check_unique_names(ctx *c, const ar_spec *sp,
-                               const ar__ynode *layers) {
+                               const ar_ynode *layers) {
   if (sp->n_layers < 2)
     return;
   name_ref *refs = ar_malloc((size_t)sp->n_layers * sizeof *refs);
@@ -1243,8 +1282,8 @@ static void check_unique_names(ctx *c, const ar_spec *sp,
     int first = refs[j - 1].i;
     while (j < n && !strcmp(refs[j].name, sp->layers[first].name)) {
       int i = refs[j].i;
-      const ar__ynode *item = layers->vals[i];
-      const ar__ynode *at = ar__ymap_get(item, "name");
+      const ar_ynode *item = layers->vals[i];
+      const ar_ynode *at = ar_ynode_get(item, "name");
       char path[64], q[160];
       snprintf(path, sizeof path, "model.layers[%d].name", i);
       ar__yquote(refs[j].name, strlen(refs[j].name), 40, q, sizeof q);
@@ -1259,32 +1298,33 @@ static void check_unique_names(ctx *c, const ar_spec *sp,
 }
 
 /* layers[i].sparse; the layer's activation is already converted. */
-static void convert_sparse(ctx *c, const ar__ynode *m, const ar__schema *ss,
+static void convert_sparse(ctx *c, const ar_ynode *m, const ar_schema *ss,
                            int i, ar_layer_spec *ls) {
   ar_sparse_spec *sp = &ls->sparse;
   if (!m)
     return; /* absent (or invalid, reported): a dense layer */
-  sval v;
+  ar_schema_value v;
   bool ok = true;
   sp->mode = get(m, ss, "mode", &v, NULL) ? (ar_sparse_mode)(AR_SPARSE_DENSE + v.e)
                                           : AR_SPARSE_AUTO;
   sp->auto_min_width = get_int(m, ss, "auto_min_width", &ok);
   if (get(m, ss, "hash", &v, NULL))
     sp->hash = (ar_sparse_hash)v.e;
-  sp->K = ar__ymap_get(m, "K") ? (int32_t)get_int(m, ss, "K", &ok) : 0; /* 0: auto */
+  /* 0: chosen from the width (ar_sparse_auto_K) */
+  sp->K = ar_ynode_get(m, "K") ? (int32_t)get_int(m, ss, "K", &ok) : 0;
   sp->L = (int32_t)get_int(m, ss, "L", &ok);
   sp->bucket = (int32_t)get_int(m, ss, "bucket", &ok);
   sp->reservoir = get(m, ss, "insert", &v, NULL) && v.e == 1;
   if (get(m, ss, "sampling", &v, NULL))
     sp->sampling = (ar_sparse_sampling)v.e;
   sp->active = get_float(m, ss, "active");
-  sp->min_active = ar__ymap_get(m, "min_active")
+  sp->min_active = ar_ynode_get(m, "min_active")
                        ? (int32_t)get_int(m, ss, "min_active", &ok)
                        : -1; /* the budget */
   sp->max_active = (int32_t)get_int(m, ss, "max_active", &ok);
   sp->threshold = (int32_t)get_int(m, ss, "threshold", &ok);
-  const ar__schema *rs = kid(ss, "rehash");
-  const ar__ynode *r = get_map(m, "rehash");
+  const ar_schema *rs = kid(ss, "rehash");
+  const ar_ynode *r = get_map(m, "rehash");
   sp->rehash_every = get_int(r, rs, "every", &ok);
   sp->rehash_growth = get_float(r, rs, "growth");
   sp->new_hash_every = get_int(r, rs, "new_hash_every", &ok);
@@ -1299,28 +1339,28 @@ static void convert_sparse(ctx *c, const ar__ynode *m, const ar__schema *ss,
               "dense");
   if (sp->min_active > 0 && sp->max_active > 0 &&
       sp->min_active > sp->max_active)
-    diag_path(c, ar__ymap_get(m, "min_active"), path,
+    diag_path(c, ar_ynode_get(m, "min_active"), path,
               "min_active %d is above max_active %d", sp->min_active,
               sp->max_active);
 }
 
-static void convert_model(ctx *c, const ar__ynode *root, ar_spec *sp) {
-  const ar__schema *ms = kid(ar__schema_root(), "model");
-  const ar__ynode *model = get_map(root, "model");
-  const ar__ynode *input = get_map(model, "input");
-  const ar__schema *is = kid(ms, "input");
+static void convert_model(ctx *c, const ar_ynode *root, ar_spec *sp) {
+  const ar_schema *ms = kid(ar__schema_root(), "model");
+  const ar_ynode *model = get_map(root, "model");
+  const ar_ynode *input = get_map(model, "input");
+  const ar_schema *is = kid(ms, "input");
   bool ok = true;
-  if (ar__ymap_get(input, "sparse")) {
+  if (ar_ynode_get(input, "sparse")) {
     sp->input.sparse = true;
     sp->input.features = get_int(input, is, "sparse", &ok);
-  } else if (ar__ymap_get(input, "dense")) {
+  } else if (ar_ynode_get(input, "dense")) {
     sp->input.features = get_int(input, is, "dense", &ok);
   }
 
-  const ar__ynode *layers = ar__ymap_get(model, "layers");
-  if (!layers || layers->kind != AR__YSEQ || layers->n == 0)
+  const ar_ynode *layers = ar_ynode_get(model, "layers");
+  if (!layers || layers->kind != AR_YNODE_SEQ || layers->n == 0)
     return;
-  const ar__schema *item = &kid(ms, "layers")->kids[0];
+  const ar_schema *item = &kid(ms, "layers")->kids[0];
   sp->layers = ar_calloc((size_t)layers->n, sizeof *sp->layers);
   if (!sp->layers) {
     c->nomem = true;
@@ -1328,15 +1368,15 @@ static void convert_model(ctx *c, const ar__ynode *root, ar_spec *sp) {
   }
   sp->n_layers = layers->n;
   for (int i = 0; i < layers->n; i++) {
-    const ar__ynode *L = layers->vals[i];
+    const ar_ynode *L = layers->vals[i];
     ar_layer_spec *ls = &sp->layers[i];
     bool last = i == layers->n - 1;
     if (L->set < 0)
       ls->pos = (ar_srcpos){L->line, L->col};
-    if (L->kind != AR__YMAP)
+    if (L->kind != AR_YNODE_MAP)
       continue; /* reported */
-    sval v;
-    const ar__ynode *node;
+    ar_schema_value v;
+    const ar_ynode *node;
     if (get(L, item, "name", &v, &node)) {
       ls->name = dup_text(c, v.s);
     } else if (!node) {
@@ -1369,23 +1409,23 @@ static void convert_model(ctx *c, const ar__ynode *root, ar_spec *sp) {
   check_unique_names(c, sp, layers);
 }
 
-static void convert_data(ctx *c, const ar__ynode *root, ar_spec *sp) {
-  const ar__schema *ds = kid(ar__schema_root(), "data");
-  const ar__ynode *data = get_map(root, "data");
-  sval v;
-  const ar__ynode *node;
+static void convert_data(ctx *c, const ar_ynode *root, ar_spec *sp) {
+  const ar_schema *ds = kid(ar__schema_root(), "data");
+  const ar_ynode *data = get_map(root, "data");
+  ar_schema_value v;
+  const ar_ynode *node;
   bool ok = true;
   /* A missing file is reported at its key ("train:") when the path is
    * written in the file, and against the override when it came from one. */
   if (get(data, ds, "train", &v, &node)) {
     sp->data.train = resolve(c, node);
-    const ar__ynode *k = data->keys[ar__ymap_find(data, "train")];
+    const ar_ynode *k = data->keys[ar__ymap_find(data, "train")];
     if (c->check_files && sp->data.train)
       check_file(c, node->set >= 0 ? node : k, "data.train", sp->data.train);
   }
   if (get(data, ds, "test", &v, &node)) {
     sp->data.test = resolve(c, node);
-    const ar__ynode *k = data->keys[ar__ymap_find(data, "test")];
+    const ar_ynode *k = data->keys[ar__ymap_find(data, "test")];
     if (c->check_files && sp->data.test)
       check_file(c, node->set >= 0 ? node : k, "data.test", sp->data.test);
   }
@@ -1393,10 +1433,10 @@ static void convert_data(ctx *c, const ar__ynode *root, ar_spec *sp) {
     sp->data.format = v.e == 0 ? AR_FMT_XC : AR_FMT_LIBSVM;
   sp->data.shuffle_window = get_int(data, ds, "shuffle_window", &ok);
 
-  const ar__ynode *gen = get_map(data, "generate");
+  const ar_ynode *gen = get_map(data, "generate");
   if (!gen)
     return;
-  const ar__schema *gs = kid(ds, "generate");
+  const ar_schema *gs = kid(ds, "generate");
   ar_gen_spec *g = &sp->data.gen;
   sp->data.generate = true;
   g->train_points = get_int(gen, gs, "train_points", &ok);
@@ -1410,9 +1450,9 @@ static void convert_data(ctx *c, const ar__ynode *root, ar_spec *sp) {
   bool fok = true, lok = true;
   g->features = get_int(gen, gs, "features", &fok);
   g->labels = get_int(gen, gs, "labels", &lok);
-  const ar__ynode *input = get_map(get_map(root, "model"), "input");
+  const ar_ynode *input = get_map(get_map(root, "model"), "input");
   const char *in_key = sp->input.sparse ? "sparse" : "dense";
-  const ar__ynode *in_node = ar__ymap_get(input, in_key);
+  const ar_ynode *in_node = ar_ynode_get(input, in_key);
   if (fok && sp->input.features > 0 && g->features != sp->input.features) {
     char ip[32];
     snprintf(ip, sizeof ip, "model.input.%s", in_key);
@@ -1420,7 +1460,7 @@ static void convert_data(ctx *c, const ar__ynode *root, ar_spec *sp) {
               "%" PRId64 " input features, but "
               "data.generate.features is %" PRId64 "; they must be equal",
               sp->input.features, g->features);
-    diag_path(c, ar__ymap_get(gen, "features"), "data.generate.features",
+    diag_path(c, ar_ynode_get(gen, "features"), "data.generate.features",
               "%" PRId64 " features, but %s is %" PRId64 "; they must be "
               "equal",
               g->features, ip, sp->input.features);
@@ -1428,25 +1468,25 @@ static void convert_data(ctx *c, const ar__ynode *root, ar_spec *sp) {
   int last = sp->n_layers - 1;
   if (lok && last >= 0 && sp->layers[last].width > 0 &&
       g->labels != sp->layers[last].width) {
-    const ar__ynode *layers = ar__ymap_get(get_map(root, "model"), "layers");
-    const ar__ynode *dn = ar__ymap_get(layers->vals[last], "dense");
+    const ar_ynode *layers = ar_ynode_get(get_map(root, "model"), "layers");
+    const ar_ynode *dn = ar_ynode_get(layers->vals[last], "dense");
     char lp[64];
     snprintf(lp, sizeof lp, "model.layers[%d].dense", last);
     diag_path(c, dn, lp,
               "the last layer has %" PRId64 " outputs, but "
               "data.generate.labels is %" PRId64 "; they must be equal",
               sp->layers[last].width, g->labels);
-    diag_path(c, ar__ymap_get(gen, "labels"), "data.generate.labels",
+    diag_path(c, ar_ynode_get(gen, "labels"), "data.generate.labels",
               "%" PRId64 " labels, but the last layer (%s) has %" PRId64
               " outputs; they must be equal",
               g->labels, lp, sp->layers[last].width);
   }
 }
 
-static void convert_train(ctx *c, const ar__ynode *root, ar_spec *sp) {
-  const ar__schema *ts = kid(ar__schema_root(), "train");
+static void convert_train(ctx *c, const ar_ynode *root, ar_spec *sp) {
+  const ar_schema *ts = kid(ar__schema_root(), "train");
   int ti = ar__ymap_find(root, "train");
-  const ar__ynode *train = get_map(root, "train");
+  const ar_ynode *train = get_map(root, "train");
   bool eok = true, iok = true, ok = true;
   sp->train.batch = (int32_t)get_int(train, ts, "batch", &ok);
   sp->train.epochs = get_int(train, ts, "epochs", &eok);
@@ -1455,31 +1495,31 @@ static void convert_train(ctx *c, const ar__ynode *root, ar_spec *sp) {
   sp->train.eval_every = get_int(train, ts, "eval_every", &ok);
   sp->train.eval_points = get_int(train, ts, "eval_points", &ok);
   sp->train.checkpoint_every = get_int(train, ts, "checkpoint_every", &ok);
-  sval v;
+  ar_schema_value v;
   if (get(train, ts, "init", &v, NULL))
     sp->train.init = (ar_init_kind)v.e; /* table order: auto, he, xavier */
   if (train && eok && iok && sp->train.epochs == 0 &&
       sp->train.iterations == 0) {
-    const ar__ynode *at = ar__ymap_get(train, "epochs");
-    at = at ? at : ar__ymap_get(train, "iterations");
+    const ar_ynode *at = ar_ynode_get(train, "epochs");
+    at = at ? at : ar_ynode_get(train, "iterations");
     diag_path(c, at ? at : root->keys[ti], "train",
               "nothing to train: set epochs or iterations (or both) above 0");
   }
 
   /* optimizer: "adam", "sgd", or {adam: {...}} / {sgd: {...}}. */
-  const ar__schema *os = kid(ts, "optimizer");
-  const ar__ynode *opt = ar__ymap_get(train, "optimizer");
+  const ar_schema *os = kid(ts, "optimizer");
+  const ar_ynode *opt = ar_ynode_get(train, "optimizer");
   const char *kind = os->def;
-  const ar__ynode *params = NULL;
-  if (opt && opt->kind == AR__YSCALAR &&
+  const ar_ynode *params = NULL;
+  if (opt && opt->kind == AR_YNODE_SCALAR &&
       ar__schema_kid(os, opt->text, opt->len))
     kind = opt->text;
-  else if (opt && opt->kind == AR__YMAP && opt->n >= 1 &&
+  else if (opt && opt->kind == AR_YNODE_MAP && opt->n >= 1 &&
            ar__schema_kid(os, opt->keys[0]->text, opt->keys[0]->len)) {
     kind = opt->keys[0]->text;
     params = get_map(opt, kind);
   }
-  const ar__schema *ks = kid(os, kind);
+  const ar_schema *ks = kid(os, kind);
   if (!strcmp(kind, "sgd")) {
     sp->train.optimizer = AR_OPT_SGD;
     sp->train.momentum = get_float(params, ks, "momentum");
@@ -1493,10 +1533,10 @@ static void convert_train(ctx *c, const ar__ynode *root, ar_spec *sp) {
   sp->train.weight_decay = get_float(params, ks, "weight_decay");
 }
 
-static void convert_runtime(ctx *c, const ar__ynode *root, ar_spec *sp) {
-  const ar__schema *rs = kid(ar__schema_root(), "runtime");
-  const ar__ynode *m = get_map(root, "runtime");
-  sval v;
+static void convert_runtime(ctx *c, const ar_ynode *root, ar_spec *sp) {
+  const ar_schema *rs = kid(ar__schema_root(), "runtime");
+  const ar_ynode *m = get_map(root, "runtime");
+  ar_schema_value v;
   if (get(m, rs, "policy", &v, NULL))
     sp->runtime.policy = (ar_policy_kind)v.e;
   if (get(m, rs, "memory", &v, NULL)) {
@@ -1507,11 +1547,11 @@ static void convert_runtime(ctx *c, const ar__ynode *root, ar_spec *sp) {
   (void)c;
 }
 
-static void convert_distributed(ctx *c, const ar__ynode *root, ar_spec *sp) {
-  const ar__schema *ds = kid(ar__schema_root(), "distributed");
-  const ar__ynode *m = get_map(root, "distributed");
-  sval v;
-  const ar__ynode *node;
+static void convert_distributed(ctx *c, const ar_ynode *root, ar_spec *sp) {
+  const ar_schema *ds = kid(ar__schema_root(), "distributed");
+  const ar_ynode *m = get_map(root, "distributed");
+  ar_schema_value v;
+  const ar_ynode *node;
   bool ok = true;
   sp->distributed.enabled = m != NULL;
   sp->distributed.servers = (int32_t)get_int(m, ds, "servers", &ok);
@@ -1521,9 +1561,9 @@ static void convert_distributed(ctx *c, const ar__ynode *root, ar_spec *sp) {
       (int32_t)get_int(m, ds, "trace_iterations", &ok);
   sp->distributed.max_bytes_in_flight =
       get_int(m, ds, "max_bytes_in_flight", &ok);
-  const ar__ynode *link = get_map(m, "link");
+  const ar_ynode *link = get_map(m, "link");
   if (link) {
-    const ar__schema *ls = kid(ds, "link");
+    const ar_schema *ls = kid(ds, "link");
     sp->distributed.link_gbps = get_float(link, ls, "gbps");
     sp->distributed.link_latency_us = get_float(link, ls, "latency_us");
   }
@@ -1531,10 +1571,10 @@ static void convert_distributed(ctx *c, const ar__ynode *root, ar_spec *sp) {
     sp->distributed.schedule_file = resolve(c, node);
   if (get(m, ds, "share", &v, &node) && strcmp(node->text, "none") != 0)
     sp->distributed.share_file = resolve(c, node);
-  const ar__ynode *ws = m ? ar__ymap_get(m, "workers") : NULL;
-  if (!ws || ws->kind != AR__YSEQ || ws->n == 0)
+  const ar_ynode *ws = m ? ar_ynode_get(m, "workers") : NULL;
+  if (!ws || ws->kind != AR_YNODE_SEQ || ws->n == 0)
     return;
-  const ar__schema *item = &kid(ds, "workers")->kids[0];
+  const ar_schema *item = &kid(ds, "workers")->kids[0];
   sp->distributed.workers = ar_calloc((size_t)ws->n, sizeof *sp->distributed.workers);
   if (!sp->distributed.workers) {
     c->nomem = true;
@@ -1542,8 +1582,8 @@ static void convert_distributed(ctx *c, const ar__ynode *root, ar_spec *sp) {
   }
   sp->distributed.n_workers = ws->n;
   for (int i = 0; i < ws->n; i++) {
-    const ar__ynode *w = ws->vals[i];
-    if (w->kind != AR__YMAP)
+    const ar_ynode *w = ws->vals[i];
+    if (w->kind != AR_YNODE_MAP)
       continue; /* reported */
     if (get(w, item, "device", &v, NULL))
       sp->distributed.workers[i].device = dup_text(c, v.s);
@@ -1551,7 +1591,7 @@ static void convert_distributed(ctx *c, const ar__ynode *root, ar_spec *sp) {
   }
 }
 
-static ar_spec *convert(ctx *c, const ar__ynode *root, const char *file);
+static ar_spec *convert(ctx *c, const ar_ynode *root, const char *file);
 
 /* The output folder "PARENT/NAME" (PARENT NULL: "runs/NAME"). */
 static char *join_dir(ctx *c, const char *parent, const char *name) {
@@ -1567,15 +1607,15 @@ static char *join_dir(ctx *c, const char *parent, const char *name) {
 
 /* jobs: each item (and each copy of a repeated item) becomes a complete
  * ar_spec of its own. */
-static void convert_jobs(ctx *c, const ar__ynode *root, ar_spec *sp) {
-  const ar__ynode *jobs = ar__ymap_get(root, "jobs");
-  if (!jobs || jobs->kind != AR__YSEQ || jobs->n == 0)
+static void convert_jobs(ctx *c, const ar_ynode *root, ar_spec *sp) {
+  const ar_ynode *jobs = ar_ynode_get(root, "jobs");
+  if (!jobs || jobs->kind != AR_YNODE_SEQ || jobs->n == 0)
     return;
-  const ar__schema *js = &kid(ar__schema_root(), "jobs")->kids[0];
+  const ar_schema *js = &kid(ar__schema_root(), "jobs")->kids[0];
   int total = 0;
   bool ok = true;
   for (int i = 0; i < jobs->n; i++)
-    if (jobs->vals[i]->kind == AR__YMAP)
+    if (jobs->vals[i]->kind == AR_YNODE_MAP)
       total += (int)get_int(jobs->vals[i], js, "repeat", &ok);
   if (total == 0)
     return;
@@ -1588,15 +1628,15 @@ static void convert_jobs(ctx *c, const ar__ynode *root, ar_spec *sp) {
   ar_rng_seed(&rng, sp->seed, 77);
   double clock = 0.0;
   for (int i = 0; i < jobs->n && !c->nomem; i++) {
-    const ar__ynode *it = jobs->vals[i];
-    if (it->kind != AR__YMAP)
+    const ar_ynode *it = jobs->vals[i];
+    if (it->kind != AR_YNODE_MAP)
       continue;
     int64_t reps = get_int(it, js, "repeat", &ok);
-    sval v;
-    const ar__ynode *node;
+    ar_schema_value v;
+    const ar_ynode *node;
     bool named = get(it, js, "name", &v, &node);
-    bool has_seed = ar__ymap_get(it, "seed") != NULL;
-    bool has_arrival = ar__ymap_get(it, "arrival") != NULL;
+    bool has_seed = ar_ynode_get(it, "seed") != NULL;
+    bool has_arrival = ar_ynode_get(it, "arrival") != NULL;
     for (int64_t r = 0; r < reps && !c->nomem; r++) {
       ar_spec *j = convert(c, it, NULL);
       if (!j)
@@ -1619,7 +1659,8 @@ static void convert_jobs(ctx *c, const ar__ynode *root, ar_spec *sp) {
       j->device = dup_text(c, sp->device);
       if (!has_seed)
         j->seed = sp->seed + (uint64_t)sp->n_jobs;
-      if (!get_map(it, "output") || !ar__ymap_get(get_map(it, "output"), "dir")) {
+      if (!get_map(it, "output") ||
+          !ar_ynode_get(get_map(it, "output"), "dir")) {
         ar_free(j->output.dir);
         j->output.dir = j->name ? join_dir(c, sp->output.dir, j->name) : NULL;
       }
@@ -1647,16 +1688,16 @@ static void convert_jobs(ctx *c, const ar__ynode *root, ar_spec *sp) {
       }
 }
 
-static ar_spec *convert(ctx *c, const ar__ynode *root, const char *file) {
-  const ar__schema *rs = ar__schema_root();
+static ar_spec *convert(ctx *c, const ar_ynode *root, const char *file) {
+  const ar_schema *rs = ar__schema_root();
   ar_spec *sp = ar_calloc(1, sizeof *sp);
   if (!sp) {
     c->nomem = true;
     return NULL;
   }
   sp->file = dup_text(c, file ? file : "<string>");
-  sval v;
-  const ar__ynode *node;
+  ar_schema_value v;
+  const ar_ynode *node;
   if (get(root, rs, "name", &v, &node))
     sp->name = dup_text(c, v.s);
   else if (!node)
@@ -1665,7 +1706,7 @@ static ar_spec *convert(ctx *c, const ar__ynode *root, const char *file) {
   bool ok = true;
   sp->seed = (uint64_t)get_int(root, rs, "seed", &ok);
 
-  bool multi = ar__ymap_get(root, "jobs") != NULL;
+  bool multi = ar_ynode_get(root, "jobs") != NULL;
   if (!multi) {
     if (root == c->root) {
       /* model is covered by the schema's one-of rule with jobs. */
@@ -1687,7 +1728,7 @@ static ar_spec *convert(ctx *c, const ar__ynode *root, const char *file) {
     convert_distributed(c, root, sp);
   }
 
-  const ar__ynode *out = get_map(root, "output");
+  const ar_ynode *out = get_map(root, "output");
   if (get(out, kid(rs, "output"), "dir", &v, &node)) {
     sp->output.dir = dup_text(c, v.s);
   } else if (!node && sp->name) {
@@ -1771,9 +1812,10 @@ ar_status ar_spec_parse(const char *text, size_t len, const char *file,
   c->n_sets = n_sets;
   c->base_dir = base_dir;
   c->check_files = check_files;
+  c->top = ar__schema_root();
 
   ar_status st = AR_OK;
-  ar__ynode *root = NULL;
+  ar_ynode *root = NULL;
   ar_spec *sp = NULL;
   if (len > AR_SPEC_MAX_BYTES) {
     diag_path(c, NULL, NULL,
@@ -1786,12 +1828,12 @@ ar_status ar_spec_parse(const char *text, size_t len, const char *file,
   if (st != AR_OK)
     goto done; /* AR_PARSE: reported; AR_NOMEM */
   if (!root || ar__ynode_is_null(root)) {
-    diag_path(c, &(ar__ynode){.line = 1, .col = 1, .set = -1}, NULL,
+    diag_path(c, &(ar_ynode){.line = 1, .col = 1, .set = -1}, NULL,
               "the job file is empty; it needs at least model:, data: and "
               "train: (see docs/job-file.md)");
     goto done;
   }
-  if (root->kind != AR__YMAP) {
+  if (root->kind != AR_YNODE_MAP) {
     char desc[200];
     diag_path(c, root, NULL,
               "the top level of a job file must be a mapping "
@@ -1802,7 +1844,7 @@ ar_status ar_spec_parse(const char *text, size_t len, const char *file,
   for (int i = 0; i < n_sets && !c->nomem; i++)
     apply_set(c, root, i);
   if (!c->nomem)
-    check(c, ar__schema_root(), root, NULL);
+    check(c, c->top, root, NULL);
   c->root = root;
   if (!c->nomem)
     sp = convert(c, root, file);
@@ -1818,11 +1860,38 @@ done:
     *out = sp;
   else
     ar_spec_destroy(sp);
-  diags_sort(c->d);
-  ar__ynode_free(root);
+  ar_diags_sort(c->d);
+  ar_ynode_destroy(root);
   ar_diags_fini(&local);
   ar_free(c);
   return st;
+}
+
+/* Reads the file at path into *buf (ar_free it), at most one byte past
+ * AR_SPEC_MAX_BYTES: enough for the caller to refuse an oversized file
+ * without reading all of it.  AR_IO with *errnum, or AR_NOMEM. */
+static ar_status read_capped(const char *path, char **buf, size_t *len,
+                             int *errnum) {
+  *buf = NULL;
+  *len = 0;
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    *errnum = errno ? errno : EIO;
+    return AR_IO;
+  }
+  *buf = ar_malloc(AR_SPEC_MAX_BYTES + 1);
+  if (!*buf) {
+    fclose(f);
+    return AR_NOMEM;
+  }
+  *len = fread(*buf, 1, AR_SPEC_MAX_BYTES + 1, f);
+  *errnum = ferror(f) ? (errno ? errno : EIO) : 0;
+  fclose(f);
+  if (!*errnum)
+    return AR_OK;
+  ar_free(*buf);
+  *buf = NULL;
+  return AR_IO;
 }
 
 ar_status ar_spec_load(const char *path, const char *const *sets, int n_sets,
@@ -1835,22 +1904,14 @@ ar_status ar_spec_load(const char *path, const char *const *sets, int n_sets,
   if (!path || !out)
     return AR_INVALID;
 
-  /* Read at most one byte past the limit: enough for ar_spec_parse to
-   * refuse an oversized file without reading all of it. */
-  ar_status st = AR_OK;
   char *buf = NULL, *dir = NULL;
-  size_t len = 0, cap = AR_SPEC_MAX_BYTES + 1;
-  FILE *f = fopen(path, "rb");
-  if (!f)
+  size_t len = 0;
+  int errnum = 0;
+  ar_status st = read_capped(path, &buf, &len, &errnum);
+  if (st == AR_IO)
     goto io_error;
-  buf = ar_malloc(cap);
-  if (!buf) {
-    st = AR_NOMEM;
+  if (st != AR_OK)
     goto done;
-  }
-  len = fread(buf, 1, cap, f);
-  if (ferror(f))
-    goto io_error;
 
   /* Data paths in the file are relative to the file's folder. */
   const char *slash = strrchr(path, '/');
@@ -1869,15 +1930,76 @@ ar_status ar_spec_load(const char *path, const char *const *sets, int n_sets,
 
 io_error : {
   char msg[512];
-  snprintf(msg, sizeof msg, "cannot read the job file: %s",
-           strerror(errno ? errno : EIO));
-  st = ar__diags_push(d, 0, 0, NULL, NULL, msg) ? AR_IO : AR_NOMEM;
+  snprintf(msg, sizeof msg, "cannot read the job file: %s", strerror(errnum));
+  st = diags_push(d, 0, 0, NULL, NULL, msg) ? AR_IO : AR_NOMEM;
 }
 done:
-  if (f)
-    fclose(f);
   ar_free(buf);
   ar_free(dir);
   ar_diags_fini(&local);
   return st;
+}
+
+/* ---- other modules' YAML files ------------------------------------------ */
+
+ar_status ar_schema_check(const ar_schema *s, const ar_ynode *v,
+                          const char *path, ar_diags *diags) {
+  if (!s || !v || !diags)
+    return AR_OK;
+  ctx *c = ar_calloc(1, sizeof *c);
+  if (!c)
+    return AR_NOMEM;
+  c->d = diags;
+  c->top = s;
+  c->unknown_at_map = true;
+  snprintf(c->path, sizeof c->path, "%s", path ? path : "");
+  c->plen = strlen(c->path);
+  check(c, s, v, NULL);
+  ar_status st = c->nomem ? AR_NOMEM : AR_OK;
+  ar_free(c);
+  return st;
+}
+
+/* Receives the YAML parser's problems for ar_yaml_load. */
+typedef struct plain_report {
+  ar_diags *d;
+  bool nomem;
+} plain_report;
+
+static void report_plain(void *ud, int line, int col, const char *path,
+                         const char *msg) {
+  plain_report *r = ud;
+  if (!diags_push(r->d, line, col, NULL, path, msg))
+    r->nomem = true;
+}
+
+ar_status ar_yaml_load(const char *path, const char *what, ar_ynode **out,
+                       ar_diags *diags) {
+  *out = NULL;
+  char *buf = NULL;
+  size_t len = 0;
+  int errnum = 0;
+  ar_status st = read_capped(path, &buf, &len, &errnum);
+  if (st == AR_IO)
+    return ar_diags_add(diags, 0, 0, NULL, "cannot read the %s: %s", what,
+                        strerror(errnum)) == AR_OK
+               ? AR_IO
+               : AR_NOMEM;
+  if (st != AR_OK)
+    return st;
+  if (len > AR_SPEC_MAX_BYTES) {
+    ar_free(buf);
+    return ar_diags_add(diags, 0, 0, NULL, "the %s is larger than %u bytes",
+                        what, AR_SPEC_MAX_BYTES) == AR_OK
+               ? AR_SPEC
+               : AR_NOMEM;
+  }
+  plain_report r = {diags, false};
+  st = ar__yaml_parse(buf, len, -1, report_plain, &r, out);
+  ar_free(buf);
+  if (r.nomem && st == AR_OK) {
+    ar_ynode_destroy(*out);
+    *out = NULL;
+  }
+  return r.nomem || st == AR_NOMEM ? AR_NOMEM : st == AR_OK ? AR_OK : AR_SPEC;
 }

@@ -1,5 +1,5 @@
 /*
- * libyaml events -> ar__ynode tree (see yaml_tree.h for what is refused and
+ * libyaml events -> ar_ynode tree (see yaml_tree.h for what is refused and
  * why).  The builder keeps an explicit stack bounded by
  * AR__YAML_MAX_DEPTH, so nothing here recurses on input depth except the
  * final free, which is bounded the same way.
@@ -15,9 +15,9 @@
 
 /* ---- nodes ------------------------------------------------------------- */
 
-ar__ynode *ar__ynode_new(ar__ykind kind, int line, int col, int set,
-                         const char *text, size_t len) {
-  ar__ynode *n = ar_calloc(1, sizeof *n);
+ar_ynode *ar__ynode_new(ar_ynode_kind kind, int line, int col, int set,
+                        const char *text, size_t len) {
+  ar_ynode *n = ar_calloc(1, sizeof *n);
   if (!n)
     return NULL;
   n->kind = kind;
@@ -25,7 +25,7 @@ ar__ynode *ar__ynode_new(ar__ykind kind, int line, int col, int set,
   n->col = col;
   n->set = set;
   n->plain = true;
-  if (kind == AR__YSCALAR) {
+  if (kind == AR_YNODE_SCALAR) {
     if (len == SIZE_MAX) {
       ar_free(n);
       return NULL;
@@ -43,13 +43,13 @@ ar__ynode *ar__ynode_new(ar__ykind kind, int line, int col, int set,
   return n;
 }
 
-void ar__ynode_free(ar__ynode *n) {
+void ar_ynode_destroy(ar_ynode *n) {
   if (!n)
     return;
   for (int i = 0; i < n->n; i++) {
     if (n->keys)
-      ar__ynode_free(n->keys[i]);
-    ar__ynode_free(n->vals[i]);
+      ar_ynode_destroy(n->keys[i]);
+    ar_ynode_destroy(n->vals[i]);
   }
   ar_free(n->keys);
   ar_free(n->vals);
@@ -57,18 +57,18 @@ void ar__ynode_free(ar__ynode *n) {
   ar_free(n);
 }
 
-ar_status ar__ynode_append(ar__ynode *coll, ar__ynode *key, ar__ynode *val) {
-  AR_ASSERT(coll->kind != AR__YSCALAR);
-  AR_ASSERT((coll->kind == AR__YMAP) == (key != NULL));
+ar_status ar__ynode_append(ar_ynode *coll, ar_ynode *key, ar_ynode *val) {
+  AR_ASSERT(coll->kind != AR_YNODE_SCALAR);
+  AR_ASSERT((coll->kind == AR_YNODE_MAP) == (key != NULL));
   if (coll->n == coll->cap) {
     /* The node limit keeps n far below INT_MAX / 2. */
     int cap = coll->cap ? coll->cap * 2 : 4;
-    ar__ynode **vals = ar_realloc(coll->vals, (size_t)cap * sizeof *vals);
+    ar_ynode **vals = ar_realloc(coll->vals, (size_t)cap * sizeof *vals);
     if (!vals)
       return AR_NOMEM;
     coll->vals = vals;
-    if (coll->kind == AR__YMAP) {
-      ar__ynode **keys = ar_realloc(coll->keys, (size_t)cap * sizeof *keys);
+    if (coll->kind == AR_YNODE_MAP) {
+      ar_ynode **keys = ar_realloc(coll->keys, (size_t)cap * sizeof *keys);
       if (!keys)
         return AR_NOMEM;
       coll->keys = keys;
@@ -82,32 +82,32 @@ ar_status ar__ynode_append(ar__ynode *coll, ar__ynode *key, ar__ynode *val) {
   return AR_OK;
 }
 
-bool ar__yscalar_is(const ar__ynode *n, const char *s) {
-  if (!n || n->kind != AR__YSCALAR)
+bool ar_ynode_is(const ar_ynode *n, const char *s) {
+  if (!n || n->kind != AR_YNODE_SCALAR)
     return false;
   size_t l = strlen(s);
   return n->len == l && memcmp(n->text, s, l) == 0;
 }
 
-int ar__ymap_find(const ar__ynode *map, const char *key) {
-  if (!map || map->kind != AR__YMAP)
+int ar__ymap_find(const ar_ynode *map, const char *key) {
+  if (!map || map->kind != AR_YNODE_MAP)
     return -1;
   for (int i = 0; i < map->n; i++)
-    if (ar__yscalar_is(map->keys[i], key))
+    if (ar_ynode_is(map->keys[i], key))
       return i;
   return -1;
 }
 
-ar__ynode *ar__ymap_get(const ar__ynode *map, const char *key) {
+const ar_ynode *ar_ynode_get(const ar_ynode *map, const char *key) {
   int i = ar__ymap_find(map, key);
   return i < 0 ? NULL : map->vals[i];
 }
 
-bool ar__ynode_is_null(const ar__ynode *n) {
-  if (!n || n->kind != AR__YSCALAR || !n->plain)
+bool ar__ynode_is_null(const ar_ynode *n) {
+  if (!n || n->kind != AR_YNODE_SCALAR || !n->plain)
     return false;
-  return n->len == 0 || ar__yscalar_is(n, "~") || ar__yscalar_is(n, "null") ||
-         ar__yscalar_is(n, "Null") || ar__yscalar_is(n, "NULL");
+  return n->len == 0 || ar_ynode_is(n, "~") || ar_ynode_is(n, "null") ||
+         ar_ynode_is(n, "Null") || ar_ynode_is(n, "NULL");
 }
 
 char *ar__yquote(const char *s, size_t len, size_t max, char *buf, size_t cap) {
@@ -151,15 +151,19 @@ char *ar__yquote(const char *s, size_t len, size_t max, char *buf, size_t cap) {
   return buf;
 }
 
+char *ar_ynode_quote(const ar_ynode *n, char *buf, size_t cap) {
+  return ar__yquote(n->text, n->len, 60, buf, cap);
+}
+
 /* ---- builder ------------------------------------------------------------ */
 
 typedef struct builder {
   /* Open collections, outermost first.  A collection is attached to its
    * parent when it starts, so the parent's last pair/item leads to it. */
-  ar__ynode *stack[AR__YAML_MAX_DEPTH];
+  ar_ynode *stack[AR__YAML_MAX_DEPTH];
   int depth;
-  ar__ynode *pending_key[AR__YAML_MAX_DEPTH]; /* map: key awaiting a value */
-  ar__ynode *root;
+  ar_ynode *pending_key[AR__YAML_MAX_DEPTH]; /* map: key awaiting a value */
+  ar_ynode *root;
   long nodes;
   int docs;
   int set;
@@ -209,9 +213,9 @@ static void stack_path(const builder *b, int upto, char *buf, size_t cap,
                        size_t *used) {
   char q[128];
   for (int i = 0; i < upto; i++) {
-    const ar__ynode *c = b->stack[i];
-    if (c->kind == AR__YMAP) {
-      const ar__ynode *k = c->keys[c->n - 1];
+    const ar_ynode *c = b->stack[i];
+    if (c->kind == AR_YNODE_MAP) {
+      const ar_ynode *k = c->keys[c->n - 1];
       cat(buf, cap, used, "%s%s", *used ? "." : "",
           ar__yquote(k->text, k->len, 40, q, sizeof q));
     } else {
@@ -223,7 +227,7 @@ static void stack_path(const builder *b, int upto, char *buf, size_t cap,
 /* A key and its index in the map, sorted together so that the comparison
  * needs no outside state (qsort has no context argument). */
 typedef struct keyref {
-  const ar__ynode *key;
+  const ar_ynode *key;
   int i;
 } keyref;
 
@@ -244,7 +248,7 @@ static int key_cmp(const void *pa, const void *pb) {
  * Sorting keeps this O(n log n), so a map with thousands of keys cannot
  * make the parser crawl. */
 static ar_status drop_duplicates(builder *b) {
-  ar__ynode *m = b->stack[b->depth - 1];
+  ar_ynode *m = b->stack[b->depth - 1];
   if (m->n < 2)
     return AR_OK;
   keyref *refs = ar_malloc((size_t)m->n * sizeof *refs);
@@ -257,9 +261,9 @@ static ar_status drop_duplicates(builder *b) {
   for (int i = 0; i < m->n; i++)
     refs[i] = (keyref){m->keys[i], i};
   qsort(refs, (size_t)m->n, sizeof *refs, key_cmp);
-  const ar__ynode *first = refs[0].key;
+  const ar_ynode *first = refs[0].key;
   for (int j = 1; j < m->n; j++) {
-    const ar__ynode *k = refs[j].key;
+    const ar_ynode *k = refs[j].key;
     if (first->len == k->len && memcmp(first->text, k->text, k->len) == 0) {
       char path[1024], q[128];
       size_t used = 0;
@@ -277,8 +281,8 @@ static ar_status drop_duplicates(builder *b) {
   int w = 0;
   for (int i = 0; i < m->n; i++) {
     if (drop[i]) {
-      ar__ynode_free(m->keys[i]);
-      ar__ynode_free(m->vals[i]);
+      ar_ynode_destroy(m->keys[i]);
+      ar_ynode_destroy(m->vals[i]);
     } else {
       m->keys[w] = m->keys[i];
       m->vals[w] = m->vals[i];
@@ -293,26 +297,26 @@ static ar_status drop_duplicates(builder *b) {
 
 /* Hangs a new node under the innermost open collection (or makes it the
  * root).  Takes ownership of node in every case. */
-static ar_status attach(builder *b, ar__ynode *node) {
+static ar_status attach(builder *b, ar_ynode *node) {
   if (b->depth == 0) {
     AR_ASSERT(b->root == NULL);
     b->root = node;
     return AR_OK;
   }
-  ar__ynode *top = b->stack[b->depth - 1];
-  ar__ynode **key = &b->pending_key[b->depth - 1];
-  if (top->kind == AR__YSEQ) {
+  ar_ynode *top = b->stack[b->depth - 1];
+  ar_ynode **key = &b->pending_key[b->depth - 1];
+  if (top->kind == AR_YNODE_SEQ) {
     ar_status st = ar__ynode_append(top, NULL, node);
     if (st != AR_OK)
-      ar__ynode_free(node);
+      ar_ynode_destroy(node);
     return st;
   }
   if (!*key) {
-    if (node->kind != AR__YSCALAR) {
+    if (node->kind != AR_YNODE_SCALAR) {
       reportf(b, node->line, node->col, NULL,
               "a key must be a single value, not a %s",
-              node->kind == AR__YMAP ? "mapping" : "list");
-      ar__ynode_free(node);
+              node->kind == AR_YNODE_MAP ? "mapping" : "list");
+      ar_ynode_destroy(node);
       return AR_PARSE;
     }
     *key = node;
@@ -320,8 +324,8 @@ static ar_status attach(builder *b, ar__ynode *node) {
   }
   ar_status st = ar__ynode_append(top, *key, node);
   if (st != AR_OK) {
-    ar__ynode_free(*key);
-    ar__ynode_free(node);
+    ar_ynode_destroy(*key);
+    ar_ynode_destroy(node);
   }
   *key = NULL;
   return st;
@@ -428,9 +432,9 @@ static ar_status on_event(builder *b, const yaml_event_t *ev, bool *done) {
       st = count_node(b, ev);
     if (st != AR_OK)
       return st;
-    ar__ynode *n = ar__ynode_new(AR__YSCALAR, line, col, b->set,
-                                 (const char *)ev->data.scalar.value,
-                                 ev->data.scalar.length);
+    ar_ynode *n = ar__ynode_new(AR_YNODE_SCALAR, line, col, b->set,
+                                (const char *)ev->data.scalar.value,
+                                ev->data.scalar.length);
     if (!n)
       return AR_NOMEM;
     n->plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
@@ -454,8 +458,8 @@ static ar_status on_event(builder *b, const yaml_event_t *ev, bool *done) {
               AR__YAML_MAX_DEPTH);
       return AR_PARSE;
     }
-    ar__ynode *n =
-        ar__ynode_new(map ? AR__YMAP : AR__YSEQ, line, col, b->set, NULL, 0);
+    ar_ynode *n = ar__ynode_new(map ? AR_YNODE_MAP : AR_YNODE_SEQ, line, col,
+                                b->set, NULL, 0);
     if (!n)
       return AR_NOMEM;
     /* A key that is itself a collection is refused inside attach. */
@@ -480,7 +484,7 @@ static ar_status on_event(builder *b, const yaml_event_t *ev, bool *done) {
 }
 
 ar_status ar__yaml_parse(const char *text, size_t len, int set,
-                         ar__yreport_fn report, void *ud, ar__ynode **out) {
+                         ar__yreport_fn report, void *ud, ar_ynode **out) {
   *out = NULL;
   builder b;
   memset(&b, 0, sizeof b);
@@ -524,9 +528,9 @@ ar_status ar__yaml_parse(const char *text, size_t len, int set,
   /* A key may wait for a value that never came when parsing stopped early;
    * the open collections themselves already hang in the tree. */
   for (int i = 0; i < b.depth; i++)
-    ar__ynode_free(b.pending_key[i]);
+    ar_ynode_destroy(b.pending_key[i]);
   if (st != AR_OK) {
-    ar__ynode_free(b.root);
+    ar_ynode_destroy(b.root);
     return st;
   }
   *out = b.root;

@@ -142,13 +142,9 @@ static void add_term(ar_fx_result *r, unsigned mask, int order) {
   t->effect = t->se = t->lo = t->hi = NAN;
 }
 
-/* Lists the two- and three-way terms (and main effects) of the two-level
- * factors, and finds a fraction's defining relation and aliases. */
-static ar_status make_terms(ar_fx_result *r) {
-  int two[AR_FX_MAX_FACTORS], k2 = 0;
-  for (int f = 0; f < r->k; f++)
-    if (r->levels[f] == 2)
-      two[k2++] = f;
+/* Lists the main effects, then the two- and three-way terms, of the k2
+ * two-level factors two[]. */
+static ar_status list_terms(ar_fx_result *r, const int *two, int k2) {
   int cap = k2 + k2 * (k2 - 1) / 2 + k2 * (k2 - 1) * (k2 - 2) / 6;
   r->terms = ar_calloc((size_t)(cap ? cap : 1), sizeof *r->terms);
   if (!r->terms)
@@ -163,52 +159,58 @@ static ar_status make_terms(ar_fx_result *r) {
       for (int c = b + 1; c < k2; c++)
         add_term(r, 1u << two[a] | 1u << two[b] | 1u << two[c], 3);
   AR_ASSERT(r->n_terms == cap);
+  return AR_OK;
+}
 
-  /* Defining relation: products of two-level factors constant over the
-   * planned cells (only a fraction has any). */
-  unsigned all2 = 0;
-  for (int i = 0; i < k2; i++)
-    all2 |= 1u << two[i];
+/* The defining relation of a fraction: the products of the two-level
+ * factors (submasks of all2, k2 of them) constant over the planned cells,
+ * shortest words first as a defining relation is written.  A full design
+ * has none. */
+static ar_status defining_relation(ar_fx_result *r, unsigned all2, int k2) {
   int planned = 0;
   for (int c = 0; c < r->n_cells; c++)
     planned += r->cells[c].planned;
-  if (planned < r->n_cells && k2 > 0) {
-    r->words = ar_malloc(((size_t)1 << k2) * sizeof *r->words);
-    r->word_sign = ar_malloc(((size_t)1 << k2) * sizeof *r->word_sign);
-    if (!r->words || !r->word_sign)
-      return AR_NOMEM;
-    /* Enumerate the submasks of all2. */
-    for (unsigned m = all2; m; m = (m - 1) & all2) {
-      int first = 0;
-      bool constant = true;
-      for (int c = 0; c < r->n_cells && constant; c++) {
-        if (!r->cells[c].planned)
-          continue;
-        int s = term_sign(r, m, c);
-        if (!first)
-          first = s;
-        else if (s != first)
-          constant = false;
-      }
-      if (constant && first) {
-        r->words[r->n_words] = m;
-        r->word_sign[r->n_words++] = first;
-      }
+  if (planned == r->n_cells || k2 == 0)
+    return AR_OK;
+  r->words = ar_malloc(((size_t)1 << k2) * sizeof *r->words);
+  r->word_sign = ar_malloc(((size_t)1 << k2) * sizeof *r->word_sign);
+  if (!r->words || !r->word_sign)
+    return AR_NOMEM;
+  for (unsigned m = all2; m; m = (m - 1) & all2) {
+    int first = 0;
+    bool constant = true;
+    for (int c = 0; c < r->n_cells && constant; c++) {
+      if (!r->cells[c].planned)
+        continue;
+      int s = term_sign(r, m, c);
+      if (!first)
+        first = s;
+      else if (s != first)
+        constant = false;
     }
-    /* Shortest words first, as a defining relation is written. */
-    for (int i = 1; i < r->n_words; i++)
-      for (int j = i; j > 0; j--) {
-        unsigned a = r->words[j - 1], b = r->words[j];
-        int pa = __builtin_popcount(a), pb = __builtin_popcount(b);
-        if (pa < pb || (pa == pb && a < b))
-          break;
-        r->words[j - 1] = b;
-        r->words[j] = a;
-        int s = r->word_sign[j - 1];
-        r->word_sign[j - 1] = r->word_sign[j];
-        r->word_sign[j] = s;
-      }
+    if (constant && first) {
+      r->words[r->n_words] = m;
+      r->word_sign[r->n_words++] = first;
+    }
   }
+  for (int i = 1; i < r->n_words; i++)
+    for (int j = i; j > 0; j--) {
+      unsigned a = r->words[j - 1], b = r->words[j];
+      int pa = __builtin_popcount(a), pb = __builtin_popcount(b);
+      if (pa < pb || (pa == pb && a < b))
+        break;
+      r->words[j - 1] = b;
+      r->words[j] = a;
+      int s = r->word_sign[j - 1];
+      r->word_sign[j - 1] = r->word_sign[j];
+      r->word_sign[j] = s;
+    }
+  return AR_OK;
+}
+
+/* Each term a word of the defining relation confounds with the mean
+ * (alias_of -2) or with an earlier term (its index). */
+static void mark_aliases(ar_fx_result *r) {
   for (int t = 0; t < r->n_terms; t++) {
     ar_fx_term *T = &r->terms[t];
     for (int w = 0; w < r->n_words; w++)
@@ -224,6 +226,21 @@ static ar_status make_terms(ar_fx_result *r) {
           break;
         }
   }
+}
+
+/* Lists the two- and three-way terms (and main effects) of the two-level
+ * factors, and finds a fraction's defining relation and aliases. */
+static ar_status make_terms(ar_fx_result *r) {
+  int two[AR_FX_MAX_FACTORS], k2 = 0;
+  unsigned all2 = 0;
+  for (int f = 0; f < r->k; f++)
+    if (r->levels[f] == 2) {
+      two[k2++] = f;
+      all2 |= 1u << f;
+    }
+  AR_CHECK(list_terms(r, two, k2));
+  AR_CHECK(defining_relation(r, all2, k2));
+  mark_aliases(r);
   return AR_OK;
 }
 
@@ -243,24 +260,10 @@ static double col_value(const ar_fx_result *r, const col *k, int c) {
   return l == k->level ? 1 : l == r->levels[k->factor] - 1 ? -1 : 0;
 }
 
-/* Solves the weighted least squares fit; fills effect and se of the terms
- * that are estimable. */
-static ar_status fit(ar_fx_result *r) {
-  int nobs = 0;
-  int *oc = ar_malloc((size_t)r->n_cells * sizeof *oc);
-  int ncand = 1 + r->n_terms;
-  for (int f = 0; f < r->k; f++)
-    if (r->levels[f] > 2)
-      ncand += r->levels[f] - 1;
-  col *cand = ar_malloc((size_t)ncand * sizeof *cand);
-  double *q = NULL, *a = NULL, *inv = NULL;
-  int *keep = ar_malloc((size_t)ncand * sizeof *keep);
-  ar_status st = AR_NOMEM;
-  if (!oc || !cand || !keep)
-    goto done;
-  for (int c = 0; c < r->n_cells; c++)
-    if (r->cells[c].n > 0)
-      oc[nobs++] = c;
+/* The candidate columns of the model, in order: the intercept, the
+ * effect-coded levels of factors of more than two levels, the two-level
+ * terms not aliased with an earlier one.  Returns their number. */
+static int candidate_columns(const ar_fx_result *r, col *cand) {
   int n = 0;
   cand[n++] = (col){-1, -1, -1};
   for (int f = 0; f < r->k; f++)
@@ -269,13 +272,15 @@ static ar_status fit(ar_fx_result *r) {
   for (int t = 0; t < r->n_terms; t++)
     if (r->terms[t].alias_of == -1)
       cand[n++] = (col){t, -1, -1};
-  ncand = n;
-  /* Gram-Schmidt in the weighted inner product keeps the columns that are
-   * independent over the observed cells, in order: lower-order terms first,
-   * so missing cells cost the highest-order terms. */
-  q = ar_calloc((size_t)ncand * (size_t)(nobs ? nobs : 1), sizeof *q);
-  if (!q)
-    goto done;
+  return n;
+}
+
+/* Gram-Schmidt in the weighted inner product keeps the columns that are
+ * independent over the observed cells oc[0..nobs), in order: lower-order
+ * terms first, so missing cells cost the highest-order terms.  q is
+ * scratch of ncand * nobs.  Returns the number kept, their indices in keep. */
+static int independent_columns(const ar_fx_result *r, const col *cand, int ncand, const int *oc,
+                               int nobs, double *q, int *keep) {
   int m = 0;
   for (int j = 0; j < ncand; j++) {
     double *v = q + (size_t)m * nobs, norm0 = 0, norm = 0;
@@ -299,13 +304,16 @@ static ar_status fit(ar_fx_result *r) {
       keep[m++] = j;
     }
   }
-  /* Normal equations on the kept columns: A = X'WX, b = X'W ybar; A is
-   * positive definite by construction, so Gauss-Jordan without pivoting
-   * inverts it stably enough for these sizes. */
-  a = ar_calloc((size_t)(m ? m : 1) * (size_t)(m + 1), sizeof *a);
-  inv = ar_calloc((size_t)(m ? m * m : 1), sizeof *inv);
-  if (!a || !inv)
-    goto done;
+  return m;
+}
+
+/* Normal equations on the m kept columns: A = X'WX, b = X'W ybar, in a
+ * (m x (m + 1), b last); A is positive definite by construction, so
+ * Gauss-Jordan without pivoting inverts it stably enough for these sizes.
+ * Ends with the coefficients in a's last column and A's inverse in inv
+ * (m x m, zeroed by the caller). */
+static void solve_normal(const ar_fx_result *r, const col *cand, const int *keep, int m,
+                         const int *oc, int nobs, double *a, double *inv) {
   for (int i = 0; i < nobs; i++) {
     int c = oc[i];
     double w = r->cells[c].n, y = r->cells[c].mean;
@@ -337,6 +345,36 @@ static ar_status fit(ar_fx_result *r) {
         inv[o * m + s] -= fct * inv[p * m + s];
     }
   }
+}
+
+/* Solves the weighted least squares fit; fills effect and se of the terms
+ * that are estimable, and the grand mean. */
+static ar_status fit(ar_fx_result *r) {
+  int nobs = 0;
+  int *oc = ar_malloc((size_t)r->n_cells * sizeof *oc);
+  int ncand = 1 + r->n_terms;
+  for (int f = 0; f < r->k; f++)
+    if (r->levels[f] > 2)
+      ncand += r->levels[f] - 1;
+  col *cand = ar_malloc((size_t)ncand * sizeof *cand);
+  double *q = NULL, *a = NULL, *inv = NULL;
+  int *keep = ar_malloc((size_t)ncand * sizeof *keep);
+  ar_status st = AR_NOMEM;
+  if (!oc || !cand || !keep)
+    goto done;
+  for (int c = 0; c < r->n_cells; c++)
+    if (r->cells[c].n > 0)
+      oc[nobs++] = c;
+  ncand = candidate_columns(r, cand);
+  q = ar_calloc((size_t)ncand * (size_t)(nobs ? nobs : 1), sizeof *q);
+  if (!q)
+    goto done;
+  int m = independent_columns(r, cand, ncand, oc, nobs, q, keep);
+  a = ar_calloc((size_t)(m ? m : 1) * (size_t)(m + 1), sizeof *a);
+  inv = ar_calloc((size_t)(m ? m * m : 1), sizeof *inv);
+  if (!a || !inv)
+    goto done;
+  solve_normal(r, cand, keep, m, oc, nobs, a, inv);
   for (int p = 0; p < m; p++) {
     const col *k = &cand[keep[p]];
     double beta = a[p * (m + 1) + m];
@@ -447,6 +485,68 @@ static double on_scale(const ar_fx_design *d, double y) {
   return y > 0 ? log(y) : NAN;
 }
 
+/* The observations y[i] of cell[i] (those of planned cells, finite, and on
+ * the log scale positive) into the cells' counts, means and standard
+ * deviations, two passes for stability; ss (n_cells, zeroed) receives the
+ * within-cell sums of squares.  Then the pooled variance and its degrees
+ * of freedom, and the planned cells without an observation. */
+static void cell_stats(ar_fx_result *r, const ar_fx_design *d, const int *cell, const double *y,
+                       int n_obs, double *ss) {
+  for (int c = 0; c < r->n_cells; c++) {
+    r->cells[c].planned = !d->planned || d->planned[c];
+    r->cells[c].mean = 0;
+  }
+  for (int i = 0; i < n_obs; i++) {
+    if (cell[i] < 0 || cell[i] >= r->n_cells || !r->cells[cell[i]].planned ||
+        !isfinite(y[i]))
+      continue;
+    if (d->scale == AR_FX_LOG && y[i] <= 0) {
+      r->n_nonpositive++;
+      continue;
+    }
+    r->cells[cell[i]].n++;
+    r->cells[cell[i]].mean += on_scale(d, y[i]);
+    r->n_obs++;
+  }
+  for (int c = 0; c < r->n_cells; c++)
+    r->cells[c].mean = r->cells[c].n ? r->cells[c].mean / r->cells[c].n : NAN;
+  for (int i = 0; i < n_obs; i++) {
+    if (cell[i] < 0 || cell[i] >= r->n_cells || !r->cells[cell[i]].planned ||
+        !isfinite(y[i]) || !isfinite(on_scale(d, y[i])))
+      continue;
+    double e = on_scale(d, y[i]) - r->cells[cell[i]].mean;
+    ss[cell[i]] += e * e;
+  }
+  double ss_all = 0;
+  int observed = 0;
+  for (int c = 0; c < r->n_cells; c++) {
+    ar_fx_cell *x = &r->cells[c];
+    x->sd = x->n > 1 ? sqrt(ss[c] / (x->n - 1)) : NAN;
+    ss_all += ss[c];
+    observed += x->n > 0;
+    r->n_missing += x->planned && x->n == 0;
+  }
+  r->df = r->n_obs - observed;
+  r->s2 = r->df > 0 ? ss_all / r->df : NAN;
+}
+
+/* Each factor's level means with their intervals (ar_fx_slice). */
+static void level_means(ar_fx_result *r, const ar_fx_design *d) {
+  int fix[AR_FX_MAX_FACTORS];
+  for (int f = 0; f < d->k; f++) {
+    for (int g = 0; g < d->k; g++)
+      fix[g] = -1;
+    for (int l = 0; l < d->levels[f]; l++) {
+      fix[f] = l;
+      double mean, half;
+      ar_fx_slice(r, fix, &mean, &half);
+      r->level_mean[r->level_off[f] + l] = mean;
+      r->level_lo[r->level_off[f] + l] = mean - half;
+      r->level_hi[r->level_off[f] + l] = mean + half;
+    }
+  }
+}
+
 ar_status ar_fx_analyze(const ar_fx_design *d, const int *cell, const double *y, int n_obs,
                         ar_fx_result **out, ar_err *err) {
   *out = NULL;
@@ -479,61 +579,14 @@ ar_status ar_fx_analyze(const ar_fx_design *d, const int *cell, const double *y,
   double *ss = ar_calloc((size_t)cells, sizeof *ss);
   if (!r->cells || !r->level_mean || !r->level_lo || !r->level_hi || !ss)
     goto oom;
-  /* Cell means and within-cell sums of squares (two passes: stable). */
-  for (int c = 0; c < cells; c++) {
-    r->cells[c].planned = !d->planned || d->planned[c];
-    r->cells[c].mean = 0;
-  }
-  for (int i = 0; i < n_obs; i++) {
-    if (cell[i] < 0 || cell[i] >= cells || !r->cells[cell[i]].planned || !isfinite(y[i]))
-      continue;
-    if (d->scale == AR_FX_LOG && y[i] <= 0) {
-      r->n_nonpositive++;
-      continue;
-    }
-    r->cells[cell[i]].n++;
-    r->cells[cell[i]].mean += on_scale(d, y[i]);
-    r->n_obs++;
-  }
-  for (int c = 0; c < cells; c++)
-    r->cells[c].mean = r->cells[c].n ? r->cells[c].mean / r->cells[c].n : NAN;
-  for (int i = 0; i < n_obs; i++) {
-    if (cell[i] < 0 || cell[i] >= cells || !r->cells[cell[i]].planned || !isfinite(y[i]) ||
-        !isfinite(on_scale(d, y[i])))
-      continue;
-    double e = on_scale(d, y[i]) - r->cells[cell[i]].mean;
-    ss[cell[i]] += e * e;
-  }
-  double ss_all = 0;
-  int observed = 0;
-  for (int c = 0; c < cells; c++) {
-    ar_fx_cell *x = &r->cells[c];
-    x->sd = x->n > 1 ? sqrt(ss[c] / (x->n - 1)) : NAN;
-    ss_all += ss[c];
-    observed += x->n > 0;
-    r->n_missing += x->planned && x->n == 0;
-  }
-  r->df = r->n_obs - observed;
-  r->s2 = r->df > 0 ? ss_all / r->df : NAN;
+  cell_stats(r, d, cell, y, n_obs, ss);
   double conf = d->confidence > 0 && d->confidence < 1 ? d->confidence : 0.95;
   r->t = r->df > 0 ? ar_fx_t_quantile(1 - (1 - conf) / 2, r->df) : NAN;
   r->grand_mean = NAN;
   if (make_terms(r) != AR_OK || fit(r) != AR_OK)
     goto oom;
   verdicts(r, d->better >= 0 ? 1 : -1);
-  int fix[AR_FX_MAX_FACTORS];
-  for (int f = 0; f < d->k; f++) {
-    for (int g = 0; g < d->k; g++)
-      fix[g] = -1;
-    for (int l = 0; l < d->levels[f]; l++) {
-      fix[f] = l;
-      double mean, half;
-      ar_fx_slice(r, fix, &mean, &half);
-      r->level_mean[r->level_off[f] + l] = mean;
-      r->level_lo[r->level_off[f] + l] = mean - half;
-      r->level_hi[r->level_off[f] + l] = mean + half;
-    }
-  }
+  level_means(r, d);
   ar_free(ss);
   *out = r;
   return AR_OK;

@@ -4,7 +4,9 @@
  * comes from a study file, a job or a run goes through esc().
  */
 #define _GNU_SOURCE
-#include "study_impl.h"
+#include "report.h"
+
+#include "json.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -364,25 +366,105 @@ static void load_series(const ar_study *s, const char *run, series *out) {
     return;
   char *line = NULL;
   size_t cap = 0;
-  int job = 0;
-  while (getline(&line, &cap, f) > 0) {
+  cJSON *m;
+  while ((m = ar__study_json_next_line(f, &line, &cap))) {
     if (s->kind == STUDY_DIST) {
-      if (strstr(line, "\"kind\": \"iteration\""))
-        push(out, ar__study_json_num(line, "iteration"), ar__study_json_num(line, "iteration_s"),
-             strstr(line, "\"warmup\": true") ? 1 : 0);
+      if (ar__study_json_str_is(m, "kind", "iteration"))
+        push(out, ar__study_json_num(m, "iteration"), ar__study_json_num(m, "iteration_s"),
+             ar__study_json_true(m, "warmup") ? 1 : 0);
     } else if (s->kind == STUDY_JOBS) {
-      if (strstr(line, "\"event\": \"job\"")) {
-        double a = ar__study_json_num(line, "arrival_s"), q = ar__study_json_num(line, "queue_s"), j = ar__study_json_num(line, "jct_s");
-        push(out, a, a + j, a + q);
-        job++;
+      if (ar__study_json_str_is(m, "event", "job")) {
+        double a = ar__study_json_num(m, "arrival_s"), q = ar__study_json_num(m, "queue_s");
+        push(out, a, a + ar__study_json_num(m, "jct_s"), a + q);
       }
     } else {
-      double p = ar__study_json_num(line, "p_at_1");
-      push(out, ar__study_json_num(line, "train_s"), isfinite(p) ? p : ar__study_json_num(line, "train_loss"), 0);
+      double p = ar__study_json_num(m, "p_at_1");
+      push(out, ar__study_json_num(m, "train_s"),
+           isfinite(p) ? p : ar__study_json_num(m, "train_loss"), 0);
     }
+    cJSON_Delete(m);
   }
   free(line);
   fclose(f);
+}
+
+/* The series of the first successful replicate of each cell (its run in
+ * which[c]) and the extents the panels share: the last x (jobs: the last
+ * end) and, but for jobs, the range of y.  Returns the cells with a series. */
+static int load_timelines(const ar_study *s, const study_row *rows, int n_rows, series *ser,
+                          const char **which, double *xmax, double *ylo, double *yhi) {
+  int shown = 0;
+  *xmax = 0;
+  *ylo = INFINITY;
+  *yhi = -INFINITY;
+  for (int c = 0; c < s->n_cells; c++) {
+    for (int i = 0; i < n_rows && !which[c]; i++)
+      if (rows[i].cell == c && rows[i].status == RUN_OK)
+        which[c] = rows[i].run;
+    if (!which[c])
+      continue;
+    load_series(s, which[c], &ser[c]);
+    for (int i = 0; i < ser[c].n; i++) {
+      double xe = s->kind == STUDY_JOBS ? ser[c].y[i] : ser[c].x[i];
+      *xmax = fmax(*xmax, isfinite(xe) ? xe : 0);
+      if (s->kind != STUDY_JOBS && isfinite(ser[c].y[i])) {
+        *ylo = fmin(*ylo, ser[c].y[i]);
+        *yhi = fmax(*yhi, ser[c].y[i]);
+      }
+    }
+    shown += ser[c].n > 0;
+  }
+  return shown;
+}
+
+/* The panel of cell c: its run's series z on the shared axes. */
+static void timeline_panel(FILE *o, const ar_study *s, int c, const char *run, const series *z,
+                           double xmax, double ylo, double yhi) {
+  int W = 300, H = 170, L = 46, R = 10, T = 26, B = 28;
+  fprintf(o, "<svg class='small' viewBox='0 0 %d %d' width='%d' height='%d'>\n", W, H, W, H);
+  fprintf(o, "<text x='%d' y='14' class='title' text-anchor='middle'>", W / 2);
+  esc(o, run);
+  fputs(": ", o);
+  for (int f = 0; f < s->k; f++) {
+    esc(o, s->f[f].label[ar__study_level(s, c, f)]);
+    fputs(f + 1 < s->k ? ", " : "", o);
+  }
+  fputs("</text>\n", o);
+  axis x, y;
+  axis_fit(&x, 0, xmax, L, W - R);
+  if (s->kind == STUDY_JOBS)
+    axis_fit(&y, 0, z->n, T, H - B);
+  else
+    axis_fit(&y, ylo, yhi, H - B, T);
+  fprintf(o, "<clipPath id='t%d'><rect x='%d' y='%d' width='%d' height='%d'/></clipPath>", c,
+          L - 40, T - 4, W - L + 40, H - B - T + 24);
+  fprintf(o, "<g clip-path='url(#t%d)'>", c);
+  ticks(o, &x, false, H - B);
+  if (s->kind != STUDY_JOBS)
+    ticks(o, &y, true, L);
+  fputs("</g>\n", o);
+  if (s->kind == STUDY_JOBS) {
+    double bh = fmax(1, (H - B - T) / (double)(z->n + 1) - 1);
+    for (int i = 0; i < z->n; i++) {
+      double yy = ap(&y, i + 0.5);
+      fprintf(o, "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' class='queued'/>",
+              ap(&x, z->x[i]), yy, fmax(0, ap(&x, z->z[i]) - ap(&x, z->x[i])), bh);
+      fprintf(o, "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' class='running'/>\n",
+              ap(&x, z->z[i]), yy, fmax(0.5, ap(&x, z->y[i]) - ap(&x, z->z[i])), bh);
+    }
+  } else {
+    fputs("<polyline fill='none' stroke='#1f6feb' stroke-width='1.5' points='", o);
+    for (int i = 0; i < z->n; i++)
+      if (isfinite(z->x[i]) && isfinite(z->y[i]))
+        fprintf(o, "%.1f,%.1f ", ap(&x, z->x[i]), ap(&y, z->y[i]));
+    fputs("'/>\n", o);
+    for (int i = 0; i < z->n && z->n <= 400; i++)
+      if (isfinite(z->x[i]) && isfinite(z->y[i]))
+        fprintf(o, "<circle cx='%.1f' cy='%.1f' r='2.2' %s/>", ap(&x, z->x[i]), ap(&y, z->y[i]),
+                z->z[i] > 0 ? "fill='white' stroke='#1f6feb'" : "fill='#1f6feb'");
+    fputs("\n", o);
+  }
+  fputs("</svg>\n", o);
 }
 
 static void timelines(FILE *o, const ar_study *s, const study_row *rows, int n_rows) {
@@ -393,26 +475,8 @@ static void timelines(FILE *o, const ar_study *s, const study_row *rows, int n_r
     ar_free(which);
     return;
   }
-  double xmax = 0, ylo = INFINITY, yhi = -INFINITY;
-  int shown = 0;
-  for (int c = 0; c < s->n_cells; c++) {
-    /* The first successful replicate of the cell. */
-    for (int i = 0; i < n_rows && !which[c]; i++)
-      if (rows[i].cell == c && !strcmp(rows[i].status, "ok"))
-        which[c] = rows[i].run;
-    if (!which[c])
-      continue;
-    load_series(s, which[c], &ser[c]);
-    for (int i = 0; i < ser[c].n; i++) {
-      double xe = s->kind == STUDY_JOBS ? ser[c].y[i] : ser[c].x[i];
-      xmax = fmax(xmax, isfinite(xe) ? xe : 0);
-      if (s->kind != STUDY_JOBS && isfinite(ser[c].y[i])) {
-        ylo = fmin(ylo, ser[c].y[i]);
-        yhi = fmax(yhi, ser[c].y[i]);
-      }
-    }
-    shown += ser[c].n > 0;
-  }
+  double xmax, ylo, yhi;
+  int shown = load_timelines(s, rows, n_rows, ser, which, &xmax, &ylo, &yhi);
   const char *what = s->kind == STUDY_DIST   ? "seconds per iteration (hollow: warm-up iterations)"
                      : s->kind == STUDY_JOBS ? "each job from arrival: queued (light) then "
                                                "running (dark), seconds"
@@ -422,59 +486,9 @@ static void timelines(FILE *o, const ar_study *s, const study_row *rows, int n_r
              "panels share their axes.</p>\n<div class='panels'>\n", what);
   if (!shown)
     fputs("<p class='note'>No run has metrics to show yet.</p>\n", o);
-  int W = 300, H = 170, L = 46, R = 10, T = 26, B = 28;
-  for (int c = 0; c < s->n_cells; c++) {
-    if (!ser[c].n)
-      continue;
-    char cn[64];
-    ar__study_cell_name(s, c, cn, sizeof cn);
-    fprintf(o, "<svg class='small' viewBox='0 0 %d %d' width='%d' height='%d'>\n", W, H, W, H);
-    fprintf(o, "<text x='%d' y='14' class='title' text-anchor='middle'>", W / 2);
-    esc(o, which[c]);
-    fputs(": ", o);
-    for (int f = 0; f < s->k; f++) {
-      esc(o, s->f[f].label[ar__study_level(s, c, f)]);
-      fputs(f + 1 < s->k ? ", " : "", o);
-    }
-    fputs("</text>\n", o);
-    axis x, y;
-    axis_fit(&x, 0, xmax, L, W - R);
-    if (s->kind == STUDY_JOBS)
-      axis_fit(&y, 0, ser[c].n, T, H - B);
-    else
-      axis_fit(&y, ylo, yhi, H - B, T);
-    fprintf(o, "<clipPath id='t%d'><rect x='%d' y='%d' width='%d' height='%d'/></clipPath>", c,
-            L - 40, T - 4, W - L + 40, H - B - T + 24);
-    fprintf(o, "<g clip-path='url(#t%d)'>", c);
-    ticks(o, &x, false, H - B);
-    if (s->kind != STUDY_JOBS)
-      ticks(o, &y, true, L);
-    fputs("</g>\n", o);
-    const series *z = &ser[c];
-    if (s->kind == STUDY_JOBS) {
-      double bh = fmax(1, (H - B - T) / (double)(z->n + 1) - 1);
-      for (int i = 0; i < z->n; i++) {
-        double yy = ap(&y, i + 0.5);
-        fprintf(o, "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' class='queued'/>",
-                ap(&x, z->x[i]), yy, fmax(0, ap(&x, z->z[i]) - ap(&x, z->x[i])), bh);
-        fprintf(o, "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' class='running'/>\n",
-                ap(&x, z->z[i]), yy, fmax(0.5, ap(&x, z->y[i]) - ap(&x, z->z[i])), bh);
-      }
-    } else {
-      fputs("<polyline fill='none' stroke='#1f6feb' stroke-width='1.5' points='", o);
-      for (int i = 0; i < z->n; i++)
-        if (isfinite(z->x[i]) && isfinite(z->y[i]))
-          fprintf(o, "%.1f,%.1f ", ap(&x, z->x[i]), ap(&y, z->y[i]));
-      fputs("'/>\n", o);
-      for (int i = 0; i < z->n && z->n <= 400; i++)
-        if (isfinite(z->x[i]) && isfinite(z->y[i]))
-          fprintf(o, "<circle cx='%.1f' cy='%.1f' r='2.2' %s/>", ap(&x, z->x[i]),
-                  ap(&y, z->y[i]),
-                  z->z[i] > 0 ? "fill='white' stroke='#1f6feb'" : "fill='#1f6feb'");
-      fputs("\n", o);
-    }
-    fputs("</svg>\n", o);
-  }
+  for (int c = 0; c < s->n_cells; c++)
+    if (ser[c].n)
+      timeline_panel(o, s, c, which[c], &ser[c], xmax, ylo, yhi);
   fputs("</div>\n", o);
   for (int c = 0; c < s->n_cells; c++) {
     ar_free(ser[c].x);
@@ -558,7 +572,7 @@ static void verdict_table(FILE *o, const ar_study *s, const ar_fx_design *d,
 
 /* A run that gave a response the log scale cannot take (<= 0). */
 static bool not_analysable(const ar_study *s, const study_row *row) {
-  return s->scale == AR_FX_LOG && !strcmp(row->status, "ok") && isfinite(row->y) && row->y <= 0;
+  return s->scale == AR_FX_LOG && row->status == RUN_OK && isfinite(row->y) && row->y <= 0;
 }
 
 static void design_table(FILE *o, const ar_study *s, const ar_fx_result *r,
@@ -596,7 +610,7 @@ static void design_table(FILE *o, const ar_study *s, const ar_fx_result *r,
     fputs("</td><td>", o);
     int other = 0;
     for (int i = 0; i < n_rows; i++)
-      if (rows[i].cell == c && (strcmp(rows[i].status, "ok") || not_analysable(s, &rows[i]))) {
+      if (rows[i].cell == c && (rows[i].status != RUN_OK || not_analysable(s, &rows[i]))) {
         fputs(other++ ? "<br>" : "", o);
         esc(o, rows[i].run);
         fputs(": ", o);
@@ -608,7 +622,7 @@ static void design_table(FILE *o, const ar_study *s, const ar_fx_result *r,
           fputs(" has no logarithm; left out)", o);
           continue;
         }
-        esc(o, rows[i].status);
+        esc(o, ar__study_status_name(rows[i].status));
         if (rows[i].note[0]) {
           fputs(" &ndash; ", o);
           esc(o, rows[i].note);
@@ -621,17 +635,12 @@ static void design_table(FILE *o, const ar_study *s, const ar_fx_result *r,
   fputs("</table>\n", o);
 }
 
-ar_status ar__study_report(const ar_study *s, const study_row *rows, int n_rows,
-                           const ar_fx_design *d, const ar_fx_result *r, const char *path,
-                           ar_err *err) {
-  char *t = NULL;
-  size_t len = 0;
-  FILE *o = open_memstream(&t, &len);
-  if (!o)
-    return ar_errf(err, AR_NOMEM, "out of memory writing the report");
+/* The title and the paragraphs on what was run and how it is analysed. */
+static void report_head(FILE *o, const ar_study *s, const study_row *rows, int n_rows,
+                        const ar_fx_result *r) {
   int ok = 0, failed = 0;
   for (int i = 0; i < n_rows; i++)
-    ok += !strcmp(rows[i].status, "ok") && isfinite(rows[i].y), failed += !!strcmp(rows[i].status, "ok");
+    ok += rows[i].status == RUN_OK && isfinite(rows[i].y), failed += rows[i].status != RUN_OK;
   fputs("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>\n"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>\n<title>Study ",
         o);
@@ -654,42 +663,45 @@ ar_status ar__study_report(const ar_study *s, const study_row *rows, int n_rows,
             r->n_nonpositive ? "; runs with a response of 0 or less have no logarithm and are "
                                "left out (see the design table)"
                              : "");
-  if (r->df > 0)
-  {
+  if (r->df > 0) {
     char sd[48];
     ar_fx_format(sqrt(r->s2), false, sd, sizeof sd);
     fprintf(o, " Intervals: 95%%, Student t with %d degrees of freedom (t = %.3f) from the "
                "pooled replicate variance (s = %s%s).",
             r->df, r->t, sd, s->scale == AR_FX_LOG ? " on ln" : "");
-  }
-  else
+  } else {
     fputs(" <b>No intervals:</b> with one result per cell there is no replicate variance; "
           "set replicates: 2 or more.",
           o);
+  }
   fputs("</p>\n", o);
   if (r->n_missing)
     fprintf(o, "<p class='missing'>%d planned cell%s without any result (failed, skipped or "
                "not run): effects that need them are marked not estimable, the others assume "
                "no interaction of four or more factors. See the design table.</p>\n",
             r->n_missing, r->n_missing > 1 ? "s" : "");
-  if (s->n_gens) {
-    fputs("<p class='note'>A fraction: ", o);
-    for (int g = 0; g < s->n_gens; g++) {
-      esc(o, s->gens[g].text);
-      fputs(g + 1 < s->n_gens ? ", " : "", o);
-    }
-    fputs(". Defining relation I", o);
-    for (int w = 0; w < r->n_words; w++) {
-      fputs(" = ", o);
-      if (r->word_sign[w] < 0)
-        fputs("&minus;", o);
-      for (int f = 0; f < r->k; f++)
-        if ((r->words[w] >> f) & 1u)
-          fputc('A' + f, o);
-    }
-    fputs("; confounded terms are listed with the term they are estimated with.</p>\n", o);
+  if (!s->n_gens)
+    return;
+  fputs("<p class='note'>A fraction: ", o);
+  for (int g = 0; g < s->n_gens; g++) {
+    esc(o, s->gens[g].text);
+    fputs(g + 1 < s->n_gens ? ", " : "", o);
   }
+  fputs(". Defining relation I", o);
+  for (int w = 0; w < r->n_words; w++) {
+    fputs(" = ", o);
+    if (r->word_sign[w] < 0)
+      fputs("&minus;", o);
+    for (int f = 0; f < r->k; f++)
+      if ((r->words[w] >> f) & 1u)
+        fputc('A' + f, o);
+  }
+  fputs("; confounded terms are listed with the term they are estimated with.</p>\n", o);
+}
 
+/* The verdicts and the effect bars, explained for the scale. */
+static void report_effects(FILE *o, const ar_study *s, const ar_fx_design *d,
+                           const ar_fx_result *r) {
   if (s->scale == AR_FX_LOG) {
     fputs("<h2>Verdicts</h2>\n<p class='note'>On the log scale an interaction is "
           "<i>additive</i> (the factors act independently, multiplicatively) when the "
@@ -721,6 +733,12 @@ ar_status ar__study_report(const ar_study *s, const study_row *rows, int n_rows,
           o);
   }
   effect_bars(o, d, r);
+}
+
+/* The interaction plots of every pair of two-level factors, and each
+ * factor's level means. */
+static void report_plots(FILE *o, const ar_study *s, const ar_fx_design *d,
+                         const ar_fx_result *r) {
   fputs("<h2>Interaction plots</h2>\n", o);
   if (s->scale == AR_FX_LOG)
     fputs("<p class='note'>Geometric means with 95% intervals on log y axes: parallel lines "
@@ -753,10 +771,10 @@ ar_status ar__study_report(const ar_study *s, const study_row *rows, int n_rows,
             "not estimated (they need two-level factors).</p>\n",
             o);
     }
-  fputs("<h2>Timeline of one run per cell</h2>\n", o);
-  timelines(o, s, rows, n_rows);
-  fputs("<h2>Design</h2>\n", o);
-  design_table(o, s, r, rows, n_rows);
+}
+
+/* Every run in the order it ran, folded, and the page's end. */
+static void report_runs(FILE *o, const study_row *rows, int n_rows) {
   fputs("<h2>Runs</h2>\n<details><summary>all runs in the order they ran</summary>\n<table>"
         "<tr><th>order</th><th>run</th><th>status</th><th>response</th><th>wall s</th>"
         "<th>note</th></tr>\n",
@@ -765,7 +783,7 @@ ar_status ar__study_report(const ar_study *s, const study_row *rows, int n_rows,
     fprintf(o, "<tr><td class='n'>%d</td><td>", rows[i].order);
     esc(o, rows[i].run);
     fputs("</td><td>", o);
-    esc(o, rows[i].status);
+    esc(o, ar__study_status_name(rows[i].status));
     fputs("</td><td class='n'>", o);
     fnum(o, rows[i].y);
     fprintf(o, "</td><td class='n'>%.1f</td><td>", rows[i].wall_s);
@@ -778,6 +796,24 @@ ar_status ar__study_report(const ar_study *s, const study_row *rows, int n_rows,
   fprintf(o, "</table></details>\n<p class='meta'>Written by accelrt study at %s; the numbers "
              "are in effects.csv and runs.csv beside this file.</p>\n</body></html>\n",
           when);
+}
+
+ar_status ar__study_report(const ar_study *s, const study_row *rows, int n_rows,
+                           const ar_fx_design *d, const ar_fx_result *r, const char *path,
+                           ar_err *err) {
+  char *t = NULL;
+  size_t len = 0;
+  FILE *o = open_memstream(&t, &len);
+  if (!o)
+    return ar_errf(err, AR_NOMEM, "out of memory writing the report");
+  report_head(o, s, rows, n_rows, r);
+  report_effects(o, s, d, r);
+  report_plots(o, s, d, r);
+  fputs("<h2>Timeline of one run per cell</h2>\n", o);
+  timelines(o, s, rows, n_rows);
+  fputs("<h2>Design</h2>\n", o);
+  design_table(o, s, r, rows, n_rows);
+  report_runs(o, rows, n_rows);
   fclose(o);
   ar_status st = t ? ar_write_file_atomic(path, t, len, err)
                    : ar_errf(err, AR_NOMEM, "out of memory writing the report");

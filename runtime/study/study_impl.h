@@ -1,6 +1,23 @@
 /*
- * Private to runtime/study: the parsed study, the rows of runs.csv, and
- * the report writer (report.c) that study.c calls.
+ * Private to runtime/study: the parsed study, its cells, and the rows of
+ * runs.csv, which every file of the module shares.  Each concern has its
+ * own header beside its files:
+ *
+ *   study_file.h  the study file and its checks:
+ *     study_file.c  its keys (a table in the spec module's schema
+ *                   language), loading, set: and eval:
+ *     factors.c     factors and the fraction's generators
+ *     validate.c    the study against its base job
+ *   design.h      design.c   cells, run order, the printed design
+ *   csv.h         csv.c      CSV fields
+ *   store.h       store.c    OUT/design.txt and OUT/runs.csv, durable
+ *   child.h       child.c    one child process: start, timeout, stop, signals
+ *                 runner.c   the runs (ar_study_run): resume, one row each
+ *   json.h        json.c     reading what the runs write (cJSON)
+ *   response.h    response.c the responses: names, response:, reading one
+ *                 analyze.c  ar_study_analyze: effects.csv, the summary
+ *   report.h      report.c   report.html
+ *   accelrt/study.h effects.c the statistics (ar_fx_*, public)
  */
 #ifndef ACCELRT_STUDY_IMPL_H
 #define ACCELRT_STUDY_IMPL_H
@@ -77,28 +94,47 @@ struct ar_study {
   int *run_cell, *run_rep; /* (n_runs) in the randomised order */
 };
 
+/* How a run ended, as runs.csv spells it: one table, the name written to
+ * and read from the file.  A run counts as done once it has a row, whatever
+ * its status; only RUN_OK rows with a finite response are analysed. */
+#define STUDY_RUN_STATUS_MAP(X)                                                \
+  X(OK, "ok")                   /* the run gave its response */               \
+  X(FAILED, "failed")           /* exit status, signal or interrupted */      \
+  X(TIMEOUT, "timeout")         /* stopped after timeout_s */                 \
+  X(SKIPPED, "skipped")         /* needs a device that is not there */        \
+  X(NO_RESPONSE, "no_response") /* ran, but wrote no such number */           \
+  X(NOT_REACHED, "not_reached") /* time_to_p1: never reached the threshold */
+
+typedef enum run_status {
+#define STUDY__RUN_STATUS_ENUM(name, text) RUN_##name,
+  STUDY_RUN_STATUS_MAP(STUDY__RUN_STATUS_ENUM)
+#undef STUDY__RUN_STATUS_ENUM
+      RUN_STATUS_COUNT
+} run_status;
+
+/* The status's name in runs.csv ("no_response"). */
+const char *ar__study_status_name(run_status st);
+/* The status named text; false when none is. */
+bool ar__study_status_parse(const char *text, run_status *out);
+
 /* One row of runs.csv. */
 typedef struct study_row {
-  char *run;
+  char *run;         /* "A0B1-r2" */
   int cell, rep, order;
   double y;          /* NaN when the run gave none */
-  char *status;      /* ok, failed, timeout, skipped, no_response, not_reached */
+  run_status status;
   double wall_s;
   double started;    /* unix seconds */
-  char *note;
+  char *note;        /* never NULL in a row that was read or made */
 } study_row;
 
-/* "A0B1": each factor's letter and level index. */
-void ar__study_cell_name(const ar_study *s, int cell, char *buf, size_t cap);
+/* Frees the strings of rows[0..n) and the array.  NULL is a no-op. */
+void ar__study_rows_free(study_row *rows, int n);
+
+/* Level index of factor f in a cell (cells are numbered in Yates order,
+ * factor 0 fastest; design.c). */
 int ar__study_level(const ar_study *s, int cell, int f);
-
-/* A number of a flat JSON object (a summary.json, a metrics.jsonl line)
- * by key; NaN when absent or null. */
-double ar__study_json_num(const char *json, const char *key);
-
-/* Writes OUT/report.html from the rows and the analysis (report.c). */
-ar_status ar__study_report(const ar_study *s, const study_row *rows, int n_rows,
-                           const ar_fx_design *d, const ar_fx_result *r, const char *path,
-                           ar_err *err);
+/* "A0B1": each factor's letter and level index (design.c). */
+void ar__study_cell_name(const ar_study *s, int cell, char *buf, size_t cap);
 
 #endif /* ACCELRT_STUDY_IMPL_H */

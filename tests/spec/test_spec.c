@@ -1223,6 +1223,130 @@ static void test_load_io_errors(void **state) {
 
 /* ---- docs --------------------------------------------------------------- */
 
+/* ---- another module's file checked with its own table ------------------- */
+
+static const char *const demo_flag_values[] = {"true", "false", NULL};
+
+static const ar_schema demo_sub_keys[] = {
+    {.key = "points", .type = AR_SCHEMA_INT, .imin = 0, .imax = 100, .def = "0"},
+    {0}};
+
+static const ar_schema demo_keys[] = {
+    {.key = "name", .type = AR_SCHEMA_STRING},
+    {.key = "base", .type = AR_SCHEMA_PATH, .required = true, .expect = "the base file"},
+    {.key = "count",
+     .type = AR_SCHEMA_INT,
+     .imin = 1,
+     .imax = 10,
+     .def = "3",
+     .expect = "a whole number from 1 to 10"},
+    {.key = "flag", .type = AR_SCHEMA_ENUM, .values = demo_flag_values, .expect = "true or false"},
+    {.key = "ratio", .type = AR_SCHEMA_FLOAT, .fmin = 0, .fmin_open = true, .fmax = INFINITY},
+    {.key = "free", .type = AR_SCHEMA_ANY},
+    {.key = "sub", .type = AR_SCHEMA_MAP, .kids = demo_sub_keys},
+    {0}};
+
+static const ar_schema demo_file = {.key = "", .type = AR_SCHEMA_MAP, .kids = demo_keys};
+
+/* A file of another module: read with ar_yaml_load, checked against its
+ * own table with the job files' checks and FILE:LINE:COL messages (the
+ * table's own words where it gives them), values and defaults read back
+ * through the same parser. */
+static void test_other_module_file(void **state) {
+  (void)state;
+  write_file("demo.yaml", "count: 0\n"
+                          "flag: yes\n"
+                          "ratio: 0\n"
+                          "free: {anything: [1, 2]}\n"
+                          "sub: {points: 5, bogus: 1}\n"
+                          "cuont: 2\n"
+                          "name: [x]\n");
+  char path[512];
+  snprintf(path, sizeof path, "%s/demo.yaml", tmpdir);
+  ar_diags d = {0, NULL};
+  ar_ynode *root = NULL;
+  assert_int_equal(ar_yaml_load(path, "demo file", &root, &d), AR_OK);
+  assert_non_null(root);
+  assert_int_equal(d.count, 0);
+  assert_int_equal(ar_schema_check(&demo_file, root, NULL, &d), AR_OK);
+  assert_true(has(&d, 1, "count", "expected a whole number from 1 to 10, got '0'"));
+  assert_true(has(&d, 2, "flag", "expected true or false, got 'yes'"));
+  assert_true(has(&d, 3, "ratio", "0 is out of range: must be > 0"));
+  /* Unknown keys: reported against the mapping that holds them. */
+  assert_true(has(&d, 5, "sub", "unknown key 'bogus'; allowed keys: points"));
+  assert_true(has(&d, 6, NULL, "unknown key 'cuont'; did you mean 'count'?"));
+  assert_true(has(&d, 7, "name", "expected a single value, got a list"));
+  assert_true(has(&d, 1, NULL, "missing required key 'base'; expected the base file"));
+  assert_int_equal(d.count, 7); /* nothing about free: its reader checks it */
+  /* The module adds its own problems; the order is by place. */
+  assert_int_equal(ar_diags_add(&d, 4, 7, "free", "no %s here", "anything"), AR_OK);
+  assert_int_equal(ar_diags_add(&d, 0, 0, NULL, "as a whole"), AR_OK);
+  ar_diags_sort(&d);
+  int last = 0;
+  for (int i = 0; i < d.count - 1; i++) {
+    assert_true(d.items[i].line >= last);
+    last = d.items[i].line;
+  }
+  assert_int_equal(d.items[d.count - 1].line, 0);
+  char *text = printed(&d);
+  assert_non_null(strstr(text, "dir/job.yaml:4:7: error: free: no anything here\n"));
+  free(text);
+  ar_diags_fini(&d);
+
+  /* Values: checked ones through the parser, absent ones as the default. */
+  ar_schema_value v;
+  assert_false(ar_schema_get(&demo_file, root, "count", &v)); /* 0: invalid */
+  assert_true(ar_schema_get(&demo_file, NULL, "count", &v));
+  assert_int_equal(v.i, 3);
+  const ar_ynode *sub = ar_ynode_get(root, "sub");
+  assert_non_null(sub);
+  const ar_schema *sub_entry = &demo_keys[6];
+  assert_string_equal(sub_entry->key, "sub");
+  assert_true(ar_schema_get(sub_entry, sub, "points", &v));
+  assert_int_equal(v.i, 5);
+  assert_true(ar_ynode_is(ar_ynode_get(root, "flag"), "yes"));
+  assert_false(ar_ynode_is(ar_ynode_get(root, "flag"), "ye"));
+  assert_null(ar_ynode_get(root, "absent"));
+  char q[64];
+  assert_string_equal(ar_ynode_quote(ar_ynode_get(root, "ratio"), q, sizeof q), "0");
+  ar_ynode_destroy(root);
+}
+
+/* ar_yaml_load's own problems: a file it cannot read, one too large, and
+ * YAML it refuses; an empty file is no tree and no problem. */
+static void test_other_module_file_errors(void **state) {
+  (void)state;
+  char path[512];
+  ar_diags d = {0, NULL};
+  ar_ynode *root = NULL;
+  snprintf(path, sizeof path, "%s/absent.yaml", tmpdir);
+  assert_int_equal(ar_yaml_load(path, "demo file", &root, &d), AR_IO);
+  assert_true(has(&d, 0, NULL, "cannot read the demo file: No such file"));
+  ar_diags_fini(&d);
+  write_file("alias.yaml", "a: &x 1\nb: *x\n");
+  snprintf(path, sizeof path, "%s/alias.yaml", tmpdir);
+  assert_int_equal(ar_yaml_load(path, "demo file", &root, &d), AR_SPEC);
+  assert_null(root);
+  assert_int_equal(d.count, 1);
+  assert_int_equal(d.items[0].line, 1);
+  ar_diags_fini(&d);
+  write_file("empty.yaml", "");
+  snprintf(path, sizeof path, "%s/empty.yaml", tmpdir);
+  assert_int_equal(ar_yaml_load(path, "demo file", &root, &d), AR_OK);
+  assert_null(root);
+  assert_int_equal(d.count, 0);
+  char *big = malloc(AR_SPEC_MAX_BYTES + 16);
+  assert_non_null(big);
+  memset(big, '#', AR_SPEC_MAX_BYTES + 15);
+  big[AR_SPEC_MAX_BYTES + 15] = '\0';
+  write_file("big.yaml", big);
+  free(big);
+  snprintf(path, sizeof path, "%s/big.yaml", tmpdir);
+  assert_int_equal(ar_yaml_load(path, "demo file", &root, &d), AR_SPEC);
+  assert_true(has(&d, 0, NULL, "the demo file is larger than"));
+  ar_diags_fini(&d);
+}
+
 static void test_docs_match_schema(void **state) {
   (void)state;
   char *gen = NULL;
@@ -1416,6 +1540,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_load_resolves_against_file_folder),
       cmocka_unit_test(test_missing_data_file),
       cmocka_unit_test(test_load_io_errors),
+      cmocka_unit_test(test_other_module_file),
+      cmocka_unit_test(test_other_module_file_errors),
   };
   const struct CMUnitTest docs[] = {
       cmocka_unit_test(test_docs_match_schema),

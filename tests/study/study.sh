@@ -379,6 +379,42 @@ log_scale)
   [ $rc = 2 ] && grep -qF "s2.yaml:4:8: error: scale: expected linear or log, got 'logarithmic'" "$work/err" \
     || fail "bad scale: exit $rc $(cat "$work/err")"
   ;;
+old_runs)
+  # runs.csv as the previous version of accelrt study wrote it (tests/study/
+  # data/runs-v1.csv: rows of every status from real runs of this design,
+  # the failed one written by hand, and a timed-out run done again later)
+  # loads unchanged: --analyze reads every status, a run's later row
+  # replaces its earlier one, resuming runs nothing and leaves the file as
+  # it was; a row with a status no version writes is refused at its line.
+  small_job
+  cat > "$work/study.yaml" <<YAML
+base: job.yaml
+factors:
+  train.batch: [32, 128]
+  device: [host, "cuda:0"]
+response: {time_to_p1: 1}
+better: lower
+replicates: 2
+seed: 3
+output: $work/out
+YAML
+  mkdir -p "$work/out" && cp "$src/tests/study/data/runs-v1.csv" "$work/out/runs.csv"
+  "$bin" study "$work/study.yaml" --analyze > "$work/stdout" 2> "$work/stderr" \
+    || fail "analyze exited $?: $(cat "$work/stderr")"
+  grep -qF "2 of 8 runs gave time_to_p1_1; 2 planned cells without a result" "$work/stdout" \
+    || fail "$(cat "$work/stdout")"
+  has_all "$work/out/report.html" "A1B0-r2: not_reached" "A0B0-r2: no_response" \
+    "A1B1-r1: failed" "A0B1-r1: skipped" "2 gave a response, 6 did not, 0 not run yet"
+  ! grep -q "A0B0-r1: timeout" "$work/out/report.html" || fail "the earlier row of A0B0-r1 was kept"
+  grep -q '^level_mean,train.batch,A,1,32,' "$work/out/effects.csv" || fail "$(cat "$work/out/effects.csv")"
+  "$bin" study "$work/study.yaml" > "$work/o2" 2> "$work/e2" || fail "resume: $(cat "$work/e2")"
+  grep -q "8 done before" "$work/o2" && ! grep -q '^\[' "$work/o2" || fail "$(cat "$work/o2")"
+  cmp -s "$work/out/runs.csv" "$src/tests/study/data/runs-v1.csv" || fail "runs.csv was changed"
+  sed -i '0,/,skipped,/s//,skiped,/' "$work/out/runs.csv"
+  "$bin" study "$work/study.yaml" --analyze > /dev/null 2> "$work/e3"; rc=$?
+  [ $rc = 1 ] && grep -qF "runs.csv:4: run 'A0B1-r1' has the unknown status 'skiped'" "$work/e3" \
+    || fail "unknown status: exit $rc $(cat "$work/e3")"
+  ;;
 chromium)
   # report.html rendered by headless Chromium: a screenshot of the right
   # size that holds a page's worth of drawing.

@@ -1,0 +1,132 @@
+/*
+ * The child processes of a study: signals, argv, fork and exec, waiting
+ * with a timeout (see child.h).
+ */
+#define _GNU_SOURCE
+#include "child.h"
+
+#include "accelrt/runtime.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- signals ------------------------------------------------------------- */
+
+static volatile sig_atomic_t stop_signal;
+static void on_stop(int sig) { stop_signal = sig; }
+
+void ar__study_signals_catch(study_signals *saved) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop;
+  sigemptyset(&sa.sa_mask);
+  stop_signal = 0;
+  sigaction(SIGINT, &sa, &saved->old_int);
+  sigaction(SIGTERM, &sa, &saved->old_term);
+}
+
+void ar__study_signals_restore(const study_signals *saved) {
+  sigaction(SIGINT, &saved->old_int, NULL);
+  sigaction(SIGTERM, &saved->old_term, NULL);
+}
+
+bool ar__study_stop_requested(void) { return stop_signal != 0; }
+
+/* ---- one child ----------------------------------------------------------- */
+
+ar_status ar__study_self_exe(char *exe, size_t cap, ar_err *err) {
+  ssize_t el = readlink("/proc/self/exe", exe, cap - 1);
+  if (el <= 0)
+    return ar_errf(err, AR_IO, "cannot find this program's path (/proc/self/exe): %s",
+                   strerror(errno));
+  exe[el] = '\0';
+  if (el > 10 && !strcmp(exe + el - 10, " (deleted)"))
+    return ar_errf(err, AR_STATE,
+                   "this program's binary (%.*s) was replaced while the study ran; start the "
+                   "study again to resume with the new build",
+                   (int)(el - 10), exe);
+  return AR_OK;
+}
+
+const char **ar__study_child_argv(const ar_study *s, const char *exe, const char *cmd,
+                                  const char *ranks, const char *const *sets, int ns,
+                                  const char *const *tail, int nt) {
+  size_t n = 8 + 2 * ((size_t)s->n_sets + (size_t)ns) + (size_t)nt;
+  const char **argv = ar_calloc(n, sizeof *argv);
+  if (!argv)
+    return NULL;
+  int a = 0;
+  if (ranks) {
+    const char *mpiexec = getenv("ACCELRT_MPIEXEC");
+    argv[a++] = mpiexec && mpiexec[0] ? mpiexec : "mpiexec";
+    argv[a++] = "--oversubscribe";
+    argv[a++] = "-n";
+    argv[a++] = ranks;
+  }
+  argv[a++] = exe;
+  argv[a++] = cmd;
+  argv[a++] = s->base;
+  for (int i = 0; i < s->n_sets; i++) {
+    argv[a++] = "--set";
+    argv[a++] = s->sets[i];
+  }
+  for (int i = 0; i < ns; i++) {
+    argv[a++] = "--set";
+    argv[a++] = sets[i];
+  }
+  for (int i = 0; i < nt; i++)
+    argv[a++] = tail[i];
+  argv[a] = NULL;
+  return argv;
+}
+
+ar_status ar__study_child_run(const char *const *argv, const char *logp, bool append, double t0,
+                              double timeout_s, const char *what, int *wst, child_end *end,
+                              ar_err *err) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0)
+    return ar_errf(err, AR_IO, "cannot start %s: %s", what, strerror(errno));
+  if (pid == 0) {
+    setpgid(0, 0);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    int fd = open(logp, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC), 0666);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    execvp(argv[0], (char *const *)argv);
+    fprintf(stderr, "accelrt study: cannot execute %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  *wst = 0;
+  bool timed_out = false;
+  double kill_at = 0;
+  for (;;) {
+    pid_t w = waitpid(pid, wst, WNOHANG);
+    if (w == pid || (w < 0 && errno != EINTR))
+      break;
+    double now = ar_now();
+    if (!kill_at && (stop_signal || (timeout_s > 0 && now - t0 > timeout_s))) {
+      timed_out = !stop_signal;
+      kill(-pid, SIGTERM);
+      kill_at = now + 10;
+    } else if (kill_at && now > kill_at) {
+      kill(-pid, SIGKILL);
+      kill_at = now + 1e9;
+    }
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  *end = timed_out ? CHILD_TIMEOUT : stop_signal ? CHILD_STOPPED : CHILD_EXITED;
+  return AR_OK;
+}

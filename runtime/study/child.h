@@ -1,0 +1,58 @@
+/*
+ * Private to runtime/study: the child processes of a study (child.c) --
+ * `accelrt run` and `accelrt eval` of one run, each in a process group of
+ * its own with its output in the run's log.txt, stopped on the run's
+ * timeout or when SIGINT or SIGTERM asks the study to stop.
+ */
+#ifndef ACCELRT_STUDY_CHILD_H
+#define ACCELRT_STUDY_CHILD_H
+
+#include "study_impl.h"
+
+#include <signal.h>
+
+/* How a child process ended. */
+typedef enum child_end {
+  CHILD_EXITED = 0, /* by itself: see its wait status */
+  CHILD_TIMEOUT,    /* stopped when the run's timeout_s passed */
+  CHILD_STOPPED     /* stopped because the study was asked to stop */
+} child_end;
+
+/* The handlers SIGINT and SIGTERM had before ar__study_signals_catch. */
+typedef struct study_signals {
+  struct sigaction old_int, old_term;
+} study_signals;
+
+/* From now on SIGINT and SIGTERM only ask the study to stop (see
+ * ar__study_stop_requested); the old handlers go to *saved.  Not
+ * reentrant: one study runs at a time in a process. */
+void ar__study_signals_catch(study_signals *saved);
+/* Puts the handlers of *saved back. */
+void ar__study_signals_restore(const study_signals *saved);
+/* Whether a signal asked the study to stop since it caught them. */
+bool ar__study_stop_requested(void);
+
+/* This program's path, for the children, in exe.  AR_STATE when the
+ * binary was rebuilt since the study started (the link reads "PATH
+ * (deleted)"): the runs of one study must not mix two builds.  AR_IO. */
+ar_status ar__study_self_exe(char *exe, size_t cap, ar_err *err);
+
+/* The argv of one child, NULL-terminated (ar_free it; the strings are
+ * borrowed): [mpiexec --oversubscribe -n RANKS] EXE CMD BASE, every fixed
+ * override and the run's own ones as --set, then tail.  ranks NULL: no
+ * mpiexec.  NULL when out of memory. */
+const char **ar__study_child_argv(const ar_study *s, const char *exe, const char *cmd,
+                                  const char *ranks, const char *const *sets, int ns,
+                                  const char *const *tail, int nt);
+
+/* Runs argv in a process group of its own with its output in logp
+ * (appended when append), until it exits (CHILD_EXITED, its wait status
+ * in *wst), timeout_s (0: none) counted from t0 passes (CHILD_TIMEOUT) or a
+ * signal asks the study to stop (CHILD_STOPPED); in the last two the group
+ * gets SIGTERM, and SIGKILL 10 s later.  `what` names it in messages.
+ * AR_IO when it cannot start. */
+ar_status ar__study_child_run(const char *const *argv, const char *logp, bool append, double t0,
+                              double timeout_s, const char *what, int *wst, child_end *end,
+                              ar_err *err);
+
+#endif /* ACCELRT_STUDY_CHILD_H */
