@@ -240,9 +240,10 @@ ar_status ar_write_file_atomic(const char *path, const void *data, size_t len,
                                ar_err *err);
 ar_status ar_mkdirs(const char *path, ar_err *err);
 /* --resume: keeps the lines of the file at `path` whose iteration (the
- * number after `key`, or at the start of the line when key is "") is at
- * most upto, and the lines without one, so that iterations rerun after a
- * checkpoint are not logged twice.  A missing file is fine. */
+ * number member `key` of a JSON-lines object, or with key NULL the number
+ * that starts a tab-separated line) is at most upto, and the lines without
+ * one, so that iterations rerun after a checkpoint are not logged twice.
+ * A missing file is fine; the file is read without following a link. */
 ar_status ar_trim_lines(const ar_fs *fs, const char *path, int64_t upto, const char *key,
                         ar_err *err);
 

@@ -50,12 +50,12 @@ ar_status ar__dist_report_init(ar__dist *c, bool resume) {
     c->rep_req[i] = MPI_REQUEST_NULL;
   AR_CHECK(ar_commsched_oracle_create(c->g, &c->oracle, c->err));
   if (resume)
-    AR_CHECK(ar_trim_lines(NULL, c->metrics_path, c->st.iteration, "\"iteration\": ", c->err));
+    AR_CHECK(ar_trim_lines(NULL, c->metrics_path, c->st.iteration, "iteration", c->err));
   c->metrics = fopen(c->metrics_path, resume ? "a" : "w");
   if (!c->metrics)
     return ar_errf(c->err, AR_IO, "cannot write '%s': %s", c->metrics_path, strerror(errno));
   if (resume)
-    AR_CHECK(ar_trim_lines(NULL, c->trace_path, c->st.iteration, "", c->err));
+    AR_CHECK(ar_trim_lines(NULL, c->trace_path, c->st.iteration, NULL, c->err));
   c->trace = fopen(c->trace_path, resume ? "a" : "w");
   if (!c->trace)
     return ar_errf(c->err, AR_IO, "cannot write '%s': %s", c->trace_path, strerror(errno));

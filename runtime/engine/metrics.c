@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <cJSON.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -83,6 +84,22 @@ ar_status ar_write_file_atomic(const char *path, const void *data, size_t len, a
   return ar_fs_write_atomic(NULL, path, data, len, err);
 }
 
+/* The iteration a line is about: the number member `key` of a JSON
+ * object (parsed, whatever the writer's spacing), or with key NULL the
+ * number that starts the line; -inf for a line without one (kept). */
+static double line_iteration(const char *line, const char *key) {
+  if (!key) {
+    char *end;
+    long long it = strtoll(line, &end, 10);
+    return end == line ? -INFINITY : (double)it;
+  }
+  cJSON *doc = cJSON_Parse(line);
+  const cJSON *v = cJSON_IsObject(doc) ? cJSON_GetObjectItemCaseSensitive(doc, key) : NULL;
+  double it = cJSON_IsNumber(v) ? v->valuedouble : -INFINITY;
+  cJSON_Delete(doc);
+  return it;
+}
+
 ar_status ar_trim_lines(const ar_fs *fs, const char *path, int64_t upto, const char *key,
                         ar_err *err) {
   int fd;
@@ -98,7 +115,7 @@ ar_status ar_trim_lines(const ar_fs *fs, const char *path, int64_t upto, const c
     return ar_errf(err, AR_IO, "cannot read '%s': %s", path, strerror(errno));
   }
   char *keep = NULL, *line = NULL;
-  size_t klen = 0, lcap = 0, kl = strlen(key);
+  size_t klen = 0, lcap = 0;
   FILE *mem = open_memstream(&keep, &klen);
   if (!mem) {
     fclose(f);
@@ -112,10 +129,7 @@ ar_status ar_trim_lines(const ar_fs *fs, const char *path, int64_t upto, const c
                    "writes; move the file away and resume again", path);
       break;
     }
-    const char *p = kl ? strstr(line, key) : line;
-    char *end = NULL;
-    long long it = p ? strtoll(p + kl, &end, 10) : 0;
-    if (!p || end == p + kl || it <= upto)
+    if (line_iteration(line, key) <= (double)upto)
       fwrite(line, 1, (size_t)n, mem);
   }
   free(line);

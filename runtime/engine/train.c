@@ -264,7 +264,7 @@ ar_status ar_job_start(ar_job *c, ar_device *dev, void *persistent, void *epheme
                                       err));
     AR_CHECK(ar_reader_rewind(c->train, (uint64_t)c->st.epoch, err));
     AR_CHECK(ar_reader_skip(c->train, c->st.rows_in_epoch, err));
-    AR_CHECK(ar_trim_lines(c->opts.fs, c->metrics_path, c->st.iteration, "\"iteration\": ",
+    AR_CHECK(ar_trim_lines(c->opts.fs, c->metrics_path, c->st.iteration, "iteration",
                            err));
   } else {
     AR_CHECK(ar_reader_rewind(c->train, 0, err));

@@ -199,6 +199,48 @@ static void test_damaged_checkpoint_refused(void **state) {
   ar_spec_destroy(spec);
 }
 
+/* --resume drops the lines of iterations that will run again: by the JSON
+ * member, whatever the spacing, never a look-alike inside a string. */
+static void test_trim_lines(void **state) {
+  (void)state;
+  char path[300];
+  snprintf(path, sizeof path, "%s/trim.jsonl", tmpdir);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs("{\"iteration\": 10, \"loss\": 1}\n"
+        "{\"iteration\":30,\"loss\":2}\n"
+        "{\"note\": \"\\\"iteration\\\": 99\", \"iteration\": 20}\n"
+        "{\"event\": \"job\"}\n"
+        "not json\n"
+        "{\n", f);
+  fclose(f);
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_trim_lines(NULL, path, 20, "iteration", &err), AR_OK);
+  size_t len = 0;
+  unsigned char *text = slurp(path, &len);
+  const char *want = "{\"iteration\": 10, \"loss\": 1}\n"
+                     "{\"note\": \"\\\"iteration\\\": 99\", \"iteration\": 20}\n"
+                     "{\"event\": \"job\"}\n"
+                     "not json\n"
+                     "{\n";
+  assert_int_equal(len, strlen(want));
+  assert_memory_equal(text, want, len);
+  free(text);
+  /* Tab-separated lines: the number that starts the line. */
+  snprintf(path, sizeof path, "%s/trim.tsv", tmpdir);
+  f = fopen(path, "w");
+  fputs("iteration\tx\n5\ta\n6\tb\n7\tc\n", f);
+  fclose(f);
+  assert_int_equal(ar_trim_lines(NULL, path, 6, NULL, &err), AR_OK);
+  text = slurp(path, &len);
+  assert_int_equal(len, strlen("iteration\tx\n5\ta\n6\tb\n"));
+  assert_memory_equal(text, "iteration\tx\n5\ta\n6\tb\n", len);
+  free(text);
+  /* A missing file is fine. */
+  snprintf(path, sizeof path, "%s/none.jsonl", tmpdir);
+  assert_int_equal(ar_trim_lines(NULL, path, 6, "iteration", &err), AR_OK);
+}
+
 static void test_training_learns(void **state) {
   (void)state;
   char d[300];
@@ -224,6 +266,7 @@ int main(void) {
       cmocka_unit_test(test_job_api_in_given_blocks_with_a_move),
       cmocka_unit_test(test_damaged_checkpoint_refused),
       cmocka_unit_test(test_training_learns),
+      cmocka_unit_test(test_trim_lines),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
