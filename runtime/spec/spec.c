@@ -974,6 +974,122 @@ static int find_item(ctx *c, int set, const ar_ynode *seq, const seg *g,
 /* Applies override number i: parses its value and hangs it at its path,
  * creating missing mappings.  Problems are reported and the override
  * skipped. */
+/* How one step of an override's walk down the tree ended. */
+typedef enum walk_step { WALK_ON, WALK_PLACED, WALK_FAILED } walk_step;
+
+/* The walk so far, for the steps and their messages. */
+typedef struct set_walk {
+  ctx *c;
+  int i;          /* the override's number */
+  ar_ynode *fake; /* stamps its diagnostics */
+  const seg *segs;
+  int n;
+  ar_ynode *val;  /* placed at the end (ownership passes to the tree) */
+  char where[512]; /* the path walked so far */
+} set_walk;
+
+/* Segment s of the key into the mapping *cur: the value placed at the
+ * last segment, else *cur moves to (or makes) the mapping it names. */
+static walk_step map_step(set_walk *w, ar_ynode **cur, int s, const char *q) {
+  ctx *c = w->c;
+  const seg *g = &w->segs[s];
+  size_t wl = strlen(w->where);
+  if (g->index) {
+    diag_path(c, w->fake, c->set_key,
+              "'%s' is a mapping, not a list: address it with a key, not [%s]",
+              wl ? w->where : "the top level", q);
+    return WALK_FAILED;
+  }
+  ar_ynode *m = *cur;
+  int j = -1;
+  for (int t = 0; t < m->n; t++)
+    if (m->keys[t]->len == g->len && !memcmp(m->keys[t]->text, g->s, g->len))
+      j = t;
+  if (s == w->n - 1) {
+    if (j >= 0) {
+      ar_ynode_destroy(m->vals[j]);
+      m->vals[j] = w->val;
+      return WALK_PLACED;
+    }
+    ar_ynode *k = ar__ynode_new(AR_YNODE_SCALAR, 0, 0, w->i, g->s, g->len);
+    if (!k || ar__ynode_append(m, k, w->val) != AR_OK) {
+      ar_ynode_destroy(k);
+      c->nomem = true;
+      return WALK_FAILED;
+    }
+    return WALK_PLACED;
+  }
+  if (j >= 0 && ar__ynode_is_null(m->vals[j])) {
+    /* "output:" left empty in the file: fill it like a missing key. */
+    ar_ynode *fresh = ar__ynode_new(AR_YNODE_MAP, 0, 0, w->i, NULL, 0);
+    if (!fresh) {
+      c->nomem = true;
+      return WALK_FAILED;
+    }
+    ar_ynode_destroy(m->vals[j]);
+    m->vals[j] = fresh;
+  } else if (j >= 0 && m->vals[j]->kind == AR_YNODE_SCALAR) {
+    const ar_ynode *sv = m->vals[j];
+    char vq[160], here[700], next[160];
+    ar__yquote(sv->text, sv->len, 40, vq, sizeof vq);
+    snprintf(here, sizeof here, "%s%s%s", w->where, wl ? "." : "", q);
+    ar__yquote(w->segs[s + 1].s, w->segs[s + 1].len, 40, next, sizeof next);
+    diag_path(c, w->fake, c->set_key,
+              "'%s' holds the single value '%s', so it has no key '%s'; "
+              "set '%s' as a whole instead",
+              here, vq, next, here);
+    return WALK_FAILED;
+  } else if (j < 0) {
+    ar_ynode *k = ar__ynode_new(AR_YNODE_SCALAR, 0, 0, w->i, g->s, g->len);
+    ar_ynode *fresh = ar__ynode_new(AR_YNODE_MAP, 0, 0, w->i, NULL, 0);
+    if (!k || !fresh || ar__ynode_append(m, k, fresh) != AR_OK) {
+      ar_ynode_destroy(k);
+      ar_ynode_destroy(fresh);
+      c->nomem = true;
+      return WALK_FAILED;
+    }
+    j = m->n - 1;
+  }
+  *cur = m->vals[j];
+  return WALK_ON;
+}
+
+/* Segment s into the list *cur (an index or a layer's name). */
+static walk_step seq_step(set_walk *w, ar_ynode **cur, int s) {
+  ctx *c = w->c;
+  int j = find_item(c, w->i, *cur, &w->segs[s], w->where);
+  if (j < 0)
+    return WALK_FAILED;
+  if (s == w->n - 1) {
+    ar_ynode_destroy((*cur)->vals[j]);
+    (*cur)->vals[j] = w->val;
+    return WALK_PLACED;
+  }
+  if ((*cur)->vals[j]->kind == AR_YNODE_SCALAR) {
+    diag_path(c, w->fake, c->set_key, "item %d of '%s' is a single value, not a mapping", j,
+              w->where);
+    return WALK_FAILED;
+  }
+  *cur = (*cur)->vals[j];
+  return WALK_ON;
+}
+
+/* The override's value: YAML of its own, stamped with the override's
+ * number; an empty value ("key=") is an empty scalar, judged by
+ * validation.  NULL after a reported error. */
+static ar_ynode *set_value(ctx *c, int i, const char *text) {
+  ar_ynode *val = NULL;
+  set_report rep = {c, i};
+  ar_status st = ar__yaml_parse(text, strlen(text), i, report_set, &rep, &val);
+  if (st == AR_NOMEM)
+    c->nomem = true;
+  if (st != AR_OK)
+    return NULL;
+  if (!val && !(val = ar__ynode_new(AR_YNODE_SCALAR, 0, 0, i, "", 0)))
+    c->nomem = true;
+  return val;
+}
+
 static void apply_set(ctx *c, ar_ynode *root, int i) {
   const char *arg = c->sets[i];
   ar_ynode *fake = &(ar_ynode){.set = i};
@@ -995,118 +1111,24 @@ static void apply_set(ctx *c, ar_ynode *root, int i) {
     diag_path(c, fake, c->set_key, "%s", why);
     return;
   }
-
-  /* The value is YAML of its own, stamped with the override's number. */
-  ar_ynode *val = NULL;
-  set_report rep = {c, i};
-  ar_status st =
-      ar__yaml_parse(eq + 1, strlen(eq + 1), i, report_set, &rep, &val);
-  if (st == AR_NOMEM)
-    c->nomem = true;
-  if (st != AR_OK)
+  set_walk w = {c, i, fake, segs, n, set_value(c, i, eq + 1), ""};
+  if (!w.val)
     return;
-  if (!val) { /* "key=" : an empty value, judged by validation */
-    val = ar__ynode_new(AR_YNODE_SCALAR, 0, 0, i, "", 0);
-    if (!val) {
-      c->nomem = true;
-      return;
-    }
-  }
-
-  /* Walk down; `where` is the path walked so far, for messages. */
-  char where[512] = "";
-  size_t wl = 0;
   ar_ynode *cur = root;
   for (int s = 0; s < n; s++) {
-    const seg *g = &segs[s];
-    bool last = s == n - 1;
     char q[160];
-    ar__yquote(g->s, g->len, 40, q, sizeof q);
-    if (cur->kind == AR_YNODE_MAP) {
-      if (g->index) {
-        diag_path(c, fake, c->set_key,
-                  "'%s' is a mapping, not a list: address it with a key, not "
-                  "[%s]",
-                  wl ? where : "the top level", q);
-        goto fail;
-      }
-      int j = -1;
-      for (int t = 0; t < cur->n; t++)
-        if (cur->keys[t]->len == g->len &&
-            !memcmp(cur->keys[t]->text, g->s, g->len))
-          j = t;
-      if (last) {
-        if (j >= 0) {
-          ar_ynode_destroy(cur->vals[j]);
-          cur->vals[j] = val;
-        } else {
-          ar_ynode *k = ar__ynode_new(AR_YNODE_SCALAR, 0, 0, i, g->s, g->len);
-          if (!k || ar__ynode_append(cur, k, val) != AR_OK) {
-            ar_ynode_destroy(k);
-            c->nomem = true;
-            goto fail;
-          }
-        }
-        return;
-      }
-      if (j >= 0 && ar__ynode_is_null(cur->vals[j])) {
-        /* "output:" left empty in the file: fill it like a missing key. */
-        ar_ynode *m = ar__ynode_new(AR_YNODE_MAP, 0, 0, i, NULL, 0);
-        if (!m) {
-          c->nomem = true;
-          goto fail;
-        }
-        ar_ynode_destroy(cur->vals[j]);
-        cur->vals[j] = m;
-      } else if (j >= 0 && cur->vals[j]->kind == AR_YNODE_SCALAR) {
-        const ar_ynode *sv = cur->vals[j];
-        char vq[160];
-        ar__yquote(sv->text, sv->len, 40, vq, sizeof vq);
-        char here[700], next[160];
-        snprintf(here, sizeof here, "%s%s%s", where, wl ? "." : "", q);
-        ar__yquote(segs[s + 1].s, segs[s + 1].len, 40, next, sizeof next);
-        diag_path(c, fake, c->set_key,
-                  "'%s' holds the single value '%s', so it has no key '%s'; "
-                  "set '%s' as a whole instead",
-                  here, vq, next, here);
-        goto fail;
-      } else if (j < 0) {
-        ar_ynode *k = ar__ynode_new(AR_YNODE_SCALAR, 0, 0, i, g->s, g->len);
-        ar_ynode *m = ar__ynode_new(AR_YNODE_MAP, 0, 0, i, NULL, 0);
-        if (!k || !m || ar__ynode_append(cur, k, m) != AR_OK) {
-          ar_ynode_destroy(k);
-          ar_ynode_destroy(m);
-          c->nomem = true;
-          goto fail;
-        }
-        j = cur->n - 1;
-      }
-      cur = cur->vals[j];
-    } else if (cur->kind == AR_YNODE_SEQ) {
-      int j = find_item(c, i, cur, g, where);
-      if (j < 0)
-        goto fail;
-      if (last) {
-        ar_ynode_destroy(cur->vals[j]);
-        cur->vals[j] = val;
-        return;
-      }
-      if (cur->vals[j]->kind == AR_YNODE_SCALAR) {
-        diag_path(c, fake, c->set_key,
-                  "item %d of '%s' is a single value, not a mapping", j, where);
-        goto fail;
-      }
-      cur = cur->vals[j];
-    } else {
-      AR_ASSERT(!"the walk only enters mappings and lists");
-    }
-    int w = snprintf(where + wl, sizeof where - wl, g->index ? "[%s]" : "%s%s",
-                     g->index ? q : (wl ? "." : ""), q);
-    if (w > 0)
-      wl = strlen(where);
+    ar__yquote(segs[s].s, segs[s].len, 40, q, sizeof q);
+    AR_ASSERT(cur->kind == AR_YNODE_MAP || cur->kind == AR_YNODE_SEQ);
+    walk_step r = cur->kind == AR_YNODE_MAP ? map_step(&w, &cur, s, q) : seq_step(&w, &cur, s);
+    if (r == WALK_PLACED)
+      return;
+    if (r == WALK_FAILED)
+      break;
+    size_t wl = strlen(w.where);
+    snprintf(w.where + wl, sizeof w.where - wl, segs[s].index ? "[%s]" : "%s%s",
+             segs[s].index ? q : (wl ? "." : ""), q);
   }
-fail:
-  ar_ynode_destroy(val);
+  ar_ynode_destroy(w.val);
 }
 
 /* ---- conversion --------------------------------------------------------- */
