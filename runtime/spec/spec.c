@@ -492,6 +492,94 @@ static bool parse_size(const char *t, size_t len, bool plain,
   return false;
 }
 
+/* An integer entry's value (q: the text quoted for messages). */
+static bool int_value(const ar_schema *s, const char *t, size_t len, bool plain, const char *q,
+                      const char *range, ar_schema_value *out, char *why, size_t cap) {
+  bool ovf;
+  if (!plain) {
+    snprintf(why, cap, "expected an integer, got the quoted string '%s'; remove the quotes", q);
+    return false;
+  }
+  if (!parse_int(t, len, &out->i, &ovf)) {
+    snprintf(why, cap, "expected an integer, got '%s'", q);
+    return false;
+  }
+  if (ovf || out->i < s->imin || out->i > s->imax) {
+    snprintf(why, cap, "%s is out of range: must be %s", q, range);
+    return false;
+  }
+  return true;
+}
+
+static bool float_value(const ar_schema *s, const char *t, size_t len, bool plain,
+                        const char *q, const char *range, ar_schema_value *out, char *why,
+                        size_t cap) {
+  bool big;
+  if (!plain) {
+    snprintf(why, cap, "expected a number, got the quoted string '%s'; remove the quotes", q);
+    return false;
+  }
+  if (!parse_float(t, len, &out->f, &big)) {
+    snprintf(why, cap, "expected a number, got '%s'", q);
+    return false;
+  }
+  double v = out->f;
+  if (big || v < s->fmin || (s->fmin_open && v == s->fmin) || v > s->fmax ||
+      (s->fmax_open && v == s->fmax)) {
+    snprintf(why, cap, "%s is out of range: must be %s", q, range);
+    return false;
+  }
+  return true;
+}
+
+static bool enum_value(const ar_schema *s, const char *t, size_t len, const char *q,
+                       ar_schema_value *out, char *why, size_t cap) {
+  int n = 0;
+  for (; s->values[n]; n++)
+    if (strlen(s->values[n]) == len && !memcmp(s->values[n], t, len)) {
+      out->e = n;
+      return true;
+    }
+  char list[256] = "";
+  size_t used = 0;
+  for (int i = 0; i < n && used < sizeof list; i++)
+    used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "",
+                             s->values[i]);
+  const char *near = closest(t, len, s->values, n);
+  if (near)
+    snprintf(why, cap, "'%s' is not allowed: use one of %s; did you mean '%s'?", q, list, near);
+  else
+    snprintf(why, cap, "'%s' is not allowed: use one of %s", q, list);
+  return false;
+}
+
+/* Strings, names (no '/', no control characters, not '.' or '..') and
+ * paths (not empty). */
+static bool text_value(const ar_schema *s, const char *t, size_t len, const char *q,
+                       ar_schema_value *out, char *why, size_t cap) {
+  if (memchr(t, '\0', len)) {
+    snprintf(why, cap, "'%s' contains a NUL character", q);
+    return false;
+  }
+  if (s->type != AR_SCHEMA_STRING && len == 0) {
+    snprintf(why, cap, "must not be empty");
+    return false;
+  }
+  if (s->type == AR_SCHEMA_NAME) {
+    bool bad = (len == 1 && t[0] == '.') || (len == 2 && t[0] == '.' && t[1] == '.');
+    for (size_t i = 0; i < len; i++)
+      if (t[i] == '/' || (unsigned char)t[i] < 0x20 || t[i] == 0x7f)
+        bad = true;
+    if (bad) {
+      snprintf(why, cap,
+               "'%s' is not a valid name: no '/', no control characters, not '.' or '..'", q);
+      return false;
+    }
+  }
+  out->s = t;
+  return true;
+}
+
 static bool scalar_value(const ar_schema *s, const char *t, size_t len,
                          bool plain, ar_schema_value *out, char *why,
                          size_t cap) {
@@ -499,78 +587,20 @@ static bool scalar_value(const ar_schema *s, const char *t, size_t len,
   ar__yquote(t, len, QUOTE_MAX, q, sizeof q);
   ar__schema_range_text(s, range, sizeof range);
   switch (s->type) {
-  case AR_SCHEMA_INT: {
-    bool ovf;
-    if (!plain) {
-      snprintf(why, cap,
-               "expected an integer, got the quoted string '%s'; "
-               "remove the quotes",
-               q);
-      return false;
-    }
-    if (!parse_int(t, len, &out->i, &ovf)) {
-      snprintf(why, cap, "expected an integer, got '%s'", q);
-      return false;
-    }
-    if (ovf || out->i < s->imin || out->i > s->imax) {
-      snprintf(why, cap, "%s is out of range: must be %s", q, range);
-      return false;
-    }
-    return true;
-  }
-  case AR_SCHEMA_FLOAT: {
-    bool big;
-    if (!plain) {
-      snprintf(why, cap,
-               "expected a number, got the quoted string '%s'; "
-               "remove the quotes",
-               q);
-      return false;
-    }
-    if (!parse_float(t, len, &out->f, &big)) {
-      snprintf(why, cap, "expected a number, got '%s'", q);
-      return false;
-    }
-    double v = out->f;
-    if (big || v < s->fmin || (s->fmin_open && v == s->fmin) || v > s->fmax ||
-        (s->fmax_open && v == s->fmax)) {
-      snprintf(why, cap, "%s is out of range: must be %s", q, range);
-      return false;
-    }
-    return true;
-  }
-  case AR_SCHEMA_ENUM: {
-    int n = 0;
-    for (; s->values[n]; n++)
-      if (strlen(s->values[n]) == len && !memcmp(s->values[n], t, len)) {
-        out->e = n;
-        return true;
-      }
-    char list[256] = "";
-    size_t used = 0;
-    for (int i = 0; i < n && used < sizeof list; i++)
-      used += (size_t)snprintf(list + used, sizeof list - used, "%s%s",
-                               i ? ", " : "", s->values[i]);
-    const char *near = closest(t, len, s->values, n);
-    if (near)
-      snprintf(why, cap,
-               "'%s' is not allowed: use one of %s; did you mean "
-               "'%s'?",
-               q, list, near);
-    else
-      snprintf(why, cap, "'%s' is not allowed: use one of %s", q, list);
-    return false;
-  }
+  case AR_SCHEMA_INT:
+    return int_value(s, t, len, plain, q, range, out, why, cap);
+  case AR_SCHEMA_FLOAT:
+    return float_value(s, t, len, plain, q, range, out, why, cap);
+  case AR_SCHEMA_ENUM:
+    return enum_value(s, t, len, q, out, why, cap);
   case AR_SCHEMA_SIZE:
     return parse_size(t, len, plain, out, why, cap);
   case AR_SCHEMA_DEVICE:
     if (!valid_device(t, len)) {
       static const char *const devs[] = {"auto", "host", "cuda:0"};
       const char *near = closest(t, len, devs, 3);
-      snprintf(why, cap,
-               "expected 'auto', 'host' or 'cuda:N' (N >= 0), got '%s'%s%s%s",
-               q, near ? "; did you mean '" : "", near ? near : "",
-               near ? "'?" : "");
+      snprintf(why, cap, "expected 'auto', 'host' or 'cuda:N' (N >= 0), got '%s'%s%s%s", q,
+               near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
       return false;
     }
     out->s = t;
@@ -578,30 +608,7 @@ static bool scalar_value(const ar_schema *s, const char *t, size_t len,
   case AR_SCHEMA_STRING:
   case AR_SCHEMA_NAME:
   case AR_SCHEMA_PATH:
-    if (memchr(t, '\0', len)) {
-      snprintf(why, cap, "'%s' contains a NUL character", q);
-      return false;
-    }
-    if (s->type != AR_SCHEMA_STRING && len == 0) {
-      snprintf(why, cap, "must not be empty");
-      return false;
-    }
-    if (s->type == AR_SCHEMA_NAME) {
-      bool bad =
-          (len == 1 && t[0] == '.') || (len == 2 && t[0] == '.' && t[1] == '.');
-      for (size_t i = 0; i < len; i++)
-        if (t[i] == '/' || (unsigned char)t[i] < 0x20 || t[i] == 0x7f)
-          bad = true;
-      if (bad) {
-        snprintf(why, cap,
-                 "'%s' is not a valid name: no '/', no control "
-                 "characters, not '.' or '..'",
-                 q);
-        return false;
-      }
-    }
-    out->s = t;
-    return true;
+    return text_value(s, t, len, q, out, why, cap);
   default:
     AR_ASSERT(!"not a scalar entry");
     return false;
