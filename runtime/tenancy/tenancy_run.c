@@ -199,11 +199,83 @@ ar_status ar_tenancy_capacity(const ar_spec *spec, size_t *out, char *source, si
   return AR_OK;
 }
 
+/* Opens every job of the file and adds it to r: a job that cannot be
+ * opened fails alone, in the records like any failed job. */
+static ar_status add_jobs(ar__runner *r, const ar_spec *spec, bool resume, bool quiet,
+                          ar_err *err) {
+  for (int i = 0; i < spec->n_jobs; i++) {
+    const ar_spec *js = spec->jobs[i];
+    ar__tjob_desc d;
+    ar_err je = AR_ERR_INIT;
+    ar_run_opts jo = AR_RUN_OPTS_INIT;
+    jo.resume = resume;
+    ar_status os = ar__tenancy_open_job(js, &jo, &d, &je);
+    if (os == AR_NOTFOUND && resume) { /* no checkpoint: it starts afresh */
+      jo.resume = false;
+      os = ar__tenancy_open_job(js, &jo, &d, &je);
+    }
+    if (os == AR_NOMEM)
+      return ar_errf(err, AR_NOMEM, "out of memory opening job '%s'", js->name);
+    if (os != AR_OK) {
+      if (!quiet)
+        fprintf(stderr, "accelrt run: job '%s': %s\n", js->name, je.msg);
+      if (ar__tenancy_failed_job(js->name, js->output.dir, je.msg, &d) != AR_OK)
+        return ar_errf(err, AR_NOMEM, "out of memory");
+      d.arrival_s = js->arrival_s;
+    }
+    ar_err ae = AR_ERR_INIT;
+    if (ar__runner_add(r, &d, NULL, &ae) != AR_OK) {
+      d.fns->close(d.job);
+      return ar_errf(err, AR_NOMEM, "%s", ae.msg);
+    }
+  }
+  return AR_OK;
+}
+
+/* The run's table on stdout. */
+static void print_summary(ar__runner *r, const ar_spec *spec, const ar__runner_summary *s) {
+  printf("\n%s: %zu jobs under %s on %s\n", spec->name, s->jobs, s->policy,
+         ar__runner_device_name(r));
+  printf("  %-20s %-9s %10s %10s %10s %5s\n", "job", "status", "JCT s", "queue s", "iters",
+         "lane");
+  for (size_t i = 0; i < s->jobs; i++) {
+    ar__tjob_result res;
+    if (ar__runner_result(r, i, &res) != AR_OK)
+      continue;
+    printf("  %-20s %-9s %10.2f %10.2f %10llu %5u\n", spec->jobs[i]->name,
+           ar__tjob_state_name(res.state), res.jct_s, res.queue_s,
+           (unsigned long long)res.iterations, (unsigned)res.lane);
+  }
+  printf("  makespan %.2f s, avg JCT %.2f s, p95 JCT %.2f s, avg queue %.2f s\n",
+         s->makespan_s, s->avg_jct_s, s->p95_jct_s, s->avg_queue_s);
+  printf("  switch latency p50 %.3f ms, p99 %.3f ms (%llu switches); busy %.0f%%\n",
+         s->switch_ms_p50, s->switch_ms_p99, (unsigned long long)s->switches,
+         100.0 * s->busy_fraction);
+  printf("  memory: at most %.1f MiB of %.1f MiB; %llu defragmentations\n",
+         (double)s->max_memory_bytes / 1048576.0, (double)s->capacity_bytes / 1048576.0,
+         (unsigned long long)s->defrags);
+  printf("  output %s/{summary.json,metrics.jsonl,trace.json}\n", spec->output.dir);
+}
+
+/* Runs r until its jobs ended, SIGINT/SIGTERM stopping it through a
+ * watcher thread. */
+static ar_status run_watched(ar__runner *r, ar_err *err) {
+  ar_stop_signals_install(false);
+  watcher w = {r, 0};
+  pthread_t wt;
+  bool watching = pthread_create(&wt, NULL, watch, &w) == 0;
+  ar_status st = ar__runner_run(r, err);
+  w.done = 1;
+  if (watching)
+    pthread_join(wt, NULL);
+  ar_stop_signals_restore();
+  return st;
+}
+
 ar_status ar_tenancy_run(const ar_spec *spec, const ar_run_opts *opts, ar_err *err) {
   if (!spec || spec->n_jobs <= 0)
     return ar_errf(err, AR_INVALID, "ar_tenancy_run: the file has no jobs");
   bool quiet = opts && opts->quiet;
-  bool resume = opts && opts->resume;
   ar__runner_opts ro = AR__RUNNER_OPTS_INIT;
   ro.policy = ar_policy_name(spec->runtime.policy);
   ro.device = spec->device ? spec->device : "auto";
@@ -217,81 +289,18 @@ ar_status ar_tenancy_run(const ar_spec *spec, const ar_run_opts *opts, ar_err *e
   ro.ctx = &rc;
   ar__runner *r = NULL;
   AR_CHECK(ar__runner_create(&ro, &r, err));
-
-  ar_status st = AR_OK;
-  int failed_open = 0;
-  for (int i = 0; i < spec->n_jobs && st == AR_OK; i++) {
-    const ar_spec *js = spec->jobs[i];
-    ar__tjob_desc d;
-    ar_err je = AR_ERR_INIT;
-    ar_run_opts jo = AR_RUN_OPTS_INIT;
-    jo.resume = resume;
-    ar_status os = ar__tenancy_open_job(js, &jo, &d, &je);
-    if (os == AR_NOTFOUND && resume) { /* no checkpoint: it starts afresh */
-      jo.resume = false;
-      os = ar__tenancy_open_job(js, &jo, &d, &je);
-    }
-    if (os == AR_NOMEM) {
-      st = ar_errf(err, AR_NOMEM, "out of memory opening job '%s'", js->name);
-      break;
-    }
-    if (os != AR_OK) {
-      /* It fails alone, in the records like any failed job. */
-      failed_open++;
-      if (!quiet)
-        fprintf(stderr, "accelrt run: job '%s': %s\n", js->name, je.msg);
-      if (ar__tenancy_failed_job(js->name, js->output.dir, je.msg, &d) != AR_OK) {
-        st = ar_errf(err, AR_NOMEM, "out of memory");
-        break;
-      }
-      d.arrival_s = js->arrival_s;
-    }
-    ar_err ae = AR_ERR_INIT;
-    if (ar__runner_add(r, &d, NULL, &ae) != AR_OK) {
-      d.fns->close(d.job);
-      st = ar_errf(err, AR_NOMEM, "%s", ae.msg);
-    }
-  }
+  ar_status st = add_jobs(r, spec, opts && opts->resume, quiet, err);
   if (st == AR_OK) {
     if (!quiet)
       fprintf(stderr, "accelrt run: %d jobs on %s under %s, %.2f GiB of memory\n",
               spec->n_jobs, ar__runner_device_name(r), ro.policy,
               (double)ar__runner_capacity(r) / (1 << 30));
-    ar_stop_signals_install(false);
-    watcher w = {r, 0};
-    pthread_t wt;
-    bool watching = pthread_create(&wt, NULL, watch, &w) == 0;
     rc.t0 = ar_now();
-    st = ar__runner_run(r, err);
-    w.done = 1;
-    if (watching)
-      pthread_join(wt, NULL);
-    ar_stop_signals_restore();
+    st = run_watched(r, err);
     ar__runner_summary s;
     ar__runner_summary_get(r, &s);
-    if (st == AR_OK && !quiet) {
-      printf("\n%s: %zu jobs under %s on %s\n", spec->name, s.jobs, s.policy,
-             ar__runner_device_name(r));
-      printf("  %-20s %-9s %10s %10s %10s %5s\n", "job", "status", "JCT s", "queue s",
-             "iters", "lane");
-      for (size_t i = 0; i < s.jobs; i++) {
-        ar__tjob_result res;
-        if (ar__runner_result(r, i, &res) != AR_OK)
-          continue;
-        printf("  %-20s %-9s %10.2f %10.2f %10llu %5u\n", spec->jobs[i]->name,
-               ar__tjob_state_name(res.state), res.jct_s, res.queue_s,
-               (unsigned long long)res.iterations, (unsigned)res.lane);
-      }
-      printf("  makespan %.2f s, avg JCT %.2f s, p95 JCT %.2f s, avg queue %.2f s\n",
-             s.makespan_s, s.avg_jct_s, s.p95_jct_s, s.avg_queue_s);
-      printf("  switch latency p50 %.3f ms, p99 %.3f ms (%llu switches); busy %.0f%%\n",
-             s.switch_ms_p50, s.switch_ms_p99, (unsigned long long)s.switches,
-             100.0 * s.busy_fraction);
-      printf("  memory: at most %.1f MiB of %.1f MiB; %llu defragmentations\n",
-             (double)s.max_memory_bytes / 1048576.0, (double)s.capacity_bytes / 1048576.0,
-             (unsigned long long)s.defrags);
-      printf("  output %s/{summary.json,metrics.jsonl,trace.json}\n", spec->output.dir);
-    }
+    if (st == AR_OK && !quiet)
+      print_summary(r, spec, &s);
     if (st == AR_OK && ar_stop_signal())
       st = ar_errf(err, AR_INTERRUPTED,
                    "interrupted; running jobs wrote their checkpoints: continue with "
@@ -300,7 +309,6 @@ ar_status ar_tenancy_run(const ar_spec *spec, const ar_run_opts *opts, ar_err *e
       st = ar_errf(err, AR_STATE, "%zu of %zu jobs failed (see %s/summary.json)", s.failed,
                    s.jobs, spec->output.dir);
   }
-  (void)failed_open;
   ar__runner_destroy(r);
   return st;
 }
