@@ -2,6 +2,7 @@
 #include <ctype.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "commsched_impl.h"
@@ -209,162 +210,199 @@ static uint64_t hash_bits(const uint64_t *b, size_t words) {
   return h;
 }
 
-ar_status ar_commsched_graph_seal(ar_commsched_graph *g, ar_err *err) {
-  if (g->sealed)
-    return ar_errf(err, AR_STATE, "commsched graph: already sealed");
-  size_t n = g->nops, W = (g->nrecv + 63) / 64;
-  ar_status st = AR_NOMEM;
-  uint32_t *indeg = ar_calloc(n + 1, sizeof *indeg);
-  uint32_t *pred_off = ar_calloc(n + 1, sizeof *pred_off);
-  uint32_t *pred = ar_malloc((g->nedges + 1) * sizeof *pred);
-  uint32_t *succ_off = ar_calloc(n + 1, sizeof *succ_off);
-  uint32_t *succ = ar_malloc((g->nedges + 1) * sizeof *succ);
-  uint32_t *queue = ar_malloc((n + 1) * sizeof *queue);
-  uint64_t *bits = ar_calloc(n * W + 1, sizeof *bits);
-  size_t hcap = 16;
-  while (hcap < 2 * n)
-    hcap *= 2;
-  uint32_t *htab = ar_malloc(hcap * sizeof *htab);
-  uint32_t *cls_op = ar_malloc((n + 1) * sizeof *cls_op);
-  uint64_t *cbits = NULL;
-  uint32_t *user_off = NULL, *users = NULL;
-  if (!indeg || !pred_off || !pred || !succ_off || !succ || !queue || !bits ||
-      !htab || !cls_op)
-    goto fail_nomem;
+/* Scratch of one seal. */
+typedef struct seal_work {
+  size_t n, W; /* ops; 64-bit words per transfer bitset */
+  uint32_t *indeg, *pred_off, *pred, *succ_off, *succ, *queue;
+  uint64_t *bits; /* (n, W): the recvs upstream of each op */
+  size_t hcap;
+  uint32_t *htab, *cls_op;
+} seal_work;
 
-  /* CSR of predecessors and successors. */
+static void seal_work_free(seal_work *w) {
+  ar_free(w->cls_op);
+  ar_free(w->htab);
+  ar_free(w->bits);
+  ar_free(w->queue);
+  ar_free(w->succ);
+  ar_free(w->succ_off);
+  ar_free(w->pred);
+  ar_free(w->pred_off);
+  ar_free(w->indeg);
+}
+
+static bool seal_work_alloc(const ar_commsched_graph *g, seal_work *w) {
+  size_t n = w->n = g->nops;
+  w->W = (g->nrecv + 63) / 64;
+  w->indeg = ar_calloc(n + 1, sizeof *w->indeg);
+  w->pred_off = ar_calloc(n + 1, sizeof *w->pred_off);
+  w->pred = ar_malloc((g->nedges + 1) * sizeof *w->pred);
+  w->succ_off = ar_calloc(n + 1, sizeof *w->succ_off);
+  w->succ = ar_malloc((g->nedges + 1) * sizeof *w->succ);
+  w->queue = ar_malloc((n + 1) * sizeof *w->queue);
+  w->bits = ar_calloc(n * w->W + 1, sizeof *w->bits);
+  w->hcap = 16;
+  while (w->hcap < 2 * n)
+    w->hcap *= 2;
+  w->htab = ar_malloc(w->hcap * sizeof *w->htab);
+  w->cls_op = ar_malloc((n + 1) * sizeof *w->cls_op);
+  return w->indeg && w->pred_off && w->pred && w->succ_off && w->succ && w->queue &&
+         w->bits && w->htab && w->cls_op;
+}
+
+/* CSR of predecessors and successors. */
+static void build_csr(const ar_commsched_graph *g, seal_work *w) {
+  size_t n = w->n;
   for (size_t e = 0; e < g->nedges; e++) {
-    pred_off[g->edges[2 * e + 1] + 1]++;
-    succ_off[g->edges[2 * e] + 1]++;
+    w->pred_off[g->edges[2 * e + 1] + 1]++;
+    w->succ_off[g->edges[2 * e] + 1]++;
   }
   for (size_t i = 0; i < n; i++) {
-    pred_off[i + 1] += pred_off[i];
-    succ_off[i + 1] += succ_off[i];
+    w->pred_off[i + 1] += w->pred_off[i];
+    w->succ_off[i + 1] += w->succ_off[i];
   }
   for (size_t i = 0; i < n; i++)
-    indeg[i] = 0;
+    w->indeg[i] = 0;
   for (size_t e = 0; e < g->nedges; e++) {
     uint32_t f = g->edges[2 * e], t = g->edges[2 * e + 1];
-    pred[pred_off[t] + indeg[t]++] = f;
+    w->pred[w->pred_off[t] + w->indeg[t]++] = f;
   }
   for (size_t i = 0; i < n; i++)
-    queue[i] = 0; /* reuse as fill counters */
+    w->queue[i] = 0; /* reuse as fill counters */
   for (size_t e = 0; e < g->nedges; e++) {
     uint32_t f = g->edges[2 * e], t = g->edges[2 * e + 1];
-    succ[succ_off[f] + queue[f]++] = t;
+    w->succ[w->succ_off[f] + w->queue[f]++] = t;
   }
+}
 
-  /* Kahn's algorithm; deps bitsets flow along the topological order. */
-  size_t head = 0, tail = 0;
-  for (size_t i = 0; i < n; i++)
-    if (indeg[i] == 0)
-      queue[tail++] = (uint32_t)i;
+/* Kahn's algorithm; deps bitsets flow along the topological order.
+ * Returns the number of ops ordered (fewer than n: a cycle). */
+static size_t topo_deps(const ar_commsched_graph *g, seal_work *w) {
+  size_t head = 0, tail = 0, W = w->W;
+  for (size_t i = 0; i < w->n; i++)
+    if (w->indeg[i] == 0)
+      w->queue[tail++] = (uint32_t)i;
   while (head < tail) {
-    uint32_t v = queue[head++];
-    uint64_t *bv = bits + (size_t)v * W;
+    uint32_t v = w->queue[head++];
+    uint64_t *bv = w->bits + (size_t)v * W;
     if (g->ops[v].kind == AR_COMMSCHED_RECV)
       bv[g->ops[v].transfer / 64] |= 1ull << (g->ops[v].transfer % 64);
-    for (uint32_t k = succ_off[v]; k < succ_off[v + 1]; k++) {
-      uint32_t s = succ[k];
-      uint64_t *bs = bits + (size_t)s * W;
-      for (size_t w = 0; w < W; w++)
-        bs[w] |= bv[w];
-      if (--indeg[s] == 0)
-        queue[tail++] = s;
+    for (uint32_t k = w->succ_off[v]; k < w->succ_off[v + 1]; k++) {
+      uint32_t s = w->succ[k];
+      uint64_t *bs = w->bits + (size_t)s * W;
+      for (size_t x = 0; x < W; x++)
+        bs[x] |= bv[x];
+      if (--w->indeg[s] == 0)
+        w->queue[tail++] = s;
     }
   }
-  if (tail < n) {
-    st = report_cycle(g, indeg, pred_off, pred, queue, err);
-    goto fail;
-  }
+  return tail;
+}
 
-  /* Group compute ops with equal, non-empty deps into classes. */
-  for (size_t h = 0; h < hcap; h++)
-    htab[h] = AR_COMMSCHED_NONE;
-  size_t nclass = 0;
-  for (size_t i = 0; i < n; i++) {
-    cls_op[i] = AR_COMMSCHED_NONE;
+/* Groups compute ops with equal, non-empty deps into classes (g->ops[].cls,
+ * w->cls_op marks each class's founding op); returns the class count. */
+static size_t group_classes(ar_commsched_graph *g, seal_work *w) {
+  size_t W = w->W, nclass = 0;
+  for (size_t h = 0; h < w->hcap; h++)
+    w->htab[h] = AR_COMMSCHED_NONE;
+  for (size_t i = 0; i < w->n; i++) {
+    w->cls_op[i] = AR_COMMSCHED_NONE;
     if (g->ops[i].kind != AR_COMMSCHED_COMPUTE)
       continue;
-    const uint64_t *b = bits + i * W;
+    const uint64_t *b = w->bits + i * W;
     int empty = 1;
-    for (size_t w = 0; w < W && empty; w++)
-      empty = b[w] == 0;
+    for (size_t x = 0; x < W && empty; x++)
+      empty = b[x] == 0;
     if (empty)
       continue;
-    size_t h = hash_bits(b, W) & (hcap - 1);
-    while (htab[h] != AR_COMMSCHED_NONE &&
-           memcmp(bits + (size_t)cls_op[htab[h]] * W, b, W * 8) != 0)
-      h = (h + 1) & (hcap - 1);
-    if (htab[h] == AR_COMMSCHED_NONE) {
-      htab[h] = (uint32_t)i; /* the op that founded the class */
-      cls_op[i] = (uint32_t)i;
+    size_t h = hash_bits(b, W) & (w->hcap - 1);
+    while (w->htab[h] != AR_COMMSCHED_NONE &&
+           memcmp(w->bits + (size_t)w->cls_op[w->htab[h]] * W, b, W * 8) != 0)
+      h = (h + 1) & (w->hcap - 1);
+    if (w->htab[h] == AR_COMMSCHED_NONE) {
+      w->htab[h] = (uint32_t)i; /* the op that founded the class */
+      w->cls_op[i] = (uint32_t)i;
       g->ops[i].cls = (uint32_t)nclass++;
     } else {
-      g->ops[i].cls = g->ops[htab[h]].cls;
+      g->ops[i].cls = g->ops[w->htab[h]].cls;
     }
   }
-  cbits = ar_malloc((nclass * W + 1) * sizeof *cbits);
-  user_off = ar_calloc(g->nrecv + 1, sizeof *user_off);
-  if (!cbits || !user_off)
-    goto fail_nomem;
-  for (size_t i = 0; i < n; i++)
-    if (cls_op[i] == i)
-      memcpy(cbits + (size_t)g->ops[i].cls * W, bits + i * W, W * 8);
+  return nclass;
+}
+
+/* The classes' bitsets and, per transfer, the classes that use it (CSR:
+ * user_off, users), stored in g.  AR_NOMEM, AR_RANGE. */
+static ar_status index_users(ar_commsched_graph *g, seal_work *w, size_t nclass, ar_err *err) {
+  size_t W = w->W;
+  uint64_t *cbits = ar_malloc((nclass * W + 1) * sizeof *cbits);
+  uint32_t *user_off = ar_calloc(g->nrecv + 1, sizeof *user_off), *users = NULL;
+  ar_status st = AR_OK;
+  if (!cbits || !user_off) {
+    st = ar_errf(err, AR_NOMEM, "commsched graph: out of memory sealing %zu ops", w->n);
+    goto fail;
+  }
+  for (size_t i = 0; i < w->n; i++)
+    if (w->cls_op[i] == i)
+      memcpy(cbits + (size_t)g->ops[i].cls * W, w->bits + i * W, W * 8);
   size_t nusers = 0;
   for (size_t c = 0; c < nclass; c++)
-    for (size_t w = 0; w < W; w++)
-      for (uint64_t m = cbits[c * W + w]; m; m &= m - 1) {
-        user_off[w * 64 + (size_t)__builtin_ctzll(m) + 1]++;
+    for (size_t x = 0; x < W; x++)
+      for (uint64_t m = cbits[c * W + x]; m; m &= m - 1) {
+        user_off[x * 64 + (size_t)__builtin_ctzll(m) + 1]++;
         nusers++;
       }
   if (nusers >= UINT32_MAX) {
-    st = ar_errf(err, AR_RANGE,
-                 "commsched graph: %zu op-transfer dependencies exceed the "
-                 "2^32 this library indexes",
-                 nusers);
+    st = ar_errf(err, AR_RANGE, "commsched graph: %zu op-transfer dependencies exceed the "
+                 "2^32 this library indexes", nusers);
     goto fail;
   }
   users = ar_malloc((nusers + 1) * sizeof *users);
-  if (!users)
-    goto fail_nomem;
+  if (!users) {
+    st = ar_errf(err, AR_NOMEM, "commsched graph: out of memory sealing %zu ops", w->n);
+    goto fail;
+  }
   for (size_t r = 0; r < g->nrecv; r++)
     user_off[r + 1] += user_off[r];
   for (size_t r = 0; r < g->nrecv; r++)
-    queue[r] = user_off[r];
+    w->queue[r] = user_off[r];
   for (size_t c = 0; c < nclass; c++)
-    for (size_t w = 0; w < W; w++)
-      for (uint64_t m = cbits[c * W + w]; m; m &= m - 1)
-        users[queue[w * 64 + (size_t)__builtin_ctzll(m)]++] = (uint32_t)c;
-
+    for (size_t x = 0; x < W; x++)
+      for (uint64_t m = cbits[c * W + x]; m; m &= m - 1)
+        users[w->queue[x * 64 + (size_t)__builtin_ctzll(m)]++] = (uint32_t)c;
   g->words = W;
   g->nclass = nclass;
   g->cls_bits = cbits;
   g->user_off = user_off;
   g->users = users;
-  g->sealed = 1;
-  st = AR_OK;
-  goto done;
-
-fail_nomem:
-  st = ar_errf(err, AR_NOMEM, "commsched graph: out of memory sealing %zu ops",
-               n);
+  return AR_OK;
 fail:
-  for (size_t i = 0; i < n; i++)
-    g->ops[i].cls = AR_COMMSCHED_NONE;
   ar_free(users);
   ar_free(user_off);
   ar_free(cbits);
-done:
-  ar_free(cls_op);
-  ar_free(htab);
-  ar_free(bits);
-  ar_free(queue);
-  ar_free(succ);
-  ar_free(succ_off);
-  ar_free(pred);
-  ar_free(pred_off);
-  ar_free(indeg);
+  return st;
+}
+
+ar_status ar_commsched_graph_seal(ar_commsched_graph *g, ar_err *err) {
+  if (g->sealed)
+    return ar_errf(err, AR_STATE, "commsched graph: already sealed");
+  seal_work w;
+  memset(&w, 0, sizeof w);
+  ar_status st = AR_OK;
+  if (!seal_work_alloc(g, &w))
+    st = ar_errf(err, AR_NOMEM, "commsched graph: out of memory sealing %zu ops", g->nops);
+  if (st == AR_OK) {
+    build_csr(g, &w);
+    if (topo_deps(g, &w) < w.n)
+      st = report_cycle(g, w.indeg, w.pred_off, w.pred, w.queue, err);
+  }
+  if (st == AR_OK)
+    st = index_users(g, &w, group_classes(g, &w), err);
+  if (st == AR_OK)
+    g->sealed = 1;
+  else
+    for (size_t i = 0; i < g->nops; i++)
+      g->ops[i].cls = AR_COMMSCHED_NONE;
+  seal_work_free(&w);
   return st;
 }
 
