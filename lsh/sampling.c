@@ -20,11 +20,12 @@ static void choose(ar_lsh_scratch *s, uint32_t id, uint32_t *out, size_t *k) {
   out[(*k)++] = id;
 }
 
-ar_status ar_lsh_sample(const ar_lsh_tables *t, const uint32_t *buckets,
-                        const ar_lsh_sample_opts *o, const uint32_t *always,
-                        size_t n_always, ar_lsh_scratch *s, ar_rng *rng,
-                        uint32_t *out, size_t out_cap, size_t *out_count) {
-  uint32_t n = ar__lsh_tables_neurons(t), L = ar__lsh_tables_L(t);
+/* The arguments of ar_lsh_sample against the tables; *maxa is the most
+ * ids it may return. */
+static ar_status sample_check(const ar_lsh_tables *t, const ar_lsh_sample_opts *o,
+                              const uint32_t *always, size_t n_always, ar_lsh_scratch *s,
+                              size_t out_cap, size_t *maxa) {
+  uint32_t n = ar__lsh_tables_neurons(t);
   if (s->n < n)
     return ar_errf(&s->err, AR_INVALID,
                    "lsh sample: scratch made for %u neurons, the tables hold "
@@ -35,17 +36,27 @@ ar_status ar_lsh_sample(const ar_lsh_tables *t, const uint32_t *buckets,
     return ar_errf(&s->err, AR_INVALID,
                    "lsh sample: bad strategy %d or threshold %u (must be >= 1)",
                    (int)o->strategy, o->threshold);
-  size_t maxa = o->max_active && o->max_active < n ? o->max_active : n;
-  if (out_cap < maxa || out_cap < n_always)
+  *maxa = o->max_active && o->max_active < n ? o->max_active : n;
+  if (out_cap < *maxa || out_cap < n_always)
     return ar_errf(&s->err, AR_INVALID,
                    "lsh sample: out holds %zu ids, needs max(max_active %zu, "
                    "always %zu)",
-                   out_cap, maxa, n_always);
+                   out_cap, *maxa, n_always);
   for (size_t i = 0; i < n_always; i++)
     if (always[i] >= n)
       return ar_errf(&s->err, AR_RANGE,
                      "lsh sample: always-include id %u >= %u neurons",
                      always[i], n);
+  return AR_OK;
+}
+
+ar_status ar_lsh_sample(const ar_lsh_tables *t, const uint32_t *buckets,
+                        const ar_lsh_sample_opts *o, const uint32_t *always,
+                        size_t n_always, ar_lsh_scratch *s, ar_rng *rng,
+                        uint32_t *out, size_t out_cap, size_t *out_count) {
+  size_t maxa = 0;
+  AR_CHECK(sample_check(t, o, always, n_always, s, out_cap, &maxa));
+  uint32_t n = ar__lsh_tables_neurons(t), L = ar__lsh_tables_L(t);
   size_t k = 0, nseen = 0;
   for (size_t i = 0; i < n_always; i++)
     if (!(s->cnt[always[i]] & CHOSEN))
