@@ -613,19 +613,19 @@ static void draw_shared(ar_model *m, ar_sampled *s, int l, uint32_t want) {
     s->spos[s->sids[k]] = (int32_t)k;
 }
 
-static ar_status shared_forward(ar_model *m, int l, double *loss_sum) {
+/* Step 1 of shared_forward: each row's own ids -- its labels, then what
+ * the tables retrieve -- and their logits.  Query and compute seconds
+ * (summed over threads) and the ids' total go to *tq, *tc, *own_sum. */
+static ar_status own_ids(ar_model *m, int l, const float *X, double *tq_out, double *tc_out,
+                         int64_t *own_out) {
   ar_layer *L = &m->layers[l];
   ar_sampled *s = L->smp;
-  ar_device *d = m->dev;
   const int64_t rows = m->rows, in = L->in;
-  const float inv_rows = 1.0f / (float)(m->grad_rows > 0 ? m->grad_rows : rows);
-  const float *X = dense_input(m, l);
   const ar_lsh_rows W = rows_of(L, false);
   const uint32_t Lt = ar_lsh_hash_L(s->hash);
   fail_box fb = {AR_OK, ""};
-  double tq = 0, tc = 0, lsum = 0;
-  int64_t own_sum = 0, asum = 0;
-  /* 1. Each row's own ids: its labels, then what the tables retrieve. */
+  double tq = 0, tc = 0;
+  int64_t own_sum = 0;
 #pragma omp parallel for num_threads(s->nt) schedule(static) reduction(+ : tq, tc, own_sum)
   for (int64_t r = 0; r < rows; r++) {
     const int t = omp_get_thread_num();
@@ -654,25 +654,23 @@ static ar_status shared_forward(ar_model *m, int l, double *loss_sum) {
     tq += t1 - t0;
     tc += ar_now() - t1;
   }
+  *tq_out = tq;
+  *tc_out = tc;
+  *own_out = own_sum;
   if (fb.st != AR_OK)
     return ar_errf(&m->err, fb.st, "layer %s: %s", L->name, fb.msg);
-  /* 2. The shared ids and their logits for every row: one GEMM. */
-  double t0 = ar_now();
-  uint32_t target = s->so.min_active, mean_own = (uint32_t)(own_sum / rows);
-  draw_shared(m, s, l, s->scap == s->neurons ? s->neurons
-                       : target > mean_own      ? target - mean_own
-                                                : 0);
+  return AR_OK;
+}
+
+/* Step 3 of shared_forward: softmax over each row's own ids and the
+ * shared ids it did not retrieve (those are masked out of the shared
+ * part); the loss summed over rows to *loss, the ids scored to *scored. */
+static void shared_softmax(ar_model *m, int l, float inv_rows, double *loss, int64_t *scored) {
+  ar_sampled *s = m->layers[l].smp;
+  const int64_t rows = m->rows;
   const uint32_t ns = s->ns;
-  for (uint32_t k = 0; k < ns; k++) {
-    memcpy(s->sw + (size_t)k * in, L->w + (size_t)s->sids[k] * in, (size_t)in * sizeof(float));
-    s->sb[k] = L->b[s->sids[k]];
-  }
-  if (ns) {
-    ar_device_gemm(d, false, true, rows, ns, in, 1.0f, X, in, s->sw, in, 0.0f, s->sz, ns);
-    ar_device_bias_act(d, rows, ns, s->sb, AR_ACT_NONE, s->sz);
-  }
-  /* 3. Softmax over each row's own ids and the shared ids it did not
-   * retrieve (those are masked out of the shared part). */
+  double lsum = 0;
+  int64_t asum = 0;
 #pragma omp parallel for num_threads(s->nt) schedule(static) reduction(+ : lsum, asum)
   for (int64_t r = 0; r < rows; r++) {
     const uint32_t *own = s->active + (size_t)r * s->cap;
@@ -726,6 +724,39 @@ static ar_status shared_forward(ar_model *m, int l, double *loss_sum) {
     for (uint32_t j = 0; j < ns; j++)
       z[j] = (float)(exp((double)z[j] - mx) * inv) * inv_rows;
   }
+  *loss = lsum;
+  *scored = asum;
+}
+
+/* One sampled layer's forward and loss for the batch, with a pool of
+ * shared negatives: 1. each row's own ids, 2. the shared ids' logits for
+ * every row in one GEMM, 3. the softmax over both. */
+static ar_status shared_forward(ar_model *m, int l, double *loss_sum) {
+  ar_layer *L = &m->layers[l];
+  ar_sampled *s = L->smp;
+  ar_device *d = m->dev;
+  const int64_t rows = m->rows, in = L->in;
+  const float inv_rows = 1.0f / (float)(m->grad_rows > 0 ? m->grad_rows : rows);
+  const float *X = dense_input(m, l);
+  double tq = 0, tc = 0, lsum = 0;
+  int64_t own_sum = 0, asum = 0;
+  AR_CHECK(own_ids(m, l, X, &tq, &tc, &own_sum));
+  /* 2. The shared ids and their logits for every row: one GEMM. */
+  double t0 = ar_now();
+  uint32_t target = s->so.min_active, mean_own = (uint32_t)(own_sum / rows);
+  draw_shared(m, s, l, s->scap == s->neurons ? s->neurons
+                       : target > mean_own      ? target - mean_own
+                                                : 0);
+  const uint32_t ns = s->ns;
+  for (uint32_t k = 0; k < ns; k++) {
+    memcpy(s->sw + (size_t)k * in, L->w + (size_t)s->sids[k] * in, (size_t)in * sizeof(float));
+    s->sb[k] = L->b[s->sids[k]];
+  }
+  if (ns) {
+    ar_device_gemm(d, false, true, rows, ns, in, 1.0f, X, in, s->sw, in, 0.0f, s->sz, ns);
+    ar_device_bias_act(d, rows, ns, s->sb, AR_ACT_NONE, s->sz);
+  }
+  shared_softmax(m, l, inv_rows, &lsum, &asum);
   s->st.compute_s += (ar_now() - t0) * s->nt + tc;
   s->st.query_s += tq;
   s->st.active_sum += asum;
