@@ -137,6 +137,8 @@ static bool int_opt(const char *name, const char *v, long long lo, long long hi,
   return true;
 }
 
+/* accelrt serve: its options, one case each (a linear switch, kept in one
+ * piece), then the default paths and the server. */
 static int serve(int argc, char **argv) {
   cli_passive_threads();
   static const struct option longs[] = {{"state", required_argument, NULL, 's'},

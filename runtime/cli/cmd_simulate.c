@@ -53,6 +53,7 @@ static int usage(void) {
   return CLI_USAGE;
 }
 
+/* The options, one case each: a linear switch, kept in one piece. */
 static int parse_args(int argc, char **argv, sim_args *a) {
   static const struct option longs[] = {{"workers", required_argument, NULL, 'w'},
                                         {"servers", required_argument, NULL, 's'},
