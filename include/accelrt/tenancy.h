@@ -11,7 +11,14 @@
 #ifndef ACCELRT_TENANCY_H
 #define ACCELRT_TENANCY_H
 
+#include "accelrt/device.h"
+#include "accelrt/lanes.h"
 #include "accelrt/runtime.h"
+#include "accelrt/spec.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,6 +40,191 @@ ar_status ar_tenancy_run(const ar_spec *spec, const ar_run_opts *opts,
  * AR_RANGE / AR_UNSUPPORTED with what to set in err. */
 ar_status ar_tenancy_capacity(const ar_spec *spec, size_t *out, char *source, size_t source_len,
                               ar_err *err);
+
+/* ---- the multi-job runner ------------------------------------------------
+ * Many jobs on one device through lanes.  The runner knows jobs only through
+ * a small table of functions (start, step, rebase, finish, close), so the
+ * scheduler, the lanes, the worker threads, the defragmentation and the
+ * records are tested with synthetic jobs (tests/tenancy/test_runner.c) and
+ * driven by the engine's ar_job in production (ar_tenancy_run, the
+ * service, and distributed.share's workers, runtime/dist/share.c).
+ *
+ * Threads: the thread that calls ar_runner_run is the scheduler; it alone
+ * touches the ar_lanes handle and calls the job functions of jobs that are
+ * not running an iteration.  Worker threads (one per concurrently running
+ * lane) run start + step (+ finish when the job ends) of the job they were
+ * handed.  ar_runner_add, _cancel, _stop, _result and _now may be called
+ * from any thread. */
+
+/* A job as the runner drives it.  `job` is the implementation's handle. */
+typedef struct ar_tjob_fns {
+  /* Creates the job's state on dev (borrowed: the lane handle the job runs
+   * every iteration on, shared with the other jobs of its lane, valid
+   * until the runner is destroyed) in the given arena blocks.  Called
+   * once, by a worker, before the first step. */
+  ar_status (*start)(void *job, ar_device *dev, void *persistent,
+                     void *ephemeral, ar_err *err);
+  /* One iteration. */
+  ar_status (*step)(void *job, ar_err *err);
+  /* All iterations run. */
+  bool (*done)(void *job);
+  /* Blocks moved (persistent bytes already copied); NULL keeps one. */
+  void (*rebase)(void *job, void *persistent, void *ephemeral);
+  /* Ends a started job: interrupted = stopped early (cancel, shutdown). */
+  ar_status (*finish)(void *job, bool interrupted, ar_err *err);
+  /* Frees the job (started or not). */
+  void (*close)(void *job);
+} ar_tjob_fns;
+
+typedef struct ar_tjob_desc {
+  const char *name;    /* copied */
+  const char *out_dir; /* copied; per-job record goes to its metrics.jsonl;
+                          NULL: none */
+  size_t persistent, ephemeral; /* exact plan sizes */
+  uint64_t iterations;          /* iterations still to run (>= 1) */
+  uint64_t iterations_before;   /* done before (a resumed job) */
+  int priority;
+  int max_threads;  /* host threads an iteration may use; 0 = its share */
+  double arrival_s; /* on the runner's clock; the service uses "now" */
+  void *job;        /* ownership passes to the runner (fns->close) */
+  const ar_tjob_fns *fns;
+  const ar_fs *fs; /* borrowed, outlives the job: opens out_dir's files */
+} ar_tjob_desc;
+
+typedef enum ar_tjob_state {
+  AR_TJ_PENDING = 0, /* not arrived yet */
+  AR_TJ_QUEUED,      /* waiting for memory */
+  AR_TJ_ADMITTED,    /* holds a block and a lane */
+  AR_TJ_DONE,        /* ran all its iterations */
+  AR_TJ_FAILED,      /* an error ended it (others keep running) */
+  AR_TJ_CANCELLED,   /* ar_runner_cancel */
+  AR_TJ_STOPPED      /* the runner stopped (checkpointed when started) */
+} ar_tjob_state;
+
+const char *ar_tjob_state_name(ar_tjob_state s);
+static inline bool ar_tjob_ended(ar_tjob_state s) { return s >= AR_TJ_DONE; }
+
+typedef struct ar_tjob_result {
+  ar_tjob_state state;
+  double arrival_s, admit_s, first_s, end_s; /* runner clock; -1 unset */
+  double queue_s, jct_s;
+  uint64_t iterations; /* run here (not counting iterations_before) */
+  uint32_t lane;       /* the lane it ran in; 0 when never admitted */
+  uint64_t switches;   /* iterations that followed another job's in its lane */
+  double switch_ms_p50, switch_ms_p99;
+  double busy_s;       /* sum of its iteration times */
+  char reason[256];    /* why it waits (queued) */
+  char error[AR_ERR_MAX + 64]; /* failed: why */
+} ar_tjob_result;
+
+typedef struct ar_runner ar_runner;
+
+/* Called on every change of a job's state (arrived, admitted, reason
+ * changed, ended), from the scheduler thread with the runner's lock held:
+ * it must not call ar_runner_* functions. */
+typedef void (*ar_runner_event_fn)(void *ctx, size_t job,
+                                    const ar_tjob_result *r);
+
+typedef struct ar_runner_opts {
+  const char *policy;  /* lanes policy name */
+  /* The lanes' bytes; 0: from the device: on the host runtime.memory's
+   * bytes or its fraction (default all) of the available RAM; on a device
+   * with an arena (CUDA) what the arena has left once the lane handles
+   * took their workspaces.  Given on such a device, it must fit there. */
+  size_t capacity;
+  const char *device;  /* "host", "cuda:N", "auto" */
+  /* Opening the device: runtime.memory (memory_bytes / memory_fraction)
+   * sizes a CUDA device's arena; see ar_job_device_opts.  pin is ignored
+   * (lanes share the cores). */
+  ar_device_opts device_opts;
+  int threads;         /* host threads in all; 0 = all cores */
+  int max_concurrent;  /* iterations at once; 0: threads (host), 8 else */
+  /* Lane handles: 0 = on the host one per live lane (opened as lanes
+   * need them), elsewhere one per max_concurrent; n > 0 = at most n, lanes
+   * beyond share them and take turns (tests). */
+  int max_lane_handles;
+  /* 0: never; 1: when the layout is fragmented and a job waits (after a
+   * job left); 2: after every departure (tests). */
+  int defrag;
+  bool service;        /* run until ar_runner_stop, not until all ended */
+  const char *out_dir; /* summary.json, metrics.jsonl, trace.json; NULL */
+  const ar_fs *fs;     /* borrowed: opens out_dir's files; NULL: directly */
+  const char *trace_path; /* NULL: out_dir/trace.json */
+  ar_runner_event_fn on_event; /* optional */
+  void *ctx;
+} ar_runner_opts;
+
+#define AR_RUNNER_OPTS_INIT                                                     \
+  {"fifo", 0, "host", AR_DEVICE_OPTS_INIT, 0, 0, 0, 1, false, NULL, NULL, NULL, NULL, NULL}
+
+/* Opens the device once, the lane handles (ar_device_open_lane where the
+ * backend has queues; host devices with their share of the threads on the
+ * host), sizes the capacity, carves it with one ar_device_alloc and makes
+ * the lanes handle.  AR_INVALID / AR_NOMEM /
+ * AR_RANGE / device statuses, with what to set in err. */
+ar_status ar_runner_create(const ar_runner_opts *opts, ar_runner **out,
+                            ar_err *err);
+
+/* The lanes' capacity in bytes and the device's name ("host", "cuda:0"). */
+size_t ar_runner_capacity(const ar_runner *r);
+const char *ar_runner_device_name(const ar_runner *r);
+/* The device the runner opened (borrowed; the one allocation of the arena
+ * is its only one) and, in *lane_handles, how many lane handles it has. */
+ar_device *ar_runner_device(ar_runner *r, int *lane_handles);
+/* Lane handle i (borrowed), or NULL out of range. */
+ar_device *ar_runner_lane_handle(ar_runner *r, int i);
+/* Closes every job still held, frees everything.  NULL is a no-op. */
+void ar_runner_destroy(ar_runner *r);
+
+/* Adds a job; *index (may be NULL) is its number, from 0.  On failure the
+ * job stays the caller's.  AR_INVALID (incomplete table, zero iterations),
+ * AR_NOMEM.  A job that can never fit fails alone when it arrives. */
+ar_status ar_runner_add(ar_runner *r, const ar_tjob_desc *d, size_t *index,
+                         ar_err *err);
+/* Cancels a job at its next iteration boundary.  AR_OK, AR_NOTFOUND,
+ * AR_STATE (already ended). */
+ar_status ar_runner_cancel(ar_runner *r, size_t index);
+/* Asks the run to end: no new iteration starts; started jobs are finished
+ * as interrupted (their checkpoint written), the others closed. */
+void ar_runner_stop(ar_runner *r);
+/* Runs until every job ended (or, in service mode, until stopped).
+ * AR_OK, or the first runner-level failure (a job's failure is only in
+ * its result). */
+ar_status ar_runner_run(ar_runner *r, ar_err *err);
+
+size_t ar_runner_count(ar_runner *r);
+ar_status ar_runner_result(ar_runner *r, size_t index, ar_tjob_result *out);
+/* Seconds since ar_runner_run started (0 before). */
+double ar_runner_now(ar_runner *r);
+
+/* Run-level figures (filled at the end of ar_runner_run). */
+typedef struct ar_runner_summary {
+  const char *policy;
+  double makespan_s, avg_jct_s, p95_jct_s, avg_queue_s;
+  double switch_ms_p50, switch_ms_p99;
+  uint64_t switches;
+  size_t max_memory_bytes, capacity_bytes;
+  double busy_fraction;
+  uint64_t defrags, defrag_bytes_moved;
+  size_t jobs, failed;
+} ar_runner_summary;
+void ar_runner_summary_get(ar_runner *r, ar_runner_summary *out);
+
+/* Engine jobs for the runner (tenancy_run.c). */
+
+/* Opens an engine job (ar_job_open) for `spec` and fills *d for the
+ * runner (fns, plan sizes, iterations left, output dir, priority; arrival
+ * is the caller's).  opts: resume, the job's fs (quiet is forced).
+ * The spec must outlive the job.  Statuses of ar_job_open; AR_STATE when a
+ * resumed job has no iteration left. */
+
+ar_status ar_tenancy_open_job(const ar_spec *spec, const ar_run_opts *opts,
+                               ar_tjob_desc *d, ar_err *err);
+/* A job that only fails with `message` when started: a job whose data
+ * could not be opened still appears, failed, in the run's records.
+ * Strings are copied.  AR_NOMEM. */
+ar_status ar_tenancy_failed_job(const char *name, const char *out_dir,
+                                 const char *message, ar_tjob_desc *d);
 
 /* The execution service (runtime/tenancy/service.c): `accelrt serve`.
  * Listens on socket_path (a Unix socket; the kernel's SO_PEERCRED says

@@ -30,7 +30,7 @@
 #define _GNU_SOURCE
 #include "dist_impl.h"
 
-#include "tenancy_impl.h"
+#include "accelrt/tenancy.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -50,10 +50,10 @@ struct ar__share {
   ar__dist *c;
   ar_spec *spec; /* the share file, loaded (outputs redirected) */
   char *out_dir;
-  ar__runner *runner;
+  ar_runner *runner;
   pthread_t thread;
   bool thread_running;
-  ar_status run_st; /* ar__runner_run's status */
+  ar_status run_st; /* ar_runner_run's status */
   ar_err run_err;
   size_t proxy;     /* the proxy's job index */
 
@@ -61,7 +61,7 @@ struct ar__share {
   pthread_cond_t cv;
   sh_state state;
   bool finished;    /* the worker ran its last iteration */
-  bool runner_done; /* ar__runner_run returned */
+  bool runner_done; /* ar_runner_run returned */
   ar_status it_st;
   char why[2 * AR_ERR_MAX + 256]; /* the runner's reason when it ended the proxy */
   ar_device *dev;
@@ -138,18 +138,18 @@ static ar_status p_finish(void *job, bool interrupted, ar_err *err) {
 
 static void p_close(void *job) { (void)job; /* the worker owns it */ }
 
-static const ar__tjob_fns proxy_fns = {p_start, p_step, p_done, p_rebase, p_finish, p_close};
+static const ar_tjob_fns proxy_fns = {p_start, p_step, p_done, p_rebase, p_finish, p_close};
 
 /* The runner's events (scheduler thread, runner lock held): the proxy
  * ended without the worker (it could not fit, the run stopped). */
-static void on_event(void *ctx, size_t job, const ar__tjob_result *r) {
+static void on_event(void *ctx, size_t job, const ar_tjob_result *r) {
   ar__share *s = ctx;
-  if (job != s->proxy || !ar__tjob_ended(r->state))
+  if (job != s->proxy || !ar_tjob_ended(r->state))
     return;
   sh_lock(s);
   if (s->state != SH_ENDED) {
     s->state = SH_ENDED;
-    snprintf(s->why, sizeof s->why, "%s%s%s", ar__tjob_state_name(r->state),
+    snprintf(s->why, sizeof s->why, "%s%s%s", ar_tjob_state_name(r->state),
              r->error[0] ? ": " : "", r->error[0] ? r->error : r->reason);
   }
   pthread_cond_broadcast(&s->cv);
@@ -158,7 +158,7 @@ static void on_event(void *ctx, size_t job, const ar__tjob_result *r) {
 
 static void *run_thread(void *arg) {
   ar__share *s = arg;
-  ar_status st = ar__runner_run(s->runner, &s->run_err);
+  ar_status st = ar_runner_run(s->runner, &s->run_err);
   sh_lock(s);
   s->run_st = st;
   s->runner_done = true;
@@ -264,7 +264,7 @@ ar_status ar__share_open(ar__dist *c, int threads, size_t persistent, size_t eph
   pthread_cond_init(&s->cv, NULL);
   AR_CHECK(load_share_file(s));
   const ar_spec *sp = s->spec;
-  ar__runner_opts ro = AR__RUNNER_OPTS_INIT;
+  ar_runner_opts ro = AR_RUNNER_OPTS_INIT;
   ro.policy = ar_policy_name(sp->runtime.policy);
   ro.device = c->dev_name; /* a GPU worker shares its GPU */
   ro.device_opts = ar_job_device_opts(sp);
@@ -272,12 +272,12 @@ ar_status ar__share_open(ar__dist *c, int threads, size_t persistent, size_t eph
   ro.out_dir = s->out_dir;
   ro.on_event = on_event;
   ro.ctx = s;
-  AR_CHECK(ar__runner_create(&ro, &s->runner, c->err));
+  AR_CHECK(ar_runner_create(&ro, &s->runner, c->err));
   /* The worker first (arrival 0, added first), then the co-tenants at
    * their arrival times. */
   char name[64];
   snprintf(name, sizeof name, "%s.worker%d", c->spec->name, c->widx);
-  ar__tjob_desc d;
+  ar_tjob_desc d;
   memset(&d, 0, sizeof d);
   d.name = name;
   d.out_dir = NULL;
@@ -287,15 +287,15 @@ ar_status ar__share_open(ar__dist *c, int threads, size_t persistent, size_t eph
   d.max_threads = threads;
   d.job = s;
   d.fns = &proxy_fns;
-  AR_CHECK(ar__runner_add(s->runner, &d, &s->proxy, c->err));
+  AR_CHECK(ar_runner_add(s->runner, &d, &s->proxy, c->err));
   for (int i = 0; i < sp->n_jobs; i++) {
-    ar__tjob_desc jd;
+    ar_tjob_desc jd;
     ar_err je = AR_ERR_INIT;
-    ar_status os = ar__tenancy_open_job(sp->jobs[i], NULL, &jd, &je);
+    ar_status os = ar_tenancy_open_job(sp->jobs[i], NULL, &jd, &je);
     if (os != AR_OK)
       return ar_errf(c->err, os, "distributed.share: job '%s' of %s: %s", sp->jobs[i]->name,
                      c->spec->distributed.share_file, je.msg);
-    if (ar__runner_add(s->runner, &jd, NULL, &je) != AR_OK) {
+    if (ar_runner_add(s->runner, &jd, NULL, &je) != AR_OK) {
       jd.fns->close(jd.job);
       return ar_errf(c->err, AR_NOMEM, "%s", je.msg);
     }
@@ -365,13 +365,13 @@ void ar__share_close(ar__dist *c, bool failed) {
       }
       pthread_cond_broadcast(&s->cv);
       sh_unlock(s);
-      ar__runner_stop(s->runner);
+      ar_runner_stop(s->runner);
     } else {
       sh_unlock(s);
     }
     pthread_join(s->thread, NULL); /* the co-tenants run to their end */
   }
-  ar__runner_destroy(s->runner);
+  ar_runner_destroy(s->runner);
   ar_spec_destroy(s->spec);
   ar_free(s->out_dir);
   pthread_cond_destroy(&s->cv);

@@ -29,7 +29,7 @@ double ar__quantile(double *v, size_t n, double q) {
   return v[k - 1];
 }
 
-const char *ar__tjob_state_name(ar__tjob_state s) {
+const char *ar_tjob_state_name(ar_tjob_state s) {
   static const char *const names[] = {"pending", "queued",    "running", "done",
                                       "failed",  "cancelled", "stopped"};
   return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "?";

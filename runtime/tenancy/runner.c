@@ -63,10 +63,10 @@
 #define SWITCH_KEEP 1000000
 
 typedef struct tjob {
-  ar__tjob_desc d;
+  ar_tjob_desc d;
   char *name, *out_dir; /* owned copies */
   ar_lanes_job_id lid;  /* 0 before arrival */
-  ar__tjob_result res;
+  ar_tjob_result res;
   bool started, running, cancel_req, closed;
   int slot; /* the lane handle it started on (runner's slots); -1 before */
   void *pers, *eph;
@@ -85,7 +85,7 @@ typedef struct slot {
 typedef enum { W_IDLE = 0, W_BUSY, W_DONE, W_EXIT } wstate;
 
 typedef struct worker {
-  ar__runner *r;
+  ar_runner *r;
   pthread_t th;
   bool th_ok;
   pthread_cond_t cv;
@@ -114,8 +114,8 @@ typedef struct lane_rec {
   uint64_t last_dispatch;
 } lane_rec;
 
-struct ar__runner {
-  ar__runner_opts o;
+struct ar_runner {
+  ar_runner_opts o;
   char *policy, *device_name, *out_dir, *trace_path;
   const ar_fs *fs; /* borrowed: opens out_dir's files */
   ar_device *dev;  /* the one device opened by name; owns the arena */
@@ -154,15 +154,15 @@ struct ar__runner {
   ar_sbuf trace;
   uint64_t trace_dropped;
   FILE *metrics;
-  ar__runner_summary sum;
+  ar_runner_summary sum;
   char sum_policy[32];
 };
 
-static double clock_now(ar__runner *r) {
+static double clock_now(ar_runner *r) {
   return r->clock_started ? ar_now() - r->t0 : 0.0;
 }
 
-double ar__runner_now(ar__runner *r) {
+double ar_runner_now(ar_runner *r) {
   pthread_mutex_lock(&r->mu);
   double t = clock_now(r);
   pthread_mutex_unlock(&r->mu);
@@ -172,11 +172,11 @@ double ar__runner_now(ar__runner *r) {
 /* ---- lifecycle ----------------------------------------------------------- */
 
 /* The handle iterations of slot i run on (NULL: not opened yet). */
-static ar_device *slot_dev(ar__runner *r, int i) { return r->slots[i]->dev; }
+static ar_device *slot_dev(ar_runner *r, int i) { return r->slots[i]->dev; }
 
 /* Appends a lane handle (dev may be NULL: opened at its first iteration).
  * Returns its index, or -1 when out of memory. */
-static int add_slot(ar__runner *r, ar_device *dev, bool owned) {
+static int add_slot(ar_runner *r, ar_device *dev, bool owned) {
   if (r->nslots == r->capslots) {
     int cap = r->capslots ? 2 * r->capslots : 8;
     slot **n = ar_realloc(r->slots, (size_t)cap * sizeof *n);
@@ -231,7 +231,7 @@ ar_status ar__host_lanes_capacity(const ar_device_opts *o, size_t *out, char *so
 /* The lanes' capacity on a device with an arena (CUDA): what is left of
  * it once the lane handles took their workspaces, or opts->capacity when
  * that fits. */
-static ar_status arena_capacity(ar__runner *r, size_t want, size_t *out, ar_err *err) {
+static ar_status arena_capacity(ar_runner *r, size_t want, size_t *out, ar_err *err) {
   ar_device_mem mi;
   ar_status st = ar_device_mem_info(r->dev, &mi);
   char why[AR_ERR_MAX];
@@ -270,7 +270,7 @@ static ar_status arena_capacity(ar__runner *r, size_t want, size_t *out, ar_err 
  * topology, tens of milliseconds), more as lanes need them; on a device
  * with queues a fixed pool, made now because each takes its cuBLAS
  * workspace from the arena the lanes get the rest of. */
-static ar_status open_slots(ar__runner *r, ar_err *err) {
+static ar_status open_slots(ar_runner *r, ar_err *err) {
   int n = r->o.max_lane_handles > 0 ? r->o.max_lane_handles : r->nworkers;
   if (!r->host && !ar_device_has_lanes(r->dev)) {
     /* Neither queues nor host threads: every iteration on the device
@@ -310,7 +310,7 @@ static ar_status open_slots(ar__runner *r, ar_err *err) {
 
 /* The lanes' capacity (r->capacity), then the one allocation it is
  * carved from (r->arena, 256-byte aligned). */
-static ar_status reserve_arena(ar__runner *r, const ar__runner_opts *opts, ar_err *err) {
+static ar_status reserve_arena(ar_runner *r, const ar_runner_opts *opts, ar_err *err) {
   size_t cap = opts->capacity;
   if (r->host) {
     if (cap == 0)
@@ -343,11 +343,11 @@ static ar_status reserve_arena(ar__runner *r, const ar__runner_opts *opts, ar_er
   return AR_OK;
 }
 
-ar_status ar__runner_create(const ar__runner_opts *opts, ar__runner **out,
+ar_status ar_runner_create(const ar_runner_opts *opts, ar_runner **out,
                             ar_err *err) {
   if (!opts || !out || !opts->policy || !opts->device)
     return ar_errf(err, AR_INVALID, "runner: options, policy and device are required");
-  ar__runner *r = ar_calloc(1, sizeof *r);
+  ar_runner *r = ar_calloc(1, sizeof *r);
   if (!r)
     return ar_errf(err, AR_NOMEM, "out of memory");
   r->o = *opts;
@@ -421,24 +421,24 @@ ar_status ar__runner_create(const ar__runner_opts *opts, ar__runner **out,
   *out = r;
   return AR_OK;
 fail:
-  ar__runner_destroy(r);
+  ar_runner_destroy(r);
   return st;
 }
 
-size_t ar__runner_capacity(const ar__runner *r) { return r->capacity; }
-const char *ar__runner_device_name(const ar__runner *r) { return r->device_name; }
+size_t ar_runner_capacity(const ar_runner *r) { return r->capacity; }
+const char *ar_runner_device_name(const ar_runner *r) { return r->device_name; }
 
-ar_device *ar__runner_device(ar__runner *r, int *lane_handles) {
+ar_device *ar_runner_device(ar_runner *r, int *lane_handles) {
   if (lane_handles)
     *lane_handles = r->nslots;
   return r->dev;
 }
 
-ar_device *ar__runner_lane_handle(ar__runner *r, int i) {
+ar_device *ar_runner_lane_handle(ar_runner *r, int i) {
   return i >= 0 && i < r->nslots ? slot_dev(r, i) : NULL;
 }
 
-static void job_free(ar__runner *r, tjob *j) {
+static void job_free(ar_runner *r, tjob *j) {
   (void)r;
   if (!j)
     return;
@@ -450,7 +450,7 @@ static void job_free(ar__runner *r, tjob *j) {
   ar_free(j);
 }
 
-void ar__runner_destroy(ar__runner *r) {
+void ar_runner_destroy(ar_runner *r) {
   if (!r)
     return;
   for (size_t i = 0; i < r->njobs; i++)
@@ -490,12 +490,12 @@ void ar__runner_destroy(ar__runner *r) {
 
 /* ---- jobs from any thread -------------------------------------------------- */
 
-static void result_init(ar__tjob_result *res) {
+static void result_init(ar_tjob_result *res) {
   memset(res, 0, sizeof *res);
   res->arrival_s = res->admit_s = res->first_s = res->end_s = -1;
 }
 
-ar_status ar__runner_add(ar__runner *r, const ar__tjob_desc *d, size_t *index,
+ar_status ar_runner_add(ar_runner *r, const ar_tjob_desc *d, size_t *index,
                          ar_err *err) {
   if (!d || !d->fns || !d->fns->start || !d->fns->step || !d->fns->done ||
       !d->fns->rebase || !d->fns->finish || !d->fns->close)
@@ -519,7 +519,7 @@ ar_status ar__runner_add(ar__runner *r, const ar__tjob_desc *d, size_t *index,
   j->d.out_dir = j->out_dir;
   j->slot = -1;
   result_init(&j->res);
-  j->res.state = AR__TJ_PENDING;
+  j->res.state = AR_TJ_PENDING;
   pthread_mutex_lock(&r->mu);
   if (r->njobs == r->capjobs) {
     size_t cap = r->capjobs ? 2 * r->capjobs : 16;
@@ -542,12 +542,12 @@ ar_status ar__runner_add(ar__runner *r, const ar__tjob_desc *d, size_t *index,
   return AR_OK;
 }
 
-ar_status ar__runner_cancel(ar__runner *r, size_t index) {
+ar_status ar_runner_cancel(ar_runner *r, size_t index) {
   pthread_mutex_lock(&r->mu);
   ar_status st = AR_OK;
   if (index >= r->njobs)
     st = AR_NOTFOUND;
-  else if (ar__tjob_ended(r->jobs[index]->res.state))
+  else if (ar_tjob_ended(r->jobs[index]->res.state))
     st = AR_STATE;
   else {
     r->jobs[index]->cancel_req = true;
@@ -557,21 +557,21 @@ ar_status ar__runner_cancel(ar__runner *r, size_t index) {
   return st;
 }
 
-void ar__runner_stop(ar__runner *r) {
+void ar_runner_stop(ar_runner *r) {
   pthread_mutex_lock(&r->mu);
   r->stop = true;
   pthread_cond_signal(&r->cv);
   pthread_mutex_unlock(&r->mu);
 }
 
-size_t ar__runner_count(ar__runner *r) {
+size_t ar_runner_count(ar_runner *r) {
   pthread_mutex_lock(&r->mu);
   size_t n = r->njobs;
   pthread_mutex_unlock(&r->mu);
   return n;
 }
 
-ar_status ar__runner_result(ar__runner *r, size_t index, ar__tjob_result *out) {
+ar_status ar_runner_result(ar_runner *r, size_t index, ar_tjob_result *out) {
   pthread_mutex_lock(&r->mu);
   ar_status st = AR_NOTFOUND;
   if (index < r->njobs) {
@@ -582,7 +582,7 @@ ar_status ar__runner_result(ar__runner *r, size_t index, ar__tjob_result *out) {
   return st;
 }
 
-void ar__runner_summary_get(ar__runner *r, ar__runner_summary *out) {
+void ar_runner_summary_get(ar_runner *r, ar_runner_summary *out) {
   pthread_mutex_lock(&r->mu);
   *out = r->sum;
   pthread_mutex_unlock(&r->mu);
@@ -592,7 +592,7 @@ void ar__runner_summary_get(ar__runner *r, ar__runner_summary *out) {
 
 static double us(double s) { return s * 1e6; }
 
-static void metrics_line(ar__runner *r, const char *text) {
+static void metrics_line(ar_runner *r, const char *text) {
   if (r->metrics && text) {
     fputs(text, r->metrics);
     fputc('\n', r->metrics);
@@ -600,18 +600,18 @@ static void metrics_line(ar__runner *r, const char *text) {
   }
 }
 
-static bool trace_room(ar__runner *r) {
+static bool trace_room(ar_runner *r) {
   if (r->trace.len < TRACE_MAX_BYTES)
     return true;
   r->trace_dropped++;
   return false;
 }
 
-static void trace_sep(ar__runner *r) {
+static void trace_sep(ar_runner *r) {
   ar_sbuf_printf(&r->trace, r->trace.len ? ",\n" : "");
 }
 
-static lane_rec *lane_rec_get(ar__runner *r, ar_lanes_lane_id id) {
+static lane_rec *lane_rec_get(ar_runner *r, ar_lanes_lane_id id) {
   for (size_t i = 0; i < r->nlrec; i++)
     if (r->lrec[i].id == id)
       return &r->lrec[i];
@@ -631,7 +631,7 @@ static lane_rec *lane_rec_get(ar__runner *r, ar_lanes_lane_id id) {
 }
 
 /* Memory by region and the lanes, when they changed. */
-static void sample_memory(ar__runner *r, const char *why) {
+static void sample_memory(ar_runner *r, const char *why) {
   ar_lanes_usage u;
   ar_lanes_usage_get(r->lanes, &u);
   size_t nl = ar_lanes_lane_count(r->lanes);
@@ -677,7 +677,7 @@ static void sample_memory(ar__runner *r, const char *why) {
   }
 }
 
-static void trace_instant(ar__runner *r, const char *what, const tjob *j) {
+static void trace_instant(ar_runner *r, const char *what, const tjob *j) {
   if (!trace_room(r))
     return;
   trace_sep(r);
@@ -691,14 +691,14 @@ static void trace_instant(ar__runner *r, const char *what, const tjob *j) {
                 us(clock_now(r)));
 }
 
-static void job_event(ar__runner *r, size_t idx) {
+static void job_event(ar_runner *r, size_t idx) {
   if (r->o.on_event)
     r->o.on_event(r->o.ctx, idx, &r->jobs[idx]->res);
 }
 
 /* A job's lines: in the run's metrics.jsonl and its own. */
-static void job_record(ar__runner *r, tjob *j) {
-  ar__tjob_result *res = &j->res;
+static void job_record(ar_runner *r, tjob *j) {
+  ar_tjob_result *res = &j->res;
   res->switch_ms_p50 = 1e3 * ar__quantile(j->sw, j->nsw, 0.5);
   res->switch_ms_p99 = 1e3 * ar__quantile(j->sw, j->nsw, 0.99);
   ar_sbuf b = {0};
@@ -709,7 +709,7 @@ static void job_record(ar__runner *r, tjob *j) {
                 "\"jct_s\": %.6f, \"iterations\": %llu, \"lane\": %u, \"switches\": %llu, "
                 "\"switch_latency_ms_p50\": %.4f, \"switch_latency_ms_p99\": %.4f, "
                 "\"busy_s\": %.6f, \"persistent_bytes\": %zu, \"ephemeral_bytes\": %zu",
-                ar__tjob_state_name(res->state), res->arrival_s, res->queue_s, res->jct_s,
+                ar_tjob_state_name(res->state), res->arrival_s, res->queue_s, res->jct_s,
                 (unsigned long long)res->iterations, (unsigned)res->lane,
                 (unsigned long long)res->switches, res->switch_ms_p50, res->switch_ms_p99,
                 res->busy_s, j->d.persistent, j->d.ephemeral);
@@ -733,7 +733,7 @@ static void job_record(ar__runner *r, tjob *j) {
     }
   }
   ar_sbuf_fini(&b);
-  trace_instant(r, res->state == AR__TJ_DONE ? "done" : ar__tjob_state_name(res->state), j);
+  trace_instant(r, res->state == AR_TJ_DONE ? "done" : ar_tjob_state_name(res->state), j);
 }
 
 /* ---- the scheduler ---------------------------------------------------------- */
@@ -741,15 +741,15 @@ static void job_record(ar__runner *r, tjob *j) {
 /* Ends a job that runs no iteration now: finishes it when started (an
  * interrupted one writes its checkpoint), closes it, gives its memory back
  * to the lanes. */
-static void end_job(ar__runner *r, size_t idx, ar__tjob_state state, bool call_finish,
+static void end_job(ar_runner *r, size_t idx, ar_tjob_state state, bool call_finish,
                     const char *error) {
   tjob *j = r->jobs[idx];
   AR_ASSERT(!j->running);
   if (call_finish && j->started) {
     ar_err e = AR_ERR_INIT;
-    ar_status st = j->d.fns->finish(j->d.job, state != AR__TJ_DONE, &e);
-    if (st != AR_OK && state == AR__TJ_DONE) {
-      state = AR__TJ_FAILED;
+    ar_status st = j->d.fns->finish(j->d.job, state != AR_TJ_DONE, &e);
+    if (st != AR_OK && state == AR_TJ_DONE) {
+      state = AR_TJ_FAILED;
       snprintf(j->res.error, sizeof j->res.error, "finishing: %s", e.msg);
     }
   }
@@ -786,7 +786,7 @@ static void end_job(ar__runner *r, size_t idx, ar__tjob_state state, bool call_f
     j->res.jct_s = now - j->res.arrival_s;
   if (j->res.admit_s < 0 && j->res.arrival_s >= 0)
     j->res.queue_s = now - j->res.arrival_s;
-  if (state == AR__TJ_FAILED)
+  if (state == AR_TJ_FAILED)
     ar_log(AR_LOG_WARN, "job '%s' failed: %s (the other jobs keep running)", j->name,
            j->res.error);
   job_record(r, j);
@@ -794,17 +794,17 @@ static void end_job(ar__runner *r, size_t idx, ar__tjob_state state, bool call_f
 }
 
 /* Queued jobs the lanes admitted since the last look. */
-static void refresh_admissions(ar__runner *r) {
+static void refresh_admissions(ar_runner *r) {
   double now = clock_now(r);
   for (size_t i = 0; i < r->njobs; i++) {
     tjob *j = r->jobs[i];
-    if (j->res.state != AR__TJ_QUEUED)
+    if (j->res.state != AR_TJ_QUEUED)
       continue;
     ar_lanes_job_info ji;
     if (ar_lanes_job(r->lanes, j->lid, &ji) != AR_OK)
       continue;
     if (ji.state == AR_LANES_ADMITTED) {
-      j->res.state = AR__TJ_ADMITTED;
+      j->res.state = AR_TJ_ADMITTED;
       j->res.admit_s = now;
       j->res.queue_s = now - j->res.arrival_s;
       j->res.lane = ji.lane;
@@ -818,16 +818,16 @@ static void refresh_admissions(ar__runner *r) {
   }
 }
 
-static void arrivals(ar__runner *r, double *next_arrival) {
+static void arrivals(ar_runner *r, double *next_arrival) {
   double now = clock_now(r);
   *next_arrival = INFINITY;
   for (size_t i = 0; i < r->njobs; i++) {
     tjob *j = r->jobs[i];
-    if (j->res.state != AR__TJ_PENDING)
+    if (j->res.state != AR_TJ_PENDING)
       continue;
     if (j->cancel_req) {
       j->res.arrival_s = j->d.arrival_s < now ? j->d.arrival_s : now;
-      end_job(r, i, AR__TJ_CANCELLED, false, NULL);
+      end_job(r, i, AR_TJ_CANCELLED, false, NULL);
       continue;
     }
     if (j->d.arrival_s > now) {
@@ -848,7 +848,7 @@ static void arrivals(ar__runner *r, double *next_arrival) {
       size_t cap = r->caplid ? 2 * r->caplid : 16;
       size_t *n = ar_realloc(r->by_lid, cap * sizeof *n);
       if (!n) {
-        end_job(r, i, AR__TJ_FAILED, false, "out of memory admitting the job");
+        end_job(r, i, AR_TJ_FAILED, false, "out of memory admitting the job");
         continue;
       }
       r->by_lid = n;
@@ -858,19 +858,19 @@ static void arrivals(ar__runner *r, double *next_arrival) {
     if (st != AR_OK) {
       char msg[600];
       snprintf(msg, sizeof msg, "%s", ar_lanes_errmsg(r->lanes));
-      end_job(r, i, AR__TJ_FAILED, false, msg);
+      end_job(r, i, AR_TJ_FAILED, false, msg);
       continue;
     }
     AR_ASSERT(lid == r->nlid + 1);
     r->by_lid[r->nlid++] = i;
     j->lid = lid;
-    j->res.state = AR__TJ_QUEUED;
+    j->res.state = AR_TJ_QUEUED;
     trace_instant(r, "arrive", j);
     job_event(r, i);
   }
 }
 
-static void busy_change(ar__runner *r, int delta) {
+static void busy_change(ar_runner *r, int delta) {
   double now = clock_now(r);
   if (r->nrunning == 0 && delta > 0)
     r->busy_since = now;
@@ -894,7 +894,7 @@ static void push_double(double **v, size_t *n, size_t *cap, size_t first, double
     (*v)[(*n)++] = x;
 }
 
-static void push_switch(ar__runner *r, tjob *j, double s) {
+static void push_switch(ar_runner *r, tjob *j, double s) {
   push_double(&j->sw, &j->nsw, &j->capsw, 64, s);
   r->switches++;
   if (r->nsw_all < SWITCH_KEEP)
@@ -902,7 +902,7 @@ static void push_switch(ar__runner *r, tjob *j, double s) {
 }
 
 /* A worker handed an iteration back. */
-static void complete(ar__runner *r, worker *w) {
+static void complete(ar_runner *r, worker *w) {
   size_t idx = w->job;
   tjob *j = r->jobs[idx];
   j->running = false;
@@ -966,13 +966,13 @@ static void complete(ar__runner *r, worker *w) {
     }
   }
   if (w->st != AR_OK) {
-    end_job(r, idx, AR__TJ_FAILED, false, w->err.msg[0] ? w->err.msg : ar_status_str(w->st));
+    end_job(r, idx, AR_TJ_FAILED, false, w->err.msg[0] ? w->err.msg : ar_status_str(w->st));
   } else if (w->ended) {
     /* The worker already called finish (the final evaluation uses the
      * lane, so it ran inside the last iteration's turn). */
-    end_job(r, idx, AR__TJ_DONE, false, NULL);
+    end_job(r, idx, AR_TJ_DONE, false, NULL);
   } else if (j->cancel_req) {
-    end_job(r, idx, AR__TJ_CANCELLED, true, NULL);
+    end_job(r, idx, AR_TJ_CANCELLED, true, NULL);
   } else if (r->stop) {
     /* handled by the stop pass */
   }
@@ -983,19 +983,19 @@ static void complete(ar__runner *r, worker *w) {
  * runner's device handle; the ranges may overlap (ar_device_copy has
  * memmove semantics). */
 typedef struct move_ctx {
-  ar__runner *r;
+  ar_runner *r;
   ar_status st;
 } move_ctx;
 
 static void move_block(void *ctxp, size_t dst, size_t src, size_t bytes) {
   move_ctx *m = ctxp;
-  ar__runner *r = m->r;
+  ar_runner *r = m->r;
   r->moved += bytes;
   if (m->st == AR_OK)
     m->st = ar_device_copy(r->dev, r->arena + dst, r->arena + src, bytes);
 }
 
-static ar_status defragment(ar__runner *r, ar_err *err) {
+static ar_status defragment(ar_runner *r, ar_err *err) {
   double t = clock_now(r);
   /* No iteration runs, but a lane handle's queue may still hold work on
    * bytes about to move (or about to be overwritten by a move). */
@@ -1019,7 +1019,7 @@ static ar_status defragment(ar__runner *r, ar_err *err) {
   /* Started jobs whose block moved learn its new address. */
   for (size_t i = 0; i < r->njobs; i++) {
     tjob *j = r->jobs[i];
-    if (j->res.state != AR__TJ_ADMITTED || !j->started)
+    if (j->res.state != AR_TJ_ADMITTED || !j->started)
       continue;
     ar_lanes_job_info ji;
     AR_ASSERT(ar_lanes_job(r->lanes, j->lid, &ji) == AR_OK);
@@ -1053,7 +1053,7 @@ static int by_last_dispatch(const void *a, const void *b) {
 /* The handle a lane is bound to when it first runs: one no live lane is
  * bound to; else, on the host, a new one; else the one fewest live lanes
  * are bound to (idle ones first, then the lowest index). */
-static int bind_slot(ar__runner *r) {
+static int bind_slot(ar_runner *r) {
   size_t nl = ar_lanes_lane_count(r->lanes);
   int best = 0;
   size_t best_n = SIZE_MAX;
@@ -1086,12 +1086,12 @@ static int bind_slot(ar__runner *r) {
 /* Whether an iteration may start in lane lr now: whichever job the policy
  * picks, the handle it runs on must be idle (its lane's handle for a new
  * job, the one it started on otherwise). */
-static bool lane_handles_idle(ar__runner *r, const lane_rec *lr) {
+static bool lane_handles_idle(ar_runner *r, const lane_rec *lr) {
   if (r->slots[lr->slot]->busy)
     return false;
   for (size_t i = 0; i < r->njobs; i++) {
     const tjob *j = r->jobs[i];
-    if (!j->running && j->started && j->res.state == AR__TJ_ADMITTED &&
+    if (!j->running && j->started && j->res.state == AR_TJ_ADMITTED &&
         j->res.lane == lr->id && r->slots[j->slot]->busy)
       return false;
   }
@@ -1100,7 +1100,7 @@ static bool lane_handles_idle(ar__runner *r, const lane_rec *lr) {
 
 /* Hands iterations to idle workers, one per free lane, lanes that waited
  * longest first. */
-static void dispatch(ar__runner *r) {
+static void dispatch(ar_runner *r) {
   size_t nl = ar_lanes_lane_count(r->lanes);
   if (nl == 0)
     return;
@@ -1164,8 +1164,8 @@ static void dispatch(ar__runner *r) {
 
 /* The worker's side of one iteration.  The job is the worker's alone
  * until it reports back, so no lock is held. */
-static void run_task(ar__runner *r, worker *w, tjob *j) {
-  const ar__tjob_fns *fns = j->d.fns;
+static void run_task(ar_runner *r, worker *w, tjob *j) {
+  const ar_tjob_fns *fns = j->d.fns;
   ar_status st = AR_OK;
   w->t_setup = ar_now();
   slot *sl = w->slotp;
@@ -1226,7 +1226,7 @@ static void run_task(ar__runner *r, worker *w, tjob *j) {
 
 static void *worker_main(void *arg) {
   worker *w = arg;
-  ar__runner *r = w->r;
+  ar_runner *r = w->r;
   pthread_mutex_lock(&r->mu);
   for (;;) {
     while (w->state != W_BUSY && w->state != W_EXIT)
@@ -1244,15 +1244,15 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-static bool all_ended(ar__runner *r) {
+static bool all_ended(ar_runner *r) {
   for (size_t i = 0; i < r->njobs; i++)
-    if (!ar__tjob_ended(r->jobs[i]->res.state))
+    if (!ar_tjob_ended(r->jobs[i]->res.state))
       return false;
   return true;
 }
 
-static void finish_summary(ar__runner *r) {
-  ar__runner_summary *s = &r->sum;
+static void finish_summary(ar_runner *r) {
+  ar_runner_summary *s = &r->sum;
   memset(s, 0, sizeof *s);
   snprintf(r->sum_policy, sizeof r->sum_policy, "%s", r->policy);
   s->policy = r->sum_policy;
@@ -1260,10 +1260,10 @@ static void finish_summary(ar__runner *r) {
   double sum_jct = 0, sum_q = 0, end = 0;
   size_t n = 0;
   for (size_t i = 0; i < r->njobs; i++) {
-    const ar__tjob_result *res = &r->jobs[i]->res;
+    const ar_tjob_result *res = &r->jobs[i]->res;
     if (res->end_s > end)
       end = res->end_s;
-    if (res->state == AR__TJ_FAILED)
+    if (res->state == AR_TJ_FAILED)
       s->failed++;
     if (res->arrival_s < 0 || res->end_s < 0)
       continue;
@@ -1291,8 +1291,8 @@ static void finish_summary(ar__runner *r) {
   s->defrag_bytes_moved = r->moved;
 }
 
-static ar_status write_outputs(ar__runner *r, ar_err *err) {
-  const ar__runner_summary *s = &r->sum;
+static ar_status write_outputs(ar_runner *r, ar_err *err) {
+  const ar_runner_summary *s = &r->sum;
   ar_sbuf b = {0};
   ar_sbuf_printf(&b, "{\n  \"policy\": ");
   ar_sbuf_json_str(&b, s->policy);
@@ -1312,14 +1312,14 @@ static ar_status write_outputs(ar__runner *r, ar_err *err) {
                 (unsigned long long)s->defrag_bytes_moved, r->threads, s->failed);
   for (size_t i = 0; i < r->njobs; i++) {
     const tjob *j = r->jobs[i];
-    const ar__tjob_result *res = &j->res;
+    const ar_tjob_result *res = &j->res;
     ar_sbuf_printf(&b, "%s\n    {\"name\": ", i ? "," : "");
     ar_sbuf_json_str(&b, j->name);
     ar_sbuf_printf(&b,
                   ", \"status\": \"%s\", \"arrival_s\": %.6f, \"jct_s\": %.6f, "
                   "\"queue_s\": %.6f, \"iterations\": %llu, \"lane\": %u, "
                   "\"switch_latency_ms_p50\": %.4f",
-                  ar__tjob_state_name(res->state), res->arrival_s, res->jct_s, res->queue_s,
+                  ar_tjob_state_name(res->state), res->arrival_s, res->jct_s, res->queue_s,
                   (unsigned long long)res->iterations, (unsigned)res->lane,
                   res->switch_ms_p50);
     if (res->error[0]) {
@@ -1365,19 +1365,19 @@ static ar_status write_outputs(ar__runner *r, ar_err *err) {
   return st;
 }
 
-static void stop_all(ar__runner *r) {
+static void stop_all(ar_runner *r) {
   for (size_t i = 0; i < r->njobs; i++) {
     tjob *j = r->jobs[i];
-    if (ar__tjob_ended(j->res.state))
+    if (ar_tjob_ended(j->res.state))
       continue;
     if (j->res.arrival_s < 0)
       j->res.arrival_s = j->d.arrival_s < clock_now(r) ? j->d.arrival_s : clock_now(r);
-    end_job(r, i, AR__TJ_STOPPED, true, NULL);
+    end_job(r, i, AR_TJ_STOPPED, true, NULL);
   }
 }
 
 /* Starts the lane threads (r->mu held); none started is a failure. */
-static ar_status start_workers(ar__runner *r, ar_err *err) {
+static ar_status start_workers(ar_runner *r, ar_err *err) {
   int started = 0;
   for (; started < r->nworkers; started++) {
     worker *w = &r->workers[started];
@@ -1394,20 +1394,20 @@ static ar_status start_workers(ar__runner *r, ar_err *err) {
 /* Cancels of jobs that run no iteration now (r->mu held).  Its checkpoint
  * uses the job's handle, which another lane may be using (lanes share
  * handles when there are more lanes than handles). */
-static void end_cancelled(ar__runner *r) {
+static void end_cancelled(ar_runner *r) {
   for (size_t i = 0; i < r->njobs; i++) {
     tjob *j = r->jobs[i];
     if (j->cancel_req && !j->running &&
-        (j->res.state == AR__TJ_QUEUED || j->res.state == AR__TJ_ADMITTED) &&
+        (j->res.state == AR_TJ_QUEUED || j->res.state == AR_TJ_ADMITTED) &&
         (!j->started || !r->slots[j->slot]->busy))
-      end_job(r, i, AR__TJ_CANCELLED, true, NULL);
+      end_job(r, i, AR_TJ_CANCELLED, true, NULL);
   }
 }
 
 /* Defragmentation at an iteration boundary of every lane: asks the lanes
  * to drain when the layout is fragmented (and a job waits, unless
  * defrag == 2), and defragments once they have (r->mu held). */
-static ar_status maybe_defragment(ar__runner *r, ar_err *err) {
+static ar_status maybe_defragment(ar_runner *r, ar_err *err) {
   if (r->o.defrag && r->departed && !r->draining) {
     ar_lanes_usage u;
     ar_lanes_usage_get(r->lanes, &u);
@@ -1429,20 +1429,20 @@ static ar_status maybe_defragment(ar__runner *r, ar_err *err) {
 /* Nothing runs, nothing arrives, yet only queued jobs remain: they can
  * never be admitted (a bug in the lanes, or a job that never ends), so
  * they fail.  Returns whether it ended any (r->mu held). */
-static bool fail_never_admitted(ar__runner *r) {
+static bool fail_never_admitted(ar_runner *r) {
   for (size_t i = 0; i < r->njobs; i++)
-    if (r->jobs[i]->res.state == AR__TJ_ADMITTED)
+    if (r->jobs[i]->res.state == AR_TJ_ADMITTED)
       return false;
   for (size_t i = 0; i < r->njobs; i++)
-    if (r->jobs[i]->res.state == AR__TJ_QUEUED)
-      end_job(r, i, AR__TJ_FAILED, false,
+    if (r->jobs[i]->res.state == AR_TJ_QUEUED)
+      end_job(r, i, AR_TJ_FAILED, false,
               "never admitted: nothing else runs and it still does not fit");
   return true;
 }
 
 /* Sleeps (r->mu held) until a worker reports, a job is added or cancelled,
  * or the next arrival, at most a second. */
-static void wait_for_change(ar__runner *r, double next_arrival) {
+static void wait_for_change(ar_runner *r, double next_arrival) {
   for (int i = 0; i < r->nworkers; i++)
     if (r->workers[i].state == W_DONE)
       return;
@@ -1462,7 +1462,7 @@ static void wait_for_change(ar__runner *r, double next_arrival) {
 /* The scheduler (r->mu held): completes finished iterations, ends
  * cancelled jobs, admits arrivals, defragments and dispatches, until every
  * job ended (batch mode) or a stop; a runner-level failure returns at once. */
-static ar_status schedule(ar__runner *r, ar_err *err) {
+static ar_status schedule(ar_runner *r, ar_err *err) {
   for (;;) {
     for (int i = 0; i < r->nworkers; i++)
       if (r->workers[i].state == W_DONE)
@@ -1495,7 +1495,7 @@ static ar_status schedule(ar__runner *r, ar_err *err) {
 
 /* After a runner-level failure (r->mu held): lets running iterations end,
  * then stops every job. */
-static void drain_and_stop(ar__runner *r) {
+static void drain_and_stop(ar_runner *r) {
   while (r->nrunning > 0) {
     for (int i = 0; i < r->nworkers; i++)
       if (r->workers[i].state == W_DONE)
@@ -1508,7 +1508,7 @@ static void drain_and_stop(ar__runner *r) {
 
 /* Tells the lane threads to exit and joins them (r->mu held on entry,
  * released while joining, held again on return). */
-static void end_workers(ar__runner *r) {
+static void end_workers(ar_runner *r) {
   for (int i = 0; i < r->nworkers; i++) {
     r->workers[i].state = W_EXIT;
     pthread_cond_signal(&r->workers[i].cv);
@@ -1522,7 +1522,7 @@ static void end_workers(ar__runner *r) {
   pthread_mutex_lock(&r->mu);
 }
 
-ar_status ar__runner_run(ar__runner *r, ar_err *err) {
+ar_status ar_runner_run(ar_runner *r, ar_err *err) {
   if (r->out_dir) {
     AR_CHECK(ar_fs_mkdirs(r->fs, r->out_dir, err));
     char path[4096];

@@ -72,12 +72,12 @@ typedef struct sjob {
   int n_sets;
   bool keep;           /* keep generated data when the job ends */
   bool cancel_asked;   /* cancelled before it reached the runner */
-  ar__tjob_state state;
+  ar_tjob_state state;
   bool in_runner;
   size_t ridx;
   ar_spec *spec; /* lives as long as the server (the engine borrows it) */
   ar_fs *fs;     /* the submitter's rights, through the broker */
-  ar__tjob_result res;
+  ar_tjob_result res;
   uint64_t end_seq; /* order of ending (0: not ended); the oldest are forgotten first */
   int refs;         /* request threads using it; freed at 0 once forgotten */
   bool forgotten;   /* dropped from the server's list (--keep-ended) */
@@ -94,7 +94,7 @@ typedef struct server {
   ar__state *st;
   const ar_fs *sfs; /* beneath the state folder */
   ar__broker *broker;
-  ar__runner *r;
+  ar_runner *r;
   pthread_mutex_t mu;
   pthread_cond_t cv;
   /* Held across reserving a runner index and adding the job, so indexes
@@ -176,8 +176,8 @@ ar_status ar_serve_default_paths(char *state, size_t state_cap, char *socket, si
 
 /* ---- journal -------------------------------------------------------------- */
 
-static const char *jstate_name(ar__tjob_state s) {
-  return s == AR__TJ_ADMITTED ? "running" : ar__tjob_state_name(s);
+static const char *jstate_name(ar_tjob_state s) {
+  return s == AR_TJ_ADMITTED ? "running" : ar_tjob_state_name(s);
 }
 
 static void job_log(server *s, const sjob *j, const char *fmt, ...)
@@ -306,49 +306,49 @@ static void drop_generated(sjob *j) {
     ar_run_remove_generated(j->spec, j->fs);
 }
 
-static void on_event(void *ctx, size_t ridx, const ar__tjob_result *res) {
+static void on_event(void *ctx, size_t ridx, const ar_tjob_result *res) {
   server *s = ctx;
   pthread_mutex_lock(&s->mu);
   sjob *j = ridx < s->nridx ? s->by_ridx[ridx] : NULL;
   if (j) {
-    ar__tjob_state old = j->state;
+    ar_tjob_state old = j->state;
     j->res = *res;
-    if (res->state == AR__TJ_STOPPED) {
+    if (res->state == AR_TJ_STOPPED) {
       /* The server is stopping: the journal keeps the job queued, so the
        * next server runs it again (from its checkpoint). */
       job_log(s, j, "stopped with the server after %llu iterations; it resumes when the "
                     "server starts again",
               (unsigned long long)res->iterations);
       write_meta(s, j, "queued");
-    } else if (res->state != old || res->state == AR__TJ_QUEUED) {
+    } else if (res->state != old || res->state == AR_TJ_QUEUED) {
       j->state = res->state;
       switch (res->state) {
-      case AR__TJ_QUEUED:
-        if (old != AR__TJ_QUEUED)
+      case AR_TJ_QUEUED:
+        if (old != AR_TJ_QUEUED)
           job_log(s, j, "queued");
         else if (res->reason[0])
           job_log(s, j, "waiting: %s", res->reason);
         break;
-      case AR__TJ_ADMITTED:
+      case AR_TJ_ADMITTED:
         job_log(s, j, "admitted to lane %u after %.3f s in the queue", (unsigned)res->lane,
                 res->queue_s);
         break;
-      case AR__TJ_DONE:
+      case AR_TJ_DONE:
         job_log(s, j, "done: %llu iterations, JCT %.3f s; outputs in %s",
                 (unsigned long long)res->iterations, res->jct_s, j->out);
         break;
-      case AR__TJ_FAILED:
+      case AR_TJ_FAILED:
         job_log(s, j, "failed: %s", res->error);
         break;
-      case AR__TJ_CANCELLED:
+      case AR_TJ_CANCELLED:
         job_log(s, j, "cancelled after %llu iterations", (unsigned long long)res->iterations);
         break;
       default:
         break;
       }
-      if (res->state != AR__TJ_PENDING)
+      if (res->state != AR_TJ_PENDING)
         write_meta(s, j, jstate_name(res->state));
-      if (ar__tjob_ended(res->state)) {
+      if (ar_tjob_ended(res->state)) {
         drop_generated(j);
         mark_ended(s, j);
         prune_ended(s, j->cred.uid);
@@ -437,9 +437,9 @@ static ar_status resolve_paths(sjob *j, ar_spec *spec, ar_err *err) {
 /* Adds the opened job to the runner; on failure the job (d) is closed and
  * its spec destroyed.  A cancel that came while it was being opened wins
  * here (AR_INTERRUPTED). */
-static ar_status hand_to_runner(server *s, sjob *j, ar_spec *spec, ar__tjob_desc *d,
+static ar_status hand_to_runner(server *s, sjob *j, ar_spec *spec, ar_tjob_desc *d,
                                 ar_err *err) {
-  d->arrival_s = ar__runner_now(s->r);
+  d->arrival_s = ar_runner_now(s->r);
   pthread_mutex_lock(&s->add_mu);
   pthread_mutex_lock(&s->mu);
   ar_status st = AR_OK;
@@ -462,11 +462,11 @@ static ar_status hand_to_runner(server *s, sjob *j, ar_spec *spec, ar__tjob_desc
     j->ridx = s->nridx;
     s->by_ridx[s->nridx++] = j;
     j->in_runner = true;
-    j->state = AR__TJ_PENDING;
+    j->state = AR_TJ_PENDING;
   }
   pthread_mutex_unlock(&s->mu);
   size_t idx = 0;
-  if (st == AR_OK && (st = ar__runner_add(s->r, d, &idx, err)) != AR_OK) {
+  if (st == AR_OK && (st = ar_runner_add(s->r, d, &idx, err)) != AR_OK) {
     pthread_mutex_lock(&s->mu);
     s->nridx--;
     j->in_runner = false;
@@ -513,8 +513,8 @@ static ar_status start_job(server *s, sjob *j, const char *yaml, size_t n, bool 
     ar_free(ck);
   }
   ro.resume = resume;
-  ar__tjob_desc d;
-  st = ar__tenancy_open_job(spec, &ro, &d, err);
+  ar_tjob_desc d;
+  st = ar_tenancy_open_job(spec, &ro, &d, err);
   if (st != AR_OK) {
     /* AR_STATE: its checkpoint was already at the end. */
     if (st != AR_STATE && !j->keep)
@@ -552,7 +552,7 @@ static sjob *new_sjob(server *s, const ar__cred *cred) {
     s->capjobs = cap;
   }
   j->id = s->next_id++;
-  j->state = AR__TJ_PENDING;
+  j->state = AR_TJ_PENDING;
   j->refs = 1; /* the submitting request's */
   snprintf(j->dir, sizeof j->dir, "jobs/%llu", (unsigned long long)j->id);
   s->jobs[s->njobs++] = j;
@@ -571,7 +571,7 @@ static sjob *find_job(server *s, uint64_t id) {
 static int live_jobs(const server *s, uid_t uid) {
   int n = 0;
   for (size_t i = 0; i < s->njobs; i++)
-    n += s->jobs[i]->cred.uid == uid && !ar__tjob_ended(s->jobs[i]->state);
+    n += s->jobs[i]->cred.uid == uid && !ar_tjob_ended(s->jobs[i]->state);
   return n;
 }
 
@@ -650,7 +650,7 @@ static void do_submit(server *s, int fd, const ar__cred *cred, const ar__msg *m)
   }
   if (st != AR_OK) {
     pthread_mutex_lock(&s->mu);
-    j->state = st == AR_INTERRUPTED ? AR__TJ_CANCELLED : AR__TJ_FAILED;
+    j->state = st == AR_INTERRUPTED ? AR_TJ_CANCELLED : AR_TJ_FAILED;
     snprintf(j->res.error, sizeof j->res.error, "%s", err.msg);
     pthread_mutex_unlock(&s->mu);
     if (journal) {
@@ -731,8 +731,8 @@ static void do_cancel(server *s, int fd, uid_t uid, uint64_t id) {
   if (!j)
     return;
   pthread_mutex_lock(&s->mu);
-  bool in = j->in_runner && !ar__tjob_ended(j->state);
-  bool early = !j->in_runner && j->state == AR__TJ_PENDING;
+  bool in = j->in_runner && !ar_tjob_ended(j->state);
+  bool early = !j->in_runner && j->state == AR_TJ_PENDING;
   if (early)
     j->cancel_asked = true; /* start_job sees it before the runner does */
   size_t ridx = j->ridx;
@@ -740,7 +740,7 @@ static void do_cancel(server *s, int fd, uid_t uid, uint64_t id) {
   if (early) {
     job_log(s, j, "cancel requested by uid %u while it was being opened", (unsigned)uid);
     reply(fd, AR__OP_OK, "cancelling: the job had not started", id, true);
-  } else if (!in || ar__runner_cancel(s->r, ridx) != AR_OK) {
+  } else if (!in || ar_runner_cancel(s->r, ridx) != AR_OK) {
     reply(fd, AR__OP_ERROR, "the job has already ended", id, true);
   } else {
     job_log(s, j, "cancel requested by uid %u", (unsigned)uid);
@@ -789,7 +789,7 @@ static void stream_log(server *s, int fd, sjob *j, const ar__msg *m) {
       close(f);
     }
     pthread_mutex_lock(&s->mu);
-    bool ended = ar__tjob_ended(j->state) || (!j->in_runner && j->state != AR__TJ_PENDING);
+    bool ended = ar_tjob_ended(j->state) || (!j->in_runner && j->state != AR_TJ_PENDING);
     pthread_mutex_unlock(&s->mu);
     if (!m->follow || ended || ar_stop_signal())
       break;
@@ -1182,9 +1182,9 @@ static void recover_job(server *s, uint64_t id) {
   bool was_running = !strcmp(state, "running");
   if (!was_running && strcmp(state, "queued") != 0 && strcmp(state, "pending") != 0) {
     /* Ended: kept for ps and logs. */
-    j->state = !strcmp(state, "done")        ? AR__TJ_DONE
-               : !strcmp(state, "cancelled") ? AR__TJ_CANCELLED
-                                             : AR__TJ_FAILED;
+    j->state = !strcmp(state, "done")        ? AR_TJ_DONE
+               : !strcmp(state, "cancelled") ? AR_TJ_CANCELLED
+                                             : AR_TJ_FAILED;
     pthread_mutex_lock(&s->mu);
     mark_ended(s, j);
     pthread_mutex_unlock(&s->mu);
@@ -1202,11 +1202,11 @@ static void recover_job(server *s, uint64_t id) {
     pthread_mutex_unlock(&s->mu);
   }
   if (st == AR_STATE) {
-    j->state = AR__TJ_DONE;
+    j->state = AR_TJ_DONE;
     write_meta(s, j, "done");
     job_log(s, j, "its checkpoint was complete: done");
   } else if (st != AR_OK) {
-    j->state = AR__TJ_FAILED;
+    j->state = AR_TJ_FAILED;
     snprintf(j->res.error, sizeof j->res.error, "after a restart: %s", err.msg);
     write_meta(s, j, "failed");
     job_log(s, j, "failed after a restart: %s", err.msg);
@@ -1237,7 +1237,7 @@ static void recover(server *s) {
 static void *runner_main(void *arg) {
   server *s = arg;
   ar_err err = AR_ERR_INIT;
-  if (ar__runner_run(s->r, &err) != AR_OK)
+  if (ar_runner_run(s->r, &err) != AR_OK)
     slog("the scheduler stopped: %s", err.msg);
   return NULL;
 }
@@ -1328,8 +1328,8 @@ static void serve_loop(server *s, int lfd) {
   recover(s);
   char cap[32];
   slog("listening on %s (state %s; %s under %s, %s)", s->socket, ar__state_path(s->st),
-       ar__runner_device_name(s->r), s->o.policy,
-       ar_lanes_fmt_bytes(ar__runner_capacity(s->r), cap, sizeof cap));
+       ar_runner_device_name(s->r), s->o.policy,
+       ar_lanes_fmt_bytes(ar_runner_capacity(s->r), cap, sizeof cap));
   while (!ar_stop_signal()) {
     struct pollfd p = {lfd, POLLIN, 0};
     if (poll(&p, 1, 200) > 0 && (p.revents & POLLIN))
@@ -1355,7 +1355,7 @@ ar_status ar_tenancy_serve(const ar_serve_opts *o, ar_err *err) {
   ar_status st = ar__broker_start(&s.broker, err);
   if (st == AR_OK)
     st = ar__drop_capabilities(err);
-  ar__runner_opts ro = AR__RUNNER_OPTS_INIT;
+  ar_runner_opts ro = AR_RUNNER_OPTS_INIT;
   ro.policy = o->policy;
   ro.device = o->device;
   /* The server's one device, opened once with its memory options. */
@@ -1369,7 +1369,7 @@ ar_status ar_tenancy_serve(const ar_serve_opts *o, ar_err *err) {
   ro.out_dir = "runner";
   ro.fs = s.sfs;
   if (st == AR_OK)
-    st = ar__runner_create(&ro, &s.r, err);
+    st = ar_runner_create(&ro, &s.r, err);
   if (st != AR_OK) {
     ar__broker_stop(s.broker);
     ar__state_close(s.st);
@@ -1395,7 +1395,7 @@ ar_status ar_tenancy_serve(const ar_serve_opts *o, ar_err *err) {
     unlink(s.socket);
   }
   if (runner_started) {
-    ar__runner_stop(s.r);
+    ar_runner_stop(s.r);
     pthread_join(rt, NULL);
   }
   /* Connection threads end on their own (request deadlines, send
@@ -1410,7 +1410,7 @@ ar_status ar_tenancy_serve(const ar_serve_opts *o, ar_err *err) {
   bool conns_left = s.conns_total > 0;
   pthread_mutex_unlock(&s.mu);
   if (!conns_left) {
-    ar__runner_destroy(s.r);
+    ar_runner_destroy(s.r);
     for (size_t i = 0; i < s.njobs; i++)
       sjob_free(s.jobs[i]);
     ar_free(s.jobs);

@@ -30,10 +30,10 @@ static ar_status e_finish(void *job, bool interrupted, ar_err *err) {
 }
 static void e_close(void *job) { ar_job_close(job); }
 
-static const ar__tjob_fns engine_fns = {e_start, e_step, e_done, e_rebase, e_finish, e_close};
+static const ar_tjob_fns engine_fns = {e_start, e_step, e_done, e_rebase, e_finish, e_close};
 
-ar_status ar__tenancy_open_job(const ar_spec *spec, const ar_run_opts *opts,
-                               ar__tjob_desc *d, ar_err *err) {
+ar_status ar_tenancy_open_job(const ar_spec *spec, const ar_run_opts *opts,
+                               ar_tjob_desc *d, ar_err *err) {
   ar_run_opts o = opts ? *opts : (ar_run_opts)AR_RUN_OPTS_INIT;
   o.quiet = true;
   ar_job *j = NULL;
@@ -103,10 +103,10 @@ static void f_close(void *job) {
     ar_free(f->message);
   ar_free(f);
 }
-static const ar__tjob_fns failed_fns = {f_start, f_step, f_done, f_rebase, f_finish, f_close};
+static const ar_tjob_fns failed_fns = {f_start, f_step, f_done, f_rebase, f_finish, f_close};
 
-ar_status ar__tenancy_failed_job(const char *name, const char *out_dir, const char *message,
-                                 ar__tjob_desc *d) {
+ar_status ar_tenancy_failed_job(const char *name, const char *out_dir, const char *message,
+                                 ar_tjob_desc *d) {
   failed_job *f = ar_calloc(1, sizeof *f);
   if (!f || !(f->message = ar_strdup(message ? message : "failed"))) {
     ar_free(f);
@@ -123,10 +123,10 @@ ar_status ar__tenancy_failed_job(const char *name, const char *out_dir, const ch
   return AR_OK;
 }
 
-/* ---- signals: a watcher turns SIGINT/SIGTERM into ar__runner_stop ---- */
+/* ---- signals: a watcher turns SIGINT/SIGTERM into ar_runner_stop ---- */
 
 typedef struct watcher {
-  ar__runner *r;
+  ar_runner *r;
   volatile int done;
 } watcher;
 
@@ -134,7 +134,7 @@ static void *watch(void *arg) {
   watcher *w = arg;
   while (!w->done) {
     if (ar_stop_signal()) {
-      ar__runner_stop(w->r);
+      ar_runner_stop(w->r);
       break;
     }
     struct timespec ts = {0, 50 * 1000 * 1000};
@@ -151,28 +151,28 @@ typedef struct run_ctx {
   double t0;
 } run_ctx;
 
-static void on_event(void *ctxp, size_t idx, const ar__tjob_result *res) {
+static void on_event(void *ctxp, size_t idx, const ar_tjob_result *res) {
   run_ctx *c = ctxp;
   if (c->quiet || idx >= (size_t)c->spec->n_jobs)
     return;
   const char *name = c->spec->jobs[idx]->name;
   double t = ar_now() - c->t0;
   switch (res->state) {
-  case AR__TJ_ADMITTED:
+  case AR_TJ_ADMITTED:
     fprintf(stderr, "[%8.2fs] %-16s admitted to lane %u (queued %.2f s)\n", t, name,
             (unsigned)res->lane, res->queue_s);
     break;
-  case AR__TJ_DONE:
+  case AR_TJ_DONE:
     fprintf(stderr, "[%8.2fs] %-16s done: %llu iterations, JCT %.2f s\n", t, name,
             (unsigned long long)res->iterations, res->jct_s);
     break;
-  case AR__TJ_FAILED:
+  case AR_TJ_FAILED:
     fprintf(stderr, "[%8.2fs] %-16s FAILED: %s\n", t, name, res->error);
     break;
-  case AR__TJ_STOPPED:
-  case AR__TJ_CANCELLED:
+  case AR_TJ_STOPPED:
+  case AR_TJ_CANCELLED:
     fprintf(stderr, "[%8.2fs] %-16s %s after %llu iterations\n", t, name,
-            ar__tjob_state_name(res->state), (unsigned long long)res->iterations);
+            ar_tjob_state_name(res->state), (unsigned long long)res->iterations);
     break;
   default:
     break;
@@ -201,30 +201,30 @@ ar_status ar_tenancy_capacity(const ar_spec *spec, size_t *out, char *source, si
 
 /* Opens every job of the file and adds it to r: a job that cannot be
  * opened fails alone, in the records like any failed job. */
-static ar_status add_jobs(ar__runner *r, const ar_spec *spec, bool resume, bool quiet,
+static ar_status add_jobs(ar_runner *r, const ar_spec *spec, bool resume, bool quiet,
                           ar_err *err) {
   for (int i = 0; i < spec->n_jobs; i++) {
     const ar_spec *js = spec->jobs[i];
-    ar__tjob_desc d;
+    ar_tjob_desc d;
     ar_err je = AR_ERR_INIT;
     ar_run_opts jo = AR_RUN_OPTS_INIT;
     jo.resume = resume;
-    ar_status os = ar__tenancy_open_job(js, &jo, &d, &je);
+    ar_status os = ar_tenancy_open_job(js, &jo, &d, &je);
     if (os == AR_NOTFOUND && resume) { /* no checkpoint: it starts afresh */
       jo.resume = false;
-      os = ar__tenancy_open_job(js, &jo, &d, &je);
+      os = ar_tenancy_open_job(js, &jo, &d, &je);
     }
     if (os == AR_NOMEM)
       return ar_errf(err, AR_NOMEM, "out of memory opening job '%s'", js->name);
     if (os != AR_OK) {
       if (!quiet)
         fprintf(stderr, "accelrt run: job '%s': %s\n", js->name, je.msg);
-      if (ar__tenancy_failed_job(js->name, js->output.dir, je.msg, &d) != AR_OK)
+      if (ar_tenancy_failed_job(js->name, js->output.dir, je.msg, &d) != AR_OK)
         return ar_errf(err, AR_NOMEM, "out of memory");
       d.arrival_s = js->arrival_s;
     }
     ar_err ae = AR_ERR_INIT;
-    if (ar__runner_add(r, &d, NULL, &ae) != AR_OK) {
+    if (ar_runner_add(r, &d, NULL, &ae) != AR_OK) {
       d.fns->close(d.job);
       return ar_errf(err, AR_NOMEM, "%s", ae.msg);
     }
@@ -233,17 +233,17 @@ static ar_status add_jobs(ar__runner *r, const ar_spec *spec, bool resume, bool 
 }
 
 /* The run's table on stdout. */
-static void print_summary(ar__runner *r, const ar_spec *spec, const ar__runner_summary *s) {
+static void print_summary(ar_runner *r, const ar_spec *spec, const ar_runner_summary *s) {
   printf("\n%s: %zu jobs under %s on %s\n", spec->name, s->jobs, s->policy,
-         ar__runner_device_name(r));
+         ar_runner_device_name(r));
   printf("  %-20s %-9s %10s %10s %10s %5s\n", "job", "status", "JCT s", "queue s", "iters",
          "lane");
   for (size_t i = 0; i < s->jobs; i++) {
-    ar__tjob_result res;
-    if (ar__runner_result(r, i, &res) != AR_OK)
+    ar_tjob_result res;
+    if (ar_runner_result(r, i, &res) != AR_OK)
       continue;
     printf("  %-20s %-9s %10.2f %10.2f %10llu %5u\n", spec->jobs[i]->name,
-           ar__tjob_state_name(res.state), res.jct_s, res.queue_s,
+           ar_tjob_state_name(res.state), res.jct_s, res.queue_s,
            (unsigned long long)res.iterations, (unsigned)res.lane);
   }
   printf("  makespan %.2f s, avg JCT %.2f s, p95 JCT %.2f s, avg queue %.2f s\n",
@@ -259,12 +259,12 @@ static void print_summary(ar__runner *r, const ar_spec *spec, const ar__runner_s
 
 /* Runs r until its jobs ended, SIGINT/SIGTERM stopping it through a
  * watcher thread. */
-static ar_status run_watched(ar__runner *r, ar_err *err) {
+static ar_status run_watched(ar_runner *r, ar_err *err) {
   ar_stop_signals_install(false);
   watcher w = {r, 0};
   pthread_t wt;
   bool watching = pthread_create(&wt, NULL, watch, &w) == 0;
-  ar_status st = ar__runner_run(r, err);
+  ar_status st = ar_runner_run(r, err);
   w.done = 1;
   if (watching)
     pthread_join(wt, NULL);
@@ -276,7 +276,7 @@ ar_status ar_tenancy_run(const ar_spec *spec, const ar_run_opts *opts, ar_err *e
   if (!spec || spec->n_jobs <= 0)
     return ar_errf(err, AR_INVALID, "ar_tenancy_run: the file has no jobs");
   bool quiet = opts && opts->quiet;
-  ar__runner_opts ro = AR__RUNNER_OPTS_INIT;
+  ar_runner_opts ro = AR_RUNNER_OPTS_INIT;
   ro.policy = ar_policy_name(spec->runtime.policy);
   ro.device = spec->device ? spec->device : "auto";
   /* The device is opened once for every job, with the top-level
@@ -287,18 +287,18 @@ ar_status ar_tenancy_run(const ar_spec *spec, const ar_run_opts *opts, ar_err *e
   run_ctx rc = {spec, quiet, ar_now()};
   ro.on_event = on_event;
   ro.ctx = &rc;
-  ar__runner *r = NULL;
-  AR_CHECK(ar__runner_create(&ro, &r, err));
+  ar_runner *r = NULL;
+  AR_CHECK(ar_runner_create(&ro, &r, err));
   ar_status st = add_jobs(r, spec, opts && opts->resume, quiet, err);
   if (st == AR_OK) {
     if (!quiet)
       fprintf(stderr, "accelrt run: %d jobs on %s under %s, %.2f GiB of memory\n",
-              spec->n_jobs, ar__runner_device_name(r), ro.policy,
-              (double)ar__runner_capacity(r) / (1 << 30));
+              spec->n_jobs, ar_runner_device_name(r), ro.policy,
+              (double)ar_runner_capacity(r) / (1 << 30));
     rc.t0 = ar_now();
     st = run_watched(r, err);
-    ar__runner_summary s;
-    ar__runner_summary_get(r, &s);
+    ar_runner_summary s;
+    ar_runner_summary_get(r, &s);
     if (st == AR_OK && !quiet)
       print_summary(r, spec, &s);
     if (st == AR_OK && ar_stop_signal())
@@ -309,6 +309,6 @@ ar_status ar_tenancy_run(const ar_spec *spec, const ar_run_opts *opts, ar_err *e
       st = ar_errf(err, AR_STATE, "%zu of %zu jobs failed (see %s/summary.json)", s.failed,
                    s.jobs, spec->output.dir);
   }
-  ar__runner_destroy(r);
+  ar_runner_destroy(r);
   return st;
 }

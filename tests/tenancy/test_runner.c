@@ -33,7 +33,7 @@ typedef struct fake {
   uint64_t cancel_at; /* cancel itself at this iteration */
   uint64_t stop_at;   /* stop the runner at this iteration */
   unsigned spin_us;   /* busy work per iteration */
-  ar__runner *r;
+  ar_runner *r;
   size_t index;
   unsigned char *pers, *eph;
   ar_device *dev; /* the handle it was started on */
@@ -166,9 +166,9 @@ static ar_status f_step_on(fake *f, ar_err *err) {
   reg_del(f->id, 1);
   f->done++;
   if (f->cancel_at && f->done == f->cancel_at)
-    ar__runner_cancel(f->r, f->index);
+    ar_runner_cancel(f->r, f->index);
   if (f->stop_at && f->done == f->stop_at)
-    ar__runner_stop(f->r);
+    ar_runner_stop(f->r);
   if (f->fail_at && f->done == f->fail_at)
     return ar_errf(err, AR_RANGE, "iteration %llu: the loss became nan",
                    (unsigned long long)f->done);
@@ -206,44 +206,44 @@ static void f_close(void *job) {
   reg_del(f->id, 1);
 }
 
-static const ar__tjob_fns fake_fns = {f_start, f_step, f_done, f_rebase, f_finish, f_close};
+static const ar_tjob_fns fake_fns = {f_start, f_step, f_done, f_rebase, f_finish, f_close};
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static ar__runner *make_runner(const char *policy, size_t capacity, int defrag,
+static ar_runner *make_runner(const char *policy, size_t capacity, int defrag,
                                const char *out_dir) {
-  ar__runner_opts o = AR__RUNNER_OPTS_INIT;
+  ar_runner_opts o = AR_RUNNER_OPTS_INIT;
   o.policy = policy;
   o.capacity = capacity;
   o.device = "host";
   o.threads = 2;
   o.defrag = defrag;
   o.out_dir = out_dir;
-  ar__runner *r = NULL;
+  ar_runner *r = NULL;
   ar_err err = AR_ERR_INIT;
-  if (ar__runner_create(&o, &r, &err) != AR_OK)
+  if (ar_runner_create(&o, &r, &err) != AR_OK)
     fail_msg("runner: %s", err.msg);
   return r;
 }
 
-static void add(ar__runner *r, fake *f, double arrival) {
+static void add(ar_runner *r, fake *f, double arrival) {
   char name[32];
   snprintf(name, sizeof name, "f%d", f->id);
-  ar__tjob_desc d = {name, NULL, f->P, f->E, f->iters, 0, 0, 0, arrival, f, &fake_fns, NULL};
+  ar_tjob_desc d = {name, NULL, f->P, f->E, f->iters, 0, 0, 0, arrival, f, &fake_fns, NULL};
   f->r = r;
   ar_err err = AR_ERR_INIT;
-  assert_int_equal(ar__runner_add(r, &d, &f->index, &err), AR_OK);
+  assert_int_equal(ar_runner_add(r, &d, &f->index, &err), AR_OK);
 }
 
-static void run(ar__runner *r) {
+static void run(ar_runner *r) {
   ar_err err = AR_ERR_INIT;
-  if (ar__runner_run(r, &err) != AR_OK)
+  if (ar_runner_run(r, &err) != AR_OK)
     fail_msg("run: %s", err.msg);
 }
 
-static ar__tjob_result result(ar__runner *r, size_t i) {
-  ar__tjob_result res;
-  assert_int_equal(ar__runner_result(r, i, &res), AR_OK);
+static ar_tjob_result result(ar_runner *r, size_t i) {
+  ar_tjob_result res;
+  assert_int_equal(ar_runner_result(r, i, &res), AR_OK);
   return res;
 }
 
@@ -264,7 +264,7 @@ static void test_random_mixes(void **state) {
       int n = 4 + (int)ar_rng_below(&g, 8);
       fake f[12];
       memset(f, 0, sizeof f);
-      ar__runner *r = make_runner(policies[p], cap, (int)ar_rng_below(&g, 3), NULL);
+      ar_runner *r = make_runner(policies[p], cap, (int)ar_rng_below(&g, 3), NULL);
       overlaps = 0;
       for (int i = 0; i < n; i++) {
         f[i].id = i + 1;
@@ -274,13 +274,13 @@ static void test_random_mixes(void **state) {
         add(r, &f[i], (double)ar_rng_below(&g, 3) * 1e-3);
       }
       run(r);
-      ar__runner_summary s;
-      ar__runner_summary_get(r, &s);
+      ar_runner_summary s;
+      ar_runner_summary_get(r, &s);
       for (int i = 0; i < n; i++) {
-        ar__tjob_result res = result(r, (size_t)i);
-        if (res.state != AR__TJ_DONE)
+        ar_tjob_result res = result(r, (size_t)i);
+        if (res.state != AR_TJ_DONE)
           fail_msg("%s seed %llu job %d: %s %s", policies[p], (unsigned long long)seed, i,
-                   ar__tjob_state_name(res.state), res.error);
+                   ar_tjob_state_name(res.state), res.error);
         assert_int_equal(res.iterations, f[i].iters);
         assert_int_equal(f[i].done, f[i].iters);
         assert_int_equal(f[i].starts, 1);
@@ -293,7 +293,7 @@ static void test_random_mixes(void **state) {
       assert_int_equal(overlaps, 0);
       assert_true(s.max_memory_bytes <= s.capacity_bytes);
       assert_int_equal(s.failed, 0);
-      ar__runner_destroy(r);
+      ar_runner_destroy(r);
       for (int i = 0; i < n; i++)
         assert_int_equal(f[i].closes, 1);
     }
@@ -306,18 +306,18 @@ static void test_fifo_order(void **state) {
   (void)state;
   fake f[4];
   memset(f, 0, sizeof f);
-  ar__runner *r = make_runner("fifo", 1 << 20, 1, NULL);
+  ar_runner *r = make_runner("fifo", 1 << 20, 1, NULL);
   for (int i = 0; i < 4; i++) {
     f[i] = (fake){.id = i + 1, .P = 1000, .E = 2000, .iters = (uint64_t)(6 - i)};
     add(r, &f[i], 0.0005 * i);
   }
   run(r);
   for (int i = 1; i < 4; i++) {
-    ar__tjob_result a = result(r, (size_t)i - 1), b = result(r, (size_t)i);
+    ar_tjob_result a = result(r, (size_t)i - 1), b = result(r, (size_t)i);
     assert_true(b.first_s >= a.end_s);
     assert_int_equal(b.switches, 0);
   }
-  ar__runner_destroy(r);
+  ar_runner_destroy(r);
 }
 
 /* srtf in one lane: the shortest job ends before the longest, though it
@@ -326,19 +326,19 @@ static void test_srtf_short_first(void **state) {
   (void)state;
   fake f[3];
   memset(f, 0, sizeof f);
-  ar__runner *r = make_runner("srtf", 1 << 20, 1, NULL);
+  ar_runner *r = make_runner("srtf", 1 << 20, 1, NULL);
   const uint64_t iters[3] = {150, 40, 6};
   for (int i = 0; i < 3; i++) {
     f[i] = (fake){.id = i + 1, .P = 512, .E = 4096, .iters = iters[i], .spin_us = 300};
     add(r, &f[i], 0.002 * i);
   }
   run(r);
-  ar__tjob_result a = result(r, 0), b = result(r, 1), c = result(r, 2);
+  ar_tjob_result a = result(r, 0), b = result(r, 1), c = result(r, 2);
   assert_int_equal(a.lane, c.lane); /* one lane, time-shared */
   assert_true(c.end_s < a.end_s);
   assert_true(b.end_s < a.end_s);
   assert_true(c.switches > 0 || a.switches > 0);
-  ar__runner_destroy(r);
+  ar_runner_destroy(r);
 }
 
 /* A failing job (an error at its third iteration) ends alone. */
@@ -347,7 +347,7 @@ static void test_failure_alone(void **state) {
   for (int p = 0; p < 5; p++) {
     fake f[3];
     memset(f, 0, sizeof f);
-    ar__runner *r = make_runner(policies[p], 1 << 20, 1, NULL);
+    ar_runner *r = make_runner(policies[p], 1 << 20, 1, NULL);
     for (int i = 0; i < 3; i++) {
       f[i] = (fake){.id = i + 1, .P = 3000, .E = 5000, .iters = 8};
       if (i == 1)
@@ -355,19 +355,19 @@ static void test_failure_alone(void **state) {
       add(r, &f[i], 0);
     }
     run(r);
-    ar__tjob_result bad = result(r, 1);
-    assert_int_equal(bad.state, AR__TJ_FAILED);
+    ar_tjob_result bad = result(r, 1);
+    assert_int_equal(bad.state, AR_TJ_FAILED);
     assert_non_null(strstr(bad.error, "nan"));
     assert_int_equal(bad.iterations, 3);
     assert_int_equal(f[1].finishes, 0); /* a failed job is not checkpointed */
     for (int i = 0; i < 3; i += 2) {
-      assert_int_equal(result(r, (size_t)i).state, AR__TJ_DONE);
+      assert_int_equal(result(r, (size_t)i).state, AR_TJ_DONE);
       assert_int_equal(f[i].done, 8);
     }
-    ar__runner_summary s;
-    ar__runner_summary_get(r, &s);
+    ar_runner_summary s;
+    ar_runner_summary_get(r, &s);
     assert_int_equal(s.failed, 1);
-    ar__runner_destroy(r);
+    ar_runner_destroy(r);
     for (int i = 0; i < 3; i++)
       assert_int_equal(f[i].closes, 1);
   }
@@ -385,7 +385,7 @@ static void test_defrag_moves_bytes(void **state) {
     /* 40 KiB: A (8 KiB, short), B (8 KiB, long), lanes of 4 KiB; when A
      * leaves its block is a hole below B; C needs 20 KiB persistent, which
      * fits only once B slid down. */
-    ar__runner *r = make_runner("pack", 40 * KiB, mode, NULL);
+    ar_runner *r = make_runner("pack", 40 * KiB, mode, NULL);
     f[0] = (fake){.id = 1, .P = 8 * KiB, .E = 4 * KiB, .iters = 2};
     f[1] = (fake){.id = 2, .P = 8 * KiB, .E = 4 * KiB, .iters = 400, .spin_us = 50};
     f[2] = (fake){.id = 3, .P = 20 * KiB, .E = 4 * KiB, .iters = 3};
@@ -393,19 +393,19 @@ static void test_defrag_moves_bytes(void **state) {
     add(r, &f[1], 0);
     add(r, &f[2], 0.001);
     run(r);
-    ar__runner_summary s;
-    ar__runner_summary_get(r, &s);
+    ar_runner_summary s;
+    ar_runner_summary_get(r, &s);
     for (int i = 0; i < 3; i++) {
-      ar__tjob_result res = result(r, (size_t)i);
-      if (res.state != AR__TJ_DONE)
-        fail_msg("mode %d job %d: %s %s", mode, i, ar__tjob_state_name(res.state), res.error);
+      ar_tjob_result res = result(r, (size_t)i);
+      if (res.state != AR_TJ_DONE)
+        fail_msg("mode %d job %d: %s %s", mode, i, ar_tjob_state_name(res.state), res.error);
       assert_int_equal(f[i].corrupt, 0);
     }
     assert_true(s.defrags >= 1);
     assert_true(s.defrag_bytes_moved >= 8 * KiB);
     assert_true(f[1].rebases >= 1);
     assert_true(result(r, 2).admit_s >= result(r, 0).end_s);
-    ar__runner_destroy(r);
+    ar_runner_destroy(r);
   }
 }
 
@@ -416,24 +416,24 @@ static void test_cancel(void **state) {
   (void)state;
   fake f[3];
   memset(f, 0, sizeof f);
-  ar__runner *r = make_runner("pack", 1 << 20, 1, NULL);
+  ar_runner *r = make_runner("pack", 1 << 20, 1, NULL);
   f[0] = (fake){.id = 1, .P = 1000, .E = 1000, .iters = 50, .cancel_at = 4};
   f[1] = (fake){.id = 2, .P = 1000, .E = 1000, .iters = 5};
   f[2] = (fake){.id = 3, .P = 1000, .E = 1000, .iters = 5};
   add(r, &f[0], 0);
   add(r, &f[1], 0);
   add(r, &f[2], 5.0);
-  assert_int_equal(ar__runner_cancel(r, 2), AR_OK);
-  assert_int_equal(ar__runner_cancel(r, 9), AR_NOTFOUND);
+  assert_int_equal(ar_runner_cancel(r, 2), AR_OK);
+  assert_int_equal(ar_runner_cancel(r, 9), AR_NOTFOUND);
   run(r);
-  assert_int_equal(result(r, 0).state, AR__TJ_CANCELLED);
+  assert_int_equal(result(r, 0).state, AR_TJ_CANCELLED);
   assert_int_equal(f[0].done, 4);
   assert_int_equal(f[0].interrupted, 1);
-  assert_int_equal(result(r, 1).state, AR__TJ_DONE);
-  assert_int_equal(result(r, 2).state, AR__TJ_CANCELLED);
+  assert_int_equal(result(r, 1).state, AR_TJ_DONE);
+  assert_int_equal(result(r, 2).state, AR_TJ_CANCELLED);
   assert_int_equal(f[2].starts, 0);
-  assert_int_equal(ar__runner_cancel(r, 1), AR_STATE);
-  ar__runner_destroy(r);
+  assert_int_equal(ar_runner_cancel(r, 1), AR_STATE);
+  ar_runner_destroy(r);
   assert_int_equal(f[2].closes, 1);
 }
 
@@ -443,7 +443,7 @@ static void test_stop(void **state) {
   (void)state;
   fake f[3];
   memset(f, 0, sizeof f);
-  ar__runner *r = make_runner("srtf", 1 << 20, 1, NULL);
+  ar_runner *r = make_runner("srtf", 1 << 20, 1, NULL);
   f[0] = (fake){.id = 1, .P = 1000, .E = 1000, .iters = 1000, .stop_at = 5};
   f[1] = (fake){.id = 2, .P = 1000, .E = 1000, .iters = 1000, .stop_at = 5};
   f[2] = (fake){.id = 3, .P = 1000, .E = 1000, .iters = 10};
@@ -452,7 +452,7 @@ static void test_stop(void **state) {
   add(r, &f[2], 60.0);
   run(r);
   for (int i = 0; i < 3; i++)
-    assert_int_equal(result(r, (size_t)i).state, AR__TJ_STOPPED);
+    assert_int_equal(result(r, (size_t)i).state, AR_TJ_STOPPED);
   /* srtf runs one of the two first; whichever reached 5 stopped it. */
   assert_true(f[0].done == 5 || f[1].done == 5);
   for (int i = 0; i < 2; i++) {
@@ -460,7 +460,7 @@ static void test_stop(void **state) {
     assert_int_equal(f[i].finishes, f[i].starts);
   }
   assert_int_equal(f[2].starts, 0);
-  ar__runner_destroy(r);
+  ar_runner_destroy(r);
 }
 
 /* A job that can never fit fails alone with the sizes in its message. */
@@ -468,17 +468,17 @@ static void test_never_fits(void **state) {
   (void)state;
   fake f[2];
   memset(f, 0, sizeof f);
-  ar__runner *r = make_runner("pack", 16 * KiB, 1, NULL);
+  ar_runner *r = make_runner("pack", 16 * KiB, 1, NULL);
   f[0] = (fake){.id = 1, .P = 12 * KiB, .E = 8 * KiB, .iters = 2};
   f[1] = (fake){.id = 2, .P = 1 * KiB, .E = 1 * KiB, .iters = 2};
   add(r, &f[0], 0);
   add(r, &f[1], 0);
   run(r);
-  ar__tjob_result bad = result(r, 0);
-  assert_int_equal(bad.state, AR__TJ_FAILED);
+  ar_tjob_result bad = result(r, 0);
+  assert_int_equal(bad.state, AR_TJ_FAILED);
   assert_true(bad.error[0] != '\0');
-  assert_int_equal(result(r, 1).state, AR__TJ_DONE);
-  ar__runner_destroy(r);
+  assert_int_equal(result(r, 1).state, AR_TJ_DONE);
+  ar_runner_destroy(r);
 }
 
 static char *slurp(const char *path) {
@@ -500,7 +500,7 @@ static void test_outputs(void **state) {
   assert_non_null(mkdtemp(dir));
   fake f[3];
   memset(f, 0, sizeof f);
-  ar__runner *r = make_runner("fair", 1 << 20, 1, dir);
+  ar_runner *r = make_runner("fair", 1 << 20, 1, dir);
   for (int i = 0; i < 3; i++) {
     f[i] = (fake){.id = i + 1, .P = 2000, .E = 3000, .iters = 10};
     add(r, &f[i], 0);
@@ -531,7 +531,7 @@ static void test_outputs(void **state) {
   assert_non_null(strstr(s, "\"thread_name\""));
   assert_non_null(strstr(s, "\"ph\": \"X\""));
   assert_non_null(strstr(s, "\"ph\": \"C\""));
-  ar__runner_destroy(r);
+  ar_runner_destroy(r);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   assert_int_equal(system(cmd), 0);
@@ -539,15 +539,15 @@ static void test_outputs(void **state) {
 
 /* Whether two jobs' admitted periods overlap (their lanes were live at
  * the same time). */
-static bool overlapped(ar__tjob_result a, ar__tjob_result b) {
+static bool overlapped(ar_tjob_result a, ar_tjob_result b) {
   return a.admit_s < b.end_s && b.admit_s < a.end_s;
 }
 
-static bool is_lane_handle(ar__runner *r, ar_device *d) {
+static bool is_lane_handle(ar_runner *r, ar_device *d) {
   int nh = 0;
-  (void)ar__runner_device(r, &nh);
+  (void)ar_runner_device(r, &nh);
   for (int i = 0; i < nh; i++)
-    if (ar__runner_lane_handle(r, i) == d)
+    if (ar_runner_lane_handle(r, i) == d)
       return true;
   return false;
 }
@@ -563,20 +563,20 @@ static void test_one_device_lane_handles(void **state) {
   for (int p = 0; p < 5; p++) {
     fake f[8];
     memset(f, 0, sizeof f);
-    ar__runner *r = make_runner(policies[p], 1 << 20, 1, NULL);
+    ar_runner *r = make_runner(policies[p], 1 << 20, 1, NULL);
     int nh = 0;
-    ar_device *dev = ar__runner_device(r, &nh);
+    ar_device *dev = ar_runner_device(r, &nh);
     assert_non_null(dev);
     assert_int_equal(nh, 2); /* one per worker to begin with: threads = 2 */
-    assert_int_equal(ar__runner_capacity(r), 1 << 20);
+    assert_int_equal(ar_runner_capacity(r), 1 << 20);
     const size_t arena = ar_device_bytes_in_use(dev);
     assert_true(arena >= (size_t)(1 << 20) && arena <= (size_t)(1 << 20) + 256);
     assert_int_equal(ar_device_bytes_peak(dev), arena);
-    ar_device *h0 = ar__runner_lane_handle(r, 0), *h1 = ar__runner_lane_handle(r, 1);
+    ar_device *h0 = ar_runner_lane_handle(r, 0), *h1 = ar_runner_lane_handle(r, 1);
     assert_non_null(h0);
     assert_non_null(h1);
     assert_true(h0 != h1 && h0 != dev && h1 != dev);
-    assert_null(ar__runner_lane_handle(r, 2));
+    assert_null(ar_runner_lane_handle(r, 2));
     ndev_use = dev_clashes = 0;
     for (int i = 0; i < 8; i++) {
       f[i] = (fake){.id = i + 1, .P = 4000, .E = 6000, .iters = 6, .spin_us = 200};
@@ -585,12 +585,12 @@ static void test_one_device_lane_handles(void **state) {
     run(r);
     int lanes_at_once = 1;
     for (int i = 0; i < 8; i++) {
-      ar__tjob_result a = result(r, (size_t)i);
-      assert_int_equal(a.state, AR__TJ_DONE);
+      ar_tjob_result a = result(r, (size_t)i);
+      assert_int_equal(a.state, AR_TJ_DONE);
       assert_int_equal(f[i].starts, 1);
       assert_true(f[i].dev != dev && is_lane_handle(r, f[i].dev));
       for (int k = 0; k < i; k++) {
-        ar__tjob_result b = result(r, (size_t)k);
+        ar_tjob_result b = result(r, (size_t)k);
         if (b.lane == a.lane)
           assert_ptr_equal(f[k].dev, f[i].dev);
         else if (overlapped(a, b)) {
@@ -603,14 +603,14 @@ static void test_one_device_lane_handles(void **state) {
      * a time, srtf, fair and priority time-share one) */
     if (strcmp(policies[p], "pack") == 0)
       assert_int_equal(lanes_at_once, 2);
-    (void)ar__runner_device(r, &nh);
+    (void)ar_runner_device(r, &nh);
     assert_true(nh >= 2 && nh <= 8);
     assert_int_equal(dev_clashes, 0);
     assert_int_equal(ar_device_bytes_in_use(dev), arena);
     assert_int_equal(ar_device_bytes_peak(dev), arena);
     for (int i = 0; i < nh; i++)
-      assert_int_equal(ar_device_bytes_peak(ar__runner_lane_handle(r, i)), 0);
-    ar__runner_destroy(r);
+      assert_int_equal(ar_device_bytes_peak(ar_runner_lane_handle(r, i)), 0);
+    ar_runner_destroy(r);
   }
 }
 
@@ -620,17 +620,17 @@ static void test_one_device_lane_handles(void **state) {
  * capacity when none is given. */
 static void test_shared_lane_handle(void **state) {
   (void)state;
-  ar__runner_opts o = AR__RUNNER_OPTS_INIT;
+  ar_runner_opts o = AR_RUNNER_OPTS_INIT;
   o.policy = "pack";
   o.device = "host";
   o.threads = 2;
   o.max_lane_handles = 1;
   o.device_opts.memory_bytes = 1 << 20; /* capacity 0: from runtime.memory */
-  ar__runner *r = NULL;
+  ar_runner *r = NULL;
   ar_err err = AR_ERR_INIT;
-  if (ar__runner_create(&o, &r, &err) != AR_OK)
+  if (ar_runner_create(&o, &r, &err) != AR_OK)
     fail_msg("runner: %s", err.msg);
-  assert_int_equal(ar__runner_capacity(r), 1 << 20);
+  assert_int_equal(ar_runner_capacity(r), 1 << 20);
   fake f[6];
   memset(f, 0, sizeof f);
   ndev_use = dev_clashes = 0;
@@ -640,14 +640,14 @@ static void test_shared_lane_handle(void **state) {
   }
   run(r);
   int nh = 0;
-  (void)ar__runner_device(r, &nh);
+  (void)ar_runner_device(r, &nh);
   assert_int_equal(nh, 1);
   bool lanes[64] = {false};
   int nlanes = 0;
   for (int i = 0; i < 6; i++) {
-    ar__tjob_result a = result(r, (size_t)i);
-    assert_int_equal(a.state, AR__TJ_DONE);
-    assert_ptr_equal(f[i].dev, ar__runner_lane_handle(r, 0));
+    ar_tjob_result a = result(r, (size_t)i);
+    assert_int_equal(a.state, AR_TJ_DONE);
+    assert_ptr_equal(f[i].dev, ar_runner_lane_handle(r, 0));
     if (a.lane < 64 && !lanes[a.lane]) {
       lanes[a.lane] = true;
       nlanes++;
@@ -655,16 +655,16 @@ static void test_shared_lane_handle(void **state) {
   }
   assert_true(nlanes > 1);
   assert_int_equal(dev_clashes, 0);
-  ar__runner_destroy(r);
+  ar_runner_destroy(r);
 
   o.max_lane_handles = 0;
   o.device_opts.memory_bytes = 0;
   o.device_opts.memory_fraction = 0.001;
-  assert_int_equal(ar__runner_create(&o, &r, &err), AR_OK);
+  assert_int_equal(ar_runner_create(&o, &r, &err), AR_OK);
   ar_host_memory hm;
   ar_host_memory_get(&hm);
-  assert_true(ar__runner_capacity(r) > 0 && ar__runner_capacity(r) <= hm.limit / 500);
-  ar__runner_destroy(r);
+  assert_true(ar_runner_capacity(r) > 0 && ar_runner_capacity(r) <= hm.limit / 500);
+  ar_runner_destroy(r);
 }
 
 static void test_quantile(void **state) {
