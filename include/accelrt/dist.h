@@ -105,9 +105,15 @@ typedef struct ar_dist_opts {
    * on a CUDA device always stages.  The environment variable
    * ACCELRT_DIST_STAGE=1 sets it for ar_dist_run. */
   bool stage;
+  /* Bytes per piece of a message: an MPI count is an int, so every
+   * message goes in pieces of at most this many bytes (the pieces of one
+   * keep their order: MPI's non-overtaking rule).  0: the environment
+   * variable ACCELRT_DIST_PIECE, else INT_MAX rounded down to 64 bytes, so
+   * that messages under 2 GiB are one piece; tests set a few KiB. */
+  size_t piece_bytes;
 } ar_dist_opts;
 
-#define AR_DIST_OPTS_INIT {0.0, -1, -1, NULL, NULL, NULL, NULL, false}
+#define AR_DIST_OPTS_INIT {0.0, -1, -1, NULL, NULL, NULL, NULL, false, 0}
 
 /* Runs spec (distributed.enabled) as this MPI rank's part of the job.
  * Initialises MPI when it is not initialised yet and then finalises it
