@@ -177,6 +177,7 @@ typedef struct ar__dist {
   int64_t iter;           /* iterations done */
   size_t piece;           /* bytes per piece of a message */
   size_t nslots;          /* pieces of one message of every tensor */
+  uint32_t *slot_t;       /* (nslots) the tensor of a piece */
   ar_device *dev;
   char dev_name[32];      /* workers: the device they compute on ("host",
                              "cuda:N"); servers: "host" */
@@ -239,7 +240,6 @@ typedef struct ar__dist {
   int *s_idx;             /* (W x nslots) server: completed requests, scratch */
   MPI_Request *preq;      /* (nslots) a piece's parameter receive or
                              gradient send */
-  uint32_t *slot_t;       /* (nslots) the tensor of a piece */
   int *pmatched, *pleft;  /* (nt) pieces of the parameters matched, and
                              receives or sends not completed */
   size_t *pbytes;         /* (nt) bytes of the parameters received */

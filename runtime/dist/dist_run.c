@@ -389,6 +389,12 @@ static ar_status make_tensors(ar__dist *c) {
       c->nslots += (size_t)T->pieces;
     }
   }
+  c->slot_t = ar_malloc(c->nslots * sizeof *c->slot_t);
+  if (!c->slot_t)
+    return ar_errf(c->err, AR_NOMEM, "out of memory for the tensor table");
+  for (int t = 0; t < c->nt; t++)
+    for (int k = 0; k < c->t[t].pieces; k++)
+      c->slot_t[c->t[t].slot + (size_t)k] = (uint32_t)t;
   return AR_OK;
 }
 
@@ -554,6 +560,7 @@ static void teardown(ar__dist *c) {
   for (int t = 0; c->t && t < c->nt; t++)
     ar_free(c->t[t].msg);
   ar_free(c->t);
+  ar_free(c->slot_t);
   ar_job_close(c->job); /* the model, the data, rank 0's records */
   c->job = NULL;
   c->model = NULL;

@@ -15,60 +15,70 @@
 
 #include "accelrt/lsh.h"
 
-ar_status ar__dist_server_init(ar__dist *c) {
+/* The gate that enforces the order and, with link emulation, one pacer
+ * per port of this server: its out port is shared by the parameters of
+ * all its workers, its in port by their gradients (the fan-in); the
+ * simulator models the same ports.  No burst: a plain serial link at the
+ * line rate. */
+static ar_status make_gate(ar__dist *c) {
   const ar_spec *s = c->spec;
-  size_t wt = (size_t)c->W * (size_t)c->nt, ws = (size_t)c->W * c->nslots;
-  int n;
-  AR_CHECK(ar__dist_count(c, ws, "the server's requests", &n));
-  AR_CHECK(ar__dist_count(c, c->srep_len, "the server's report", &n));
   ar_commsched_gate_opts go = AR_COMMSCHED_GATE_OPTS_INIT;
   go.destinations = (uint32_t)c->W;
   go.transfers = (uint32_t)c->nt;
   go.max_bytes_in_flight = (size_t)s->distributed.max_bytes_in_flight;
   AR_CHECK(ar_commsched_gate_create(&go, &c->gate, c->err));
-  if (s->distributed.link_gbps > 0) {
-    /* One pacer per port of this server: its out port is shared by the
-     * parameters of all its workers, its in port by their gradients (the
-     * fan-in); the simulator models the same ports.  No burst: a plain
-     * serial link at the line rate. */
-    ar_commsched_link_opts lo = AR_COMMSCHED_LINK_OPTS_INIT;
-    lo.gbps = s->distributed.link_gbps;
-    lo.latency_us = s->distributed.link_latency_us;
-    lo.burst_bytes = 0;
-    double now = ar__dist_clock(c);
-    AR_CHECK(ar_commsched_pacer_create(&lo, now, &c->out_pacer, c->err));
-    AR_CHECK(ar_commsched_pacer_create(&lo, now, &c->in_pacer, c->err));
-  }
-  c->gradoff = ar_calloc((size_t)c->nt, sizeof *c->gradoff);
+  if (s->distributed.link_gbps <= 0)
+    return AR_OK;
+  ar_commsched_link_opts lo = AR_COMMSCHED_LINK_OPTS_INIT;
+  lo.gbps = s->distributed.link_gbps;
+  lo.latency_us = s->distributed.link_latency_us;
+  lo.burst_bytes = 0;
+  double now = ar__dist_clock(c);
+  AR_CHECK(ar_commsched_pacer_create(&lo, now, &c->out_pacer, c->err));
+  return ar_commsched_pacer_create(&lo, now, &c->in_pacer, c->err);
+}
+
+/* The per-iteration tables, made once: per (worker, transfer) and per
+ * (worker, piece). */
+static ar_status make_tables(ar__dist *c) {
+  size_t wt = (size_t)c->W * (size_t)c->nt, ws = (size_t)c->W * c->nslots;
+  int n;
+  AR_CHECK(ar__dist_count(c, ws, "the server's requests", &n));
+  AR_CHECK(ar__dist_count(c, c->srep_len, "the server's report", &n));
   c->sreq = ar_malloc(ws * sizeof *c->sreq);
   c->rreq = ar_malloc(ws * sizeof *c->rreq);
+  c->rstat = ar_malloc(ws * sizeof *c->rstat);
+  c->s_idx = ar_malloc(ws * sizeof *c->s_idx);
   c->sleft = ar_malloc(wt * sizeof *c->sleft);
   c->rleft = ar_malloc(wt * sizeof *c->rleft);
   c->rbytes = ar_malloc(wt * sizeof *c->rbytes);
-  c->slot_t = ar_malloc(c->nslots * sizeof *c->slot_t);
   c->send_start = ar_malloc(wt * sizeof *c->send_start);
   c->delivered = ar_malloc(wt * sizeof *c->delivered);
   c->arrive = ar_malloc(wt * sizeof *c->arrive);
   c->pend_w = ar_malloc(wt * sizeof *c->pend_w);
   c->pend_t = ar_malloc(wt * sizeof *c->pend_t);
   c->pend_at = ar_malloc(wt * sizeof *c->pend_at);
-  c->s_idx = ar_malloc(ws * sizeof *c->s_idx);
-  if (!c->gradoff || !c->sreq || !c->rreq || !c->sleft || !c->rleft || !c->rbytes ||
-      !c->slot_t || !c->send_start || !c->delivered || !c->arrive || !c->pend_w || !c->pend_t ||
-      !c->pend_at || !c->s_idx)
+  c->report = ar_malloc(c->srep_len * sizeof *c->report);
+  if (!c->sreq || !c->rreq || !c->rstat || !c->s_idx || !c->sleft || !c->rleft || !c->rbytes ||
+      !c->send_start || !c->delivered || !c->arrive || !c->pend_w || !c->pend_t || !c->pend_at ||
+      !c->report)
     return ar_errf(c->err, AR_NOMEM, "out of memory for the server's bookkeeping");
   for (size_t i = 0; i < ws; i++)
     c->sreq[i] = c->rreq[i] = MPI_REQUEST_NULL;
-  for (int t = 0; t < c->nt; t++)
-    for (int k = 0; k < c->t[t].pieces; k++)
-      c->slot_t[c->t[t].slot + (size_t)k] = (uint32_t)t;
+  return AR_OK;
+}
+
+/* This server's shard: where each own tensor's gradients from one worker
+ * go (dense ones in gradbuf, rows messages in gwire), a rows tensor's
+ * parameter message and a rows layer's changed rows. */
+static ar_status make_shard(ar__dist *c) {
+  c->gradoff = ar_calloc((size_t)c->nt, sizeof *c->gradoff);
+  c->wireoff = ar_calloc((size_t)c->nt, sizeof *c->wireoff);
+  c->dirty = ar_calloc((size_t)c->model->n_layers, sizeof *c->dirty);
+  if (!c->gradoff || !c->wireoff || !c->dirty)
+    return ar_errf(c->err, AR_NOMEM, "out of memory for the server's bookkeeping");
   c->own_floats = 0;
   c->own_wire = 0;
-  c->wireoff = ar_calloc((size_t)c->nt, sizeof *c->wireoff);
-  c->rstat = ar_malloc(ws * sizeof *c->rstat);
-  c->dirty = ar_calloc((size_t)c->model->n_layers, sizeof *c->dirty);
-  if (!c->wireoff || !c->rstat || !c->dirty)
-    return ar_errf(c->err, AR_NOMEM, "out of memory for the server's bookkeeping");
   for (int t = 0; t < c->nt; t++) {
     ar__dist_tensor *T = &c->t[t];
     if (T->server != c->rank)
@@ -93,13 +103,16 @@ ar_status ar__dist_server_init(ar__dist *c) {
     return ar_errf(c->err, AR_NOMEM, "out of memory for %d workers' gradient rows (%zu bytes "
                    "each)", c->W, c->own_wire);
   c->gradbuf = ar_malloc((size_t)c->W * c->own_floats * sizeof(float) + 1);
-  c->report = ar_malloc(c->srep_len * sizeof *c->report);
-  if (!c->report)
-    return ar_errf(c->err, AR_NOMEM, "out of memory for the iteration report");
   if (!c->gradbuf)
     return ar_errf(c->err, AR_NOMEM, "out of memory for %d workers' gradients (%zu floats each)",
                    c->W, c->own_floats);
   return AR_OK;
+}
+
+ar_status ar__dist_server_init(ar__dist *c) {
+  AR_CHECK(make_gate(c));
+  AR_CHECK(make_tables(c));
+  return make_shard(c);
 }
 
 void ar__dist_server_fini(ar__dist *c) {
@@ -130,7 +143,6 @@ void ar__dist_server_fini(ar__dist *c) {
   ar_free(c->sleft);
   ar_free(c->rleft);
   ar_free(c->rbytes);
-  ar_free(c->slot_t);
   ar_free(c->send_start);
   ar_free(c->delivered);
   ar_free(c->arrive);

@@ -33,7 +33,6 @@ void ar__dist_worker_hooks(ar__dist *c) {
 ar_status ar__dist_worker_init(ar__dist *c) {
   size_t nt = (size_t)c->nt;
   c->preq = ar_malloc(c->nslots * sizeof *c->preq);
-  c->slot_t = ar_malloc(c->nslots * sizeof *c->slot_t);
   c->pmatched = ar_calloc(nt, sizeof *c->pmatched);
   c->pleft = ar_calloc(nt, sizeof *c->pleft);
   c->pbytes = ar_calloc(nt, sizeof *c->pbytes);
@@ -43,19 +42,16 @@ ar_status ar__dist_worker_init(ar__dist *c) {
   c->w_order_u = ar_malloc(nt * sizeof *c->w_order_u);
   c->w_idx = ar_malloc(c->nslots * sizeof *c->w_idx);
   c->w_bytes = ar_malloc(2 * nt * sizeof *c->w_bytes);
-  if (!c->preq || !c->slot_t || !c->pmatched || !c->pleft || !c->pbytes || !c->report ||
+  if (!c->preq || !c->pmatched || !c->pleft || !c->pbytes || !c->report ||
       !c->w_arrival || !c->w_order_u || !c->w_idx || !c->w_bytes)
     return ar_errf(c->err, AR_NOMEM, "out of memory for the worker's bookkeeping");
   int n;
   AR_CHECK(ar__dist_count(c, c->nslots, "the worker's requests", &n));
   AR_CHECK(ar__dist_count(c, c->report_len, "the worker's report", &n));
-  for (int t = 0; t < c->nt; t++) {
+  for (int t = 0; t < c->nt; t++)
     if (c->t[t].rows && !(c->t[t].msg = ar_malloc(c->t[t].wire)))
       return ar_errf(c->err, AR_NOMEM, "out of memory for the rows of '%s' (%zu bytes)",
                      c->t[t].name, c->t[t].wire);
-    for (int k = 0; k < c->t[t].pieces; k++)
-      c->slot_t[c->t[t].slot + (size_t)k] = (uint32_t)t;
-  }
   for (size_t i = 0; i < c->nslots; i++)
     c->preq[i] = MPI_REQUEST_NULL;
   return AR_OK;
@@ -67,7 +63,6 @@ void ar__dist_worker_fini(ar__dist *c) {
       if (c->preq[i] != MPI_REQUEST_NULL)
         MPI_Request_free(&c->preq[i]);
   ar_free(c->preq);
-  ar_free(c->slot_t);
   ar_free(c->pmatched);
   ar_free(c->pleft);
   ar_free(c->pbytes);
