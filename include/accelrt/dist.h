@@ -38,6 +38,14 @@
  * layer dense.  The op graph's bytes of those transfers are set to the
  * means measured during warm-up.
  *
+ * Every rank runs the job as one ar_job (runtime.h): a worker steps its
+ * job on its part of each global batch, with the receives and sends as
+ * hooks around each layer and the servers' update instead of its
+ * optimizer; the servers' jobs do not step, and rank 0's records every
+ * iteration, evaluates, checkpoints (the other servers' shards gathered
+ * first) and writes the summary as a single-process run does.  Messages
+ * go in pieces of at most INT_MAX bytes (ar_dist_opts.piece_bytes).
+ *
  * Failures: communicators return errors (MPI_ERRORS_RETURN) and every wait
  * is a polling loop, so a rank that dies is reported by the ranks waiting
  * for it ("iteration 7: rank 2 (worker 1) sent no gradients for 30 s ...")
