@@ -249,6 +249,7 @@ typedef struct ar__dist {
   double *reports;        /* (W + S - 1, max report length) */
   size_t srep_len;
   MPI_Request *rep_req;   /* (W + S - 1) */
+  int *rep_done;          /* (W + S - 1) scratch: which reports came */
   ar__dist_iter_stat *stats; /* (total) */
   ar__dist_iter_stat *cur;   /* the iteration being recorded */
   ar_commsched_span *spans;  /* scratch for the metrics */

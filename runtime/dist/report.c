@@ -27,13 +27,14 @@ ar_status ar__dist_report_init(ar__dist *c, bool resume) {
   c->trace_path = ar_path_join(s->output.dir, "trace.tsv");
   c->reports = ar_malloc((size_t)peers * slot_len(c) * sizeof *c->reports);
   c->rep_req = ar_malloc((size_t)peers * sizeof *c->rep_req);
+  c->rep_done = ar_malloc((size_t)peers * sizeof *c->rep_done + 1);
   c->stats = ar_calloc((size_t)(c->total > 0 ? c->total : 1), sizeof *c->stats);
   c->spans = ar_malloc(spans * sizeof *c->spans);
   c->finish = ar_malloc((size_t)c->W * sizeof *c->finish);
   c->bytes_sum = ar_calloc((size_t)c->nt, sizeof *c->bytes_sum);
   c->bytes_n = ar_calloc((size_t)c->nt, sizeof *c->bytes_n);
   if (!c->bytes_sum || !c->bytes_n || !c->oracle_path || !c->trace_path || !c->reports ||
-      !c->rep_req || !c->stats || !c->spans || !c->finish)
+      !c->rep_req || !c->rep_done || !c->stats || !c->spans || !c->finish)
     return ar_errf(c->err, AR_NOMEM, "out of memory for rank 0's reports");
   int n;
   AR_CHECK(ar__dist_count(c, slot_len(c), "an iteration report", &n));
@@ -67,6 +68,7 @@ void ar__dist_report_fini(ar__dist *c) {
   ar_commsched_oracle_destroy(c->oracle);
   ar_free(c->reports);
   ar_free(c->rep_req);
+  ar_free(c->rep_done);
   ar_free(c->stats);
   ar_free(c->spans);
   ar_free(c->finish);
@@ -91,10 +93,7 @@ ar_status ar__dist_reports_post(ar__dist *c) {
 }
 
 static ar_status wait_reports(ar__dist *c) {
-  int peers = c->W + c->S - 1;
-  int *done = ar_malloc((size_t)peers * sizeof *done + 1);
-  if (!done)
-    return ar_errf(c->err, AR_NOMEM, "out of memory");
+  int peers = c->W + c->S - 1, *done = c->rep_done;
   ar_status st = AR_OK;
   ar__dist_poll_reset(c);
   while (st == AR_OK) {
@@ -113,7 +112,6 @@ static ar_status wait_reports(ar__dist *c) {
       break;
     st = ar__dist_poll(c, n != MPI_UNDEFINED && n > 0, open, "its iteration report");
   }
-  ar_free(done);
   return st;
 }
 
