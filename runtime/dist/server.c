@@ -351,8 +351,6 @@ static ar_status apply_rows(ar__dist *c, int l) {
 }
 
 static ar_status apply_update(ar__dist *c) {
-  const ar_spec *s = c->spec;
-  ar_device *d = c->dev;
   ar_model_advance_step(c->model);
   for (int t = 0; t < c->nt; t++) {
     const ar__dist_tensor *T = &c->t[t];
@@ -371,15 +369,13 @@ static ar_status apply_update(ar__dist *c) {
       for (int64_t i = 0; i < T->count; i++)
         T->g[i] += gw[i];
     }
-    if (s->train.optimizer == AR_OPT_ADAM)
-      ar_device_adam(d, T->count, T->p, T->g, T->s1, T->s2, (float)s->train.lr,
-                     (float)s->train.beta1, (float)s->train.beta2, (float)s->train.eps,
-                     (float)s->train.weight_decay, c->model->step);
-    else
-      ar_device_sgd(d, T->count, T->p, T->g, T->s1, (float)s->train.lr,
-                    (float)s->train.momentum, (float)s->train.weight_decay);
+    /* A layer's w and b are on this server (ar_dist_op_graph shards whole
+     * layers): with its b summed, the layer takes the engine's optimizer
+     * step, as on one process. */
+    if (T->bias)
+      ar_model_step_layer(c->model, T->layer);
   }
-  ar_device_sync(d);
+  ar_device_sync(c->dev);
   return AR_OK;
 }
 
