@@ -38,6 +38,14 @@
  * layer dense.  The op graph's bytes of those transfers are set to the
  * means measured during warm-up.
  *
+ * Every rank runs the job as one ar_job (runtime.h): a worker steps its
+ * job on its part of each global batch, with the receives and sends as
+ * hooks around each layer and the servers' update instead of its
+ * optimizer; the servers' jobs do not step, and rank 0's records every
+ * iteration, evaluates, checkpoints (the other servers' shards gathered
+ * first) and writes the summary as a single-process run does.  Messages
+ * go in pieces of at most INT_MAX bytes (ar_dist_opts.piece_bytes).
+ *
  * Failures: communicators return errors (MPI_ERRORS_RETURN) and every wait
  * is a polling loop, so a rank that dies is reported by the ranks waiting
  * for it ("iteration 7: rank 2 (worker 1) sent no gradients for 30 s ...")
@@ -105,9 +113,15 @@ typedef struct ar_dist_opts {
    * on a CUDA device always stages.  The environment variable
    * ACCELRT_DIST_STAGE=1 sets it for ar_dist_run. */
   bool stage;
+  /* Bytes per piece of a message: an MPI count is an int, so every
+   * message goes in pieces of at most this many bytes (the pieces of one
+   * keep their order: MPI's non-overtaking rule).  0: the environment
+   * variable ACCELRT_DIST_PIECE, else INT_MAX rounded down to 64 bytes, so
+   * that messages under 2 GiB are one piece; tests set a few KiB. */
+  size_t piece_bytes;
 } ar_dist_opts;
 
-#define AR_DIST_OPTS_INIT {0.0, -1, -1, NULL, NULL, NULL, NULL, false}
+#define AR_DIST_OPTS_INIT {0.0, -1, -1, NULL, NULL, NULL, NULL, false, 0}
 
 /* Runs spec (distributed.enabled) as this MPI rank's part of the job.
  * Initialises MPI when it is not initialised yet and then finalises it

@@ -57,6 +57,18 @@ typedef struct ar_summary {
 ar_status ar_run(const ar_spec *spec, const ar_run_opts *opts,
                  ar_summary *summary, ar_err *err);
 
+/* A job's position, as checkpoints keep it. */
+typedef struct ar_ckpt_state {
+  int64_t iteration;     /* iterations done */
+  int64_t epoch;         /* current epoch */
+  int64_t rows_in_epoch; /* rows of the current epoch already consumed */
+  int64_t samples;       /* samples trained so far */
+  double train_s;        /* training seconds so far */
+} ar_ckpt_state;
+
+/* A flat JSON object (metrics.jsonl lines, summary.json): see below. */
+typedef struct ar_json ar_json;
+
 /* ---- one job, an iteration at a time ----
  *
  * ar_run is ar_job_open, ar_job_start, ar_job_step until ar_job_done,
@@ -67,6 +79,84 @@ ar_status ar_run(const ar_spec *spec, const ar_run_opts *opts,
  * threads.  A job never installs signal handlers (ar_run does). */
 typedef struct ar_job ar_job;
 
+/* ---- a job as part of a distributed one (runtime/dist) ----
+ *
+ * A distributed job runs one ar_job on every MPI rank.  Each worker steps
+ * its own with the hooks below around every layer (its parameters arrive,
+ * its gradients leave) and the step left to the parameter servers; rank
+ * 0, a server, does not step its job but records each iteration the
+ * workers ran (ar_job_record) and evaluates, checkpoints and writes the
+ * summary through the same calls as a job on its own. */
+
+/* The parts of one training iteration a hook is called around. */
+typedef enum ar_job_phase {
+  AR_JOB_FORWARD = 0, /* a layer's forward pass */
+  AR_JOB_LOSS,        /* the loss and its gradient (layer: the last one) */
+  AR_JOB_BACKWARD     /* a layer's backward pass */
+} ar_job_phase;
+
+/* Callbacks of ar_job_step (each may be NULL).  They run on the thread
+ * that calls ar_job_step, between the device calls of the iteration; a
+ * status other than AR_OK ends the step with it (the hook's reason in the
+ * err given to ar_job_step).  Layers go forward 0..n-1, then the loss,
+ * then backward n-1..0. */
+typedef struct ar_job_hooks {
+  /* Before `phase` of `layer`.  Before AR_JOB_FORWARD the layer's
+   * parameters must be in the model when it returns (a worker waits for
+   * them here). */
+  ar_status (*before)(void *ctx, ar_job_phase phase, int layer);
+  /* After `phase` of `layer` was enqueued on the device (not waited for).
+   * After AR_JOB_BACKWARD the layer's gradients are final (a worker sends
+   * them here). */
+  ar_status (*after)(void *ctx, ar_job_phase phase, int layer);
+  /* Instead of the optimizer, once the last backward is done: the
+   * parameters are updated elsewhere (parameter servers).  The job still
+   * counts the step (the model's step, which numbers the sampled layers'
+   * random streams and rebuilds). */
+  ar_status (*step)(void *ctx);
+  void *ctx;
+} ar_job_hooks;
+
+/* Where ar_job_opts.keys adds keys. */
+typedef enum ar_job_output {
+  AR_JOB_OUT_ITERATION = 0, /* a line of metrics.jsonl per recorded iteration */
+  AR_JOB_OUT_SUMMARY        /* summary.json */
+} ar_job_output;
+
+typedef struct ar_job_opts {
+  /* Data parallelism: the job reads every global batch of train.batch
+   * rows (the same stream on every part) and computes its rows [R * part /
+   * parts, R * (part + 1) / parts) of the R it got; the loss gradient is
+   * divided by R, so that the parts' gradients sum to the batch mean.  Its
+   * model holds ceil(train.batch / parts) rows.  A part does not check its
+   * own loss (ar_job_record checks the batch's). */
+  int part, parts;
+  /* Rows the model holds instead (0: as above): a server keeping only a
+   * shard of the parameters takes 1. */
+  int32_t model_rows;
+  /* The job keeps the records: makes output.dir, opens the test split,
+   * evaluates, writes metrics.jsonl, checkpoints and summary.json, shows
+   * progress.  false for a distributed worker and the servers but rank 0:
+   * then ar_job_evaluate, ar_job_checkpoint and ar_job_finish refuse. */
+  bool records;
+  /* The iterations run elsewhere (the servers of a distributed job): the
+   * job reads no training batch (ar_job_step refuses) and takes each
+   * iteration's result from ar_job_record.  Its metrics lines name their
+   * kind ("iteration", "eval"), and its summary leaves out what describes
+   * a model that computes (ephemeral and host bytes, the sampled layers'
+   * statistics): its model only holds the parameters. */
+  bool remote;
+  const ar_job_hooks *hooks; /* copied; NULL: none */
+  /* Adds the caller's keys to a recorded iteration's line or to the
+   * summary (may be NULL); keys_ctx is its first argument. */
+  void (*keys)(void *ctx, ar_job_output where, ar_json *j);
+  void *keys_ctx;
+  /* When the run began (ar_now()): the summary's wall_s counts from it;
+   * 0: from ar_job_open. */
+  double t0;
+} ar_job_opts;
+#define AR_JOB_OPTS_INIT {0, 1, 0, true, false, NULL, NULL, NULL, 0.0}
+
 /* The device options a job asks for: its train.threads (0: all cores) and
  * runtime.memory as the device arena's size. */
 ar_device_opts ar_job_device_opts(const ar_spec *spec);
@@ -76,6 +166,10 @@ ar_device_opts ar_job_device_opts(const ar_spec *spec);
  * opts->resume the checkpoint must exist (AR_NOTFOUND otherwise). */
 ar_status ar_job_open(const ar_spec *spec, const ar_run_opts *opts,
                       ar_job **out, ar_err *err);
+/* As ar_job_open, as a part of a larger run (jopts may be NULL: a job on
+ * its own, as ar_job_open).  The spec must outlive the job. */
+ar_status ar_job_open_ex(const ar_spec *spec, const ar_run_opts *opts, const ar_job_opts *jopts,
+                         ar_job **out, ar_err *err);
 /* The plan computed by ar_job_open: persistent and ephemeral bytes. */
 const ar_plan *ar_job_plan(const ar_job *j);
 /* Phase 2: creates the model on dev (borrowed; outlives the job).  With
@@ -98,8 +192,45 @@ bool ar_job_done(const ar_job *j);          /* all iterations run */
 int64_t ar_job_iteration(const ar_job *j);  /* iterations done (a resumed
                                                job's from ar_job_open on) */
 int64_t ar_job_total(const ar_job *j);      /* iterations the job runs */
-/* Writes a checkpoint of the current state (between iterations). */
+/* The job's position: iterations done, epoch, rows of the epoch read,
+ * samples, training seconds (borrowed, valid while the job lives). */
+const ar_ckpt_state *ar_job_state(const ar_job *j);
+/* What the spec asks for after iteration `iteration` (1-based):
+ * train.eval_every and train.checkpoint_every, never after the last
+ * iteration (ar_job_finish evaluates and checkpoints then).  ar_job_step
+ * follows it; a distributed run's servers ask it to gather their shards
+ * first. */
+void ar_job_due(const ar_job *j, int64_t iteration, bool *eval, bool *checkpoint);
+/* Evaluates the model on the test split (when there is one) and appends
+ * the line to metrics.jsonl.  AR_STATE for a job without records. */
+ar_status ar_job_evaluate(ar_job *j, ar_err *err);
+/* Writes a checkpoint of the current state (between iterations).  AR_STATE
+ * for a job without records. */
 ar_status ar_job_checkpoint(ar_job *j, ar_err *err);
+/* A part's last step (ar_job_opts.parts): the summed losses of the rows
+ * it computed (their count is ar_job_model(j)->rows). */
+double ar_job_last_loss_sum(const ar_job *j);
+/* One iteration of a remote job (ar_job_opts.remote), run elsewhere. */
+typedef struct ar_job_result {
+  int64_t rows;                 /* rows of the global batch */
+  int64_t epoch, rows_in_epoch; /* the data position after it */
+  double loss;                  /* mean loss over those rows */
+  double seconds;               /* its wall time */
+} ar_job_result;
+/* Counts it as ar_job_step counts its own (position, samples, training
+ * time, the loss for the next evaluation line, progress) and appends its
+ * line to metrics.jsonl: iteration, kind, train_loss and the keys of
+ * ar_job_opts.keys.  AR_RANGE when the loss is not finite; AR_STATE for a
+ * job that is not remote or not started; AR_IO. */
+ar_status ar_job_record(ar_job *j, const ar_job_result *r, ar_err *err);
+/* Continues a job that was opened without opts->resume from position st
+ * (a checkpoint's, which the caller read: rank 0 of a distributed job),
+ * after the caller put that checkpoint's parameters and optimizer step
+ * into the model: the position is taken and checked against the training
+ * data, and a job that computes rebuilds its sampled layers' tables and
+ * seeks its training data there.  Between ar_job_start and the first
+ * step.  Statuses of ar_checkpoint_check_data, the reader, the tables. */
+ar_status ar_job_resume_at(ar_job *j, const ar_ckpt_state *st, ar_err *err);
 /* Ends the job: the final evaluation when it ran to the end, the
  * checkpoint and summary.json (interrupted: true when stopped early).
  * Fills *summary when not NULL. */
@@ -165,13 +296,6 @@ void ar_job_row_bounds(const ar_data_stats *train, const ar_data_stats *test, in
 void ar_run_remove_generated(const ar_spec *spec, const ar_fs *fs);
 
 /* ---- checkpoints ---- */
-typedef struct ar_ckpt_state {
-  int64_t iteration;     /* iterations done */
-  int64_t epoch;         /* current epoch */
-  int64_t rows_in_epoch; /* rows of the current epoch already consumed */
-  int64_t samples;       /* samples trained so far */
-  double train_s;        /* training seconds so far */
-} ar_ckpt_state;
 
 /* Writes the model's tensors and `st` to `path` atomically, through fs
  * (NULL: this process's rights).  AR_IO, AR_NOMEM; AR_UNSUPPORTED for a
@@ -226,7 +350,6 @@ void ar_progress_destroy(ar_progress *p);
 
 /* ---- JSON output ---- */
 /* Appends one object to metrics.jsonl; fields are given as pairs. */
-typedef struct ar_json ar_json;
 ar_json *ar_json_begin(void);
 void ar_json_num(ar_json *j, const char *key, double v);
 void ar_json_int(ar_json *j, const char *key, int64_t v);

@@ -3,22 +3,29 @@
  * its part of a parameter-server job (ar_dist_run), shared by the files of
  * this folder:
  *
- *   dist_run.c   set-up (MPI, roles, shards, data, model), the iteration
- *                loop, resume, teardown;
+ *   dist_run.c   set-up (MPI, roles, shards, this rank's ar_job), the
+ *                iteration loop, resume, teardown;
  *   transport.c  clock, waiting (abort channel, signals, dead-peer
- *                timeout), MPI error text;
+ *                timeout), MPI error text, messages in pieces;
  *   opgraph.c    the workers' op graph for commsched, the schedule
  *                (tracing -> oracle -> TIC/TAC wizard, schedule files);
  *   server.c     one server iteration: gated, paced parameter sends,
  *                gradient receives, the optimizer;
- *   worker.c     one worker iteration: receives, per-layer compute,
- *                gradient sends, the iteration report to rank 0;
- *   report.c     rank 0: per-iteration metrics, metrics.jsonl, evaluation,
- *                checkpoints (shards gathered), summary.json;
+ *   worker.c     one worker iteration: its job's step with the receives
+ *                and sends as per-layer hooks, the report to rank 0;
+ *   report.c     rank 0: the iteration reports, TicTac's metrics, the
+ *                trace, the distributed keys of the job's metrics lines
+ *                and summary; the shards gathered for its checkpoints;
  *   rows.c       the rows messages of sampled layers' tensors;
  *   stage.c      a worker whose device memory MPI cannot read (CUDA):
  *                host staging of its parameters and gradients;
  *   share.c      distributed.share: a worker as a tenant of lanes.
+ *
+ * Every rank runs one ar_job (runtime/engine): the job reads the data,
+ * holds the model and, on rank 0, evaluates, logs, checkpoints and writes
+ * the summary.  A worker steps its job on its part of each global batch;
+ * the servers do not step theirs (they sum gradients and apply the
+ * optimizer to their shards) and rank 0 records each iteration in its.
  *
  * Roles: ranks 0..S-1 are servers, S..size-1 workers; worker w is rank
  * S + w.  Every parameter tensor (each layer's w and b) is one transfer
@@ -31,6 +38,14 @@
  * matched probes): cparam (server -> worker parameters, tag = transfer),
  * cgrad (worker -> server gradients, tag = transfer) and cctl (reports,
  * aborts, broadcasts, gathers).
+ *
+ * Messages in pieces: an MPI count is an int, so a message goes as
+ * ar__dist_pieces(largest size) pieces of at most c->piece bytes, piece k
+ * carrying the message's bytes [k * piece, (k + 1) * piece) (none when it
+ * is shorter); both sides know the largest size (a tensor's bytes, a rows
+ * tensor's wire), so they agree on the count.  The pieces of one message
+ * share its source, tag and communicator, and MPI's non-overtaking rule
+ * keeps them in order.  Below 2 GiB a message is one piece.
  *
  * Times: every span is seconds of CLOCK_REALTIME minus rank 0's clock at
  * start-up (broadcast), so the spans of different ranks are on one clock
@@ -71,7 +86,10 @@ typedef struct ar__dist_tensor {
   bool rows;
   uint32_t nrows;  /* rows of the tensor: the layer's width */
   int64_t row_len; /* floats per row: the layer's inputs for w, 1 for b */
-  size_t wire;     /* the largest rows message (ar__rows_wire) */
+  size_t wire;     /* the largest message: bytes, or for rows the largest
+                      rows message (ar__rows_wire) */
+  int pieces;      /* pieces of each of its messages (ar__dist_pieces) */
+  size_t slot;     /* its first piece's index in the per-piece arrays */
   uint8_t *msg;    /* (wire) server: this iteration's parameter rows;
                       worker: the parameters received, then its gradient */
   size_t msg_bytes;
@@ -88,8 +106,8 @@ typedef struct ar__rows {
   const float *vals;   /* (n, row_len) */
 } ar__rows;
 
-/* A worker's report of one iteration, as doubles (fixed layout, so it is
- * one message): see ar__dist_worker_report_len. */
+/* A worker's report of one iteration, as doubles (one message): a head,
+ * then the parts of ar__wrep_part at ar__wrep's offsets. */
 enum {
   AR__WREP_ITER = 0,
   AR__WREP_ROWS,
@@ -97,16 +115,20 @@ enum {
   AR__WREP_EPOCH,
   AR__WREP_ROWS_IN_EPOCH,
   AR__WREP_T0,          /* began waiting for parameters */
-  AR__WREP_HEAD         /* then op_start[nops], op_end[nops], ready[nt],
-                           recv order[nt] (transfer ids as doubles),
-                           parameter bytes received[nt], gradient bytes
-                           sent[nt] */
+  AR__WREP_HEAD
 };
+typedef enum ar__wrep_part {
+  AR__WREP_OP_START = 0, /* (nops) when each op of the graph began */
+  AR__WREP_OP_END,       /* (nops) when it ended */
+  AR__WREP_READY,        /* (nt) when each transfer's gradient was ready */
+  AR__WREP_ORDER,        /* (nt) transfer ids (as doubles) in probe order */
+  AR__WREP_PARAM_BYTES,  /* (nt) bytes of each parameter message received */
+  AR__WREP_GRAD_BYTES,   /* (nt) bytes of each gradient message sent */
+  AR__WREP_PARTS         /* (its offset is the report's length) */
+} ar__wrep_part;
 /* A server's report: {iteration, start, update start, update end}, then
- * send_start[W x nt] (bytes on the wire), arrive[W x nt] (at the worker:
- * the emulated arrival, or the post time without link emulation),
- * delivered[W x nt] (gradient at the server), NaN where not its
- * transfer. */
+ * the parts of ar__srep_part, each W x nt (worker-major), NaN where not
+ * its transfer. */
 enum {
   AR__SREP_ITER = 0,
   AR__SREP_START,
@@ -114,6 +136,13 @@ enum {
   AR__SREP_UPD1,
   AR__SREP_HEAD
 };
+typedef enum ar__srep_part {
+  AR__SREP_SEND_START = 0, /* bytes on the (emulated) wire */
+  AR__SREP_ARRIVE,         /* at the worker: the emulated arrival, or the
+                              post time without link emulation */
+  AR__SREP_DELIVERED,      /* gradient at the server */
+  AR__SREP_PARTS
+} ar__srep_part;
 
 /* Per-iteration figures kept by rank 0 for the summary. */
 typedef struct ar__dist_iter_stat {
@@ -131,7 +160,8 @@ typedef struct ar__share ar__share;
 
 typedef struct ar__dist {
   const ar_spec *spec;
-  ar_spec wspec;          /* a worker's copy: train.batch = its share */
+  ar_spec wspec;          /* this rank's copy (its job's spec): its device,
+                             threads and layer modes */
   ar_dist_opts o;
   ar_err *err;
   int rank, size, S, W;   /* W = size - S */
@@ -140,6 +170,14 @@ typedef struct ar__dist {
   MPI_Comm cparam, cgrad, cctl;
   double clock0;          /* rank 0's CLOCK_REALTIME at start */
 
+  ar_job *job;            /* this rank's part of the job (its model, data,
+                             and on rank 0 the records) */
+  ar_job_hooks hooks;     /* a worker's, around each layer of its step */
+  double wall0;           /* when ar_dist_run began */
+  int64_t iter;           /* iterations done */
+  size_t piece;           /* bytes per piece of a message */
+  size_t nslots;          /* pieces of one message of every tensor */
+  uint32_t *slot_t;       /* (nslots) the tensor of a piece */
   ar_device *dev;
   char dev_name[32];      /* workers: the device they compute on ("host",
                              "cuda:N"); servers: "host" */
@@ -157,15 +195,7 @@ typedef struct ar__dist {
   int nt;                 /* transfers = 2 x layers */
   ar__dist_tensor *t;     /* (nt) */
 
-  /* Data: every rank opens the training file (same shuffled stream);
-   * workers slice the global batch, rank 0 evaluates. */
-  char *data_storage;
-  const char *train_path, *test_path;
-  ar_reader *train, *test;
-  ar_batch gbatch;        /* a global batch (workers) / eval batch (rank 0) */
-  ar_batch lbatch;        /* a worker's rows of it */
   int64_t total;          /* iterations the job runs */
-  ar_ckpt_state st;       /* iterations done, data position, samples */
 
   /* The op graph and the schedule (opgraph.c). */
   ar_commsched_graph *g;
@@ -186,47 +216,49 @@ typedef struct ar__dist {
   float *gradbuf;         /* (W, own floats): each worker's gradients */
   size_t *gradoff;        /* (nt) offset of a tensor in one worker's part */
   size_t own_floats;
-  MPI_Request *sreq, *rreq; /* (W x nt) */
+  MPI_Request *sreq, *rreq; /* (W x nslots) per piece */
+  int *sleft, *rleft;     /* (W x nt) pieces of a message not completed */
+  size_t *rbytes;         /* (W x nt) bytes of a gradient received */
   double *send_start, *arrive, *delivered; /* (W x nt) */
   uint32_t *pend_w, *pend_t; /* (W x nt) FIFO of paced sends not posted */
   double *pend_at;
   uint8_t *gwire;         /* (W, own_wire) the workers' rows messages */
   size_t *wireoff;        /* (nt) offset of a rows tensor in one worker's part */
   size_t own_wire;
-  MPI_Status *rstat;      /* (W x nt) */
+  MPI_Status *rstat;      /* (W x nslots) */
   struct ar_lsh_touched **dirty; /* (n_layers) own rows layers: rows changed
                                     since the workers last received them */
   bool resync;            /* the next parameters are a full copy */
   int64_t rows_dense_steps; /* rows layers updated densely (a dense worker) */
-  /* Worker state (worker.c). */
-  double *w_arrival;      /* (nt) per-iteration scratch, made once: when */
-  uint32_t *w_order_u;    /* (nt) each tensor came, in which order, */
-  int *w_idx;             /* (nt) which receives completed, */
-  uint64_t *w_bytes;      /* (2 nt) and the bytes for o.on_bytes */
-  int *s_idx;             /* (W x nt) server: completed requests, scratch */
-  MPI_Request *preq;      /* (nt) parameter receives */
-  int *pcount;            /* (nt) bytes of the matched parameter message */
+  /* Worker state (worker.c), per-iteration scratch made once. */
+  double *w_arrival;      /* (nt) when each tensor was in */
+  uint32_t *w_order_u;    /* (nt) the transfers in probe order */
+  size_t w_norder;
+  int *w_idx;             /* (nslots) which requests completed */
+  uint64_t *w_bytes;      /* (2 nt) the bytes for o.on_bytes */
+  double op_t0;           /* when the op in progress began */
+  int *s_idx;             /* (W x nslots) server: completed requests, scratch */
+  MPI_Request *preq;      /* (nslots) a piece's parameter receive or
+                             gradient send */
+  int *pmatched, *pleft;  /* (nt) pieces of the parameters matched, and
+                             receives or sends not completed */
+  size_t *pbytes;         /* (nt) bytes of the parameters received */
   double *report;         /* (report length) */
   size_t report_len;
   /* Rank 0 (report.c). */
   double *reports;        /* (W + S - 1, max report length) */
   size_t srep_len;
   MPI_Request *rep_req;   /* (W + S - 1) */
+  int *rep_done;          /* (W + S - 1) scratch: which reports came */
   ar__dist_iter_stat *stats; /* (total) */
+  ar__dist_iter_stat *cur;   /* the iteration being recorded */
   ar_commsched_span *spans;  /* scratch for the metrics */
   double *finish;            /* (W) */
   size_t rows_dense_bytes;   /* dense size of the rows tensors (0: none) */
   double *bytes_sum;         /* (nt) rows tensors' bytes in the traced */
   int64_t *bytes_n;          /* (nt) iterations, both directions */
-  double loss_window;
-  int64_t loss_window_n;
-  double last_train_loss;
-  ar_eval_acc last_eval;
-  int64_t last_eval_iter;
-  FILE *metrics;
   FILE *trace;             /* trace.tsv: every op and transfer (NULL: off) */
-  ar_progress *progress;
-  char *ckpt_path, *metrics_path, *summary_path, *oracle_path, *trace_path;
+  char *oracle_path, *trace_path;
 
   /* Waiting (transport.c). */
   MPI_Request abort_req;
@@ -267,6 +299,22 @@ ar_status ar__dist_wait(ar__dist *c, MPI_Request *r, int peer, const char *what)
 /* MPI_Ibcast of n items from rank 0 on cctl, waited with the poll rules. */
 ar_status ar__dist_bcast(ar__dist *c, void *buf, int n, MPI_Datatype type,
                          const char *what);
+/* The same for `bytes` bytes, in pieces. */
+ar_status ar__dist_bcast_bytes(ar__dist *c, void *buf, size_t bytes, const char *what);
+/* Pieces of a message of at most `bytes` bytes: at least 1. */
+static inline int ar__dist_pieces(const ar__dist *c, size_t bytes) {
+  return bytes <= c->piece ? 1 : (int)((bytes + c->piece - 1) / c->piece);
+}
+/* Posts the `pieces` pieces of a message at buf to or from `peer` (tag,
+ * comm) into req[0..pieces): a send of `bytes` bytes, or a receive of at
+ * most `bytes` (the message's largest size).  AR_IO with "<what> '<name>'
+ * to/from rank <peer>" and MPI's reason. */
+ar_status ar__dist_post(ar__dist *c, bool send, void *buf, size_t bytes, int pieces, int peer,
+                        int tag, MPI_Comm comm, MPI_Request *req, const char *what,
+                        const char *name);
+/* n as an MPI count: AR_UNSUPPORTED naming `what` when it exceeds INT_MAX
+ * (a message that is not sent in pieces). */
+ar_status ar__dist_count(ar__dist *c, size_t n, const char *what, int *out);
 void ar__dist_install_signals(void);
 void ar__dist_restore_signals(void);
 
@@ -291,6 +339,8 @@ ar_status ar__dist_server_init(ar__dist *c);
 void ar__dist_server_fini(ar__dist *c);
 ar_status ar__dist_server_iteration(ar__dist *c, int64_t iter,
                                     const ar_commsched_schedule *s);
+/* The hooks a worker's job steps with (before ar_job_open). */
+void ar__dist_worker_hooks(ar__dist *c);
 ar_status ar__dist_worker_init(ar__dist *c);
 void ar__dist_worker_fini(ar__dist *c);
 ar_status ar__dist_worker_iteration(ar__dist *c, int64_t iter);
@@ -332,9 +382,22 @@ ar_status ar__stage_reload(ar__dist *c);
  * (waits for the layer's work). */
 ar_status ar__stage_grads_out(ar__dist *c, int l);
 
+/* ---- report layouts: the one statement of them (worker.c and server.c
+ * write, report.c reads) ---- */
+/* Where part p of a worker's report begins (p = AR__WREP_PARTS: its
+ * length), in doubles. */
+static inline size_t ar__wrep(const ar__dist *c, ar__wrep_part p) {
+  size_t nt = (size_t)c->nt;
+  return AR__WREP_HEAD + (p <= AR__WREP_OP_END ? (size_t)p * c->nops
+                                               : 2 * c->nops + (size_t)(p - AR__WREP_READY) * nt);
+}
+/* Where part p of a server's report begins (AR__SREP_PARTS: its length);
+ * worker w's transfer t is at + w * nt + t. */
+static inline size_t ar__srep(const ar__dist *c, ar__srep_part p) {
+  return AR__SREP_HEAD + (size_t)p * (size_t)c->W * (size_t)c->nt;
+}
+
 /* ---- report.c (rank 0) ---- */
-size_t ar__dist_worker_report_len(const ar__dist *c);
-size_t ar__dist_server_report_len(const ar__dist *c);
 ar_status ar__dist_report_init(ar__dist *c, bool resume);
 void ar__dist_report_fini(ar__dist *c);
 /* Rank 0: posts the receives of iteration iter's reports. */
@@ -346,13 +409,13 @@ ar_status ar__dist_reports_collect(ar__dist *c, int64_t iter, double wall_s,
 /* All servers: the shards of servers 1..S-1 go to rank 0 (before an
  * evaluation or a checkpoint). */
 ar_status ar__dist_gather(ar__dist *c);
-ar_status ar__dist_eval_and_log(ar__dist *c);
+/* Rank 0's ar_job_opts.keys: the distributed keys of its iteration lines
+ * and summary. */
+void ar__dist_keys(void *ctx, ar_job_output where, ar_json *j);
 /* Rank 0, after the traced iterations: the mean bytes of rows tensor t's
  * messages (its dense bytes when it is not a rows tensor or none was
  * counted). */
 size_t ar__dist_rows_mean_bytes(const ar__dist *c, int t);
-ar_status ar__dist_finish(ar__dist *c, bool finished, double wall0,
-                          ar_summary *summary);
 
 
 /* ---- share.c (distributed.share, workers only) ---- */

@@ -1,14 +1,15 @@
 /* ar_dist_run: one MPI rank's part of a parameter-server job — set-up
- * (MPI, roles, shards, data, model, op graph), the iteration loop, resume,
- * teardown.  The iterations themselves are in server.c and worker.c. */
+ * (MPI, roles, shards, this rank's ar_job, op graph), the iteration loop,
+ * resume, teardown.  The iterations themselves are in server.c and
+ * worker.c; data, model, evaluation, checkpoints and the summary are the
+ * job's (runtime/engine). */
 #define _GNU_SOURCE
 #include "dist_impl.h"
 
-#include <math.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 static void read_env(ar_dist_opts *o) {
@@ -29,6 +30,13 @@ static void read_env(ar_dist_opts *o) {
   v = getenv("ACCELRT_DIST_STAGE");
   if (v && strcmp(v, "1") == 0)
     o->stage = true;
+  v = getenv("ACCELRT_DIST_PIECE");
+  if (o->piece_bytes == 0 && v && atoll(v) > 0)
+    o->piece_bytes = (size_t)atoll(v);
+  /* An MPI count is an int: a piece is at most INT_MAX bytes (rounded
+   * down to 64). */
+  if (o->piece_bytes == 0 || o->piece_bytes > (size_t)INT_MAX)
+    o->piece_bytes = (size_t)INT_MAX & ~(size_t)63;
 }
 
 /* Every rank learns whether every rank's step succeeded, so that a rank
@@ -108,41 +116,6 @@ static ar_status check_roles(ar__dist *c) {
    * before their own timer names only their server. */
   if (!c->server)
     c->timeout_s *= 1.5;
-  return AR_OK;
-}
-
-/* Rank 0 resolves (and maybe generates) the data first; the others then
- * find it ready. */
-static ar_status open_data(ar__dist *c) {
-  const ar_spec *s = c->spec;
-  ar_status st = AR_OK;
-  if (c->rank == 0) {
-    st = ar_mkdirs(s->output.dir, c->err);
-    if (st == AR_OK)
-      st = ar_run_resolve_data(s, NULL, &c->train_path, &c->test_path, &c->data_storage, c->err);
-  }
-  AR_CHECK(agree(c, st, "preparing the data"));
-  if (c->rank != 0)
-    AR_CHECK(ar_run_resolve_data(s, NULL, &c->train_path, &c->test_path, &c->data_storage, c->err));
-  ar_reader_opts ro = AR_READER_OPTS_INIT;
-  ro.format = s->data.format;
-  ro.shuffle_window = s->data.shuffle_window;
-  ro.seed = s->seed;
-  ro.features = s->input.features;
-  ro.labels = s->layers[s->n_layers - 1].width;
-  AR_CHECK(ar_reader_open(c->train_path, &ro, &c->train, c->err));
-  const ar_data_stats *ts = ar_reader_stats(c->train);
-  if (ts->points == 0)
-    return ar_errf(c->err, AR_PARSE, "%s: error: the training file has no data points",
-                   c->train_path);
-  if (c->rank == 0 && c->test_path) {
-    ro.shuffle_window = 0;
-    AR_CHECK(ar_reader_open(c->test_path, &ro, &c->test, c->err));
-  }
-  int64_t per_epoch = (ts->points + s->train.batch - 1) / s->train.batch;
-  c->total = s->train.iterations;
-  if (s->train.epochs > 0 && (c->total == 0 || s->train.epochs * per_epoch < c->total))
-    c->total = s->train.epochs * per_epoch;
   return AR_OK;
 }
 
@@ -278,50 +251,75 @@ static ar_status decide_sampling(ar__dist *c) {
   return AR_OK;
 }
 
-static ar_status make_model(ar__dist *c) {
-  const ar_spec *s = c->spec;
-  /* Workers compute; servers only sum and step.  Ranks on one machine
-   * share its cores. */
-  ar_device_opts dopts = AR_DEVICE_OPTS_INIT;
+/* The threads this rank computes with: workers compute, servers only sum
+ * and step; ranks on one machine share its cores. */
+static int rank_threads(const ar__dist *c) {
+  if (c->server)
+    return 1;
+  if (c->spec->train.threads > 0)
+    return c->spec->train.threads;
   int cores = ar_topology_cores(), li, local;
   local_ranks(&li, &local);
-  dopts.threads = s->train.threads > 0 ? s->train.threads : (cores / local > 1 ? cores / local : 1);
-  if (c->server)
-    dopts.threads = 1;
-  dopts.pin = false; /* several ranks per machine: let the OS place them */
-  int64_t nnz, lab;
-  ar_job_row_bounds(ar_reader_stats(c->train), c->test ? ar_reader_stats(c->test) : NULL, &nnz,
-                    &lab);
-  c->wspec = *s;
+  return cores / local > 1 ? cores / local : 1;
+}
+
+/* This rank's job: a worker's computes its part of every global batch
+ * (stepped with the per-layer hooks of worker.c); the servers' do not
+ * step (remote), and rank 0's keeps the records.  Rank 0 resolves (and
+ * maybe generates) the data first, and reads the checkpoint when
+ * resuming; the others then find the data ready. */
+static ar_status open_job(ar__dist *c, const ar_run_opts *opts) {
+  c->wspec = *c->spec;
   c->wspec.layers = c->wlayers;
-  c->wspec.train.threads = dopts.threads; /* the plan's per-thread scratch */
-  int32_t B = s->train.batch;
-  if (!c->server)
-    c->wspec.train.batch = (B + c->W - 1) / c->W;
-  else if (c->rank != 0)
-    c->wspec.train.batch = 1;
-  bool host = strcmp(c->dev_name, "host") == 0;
-  size_t pb = 0, eb = 0, hb = 0;
+  c->wspec.device = c->dev_name;                /* the plan's kind of device */
+  c->wspec.train.threads = rank_threads(c);     /* the plan's per-thread scratch */
+  ar_job_opts jo = AR_JOB_OPTS_INIT;
+  jo.records = c->rank == 0;
+  jo.remote = c->server;
+  jo.t0 = c->wall0;
   if (!c->server) {
-    ar_plan plan;
-    AR_CHECK(ar_plan_compute_on(&c->wspec, nnz, lab, host, &plan, c->err));
-    pb = plan.persistent_bytes;
-    eb = plan.ephemeral_bytes;
-    hb = plan.host_bytes;
-    ar_plan_fini(&plan);
+    ar__dist_worker_hooks(c);
+    jo.parts = c->W;
+    jo.part = c->widx;
+    jo.hooks = &c->hooks;
+  } else if (c->rank != 0) {
+    jo.model_rows = 1; /* its shard only: it never evaluates */
+  } else {
+    jo.keys = ar__dist_keys;
+    jo.keys_ctx = c;
   }
+  ar_run_opts ro = *opts;
+  ro.resume = opts->resume && c->rank == 0; /* the others get it from rank 0 */
+  ar_status st = AR_OK;
+  if (c->rank == 0)
+    st = ar_job_open_ex(&c->wspec, &ro, &jo, &c->job, c->err);
+  AR_CHECK(agree(c, st, "preparing the data"));
+  if (c->rank != 0)
+    AR_CHECK(ar_job_open_ex(&c->wspec, &ro, &jo, &c->job, c->err));
+  c->total = ar_job_total(c->job);
+  return AR_OK;
+}
+
+/* The device (a tenant's lane of a shared one with distributed.share) and
+ * the job's model on it. */
+static ar_status make_model(ar__dist *c) {
+  const ar_spec *s = c->spec;
+  const ar_plan *plan = ar_job_plan(c->job);
+  ar_device_opts dopts = AR_DEVICE_OPTS_INIT;
+  dopts.threads = c->wspec.train.threads;
+  dopts.pin = false; /* several ranks per machine: let the OS place them */
+  void *p = NULL, *e = NULL;
   if (!c->server && s->distributed.share_file) {
     /* A tenant of the shared device's lanes: the model lives in the
      * blocks the lanes give its exact plan (share.c); its host memory
      * lives as long as the model, so it is admitted with the persistent
      * block. */
-    AR_CHECK(ar__share_open(c, dopts.threads, pb + hb, eb));
-    void *p = NULL, *e = NULL;
+    AR_CHECK(ar__share_open(c, dopts.threads, plan->persistent_bytes + plan->host_bytes,
+                            plan->ephemeral_bytes));
     ar__share_blocks(c, &c->dev, &p, &e);
     c->dev_borrowed = true;
-    AR_CHECK(ar_model_create_in(c->dev, &c->wspec, nnz, lab, p, e, &c->model, c->err));
   } else {
-    if (!host) {
+    if (strcmp(c->dev_name, "host") != 0) {
       /* A GPU worker's arena: runtime.memory when the job gives it, else
        * its plan plus room for cuBLAS's workspace and alignment, so that
        * several workers (and other jobs) fit on one GPU. */
@@ -329,18 +327,14 @@ static ar_status make_model(ar__dist *c) {
       dopts.memory_bytes = jo.memory_bytes;
       dopts.memory_fraction = jo.memory_fraction;
       if (dopts.memory_bytes == 0 && dopts.memory_fraction == 0.0)
-        dopts.memory_bytes = pb + eb + ((size_t)64 << 20);
+        dopts.memory_bytes = plan->persistent_bytes + plan->ephemeral_bytes + ((size_t)64 << 20);
     }
     if (ar_device_open(c->dev_name, &dopts, &c->dev, c->err) != AR_OK)
       return ar_err_wrap(c->err, "worker %d (rank %d): opening %s", c->widx, c->rank,
                          c->dev_name);
-    AR_CHECK(ar_model_create(c->dev, &c->wspec, nnz, lab, &c->model, c->err));
   }
-  ar_status st = ar_batch_init(&c->gbatch, B, nnz, lab);
-  if (st == AR_OK && !c->server)
-    st = ar_batch_init(&c->lbatch, c->wspec.train.batch, nnz, lab);
-  if (st != AR_OK)
-    return ar_errf(c->err, st, "out of host memory for a batch of %d rows", B);
+  AR_CHECK(ar_job_start(c->job, c->dev, p, e, c->err));
+  c->model = ar_job_model(c->job);
   return AR_OK;
 }
 
@@ -354,7 +348,8 @@ static void bind_tensor(ar__dist_tensor *T, const ar_layer *L) {
 }
 
 /* Every layer's w and b is a transfer, ids 2l and 2l+1 (their servers
- * come from the op graph, see ar_dist_op_graph). */
+ * come from the op graph, see ar_dist_op_graph); each message of one is
+ * its pieces (at per-piece index T->slot). */
 static ar_status make_tensors(ar__dist *c) {
   ar_model *m = c->model;
   c->nt = 2 * m->n_layers;
@@ -389,17 +384,22 @@ static ar_status make_tensors(ar__dist *c) {
         if (strcmp(names[i], last) == 0)
           T->last = ptrs[i];
       AR_ASSERT(!c->server || !T->rows || T->bias || T->last);
-      if (T->wire > INT32_MAX)
-        return ar_errf(c->err, AR_UNSUPPORTED, "tensor '%s' has %lld floats; one MPI message "
-                       "holds at most %d bytes: split the layer", T->name, (long long)T->count,
-                       INT32_MAX);
+      T->pieces = ar__dist_pieces(c, T->wire);
+      T->slot = c->nslots;
+      c->nslots += (size_t)T->pieces;
     }
   }
+  c->slot_t = ar_malloc(c->nslots * sizeof *c->slot_t);
+  if (!c->slot_t)
+    return ar_errf(c->err, AR_NOMEM, "out of memory for the tensor table");
+  for (int t = 0; t < c->nt; t++)
+    for (int k = 0; k < c->t[t].pieces; k++)
+      c->slot_t[c->t[t].slot + (size_t)k] = (uint32_t)t;
   return AR_OK;
 }
 
 void ar__dist_rebind(ar__dist *c, void *persistent, void *ephemeral) {
-  ar_model_rebase(c->model, persistent, ephemeral);
+  ar_job_rebase(c->job, persistent, ephemeral);
   for (int t = 0; t < c->nt; t++)
     bind_tensor(&c->t[t], &c->model->layers[c->t[t].layer]);
 }
@@ -412,89 +412,61 @@ static ar_status send_state(ar__dist *c) {
   int n = ar_model_tensors(c->model, names, ptrs, counts, 512);
   if (n > 512)
     return ar_errf(c->err, AR_UNSUPPORTED, "the model has %d tensors; resume handles 512", n);
-  MPI_Request *req = ar_malloc(((size_t)n * (size_t)c->S + 1) * sizeof *req);
+  size_t pieces = 0, nreq = 0;
+  for (int i = 0; i < n; i++)
+    pieces += (size_t)ar__dist_pieces(c, (size_t)counts[i] * sizeof(float));
+  MPI_Request *req = ar_malloc((pieces * (size_t)c->S + 1) * sizeof *req);
   if (!req)
     return ar_errf(c->err, AR_NOMEM, "out of memory");
-  int nreq = 0;
   ar_status st = AR_OK;
   for (int r = c->rank == 0 ? 1 : c->rank; r < (c->rank == 0 ? c->S : c->rank + 1); r++)
     for (int i = 0; i < n && st == AR_OK; i++) {
-      int rc = c->rank == 0 ? MPI_Isend(ptrs[i], (int)counts[i], MPI_FLOAT, r,
-                                        AR__DIST_TAG_GATHER + i, c->cctl, &req[nreq])
-                            : MPI_Irecv(ptrs[i], (int)counts[i], MPI_FLOAT, 0,
-                                        AR__DIST_TAG_GATHER + i, c->cctl, &req[nreq]);
-      if (rc != MPI_SUCCESS)
-        st = ar__dist_mpi_err(c, rc, "moving '%s' of the checkpoint", names[i]);
-      else
-        nreq++;
+      size_t bytes = (size_t)counts[i] * sizeof(float);
+      int k = ar__dist_pieces(c, bytes);
+      st = ar__dist_post(c, c->rank == 0, ptrs[i], bytes, k, c->rank == 0 ? r : 0,
+                         AR__DIST_TAG_GATHER + i, c->cctl, req + nreq, "moving", names[i]);
+      if (st == AR_OK)
+        nreq += (size_t)k;
     }
-  for (int i = 0; i < nreq && st == AR_OK; i++)
+  for (size_t i = 0; i < nreq && st == AR_OK; i++)
     st = ar__dist_wait(c, &req[i], c->rank == 0 ? -1 : 0, "the checkpoint's state");
   ar_free(req);
   return st;
 }
 
-/* --resume: rank 0 loads the checkpoint and sends the state and the
- * model to the ranks that need them, so no other rank needs the file. */
+/* --resume: rank 0's job has loaded the checkpoint; rank 0 sends its
+ * position and parameters to every rank and its whole state to the other
+ * servers, so no other rank needs the file. */
 static ar_status resume(ar__dist *c) {
-  ar_status st = AR_OK;
-  char *path = NULL;
-  if (c->rank == 0) {
-    size_t n = strlen(c->spec->output.dir) + 32;
-    path = ar_malloc(n);
-    if (!path)
-      st = ar_errf(c->err, AR_NOMEM, "out of memory");
-    else {
-      snprintf(path, n, "%s/checkpoint.bin", c->spec->output.dir);
-      struct stat sb;
-      if (stat(path, &sb) != 0)
-        st = ar_errf(c->err, AR_NOTFOUND, "--resume: no checkpoint at '%s'; run without "
-                     "--resume to start afresh", path);
-      else
-        st = ar_checkpoint_load(c->model, &c->st, NULL, path, c->err);
-      /* Every rank reads the same training file (a worker takes its share
-       * of each global batch), so the engine's position rule holds. */
-      if (st == AR_OK)
-        st = ar_checkpoint_check_data(&c->st, ar_reader_stats(c->train)->points, path, c->err);
-    }
-    ar_free(path);
-  }
-  AR_CHECK(agree(c, st, "loading the checkpoint"));
-  int64_t hdr[5] = {c->st.iteration, c->st.epoch, c->st.rows_in_epoch, c->st.samples,
+  const ar_ckpt_state *pos = ar_job_state(c->job);
+  int64_t hdr[5] = {pos->iteration, pos->epoch, pos->rows_in_epoch, pos->samples,
                     c->model->step};
-  double train_s = c->st.train_s;
+  double train_s = pos->train_s;
   AR_CHECK(ar__dist_bcast(c, hdr, 5, MPI_INT64_T, "the checkpoint state"));
   AR_CHECK(ar__dist_bcast(c, &train_s, 1, MPI_DOUBLE, "the checkpoint state"));
-  c->st.iteration = hdr[0];
-  c->st.epoch = hdr[1];
-  c->st.rows_in_epoch = hdr[2];
-  c->st.samples = hdr[3];
-  c->st.train_s = train_s;
+  ar_ckpt_state st = {hdr[0], hdr[1], hdr[2], hdr[3], train_s};
+  c->iter = st.iteration;
   ar_model_set_step(c->model, hdr[4]);
   /* The parameters go to every rank (their shapes are the same whatever a
    * rank samples); the whole state (optimizer, sparse Adam's row steps)
    * to the other servers, whose models have rank 0's plan. */
   for (int t = 0; t < c->nt; t++)
-    AR_CHECK(ar__dist_bcast(c, ar__dist_param_buf(&c->t[t]), (int)c->t[t].count, MPI_FLOAT,
-                            c->t[t].name));
+    AR_CHECK(ar__dist_bcast_bytes(c, ar__dist_param_buf(&c->t[t]), c->t[t].bytes, c->t[t].name));
   if (c->staged)
     AR_CHECK(ar__stage_reload(c));
   if (c->server && c->S > 1)
     AR_CHECK(send_state(c));
-  if (!c->server) {
-    /* A worker's tables come from the weights it now holds. */
-    if (c->model->n_sampled && ar_model_sampled_rebuild(c->model) != AR_OK)
-      return ar_errf(c->err, AR_STATE, "worker %d: %s", c->widx, c->model->err.msg);
-    AR_CHECK(ar_reader_rewind(c->train, (uint64_t)c->st.epoch, c->err));
-    AR_CHECK(ar_reader_skip(c->train, c->st.rows_in_epoch, c->err));
-  }
+  /* A worker's tables come from the weights it now holds, and its data
+   * goes on from the checkpoint's position. */
+  if (c->rank != 0)
+    AR_CHECK(ar_job_resume_at(c->job, &st, c->err));
   return AR_OK;
 }
 
 static ar_status setup(ar__dist *c, const ar_run_opts *opts) {
   AR_CHECK(check_roles(c));
-  AR_CHECK(open_data(c));
   AR_CHECK(decide_sampling(c));
+  AR_CHECK(open_job(c, opts));
   ar_status st = make_model(c);
   if (st == AR_OK)
     st = make_tensors(c);
@@ -504,43 +476,38 @@ static ar_status setup(ar__dist *c, const ar_run_opts *opts) {
     st = ar__dist_graph_build(c);
   AR_CHECK(agree(c, st, "building the model"));
   c->order = ar__dist_order_of(c->spec->distributed.order);
-  c->srep_len = ar__dist_server_report_len(c);
+  c->srep_len = ar__srep(c, AR__SREP_PARTS);
   AR_CHECK(ar__dist_schedule_from_file(c));
   if (opts->resume)
     AR_CHECK(resume(c));
-  else if (!c->server)
-    AR_CHECK(ar_reader_rewind(c->train, 0, c->err));
   st = c->server ? ar__dist_server_init(c) : ar__dist_worker_init(c);
   if (st == AR_OK && c->rank == 0)
     st = ar__dist_report_init(c, opts->resume);
-  if (st == AR_OK && c->rank == 0)
-    c->progress = ar_progress_create(opts->progress, opts->quiet, c->total);
   return agree(c, st, "setting up the ranks");
 }
 
-/* Evaluation and checkpoints at the spec's intervals: every server sends
- * its shard to rank 0, which evaluates or saves. */
+/* Evaluation and checkpoints when the job asks for them: every server
+ * sends its shard to rank 0, whose job evaluates or saves. */
 static ar_status between_iterations(ar__dist *c, int64_t iter) {
-  const ar_spec *s = c->spec;
-  if (!c->server || iter >= c->total)
+  if (!c->server)
     return AR_OK;
-  bool ev = s->train.eval_every > 0 && iter % s->train.eval_every == 0;
-  bool ck = s->train.checkpoint_every > 0 && iter % s->train.checkpoint_every == 0;
+  bool ev, ck;
+  ar_job_due(c->job, iter, &ev, &ck);
   if (!ev && !ck)
     return AR_OK;
   AR_CHECK(ar__dist_gather(c));
   if (c->rank != 0)
     return AR_OK;
   if (ev)
-    AR_CHECK(ar__dist_eval_and_log(c));
+    AR_CHECK(ar_job_evaluate(c->job, c->err));
   if (ck)
-    AR_CHECK(ar_checkpoint_save(c->model, &c->st, NULL, c->ckpt_path, c->err));
+    AR_CHECK(ar_job_checkpoint(c->job, c->err));
   return AR_OK;
 }
 
 static ar_status loop(ar__dist *c) {
-  c->first_iter = c->st.iteration + 1;
-  int64_t left = c->total - c->st.iteration;
+  c->first_iter = c->iter + 1;
+  int64_t left = c->total - c->iter;
   c->warmup = c->spec->distributed.trace_iterations;
   if (c->warmup > left)
     c->warmup = left > 0 ? left : 0;
@@ -568,7 +535,7 @@ static ar_status loop(ar__dist *c) {
     if (owned)
       ar_commsched_schedule_destroy(s);
     AR_CHECK(st);
-    c->st.iteration = iter;
+    c->iter = iter;
     if (iter == c->first_iter + c->warmup - 1)
       AR_CHECK(ar__dist_schedule_setup(c));
     AR_CHECK(between_iterations(c, iter));
@@ -593,19 +560,16 @@ static void teardown(ar__dist *c) {
   for (int t = 0; c->t && t < c->nt; t++)
     ar_free(c->t[t].msg);
   ar_free(c->t);
-  ar_model_destroy(c->model);
+  ar_free(c->slot_t);
+  ar_job_close(c->job); /* the model, the data, rank 0's records */
+  c->job = NULL;
   c->model = NULL;
   ar_free(c->smask);
   ar_free(c->wdesc);
   ar_free(c->wlayers);
-  ar_batch_fini(&c->gbatch);
-  ar_batch_fini(&c->lbatch);
-  ar_reader_close(c->test);
-  ar_reader_close(c->train);
   if (!c->dev_borrowed)
     ar_device_close(c->dev);
   ar__share_close(c, c->failed);
-  ar_free(c->data_storage);
 }
 
 ar_status ar_dist_run_ex(const ar_spec *spec, const ar_run_opts *opts_in,
@@ -618,9 +582,10 @@ ar_status ar_dist_run_ex(const ar_spec *spec, const ar_run_opts *opts_in,
   c.o = dopts ? *dopts : (ar_dist_opts)AR_DIST_OPTS_INIT;
   read_env(&c.o);
   c.timeout_s = c.o.timeout_s;
+  c.piece = c.o.piece_bytes;
   c.cparam = c.cgrad = c.cctl = MPI_COMM_NULL;
   c.abort_req = MPI_REQUEST_NULL;
-  double wall0 = ar_now();
+  c.wall0 = ar_now();
   bool we_init = false;
   ar__dist_install_signals();
   ar_status st = mpi_setup(&c, &we_init);
@@ -629,7 +594,7 @@ ar_status ar_dist_run_ex(const ar_spec *spec, const ar_run_opts *opts_in,
   if (st == AR_OK)
     st = loop(&c);
   if (st == AR_OK && c.rank == 0)
-    st = ar__dist_finish(&c, true, wall0, summary);
+    st = ar_job_finish(c.job, false, summary, err);
   if (st == AR_OK)
     st = agree(&c, st, "finishing the job");
   c.failed = st != AR_OK;

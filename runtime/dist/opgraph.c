@@ -25,40 +25,20 @@ static void clean_name(char *s) {
       *s = '_';
 }
 
-/* The graph of TicTac §3.1 for a chain of dense layers, built from the
- * job's shapes alone (so `accelrt simulate` builds the very graph the
- * runtime schedules):
- *   recv w_l, recv b_l -> fwd_l;  fwd_{l-1} -> fwd_l;  fwd_{n-1} -> loss;
- *   loss -> bwd_{n-1};  bwd_{l+1} -> bwd_l;  recv w_l, recv b_l -> bwd_l.
- * The recv -> bwd edges say that a parameter's gradient is ready when the
- * backward op of its layer has run (the simulator reads them that way).
- * Op ids: transfers 0..2n-1 (w_l = 2l, b_l = 2l+1), fwd_l = 2n + l,
- * loss = 3n, bwd_l = 3n + 1 + (n - 1 - l).  Channels: each layer (its w
- * and b) goes to the server with the fewest bytes so far, largest layers
- * first (ties: lower layer, lower server), the classic greedy balance. */
-ar_status ar_dist_op_graph(const ar_spec *spec, int servers, ar_commsched_graph **out,
-                           ar_err *err) {
-  int n = spec->n_layers, nt = 2 * n;
-  if (servers < 1 || n < 1)
-    return ar_errf(err, AR_INVALID, "op graph: %d servers, %d layers", servers, n);
-  size_t *bytes = ar_calloc((size_t)nt, sizeof *bytes), *load = ar_calloc((size_t)servers,
-                                                                         sizeof *load);
-  uint32_t *chan = ar_calloc((size_t)nt, sizeof *chan);
-  int *ord = ar_calloc((size_t)nt, sizeof *ord);
-  ar_commsched_graph *g = NULL;
-  ar_status st = AR_OK;
-  if (!bytes || !load || !chan || !ord) {
-    st = ar_errf(err, AR_NOMEM, "out of memory for the op graph");
-    goto done;
-  }
+/* Each layer's w and b bytes (bytes[2l], bytes[2l+1]) and server
+ * (chan[2l] = chan[2l+1]): whole layers go to one server, so that the
+ * server that updates a sampled layer's rows holds both and its per-row
+ * Adam state (runtime/dist/rows.c); each goes to the server with the
+ * fewest bytes so far, largest layers first.  ord and load are scratch of
+ * n and `servers` entries. */
+static void shard_layers(const ar_spec *spec, int servers, size_t *bytes, uint32_t *chan,
+                         int *ord, size_t *load) {
+  int n = spec->n_layers;
   for (int l = 0; l < n; l++) {
     int64_t in = l == 0 ? spec->input.features : spec->layers[l - 1].width;
     bytes[2 * l] = (size_t)(in * spec->layers[l].width) * sizeof(float);
     bytes[2 * l + 1] = (size_t)spec->layers[l].width * sizeof(float);
   }
-  /* Whole layers go to one server (a layer's w and b together), so that
-   * the server that updates a sampled layer's rows holds both and its
-   * per-row Adam state (runtime/dist/rows.c). */
   for (int i = 0; i < n; i++)
     ord[i] = i;
   for (int i = 1; i < n; i++) /* insertion sort: layer bytes desc, id asc */
@@ -76,57 +56,85 @@ ar_status ar_dist_op_graph(const ar_spec *spec, int servers, ar_commsched_graph 
     chan[2 * ord[i]] = chan[2 * ord[i] + 1] = (uint32_t)best;
     load[best] += bytes[2 * ord[i]] + bytes[2 * ord[i] + 1];
   }
-  st = ar_commsched_graph_create(&g, err);
+}
+
+/* The ops and edges of the graph (see ar_dist_op_graph) into g. */
+static ar_status add_ops(const ar_spec *spec, const size_t *bytes, const uint32_t *chan,
+                         ar_commsched_graph *g, ar_err *err) {
+  int n = spec->n_layers;
   char name[96];
   ar_commsched_op op, prev = AR_COMMSCHED_NONE;
-  for (int t = 0; t < nt && st == AR_OK; t++) {
+  for (int t = 0; t < 2 * n; t++) {
     snprintf(name, sizeof name, "%s.%s", spec->layers[t / 2].name, t % 2 ? "b" : "w");
     clean_name(name);
     /* A first guess (10 Gbit/s) until the oracle has measured it. */
-    st = ar_commsched_graph_add_recv(g, name, bytes[t], chan[t], (double)bytes[t] / 1.25e9, &op,
-                                     err);
+    AR_CHECK(ar_commsched_graph_add_recv(g, name, bytes[t], chan[t], (double)bytes[t] / 1.25e9,
+                                         &op, err));
   }
-  for (int l = 0; l < n && st == AR_OK; l++) {
+  for (int l = 0; l < n; l++) {
     snprintf(name, sizeof name, "fwd.%s", spec->layers[l].name);
     clean_name(name);
-    st = ar_commsched_graph_add_compute(g, name, 1e-3, &op, err);
-    AR_ASSERT(st != AR_OK || op == ar_dist_op_fwd(n, l));
-    if (st == AR_OK)
-      st = ar_commsched_graph_add_edge(g, ar_dist_op_recv_w(l), op, err);
-    if (st == AR_OK)
-      st = ar_commsched_graph_add_edge(g, ar_dist_op_recv_b(l), op, err);
-    if (st == AR_OK && prev != AR_COMMSCHED_NONE)
-      st = ar_commsched_graph_add_edge(g, prev, op, err);
+    AR_CHECK(ar_commsched_graph_add_compute(g, name, 1e-3, &op, err));
+    AR_ASSERT(op == ar_dist_op_fwd(n, l));
+    AR_CHECK(ar_commsched_graph_add_edge(g, ar_dist_op_recv_w(l), op, err));
+    AR_CHECK(ar_commsched_graph_add_edge(g, ar_dist_op_recv_b(l), op, err));
+    if (prev != AR_COMMSCHED_NONE)
+      AR_CHECK(ar_commsched_graph_add_edge(g, prev, op, err));
     prev = op;
   }
-  if (st == AR_OK)
-    st = ar_commsched_graph_add_compute(g, "loss", 1e-4, &op, err);
-  AR_ASSERT(st != AR_OK || op == ar_dist_op_loss(n));
-  if (st == AR_OK)
-    st = ar_commsched_graph_add_edge(g, prev, op, err);
+  AR_CHECK(ar_commsched_graph_add_compute(g, "loss", 1e-4, &op, err));
+  AR_ASSERT(op == ar_dist_op_loss(n));
+  AR_CHECK(ar_commsched_graph_add_edge(g, prev, op, err));
   prev = op;
-  for (int l = n - 1; l >= 0 && st == AR_OK; l--) {
+  for (int l = n - 1; l >= 0; l--) {
     snprintf(name, sizeof name, "bwd.%s", spec->layers[l].name);
     clean_name(name);
-    st = ar_commsched_graph_add_compute(g, name, 2e-3, &op, err);
-    AR_ASSERT(st != AR_OK || op == ar_dist_op_bwd(n, l));
-    if (st == AR_OK)
-      st = ar_commsched_graph_add_edge(g, prev, op, err);
-    if (st == AR_OK)
-      st = ar_commsched_graph_add_edge(g, ar_dist_op_recv_w(l), op, err);
-    if (st == AR_OK)
-      st = ar_commsched_graph_add_edge(g, ar_dist_op_recv_b(l), op, err);
+    AR_CHECK(ar_commsched_graph_add_compute(g, name, 2e-3, &op, err));
+    AR_ASSERT(op == ar_dist_op_bwd(n, l));
+    AR_CHECK(ar_commsched_graph_add_edge(g, prev, op, err));
+    AR_CHECK(ar_commsched_graph_add_edge(g, ar_dist_op_recv_w(l), op, err));
+    AR_CHECK(ar_commsched_graph_add_edge(g, ar_dist_op_recv_b(l), op, err));
     prev = op;
   }
-  if (st == AR_OK)
-    st = ar_commsched_graph_seal(g, err);
-  if (st == AR_OK) {
-    *out = g;
-    g = NULL;
+  return ar_commsched_graph_seal(g, err);
+}
+
+/* The graph of TicTac §3.1 for a chain of dense layers, built from the
+ * job's shapes alone (so `accelrt simulate` builds the very graph the
+ * runtime schedules):
+ *   recv w_l, recv b_l -> fwd_l;  fwd_{l-1} -> fwd_l;  fwd_{n-1} -> loss;
+ *   loss -> bwd_{n-1};  bwd_{l+1} -> bwd_l;  recv w_l, recv b_l -> bwd_l.
+ * The recv -> bwd edges say that a parameter's gradient is ready when the
+ * backward op of its layer has run (the simulator reads them that way).
+ * Op ids: see ar_dist_op_recv_w and the others in dist.h.  Channels: each
+ * layer (its w and b) goes to the server with the fewest bytes so far,
+ * largest layers first (ties: lower layer, lower server), the classic
+ * greedy balance. */
+ar_status ar_dist_op_graph(const ar_spec *spec, int servers, ar_commsched_graph **out,
+                           ar_err *err) {
+  int n = spec->n_layers, nt = 2 * n;
+  if (servers < 1 || n < 1)
+    return ar_errf(err, AR_INVALID, "op graph: %d servers, %d layers", servers, n);
+  size_t *bytes = ar_calloc((size_t)nt, sizeof *bytes), *load = ar_calloc((size_t)servers,
+                                                                         sizeof *load);
+  uint32_t *chan = ar_calloc((size_t)nt, sizeof *chan);
+  int *ord = ar_calloc((size_t)nt, sizeof *ord);
+  ar_commsched_graph *g = NULL;
+  ar_status st = AR_OK;
+  if (!bytes || !load || !chan || !ord) {
+    st = ar_errf(err, AR_NOMEM, "out of memory for the op graph");
   } else {
-    ar_err_wrap(err, "building the op graph");
+    shard_layers(spec, servers, bytes, chan, ord, load);
+    st = ar_commsched_graph_create(&g, err);
+    if (st == AR_OK)
+      st = add_ops(spec, bytes, chan, g, err);
+    if (st == AR_OK) {
+      *out = g;
+      g = NULL;
+    } else {
+      ar_err_wrap(err, "building the op graph");
+    }
   }
-done:
   ar_commsched_graph_destroy(g);
   ar_free(bytes);
   ar_free(load);

@@ -1,8 +1,10 @@
 /* Rank 0's bookkeeping: every worker's and server's iteration report, the
  * time oracle fed from them during warm-up, TicTac's per-iteration
  * metrics (§3.3: makespan, N, C, U_min, U_max, E) and the straggler
- * spread, metrics.jsonl, evaluation and checkpoints on a model whose
- * shards are gathered from the other servers, and summary.json. */
+ * spread, trace.tsv, and the distributed keys that rank 0's job adds to
+ * its metrics lines and summary (the job writes them, evaluates and
+ * checkpoints); the other servers' shards gathered into rank 0's model
+ * before it evaluates or checkpoints. */
 #define _GNU_SOURCE
 #include "dist_impl.h"
 
@@ -11,51 +13,36 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-
-size_t ar__dist_worker_report_len(const ar__dist *c) {
-  return AR__WREP_HEAD + 2 * c->nops + 4 * (size_t)c->nt;
-}
-
-size_t ar__dist_server_report_len(const ar__dist *c) {
-  return AR__SREP_HEAD + 3 * (size_t)c->W * (size_t)c->nt;
-}
 
 static size_t slot_len(const ar__dist *c) {
-  size_t a = ar__dist_worker_report_len(c), b = ar__dist_server_report_len(c);
+  size_t a = ar__wrep(c, AR__WREP_PARTS), b = ar__srep(c, AR__SREP_PARTS);
   return a > b ? a : b;
 }
-
 
 ar_status ar__dist_report_init(ar__dist *c, bool resume) {
   const ar_spec *s = c->spec;
   int peers = c->W + c->S - 1;
   size_t spans = (size_t)c->W * (2 * (size_t)c->nt + c->nops) + (size_t)c->S;
-  c->ckpt_path = ar_path_join(s->output.dir, "checkpoint.bin");
-  c->metrics_path = ar_path_join(s->output.dir, "metrics.jsonl");
-  c->summary_path = ar_path_join(s->output.dir, "summary.json");
   c->oracle_path = ar_path_join(s->output.dir, "oracle.tsv");
   c->trace_path = ar_path_join(s->output.dir, "trace.tsv");
   c->reports = ar_malloc((size_t)peers * slot_len(c) * sizeof *c->reports);
   c->rep_req = ar_malloc((size_t)peers * sizeof *c->rep_req);
+  c->rep_done = ar_malloc((size_t)peers * sizeof *c->rep_done + 1);
   c->stats = ar_calloc((size_t)(c->total > 0 ? c->total : 1), sizeof *c->stats);
   c->spans = ar_malloc(spans * sizeof *c->spans);
   c->finish = ar_malloc((size_t)c->W * sizeof *c->finish);
   c->bytes_sum = ar_calloc((size_t)c->nt, sizeof *c->bytes_sum);
   c->bytes_n = ar_calloc((size_t)c->nt, sizeof *c->bytes_n);
-  if (!c->bytes_sum || !c->bytes_n || !c->ckpt_path || !c->metrics_path || !c->summary_path || !c->oracle_path || !c->trace_path || !c->reports ||
-      !c->rep_req || !c->stats || !c->spans || !c->finish)
+  if (!c->bytes_sum || !c->bytes_n || !c->oracle_path || !c->trace_path || !c->reports ||
+      !c->rep_req || !c->rep_done || !c->stats || !c->spans || !c->finish)
     return ar_errf(c->err, AR_NOMEM, "out of memory for rank 0's reports");
+  int n;
+  AR_CHECK(ar__dist_count(c, slot_len(c), "an iteration report", &n));
   for (int i = 0; i < peers; i++)
     c->rep_req[i] = MPI_REQUEST_NULL;
   AR_CHECK(ar_commsched_oracle_create(c->g, &c->oracle, c->err));
   if (resume)
-    AR_CHECK(ar_trim_lines(NULL, c->metrics_path, c->st.iteration, "iteration", c->err));
-  c->metrics = fopen(c->metrics_path, resume ? "a" : "w");
-  if (!c->metrics)
-    return ar_errf(c->err, AR_IO, "cannot write '%s': %s", c->metrics_path, strerror(errno));
-  if (resume)
-    AR_CHECK(ar_trim_lines(NULL, c->trace_path, c->st.iteration, NULL, c->err));
+    AR_CHECK(ar_trim_lines(NULL, c->trace_path, c->iter, NULL, c->err));
   c->trace = fopen(c->trace_path, resume ? "a" : "w");
   if (!c->trace)
     return ar_errf(c->err, AR_IO, "cannot write '%s': %s", c->trace_path, strerror(errno));
@@ -65,7 +52,6 @@ ar_status ar__dist_report_init(ar__dist *c, bool resume) {
           "# when the worker matched / had it; a compute op's start/end are its own\n"
           "iteration\twarmup\tworker\top\tkind\tbytes\tstart_s\tend_s\twire_s\tlink_s\n",
           c->trace);
-  c->last_eval_iter = -1;
   return AR_OK;
 }
 
@@ -77,25 +63,17 @@ void ar__dist_report_fini(ar__dist *c) {
         MPI_Request_free(&c->rep_req[i]);
       }
   }
-  if (c->progress) {
-    ar_progress_finish(c->progress);
-    ar_progress_destroy(c->progress);
-  }
-  if (c->metrics)
-    fclose(c->metrics);
   if (c->trace)
     fclose(c->trace);
   ar_commsched_oracle_destroy(c->oracle);
   ar_free(c->reports);
   ar_free(c->rep_req);
+  ar_free(c->rep_done);
   ar_free(c->stats);
   ar_free(c->spans);
   ar_free(c->finish);
   ar_free(c->bytes_sum);
   ar_free(c->bytes_n);
-  ar_free(c->ckpt_path);
-  ar_free(c->metrics_path);
-  ar_free(c->summary_path);
   ar_free(c->oracle_path);
   ar_free(c->trace_path);
 }
@@ -105,7 +83,7 @@ ar_status ar__dist_reports_post(ar__dist *c) {
   for (int i = 0; i < c->W + c->S - 1; i++) {
     bool worker = i < c->W;
     int src = worker ? c->S + i : i - c->W + 1;
-    size_t len = worker ? ar__dist_worker_report_len(c) : ar__dist_server_report_len(c);
+    size_t len = worker ? ar__wrep(c, AR__WREP_PARTS) : ar__srep(c, AR__SREP_PARTS);
     int rc = MPI_Irecv(c->reports + (size_t)i * slot, (int)len, MPI_DOUBLE, src,
                        AR__DIST_TAG_REPORT, c->cctl, &c->rep_req[i]);
     if (rc != MPI_SUCCESS)
@@ -115,10 +93,7 @@ ar_status ar__dist_reports_post(ar__dist *c) {
 }
 
 static ar_status wait_reports(ar__dist *c) {
-  int peers = c->W + c->S - 1;
-  int *done = ar_malloc((size_t)peers * sizeof *done + 1);
-  if (!done)
-    return ar_errf(c->err, AR_NOMEM, "out of memory");
+  int peers = c->W + c->S - 1, *done = c->rep_done;
   ar_status st = AR_OK;
   ar__dist_poll_reset(c);
   while (st == AR_OK) {
@@ -126,7 +101,7 @@ static ar_status wait_reports(ar__dist *c) {
     int rc = MPI_Testsome(peers, c->rep_req, &n, done, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) {
       st = ar__dist_mpi_err(c, rc, "iteration %lld: receiving iteration reports",
-                            (long long)c->st.iteration + 1);
+                            (long long)c->iter + 1);
       break;
     }
     int open = -1;
@@ -137,7 +112,6 @@ static ar_status wait_reports(ar__dist *c) {
       break;
     st = ar__dist_poll(c, n != MPI_UNDEFINED && n > 0, open, "its iteration report");
   }
-  ar_free(done);
   return st;
 }
 
@@ -161,18 +135,18 @@ static ar_status trace_to_oracle(ar__dist *c, const double *own) {
   double *end = start + nops;
   ar_status st = AR_OK;
   for (int w = 0; w < c->W && st == AR_OK; w++) {
-    const double *r = wrep(c, w) + AR__WREP_HEAD;
-    memcpy(start, r, nops * sizeof *start);
-    memcpy(end, r + nops, nops * sizeof *end);
-    size_t wt = (size_t)c->W * (size_t)c->nt;
+    const double *r = wrep(c, w);
+    memcpy(start, r + ar__wrep(c, AR__WREP_OP_START), nops * sizeof *start);
+    memcpy(end, r + ar__wrep(c, AR__WREP_OP_END), nops * sizeof *end);
     for (int t = 0; t < c->nt; t++) {
       /* With link emulation the server's times, not the worker's: a
        * worker busy computing notices an arrival only at its next poll. */
       ar_commsched_op op = ar_commsched_graph_recv_op(c->g, (uint32_t)t);
-      const double *s = srep(c, c->t[t].server, own) + AR__SREP_HEAD + (size_t)w * c->nt + t;
-      start[op] = s[0];
+      const double *s = srep(c, c->t[t].server, own);
+      size_t k = (size_t)w * (size_t)c->nt + (size_t)t;
+      start[op] = s[ar__srep(c, AR__SREP_SEND_START) + k];
       if (c->spec->distributed.link_gbps > 0)
-        end[op] = s[wt];
+        end[op] = s[ar__srep(c, AR__SREP_ARRIVE) + k];
     }
     st = ar_commsched_oracle_add_run(c->oracle, c->g, start, end, c->err);
   }
@@ -186,14 +160,15 @@ static ar_status trace_to_oracle(ar__dist *c, const double *own) {
  * full copy of the parameters that starts a run is left out of the means:
  * it happens once, not every iteration. */
 static void count_rows_bytes(ar__dist *c, int64_t iter, bool traced, ar__dist_iter_stat *out) {
-  size_t nt = (size_t)c->nt, base = 2 * c->nops + 2 * nt;
+  size_t nt = (size_t)c->nt;
   out->rows_param = out->rows_grad = 0.0;
   for (int w = 0; w < c->W; w++) {
-    const double *r = wrep(c, w) + AR__WREP_HEAD;
+    const double *r = wrep(c, w);
     for (size_t t = 0; t < nt; t++) {
       if (!c->t[t].rows)
         continue;
-      double p = r[base + t], g = r[base + nt + t];
+      double p = r[ar__wrep(c, AR__WREP_PARAM_BYTES) + t];
+      double g = r[ar__wrep(c, AR__WREP_GRAD_BYTES) + t];
       out->rows_param += p / c->W;
       out->rows_grad += g / c->W;
       if (!traced)
@@ -231,26 +206,27 @@ static ar_status iteration_metrics(ar__dist *c, const double *own, ar__dist_iter
   size_t ncomm_max = (size_t)c->W * 2 * nt;
   ar_commsched_span *comm = c->spans, *comp = c->spans + ncomm_max;
   for (int w = 0; w < c->W; w++) {
-    const double *r = wrep(c, w) + AR__WREP_HEAD;
+    const double *r = wrep(c, w);
+    const double *r0 = r + ar__wrep(c, AR__WREP_OP_START), *r1 = r + ar__wrep(c, AR__WREP_OP_END);
     double fin = -INFINITY;
     for (size_t t = 0; t < nt; t++) {
       const double *s = srep(c, c->t[t].server, own);
       ar_commsched_op op = ar_commsched_graph_recv_op(c->g, (uint32_t)t);
-      size_t wt = nt * (size_t)c->W, k = AR__SREP_HEAD + (size_t)w * nt + t;
-      double arr = s[k + wt], del = s[k + 2 * wt];
+      size_t k = (size_t)w * nt + t;
+      double arr = s[ar__srep(c, AR__SREP_ARRIVE) + k], del = s[ar__srep(c, AR__SREP_DELIVERED) + k];
       /* A parameter has arrived when the (emulated) link delivered it,
        * not when the busy worker noticed. */
       bool link = c->spec->distributed.link_gbps > 0;
-      add_span(comm, &nc, s[AR__SREP_START], link && arr < r[nops + op] ? arr : r[nops + op]);
-      add_span(comm, &nc, r[2 * nops + t], del);
+      add_span(comm, &nc, s[AR__SREP_START], link && arr < r1[op] ? arr : r1[op]);
+      add_span(comm, &nc, r[ar__wrep(c, AR__WREP_READY) + t], del);
       if (del > fin)
         fin = del;
     }
     for (size_t op = 0; op < nops; op++)
       if (ar_commsched_graph_kind(c->g, (ar_commsched_op)op) == AR_COMMSCHED_COMPUTE) {
-        add_span(comp, &nk, r[op], r[nops + op]);
-        if (r[nops + op] > fin)
-          fin = r[nops + op];
+        add_span(comp, &nk, r0[op], r1[op]);
+        if (r1[op] > fin)
+          fin = r1[op];
       }
     c->finish[w] = fin;
   }
@@ -269,24 +245,27 @@ static ar_status iteration_metrics(ar__dist *c, const double *own, ar__dist_iter
 
 /* One line per op per worker into trace.tsv (see ar__dist_report_init). */
 static ar_status write_trace(ar__dist *c, int64_t iter, bool warm, const double *own) {
-  size_t nops = c->nops, nt = (size_t)c->nt, wt = nt * (size_t)c->W;
+  size_t nops = c->nops, nt = (size_t)c->nt;
   for (int w = 0; w < c->W; w++) {
-    const double *r = wrep(c, w) + AR__WREP_HEAD;
+    const double *r = wrep(c, w);
+    const double *r0 = r + ar__wrep(c, AR__WREP_OP_START), *r1 = r + ar__wrep(c, AR__WREP_OP_END);
     for (size_t op = 0; op < nops; op++) {
       ar_commsched_op o = (ar_commsched_op)op;
       bool recv = ar_commsched_graph_kind(c->g, o) == AR_COMMSCHED_RECV;
-      double wire = NAN, link = NAN, start = r[op];
+      double wire = NAN, link = NAN;
       size_t bytes = 0;
       if (recv) {
         uint32_t t = ar_commsched_graph_transfer(c->g, o);
-        const double *s = srep(c, c->t[t].server, own) + AR__SREP_HEAD + (size_t)w * nt + t;
-        wire = s[0];
-        link = s[wt];
-        bytes = (size_t)r[2 * nops + 2 * nt + t]; /* as received: rows vary */
+        const double *s = srep(c, c->t[t].server, own);
+        size_t k = (size_t)w * nt + t;
+        wire = s[ar__srep(c, AR__SREP_SEND_START) + k];
+        link = s[ar__srep(c, AR__SREP_ARRIVE) + k];
+        /* as received: rows vary */
+        bytes = (size_t)r[ar__wrep(c, AR__WREP_PARAM_BYTES) + t];
       }
       fprintf(c->trace, "%lld\t%d\t%d\t%s\t%s\t%zu\t%.9f\t%.9f\t%.9f\t%.9f\n",
               (long long)iter, warm ? 1 : 0, w, ar_commsched_graph_name(c->g, o),
-              recv ? "recv" : "compute", bytes, start, r[nops + op], wire, link);
+              recv ? "recv" : "compute", bytes, r0[op], r1[op], wire, link);
     }
   }
   if (fflush(c->trace) != 0)
@@ -294,13 +273,11 @@ static ar_status write_trace(ar__dist *c, int64_t iter, bool warm, const double 
   return AR_OK;
 }
 
-static ar_status log_iteration(ar__dist *c, int64_t iter, double loss,
-                               const ar__dist_iter_stat *s) {
-  ar_json *j = ar_json_begin();
-  ar_json_int(j, "iteration", iter);
-  ar_json_str(j, "kind", "iteration");
+/* The iteration line's distributed keys (rank 0's job writes iteration,
+ * kind and train_loss). */
+static void iteration_keys(const ar__dist *c, ar_json *j) {
+  const ar__dist_iter_stat *s = c->cur;
   ar_json_bool(j, "warmup", s->warm);
-  ar_json_num(j, "train_loss", loss);
   ar_json_num(j, "iteration_s", s->wall);
   ar_json_num(j, "makespan_s", s->makespan);
   ar_json_num(j, "comm_busy_s", s->comm);
@@ -312,12 +289,6 @@ static ar_status log_iteration(ar__dist *c, int64_t iter, double loss,
     ar_json_num(j, "rows_param_bytes", s->rows_param);
     ar_json_num(j, "rows_grad_bytes", s->rows_grad);
   }
-  const char *text = ar_json_end(j);
-  ar_status st = AR_OK;
-  if (!text || fputs(text, c->metrics) < 0 || fflush(c->metrics) != 0)
-    st = ar_errf(c->err, AR_IO, "cannot append to '%s': %s", c->metrics_path, strerror(errno));
-  ar_json_destroy(j);
-  return st;
 }
 
 ar_status ar__dist_reports_collect(ar__dist *c, int64_t iter, double wall_s, const double *own) {
@@ -331,10 +302,6 @@ ar_status ar__dist_reports_collect(ar__dist *c, int64_t iter, double wall_s, con
     loss_sum += r[AR__WREP_LOSS_SUM];
     rows += r[AR__WREP_ROWS];
   }
-  c->st.epoch = (int64_t)wrep(c, 0)[AR__WREP_EPOCH];
-  c->st.rows_in_epoch = (int64_t)wrep(c, 0)[AR__WREP_ROWS_IN_EPOCH];
-  c->st.samples += (int64_t)rows;
-  c->st.train_s += wall_s;
   bool traced = iter < c->first_iter + c->warmup;
   if (traced)
     AR_CHECK(trace_to_oracle(c, own));
@@ -343,18 +310,13 @@ ar_status ar__dist_reports_collect(ar__dist *c, int64_t iter, double wall_s, con
   count_rows_bytes(c, iter, traced, s);
   s->wall = wall_s;
   s->warm = traced;
-  double loss = rows > 0 ? loss_sum / rows : 0.0;
-  if (!isfinite(loss))
-    return ar_errf(c->err, AR_RANGE, "iteration %lld: the loss became %f; lower "
-                   "train.optimizer's lr", (long long)iter, loss);
-  c->loss_window += loss;
-  c->loss_window_n++;
-  c->last_train_loss = loss;
-  AR_CHECK(log_iteration(c, iter, loss, s));
-  AR_CHECK(write_trace(c, iter, traced, own));
-  ar_progress_update(c->progress, iter, c->st.epoch, loss,
-                     c->st.train_s > 0 ? (double)c->st.samples / c->st.train_s : 0.0);
-  return AR_OK;
+  c->cur = s;
+  /* Every worker reads the same stream: worker 0's position is the job's. */
+  ar_job_result res = {(int64_t)rows, (int64_t)wrep(c, 0)[AR__WREP_EPOCH],
+                       (int64_t)wrep(c, 0)[AR__WREP_ROWS_IN_EPOCH],
+                       rows > 0 ? loss_sum / rows : 0.0, wall_s};
+  AR_CHECK(ar_job_record(c->job, &res, c->err));
+  return write_trace(c, iter, traced, own);
 }
 
 /* ---- gathering shards, evaluation, checkpoints ---- */
@@ -362,8 +324,12 @@ ar_status ar__dist_reports_collect(ar__dist *c, int64_t iter, double wall_s, con
 ar_status ar__dist_gather(ar__dist *c) {
   if (c->S == 1)
     return AR_OK;
-  int nreq = 0;
-  MPI_Request *req = ar_malloc((size_t)c->nt * 4 * sizeof *req);
+  /* Every tensor's four buffers, in pieces. */
+  size_t nreq = 0, cap = 0;
+  for (int t = 0; t < c->nt; t++)
+    cap += 3 * (size_t)ar__dist_pieces(c, c->t[t].bytes) +
+           (size_t)ar__dist_pieces(c, c->t[t].nrows * sizeof(uint64_t));
+  MPI_Request *req = ar_malloc(cap * sizeof *req);
   if (!req)
     return ar_errf(c->err, AR_NOMEM, "out of memory");
   ar_status st = AR_OK;
@@ -373,83 +339,21 @@ ar_status ar__dist_gather(ar__dist *c) {
       continue;
     /* A sampled layer's row steps (sparse Adam's) go with its w. */
     void *bufs[4] = {T->p, T->s1, T->s2, T->last};
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 4 && st == AR_OK; k++) {
       if (!bufs[k])
         continue;
-      int tag = AR__DIST_TAG_GATHER + 4 * t + k, rc;
-      int n = k < 3 ? (int)T->count : (int)(T->nrows * sizeof(uint64_t));
-      MPI_Datatype type = k < 3 ? MPI_FLOAT : MPI_BYTE;
-      if (c->rank == 0)
-        rc = MPI_Irecv(bufs[k], n, type, T->server, tag, c->cctl, &req[nreq]);
-      else
-        rc = MPI_Isend(bufs[k], n, type, 0, tag, c->cctl, &req[nreq]);
-      if (rc != MPI_SUCCESS)
-        st = ar__dist_mpi_err(c, rc, "gathering '%s'", T->name);
-      else
-        nreq++;
+      size_t bytes = k < 3 ? T->bytes : T->nrows * sizeof(uint64_t);
+      int pieces = ar__dist_pieces(c, bytes);
+      st = ar__dist_post(c, c->rank != 0, bufs[k], bytes, pieces, c->rank == 0 ? T->server : 0,
+                         AR__DIST_TAG_GATHER + 4 * t + k, c->cctl, req + nreq, "gathering",
+                         T->name);
+      if (st == AR_OK)
+        nreq += (size_t)pieces;
     }
   }
-  for (int i = 0; i < nreq && st == AR_OK; i++)
+  for (size_t i = 0; i < nreq && st == AR_OK; i++)
     st = ar__dist_wait(c, &req[i], c->rank == 0 ? -1 : 0, "a shard of the model");
   ar_free(req);
-  return st;
-}
-
-static double p_at(const ar_eval_acc *a, int i) {
-  static const int ks[3] = {1, 3, 5};
-  return a->rows ? 100.0 * a->hits[i] / ((double)a->rows * ks[i]) : -1.0;
-}
-
-ar_status ar__dist_eval_and_log(ar__dist *c) {
-  ar_eval_acc acc;
-  memset(&acc, 0, sizeof acc);
-  double t0 = ar_now();
-  if (c->test) {
-    AR_CHECK(ar_reader_rewind(c->test, 0, c->err));
-    int64_t limit = c->spec->train.eval_points;
-    for (;;) {
-      int64_t want = c->gbatch.cap_rows;
-      if (limit > 0 && limit - acc.rows < want)
-        want = limit - acc.rows;
-      if (want <= 0)
-        break;
-      AR_CHECK(ar_reader_next(c->test, want, &c->gbatch, c->err));
-      if (c->gbatch.rows == 0)
-        break;
-      ar_status st = ar_model_eval_batch(c->model, &c->gbatch, &acc);
-      if (st != AR_OK)
-        return ar_errf(c->err, st, "evaluation: %s", c->model->err.msg);
-    }
-  }
-  double eval_s = ar_now() - t0;
-  c->last_eval = acc;
-  c->last_eval_iter = c->st.iteration;
-  double train_loss =
-      c->loss_window_n ? c->loss_window / (double)c->loss_window_n : c->last_train_loss;
-  c->last_train_loss = train_loss;
-  c->loss_window = 0;
-  c->loss_window_n = 0;
-  ar_json *j = ar_json_begin();
-  ar_json_int(j, "iteration", c->st.iteration);
-  ar_json_str(j, "kind", "eval");
-  ar_json_num(j, "epoch", (double)c->st.epoch);
-  ar_json_int(j, "samples", c->st.samples);
-  ar_json_num(j, "train_loss", train_loss);
-  if (acc.rows) {
-    ar_json_num(j, "test_loss", acc.loss_sum / (double)acc.rows);
-    ar_json_num(j, "p_at_1", p_at(&acc, 0));
-    ar_json_num(j, "p_at_3", p_at(&acc, 1));
-    ar_json_num(j, "p_at_5", p_at(&acc, 2));
-    ar_json_int(j, "test_points", acc.rows);
-  }
-  ar_json_num(j, "samples_per_s", c->st.train_s > 0 ? (double)c->st.samples / c->st.train_s : 0);
-  ar_json_num(j, "train_s", c->st.train_s);
-  ar_json_num(j, "eval_s", eval_s);
-  const char *text = ar_json_end(j);
-  ar_status st = AR_OK;
-  if (!text || fputs(text, c->metrics) < 0 || fflush(c->metrics) != 0)
-    st = ar_errf(c->err, AR_IO, "cannot append to '%s': %s", c->metrics_path, strerror(errno));
-  ar_json_destroy(j);
   return st;
 }
 
@@ -461,14 +365,14 @@ static int cmp_double(const void *a, const void *b) {
 /* Median of field `off` (a double inside ar__dist_iter_stat) over the
  * iterations after warm-up (all of them when warm-up is all there is). */
 static double median(const ar__dist *c, size_t off, bool eff) {
-  int64_t n = c->st.iteration - c->first_iter + 1, k = 0;
+  int64_t n = c->iter - c->first_iter + 1, k = 0;
   if (n <= 0)
     return NAN;
   double *v = ar_malloc((size_t)n * sizeof *v);
   if (!v)
     return NAN;
   for (int pass = 0; pass < 2 && k == 0; pass++)
-    for (int64_t i = c->first_iter - 1; i < c->st.iteration; i++) {
+    for (int64_t i = c->first_iter - 1; i < c->iter; i++) {
       const ar__dist_iter_stat *s = &c->stats[i];
       if ((pass == 0 && s->warm) || (eff && !s->eff_defined))
         continue;
@@ -483,32 +387,12 @@ static double median(const ar__dist *c, size_t off, bool eff) {
   return r;
 }
 
-static ar_status write_summary(ar__dist *c, const ar_summary *s) {
+/* The summary's distributed keys (rank 0's job writes the usual ones). */
+static void summary_keys(const ar__dist *c, ar_json *j) {
   double warm = 0.0;
-  for (int64_t i = c->first_iter - 1; i < c->st.iteration; i++)
+  for (int64_t i = c->first_iter - 1; i < c->iter; i++)
     if (c->stats[i].warm)
       warm += c->stats[i].wall;
-  ar_json *j = ar_json_begin();
-  ar_json_str(j, "name", c->spec->name);
-  ar_json_num(j, "samples_per_s", s->samples_per_s);
-  ar_json_num(j, "loss", s->loss);
-  ar_json_num(j, "train_loss", s->train_loss);
-  if (s->p_at[0] >= 0) {
-    ar_json_num(j, "p_at_1", s->p_at[0]);
-    ar_json_num(j, "p_at_3", s->p_at[1]);
-    ar_json_num(j, "p_at_5", s->p_at[2]);
-  }
-  ar_json_int(j, "iterations", s->iterations);
-  ar_json_int(j, "samples", s->samples);
-  ar_json_num(j, "epochs", s->epochs_done);
-  ar_json_num(j, "wall_s", s->wall_s);
-  ar_json_num(j, "train_s", s->train_s);
-  ar_json_int(j, "peak_rss_bytes", s->peak_rss_bytes);
-  ar_json_int(j, "persistent_bytes", (int64_t)c->model->plan.persistent_bytes);
-  ar_json_str(j, "device", s->device);
-  ar_json_int(j, "threads", s->threads);
-  ar_json_int(j, "batch", c->spec->train.batch);
-  ar_json_bool(j, "interrupted", s->interrupted);
   ar_json_int(j, "servers", c->S);
   ar_json_int(j, "workers", c->W);
   ar_json_int(j, "transfers", c->nt);
@@ -540,64 +424,35 @@ static ar_status write_summary(ar__dist *c, const ar_summary *s) {
   ar_json_str(j, "worker_devices", devs);
   ar_json_int(j, "gpu_workers", gpus);
   ar_json_int(j, "staged_workers", staged);
-  if (c->rows_dense_bytes > 0) {
-    /* The sampled layers' tensors, per worker and iteration: their dense
-     * size, and the bytes that moved as rows (medians after warm-up). */
-    int sampled = 0;
-    for (int w = 0; w < c->W; w++)
-      for (int l = 0; l < c->model->n_layers; l++)
-        if (ar__dist_sampled(c, c->S + w, l)) {
-          sampled++;
-          break;
-        }
-    ar_json_int(j, "sampled_workers", sampled);
-    ar_json_int(j, "rows_dense_bytes", (int64_t)c->rows_dense_bytes);
-    ar_json_int(j, "rows_dense_steps", c->rows_dense_steps); /* rank 0's layers */
-    ar_json_num(j, "param_bytes_median",
-                median(c, offsetof(ar__dist_iter_stat, rows_param), false));
-    ar_json_num(j, "sparse_grad_bytes_median",
-                median(c, offsetof(ar__dist_iter_stat, rows_grad), false));
-    for (int t = 0; t < c->nt; t++)
-      if (c->t[t].rows) {
-        char key[128];
-        snprintf(key, sizeof key, "graph_bytes.%s", c->t[t].name);
-        ar_json_int(j, key, (int64_t)ar_commsched_graph_bytes(c->g, (uint32_t)t));
+  if (c->rows_dense_bytes == 0)
+    return;
+  /* The sampled layers' tensors, per worker and iteration: their dense
+   * size, and the bytes that moved as rows (medians after warm-up). */
+  int sampled = 0;
+  for (int w = 0; w < c->W; w++)
+    for (int l = 0; l < c->model->n_layers; l++)
+      if (ar__dist_sampled(c, c->S + w, l)) {
+        sampled++;
+        break;
       }
-  }
-  const char *text = ar_json_end(j);
-  ar_status st = text ? ar_write_file_atomic(c->summary_path, text, strlen(text), c->err)
-                      : ar_errf(c->err, AR_NOMEM, "out of memory writing the summary");
-  ar_json_destroy(j);
-  return st;
+  ar_json_int(j, "sampled_workers", sampled);
+  ar_json_int(j, "rows_dense_bytes", (int64_t)c->rows_dense_bytes);
+  ar_json_int(j, "rows_dense_steps", c->rows_dense_steps); /* rank 0's layers */
+  ar_json_num(j, "param_bytes_median", median(c, offsetof(ar__dist_iter_stat, rows_param), false));
+  ar_json_num(j, "sparse_grad_bytes_median",
+              median(c, offsetof(ar__dist_iter_stat, rows_grad), false));
+  for (int t = 0; t < c->nt; t++)
+    if (c->t[t].rows) {
+      char key[128];
+      snprintf(key, sizeof key, "graph_bytes.%s", c->t[t].name);
+      ar_json_int(j, key, (int64_t)ar_commsched_graph_bytes(c->g, (uint32_t)t));
+    }
 }
 
-ar_status ar__dist_finish(ar__dist *c, bool finished, double wall0, ar_summary *summary) {
-  if (finished && c->last_eval_iter != c->st.iteration)
-    AR_CHECK(ar__dist_eval_and_log(c));
-  if (c->progress)
-    ar_progress_finish(c->progress);
-  AR_CHECK(ar_checkpoint_save(c->model, &c->st, NULL, c->ckpt_path, c->err));
-  ar_summary s;
-  memset(&s, 0, sizeof s);
-  const ar_data_stats *ts = ar_reader_stats(c->train);
-  s.iterations = c->st.iteration;
-  s.samples = c->st.samples;
-  s.train_s = c->st.train_s;
-  s.samples_per_s = c->st.train_s > 0 ? (double)c->st.samples / c->st.train_s : 0.0;
-  s.epochs_done = ts->points ? (double)c->st.samples / (double)ts->points : 0.0;
-  s.train_loss = c->last_train_loss;
-  s.loss = c->last_eval.rows ? c->last_eval.loss_sum / (double)c->last_eval.rows : s.train_loss;
-  for (int i = 0; i < 3; i++)
-    s.p_at[i] = c->last_eval.rows ? p_at(&c->last_eval, i) : -1.0;
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  s.peak_rss_bytes = (int64_t)ru.ru_maxrss * 1024;
-  s.threads = ar_device_threads(c->dev);
-  snprintf(s.device, sizeof s.device, "host");
-  s.interrupted = !finished;
-  s.wall_s = ar_now() - wall0;
-  AR_CHECK(write_summary(c, &s));
-  if (summary)
-    *summary = s;
-  return AR_OK;
+void ar__dist_keys(void *ctx, ar_job_output where, ar_json *j) {
+  const ar__dist *c = ctx;
+  if (where == AR_JOB_OUT_ITERATION)
+    iteration_keys(c, j);
+  else
+    summary_keys(c, j);
 }

@@ -86,7 +86,7 @@ ar_status ar__rows_check(ar__dist *c, const ar__dist_tensor *T, const uint8_t *m
   return ar_errf(c->err, AR_STATE,
                  "iteration %lld: rank %d sent a malformed rows message for '%s' (%zu bytes, %u "
                  "rows of %u): %s (ranks running different builds or job files?)",
-                 (long long)c->st.iteration + 1, peer, T->name, bytes, r.n, T->nrows, why);
+                 (long long)c->iter + 1, peer, T->name, bytes, r.n, T->nrows, why);
 }
 
 void ar__rows_apply(const ar__dist_tensor *T, const ar__rows *r, float *dst, bool add) {

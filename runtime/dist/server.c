@@ -15,49 +15,70 @@
 
 #include "accelrt/lsh.h"
 
-ar_status ar__dist_server_init(ar__dist *c) {
+/* The gate that enforces the order and, with link emulation, one pacer
+ * per port of this server: its out port is shared by the parameters of
+ * all its workers, its in port by their gradients (the fan-in); the
+ * simulator models the same ports.  No burst: a plain serial link at the
+ * line rate. */
+static ar_status make_gate(ar__dist *c) {
   const ar_spec *s = c->spec;
-  size_t wt = (size_t)c->W * (size_t)c->nt;
   ar_commsched_gate_opts go = AR_COMMSCHED_GATE_OPTS_INIT;
   go.destinations = (uint32_t)c->W;
   go.transfers = (uint32_t)c->nt;
   go.max_bytes_in_flight = (size_t)s->distributed.max_bytes_in_flight;
   AR_CHECK(ar_commsched_gate_create(&go, &c->gate, c->err));
-  if (s->distributed.link_gbps > 0) {
-    /* One pacer per port of this server: its out port is shared by the
-     * parameters of all its workers, its in port by their gradients (the
-     * fan-in); the simulator models the same ports.  No burst: a plain
-     * serial link at the line rate. */
-    ar_commsched_link_opts lo = AR_COMMSCHED_LINK_OPTS_INIT;
-    lo.gbps = s->distributed.link_gbps;
-    lo.latency_us = s->distributed.link_latency_us;
-    lo.burst_bytes = 0;
-    double now = ar__dist_clock(c);
-    AR_CHECK(ar_commsched_pacer_create(&lo, now, &c->out_pacer, c->err));
-    AR_CHECK(ar_commsched_pacer_create(&lo, now, &c->in_pacer, c->err));
-  }
-  c->gradoff = ar_calloc((size_t)c->nt, sizeof *c->gradoff);
-  c->sreq = ar_malloc(wt * sizeof *c->sreq);
-  c->rreq = ar_malloc(wt * sizeof *c->rreq);
+  if (s->distributed.link_gbps <= 0)
+    return AR_OK;
+  ar_commsched_link_opts lo = AR_COMMSCHED_LINK_OPTS_INIT;
+  lo.gbps = s->distributed.link_gbps;
+  lo.latency_us = s->distributed.link_latency_us;
+  lo.burst_bytes = 0;
+  double now = ar__dist_clock(c);
+  AR_CHECK(ar_commsched_pacer_create(&lo, now, &c->out_pacer, c->err));
+  return ar_commsched_pacer_create(&lo, now, &c->in_pacer, c->err);
+}
+
+/* The per-iteration tables, made once: per (worker, transfer) and per
+ * (worker, piece). */
+static ar_status make_tables(ar__dist *c) {
+  size_t wt = (size_t)c->W * (size_t)c->nt, ws = (size_t)c->W * c->nslots;
+  int n;
+  AR_CHECK(ar__dist_count(c, ws, "the server's requests", &n));
+  AR_CHECK(ar__dist_count(c, c->srep_len, "the server's report", &n));
+  c->sreq = ar_malloc(ws * sizeof *c->sreq);
+  c->rreq = ar_malloc(ws * sizeof *c->rreq);
+  c->rstat = ar_malloc(ws * sizeof *c->rstat);
+  c->s_idx = ar_malloc(ws * sizeof *c->s_idx);
+  c->sleft = ar_malloc(wt * sizeof *c->sleft);
+  c->rleft = ar_malloc(wt * sizeof *c->rleft);
+  c->rbytes = ar_malloc(wt * sizeof *c->rbytes);
   c->send_start = ar_malloc(wt * sizeof *c->send_start);
   c->delivered = ar_malloc(wt * sizeof *c->delivered);
   c->arrive = ar_malloc(wt * sizeof *c->arrive);
   c->pend_w = ar_malloc(wt * sizeof *c->pend_w);
   c->pend_t = ar_malloc(wt * sizeof *c->pend_t);
   c->pend_at = ar_malloc(wt * sizeof *c->pend_at);
-  c->s_idx = ar_malloc(wt * sizeof *c->s_idx);
-  if (!c->gradoff || !c->sreq || !c->rreq || !c->send_start || !c->delivered || !c->arrive || !c->pend_w ||
-      !c->pend_t || !c->pend_at || !c->s_idx)
+  c->report = ar_malloc(c->srep_len * sizeof *c->report);
+  if (!c->sreq || !c->rreq || !c->rstat || !c->s_idx || !c->sleft || !c->rleft || !c->rbytes ||
+      !c->send_start || !c->delivered || !c->arrive || !c->pend_w || !c->pend_t || !c->pend_at ||
+      !c->report)
     return ar_errf(c->err, AR_NOMEM, "out of memory for the server's bookkeeping");
-  for (size_t i = 0; i < wt; i++)
+  for (size_t i = 0; i < ws; i++)
     c->sreq[i] = c->rreq[i] = MPI_REQUEST_NULL;
+  return AR_OK;
+}
+
+/* This server's shard: where each own tensor's gradients from one worker
+ * go (dense ones in gradbuf, rows messages in gwire), a rows tensor's
+ * parameter message and a rows layer's changed rows. */
+static ar_status make_shard(ar__dist *c) {
+  c->gradoff = ar_calloc((size_t)c->nt, sizeof *c->gradoff);
+  c->wireoff = ar_calloc((size_t)c->nt, sizeof *c->wireoff);
+  c->dirty = ar_calloc((size_t)c->model->n_layers, sizeof *c->dirty);
+  if (!c->gradoff || !c->wireoff || !c->dirty)
+    return ar_errf(c->err, AR_NOMEM, "out of memory for the server's bookkeeping");
   c->own_floats = 0;
   c->own_wire = 0;
-  c->wireoff = ar_calloc((size_t)c->nt, sizeof *c->wireoff);
-  c->rstat = ar_malloc(wt * sizeof *c->rstat);
-  c->dirty = ar_calloc((size_t)c->model->n_layers, sizeof *c->dirty);
-  if (!c->wireoff || !c->rstat || !c->dirty)
-    return ar_errf(c->err, AR_NOMEM, "out of memory for the server's bookkeeping");
   for (int t = 0; t < c->nt; t++) {
     ar__dist_tensor *T = &c->t[t];
     if (T->server != c->rank)
@@ -82,19 +103,22 @@ ar_status ar__dist_server_init(ar__dist *c) {
     return ar_errf(c->err, AR_NOMEM, "out of memory for %d workers' gradient rows (%zu bytes "
                    "each)", c->W, c->own_wire);
   c->gradbuf = ar_malloc((size_t)c->W * c->own_floats * sizeof(float) + 1);
-  c->report = ar_malloc(c->srep_len * sizeof *c->report);
-  if (!c->report)
-    return ar_errf(c->err, AR_NOMEM, "out of memory for the iteration report");
   if (!c->gradbuf)
     return ar_errf(c->err, AR_NOMEM, "out of memory for %d workers' gradients (%zu floats each)",
                    c->W, c->own_floats);
   return AR_OK;
 }
 
+ar_status ar__dist_server_init(ar__dist *c) {
+  AR_CHECK(make_gate(c));
+  AR_CHECK(make_tables(c));
+  return make_shard(c);
+}
+
 void ar__dist_server_fini(ar__dist *c) {
   if (c->sreq) {
-    size_t wt = (size_t)c->W * (size_t)c->nt;
-    for (size_t i = 0; i < wt; i++) {
+    size_t ws = (size_t)c->W * c->nslots;
+    for (size_t i = 0; i < ws; i++) {
       if (c->sreq[i] != MPI_REQUEST_NULL)
         MPI_Request_free(&c->sreq[i]);
       if (c->rreq && c->rreq[i] != MPI_REQUEST_NULL) {
@@ -116,6 +140,9 @@ void ar__dist_server_fini(ar__dist *c) {
   ar_free(c->dirty);
   ar_free(c->sreq);
   ar_free(c->rreq);
+  ar_free(c->sleft);
+  ar_free(c->rleft);
+  ar_free(c->rbytes);
   ar_free(c->send_start);
   ar_free(c->delivered);
   ar_free(c->arrive);
@@ -173,16 +200,15 @@ static ar_status post_due(ar__dist *c, srv_iter *it, bool *progressed) {
     size_t k = it->head++;
     uint32_t w = c->pend_w[k], t = c->pend_t[k];
     const ar__dist_tensor *T = &c->t[t];
-    MPI_Request *q = &c->sreq[(size_t)w * (size_t)c->nt + t];
-    int rc = T->rows ? MPI_Isend(T->msg, (int)T->msg_bytes, MPI_BYTE, c->S + (int)w, (int)t,
-                                 c->cparam, q)
-                     : MPI_Isend(T->p, (int)T->count, MPI_FLOAT, c->S + (int)w, (int)t,
-                                 c->cparam, q);
-    if (rc != MPI_SUCCESS) {
+    MPI_Request *q = &c->sreq[(size_t)w * c->nslots + T->slot];
+    ar_status st = ar__dist_post(c, true, T->rows ? (void *)T->msg : (void *)T->p, msg_bytes(T),
+                                 T->pieces, c->S + (int)w, (int)t, c->cparam, q, "sending",
+                                 T->name);
+    if (st != AR_OK) {
       ar__dist_notify_failure(c, c->S + (int)w);
-      return ar__dist_mpi_err(c, rc, "iteration %lld: sending '%s' to rank %d",
-                              (long long)c->st.iteration + 1, T->name, c->S + (int)w);
+      return st;
     }
+    c->sleft[(size_t)w * (size_t)c->nt + t] = T->pieces;
     *progressed = true;
   }
   return AR_OK;
@@ -190,23 +216,23 @@ static ar_status post_due(ar__dist *c, srv_iter *it, bool *progressed) {
 
 /* The rank of the first request still open (for messages). */
 static int first_open(const ar__dist *c, const MPI_Request *r) {
-  size_t wt = (size_t)c->W * (size_t)c->nt;
-  for (size_t i = 0; i < wt; i++)
+  size_t ws = (size_t)c->W * c->nslots;
+  for (size_t i = 0; i < ws; i++)
     if (r[i] != MPI_REQUEST_NULL)
-      return c->S + (int)(i / (size_t)c->nt);
+      return c->S + (int)(i / c->nslots);
   return -1;
 }
 
 /* Tests a request array: idx[0..*n) are the ones that completed. */
 static ar_status test_some(ar__dist *c, MPI_Request *r, int *idx, int *n, MPI_Status *stat,
                            const char *what) {
-  int wt = c->W * c->nt;
-  int rc = MPI_Testsome(wt, r, n, idx, stat ? stat : MPI_STATUSES_IGNORE);
+  int ws = c->W * (int)c->nslots; /* checked at init */
+  int rc = MPI_Testsome(ws, r, n, idx, stat ? stat : MPI_STATUSES_IGNORE);
   if (rc != MPI_SUCCESS) {
     int peer = first_open(c, r);
     ar__dist_notify_failure(c, peer);
     return ar__dist_mpi_err(c, rc, "iteration %lld: %s of rank %d",
-                            (long long)c->st.iteration + 1, what, peer);
+                            (long long)c->iter + 1, what, peer);
   }
   if (*n == MPI_UNDEFINED)
     *n = 0;
@@ -218,6 +244,31 @@ static uint8_t *grad_msg(const ar__dist *c, int w, int t) {
   return c->gwire + (size_t)w * c->own_wire + c->wireoff[t];
 }
 
+/* A piece of worker w's gradient of t came (bytes long): when it was the
+ * message's last, the message is delivered (at its emulated arrival with
+ * link emulation). */
+static ar_status gradient_piece(ar__dist *c, srv_iter *it, int w, int t, int bytes, double now) {
+  size_t k = (size_t)w * (size_t)c->nt + (size_t)t;
+  c->rbytes[k] += (size_t)bytes;
+  if (--c->rleft[k] > 0)
+    return AR_OK;
+  const ar__dist_tensor *T = &c->t[t];
+  size_t got = T->rows ? c->rbytes[k] : T->bytes;
+  if (T->rows)
+    AR_CHECK(ar__rows_check(c, T, grad_msg(c, w, t), got, c->S + w));
+  double at = now;
+  if (c->in_pacer) {
+    ar_commsched_pace pace;
+    ar_commsched_pacer_consume(c->in_pacer, now, got, &pace);
+    at = pace.arrive_s;
+  }
+  c->delivered[k] = at;
+  if (at > it->last_delivery)
+    it->last_delivery = at;
+  it->recvd++;
+  return AR_OK;
+}
+
 static ar_status exchange(ar__dist *c, srv_iter *it, int *idx) {
   ar__dist_poll_reset(c);
   for (;;) {
@@ -226,33 +277,22 @@ static ar_status exchange(ar__dist *c, srv_iter *it, int *idx) {
     int n;
     AR_CHECK(test_some(c, c->sreq, idx, &n, NULL, "a parameter send"));
     for (int i = 0; i < n; i++) {
-      uint32_t w = (uint32_t)(idx[i] / c->nt), t = (uint32_t)(idx[i] % c->nt);
+      uint32_t w = (uint32_t)((size_t)idx[i] / c->nslots);
+      uint32_t t = c->slot_t[(size_t)idx[i] % c->nslots];
+      progressed = true;
+      if (--c->sleft[(size_t)w * (size_t)c->nt + t] > 0)
+        continue;
       AR_CHECK(ar_commsched_gate_release(c->gate, w, t, c->err));
       it->sent++;
-      progressed = true;
     }
     AR_CHECK(test_some(c, c->rreq, idx, &n, c->rstat, "a gradient receive"));
     double now = ar__dist_clock(c);
     for (int i = 0; i < n; i++) {
-      double at = now;
-      int w = idx[i] / c->nt;
-      const ar__dist_tensor *T = &c->t[idx[i] % c->nt];
-      size_t bytes = T->bytes;
-      if (T->rows) {
-        int cnt = 0;
-        MPI_Get_count(&c->rstat[i], MPI_BYTE, &cnt);
-        bytes = (size_t)cnt;
-        AR_CHECK(ar__rows_check(c, T, grad_msg(c, w, idx[i] % c->nt), bytes, c->S + w));
-      }
-      if (c->in_pacer) {
-        ar_commsched_pace pace;
-        ar_commsched_pacer_consume(c->in_pacer, now, bytes, &pace);
-        at = pace.arrive_s;
-      }
-      c->delivered[idx[i]] = at;
-      if (at > it->last_delivery)
-        it->last_delivery = at;
-      it->recvd++;
+      int cnt = 0;
+      MPI_Get_count(&c->rstat[i], MPI_BYTE, &cnt);
+      int w = (int)((size_t)idx[i] / c->nslots);
+      int t = (int)c->slot_t[(size_t)idx[i] % c->nslots];
+      AR_CHECK(gradient_piece(c, it, w, t, cnt, now));
       progressed = true;
     }
     if (it->sent == it->expect && it->recvd == it->expect)
@@ -311,8 +351,6 @@ static ar_status apply_rows(ar__dist *c, int l) {
 }
 
 static ar_status apply_update(ar__dist *c) {
-  const ar_spec *s = c->spec;
-  ar_device *d = c->dev;
   ar_model_advance_step(c->model);
   for (int t = 0; t < c->nt; t++) {
     const ar__dist_tensor *T = &c->t[t];
@@ -331,15 +369,13 @@ static ar_status apply_update(ar__dist *c) {
       for (int64_t i = 0; i < T->count; i++)
         T->g[i] += gw[i];
     }
-    if (s->train.optimizer == AR_OPT_ADAM)
-      ar_device_adam(d, T->count, T->p, T->g, T->s1, T->s2, (float)s->train.lr,
-                     (float)s->train.beta1, (float)s->train.beta2, (float)s->train.eps,
-                     (float)s->train.weight_decay, c->model->step);
-    else
-      ar_device_sgd(d, T->count, T->p, T->g, T->s1, (float)s->train.lr,
-                    (float)s->train.momentum, (float)s->train.weight_decay);
+    /* A layer's w and b are on this server (ar_dist_op_graph shards whole
+     * layers): with its b summed, the layer takes the engine's optimizer
+     * step, as on one process. */
+    if (T->bias)
+      ar_model_step_layer(c->model, T->layer);
   }
-  ar_device_sync(d);
+  ar_device_sync(c->dev);
   return AR_OK;
 }
 
@@ -376,14 +412,13 @@ static ar_status post_grad_recvs(ar__dist *c, srv_iter *it) {
       if (T->server != c->rank)
         continue;
       AR_CHECK(ar_commsched_gate_offer(c->gate, (uint32_t)w, (uint32_t)t, msg_bytes(T), c->err));
-      float *buf = c->gradbuf + (size_t)w * c->own_floats + c->gradoff[t];
-      int rc = T->rows ? MPI_Irecv(grad_msg(c, w, t), (int)T->wire, MPI_BYTE, c->S + w, t,
-                                   c->cgrad, &c->rreq[k])
-                       : MPI_Irecv(buf, (int)T->count, MPI_FLOAT, c->S + w, t, c->cgrad,
-                                   &c->rreq[k]);
-      if (rc != MPI_SUCCESS)
-        return ar__dist_mpi_err(c, rc, "posting the receive of '%s' from rank %d", T->name,
-                                c->S + w);
+      void *buf = T->rows ? (void *)grad_msg(c, w, t)
+                          : (void *)(c->gradbuf + (size_t)w * c->own_floats + c->gradoff[t]);
+      c->rleft[k] = T->pieces;
+      c->rbytes[k] = 0;
+      AR_CHECK(ar__dist_post(c, false, buf, T->wire, T->pieces, c->S + w, t, c->cgrad,
+                             &c->rreq[(size_t)w * c->nslots + T->slot],
+                             "posting the receive of the gradient of", T->name));
       it->expect++;
     }
   return AR_OK;
@@ -424,9 +459,9 @@ ar_status ar__dist_server_iteration(ar__dist *c, int64_t iter, const ar_commsche
   AR_CHECK(apply_update(c));
   rep[AR__SREP_UPD1] = ar__dist_clock(c);
   size_t wt = (size_t)c->W * (size_t)c->nt;
-  memcpy(rep + AR__SREP_HEAD, c->send_start, wt * sizeof *rep);
-  memcpy(rep + AR__SREP_HEAD + wt, c->arrive, wt * sizeof *rep);
-  memcpy(rep + AR__SREP_HEAD + 2 * wt, c->delivered, wt * sizeof *rep);
+  memcpy(rep + ar__srep(c, AR__SREP_SEND_START), c->send_start, wt * sizeof *rep);
+  memcpy(rep + ar__srep(c, AR__SREP_ARRIVE), c->arrive, wt * sizeof *rep);
+  memcpy(rep + ar__srep(c, AR__SREP_DELIVERED), c->delivered, wt * sizeof *rep);
   if (c->rank != 0)
     return send_report(c, rep);
   return ar__dist_reports_collect(c, iter, ar__dist_clock(c) - wall0, rep);

@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include "dist_impl.h"
 
+#include <limits.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <stdarg.h>
@@ -70,7 +71,7 @@ void ar__dist_poll_reset(ar__dist *c) { c->last_progress = ar__dist_clock(c); }
 
 ar_status ar__dist_poll(ar__dist *c, bool progressed, int peer, const char *what) {
   char who[64], dead[64];
-  int64_t iter = c->st.iteration + 1;
+  int64_t iter = c->iter + 1;
   int flag = 0;
   if (c->abort_req != MPI_REQUEST_NULL &&
       MPI_Test(&c->abort_req, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) {
@@ -120,7 +121,7 @@ ar_status ar__dist_poll(ar__dist *c, bool progressed, int peer, const char *what
 void ar__dist_notify_failure(ar__dist *c, int failed) {
   if (c->cctl == MPI_COMM_NULL)
     return;
-  int64_t msg[3] = {c->st.iteration + 1, failed, c->rank};
+  int64_t msg[3] = {c->iter + 1, failed, c->rank};
   /* Small messages go eagerly: the sends complete locally even when a
    * receiver is gone.  Wait a bounded time, then leave them. */
   for (int r = 0; r < c->size; r++) {
@@ -153,7 +154,7 @@ ar_status ar__dist_wait(ar__dist *c, MPI_Request *r, int peer, const char *what)
     if (rc != MPI_SUCCESS) {
       ar__dist_notify_failure(c, peer);
       return ar__dist_mpi_err(c, rc, "iteration %lld: waiting for %s from rank %d",
-                              (long long)c->st.iteration + 1, what, peer);
+                              (long long)c->iter + 1, what, peer);
     }
     if (flag)
       return AR_OK;
@@ -167,4 +168,40 @@ ar_status ar__dist_bcast(ar__dist *c, void *buf, int n, MPI_Datatype type, const
   if (rc != MPI_SUCCESS)
     return ar__dist_mpi_err(c, rc, "broadcast of %s", what);
   return ar__dist_wait(c, &q, 0, what);
+}
+
+ar_status ar__dist_bcast_bytes(ar__dist *c, void *buf, size_t bytes, const char *what) {
+  for (size_t off = 0; off < bytes; off += c->piece) {
+    size_t n = bytes - off < c->piece ? bytes - off : c->piece;
+    AR_CHECK(ar__dist_bcast(c, (char *)buf + off, (int)n, MPI_BYTE, what));
+  }
+  return AR_OK;
+}
+
+ar_status ar__dist_post(ar__dist *c, bool send, void *buf, size_t bytes, int pieces, int peer,
+                        int tag, MPI_Comm comm, MPI_Request *req, const char *what,
+                        const char *name) {
+  for (int k = 0; k < pieces; k++) {
+    size_t off = (size_t)k * c->piece;
+    size_t n = bytes > off ? bytes - off : 0;
+    if (n > c->piece)
+      n = c->piece;
+    /* A piece past the message's end is empty but still goes, so that
+     * the receiver's count of pieces holds. */
+    char *p = (char *)buf + (n ? off : 0);
+    int rc = send ? MPI_Isend(p, (int)n, MPI_BYTE, peer, tag, comm, &req[k])
+                  : MPI_Irecv(p, (int)n, MPI_BYTE, peer, tag, comm, &req[k]);
+    if (rc != MPI_SUCCESS)
+      return ar__dist_mpi_err(c, rc, "iteration %lld: %s '%s' %s rank %d",
+                              (long long)c->iter + 1, what, name, send ? "to" : "from", peer);
+  }
+  return AR_OK;
+}
+
+ar_status ar__dist_count(ar__dist *c, size_t n, const char *what, int *out) {
+  if (n > (size_t)INT_MAX)
+    return ar_errf(c->err, AR_UNSUPPORTED, "%s: %zu items do not fit one MPI message (at most "
+                   "%d)", what, n, INT_MAX);
+  *out = (int)n;
+  return AR_OK;
 }

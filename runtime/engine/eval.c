@@ -115,10 +115,7 @@ ar_status ar_eval_checkpoint(const ar_spec *spec, const char *ckpt, int64_t max_
   if (st == AR_OK && !test)
     st = ar_errf(err, AR_NOTFOUND, "the job has no test split to evaluate on; set data.test");
   if (st == AR_OK) {
-    ar_reader_opts ro = AR_READER_OPTS_INIT;
-    ro.format = spec->data.format;
-    ro.features = spec->input.features;
-    ro.labels = spec->layers[spec->n_layers - 1].width;
+    ar_reader_opts ro = ar__job_reader_opts(spec, NULL, true);
     st = ar_reader_open(test, &ro, &rt, err);
   }
   if (st == AR_OK) {

@@ -17,12 +17,16 @@
 
 
 struct ar_job {
-  const ar_spec *spec;
+  const ar_spec *spec; /* borrowed: the data it reads, its outputs */
+  ar_spec mspec;       /* *spec with train.batch = the rows the model holds */
   ar_run_opts opts;
-  ar_device *dev; /* borrowed */
+  ar_job_opts jo;
+  ar_job_hooks hooks;  /* jo.hooks' copy (all NULL: none) */
+  ar_device *dev;      /* borrowed */
   ar_model *model;
   ar_reader *train, *test;
-  ar_batch batch;
+  ar_batch batch;      /* a global batch as read; evaluation batches */
+  ar_batch part;       /* parts > 1: this part's rows of it */
   int64_t max_nnz, max_labels;
   ar_plan plan; /* computed at open, before the model exists */
   FILE *metrics;
@@ -32,6 +36,7 @@ struct ar_job {
   double loss_window;
   int64_t loss_window_n;
   double last_train_loss;
+  double last_loss_sum; /* the rows this job computed in its last step */
   ar_eval_acc last_eval;
   int64_t last_eval_iter;
   int64_t total; /* iterations the job runs */
@@ -70,19 +75,22 @@ static void json_sampled(ar_json *j, const ar_model *m) {
   }
 }
 
-static ar_status evaluate(run_ctx *c, ar_eval_acc *acc) {
-  memset(acc, 0, sizeof *acc);
-  if (!c->test)
-    return AR_OK;
-  double seconds;
-  return ar__eval_pass(c->model, c->test, &c->batch, c->spec->train.eval_points, false, acc, &seconds,
-                   c->err);
+static ar_status append_line(run_ctx *c, ar_json *j) {
+  const char *text = ar_json_end(j);
+  ar_status st = AR_OK;
+  if (!text || fputs(text, c->metrics) < 0 || fflush(c->metrics) != 0)
+    st = ar_errf(c->err, AR_IO, "cannot append to '%s': %s", c->metrics_path, strerror(errno));
+  ar_json_destroy(j);
+  return st;
 }
 
 static ar_status eval_and_log(run_ctx *c) {
   ar_eval_acc acc;
-  double t0 = ar_now();
-  AR_CHECK(evaluate(c, &acc));
+  memset(&acc, 0, sizeof acc);
+  double t0 = ar_now(), seconds;
+  if (c->test)
+    AR_CHECK(ar__eval_pass(c->model, c->test, &c->batch, c->spec->train.eval_points, false, &acc,
+                           &seconds, c->err));
   double eval_s = ar_now() - t0;
   c->last_eval = acc;
   c->last_eval_iter = c->st.iteration;
@@ -93,7 +101,9 @@ static ar_status eval_and_log(run_ctx *c) {
   c->loss_window_n = 0;
   ar_json *j = ar_json_begin();
   ar_json_int(j, "iteration", c->st.iteration);
-  ar_json_num(j, "epoch", c->st.epoch);
+  if (c->jo.remote) /* its file has iteration lines too */
+    ar_json_str(j, "kind", "eval");
+  ar_json_num(j, "epoch", (double)c->st.epoch);
   ar_json_int(j, "samples", c->st.samples);
   ar_json_num(j, "train_loss", train_loss);
   if (acc.rows) {
@@ -106,13 +116,10 @@ static ar_status eval_and_log(run_ctx *c) {
   ar_json_num(j, "samples_per_s", c->st.train_s > 0 ? (double)c->st.samples / c->st.train_s : 0);
   ar_json_num(j, "train_s", c->st.train_s);
   ar_json_num(j, "eval_s", eval_s);
-  json_sampled(j, c->model);
-  const char *text = ar_json_end(j);
-  ar_status st = AR_OK;
-  if (!text || fputs(text, c->metrics) < 0 || fflush(c->metrics) != 0)
-    st = ar_errf(c->err, AR_IO, "cannot append to '%s': %s", c->metrics_path, strerror(errno));
-  ar_json_destroy(j);
-  if (st == AR_OK && acc.rows) {
+  if (!c->jo.remote)
+    json_sampled(j, c->model);
+  AR_CHECK(append_line(c, j));
+  if (acc.rows) {
     char line[256];
     snprintf(line, sizeof line,
              "eval @ iter %lld: test loss %.4f  P@1 %.2f  P@3 %.2f  P@5 %.2f (%lld points)",
@@ -120,7 +127,7 @@ static ar_status eval_and_log(run_ctx *c) {
              ar__p_at(&acc, 1), ar__p_at(&acc, 2), (long long)acc.rows);
     ar_progress_note(c->progress, line);
   }
-  return st;
+  return AR_OK;
 }
 
 static ar_status write_summary(run_ctx *c, ar_summary *s) {
@@ -141,13 +148,18 @@ static ar_status write_summary(run_ctx *c, ar_summary *s) {
   ar_json_num(j, "train_s", s->train_s);
   ar_json_int(j, "peak_rss_bytes", s->peak_rss_bytes);
   ar_json_int(j, "persistent_bytes", (int64_t)c->model->plan.persistent_bytes);
-  ar_json_int(j, "ephemeral_bytes", (int64_t)c->model->plan.ephemeral_bytes);
-  ar_json_int(j, "host_bytes", (int64_t)c->model->plan.host_bytes);
+  if (!c->jo.remote) {
+    ar_json_int(j, "ephemeral_bytes", (int64_t)c->model->plan.ephemeral_bytes);
+    ar_json_int(j, "host_bytes", (int64_t)c->model->plan.host_bytes);
+  }
   ar_json_str(j, "device", s->device);
   ar_json_int(j, "threads", s->threads);
   ar_json_int(j, "batch", c->spec->train.batch);
   ar_json_bool(j, "interrupted", s->interrupted);
-  json_sampled(j, c->model);
+  if (!c->jo.remote)
+    json_sampled(j, c->model);
+  if (c->jo.keys)
+    c->jo.keys(c->jo.keys_ctx, AR_JOB_OUT_SUMMARY, j);
   const char *text = ar_json_end(j);
   ar_status st = text ? ar_fs_write_atomic(c->opts.fs, c->summary_path, text, strlen(text), c->err)
                       : ar_errf(c->err, AR_NOMEM, "out of memory writing the summary");
@@ -155,12 +167,13 @@ static ar_status write_summary(run_ctx *c, ar_summary *s) {
   return st;
 }
 
+/* The training split, and the test split when the job evaluates. */
 static ar_status open_readers(run_ctx *c, const char *train, const char *test) {
   ar_reader_opts ro = ar__job_reader_opts(c->spec, &c->opts, false);
   AR_CHECK(ar_reader_open(train, &ro, &c->train, c->err));
   if (ar_reader_stats(c->train)->points == 0)
     return ar_errf(c->err, AR_PARSE, "%s: error: the training file has no data points", train);
-  if (test) {
+  if (test && c->jo.records) {
     ro = ar__job_reader_opts(c->spec, &c->opts, true);
     AR_CHECK(ar_reader_open(test, &ro, &c->test, c->err));
   }
@@ -175,70 +188,84 @@ ar_device_opts ar_job_device_opts(const ar_spec *spec) {
   return o;
 }
 
-ar_status ar_job_open(const ar_spec *spec, const ar_run_opts *opts, ar_job **out,
-                      ar_err *err) {
+/* The output paths; with opts.resume the checkpoint's position, which a
+ * scheduler needs before the job has a model (srtf: the iterations left). */
+static ar_status open_outputs(run_ctx *c) {
+  const ar_spec *spec = c->spec;
+  if (c->jo.records)
+    AR_CHECK(ar_fs_mkdirs(c->opts.fs, spec->output.dir, c->err));
+  c->ckpt_path = ar_path_join(spec->output.dir, "checkpoint.bin");
+  c->metrics_path = ar_path_join(spec->output.dir, "metrics.jsonl");
+  c->summary_path = ar_path_join(spec->output.dir, "summary.json");
+  if (!c->ckpt_path || !c->metrics_path || !c->summary_path)
+    return ar_errf(c->err, AR_NOMEM, "out of memory");
+  if (!c->opts.resume)
+    return AR_OK;
+  if (!ar_fs_readable(c->opts.fs, c->ckpt_path))
+    return ar_errf(c->err, AR_NOTFOUND, "--resume: no checkpoint at '%s'; run without --resume "
+                   "to start afresh", c->ckpt_path);
+  return ar_checkpoint_peek(c->opts.fs, c->ckpt_path, &c->st, c->err);
+}
+
+/* Readers, batches, the plan and the iteration count. */
+static ar_status open_data(run_ctx *c) {
+  const ar_spec *spec = c->spec;
+  const char *train_path = NULL, *test_path = NULL;
+  AR_CHECK(ar_run_resolve_data(spec, &c->opts, &train_path, &test_path, &c->data_storage,
+                               c->err));
+  AR_CHECK(open_readers(c, train_path, test_path));
+  const ar_data_stats *ts = ar_reader_stats(c->train);
+  if (c->opts.resume)
+    AR_CHECK(ar_checkpoint_check_data(&c->st, ts->points, c->ckpt_path, c->err));
+  ar_job_row_bounds(ts, c->test ? ar_reader_stats(c->test) : NULL, &c->max_nnz, &c->max_labels);
+  int32_t B = spec->train.batch, rows = c->jo.model_rows;
+  if (rows <= 0)
+    rows = (int32_t)((B + c->jo.parts - 1) / c->jo.parts);
+  c->mspec = *spec;
+  c->mspec.train.batch = rows;
+  ar_status st = ar_batch_init(&c->batch, B, c->max_nnz, c->max_labels);
+  if (st == AR_OK && c->jo.parts > 1)
+    st = ar_batch_init(&c->part, rows, c->max_nnz, c->max_labels);
+  if (st != AR_OK)
+    return ar_errf(c->err, st, "out of host memory for a batch of %d rows", B);
+  AR_CHECK(ar_plan_compute(&c->mspec, c->max_nnz, c->max_labels, &c->plan, c->err));
+  int64_t per_epoch = (ts->points + B - 1) / B;
+  c->total = spec->train.iterations;
+  if (spec->train.epochs > 0 && (c->total == 0 || spec->train.epochs * per_epoch < c->total))
+    c->total = spec->train.epochs * per_epoch;
+  return AR_OK;
+}
+
+ar_status ar_job_open_ex(const ar_spec *spec, const ar_run_opts *opts, const ar_job_opts *jopts,
+                         ar_job **out, ar_err *err) {
   *out = NULL;
   run_ctx *c = ar_calloc(1, sizeof *c);
   if (!c)
     return ar_errf(err, AR_NOMEM, "out of memory");
   c->spec = spec;
   c->opts = opts ? *opts : (ar_run_opts)AR_RUN_OPTS_INIT;
+  c->jo = jopts ? *jopts : (ar_job_opts)AR_JOB_OPTS_INIT;
+  AR_ASSERT(c->jo.parts >= 1 && c->jo.part >= 0 && c->jo.part < c->jo.parts);
+  if (c->jo.hooks)
+    c->hooks = *c->jo.hooks;
+  c->jo.hooks = NULL;
   c->err = err;
-  c->wall0 = ar_now();
+  c->wall0 = c->jo.t0 > 0 ? c->jo.t0 : ar_now();
   c->last_eval_iter = -1;
-  const char *train_path = NULL, *test_path = NULL;
-  ar_status st = ar_fs_mkdirs(c->opts.fs, spec->output.dir, err);
-  if (st != AR_OK)
-    goto fail;
-  c->ckpt_path = ar_path_join(spec->output.dir, "checkpoint.bin");
-  c->metrics_path = ar_path_join(spec->output.dir, "metrics.jsonl");
-  c->summary_path = ar_path_join(spec->output.dir, "summary.json");
-  if (!c->ckpt_path || !c->metrics_path || !c->summary_path) {
-    st = ar_errf(err, AR_NOMEM, "out of memory");
-    goto fail;
-  }
-  if (c->opts.resume && !ar_fs_readable(c->opts.fs, c->ckpt_path)) {
-    st = ar_errf(err, AR_NOTFOUND, "--resume: no checkpoint at '%s'; run without --resume to "
-                 "start afresh", c->ckpt_path);
-    goto fail;
-  }
-  /* A resumed job knows its position before it has a model, so that a
-   * scheduler sees its remaining iterations (srtf). */
-  if (c->opts.resume) {
-    st = ar_checkpoint_peek(c->opts.fs, c->ckpt_path, &c->st, err);
-    if (st != AR_OK)
-      goto fail;
-  }
-  st = ar_run_resolve_data(spec, &c->opts, &train_path, &test_path, &c->data_storage, err);
-  if (st != AR_OK)
-    goto fail;
-  st = open_readers(c, train_path, test_path);
-  if (st != AR_OK)
-    goto fail;
-  const ar_data_stats *ts = ar_reader_stats(c->train);
-  if (c->opts.resume) {
-    st = ar_checkpoint_check_data(&c->st, ts->points, c->ckpt_path, err);
-    if (st != AR_OK)
-      goto fail;
-  }
-  ar_job_row_bounds(ts, c->test ? ar_reader_stats(c->test) : NULL, &c->max_nnz, &c->max_labels);
-  st = ar_batch_init(&c->batch, spec->train.batch, c->max_nnz, c->max_labels);
+  ar_status st = open_outputs(c);
+  if (st == AR_OK)
+    st = open_data(c);
   if (st != AR_OK) {
-    ar_errf(err, st, "out of host memory for a batch of %d rows", spec->train.batch);
-    goto fail;
+    ar_job_close(c);
+    return st;
   }
-  st = ar_plan_compute(spec, c->max_nnz, c->max_labels, &c->plan, err);
-  if (st != AR_OK)
-    goto fail;
-  int64_t per_epoch = (ts->points + spec->train.batch - 1) / spec->train.batch;
-  c->total = spec->train.iterations;
-  if (spec->train.epochs > 0 && (c->total == 0 || spec->train.epochs * per_epoch < c->total))
-    c->total = spec->train.epochs * per_epoch;
   *out = c;
   return AR_OK;
-fail:
-  ar_job_close(c);
-  return st;
+}
+
+ar_status ar_job_open(const ar_spec *spec, const ar_run_opts *opts, ar_job **out,
+                      ar_err *err) {
+  return ar_job_open_ex(spec, opts, NULL, out, err);
 }
 
 const ar_plan *ar_job_plan(const ar_job *j) { return &j->plan; }
@@ -246,6 +273,19 @@ ar_model *ar_job_model(ar_job *j) { return j->model; }
 bool ar_job_done(const ar_job *j) { return j->st.iteration >= j->total; }
 int64_t ar_job_iteration(const ar_job *j) { return j->st.iteration; }
 int64_t ar_job_total(const ar_job *j) { return j->total; }
+const ar_ckpt_state *ar_job_state(const ar_job *j) { return &j->st; }
+double ar_job_last_loss_sum(const ar_job *j) { return j->last_loss_sum; }
+
+/* The position c->st: checked against the training data, and a job that
+ * reads training batches seeks there. */
+static ar_status seek(run_ctx *c) {
+  AR_CHECK(ar_checkpoint_check_data(&c->st, ar_reader_stats(c->train)->points, c->ckpt_path,
+                                    c->err));
+  if (c->jo.remote)
+    return AR_OK;
+  AR_CHECK(ar_reader_rewind(c->train, (uint64_t)c->st.epoch, c->err));
+  return ar_reader_skip(c->train, c->st.rows_in_epoch, c->err);
+}
 
 ar_status ar_job_start(ar_job *c, ar_device *dev, void *persistent, void *ephemeral,
                        ar_err *err) {
@@ -253,22 +293,20 @@ ar_status ar_job_start(ar_job *c, ar_device *dev, void *persistent, void *epheme
     return ar_errf(err, AR_STATE, "job already started");
   c->err = err;
   c->dev = dev;
-  const ar_spec *spec = c->spec;
-  AR_CHECK(ar_model_create_in(dev, spec, c->max_nnz, c->max_labels, persistent, ephemeral,
+  AR_CHECK(ar_model_create_in(dev, &c->mspec, c->max_nnz, c->max_labels, persistent, ephemeral,
                               &c->model, err));
   c->started = true;
   if (c->opts.resume) {
     AR_CHECK(ar_checkpoint_load(c->model, &c->st, c->opts.fs, c->ckpt_path, err));
     /* Checked again: the file may have been replaced since ar_job_open. */
-    AR_CHECK(ar_checkpoint_check_data(&c->st, ar_reader_stats(c->train)->points, c->ckpt_path,
-                                      err));
-    AR_CHECK(ar_reader_rewind(c->train, (uint64_t)c->st.epoch, err));
-    AR_CHECK(ar_reader_skip(c->train, c->st.rows_in_epoch, err));
-    AR_CHECK(ar_trim_lines(c->opts.fs, c->metrics_path, c->st.iteration, "iteration",
-                           err));
-  } else {
+    AR_CHECK(seek(c));
+  } else if (!c->jo.remote) {
     AR_CHECK(ar_reader_rewind(c->train, 0, err));
   }
+  if (!c->jo.records)
+    return AR_OK;
+  if (c->opts.resume)
+    AR_CHECK(ar_trim_lines(c->opts.fs, c->metrics_path, c->st.iteration, "iteration", err));
   AR_CHECK(ar_fs_open_write(c->opts.fs, c->metrics_path, c->opts.resume, &c->metrics, err));
   c->progress = ar_progress_create(c->opts.progress, c->opts.quiet, c->total);
   if (c->opts.resume) {
@@ -280,62 +318,221 @@ ar_status ar_job_start(ar_job *c, ar_device *dev, void *persistent, void *epheme
   return AR_OK;
 }
 
+ar_status ar_job_resume_at(ar_job *c, const ar_ckpt_state *st, ar_err *err) {
+  c->err = err;
+  if (!c->started || c->opts.resume)
+    return ar_errf(err, AR_STATE, "a job resumes at a position once, after its start");
+  c->st = *st;
+  if (!c->jo.remote && c->model->n_sampled && ar_model_sampled_rebuild(c->model) != AR_OK)
+    return ar_errf(err, AR_STATE, "%s", c->model->err.msg);
+  return seek(c);
+}
+
 void ar_job_rebase(ar_job *j, void *new_persistent, void *new_ephemeral) {
   if (j->model)
     ar_model_rebase(j->model, new_persistent, new_ephemeral);
 }
 
-ar_status ar_job_step(ar_job *c, ar_err *err) {
-  const ar_spec *spec = c->spec;
-  c->err = err;
-  if (!c->started || ar_job_done(c))
-    return ar_errf(err, AR_STATE, "no iteration to run");
-  double t0 = ar_now();
-  ar_status st = ar_reader_next(c->train, spec->train.batch, &c->batch, err);
-  if (st == AR_OK && c->batch.rows == 0) {
+void ar_job_due(const ar_job *j, int64_t iteration, bool *eval, bool *checkpoint) {
+  const ar_spec *s = j->spec;
+  bool before_end = iteration < j->total;
+  *eval = before_end && s->train.eval_every > 0 && iteration % s->train.eval_every == 0;
+  *checkpoint = before_end && s->train.checkpoint_every > 0 &&
+                iteration % s->train.checkpoint_every == 0;
+}
+
+/* Copies rows [lo, hi) of src into dst. */
+static void slice_batch(const ar_batch *src, int64_t lo, int64_t hi, ar_batch *dst) {
+  int64_t f0 = src->row_ptr[lo], l0 = src->lab_ptr[lo];
+  int64_t nf = src->row_ptr[hi] - f0, nl = src->lab_ptr[hi] - l0;
+  dst->rows = hi - lo;
+  for (int64_t r = 0; r <= hi - lo; r++) {
+    dst->row_ptr[r] = src->row_ptr[lo + r] - f0;
+    dst->lab_ptr[r] = src->lab_ptr[lo + r] - l0;
+  }
+  memcpy(dst->idx, src->idx + f0, (size_t)nf * sizeof *dst->idx);
+  memcpy(dst->val, src->val + f0, (size_t)nf * sizeof *dst->val);
+  memcpy(dst->lab, src->lab + l0, (size_t)nl * sizeof *dst->lab);
+}
+
+/* Reads the next global batch (a new epoch when the data ran out) and
+ * loads this job's rows of it into the model. */
+static ar_status next_batch(run_ctx *c) {
+  int32_t B = c->spec->train.batch;
+  AR_CHECK(ar_reader_next(c->train, B, &c->batch, c->err));
+  if (c->batch.rows == 0) {
     c->st.epoch++;
     c->st.rows_in_epoch = 0;
-    st = ar_reader_rewind(c->train, (uint64_t)c->st.epoch, err);
-    if (st == AR_OK)
-      st = ar_reader_next(c->train, spec->train.batch, &c->batch, err);
+    AR_CHECK(ar_reader_rewind(c->train, (uint64_t)c->st.epoch, c->err));
+    AR_CHECK(ar_reader_next(c->train, B, &c->batch, c->err));
   }
+  const ar_batch *mine = &c->batch;
+  if (c->jo.parts > 1) {
+    int64_t R = c->batch.rows, p = c->jo.part, n = c->jo.parts;
+    slice_batch(&c->batch, R * p / n, R * (p + 1) / n, &c->part);
+    mine = &c->part;
+    /* The parts' gradients sum to the mean over the global batch. */
+    c->model->grad_rows = R;
+  }
+  ar_status st = ar_model_load(c->model, mine);
   if (st != AR_OK)
-    return st;
-  float loss = 0.0f;
-  st = ar_model_train_batch(c->model, &c->batch, &loss);
-  if (st != AR_OK)
-    return ar_errf(err, st, "iteration %lld: %s", (long long)c->st.iteration + 1,
+    return ar_errf(c->err, st, "iteration %lld: %s", (long long)c->st.iteration + 1,
                    c->model->err.msg);
-  if (!isfinite(loss))
-    return ar_errf(err, AR_RANGE, "iteration %lld: the loss became %f; lower "
-                   "train.optimizer's lr", (long long)c->st.iteration + 1, (double)loss);
-  c->st.train_s += ar_now() - t0;
+  return AR_OK;
+}
+
+static ar_status hook(run_ctx *c, ar_status (*fn)(void *, ar_job_phase, int), ar_job_phase ph,
+                      int l) {
+  return fn ? fn(c->hooks.ctx, ph, l) : AR_OK;
+}
+
+static ar_status model_err(run_ctx *c, ar_status st) {
+  return ar_errf(c->err, st, "iteration %lld: %s", (long long)c->st.iteration + 1,
+                 c->model->err.msg);
+}
+
+/* The optimizer: dense layers as a whole, sampled ones on their touched
+ * rows, then their tables on SLIDE's schedule. */
+static ar_status local_step(run_ctx *c) {
+  ar_model *m = c->model;
+  ar_model_advance_step(m);
+  for (int l = 0; l < m->n_layers; l++) {
+    if (!m->layers[l].smp) {
+      ar_model_step_layer(m, l);
+      continue;
+    }
+    if (ar_model_sampled_step(m, l) != AR_OK || ar_model_sampled_rehash(m, l) != AR_OK)
+      return model_err(c, AR_STATE);
+  }
+  return AR_OK;
+}
+
+/* One iteration on the loaded rows, a layer at a time with the hooks
+ * around each (dense layers through the device, sampled ones per sample);
+ * *loss_sum: the rows' summed losses.  No rows (a part whose share of a
+ * short last batch is empty): the gradients are zero. */
+static ar_status train_layers(run_ctx *c, double *loss_sum) {
+  ar_model *m = c->model;
+  const ar_job_hooks *h = &c->hooks;
+  int n = m->n_layers;
+  bool any = m->rows > 0;
+  double lsum = 0.0;
+  for (int l = 0; l < n; l++) {
+    AR_CHECK(hook(c, h->before, AR_JOB_FORWARD, l));
+    if (any && ar_model_train_forward_layer(m, l, &lsum) != AR_OK)
+      return model_err(c, AR_STATE);
+    AR_CHECK(hook(c, h->after, AR_JOB_FORWARD, l));
+  }
+  AR_CHECK(hook(c, h->before, AR_JOB_LOSS, n - 1));
+  *loss_sum = 0.0;
+  if (any)
+    *loss_sum = m->layers[n - 1].smp ? lsum : (double)ar_model_loss(m, true) * (double)m->rows;
+  if (m->loss_status != AR_OK)
+    return model_err(c, m->loss_status);
+  AR_CHECK(hook(c, h->after, AR_JOB_LOSS, n - 1));
+  for (int l = n - 1; l >= 0; l--) {
+    AR_CHECK(hook(c, h->before, AR_JOB_BACKWARD, l));
+    if (any) {
+      if (ar_model_train_backward_layer(m, l) != AR_OK)
+        return model_err(c, AR_STATE);
+    } else if (!m->layers[l].smp) { /* a sampled layer's rows are zero */
+      ar_device_fill(m->dev, m->layers[l].gw, m->layers[l].in * m->layers[l].out, 0.0f);
+      ar_device_fill(m->dev, m->layers[l].gb, m->layers[l].out, 0.0f);
+    }
+    AR_CHECK(hook(c, h->after, AR_JOB_BACKWARD, l));
+  }
+  if (!h->step)
+    return local_step(c);
+  ar_model_advance_step(m);
+  return h->step(h->ctx);
+}
+
+/* An iteration done (here or, for a remote job, elsewhere) of `rows`
+ * global rows with mean loss `loss`: the counts, the loss window and the
+ * progress.  The caller has moved the data position. */
+static void count_iteration(run_ctx *c, int64_t rows, double loss, double seconds) {
+  c->st.train_s += seconds;
   c->st.iteration++;
-  c->st.rows_in_epoch += c->batch.rows;
-  c->st.samples += c->batch.rows;
+  c->st.samples += rows;
   c->loss_window += loss;
   c->loss_window_n++;
+  c->last_train_loss = loss;
   ar_progress_update(c->progress, c->st.iteration, c->st.epoch, loss,
-                     (double)c->st.samples / c->st.train_s);
-  if (spec->train.eval_every > 0 && c->st.iteration % spec->train.eval_every == 0 &&
-      c->st.iteration < c->total)
+                     c->st.train_s > 0 ? (double)c->st.samples / c->st.train_s : 0.0);
+}
+
+static ar_status loss_err(run_ctx *c, double loss) {
+  return ar_errf(c->err, AR_RANGE, "iteration %lld: the loss became %f; lower "
+                 "train.optimizer's lr", (long long)c->st.iteration + 1, loss);
+}
+
+ar_status ar_job_step(ar_job *c, ar_err *err) {
+  c->err = err;
+  if (!c->started || ar_job_done(c) || c->jo.remote)
+    return ar_errf(err, AR_STATE, "no iteration to run");
+  double t0 = ar_now();
+  AR_CHECK(next_batch(c));
+  AR_CHECK(train_layers(c, &c->last_loss_sum));
+  int64_t rows = c->model->rows;
+  /* As a float, the mean every run of this job has always logged. */
+  float loss = rows ? (float)(c->last_loss_sum / (double)rows) : 0.0f;
+  if (c->jo.parts == 1 && !isfinite(loss))
+    return loss_err(c, (double)loss);
+  c->st.rows_in_epoch += c->batch.rows;
+  count_iteration(c, c->batch.rows, loss, ar_now() - t0);
+  if (!c->jo.records)
+    return AR_OK;
+  bool ev, ck;
+  ar_job_due(c, c->st.iteration, &ev, &ck);
+  if (ev)
     AR_CHECK(eval_and_log(c));
-  if (spec->train.checkpoint_every > 0 && c->st.iteration % spec->train.checkpoint_every == 0 &&
-      c->st.iteration < c->total)
+  if (ck)
     AR_CHECK(ar_checkpoint_save(c->model, &c->st, c->opts.fs, c->ckpt_path, err));
   return AR_OK;
 }
 
-ar_status ar_job_checkpoint(ar_job *j, ar_err *err) {
-  if (!j->started)
+ar_status ar_job_record(ar_job *c, const ar_job_result *r, ar_err *err) {
+  c->err = err;
+  if (!c->started || !c->jo.remote)
+    return ar_errf(err, AR_STATE, "only a remote job records iterations");
+  if (!isfinite(r->loss))
+    return loss_err(c, r->loss);
+  c->st.epoch = r->epoch;
+  c->st.rows_in_epoch = r->rows_in_epoch;
+  count_iteration(c, r->rows, r->loss, r->seconds);
+  if (!c->jo.records)
+    return AR_OK;
+  ar_json *j = ar_json_begin();
+  ar_json_int(j, "iteration", c->st.iteration);
+  ar_json_str(j, "kind", "iteration");
+  ar_json_num(j, "train_loss", r->loss);
+  if (c->jo.keys)
+    c->jo.keys(c->jo.keys_ctx, AR_JOB_OUT_ITERATION, j);
+  return append_line(c, j);
+}
+
+static ar_status need_records(const run_ctx *c, ar_err *err) {
+  if (!c->started)
     return ar_errf(err, AR_STATE, "job not started");
+  if (!c->jo.records)
+    return ar_errf(err, AR_STATE, "the job keeps no records");
+  return AR_OK;
+}
+
+ar_status ar_job_evaluate(ar_job *j, ar_err *err) {
+  j->err = err;
+  AR_CHECK(need_records(j, err));
+  return eval_and_log(j);
+}
+
+ar_status ar_job_checkpoint(ar_job *j, ar_err *err) {
+  AR_CHECK(need_records(j, err));
   return ar_checkpoint_save(j->model, &j->st, j->opts.fs, j->ckpt_path, err);
 }
 
 ar_status ar_job_finish(ar_job *c, bool interrupted, ar_summary *summary, ar_err *err) {
   c->err = err;
-  if (!c->started)
-    return ar_errf(err, AR_STATE, "job not started");
+  AR_CHECK(need_records(c, err));
   bool finished = !interrupted;
   if (finished && c->last_eval_iter != c->st.iteration)
     AR_CHECK(eval_and_log(c));
@@ -380,6 +577,7 @@ void ar_job_close(ar_job *c) {
   ar_model_destroy(c->model);
   ar_plan_fini(&c->plan);
   ar_batch_fini(&c->batch);
+  ar_batch_fini(&c->part);
   ar_reader_close(c->test);
   ar_reader_close(c->train);
   ar_free(c->data_storage);

@@ -2,7 +2,7 @@
  * every rank, parsing a job from text, and the frame of one case per run
  * (a scratch folder made by rank 0 and shared, the rank count checked,
  * every rank's failures summed into the exit status, the folder removed
- * when all passed).  One translation unit per test: the state is static. */
+ * when all passed), and comparing two runs' checkpoints bit for bit.  One translation unit per test: the state is static. */
 #ifndef ACCELRT_TESTS_DIST_CASE_H
 #define ACCELRT_TESTS_DIST_CASE_H
 
@@ -79,6 +79,41 @@ static inline int case_end(const char *which, const char *dir) {
   if (rank == 0)
     printf("%s: %s\n", which, all ? "FAILED" : "ok");
   return all ? 1 : 0;
+}
+
+/* Whether two runs' final checkpoints hold the same model, optimizer
+ * state and data position bit for bit: every byte but train_s (wall
+ * seconds, bytes 56..63: see runtime/engine/checkpoint.c) and the CRC
+ * that covers it. */
+static inline bool case_same_checkpoint(const char *a, const char *b) {
+  char pa[700], pb[700];
+  snprintf(pa, sizeof pa, "%s/checkpoint.bin", a);
+  snprintf(pb, sizeof pb, "%s/checkpoint.bin", b);
+  FILE *fa = fopen(pa, "rb"), *fb = fopen(pb, "rb");
+  bool same = fa && fb;
+  long n = -1, m = -2;
+  if (same) {
+    fseek(fa, 0, SEEK_END);
+    fseek(fb, 0, SEEK_END);
+    n = ftell(fa);
+    m = ftell(fb);
+    rewind(fa);
+    rewind(fb);
+    same = n == m && n > 68;
+  }
+  for (long i = 0; same && i < n - 4; i++) {
+    int x = fgetc(fa), y = fgetc(fb);
+    if (x != y && (i < 56 || i >= 64)) {
+      fprintf(stderr, "checkpoints differ at byte %ld of %ld\n", i, n);
+      same = false;
+    }
+  }
+  CHECK(n == m, "checkpoint sizes %ld and %ld (%s, %s)", n, m, pa, pb);
+  if (fa)
+    fclose(fa);
+  if (fb)
+    fclose(fb);
+  return same;
 }
 
 #endif

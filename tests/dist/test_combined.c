@@ -34,7 +34,10 @@
  *   staged_mixed worker 1 stages and computes the wide layer dense (what
  *                a GPU worker does) next to two sampling host workers:
  *                bit for bit the same as that job unstaged, and the
- *                summary names the staged worker.
+ *                summary names the staged worker;
+ *   pieces       every message split into pieces of 1000 bytes (as a
+ *                message over 2 GiB is split into MPI-sized ones): bit
+ *                for bit the same as the plain run.
  *
  * Why the tolerance: distributed and single-process SLIDE differ in the
  * order the rows' gradients are summed and in the shared random negatives
@@ -58,6 +61,9 @@
 #define WARMUP 3
 #define MAX_T 16
 
+
+/* Bytes per piece of a message for the runs (0: the default). */
+static size_t piece_bytes;
 
 /* Bytes the workers saw during the traced iterations: sums and counts. */
 static double bytes_sum[MAX_T];
@@ -110,6 +116,7 @@ static ar_status run_dist_ex(const char *dir, const char *workers, bool stage, a
   o.timeout_s = 120;
   o.on_bytes = on_bytes;
   o.stage = stage;
+  o.piece_bytes = piece_bytes;
   ar_run_opts ro = AR_RUN_OPTS_INIT;
   ro.quiet = true;
   memset(s, 0, sizeof *s);
@@ -179,41 +186,6 @@ static void summary_str(const char *dir, const char *key, char *out, size_t cap)
   out[k] = '\0';
 }
 
-/* Whether two runs' final checkpoints hold the same model, optimizer
- * state and data position bit for bit: every byte but train_s (wall
- * seconds, bytes 56..63: see runtime/engine/checkpoint.c) and the CRC
- * that covers it. */
-static bool same_checkpoint(const char *a, const char *b) {
-  char pa[700], pb[700];
-  snprintf(pa, sizeof pa, "%s/checkpoint.bin", a);
-  snprintf(pb, sizeof pb, "%s/checkpoint.bin", b);
-  FILE *fa = fopen(pa, "rb"), *fb = fopen(pb, "rb");
-  bool same = fa && fb;
-  long n = -1, m = -2;
-  if (same) {
-    fseek(fa, 0, SEEK_END);
-    fseek(fb, 0, SEEK_END);
-    n = ftell(fa);
-    m = ftell(fb);
-    rewind(fa);
-    rewind(fb);
-    same = n == m && n > 68;
-  }
-  for (long i = 0; same && i < n - 4; i++) {
-    int x = fgetc(fa), y = fgetc(fb);
-    if (x != y && (i < 56 || i >= 64)) {
-      fprintf(stderr, "checkpoints differ at byte %ld of %ld\n", i, n);
-      same = false;
-    }
-  }
-  CHECK(n == m, "checkpoint sizes %ld and %ld (%s, %s)", n, m, pa, pb);
-  if (fa)
-    fclose(fa);
-  if (fb)
-    fclose(fb);
-  return same;
-}
-
 /* The job run plain and with this rank staging when stage_rank says so
  * (-1: every rank): the same bits; the summary counts the staged. */
 static void case_staged(const char *dir, const char *workers, int stage_rank, int staged,
@@ -242,7 +214,32 @@ static void case_staged(const char *dir, const char *workers, int stage_rank, in
   CHECK(memcmp(&p.loss, &s.loss, sizeof p.loss) == 0, "loss %.9g staged vs %.9g plain", s.loss,
         p.loss);
   CHECK(p.p_at[0] == s.p_at[0], "P@1 %.4f staged vs %.4f plain", s.p_at[0], p.p_at[0]);
-  CHECK(same_checkpoint(pdir, sdir), "the staged run's model differs from the plain run's");
+  CHECK(case_same_checkpoint(pdir, sdir), "the staged run's model differs from the plain run's");
+}
+
+/* The job with every message in pieces of 1000 bytes (the rows messages
+ * of out.w and out.b, up to 1 MiB, in up to 1,057 pieces, some of them
+ * empty): bit for bit the plain run, and the same rows bytes moved. */
+static void case_pieces(const char *dir) {
+  char pdir[600], sdir[600];
+  snprintf(pdir, sizeof pdir, "%s/plain", dir);
+  snprintf(sdir, sizeof sdir, "%s/pieces", dir);
+  ar_summary p, s;
+  if (run_dist(pdir, NULL, &p) != AR_OK)
+    return;
+  MPI_Barrier(MPI_COMM_WORLD);
+  piece_bytes = 1000;
+  if (run_dist(sdir, NULL, &s) != AR_OK || rank != 0)
+    return;
+  printf("loss: plain %.9g, in pieces %.9g\n", p.loss, s.loss);
+  CHECK(memcmp(&p.loss, &s.loss, sizeof p.loss) == 0, "loss %.9g in pieces vs %.9g plain", s.loss,
+        p.loss);
+  static const char *keys[] = {"param_bytes_median", "sparse_grad_bytes_median",
+                               "graph_bytes.out.w", "graph_bytes.out.b"};
+  for (int k = 0; k < 4; k++)
+    CHECK(summary_num(pdir, keys[k]) == summary_num(sdir, keys[k]), "%s: %g in pieces vs %g",
+          keys[k], summary_num(sdir, keys[k]), summary_num(pdir, keys[k]));
+  CHECK(case_same_checkpoint(pdir, sdir), "the run in pieces differs from the plain run");
 }
 
 static void case_equal(const char *dir, const char *workers, int sampled) {
@@ -375,6 +372,8 @@ int main(int argc, char **argv) {
     case_devices(dir);
   else if (strcmp(which, "staged") == 0)
     case_staged(dir, NULL, -1, 3, "host (staged),host (staged),host (staged)");
+  else if (strcmp(which, "pieces") == 0)
+    case_pieces(dir);
   else if (strcmp(which, "staged_mixed") == 0) /* rank 2 is worker 1 */
     case_staged(dir, "[{}, {sparse: dense}, {}]", 2, 1, "host,host (staged),host");
   else

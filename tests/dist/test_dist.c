@@ -15,7 +15,13 @@
  *                 equal those of a single-process run with the same batch
  *                 and seed;
  *   equal_2s      2 servers (shards gathered for the checkpoint), 1 worker,
- *                 SGD with momentum: the same equality.
+ *                 SGD with momentum: the same equality;
+ *   pieces_2s     that job with every message in pieces of 1000 bytes (as
+ *                 a message over 2 GiB is split into MPI-sized ones), run
+ *                 for 4 iterations and resumed to 8 (the checkpoint's
+ *                 state moved to the other server and the parameters
+ *                 broadcast, in pieces): bit for bit the uninterrupted run
+ *                 without pieces.
  *
  * No wall-clock thresholds.  Every rank checks what it can and the exit
  * status is non-zero when any rank failed. */
@@ -40,6 +46,10 @@ static uint32_t seen[MAX_ITERS + 1][MAX_T];
 static size_t seen_n[MAX_ITERS + 1];
 static uint32_t number[MAX_T], channel[MAX_T];
 static int have_schedule;
+/* How the next run goes: bytes per piece of a message (0: the default),
+ * and whether it resumes. */
+static size_t piece_bytes;
+static bool resume_run;
 
 static void on_order(void *ctx, int64_t it, const uint32_t *t, size_t n) {
   (void)ctx;
@@ -86,8 +96,10 @@ static ar_status run_dist(ar_spec *spec) {
   o.timeout_s = 60;
   o.on_recv_order = on_order;
   o.on_schedule = on_schedule;
+  o.piece_bytes = piece_bytes;
   ar_run_opts ro = AR_RUN_OPTS_INIT;
   ro.quiet = true;
+  ro.resume = resume_run;
   ar_summary s;
   memset(&s, 0, sizeof s);
   ar_err err = AR_ERR_INIT;
@@ -261,6 +273,28 @@ static void case_equal(const char *dir, int servers, const char *opt) {
   ar_spec_destroy(one);
 }
 
+static void case_pieces(const char *dir) {
+  char plain[600], pieces[600];
+  snprintf(plain, sizeof plain, "%s/plain", dir);
+  snprintf(pieces, sizeof pieces, "%s/pieces", dir);
+  static const char *sgd = "{sgd: {lr: 0.05, momentum: 0.9}}";
+  ar_spec *all = job(plain, 2, "tac", 8, sgd, NULL, true);
+  ar_spec *half = job(pieces, 2, "tac", 4, sgd, NULL, true);
+  ar_spec *rest = job(pieces, 2, "tac", 8, sgd, NULL, true);
+  ar_status st = all && half && rest ? run_dist(all) : AR_INVALID;
+  piece_bytes = 1000;
+  if (st == AR_OK)
+    st = run_dist(half);
+  resume_run = true;
+  if (st == AR_OK)
+    st = run_dist(rest);
+  if (st == AR_OK && rank == 0)
+    CHECK(case_same_checkpoint(plain, pieces), "the run in pieces differs from the plain run");
+  ar_spec_destroy(all);
+  ar_spec_destroy(half);
+  ar_spec_destroy(rest);
+}
+
 int main(int argc, char **argv) {
   const char *which = argc > 1 ? argv[1] : "";
   char dir[512];
@@ -278,6 +312,8 @@ int main(int argc, char **argv) {
     case_equal(dir, 1, "{adam: {lr: 0.01}}");
   else if (strcmp(which, "equal_2s") == 0)
     case_equal(dir, 2, "{sgd: {lr: 0.05, momentum: 0.9}}");
+  else if (strcmp(which, "pieces_2s") == 0)
+    case_pieces(dir);
   else
     CHECK(false, "unknown case '%s'", which);
   return case_end(which, dir);
