@@ -687,19 +687,17 @@ static ar_status parse_header(ar_reader *r, const char *s, size_t len,
 
 /* ---- open: the scan -------------------------------------------------------- */
 
-/* Reads the whole file once: validates, fills stats and the window sizes. */
-static ar_status scan(ar_reader *r, ar_err *err) {
-  const int xc = r->opts.format == AR_FMT_XC;
+/* The id limits and the reasons messages give for them: the xc header's
+ * counts (read here from line 1), then the model's own, when smaller. */
+static ar_status set_limits(ar_reader *r, int64_t header[3], ar_err *err) {
   ar_data_stats *st = &r->stats;
-  int64_t header[3] = {0, 0, 0};
-  char *line;
-  size_t len;
-
   r->feat_limit = ID_MAX;
   r->lab_limit = ID_MAX;
   r->feat_why = "ids must be below 2^31";
   r->lab_why = "ids must be below 2^31";
-  if (xc) {
+  if (r->opts.format == AR_FMT_XC) {
+    char *line;
+    size_t len;
     AR_CHECK(lr_get(r, 1, &line, &len, err));
     if (!line)
       return perr(r, err, AR_PARSE, 1,
@@ -723,11 +721,47 @@ static ar_status scan(ar_reader *r, ar_err *err) {
     r->lab_why = "the output layer has this many labels; check its width "
                  "and the data file";
   }
+  return AR_OK;
+}
 
+/* Adds a parsed row to the file's figures and to the window it falls in
+ * (*win: features, labels, rows of the window so far). */
+static void count_row(ar_reader *r, const rowbuf *row, int64_t *max_lab_id, int64_t win[3]) {
+  ar_data_stats *st = &r->stats;
+  st->points++;
+  st->total_nnz += row->nnz;
+  st->total_labels += row->nlab;
+  if (row->nnz > st->max_nnz)
+    st->max_nnz = row->nnz;
+  if (row->nlab > st->max_labels)
+    st->max_labels = row->nlab;
+  if (row->nlab == 0)
+    st->empty_label_rows++;
+  for (int64_t i = 0; i < row->nlab; i++)
+    if (row->lab[i] > *max_lab_id)
+      *max_lab_id = row->lab[i];
+  win[0] += row->nnz;
+  win[1] += row->nlab;
+  if (++win[2] == r->window) {
+    if (win[0] > r->win_nnz_cap)
+      r->win_nnz_cap = win[0];
+    if (win[1] > r->win_lab_cap)
+      r->win_lab_cap = win[1];
+    win[0] = win[1] = win[2] = 0;
+  }
+}
+
+/* Reads the whole file once: validates, fills stats and the window sizes. */
+static ar_status scan(ar_reader *r, ar_err *err) {
+  const int xc = r->opts.format == AR_FMT_XC;
+  ar_data_stats *st = &r->stats;
+  int64_t header[3] = {0, 0, 0};
+  AR_CHECK(set_limits(r, header, err));
   int64_t blank_line = 0; /* first of a run of blank lines, 0 when none */
-  int64_t max_lab_id = -1;
-  int64_t win_nnz = 0, win_lab = 0, in_win = 0;
+  int64_t max_lab_id = -1, win[3] = {0, 0, 0};
   for (;;) {
+    char *line;
+    size_t len;
     AR_CHECK(lr_get(r, 1, &line, &len, err));
     if (!line)
       break;
@@ -748,33 +782,12 @@ static ar_status scan(ar_reader *r, ar_err *err) {
                   (long long)header[0]);
     rowbuf row = {NULL, NULL, 0, r->scratch_lab, r->scratch_cap, 0, 0, 0};
     AR_CHECK(parse_row(r, 1, line, len, &row, err));
-    st->points++;
-    st->total_nnz += row.nnz;
-    st->total_labels += row.nlab;
-    if (row.nnz > st->max_nnz)
-      st->max_nnz = row.nnz;
-    if (row.nlab > st->max_labels)
-      st->max_labels = row.nlab;
-    if (row.nlab == 0)
-      st->empty_label_rows++;
-    for (int64_t i = 0; i < row.nlab; i++)
-      if (row.lab[i] > max_lab_id)
-        max_lab_id = row.lab[i];
-    win_nnz += row.nnz;
-    win_lab += row.nlab;
-    if (++in_win == r->window) {
-      if (win_nnz > r->win_nnz_cap)
-        r->win_nnz_cap = win_nnz;
-      if (win_lab > r->win_lab_cap)
-        r->win_lab_cap = win_lab;
-      win_nnz = win_lab = in_win = 0;
-    }
+    count_row(r, &row, &max_lab_id, win);
   }
-  if (win_nnz > r->win_nnz_cap)
-    r->win_nnz_cap = win_nnz;
-  if (win_lab > r->win_lab_cap)
-    r->win_lab_cap = win_lab;
-
+  if (win[0] > r->win_nnz_cap)
+    r->win_nnz_cap = win[0];
+  if (win[1] > r->win_lab_cap)
+    r->win_lab_cap = win[1];
   if (xc && st->points != header[0])
     return perr(r, err, AR_PARSE, 1,
                 "the header declares %lld points but the file has %lld data "
