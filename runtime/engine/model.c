@@ -106,6 +106,34 @@ ar_status ar_model_create(ar_device *dev, const ar_spec *spec, int64_t max_nnz,
   return ar_model_create_in(dev, spec, max_nnz, max_labels, NULL, NULL, out, err);
 }
 
+/* The model's own blocks (no lane gave it any): refused before
+ * allocating when the device cannot hold the plan -- a failed allocation
+ * would say less, and an overcommitting host could grant it and let the
+ * OOM killer end the job later. */
+static ar_status own_blocks(ar_model *m, ar_err *err) {
+  ar_device *dev = m->dev;
+  ar_mem_limit lim;
+  ar_mem_limit_get(m->spec, dev, &lim);
+  AR_CHECK(ar_plan_fit(&m->plan, m->spec, &lim, err));
+  ar_status st = ar_device_alloc(dev, m->plan.persistent_bytes, &m->persistent);
+  if (st != AR_OK)
+    return ar_errf(err, st, "cannot allocate %zu bytes of persistent memory (parameters and "
+                   "optimizer state) on %s: %s; use a smaller model", m->plan.persistent_bytes,
+                   ar_device_name(dev), ar_device_errmsg(dev));
+  st = ar_device_alloc(dev, m->plan.ephemeral_bytes, &m->ephemeral);
+  if (st != AR_OK)
+    return ar_errf(err, st, "cannot allocate %zu bytes of ephemeral memory (one iteration) on "
+                   "%s: %s; lower train.batch", m->plan.ephemeral_bytes, ar_device_name(dev),
+                   ar_device_errmsg(dev));
+  /* First touch through the device: on the host its fill runs on the
+   * pinned team in static chunks, so each page lands on the NUMA node of
+   * the thread that will mostly use that part of the rows, not all on the
+   * node of the thread that created the model. */
+  ar_device_fill(dev, m->persistent, (int64_t)(m->plan.persistent_bytes / sizeof(float)), 0.0f);
+  ar_device_fill(dev, m->ephemeral, (int64_t)(m->plan.ephemeral_bytes / sizeof(float)), 0.0f);
+  return AR_OK;
+}
+
 ar_status ar_model_create_in(ar_device *dev, const ar_spec *spec, int64_t max_nnz,
                              int64_t max_labels, void *persistent, void *ephemeral,
                              ar_model **out, ar_err *err) {
@@ -126,35 +154,8 @@ ar_status ar_model_create_in(ar_device *dev, const ar_spec *spec, int64_t max_nn
   if (persistent) {
     m->persistent = persistent;
     m->ephemeral = ephemeral;
-  } else {
-    /* Refused before allocating when the device cannot hold the plan: a
-     * failed allocation would say less, and an overcommitting host could
-     * grant it and let the OOM killer end the job later. */
-    ar_mem_limit lim;
-    ar_mem_limit_get(spec, dev, &lim);
-    st = ar_plan_fit(&m->plan, spec, &lim, err);
-    if (st != AR_OK)
-      goto fail;
-    st = ar_device_alloc(dev, m->plan.persistent_bytes, &m->persistent);
-    if (st != AR_OK) {
-      ar_errf(err, st, "cannot allocate %zu bytes of persistent memory (parameters and "
-              "optimizer state) on %s: %s; use a smaller model", m->plan.persistent_bytes,
-              ar_device_name(dev), ar_device_errmsg(dev));
-      goto fail;
-    }
-    st = ar_device_alloc(dev, m->plan.ephemeral_bytes, &m->ephemeral);
-    if (st != AR_OK) {
-      ar_errf(err, st, "cannot allocate %zu bytes of ephemeral memory (one iteration) on %s: "
-              "%s; lower train.batch", m->plan.ephemeral_bytes, ar_device_name(dev),
-              ar_device_errmsg(dev));
-      goto fail;
-    }
-    /* First touch through the device: on the host its fill runs on the
-     * pinned team in static chunks, so each page lands on the NUMA node of
-     * the thread that will mostly use that part of the rows, not all on
-     * the node of the thread that created the model. */
-    ar_device_fill(dev, m->persistent, (int64_t)(m->plan.persistent_bytes / sizeof(float)), 0.0f);
-    ar_device_fill(dev, m->ephemeral, (int64_t)(m->plan.ephemeral_bytes / sizeof(float)), 0.0f);
+  } else if ((st = own_blocks(m, err)) != AR_OK) {
+    goto fail;
   }
   m->n_layers = spec->n_layers;
   m->layers = ar_calloc((size_t)m->n_layers, sizeof *m->layers);
