@@ -304,9 +304,9 @@ const char *ar_lanes_fmt_bytes(size_t bytes, char *buf, size_t size) {
 
 /* ---- invariants ----------------------------------------------------------- */
 
-ar_status ar_lanes_check(const ar_lanes *l, ar_err *err) {
+/* Every live job: its state, its persistent block, its lane. */
+static ar_status check_jobs(const ar_lanes *l, size_t *admitted, size_t *sumP, ar_err *err) {
   const size_t a = l->align;
-  size_t admitted = 0, sumP = 0, sum_peaks = 0, sum_lanes = 0;
   for (size_t i = 0; i < l->nlive; i++) {
     const ar__job *j = l->live[i];
     if (j->state == AR_LANES_QUEUED) {
@@ -318,8 +318,8 @@ ar_status ar_lanes_check(const ar_lanes *l, ar_err *err) {
     if (j->state != AR_LANES_ADMITTED)
       return ar_errf(err, AR_CORRUPT, "job %llu in the live list has left",
                      (unsigned long long)j->id);
-    admitted++;
-    sumP += j->P;
+    (*admitted)++;
+    *sumP += j->P;
     if (j->poff % a || j->P % a || j->P == 0 || j->poff > l->capacity ||
         l->capacity - j->poff < j->P)
       return ar_errf(err, AR_CORRUPT,
@@ -331,14 +331,19 @@ ar_status ar_lanes_check(const ar_lanes *l, ar_err *err) {
       return ar_errf(err, AR_CORRUPT, "job %llu is in lane %u, which is gone",
                      (unsigned long long)j->id, (unsigned)j->lane);
     if (j->E > ln->size)
-      return ar_errf(err, AR_CORRUPT,
-                     "job %llu: peak %zu exceeds its lane %u of %zu",
-                     (unsigned long long)j->id, j->E, (unsigned)ln->id,
-                     ln->size);
+      return ar_errf(err, AR_CORRUPT, "job %llu: peak %zu exceeds its lane %u of %zu",
+                     (unsigned long long)j->id, j->E, (unsigned)ln->id, ln->size);
     if (j->running && ln->running != j)
       return ar_errf(err, AR_CORRUPT, "job %llu runs but lane %u does not say so",
                      (unsigned long long)j->id, (unsigned)ln->id);
   }
+  return AR_OK;
+}
+
+/* Every lane: its job count, its block, the job it runs. */
+static ar_status check_lanes(const ar_lanes *l, size_t *sum_peaks, size_t *sum_lanes,
+                             ar_err *err) {
+  const size_t a = l->align;
   for (size_t i = 0; i < l->nlanes; i++) {
     const ar__lane *ln = &l->lanes[i];
     size_t n = 0;
@@ -357,10 +362,14 @@ ar_status ar_lanes_check(const ar_lanes *l, ar_err *err) {
                         ln->running->lane != ln->id || !ln->running->running))
       return ar_errf(err, AR_CORRUPT, "lane %u runs a job that is not its own",
                      (unsigned)ln->id);
-    sum_peaks += ar__lanes_lane_peak(l, ln);
-    sum_lanes += ln->size;
+    *sum_peaks += ar__lanes_lane_peak(l, ln);
+    *sum_lanes += ln->size;
   }
-  /* Pairwise disjoint: every allocation against every other. */
+  return AR_OK;
+}
+
+/* Pairwise disjoint: every allocation against every other. */
+static ar_status check_disjoint(const ar_lanes *l, ar_err *err) {
   for (size_t i = 0; i < l->nlive; i++) {
     const ar__job *x = l->live[i];
     if (x->state != AR_LANES_ADMITTED)
@@ -369,15 +378,13 @@ ar_status ar_lanes_check(const ar_lanes *l, ar_err *err) {
       const ar__job *y = l->live[k];
       if (y->state == AR_LANES_ADMITTED && x->poff < y->poff + y->P &&
           y->poff < x->poff + x->P)
-        return ar_errf(err, AR_CORRUPT,
-                       "persistent blocks of jobs %llu and %llu overlap",
+        return ar_errf(err, AR_CORRUPT, "persistent blocks of jobs %llu and %llu overlap",
                        (unsigned long long)x->id, (unsigned long long)y->id);
     }
     for (size_t k = 0; k < l->nlanes; k++) {
       const ar__lane *ln = &l->lanes[k];
       if (x->poff < ln->off + ln->size && ln->off < x->poff + x->P)
-        return ar_errf(err, AR_CORRUPT,
-                       "persistent block of job %llu overlaps lane %u",
+        return ar_errf(err, AR_CORRUPT, "persistent block of job %llu overlaps lane %u",
                        (unsigned long long)x->id, (unsigned)ln->id);
     }
   }
@@ -385,9 +392,17 @@ ar_status ar_lanes_check(const ar_lanes *l, ar_err *err) {
     for (size_t k = i + 1; k < l->nlanes; k++) {
       const ar__lane *x = &l->lanes[i], *y = &l->lanes[k];
       if (x->off < y->off + y->size && y->off < x->off + x->size)
-        return ar_errf(err, AR_CORRUPT, "lanes %u and %u overlap",
-                       (unsigned)x->id, (unsigned)y->id);
+        return ar_errf(err, AR_CORRUPT, "lanes %u and %u overlap", (unsigned)x->id,
+                       (unsigned)y->id);
     }
+  return AR_OK;
+}
+
+ar_status ar_lanes_check(const ar_lanes *l, ar_err *err) {
+  size_t admitted = 0, sumP = 0, sum_peaks = 0, sum_lanes = 0;
+  AR_CHECK(check_jobs(l, &admitted, &sumP, err));
+  AR_CHECK(check_lanes(l, &sum_peaks, &sum_lanes, err));
+  AR_CHECK(check_disjoint(l, err));
   size_t ptop = ar__lanes_persistent_top(l), ebase = ar__lanes_ephemeral_base(l);
   if (ptop > ebase)
     return ar_errf(err, AR_CORRUPT,
