@@ -528,6 +528,19 @@ static ar_status start_job(server *s, sjob *j, const char *yaml, size_t n, bool 
   return AR_OK;
 }
 
+/* Room for one more job in the server's list (s->mu held). */
+static bool grow_jobs(server *s) {
+  if (s->njobs < s->capjobs)
+    return true;
+  size_t cap = s->capjobs ? 2 * s->capjobs : 64;
+  sjob **nj = ar_realloc(s->jobs, cap * sizeof *nj);
+  if (!nj)
+    return false;
+  s->jobs = nj;
+  s->capjobs = cap;
+  return true;
+}
+
 /* A new job entry (id, folder) of cred, or NULL when out of memory. */
 static sjob *new_sjob(server *s, const ar__cred *cred) {
   sjob *j = ar_calloc(1, sizeof *j);
@@ -540,16 +553,10 @@ static sjob *new_sjob(server *s, const ar__cred *cred) {
     return NULL;
   }
   pthread_mutex_lock(&s->mu);
-  if (s->njobs == s->capjobs) {
-    size_t cap = s->capjobs ? 2 * s->capjobs : 64;
-    sjob **nj = ar_realloc(s->jobs, cap * sizeof *nj);
-    if (!nj) {
-      pthread_mutex_unlock(&s->mu);
-      sjob_free(j);
-      return NULL;
-    }
-    s->jobs = nj;
-    s->capjobs = cap;
+  if (!grow_jobs(s)) {
+    pthread_mutex_unlock(&s->mu);
+    sjob_free(j);
+    return NULL;
   }
   j->id = s->next_id++;
   j->state = AR_TJ_PENDING;
@@ -1126,72 +1133,49 @@ static bool parse_meta(sjob *j, uint64_t id, char *meta, size_t len, char *state
   return true;
 }
 
-/* Reads one job's journal; resubmits it when it was queued or running. */
-static void recover_job(server *s, uint64_t id) {
+/* Reads and checks one journal entry: the job (its rights through the
+ * broker) with its state word, or NULL (logged) when it is not trusted. */
+static sjob *load_entry(server *s, uint64_t id, char *state, size_t state_cap) {
   char path[64];
   snprintf(path, sizeof path, "jobs/%llu/meta", (unsigned long long)id);
   size_t len = 0;
   char *meta = NULL;
   ar_err err = AR_ERR_INIT;
-  if (id >= s->next_id)
-    s->next_id = id + 1;
   if (ar_fs_read_all(s->sfs, path, META_MAX, &meta, &len, &err) != AR_OK) {
     slog("job %llu: no readable journal (%s); skipped", (unsigned long long)id, err.msg);
-    return;
+    return NULL;
   }
   sjob *j = ar_calloc(1, sizeof *j);
   if (!j) {
     ar_free(meta);
-    return;
+    return NULL;
   }
   j->id = id;
   snprintf(j->dir, sizeof j->dir, "jobs/%llu", (unsigned long long)id);
-  char state[32] = "";
   const char *why = NULL;
-  bool ok = parse_meta(j, id, meta, len, state, sizeof state, &why);
+  bool ok = parse_meta(j, id, meta, len, state, state_cap, &why);
   ar_free(meta);
   if (!ok) {
     slog("job %llu: its journal entry is not trusted (%s); skipped", (unsigned long long)id,
          why);
     sjob_free(j);
-    return;
+    return NULL;
   }
   if (ar__broker_fs(s->broker, &j->cred, &j->fs, &err) != AR_OK) {
     sjob_free(j);
-    return;
+    return NULL;
   }
-  pthread_mutex_lock(&s->mu);
-  bool room = true;
-  if (s->njobs == s->capjobs) {
-    size_t cap = s->capjobs ? 2 * s->capjobs : 64;
-    sjob **nj = ar_realloc(s->jobs, cap * sizeof *nj);
-    if (nj) {
-      s->jobs = nj;
-      s->capjobs = cap;
-    } else {
-      room = false;
-    }
-  }
-  if (room)
-    s->jobs[s->njobs++] = j;
-  pthread_mutex_unlock(&s->mu);
-  if (!room) {
-    sjob_free(j);
-    return;
-  }
-  bool was_running = !strcmp(state, "running");
-  if (!was_running && strcmp(state, "queued") != 0 && strcmp(state, "pending") != 0) {
-    /* Ended: kept for ps and logs. */
-    j->state = !strcmp(state, "done")        ? AR_TJ_DONE
-               : !strcmp(state, "cancelled") ? AR_TJ_CANCELLED
-                                             : AR_TJ_FAILED;
-    pthread_mutex_lock(&s->mu);
-    mark_ended(s, j);
-    pthread_mutex_unlock(&s->mu);
-    return;
-  }
-  snprintf(path, sizeof path, "jobs/%llu/job.yaml", (unsigned long long)id);
+  return j;
+}
+
+/* Submits a queued or running job again (a running one resumes from its
+ * checkpoint) and journals how that went. */
+static void restart_job(server *s, sjob *j, const char *was) {
+  char path[64];
+  snprintf(path, sizeof path, "jobs/%llu/job.yaml", (unsigned long long)j->id);
   char *yaml = NULL;
+  size_t len = 0;
+  ar_err err = AR_ERR_INIT;
   ar_status st = ar_fs_read_all(s->sfs, path, AR_SPEC_MAX_BYTES, &yaml, &len, &err);
   if (st == AR_OK)
     st = start_job(s, j, yaml, len, true, &err);
@@ -1210,11 +1194,41 @@ static void recover_job(server *s, uint64_t id) {
     snprintf(j->res.error, sizeof j->res.error, "after a restart: %s", err.msg);
     write_meta(s, j, "failed");
     job_log(s, j, "failed after a restart: %s", err.msg);
-    slog("job %llu could not be recovered: %s", (unsigned long long)id, err.msg);
+    slog("job %llu could not be recovered: %s", (unsigned long long)j->id, err.msg);
   } else {
-    job_log(s, j, "requeued after a server restart (was %s)", state);
-    slog("job %llu '%s' requeued (was %s)", (unsigned long long)id, j->name, state);
+    job_log(s, j, "requeued after a server restart (was %s)", was);
+    slog("job %llu '%s' requeued (was %s)", (unsigned long long)j->id, j->name, was);
   }
+}
+
+/* Reads one job's journal; resubmits it when it was queued or running,
+ * keeps it for ps and logs when it had ended. */
+static void recover_job(server *s, uint64_t id) {
+  if (id >= s->next_id)
+    s->next_id = id + 1;
+  char state[32] = "";
+  sjob *j = load_entry(s, id, state, sizeof state);
+  if (!j)
+    return;
+  pthread_mutex_lock(&s->mu);
+  bool room = grow_jobs(s);
+  if (room)
+    s->jobs[s->njobs++] = j;
+  pthread_mutex_unlock(&s->mu);
+  if (!room) {
+    sjob_free(j);
+    return;
+  }
+  if (!strcmp(state, "running") || !strcmp(state, "queued") || !strcmp(state, "pending")) {
+    restart_job(s, j, state);
+    return;
+  }
+  j->state = !strcmp(state, "done")        ? AR_TJ_DONE
+             : !strcmp(state, "cancelled") ? AR_TJ_CANCELLED
+                                           : AR_TJ_FAILED;
+  pthread_mutex_lock(&s->mu);
+  mark_ended(s, j);
+  pthread_mutex_unlock(&s->mu);
 }
 
 static void recover(server *s) {
