@@ -1353,20 +1353,14 @@ static void serve_loop(server *s, int lfd) {
   ar_stop_signals_restore();
 }
 
-ar_status ar_tenancy_serve(const ar_serve_opts *o, ar_err *err) {
-  AR_CHECK(check_opts(o, err));
-  server s;
-  memset(&s, 0, sizeof s);
-  s.o = *o;
-  s.self = geteuid();
-  s.next_id = 1;
-  snprintf(s.socket, sizeof s.socket, "%s", o->socket_path);
-  AR_CHECK(ar__state_open(o->state_dir, &s.st, err));
-  s.sfs = ar__state_fs(s.st);
+/* The state folder, the broker, dropped capabilities, the runner. */
+static ar_status server_open(server *s, const ar_serve_opts *o, ar_err *err) {
+  AR_CHECK(ar__state_open(o->state_dir, &s->st, err));
+  s->sfs = ar__state_fs(s->st);
   /* The broker first, while this process is small and has one thread;
    * then every capability goes (the broker keeps what changing identity
    * needs). */
-  ar_status st = ar__broker_start(&s.broker, err);
+  ar_status st = ar__broker_start(&s->broker, err);
   if (st == AR_OK)
     st = ar__drop_capabilities(err);
   ar_runner_opts ro = AR_RUNNER_OPTS_INIT;
@@ -1379,23 +1373,62 @@ ar_status ar_tenancy_serve(const ar_serve_opts *o, ar_err *err) {
   ro.threads = o->threads;
   ro.service = true;
   ro.on_event = on_event;
-  ro.ctx = &s;
+  ro.ctx = s;
   ro.out_dir = "runner";
-  ro.fs = s.sfs;
+  ro.fs = s->sfs;
   if (st == AR_OK)
-    st = ar_runner_create(&ro, &s.r, err);
+    st = ar_runner_create(&ro, &s->r, err);
   if (st != AR_OK) {
-    ar__broker_stop(s.broker);
-    ar__state_close(s.st);
-    return st;
+    ar__broker_stop(s->broker);
+    ar__state_close(s->st);
   }
+  return st;
+}
+
+/* After the runner stopped: waits up to 15 s for connection threads to
+ * end on their own (request deadlines, send timeouts, ended logs), then
+ * frees everything they could still touch. */
+static void server_close(server *s) {
+  pthread_mutex_lock(&s->mu);
+  struct timespec dl;
+  clock_gettime(CLOCK_REALTIME, &dl);
+  dl.tv_sec += 15;
+  while (s->conns_total > 0)
+    if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) != 0)
+      break;
+  bool conns_left = s->conns_total > 0;
+  pthread_mutex_unlock(&s->mu);
+  if (!conns_left) {
+    ar_runner_destroy(s->r);
+    for (size_t i = 0; i < s->njobs; i++)
+      sjob_free(s->jobs[i]);
+    ar_free(s->jobs);
+    ar_free(s->by_ridx);
+    ar_free(s->per_uid);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->add_mu);
+    ar__broker_stop(s->broker);
+  }
+  ar__state_close(s->st);
+}
+
+ar_status ar_tenancy_serve(const ar_serve_opts *o, ar_err *err) {
+  AR_CHECK(check_opts(o, err));
+  server s;
+  memset(&s, 0, sizeof s);
+  s.o = *o;
+  s.self = geteuid();
+  s.next_id = 1;
+  snprintf(s.socket, sizeof s.socket, "%s", o->socket_path);
+  AR_CHECK(server_open(&s, o, err));
   pthread_mutex_init(&s.mu, NULL);
   pthread_mutex_init(&s.add_mu, NULL);
   pthread_cond_init(&s.cv, NULL);
   int lfd = -1;
   pthread_t rt;
   bool runner_started = false;
-  st = open_socket(&s, &lfd, err);
+  ar_status st = open_socket(&s, &lfd, err);
   if (st == AR_OK) {
     if (pthread_create(&rt, NULL, runner_main, &s) != 0)
       st = ar_errf(err, AR_NOMEM, "cannot start the scheduler thread");
@@ -1412,29 +1445,6 @@ ar_status ar_tenancy_serve(const ar_serve_opts *o, ar_err *err) {
     ar_runner_stop(s.r);
     pthread_join(rt, NULL);
   }
-  /* Connection threads end on their own (request deadlines, send
-   * timeouts, ended logs). */
-  pthread_mutex_lock(&s.mu);
-  struct timespec dl;
-  clock_gettime(CLOCK_REALTIME, &dl);
-  dl.tv_sec += 15;
-  while (s.conns_total > 0)
-    if (pthread_cond_timedwait(&s.cv, &s.mu, &dl) != 0)
-      break;
-  bool conns_left = s.conns_total > 0;
-  pthread_mutex_unlock(&s.mu);
-  if (!conns_left) {
-    ar_runner_destroy(s.r);
-    for (size_t i = 0; i < s.njobs; i++)
-      sjob_free(s.jobs[i]);
-    ar_free(s.jobs);
-    ar_free(s.by_ridx);
-    ar_free(s.per_uid);
-    pthread_cond_destroy(&s.cv);
-    pthread_mutex_destroy(&s.mu);
-    pthread_mutex_destroy(&s.add_mu);
-    ar__broker_stop(s.broker);
-  }
-  ar__state_close(s.st);
+  server_close(&s);
   return st;
 }
