@@ -50,6 +50,80 @@ static ar_status sample_check(const ar_lsh_tables *t, const ar_lsh_sample_opts *
   return AR_OK;
 }
 
+/* Counting strategies (threshold, top-k): every id of the L buckets is
+ * counted (s->cnt, s->seen), then up to `take` chosen by their counts.
+ * Returns how many ids were seen (their counters are the caller's to
+ * clear). */
+static size_t count_and_choose(const ar_lsh_tables *t, const uint32_t *buckets,
+                               const ar_lsh_sample_opts *o, ar_lsh_scratch *s, size_t take,
+                               uint32_t *out, size_t *k) {
+  uint32_t L = ar__lsh_tables_L(t);
+  size_t nseen = 0;
+  for (uint32_t l = 0; l < L; l++) {
+    uint32_t c;
+    const uint32_t *ids = ar_lsh_tables_bucket(t, l, buckets[l], &c);
+    for (uint32_t j = 0; j < c; j++) {
+      uint32_t w = s->cnt[ids[j]];
+      if (w & CHOSEN)
+        continue;
+      if (w == 0)
+        s->seen[nseen++] = ids[j];
+      s->cnt[ids[j]] = w + 1;
+    }
+  }
+  if (o->strategy == AR_LSH_THRESHOLD) {
+    for (size_t i = 0, got = 0; i < nseen && got < take; i++)
+      if (s->cnt[s->seen[i]] >= o->threshold) {
+        choose(s, s->seen[i], out, k);
+        got++;
+      }
+  } else if (take > 0 && nseen > 0) {
+    /* Stable counting sort by count, descending (counts clamp at L: a
+     * hand-filled bucket may hold an id twice). */
+    uint32_t hist[1026] = {0};
+    for (size_t i = 0; i < nseen; i++) {
+      uint32_t c = s->cnt[s->seen[i]];
+      hist[L - (c < L ? c : L) + 1]++;
+    }
+    for (uint32_t c = 1; c <= L + 1; c++)
+      hist[c] += hist[c - 1];
+    for (size_t i = 0; i < nseen; i++) {
+      uint32_t c = s->cnt[s->seen[i]];
+      s->tmp[hist[L - (c < L ? c : L)]++] = s->seen[i];
+    }
+    for (size_t i = 0; i < nseen && i < take; i++)
+      choose(s, s->tmp[i], out, k);
+  }
+  return nseen;
+}
+
+/* Random ids not chosen yet, until *k reaches target (of n neurons). */
+static void top_up(ar_lsh_scratch *s, uint32_t n, size_t target, ar_rng *rng, uint32_t *out,
+                   size_t *k) {
+  if (*k >= target)
+    return;
+  size_t want = target - *k;
+  if (2 * want > n - *k) { /* dense fill: partial Fisher-Yates of the rest */
+    size_t m = 0;
+    for (uint32_t id = 0; id < n; id++)
+      if (!(s->cnt[id] & CHOSEN))
+        s->tmp[m++] = id;
+    for (size_t i = 0; i < want; i++) {
+      size_t j = i + ar_rng_below(rng, m - i);
+      uint32_t x = s->tmp[j];
+      s->tmp[j] = s->tmp[i];
+      s->tmp[i] = x;
+      choose(s, x, out, k);
+    }
+    return;
+  }
+  while (*k < target) {
+    uint32_t id = (uint32_t)ar_rng_below(rng, n);
+    if (!(s->cnt[id] & CHOSEN))
+      choose(s, id, out, k);
+  }
+}
+
 ar_status ar_lsh_sample(const ar_lsh_tables *t, const uint32_t *buckets,
                         const ar_lsh_sample_opts *o, const uint32_t *always,
                         size_t n_always, ar_lsh_scratch *s, ar_rng *rng,
@@ -64,7 +138,6 @@ ar_status ar_lsh_sample(const ar_lsh_tables *t, const uint32_t *buckets,
   size_t limit = maxa > k ? maxa - k : 0, take = limit;
   if (o->strategy != AR_LSH_THRESHOLD && o->budget && o->budget < take)
     take = o->budget;
-
   if (o->strategy == AR_LSH_UNION) {
     size_t got = 0;
     for (uint32_t l = 0; l < L && got < take; l++) {
@@ -77,66 +150,9 @@ ar_status ar_lsh_sample(const ar_lsh_tables *t, const uint32_t *buckets,
         }
     }
   } else {
-    for (uint32_t l = 0; l < L; l++) {
-      uint32_t c;
-      const uint32_t *ids = ar_lsh_tables_bucket(t, l, buckets[l], &c);
-      for (uint32_t j = 0; j < c; j++) {
-        uint32_t w = s->cnt[ids[j]];
-        if (w & CHOSEN)
-          continue;
-        if (w == 0)
-          s->seen[nseen++] = ids[j];
-        s->cnt[ids[j]] = w + 1;
-      }
-    }
-    if (o->strategy == AR_LSH_THRESHOLD) {
-      for (size_t i = 0, got = 0; i < nseen && got < take; i++)
-        if (s->cnt[s->seen[i]] >= o->threshold) {
-          choose(s, s->seen[i], out, &k);
-          got++;
-        }
-    } else if (take > 0 && nseen > 0) {
-      /* Stable counting sort by count, descending (counts clamp at L: a
-       * hand-filled bucket may hold an id twice). */
-      uint32_t hist[1026] = {0};
-      for (size_t i = 0; i < nseen; i++) {
-        uint32_t c = s->cnt[s->seen[i]];
-        hist[L - (c < L ? c : L) + 1]++;
-      }
-      for (uint32_t c = 1; c <= L + 1; c++)
-        hist[c] += hist[c - 1];
-      for (size_t i = 0; i < nseen; i++) {
-        uint32_t c = s->cnt[s->seen[i]];
-        s->tmp[hist[L - (c < L ? c : L)]++] = s->seen[i];
-      }
-      for (size_t i = 0; i < nseen && i < take; i++)
-        choose(s, s->tmp[i], out, &k);
-    }
+    nseen = count_and_choose(t, buckets, o, s, take, out, &k);
   }
-
-  size_t target = o->min_active < maxa ? o->min_active : maxa;
-  if (k < target) {
-    size_t want = target - k;
-    if (2 * want > n - k) { /* dense fill: partial Fisher-Yates of the rest */
-      size_t m = 0;
-      for (uint32_t id = 0; id < n; id++)
-        if (!(s->cnt[id] & CHOSEN))
-          s->tmp[m++] = id;
-      for (size_t i = 0; i < want; i++) {
-        size_t j = i + ar_rng_below(rng, m - i);
-        uint32_t x = s->tmp[j];
-        s->tmp[j] = s->tmp[i];
-        s->tmp[i] = x;
-        choose(s, x, out, &k);
-      }
-    } else {
-      while (k < target) {
-        uint32_t id = (uint32_t)ar_rng_below(rng, n);
-        if (!(s->cnt[id] & CHOSEN))
-          choose(s, id, out, &k);
-      }
-    }
-  }
+  top_up(s, n, o->min_active < maxa ? o->min_active : maxa, rng, out, &k);
   for (size_t i = 0; i < k; i++)
     s->cnt[out[i]] = 0;
   for (size_t i = 0; i < nseen; i++)

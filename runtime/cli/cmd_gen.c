@@ -32,6 +32,8 @@ static void gen_usage(FILE *to) {
           "feature/label counts and row sizes of a known dataset; other options override.\n");
 }
 
+/* accelrt gen-data: its options, one case each (a linear switch, kept in
+ * one piece), then the generator. */
 int cli_gen_data(int argc, char **argv) {
   static const struct option longs[] = {
       {"out", required_argument, NULL, 'o'},          {"shape", required_argument, NULL, 'S'},
