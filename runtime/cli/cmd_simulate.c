@@ -304,6 +304,89 @@ static ar_status simulate_order(const ar_commsched_graph *g, const ar_spec *spec
   return AR_OK;
 }
 
+/* The simulator's options: the link and cluster from the arguments, the
+ * message cost from the trace's fit unless the arguments set it. */
+static ar_commsched_sim_opts sim_opts(const sim_args *a, double update_s,
+                                      const ar_commsched_calib_result *cal) {
+  ar_commsched_sim_opts so = AR_COMMSCHED_SIM_OPTS_INIT;
+  so.workers = (uint32_t)a->workers;
+  so.servers = (uint32_t)a->servers;
+  so.bandwidth_Bps = a->gbps * 1e9 / 8.0;
+  so.latency_s = a->latency_us * 1e-6;
+  so.update_s = update_s / a->servers;
+  if (isfinite(cal->message_s)) {
+    so.message_s = cal->message_s;
+    so.byte_s = cal->byte_s;
+  }
+  if (a->message_us >= 0)
+    so.message_s = a->message_us * 1e-6;
+  if (a->copy_gbps > 0)
+    so.byte_s = 8.0 / (a->copy_gbps * 1e9);
+  if (a->cores > 0 && a->workers > a->cores)
+    so.compute_scale = (double)a->workers / a->cores;
+  if (a->compute_scale > 0)
+    so.compute_scale = a->compute_scale;
+  return so;
+}
+
+/* The header lines of the table: the job, where the times came from. */
+static void print_head(const sim_args *a, const ar_spec *spec, const ar_commsched_graph *g,
+                       const ar_commsched_sim_opts *so, const ar_commsched_calib_result *cal,
+                       int from_oracle, long rows) {
+  size_t bytes = 0, nt = ar_commsched_graph_transfer_count(g);
+  for (size_t t = 0; t < nt; t++)
+    bytes += ar_commsched_graph_bytes(g, (uint32_t)t);
+  printf("%s: %d layers, %zu transfers (%.2f MB), %d workers, %d servers, %.3g Gbit/s, "
+         "latency %.0f us\n",
+         spec->name, spec->n_layers, nt, (double)bytes / 1e6, a->workers, a->servers, a->gbps,
+         a->latency_us);
+  if (a->trace)
+    printf("compute times: medians of %d ops from %s (the rest measured here, %ld rows "
+           "per worker)\n", cal->ops_set, a->trace, rows);
+  else if (a->oracle)
+    printf("compute times: %d ops from %s (the rest measured here, %ld rows per worker)\n",
+           from_oracle, a->oracle, rows);
+  else
+    printf("compute times: measured here, %ld rows per worker, 1 thread; update %.2f ms\n",
+           rows, 1e3 * so->update_s);
+  printf("per message: %.1f us + %.3f ns/byte (copy %.2f Gbit/s)%s; compute x %.3g\n",
+         1e6 * so->message_s, 1e9 * so->byte_s, so->byte_s > 0 ? 8e-9 / so->byte_s : INFINITY,
+         a->trace && isfinite(cal->message_s) ? " fitted on the trace" : "", so->compute_scale);
+  if (a->trace)
+    printf("fit samples: %ld idle transfers\n", cal->samples);
+  printf("%-7s %12s %6s %9s %9s %9s %9s %11s %12s %9s\n", "order", "makespan_ms", "E", "N_ms",
+         "C_ms", "Umin_ms", "Umax_ms", "params_ms", "straggler_ms", "vs_random");
+}
+
+static const ar_commsched_order orders[4] = {AR_COMMSCHED_ORDER_NONE, AR_COMMSCHED_ORDER_RANDOM,
+                                             AR_COMMSCHED_ORDER_TIC, AR_COMMSCHED_ORDER_TAC};
+
+/* One line per order, as a table or JSON lines. */
+static void print_rows(const sim_args *a, const ar_commsched_sim_opts *so, const row *rows_out,
+                       const double *ms) {
+  for (int i = 0; i < 4; i++) {
+    const row *r = &rows_out[i];
+    double vs = rows_out[1].makespan / r->makespan;
+    if (a->json)
+      printf("{\"order\": \"%s\", \"workers\": %d, \"servers\": %d, \"gbps\": %g, "
+             "\"makespan_s\": %.9g, \"efficiency\": %.6g, \"comm_busy_s\": %.9g, "
+             "\"comp_busy_s\": %.9g, \"straggler_s\": %.9g, \"speedup_vs_random\": %.6g, "
+             "\"schedule_ms\": %.6g, \"message_s\": %.6g, \"byte_s\": %.6g, "
+             "\"compute_scale\": %.6g}\n",
+             ar_commsched_order_name(orders[i]), a->workers, a->servers, a->gbps, r->makespan,
+             r->eff, r->comm, r->comp, r->straggler, vs, ms[i], so->message_s, so->byte_s,
+             so->compute_scale);
+    else
+      printf("%-7s %12.3f %6.3f %9.3f %9.3f %9.3f %9.3f %11.3f %12.3f %8.3fx\n",
+             ar_commsched_order_name(orders[i]), 1e3 * r->makespan, r->eff, 1e3 * r->comm,
+             1e3 * r->comp, 1e3 * r->umin, 1e3 * r->umax, 1e3 * r->params, 1e3 * r->straggler,
+             vs);
+  }
+  if (!a->json)
+    printf("random: mean of %d shuffles; tac schedule computed in %.3f ms\n", a->random_iters,
+           ms[3]);
+}
+
 static int run(const sim_args *a, const ar_spec *spec) {
   ar_err err = AR_ERR_INIT;
   ar_commsched_graph *g = NULL;
@@ -318,89 +401,19 @@ static int run(const sim_args *a, const ar_spec *spec) {
   ar_commsched_calib_result cal = {0, 0, NAN, NAN};
   if (st == AR_OK && a->trace)
     st = ar_dist_read_trace(a->trace, g, &cal, &err);
-  if (st != AR_OK) {
-    fprintf(stderr, "accelrt simulate: error: %s\n", err.msg);
-    ar_commsched_graph_destroy(g);
-    return CLI_FAIL;
-  }
-  size_t bytes = 0, nt = ar_commsched_graph_transfer_count(g);
-  for (size_t t = 0; t < nt; t++)
-    bytes += ar_commsched_graph_bytes(g, (uint32_t)t);
-  ar_commsched_sim_opts so = AR_COMMSCHED_SIM_OPTS_INIT;
-  so.workers = (uint32_t)a->workers;
-  so.servers = (uint32_t)a->servers;
-  so.bandwidth_Bps = a->gbps * 1e9 / 8.0;
-  so.latency_s = a->latency_us * 1e-6;
-  so.update_s = update_s / a->servers;
-  if (isfinite(cal.message_s)) {
-    so.message_s = cal.message_s;
-    so.byte_s = cal.byte_s;
-  }
-  if (a->message_us >= 0)
-    so.message_s = a->message_us * 1e-6;
-  if (a->copy_gbps > 0)
-    so.byte_s = 8.0 / (a->copy_gbps * 1e9);
-  if (a->cores > 0 && a->workers > a->cores)
-    so.compute_scale = (double)a->workers / a->cores;
-  if (a->compute_scale > 0)
-    so.compute_scale = a->compute_scale;
-  if (!a->json) {
-    printf("%s: %d layers, %zu transfers (%.2f MB), %d workers, %d servers, %.3g Gbit/s, "
-           "latency %.0f us\n",
-           spec->name, spec->n_layers, nt, (double)bytes / 1e6, a->workers, a->servers, a->gbps,
-           a->latency_us);
-    if (a->trace)
-      printf("compute times: medians of %d ops from %s (the rest measured here, %ld rows "
-             "per worker)\n", cal.ops_set, a->trace, rows);
-    else if (a->oracle)
-      printf("compute times: %d ops from %s (the rest measured here, %ld rows per worker)\n",
-             from_oracle, a->oracle, rows);
-    else
-      printf("compute times: measured here, %ld rows per worker, 1 thread; update %.2f ms\n",
-             rows, 1e3 * so.update_s);
-    printf("per message: %.1f us + %.3f ns/byte (copy %.2f Gbit/s)%s; compute x %.3g\n",
-           1e6 * so.message_s, 1e9 * so.byte_s,
-           so.byte_s > 0 ? 8e-9 / so.byte_s : INFINITY,
-           a->trace && isfinite(cal.message_s) ? " fitted on the trace" : "", so.compute_scale);
-    if (a->trace)
-      printf("fit samples: %ld idle transfers\n", cal.samples);
-    printf("%-7s %12s %6s %9s %9s %9s %9s %11s %12s %9s\n", "order", "makespan_ms", "E",
-           "N_ms", "C_ms", "Umin_ms", "Umax_ms", "params_ms", "straggler_ms", "vs_random");
-  }
-  static const ar_commsched_order orders[4] = {AR_COMMSCHED_ORDER_NONE, AR_COMMSCHED_ORDER_RANDOM,
-                                               AR_COMMSCHED_ORDER_TIC, AR_COMMSCHED_ORDER_TAC};
+  ar_commsched_sim_opts so = sim_opts(a, update_s, &cal);
+  if (st == AR_OK && !a->json)
+    print_head(a, spec, g, &so, &cal, from_oracle, rows);
   row rows_out[4];
   double ms[4];
   for (int i = 0; i < 4 && st == AR_OK; i++)
     st = simulate_order(g, spec, orders[i], a->random_iters, &so, &rows_out[i], &ms[i], &err);
-  if (st != AR_OK) {
+  if (st == AR_OK)
+    print_rows(a, &so, rows_out, ms);
+  else
     fprintf(stderr, "accelrt simulate: error: %s\n", err.msg);
-    ar_commsched_graph_destroy(g);
-    return CLI_FAIL;
-  }
-  for (int i = 0; i < 4; i++) {
-    const row *r = &rows_out[i];
-    double vs = rows_out[1].makespan / r->makespan;
-    if (a->json)
-      printf("{\"order\": \"%s\", \"workers\": %d, \"servers\": %d, \"gbps\": %g, "
-             "\"makespan_s\": %.9g, \"efficiency\": %.6g, \"comm_busy_s\": %.9g, "
-             "\"comp_busy_s\": %.9g, \"straggler_s\": %.9g, \"speedup_vs_random\": %.6g, "
-             "\"schedule_ms\": %.6g, \"message_s\": %.6g, \"byte_s\": %.6g, "
-             "\"compute_scale\": %.6g}\n",
-             ar_commsched_order_name(orders[i]), a->workers, a->servers, a->gbps, r->makespan,
-             r->eff, r->comm, r->comp, r->straggler, vs, ms[i], so.message_s, so.byte_s,
-             so.compute_scale);
-    else
-      printf("%-7s %12.3f %6.3f %9.3f %9.3f %9.3f %9.3f %11.3f %12.3f %8.3fx\n",
-             ar_commsched_order_name(orders[i]), 1e3 * r->makespan, r->eff, 1e3 * r->comm,
-             1e3 * r->comp, 1e3 * r->umin, 1e3 * r->umax, 1e3 * r->params, 1e3 * r->straggler,
-             vs);
-  }
-  if (!a->json)
-    printf("random: mean of %d shuffles; tac schedule computed in %.3f ms\n", a->random_iters,
-           ms[3]);
   ar_commsched_graph_destroy(g);
-  return CLI_OK;
+  return st == AR_OK ? CLI_OK : CLI_FAIL;
 }
 
 int cli_simulate(int argc, char **argv) {
