@@ -46,6 +46,59 @@ static int placement_before(const void *a, const void *b) {
   return x->index < y->index ? -1 : x->index > y->index;
 }
 
+/* Checks the tensors (lifetimes in order, sizes that cannot overflow the
+ * address space once aligned); *sum is their aligned bytes together. */
+static ar_status check_tensors(const ar_lanes_tensor *t, size_t n, size_t align, size_t *sum,
+                               ar_err *err) {
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (t[i].first_use > t[i].last_use)
+      return ar_errf(err, AR_INVALID,
+                     "tensor %zu: first use %lld is after its last use %lld",
+                     i, (long long)t[i].first_use, (long long)t[i].last_use);
+    if (t[i].bytes > SIZE_MAX - align + 1 ||
+        total > SIZE_MAX - ((t[i].bytes + align - 1) & ~(align - 1)))
+      return ar_errf(err, AR_RANGE,
+                     "tensor %zu: %zu bytes make the plan overflow the address "
+                     "space",
+                     i, t[i].bytes);
+    total += (t[i].bytes + align - 1) & ~(align - 1);
+  }
+  *sum = total;
+  return AR_OK;
+}
+
+/* The offset for tensor i of `size` aligned bytes: the smallest gap among
+ * the placed tensors that live together with it that holds it, else above
+ * the highest end.  live is scratch for n entries. */
+static size_t best_fit(const ar_lanes_tensor *t, size_t n, size_t align, const size_t *offsets,
+                       const unsigned char *done, size_t i, size_t size, placed *live) {
+  size_t nl = 0;
+  for (size_t j = 0; j < n; j++) {
+    if (!done[j] || t[j].bytes == 0)
+      continue;
+    if (t[j].last_use < t[i].first_use || t[i].last_use < t[j].first_use)
+      continue;
+    live[nl].off = offsets[j];
+    live[nl].end = offsets[j] + ((t[j].bytes + align - 1) & ~(align - 1));
+    nl++;
+  }
+  qsort(live, nl, sizeof *live, by_offset);
+  size_t best = SIZE_MAX, best_gap = SIZE_MAX, cursor = 0;
+  for (size_t m = 0; m < nl; m++) {
+    if (live[m].off > cursor) {
+      size_t gap = live[m].off - cursor;
+      if (gap >= size && gap < best_gap) {
+        best_gap = gap;
+        best = cursor;
+      }
+    }
+    if (live[m].end > cursor)
+      cursor = live[m].end;
+  }
+  return best != SIZE_MAX ? best : cursor;
+}
+
 ar_status ar_lanes_plan_offsets(const ar_lanes_tensor *t, size_t n,
                                 size_t align, size_t *offsets, size_t *peak,
                                 ar_err *err) {
@@ -63,24 +116,11 @@ ar_status ar_lanes_plan_offsets(const ar_lanes_tensor *t, size_t n,
                    "ar_lanes_plan_offsets: align %zu is not a power of two",
                    align);
   size_t total = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (t[i].first_use > t[i].last_use)
-      return ar_errf(err, AR_INVALID,
-                     "tensor %zu: first use %lld is after its last use %lld",
-                     i, (long long)t[i].first_use, (long long)t[i].last_use);
-    if (t[i].bytes > SIZE_MAX - align + 1 ||
-        total > SIZE_MAX - ((t[i].bytes + align - 1) & ~(align - 1)))
-      return ar_errf(err, AR_RANGE,
-                     "tensor %zu: %zu bytes make the plan overflow the address "
-                     "space",
-                     i, t[i].bytes);
-    total += (t[i].bytes + align - 1) & ~(align - 1);
-  }
+  AR_CHECK(check_tensors(t, n, align, &total, err));
   if (n == 0) {
     *peak = 0;
     return AR_OK;
   }
-
   order_key *idx = ar_malloc(n * sizeof *idx);
   unsigned char *done = ar_calloc(n, 1);
   placed *live = ar_malloc(n * sizeof *live);
@@ -93,42 +133,11 @@ ar_status ar_lanes_plan_offsets(const ar_lanes_tensor *t, size_t n,
   for (size_t i = 0; i < n; i++)
     idx[i] = (order_key){t[i].bytes, t[i].first_use, i};
   qsort(idx, n, sizeof *idx, placement_before);
-
   size_t top = 0;
   for (size_t k = 0; k < n; k++) {
     size_t i = idx[k].index;
     size_t size = (t[i].bytes + align - 1) & ~(align - 1);
-    if (size == 0) {
-      offsets[i] = 0;
-      done[i] = 1;
-      continue;
-    }
-    /* The placed tensors live together with i, by offset. */
-    size_t nl = 0;
-    for (size_t j = 0; j < n; j++) {
-      if (!done[j] || t[j].bytes == 0)
-        continue;
-      if (t[j].last_use < t[i].first_use || t[i].last_use < t[j].first_use)
-        continue;
-      live[nl].off = offsets[j];
-      live[nl].end = offsets[j] + ((t[j].bytes + align - 1) & ~(align - 1));
-      nl++;
-    }
-    qsort(live, nl, sizeof *live, by_offset);
-    /* Smallest gap that holds it; else above the highest end. */
-    size_t best = SIZE_MAX, best_gap = SIZE_MAX, cursor = 0;
-    for (size_t m = 0; m < nl; m++) {
-      if (live[m].off > cursor) {
-        size_t gap = live[m].off - cursor;
-        if (gap >= size && gap < best_gap) {
-          best_gap = gap;
-          best = cursor;
-        }
-      }
-      if (live[m].end > cursor)
-        cursor = live[m].end;
-    }
-    offsets[i] = best != SIZE_MAX ? best : cursor;
+    offsets[i] = size ? best_fit(t, n, align, offsets, done, i, size, live) : 0;
     done[i] = 1;
     if (offsets[i] + size > top)
       top = offsets[i] + size;
