@@ -8,6 +8,7 @@
  *
  * Numbers are not stored: they follow from the priorities.
  */
+#define _POSIX_C_SOURCE 200809L /* strtok_r */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,6 +166,60 @@ done:
   return st;
 }
 
+/* One line of a schedule file, split into its fields (after '#' nothing
+ * counts): an "order" line sets *order, a transfer line joins r.  Blank
+ * lines do nothing. */
+static ar_status read_line(const char *path, size_t lineno, char *buf, rows *r,
+                           ar_commsched_order *order, int *have_order, ar_err *err) {
+  char *hash = strchr(buf, '#');
+  if (hash)
+    *hash = '\0';
+  char *tok[5];
+  int nt = 0;
+  for (char *save = NULL, *t = strtok_r(buf, " \t\r\n", &save); t;
+       t = strtok_r(NULL, " \t\r\n", &save))
+    if (nt < 5)
+      tok[nt++] = t;
+    else
+      nt++;
+  if (nt == 0)
+    return AR_OK;
+  if (strcmp(tok[0], "order") == 0) {
+    ar_commsched_order o;
+    if (nt != 2 || ar_commsched_order_parse(tok[1], &o, NULL) != AR_OK)
+      return ar_errf(err, AR_PARSE, "%s:%zu: error: expected 'order none|random|tic|tac'",
+                     path, lineno);
+    if (*have_order)
+      return ar_errf(err, AR_PARSE, "%s:%zu: error: second 'order' line", path, lineno);
+    *have_order = 1;
+    *order = o;
+    return AR_OK;
+  }
+  if (nt != 4)
+    return ar_errf(err, AR_PARSE,
+                   "%s:%zu: error: expected 4 fields 'transfer name channel priority', "
+                   "found %d",
+                   path, lineno, nt);
+  uint32_t id, ch, pr;
+  const char *what = NULL;
+  if (!parse_u32(tok[0], AR__CS_MAX_FILE_ID, &id))
+    what = "transfer id (an integer below 16777216)";
+  else if (!parse_u32(tok[2], UINT32_MAX, &ch))
+    what = "channel (a non-negative integer)";
+  else if (!parse_u32(tok[3], UINT32_MAX, &pr))
+    what = "priority (a non-negative integer)";
+  if (what)
+    return ar_errf(err, AR_PARSE, "%s:%zu: error: bad %s", path, lineno, what);
+  if (!rows_push(r) || !(r->name[r->n] = ar_strdup(tok[1])))
+    return ar_errf(err, AR_NOMEM, "%s: out of memory", path);
+  r->id[r->n] = id;
+  r->chan[r->n] = ch;
+  r->prio[r->n] = pr;
+  r->line[r->n] = lineno;
+  r->n++;
+  return AR_OK;
+}
+
 ar_status ar_commsched_schedule_read(const char *path,
                                      ar_commsched_schedule **out,
                                      ar_err *err) {
@@ -178,77 +233,19 @@ ar_status ar_commsched_schedule_read(const char *path,
   ar_status st = AR_OK;
   char buf[1024];
   size_t lineno = 0;
-  while (fgets(buf, sizeof buf, f)) {
+  while (st == AR_OK && fgets(buf, sizeof buf, f)) {
     lineno++;
     size_t len = strlen(buf);
-    if (len == sizeof buf - 1 && buf[len - 1] != '\n' && !feof(f)) {
-      st = ar_errf(err, AR_PARSE, "%s:%zu: error: line longer than %zu bytes",
-                   path, lineno, sizeof buf - 2);
-      goto done;
-    }
-    char *hash = strchr(buf, '#');
-    if (hash)
-      *hash = '\0';
-    char *tok[5];
-    int nt = 0;
-    for (char *t = strtok(buf, " \t\r\n"); t; t = strtok(NULL, " \t\r\n"))
-      if (nt < 5)
-        tok[nt++] = t;
-      else
-        nt++;
-    if (nt == 0)
-      continue;
-    if (strcmp(tok[0], "order") == 0) {
-      ar_commsched_order o;
-      if (nt != 2 || ar_commsched_order_parse(tok[1], &o, NULL) != AR_OK) {
-        st = ar_errf(err, AR_PARSE,
-                     "%s:%zu: error: expected 'order none|random|tic|tac'",
-                     path, lineno);
-        goto done;
-      }
-      if (have_order) {
-        st = ar_errf(err, AR_PARSE, "%s:%zu: error: second 'order' line",
-                     path, lineno);
-        goto done;
-      }
-      have_order = 1;
-      order = o;
-      continue;
-    }
-    if (nt != 4) {
-      st = ar_errf(err, AR_PARSE,
-                   "%s:%zu: error: expected 4 fields 'transfer name channel "
-                   "priority', found %d",
-                   path, lineno, nt);
-      goto done;
-    }
-    uint32_t id, ch, pr;
-    const char *what = NULL;
-    if (!parse_u32(tok[0], AR__CS_MAX_FILE_ID, &id))
-      what = "transfer id (an integer below 16777216)";
-    else if (!parse_u32(tok[2], UINT32_MAX, &ch))
-      what = "channel (a non-negative integer)";
-    else if (!parse_u32(tok[3], UINT32_MAX, &pr))
-      what = "priority (a non-negative integer)";
-    if (what) {
-      st = ar_errf(err, AR_PARSE, "%s:%zu: error: bad %s", path, lineno, what);
-      goto done;
-    }
-    if (!rows_push(&r) || !(r.name[r.n] = ar_strdup(tok[1]))) {
-      st = ar_errf(err, AR_NOMEM, "%s: out of memory", path);
-      goto done;
-    }
-    r.id[r.n] = id;
-    r.chan[r.n] = ch;
-    r.prio[r.n] = pr;
-    r.line[r.n] = lineno;
-    r.n++;
+    if (len == sizeof buf - 1 && buf[len - 1] != '\n' && !feof(f))
+      st = ar_errf(err, AR_PARSE, "%s:%zu: error: line longer than %zu bytes", path, lineno,
+                   sizeof buf - 2);
+    else
+      st = read_line(path, lineno, buf, &r, &order, &have_order, err);
   }
-  if (ferror(f)) {
+  if (st == AR_OK && ferror(f))
     st = ar_errf(err, AR_IO, "%s: read error", path);
-    goto done;
-  }
-  st = check_dups(path, &r, err);
+  if (st == AR_OK)
+    st = check_dups(path, &r, err);
   if (st == AR_OK) {
     ar_commsched_schedule *s = NULL;
     st = ar__cs_schedule_build(order, r.n, r.id, (const char *const *)r.name,
@@ -256,7 +253,6 @@ ar_status ar_commsched_schedule_read(const char *path,
     if (st == AR_OK)
       *out = s;
   }
-done:
   fclose(f);
   rows_free(&r);
   return st;
