@@ -273,7 +273,9 @@ static const double pow10_tab[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,
  * digits and a decimal exponent within +-22 are computed exactly in double
  * (both operands are exact, so the one multiply or divide rounds once);
  * anything else goes through strtod.  The result is rounded to float and
- * must be finite. */
+ * must be finite.  One pass over the characters of the number, kept in one
+ * piece: it is the reader's innermost loop, and its states (sign, digits,
+ * point, exponent) read in the order the text has them. */
 static int parse_value(const char **pp, const char *e, float *out) {
   const char *p = *pp, *start = p;
   int neg = 0;
@@ -883,6 +885,58 @@ static ar_status load_window(ar_reader *r, ar_err *err) {
 
 /* ---- public API ------------------------------------------------------------ */
 
+/* Opens r->path through the identity of r->opts.fs (a generated file
+ * without following links) and makes the read buffer. */
+static ar_status open_file(ar_reader *r, ar_err *err) {
+  const ar_reader_opts o = r->opts;
+  const char *path = r->path;
+  int fd = -1;
+  ar_status st = o.own ? ar_fs_open_own(o.fs, path, &fd, err)
+                       : ar_fs_open_read(o.fs, path, &fd, err);
+  if (st != AR_OK)
+    return ar_err_wrap(err, "data file (check data.train / data.test)");
+  r->lr.f = fdopen(fd, "rb");
+  if (!r->lr.f) {
+    close(fd);
+    return ar_errf(err, AR_IO, "%s: cannot open: %s (check data.train / data.test)", path,
+                   strerror(errno));
+  }
+  /* Our buffer is the only one: stdio would copy every byte once more. */
+  setvbuf(r->lr.f, NULL, _IONBF, 0);
+#ifdef POSIX_FADV_SEQUENTIAL
+  posix_fadvise(fileno(r->lr.f), 0, 0, POSIX_FADV_SEQUENTIAL);
+#endif
+  r->lr.cap = READ_CHUNK < (size_t)o.max_line ? READ_CHUNK : (size_t)o.max_line;
+  r->lr.buf = ar_malloc(r->lr.cap + 1);
+  if (!r->lr.buf)
+    return ar_errf(err, AR_NOMEM, "%s: out of memory for the read buffer", path);
+  return AR_OK;
+}
+
+/* One shuffle window's arrays, sized by the scan; a window never needs to
+ * be longer than the file. */
+static ar_status alloc_window(ar_reader *r, ar_err *err) {
+  const char *path = r->path;
+  if (r->window > r->stats.points)
+    r->window = r->stats.points > 0 ? r->stats.points : 1;
+  if (r->window > (int64_t)(((size_t)-1) / 64))
+    return ar_errf(err, AR_NOMEM, "%s: shuffle window of %lld rows is too large", path,
+                   (long long)r->window);
+  r->w_idx = ar_malloc((size_t)r->win_nnz_cap * sizeof *r->w_idx);
+  r->w_val = ar_malloc((size_t)r->win_nnz_cap * sizeof *r->w_val);
+  r->w_lab = ar_malloc((size_t)r->win_lab_cap * sizeof *r->w_lab);
+  r->w_row = ar_malloc((size_t)(r->window + 1) * sizeof *r->w_row);
+  r->w_labp = ar_malloc((size_t)(r->window + 1) * sizeof *r->w_labp);
+  r->perm = ar_malloc((size_t)r->window * sizeof *r->perm);
+  if (!r->w_idx || !r->w_val || !r->w_lab || !r->w_row || !r->w_labp || !r->perm)
+    return ar_errf(err, AR_NOMEM,
+                   "%s: out of memory for a shuffle window of %lld rows "
+                   "(%lld features, %lld labels); lower data.shuffle_window",
+                   path, (long long)r->window, (long long)r->win_nnz_cap,
+                   (long long)r->win_lab_cap);
+  return AR_OK;
+}
+
 ar_status ar_reader_open(const char *path, const ar_reader_opts *opts,
                          ar_reader **out, ar_err *err) {
   ar_reader_opts o = AR_READER_OPTS_INIT;
@@ -914,30 +968,9 @@ ar_status ar_reader_open(const char *path, const ar_reader_opts *opts,
     st = ar_errf(err, AR_NOMEM, "%s: out of memory for a reader", path);
     goto fail;
   }
-  int fd = -1;
-  st = o.own ? ar_fs_open_own(o.fs, path, &fd, err) : ar_fs_open_read(o.fs, path, &fd, err);
-  if (st != AR_OK) {
-    ar_err_wrap(err, "data file (check data.train / data.test)");
+  st = open_file(r, err);
+  if (st != AR_OK)
     goto fail;
-  }
-  r->lr.f = fdopen(fd, "rb");
-  if (!r->lr.f) {
-    close(fd);
-    st = ar_errf(err, AR_IO, "%s: cannot open: %s (check data.train / data.test)",
-                 path, strerror(errno));
-    goto fail;
-  }
-  /* Our buffer is the only one: stdio would copy every byte once more. */
-  setvbuf(r->lr.f, NULL, _IONBF, 0);
-#ifdef POSIX_FADV_SEQUENTIAL
-  posix_fadvise(fileno(r->lr.f), 0, 0, POSIX_FADV_SEQUENTIAL);
-#endif
-  r->lr.cap = READ_CHUNK < (size_t)o.max_line ? READ_CHUNK : (size_t)o.max_line;
-  r->lr.buf = ar_malloc(r->lr.cap + 1);
-  if (!r->lr.buf) {
-    st = ar_errf(err, AR_NOMEM, "%s: out of memory for the read buffer", path);
-    goto fail;
-  }
 
   st = scan(r, err);
   ar_free(r->scratch_lab);
@@ -946,29 +979,9 @@ ar_status ar_reader_open(const char *path, const ar_reader_opts *opts,
   if (st != AR_OK)
     goto fail;
 
-  /* A window never needs to be longer than the file. */
-  if (r->window > r->stats.points)
-    r->window = r->stats.points > 0 ? r->stats.points : 1;
-  if (r->window > (int64_t)(((size_t)-1) / 64)) {
-    st = ar_errf(err, AR_NOMEM, "%s: shuffle window of %lld rows is too large",
-                 path, (long long)r->window);
+  st = alloc_window(r, err);
+  if (st != AR_OK)
     goto fail;
-  }
-  r->w_idx = ar_malloc((size_t)r->win_nnz_cap * sizeof *r->w_idx);
-  r->w_val = ar_malloc((size_t)r->win_nnz_cap * sizeof *r->w_val);
-  r->w_lab = ar_malloc((size_t)r->win_lab_cap * sizeof *r->w_lab);
-  r->w_row = ar_malloc((size_t)(r->window + 1) * sizeof *r->w_row);
-  r->w_labp = ar_malloc((size_t)(r->window + 1) * sizeof *r->w_labp);
-  r->perm = ar_malloc((size_t)r->window * sizeof *r->perm);
-  if (!r->w_idx || !r->w_val || !r->w_lab || !r->w_row || !r->w_labp ||
-      !r->perm) {
-    st = ar_errf(err, AR_NOMEM,
-                 "%s: out of memory for a shuffle window of %lld rows "
-                 "(%lld features, %lld labels); lower data.shuffle_window",
-                 path, (long long)r->window, (long long)r->win_nnz_cap,
-                 (long long)r->win_lab_cap);
-    goto fail;
-  }
   st = restart_epoch(r, 0, err);
   if (st != AR_OK)
     goto fail;
