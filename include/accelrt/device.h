@@ -77,7 +77,8 @@ typedef enum ar_act {
 } ar_act;
 
 typedef struct ar_device_opts {
-  int threads; /* host: worker threads; 0 = one per core */
+  int threads; /* host: worker threads; 0 = the default of ar_host_cpus
+                  (capped at the CPUs this process may use either way) */
   bool pin;    /* host: bind threads to cores with hwloc */
   /* cuda: size of the arena reserved at open (runtime.memory): bytes when
    * memory_bytes > 0, else memory_fraction (0 < f <= 1) of the device's
@@ -316,6 +317,31 @@ ar_status ar_host_memory_get(ar_host_memory *out);
 /* The same with every path below `root` (a folder holding proc/ and
  * sys/fs/cgroup/), so tests can replay captured machines. */
 ar_status ar_host_memory_get_at(const char *root, ar_host_memory *out);
+
+/* The CPUs this process may use (runtime/device/host/host_cpus.c) and the
+ * threads a job takes when it asks for none: OMP_NUM_THREADS (its first
+ * number), else SLURM_CPUS_PER_TASK, else one per physical core with a CPU
+ * in the affinity mask (taskset, a Slurm allotment), bounded by the
+ * cgroup's cpu.max quota; never more than the CPUs in the mask.  The host
+ * device pins its threads only inside that mask. */
+typedef struct ar_host_cpus {
+  int threads;        /* the default thread count, >= 1 */
+  int cpus;           /* CPUs (processing units) in the affinity mask */
+  int cores;          /* physical cores with at least one of those CPUs */
+  double cgroup_cpus; /* cpu.max quota / period; 0: no limit */
+  char list[256];     /* the mask, "0-3,8" */
+  char source[192];   /* why `threads`, for accelrt info and notices */
+} ar_host_cpus;
+/* Fills *out.  The mask is the one the process had at the first call
+ * (the host device makes that call before it binds its threads, so a
+ * thread's later binding is never taken for the process's mask).  AR_OK;
+ * AR_UNSUPPORTED when the mask cannot be read (then one thread).  _at
+ * reads the cgroup files under `root` (tests).  Thread-safe. */
+ar_status ar_host_cpus_get(ar_host_cpus *out);
+ar_status ar_host_cpus_get_at(const char *root, ar_host_cpus *out);
+/* A thread count asked for: the default when asked < 1, else asked capped
+ * at the CPUs in the mask. */
+int ar_host_cpus_cap(const ar_host_cpus *c, int asked);
 
 /* CUDA probe, always linkable: returns the number of CUDA devices, or 0
  * with the reason in `why` (not built, no driver, no device). */

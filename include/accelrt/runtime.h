@@ -336,6 +336,10 @@ ar_status ar_checkpoint_check_data(const ar_ckpt_state *st, int64_t points, cons
 void ar_topology_print(FILE *to);
 /* Physical cores of this machine (hwloc), at least 1. */
 int ar_topology_cores(void);
+/* The threads a job runs with: train.threads when above 0, capped at the
+ * CPUs this process may use, else the default of ar_host_cpus
+ * (OMP_NUM_THREADS, SLURM_CPUS_PER_TASK, the affinity mask, cpu.max). */
+int ar_job_threads(const ar_spec *spec);
 
 /* ---- progress ---- */
 typedef struct ar_progress ar_progress;

@@ -257,8 +257,8 @@ static int rank_threads(const ar__dist *c) {
   if (c->server)
     return 1;
   if (c->spec->train.threads > 0)
-    return c->spec->train.threads;
-  int cores = ar_topology_cores(), li, local;
+    return ar_job_threads(c->spec);
+  int cores = ar_job_threads(c->spec), li, local;
   local_ranks(&li, &local);
   return cores / local > 1 ? cores / local : 1;
 }

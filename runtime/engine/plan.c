@@ -177,7 +177,7 @@ int64_t ar_layer_shared_cap(const ar_spec *spec, int l, int64_t max_labels) {
 }
 
 int ar_plan_threads(const ar_spec *spec) {
-  return spec->train.threads > 0 ? spec->train.threads : ar_topology_cores();
+  return ar_job_threads(spec);
 }
 
 ar_status ar_plan_compute(const ar_spec *spec, int64_t max_nnz, int64_t max_labels,

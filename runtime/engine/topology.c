@@ -1,4 +1,5 @@
-/* The machine as hwloc sees it, for `accelrt info` and thread counts. */
+/* The machine as hwloc sees it, the CPUs this process was given, for
+ * `accelrt info` and thread counts. */
 #include "accelrt/runtime.h"
 
 #include <hwloc.h>
@@ -20,6 +21,12 @@ int ar_topology_cores(void) {
   }
   hwloc_topology_destroy(t);
   return n < 1 ? 1 : n;
+}
+
+int ar_job_threads(const ar_spec *spec) {
+  ar_host_cpus c;
+  ar_host_cpus_get(&c);
+  return ar_host_cpus_cap(&c, spec->train.threads);
 }
 
 void ar_topology_print(FILE *to) {
@@ -52,4 +59,11 @@ void ar_topology_print(FILE *to) {
               (unsigned long long)(o->attr->numanode.local_memory >> 20));
   }
   hwloc_topology_destroy(t);
+  ar_host_cpus c;
+  ar_host_cpus_get(&c);
+  fprintf(to, "  this process may use CPUs %s (%d CPU%s, %d core%s); a job takes %d "
+          "thread%s by default (%s)\n", c.list, c.cpus, c.cpus == 1 ? "" : "s", c.cores,
+          c.cores == 1 ? "" : "s", c.threads, c.threads == 1 ? "" : "s", c.source);
+  if (c.cgroup_cpus > 0)
+    fprintf(to, "  cgroup cpu.max: %.2f CPUs\n", c.cgroup_cpus);
 }

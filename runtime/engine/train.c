@@ -182,7 +182,7 @@ static ar_status open_readers(run_ctx *c, const char *train, const char *test) {
 
 ar_device_opts ar_job_device_opts(const ar_spec *spec) {
   ar_device_opts o = AR_DEVICE_OPTS_INIT;
-  o.threads = spec->train.threads > 0 ? spec->train.threads : ar_topology_cores();
+  o.threads = ar_job_threads(spec);
   o.memory_bytes = spec->runtime.memory_bytes;
   o.memory_fraction = spec->runtime.memory_fraction;
   return o;

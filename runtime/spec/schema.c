@@ -356,7 +356,10 @@ static const ar_schema train_keys[] = {
     {.key = "threads",
      INT_RANGE(0, INT32_MAX),
      .def = "0",
-     .doc = "Host threads; 0 uses all cores."},
+     .doc = "Host threads; 0 takes the CPUs this process was given: "
+            "`OMP_NUM_THREADS`, else `SLURM_CPUS_PER_TASK`, else one per core of "
+            "its affinity mask (taskset), within the cgroup's `cpu.max`.  Never "
+            "more than the CPUs of the mask; `accelrt info` says which."},
     {.key = "optimizer",
      .type = AR_SCHEMA_VARIANT,
      .kids = optimizer_kinds,

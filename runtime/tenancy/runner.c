@@ -385,7 +385,9 @@ ar_status ar_runner_create(const ar_runner_opts *opts, ar_runner **out,
     st = ar_errf(err, AR_NOMEM, "out of memory");
     goto fail;
   }
-  r->threads = opts->threads > 0 ? opts->threads : ar_topology_cores();
+  ar_host_cpus cpus;
+  ar_host_cpus_get(&cpus);
+  r->threads = ar_host_cpus_cap(&cpus, opts->threads);
   if (r->threads < 1)
     r->threads = 1;
   r->nworkers = opts->max_concurrent > 0 ? opts->max_concurrent

@@ -373,6 +373,56 @@ topology)
     && grep -q "L3: 2 x 32768 KiB" "$work/out.txt" && grep -q "NUMA node 1: 1024 MiB" "$work/out.txt" \
     || fail "caches or NUMA memory misreported: $(cat "$work/out.txt")"
   ;;
+affinity)
+  # The CPUs a job was given: its threads come from OMP_NUM_THREADS,
+  # SLURM_CPUS_PER_TASK or the affinity mask, never more than the mask
+  # holds, and its threads stay inside the mask (the old pinning bound
+  # thread 0 to core 0 whatever the mask said).
+  command -v taskset >/dev/null || { echo "skipped: taskset (util-linux) missing"; exit 77; }
+  [ "$(taskset -c 0 nproc)" = 1 ] && [ "$(nproc)" -ge 2 ] ||
+    { echo "skipped: needs 2 CPUs to give a job one of them"; exit 77; }
+  small_job
+  threads_of() { # threads_of ENV... -- ARGS...: the summary's thread count
+    rm -rf "$work/out"
+    env "$@" --set train.epochs=1 --quiet > "$work/stdout" 2> "$work/stderr" ||
+      fail "run ($*) exited $?: $(cat "$work/stderr")"
+    json_num "$work/out/summary.json" threads
+  }
+  job="$work/job.yaml"
+  [ "$(threads_of -u OMP_NUM_THREADS taskset -c 1 "$bin" run "$job" --set train.threads=0)" = 1 ] ||
+    fail "taskset -c 1 did not give one thread"
+  [ "$(threads_of OMP_NUM_THREADS=1 "$bin" run "$job" --set train.threads=0)" = 1 ] ||
+    fail "OMP_NUM_THREADS=1 was not followed"
+  [ "$(threads_of -u OMP_NUM_THREADS SLURM_CPUS_PER_TASK=1 "$bin" run "$job" --set train.threads=0)" = 1 ] ||
+    fail "SLURM_CPUS_PER_TASK=1 was not followed"
+  [ "$(threads_of OMP_NUM_THREADS=8 taskset -c 0 "$bin" run "$job" --set train.threads=0)" = 1 ] ||
+    fail "OMP_NUM_THREADS=8 under taskset -c 0 went past the mask"
+  [ "$(threads_of -u OMP_NUM_THREADS taskset -c 0 "$bin" run "$job" --set train.threads=2)" = 1 ] ||
+    fail "train.threads=2 under taskset -c 0 went past the mask"
+  [ "$(threads_of -u OMP_NUM_THREADS "$bin" run "$job" --set train.threads=0)" = "$(nproc)" ] ||
+    fail "the whole mask did not give one thread per core"
+  "$bin" info > "$work/info.txt" && grep -q "this process may use CPUs" "$work/info.txt" ||
+    fail "accelrt info does not say which CPUs: $(cat "$work/info.txt")"
+  # Every thread of a job under taskset -c 1 stays on CPU 1.
+  rm -rf "$work/out"
+  taskset -c 1 "$bin" run "$job" --set train.threads=0 --set train.epochs=1000 --quiet \
+    > /dev/null 2>&1 &
+  pid=$!
+  seen=
+  for _ in $(seq 200); do
+    [ -f "$work/out/metrics.jsonl" ] && break
+    sleep 0.05
+  done
+  for s in /proc/$pid/task/*/status; do
+    cpus=$(awk '/^Cpus_allowed_list/ {print $2}' "$s" 2>/dev/null) || continue
+    [ -n "$cpus" ] || continue
+    seen=1
+    [ "$cpus" = 1 ] || { kill -9 $pid; fail "thread $s runs on CPUs $cpus, outside taskset -c 1"; }
+  done
+  kill -TERM $pid 2>/dev/null
+  wait $pid 2>/dev/null
+  [ -n "$seen" ] || fail "no thread of the job was seen"
+  ;;
 schema_docs)
   "$bin" schema > "$work/schema.md" || fail "schema failed"
   diff -u "$src/docs/job-file.md" "$work/schema.md" || fail "docs/job-file.md is stale: regenerate with 'accelrt schema > docs/job-file.md'"

@@ -7,10 +7,12 @@
  * is a budget they keep themselves; this backend only allocates.
  *
  * Threads: every op, GEMM included, runs an OpenMP team of dev->threads
- * (the num_threads clause, so OMP_NUM_THREADS does not matter); OpenBLAS
- * itself is set to one thread and called once per team thread.  With
- * opts->pin, thread i of the team is bound
- * to core i with hwloc once at open.  libgomp keeps the team's threads for
+ * (the num_threads clause): by default ar_host_cpus' count, which follows
+ * OMP_NUM_THREADS, SLURM_CPUS_PER_TASK and the affinity mask, and never
+ * more than the mask's CPUs.  OpenBLAS itself is set to one thread and
+ * called once per team thread.  With opts->pin, thread i of the team is
+ * bound with hwloc once at open to the i-th core that has CPUs in the
+ * inherited mask (to those CPUs only).  libgomp keeps the team's threads for
  * later parallel regions of the opening thread, so the binding holds for
  * every op issued from that thread; ops issued from another thread run on
  * that thread's own (unpinned) team.  At close the threads get their
@@ -60,20 +62,16 @@ static ar_status host_copy(ar_device *dev, void *dst, const void *src,
 
 /* ---- threads -------------------------------------------------------------------- */
 
-/* Binds thread i of the calling thread's OpenMP team to core i.  Falls back
- * to unpinned threads (with a notice) when that is not possible. */
+/* Binds thread i of the calling thread's OpenMP team to the i-th core
+ * that has a CPU in the inherited affinity mask (taskset, a Slurm
+ * allotment), on that core's CPUs of the mask only: the team never leaves
+ * the CPUs this process was given.  Falls back to unpinned threads (inside
+ * the mask, as inherited) with a notice when that is not possible. */
 static void pin_team(ar__host_device *h) {
   const int threads = h->base.threads;
   if (!h->topo) {
     ar_log(AR_LOG_INFO, "host device: hwloc could not read the machine "
                         "topology; %d threads run unpinned", threads);
-    return;
-  }
-  if (threads > h->cores) {
-    ar_log(AR_LOG_INFO,
-           "host device: %d threads on %d cores cannot each have a core; "
-           "threads run unpinned (set runtime threads <= %d to pin)",
-           threads, h->cores, h->cores);
     return;
   }
   h->unpinned = hwloc_bitmap_alloc();
@@ -85,17 +83,38 @@ static void pin_team(ar__host_device *h) {
     h->unpinned = NULL;
     return;
   }
-  int bound = 0, team = 0;
+  /* The cores inside the mask, in order. */
   hwloc_topology_t topo = h->topo;
+  int ncores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE), usable = 0;
+  hwloc_obj_t *cores = ar_calloc(ncores > 0 ? (size_t)ncores : 1, sizeof *cores);
+  for (int i = 0; cores && i < ncores; i++) {
+    hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, (unsigned)i);
+    if (core && hwloc_bitmap_intersects(core->cpuset, h->unpinned))
+      cores[usable++] = core;
+  }
+  if (!cores || threads > usable) {
+    ar_log(AR_LOG_INFO,
+           "host device: %d threads on %d cores of this process's CPUs cannot each have "
+           "a core; threads run unpinned inside them (set train.threads <= %d to pin)",
+           threads, usable, usable);
+    ar_free(cores);
+    return;
+  }
+  int bound = 0, team = 0;
+  hwloc_const_bitmap_t mask = h->unpinned;
 #pragma omp parallel num_threads(threads) reduction(+ : bound)
   {
-    hwloc_obj_t core =
-        hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, (unsigned)omp_get_thread_num());
-    if (core && hwloc_set_cpubind(topo, core->cpuset, HWLOC_CPUBIND_THREAD) == 0)
-      bound++;
+    hwloc_bitmap_t set = hwloc_bitmap_alloc();
+    if (set) {
+      hwloc_bitmap_and(set, cores[omp_get_thread_num()]->cpuset, mask);
+      if (hwloc_set_cpubind(topo, set, HWLOC_CPUBIND_THREAD) == 0)
+        bound++;
+      hwloc_bitmap_free(set);
+    }
 #pragma omp single
     team = omp_get_num_threads();
   }
+  ar_free(cores);
   if (bound < team)
     ar_log(AR_LOG_INFO,
            "host device: pinned %d of %d threads to cores (the others run "
@@ -212,7 +231,13 @@ ar_status ar_host_device_create(const ar_device_opts *opts, ar_device **out,
   h->base.err = (ar_err)AR_ERR_INIT;
   h->topo = load_topology();
   h->cores = count_cores(h->topo);
-  h->base.threads = o.threads > 0 ? o.threads : h->cores;
+  /* Never more threads than the CPUs this process was given. */
+  ar_host_cpus cpus;
+  ar_host_cpus_get(&cpus);
+  h->base.threads = ar_host_cpus_cap(&cpus, o.threads);
+  if (o.threads > h->base.threads)
+    ar_log(AR_LOG_INFO, "host device: %d threads asked for, %d used: this process may use "
+           "CPUs %s only", o.threads, h->base.threads, cpus.list);
   /* GEMM runs on the device's own OpenMP team, one single-threaded OpenBLAS
    * call per thread (see ar__host_gemm for why), so OpenBLAS's pool stays
    * at one thread.  This is process-wide, like OpenBLAS's setting itself. */
