@@ -26,10 +26,7 @@
 # Skipped (77) when not root; under CI=true a skip is a failure.
 set -euo pipefail
 bin=$(readlink -f "$1")
-skip() {
-  if [ "${CI:-}" = true ]; then echo "FAIL: cannot run under CI: $*"; exit 1; fi
-  echo "skipped: $*"; exit 77
-}
+. "$(dirname "$0")/lib.sh"
 [ "$(id -u)" -eq 0 ] || skip "needs root to act as other users"
 command -v setpriv >/dev/null || skip "setpriv (util-linux) missing"
 # The system's python: the attacker cannot run root's (a pyenv shim, say).
@@ -69,16 +66,6 @@ start() {
   fail "the server did not come up"
 }
 stop() { kill -TERM "$spid"; wait "$spid" || fail "the server exited with $?"; }
-until_ok() {
-  for _ in $(seq 600); do "$@" && return 0; sleep 0.1; done
-  fail "timed out waiting for: $*"
-}
-state_of() { "$bin" ps --socket "$sock" | awk -v id="$1" '$1 == id {print $3}'; }
-# until_state ID STATE: waits (up to 60 s, a hang guard) for a job's state.
-until_state() {
-  for _ in $(seq 600); do [ "$(state_of "$1")" = "$2" ] && return 0; sleep 0.1; done
-  fail "job $1 is $(state_of "$1"), not $2"
-}
 submit() { "$bin" submit --socket "$sock" "$@"; }
 
 # A small valid data set and job anyone may read.

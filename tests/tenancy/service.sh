@@ -13,10 +13,7 @@
 set -euo pipefail
 bin=$1
 garbage=$2
-skip() {
-  if [ "${CI:-}" = true ]; then echo "FAIL: cannot run under CI: $*"; exit 1; fi
-  echo "skipped: $*"; exit 77
-}
+. "$(dirname "$0")/lib.sh"
 [ "$(id -u)" -eq 0 ] || skip "needs root to act as a second user"
 command -v setpriv >/dev/null || skip "setpriv (util-linux) missing"
 t=$(mktemp -d)
@@ -42,17 +39,6 @@ start() {
     sleep 0.05
   done
   fail "the server did not come up"
-}
-# until CMD...: retries for up to 60 s (a hang guard, not a timing check).
-until_ok() {
-  for _ in $(seq 600); do "$@" && return 0; sleep 0.1; done
-  fail "timed out waiting for: $*"
-}
-state_of() { "$bin" ps --socket "$sock" | awk -v id="$1" '$1 == id {print $3}'; }
-# until_state ID STATE: waits (up to 60 s, a hang guard) for a job's state.
-until_state() {
-  for _ in $(seq 600); do [ "$(state_of "$1")" = "$2" ] && return 0; sleep 0.1; done
-  fail "job $1 is $(state_of "$1"), not $2"
 }
 
 cat >"$t/job.yaml" <<YAML
