@@ -27,6 +27,8 @@ extern "C" {
  * then uses the generic implementation it names, or answers
  * AR_UNSUPPORTED.  The other slots are required (ar_device_open asserts
  * them).  Each op's contract is that of its wrapper, ar_device_<slot>. */
+struct ar_nn_kernel; /* runtime/device/nn/nn_impl.h */
+
 typedef struct ar_device_ops {
   const char *name; /* "host", "cuda" */
 
@@ -104,6 +106,12 @@ typedef struct ar_device_ops {
    * is the host's, nothing to gain). */
   ar_status (*host_alloc)(ar_device *dev, size_t bytes, void **out);
   void (*host_free)(ar_device *dev, void *ptr);
+
+  /* ---- (optional) graph ops (include/accelrt/nn.h) ---- */
+  /* The backend's kernels, indexed by ar_nn_op (runtime/device/nn/
+   * nn_impl.h); an entry without forward is an op it lacks.  NULL: no graph
+   * ops on this device (ar_device_nn_prepare answers AR_UNSUPPORTED). */
+  const struct ar_nn_kernel *(*nn_table)(ar_device *dev);
 } ar_device_ops;
 
 /* Base of every device; backends embed it as their first member.  The

@@ -447,6 +447,7 @@ static const ar_device_ops cuda_ops = {
     /* copy */ cuda_copy_d2d,
     /* host_alloc */ cuda_host_alloc,
     /* host_free */ cuda_host_free,
+    /* nn_table: graph ops on CUDA are their own issue */ NULL,
 };
 
 static ar__cuda_device *new_handle(int ordinal) {

@@ -20,6 +20,7 @@
  */
 #include "host/host_device.h"
 #include "host/host_kernels.h"
+#include "nn/nn_impl.h"
 
 #include <omp.h>
 #include <string.h>
@@ -164,6 +165,11 @@ static ar_status host_mem_info(ar_device *dev, ar_device_mem *out) {
   return AR_OK;
 }
 
+static const struct ar_nn_kernel *host_nn_table(ar_device *dev) {
+  (void)dev;
+  return ar__nn_host_table();
+}
+
 static const ar_device_ops host_ops = {
     .name = "host",
     .destroy = host_destroy,
@@ -189,6 +195,7 @@ static const ar_device_ops host_ops = {
     .copy = host_copy, /* memmove: overlapping ranges are fine */
     .host_alloc = NULL, /* ar_malloc: staging host memory gains nothing */
     .host_free = NULL,
+    .nn_table = host_nn_table,
 };
 
 /* Loads the topology of the CPUs this process may use, or returns NULL. */
