@@ -164,6 +164,12 @@ void ar__host_gemm(ar_device *dev, bool trans_a, bool trans_b, int64_t m,
                    int64_t n, int64_t k, float alpha, const float *a,
                    int64_t lda, const float *b, int64_t ldb, float beta,
                    float *c, int64_t ldc) {
+  ar__host_sgemm(dev->threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void ar__host_sgemm(int threads, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                    float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                    float beta, float *c, int64_t ldc) {
   if (m <= 0 || n <= 0)
     return;
   if (k <= 0) {
@@ -183,7 +189,7 @@ void ar__host_gemm(ar_device *dev, bool trans_a, bool trans_b, int64_t m,
   const enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
   const bool split_cols = n >= m;
   const double work = (double)m * (double)n * (double)k; /* no overflow */
-  int nt = dev->threads > 1 && work >= (double)GEMM_PAR_MIN ? dev->threads : 1;
+  int nt = threads > 1 && work >= (double)GEMM_PAR_MIN ? threads : 1;
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     int64_t lo, hi;

@@ -31,6 +31,11 @@
 
 void ar__host_fill(ar_device *dev, float *x, int64_t n, float value);
 
+/* ar__host_gemm with a thread count instead of a handle (the nn kernels,
+ * runtime/device/host/nn_*.c, get theirs in ar_nn_args). */
+void ar__host_sgemm(int threads, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                    float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                    float beta, float *c, int64_t ldc);
 void ar__host_gemm(ar_device *dev, bool trans_a, bool trans_b, int64_t m,
                    int64_t n, int64_t k, float alpha, const float *a,
                    int64_t lda, const float *b, int64_t ldb, float beta,
