@@ -44,7 +44,12 @@ extern "C" {
 /* A batch of sparse rows in CSR form, host memory, owned by the caller
  * (ar_batch_init / ar_batch_fini) with capacities fixed at init. */
 /* The formats a reader takes (data.format in a job file). */
-typedef enum ar_data_format { AR_FMT_XC = 0, AR_FMT_LIBSVM } ar_data_format;
+typedef enum ar_data_format {
+  AR_FMT_XC = 0,
+  AR_FMT_LIBSVM,
+  AR_FMT_IDX, /* dense datasets of graph models: include/accelrt/tdata.h */
+  AR_FMT_NPY
+} ar_data_format;
 
 /* What data.generate asks the generator for (see ar_data_generate). */
 typedef struct ar_gen_spec {

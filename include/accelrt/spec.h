@@ -16,6 +16,7 @@
 #include "accelrt/base.h"
 #include "accelrt/data.h"   /* ar_data_format, ar_gen_spec */
 #include "accelrt/device.h" /* ar_act */
+#include "accelrt/nn.h"     /* ar_nn_attr: graph models' items */
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -86,7 +87,28 @@ typedef struct ar_layer_spec {
   ar_act act;
   ar_sparse_spec sparse; /* mode AR_SPARSE_NONE without a `sparse` key */
   ar_srcpos pos;  /* the list item; 0 when the layer came from a --set */
+  /* Graph models (runtime/engine/net*.c; ar_spec.graph): */
+  int op;          /* ar_nn_op: `dense` DENSE, `conv` CONV2D, `op: NAME`;
+                      -1 for a `repeat` item */
+  ar_nn_attr attr; /* from the item's keys over ar_nn_attr_defaults; act
+                      and out set from `activation` and `dense`/`conv`/
+                      `width` */
+  int n_inputs;    /* `inputs`: names of earlier items (0: the previous) */
+  char **inputs;
+  int64_t repeat;  /* `repeat` (1 otherwise) */
+  int n_block;     /* `block`: the items repeated */
+  struct ar_layer_spec *block;
+  bool graph_only; /* uses a key only graph models have (op, conv,
+                      inputs, repeat) */
 } ar_layer_spec;
+
+/* model.input's kind. */
+typedef enum ar_input_kind {
+  AR_INPUT_SPARSE = 0,
+  AR_INPUT_DENSE,
+  AR_INPUT_IMAGE,  /* image: [C, H, W] */
+  AR_INPUT_TOKENS  /* tokens: T, vocab: V */
+} ar_input_kind;
 
 /* runtime.policy: the lane scheduler's policy (lanes/).  One table: the
  * enum, the names job files use (which are also the lanes' policy names,
@@ -124,8 +146,15 @@ typedef struct ar_spec {
 
   struct {
     bool sparse;      /* model.input: {sparse: N} or {dense: N} */
-    int64_t features; /* N */
+    int64_t features; /* N; image: C*H*W; tokens: T */
+    ar_input_kind kind;
+    int64_t image[3]; /* C, H, W */
+    int64_t vocab;    /* tokens */
   } input;
+  /* A graph model (runtime/engine/net*.c): the input is an image or
+   * tokens, an item uses a graph-only key, or the data is idx or npy.
+   * Otherwise the chain of dense (or sampled) layers of ar_model. */
+  bool graph;
   int n_layers;
   ar_layer_spec *layers; /* (n_layers); the last one is the output layer */
 
@@ -138,6 +167,10 @@ typedef struct ar_spec {
     bool generate;   /* data.generate given */
     ar_gen_spec gen; /* valid when generate */
     int64_t shuffle_window; /* rows shuffled together while streaming; 0 = file order */
+    char *train_labels, *test_labels; /* idx: NULL by the naming rule */
+    bool normalize;   /* images: per-channel, from the training split */
+    int64_t crop_pad; /* augment */
+    bool flip;
   } data;
 
   struct {
@@ -154,6 +187,12 @@ typedef struct ar_spec {
     int64_t eval_every;       /* iterations; 0 = only at the end */
     int64_t eval_points;      /* at most this many test points per evaluation; 0 = all */
     int64_t checkpoint_every; /* iterations; 0 = only at the end */
+    int64_t log_every;        /* graph models: train lines */
+    struct {
+      int kind;               /* 0 constant, 1 step, 2 cosine */
+      int64_t warmup, step_every;
+      double gamma, min_lr;
+    } schedule;
   } train;
 
   struct {

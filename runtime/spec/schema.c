@@ -9,6 +9,7 @@
  */
 #include "schema.h"
 
+#include "accelrt/nn.h"
 #include "accelrt/spec.h"
 
 #include <inttypes.h>
@@ -39,11 +40,18 @@ static const ar_schema input_keys[] = {
      INT_RANGE(1, COUNT_MAX),
      .doc = "Number of input features; each point is used as a dense vector "
             "of this length."},
-    {0}};
-
-static const ar_schema_rule input_rules[] = {
-    {AR_SCHEMA_ONE_OF, "sparse", "dense",
-     "the input is either sparse or dense"},
+    {.key = "image",
+     .type = AR_SCHEMA_ANY,
+     .doc = "`[C, H, W]`: each point is an image of C channels, H rows and W "
+            "columns (the idx and npy formats); a graph model."},
+    {.key = "tokens",
+     INT_RANGE(1, COUNT_MAX),
+     .doc = "Sequence length: each point is a sequence of this many token ids "
+            "(npy, i64), with `vocab`; a graph model."},
+    {.key = "vocab",
+     INT_RANGE(2, COUNT_MAX),
+     .doc = "With `tokens`: token ids are in [0, vocab); 0 is padding (the "
+            "`mask` op)."},
     {0}};
 
 /* spec.c maps these by position to ar_act (see convert_model). */
@@ -164,17 +172,53 @@ static const ar_schema sparse_keys[] = {
      .doc = "When the tables are rebuilt from the changing weights."},
     {0}};
 
+static const char *const bool_values[] = {"false", "true", NULL};
+
+/* The op names of include/accelrt/nn.h (AR_NN_OP_MAP), by position. */
+static const char *const op_values[] = {
+#define AR__OP_NAME(e, name, group) name,
+    AR_NN_OP_MAP(AR__OP_NAME)
+#undef AR__OP_NAME
+        NULL};
+
+static const ar_schema layer_item[2];
+
 static const ar_schema layer_keys[] = {
     {.key = "name",
      .type = AR_SCHEMA_NAME,
      .def_doc = "`layer<i>`, with i the position in the list counted from 0",
      .doc = "Names the layer in summaries, checkpoints and `--set` paths "
-            "(`model.layers.NAME.dense=...`). Names must be unique."},
+            "(`model.layers.NAME.dense=...`), and in other items' `inputs`. "
+            "Names must be unique."},
     {.key = "dense",
      INT_RANGE(1, COUNT_MAX),
-     .required = true,
-     .doc = "Output width: the number of neurons. The last layer's width is "
-            "the number of labels."},
+     .doc = "A fully connected layer with this many outputs (neurons). The "
+            "last layer's width is the number of labels (classes). Each item "
+            "has exactly one of `dense`, `conv`, `op` or `repeat`."},
+    {.key = "conv",
+     INT_RANGE(1, COUNT_MAX),
+     .doc = "A 2-D convolution with this many output channels (`kernel`, "
+            "`stride`, `padding`, `dilation`, `groups`, `bias`); graph models."},
+    {.key = "op",
+     .type = AR_SCHEMA_ENUM,
+     .values = op_values,
+     .doc = "Any other operation of a graph model, by name "
+            "(docs/graph.md lists each with its keys)."},
+    {.key = "inputs",
+     .type = AR_SCHEMA_ANY,
+     .doc = "Names of earlier items this one reads (a list, or one name); "
+            "default: the item before it (the model's input for the first). "
+            "Residual adds and concatenated branches are written this way. "
+            "Inside a `block`, `input` names the block's input."},
+    {.key = "repeat",
+     INT_RANGE(1, 1000),
+     .doc = "With `block`: the items of `block` this many times in a row, "
+            "each copy with its own parameters, named NAME.I.ITEM."},
+    {.key = "block",
+     .type = AR_SCHEMA_LIST,
+     .min_items = 1,
+     .kids = layer_item,
+     .doc = "The items `repeat` copies."},
     {.key = "activation",
      .type = AR_SCHEMA_ENUM,
      .values = act_values,
@@ -182,7 +226,46 @@ static const ar_schema layer_keys[] = {
      .doc = "The last layer's activation picks the loss and must be `softmax` "
             "(softmax cross-entropy over the labels) or `sigmoid` (binary "
             "cross-entropy per label). `softmax` is only allowed on the last "
-            "layer."},
+            "layer. In a graph model: fused into `conv` and `batchnorm` "
+            "(`relu` or `none`, default `none`) and `dense` (default `relu`)."},
+    {.key = "kernel", .type = AR_SCHEMA_ANY, .doc = "`conv`, pooling: K or [KH, KW]."},
+    {.key = "stride", .type = AR_SCHEMA_ANY, .doc = "`conv`, pooling: S or [SH, SW] (default 1; pooling: the kernel)."},
+    {.key = "padding", .type = AR_SCHEMA_ANY,
+     .doc = "`conv`, pooling: P, [PH, PW] or [top, left, bottom, right] (default 0); "
+            "`pad`: [before, after] per dimension after the batch's."},
+    {.key = "dilation", .type = AR_SCHEMA_ANY, .doc = "`conv`: D or [DH, DW] (default 1)."},
+    {.key = "groups", INT_RANGE(1, COUNT_MAX), .def = "1", .doc = "`conv`: channel groups."},
+    {.key = "bias", .type = AR_SCHEMA_ENUM, .values = bool_values, .def = "true",
+     .doc = "`conv`, `dense`: add a bias."},
+    {.key = "eps", FLOAT_ABOVE(0.0), .def = "1e-5", .doc = "`batchnorm`, `layernorm`."},
+    {.key = "momentum", FLOAT_RANGE(0.0, false, 1.0, false), .def = "0.1",
+     .doc = "`batchnorm`: weight of the batch in the running statistics."},
+    {.key = "alpha", FLOAT_FROM(0.0), .def = "0.01", .doc = "`leaky_relu`: the negative slope."},
+    {.key = "p", FRACTION, .def = "0.1", .doc = "`dropout`: probability of dropping."},
+    {.key = "scalar", .type = AR_SCHEMA_FLOAT, .fmin = -INFINITY, .fmax = INFINITY,
+     .def = "0", .doc = "`add`, `sub`, `mul`, `div`, `pow` with one input: the "
+                       "second operand; `pad`: the value."},
+    {.key = "axis", INT_RANGE(-6, 5), .def = "-1",
+     .doc = "`softmax`, `concat`, `split`, `slice`, `mean`, `sum`: the axis (0 is the "
+            "batch's; negative counts from the end)."},
+    {.key = "all", .type = AR_SCHEMA_ENUM, .values = bool_values, .def = "false",
+     .doc = "`mean`, `sum`: over every axis but the batch's."},
+    {.key = "keepdims", .type = AR_SCHEMA_ENUM, .values = bool_values, .def = "false",
+     .doc = "`mean`, `sum`: keep reduced axes as 1."},
+    {.key = "begin", INT_RANGE(0, INT64_MAX), .def = "0", .doc = "`slice`."},
+    {.key = "end", INT_RANGE(0, INT64_MAX), .def = "0", .doc = "`slice` (0: to the end)."},
+    {.key = "sizes", .type = AR_SCHEMA_ANY, .doc = "`split`: the parts' sizes along `axis`."},
+    {.key = "shape", .type = AR_SCHEMA_ANY,
+     .doc = "`reshape`: the shape after the batch's dimension (one -1 inferred)."},
+    {.key = "perm", .type = AR_SCHEMA_ANY,
+     .doc = "`transpose`: the order of the dimensions after the batch's (0-based among them)."},
+    {.key = "width", INT_RANGE(1, COUNT_MAX), .doc = "`embedding`: the vector length."},
+    {.key = "vocab", INT_RANGE(1, COUNT_MAX),
+     .def_doc = "`model.input.vocab`", .doc = "`embedding`: the number of token ids."},
+    {.key = "pad_id", INT_RANGE(0, INT64_MAX), .def = "0", .doc = "`mask`: the padding id."},
+    {.key = "heads", INT_RANGE(1, 1024), .def = "1", .doc = "`attention`: heads."},
+    {.key = "causal", .type = AR_SCHEMA_ENUM, .values = bool_values, .def = "false",
+     .doc = "`attention`: each position sees only those before it."},
     {.key = "sparse",
      .type = AR_SCHEMA_MAP,
      .kids = sparse_keys,
@@ -192,21 +275,20 @@ static const ar_schema layer_keys[] = {
             "devices only; see `mode`."},
     {0}};
 
-static const ar_schema layer_item[] = {{.key = "item",
-                                        .type = AR_SCHEMA_MAP,
-                                        .kids = layer_keys,
-                                        .doc = "One fully connected layer."},
-                                       {0}};
+static const ar_schema layer_item[2] = {{.key = "item",
+                                         .type = AR_SCHEMA_MAP,
+                                         .kids = layer_keys,
+                                         .doc = "One layer or operation."},
+                                        {0}};
 
 static const ar_schema model_keys[] = {
     {.key = "input",
      .type = AR_SCHEMA_MAP,
      .required = true,
      .kids = input_keys,
-     .rules = input_rules,
-     .doc = "The shape of one input point: exactly one of `sparse: N` or "
-            "`dense: N`. With `data.generate`, N must equal "
-            "`data.generate.features`."},
+     .doc = "The shape of one input point: exactly one of `sparse: N`, "
+            "`dense: N`, `image: [C, H, W]` or `tokens: T` (with `vocab`). "
+            "With `data.generate`, N must equal `data.generate.features`."},
     {.key = "layers",
      .type = AR_SCHEMA_LIST,
      .required = true,
@@ -251,8 +333,21 @@ static const ar_schema generate_keys[] = {
             "from its labels' planted structure."},
     {0}};
 
-/* By position: AR_FMT_XC, AR_FMT_LIBSVM. */
-static const char *const format_values[] = {"xc", "libsvm", NULL};
+/* By position: AR_FMT_XC, AR_FMT_LIBSVM, AR_FMT_IDX, AR_FMT_NPY. */
+static const char *const format_values[] = {"xc", "libsvm", "idx", "npy", NULL};
+
+static const ar_schema augment_keys[] = {
+    {.key = "crop_pad",
+     INT_RANGE(0, 64),
+     .def = "0",
+     .doc = "Pad each training image by this many pixels and crop it back at "
+            "a random offset; 0: no cropping."},
+    {.key = "flip",
+     .type = AR_SCHEMA_ENUM,
+     .values = bool_values,
+     .def = "false",
+     .doc = "Mirror each training image horizontally with probability 1/2."},
+    {0}};
 
 static const ar_schema data_keys[] = {
     {.key = "train",
@@ -264,13 +359,36 @@ static const ar_schema data_keys[] = {
      .type = AR_SCHEMA_PATH,
      .doc = "Test data file, resolved like `train`. Without it there is no "
             "test evaluation."},
+    {.key = "train_labels",
+     .type = AR_SCHEMA_PATH,
+     .def_doc = "by the MNIST naming rule",
+     .doc = "`format: idx`: the training labels file, when its name does not "
+            "follow from `train` (`-images-idx3-ubyte` to `-labels-idx1-ubyte`)."},
+    {.key = "test_labels",
+     .type = AR_SCHEMA_PATH,
+     .def_doc = "by the MNIST naming rule",
+     .doc = "`format: idx`: the test labels file."},
+    {.key = "normalize",
+     .type = AR_SCHEMA_ENUM,
+     .values = bool_values,
+     .def = "true",
+     .doc = "Images: subtract each channel's mean and divide by its standard "
+            "deviation, both measured on the training split."},
+    {.key = "augment",
+     .type = AR_SCHEMA_MAP,
+     .kids = augment_keys,
+     .doc = "Seeded augmentation of training images (evaluation never augments)."},
     {.key = "format",
      .type = AR_SCHEMA_ENUM,
      .values = format_values,
      .def = "xc",
      .doc = "`xc`: the Extreme Classification Repository format (a header "
             "line `points features labels`, then `l1,l2 f:v f:v` per point, "
-            "0-based ids). `libsvm`: no header, feature ids 1-based."},
+            "0-based ids). `libsvm`: no header, feature ids 1-based. `idx`: "
+            "the MNIST family's images file (`.gz` allowed), labels by "
+            "`train_labels` or the naming rule. `npy`: a folder with `x.npy` "
+            "and `y.npy` (class ids). idx and npy train graph models with "
+            "one class per point."},
     {.key = "shuffle_window",
      INT_RANGE(0, INT64_MAX),
      .def = "65536",
@@ -338,6 +456,24 @@ static const ar_schema optimizer_kinds[] = {
 /* By position: ar_init_kind (AR_INIT_AUTO, AR_INIT_HE, AR_INIT_XAVIER). */
 static const char *const init_values[] = {"auto", "he", "xavier", NULL};
 
+static const char *const schedule_values[] = {"constant", "step", "cosine", NULL};
+
+static const ar_schema schedule_keys[] = {
+    {.key = "kind",
+     .type = AR_SCHEMA_ENUM,
+     .values = schedule_values,
+     .def = "constant",
+     .doc = "`constant`; `step` (times `gamma` every `step_every` "
+            "iterations); `cosine` (from lr to `min_lr` over the run)."},
+    {.key = "warmup",
+     INT_RANGE(0, INT64_MAX),
+     .def = "0",
+     .doc = "Iterations of linear warm-up from lr/warmup to lr first."},
+    {.key = "step_every", INT_RANGE(1, INT64_MAX), .def = "1000", .doc = "`step`."},
+    {.key = "gamma", FLOAT_ABOVE(0.0), .def = "0.1", .doc = "`step`: the factor."},
+    {.key = "min_lr", FLOAT_FROM(0.0), .def = "0", .doc = "`cosine`: the final rate."},
+    {0}};
+
 static const ar_schema train_keys[] = {
     {.key = "batch",
      INT_RANGE(1, 1048576),
@@ -387,6 +523,16 @@ static const ar_schema train_keys[] = {
      .def = "0",
      .doc = "Write a checkpoint every this many iterations; 0 only at the "
             "end."},
+    {.key = "log_every",
+     INT_RANGE(0, INT64_MAX),
+     .def = "0",
+     .doc = "Graph models: a metrics.jsonl line `{\"kind\": \"train\", ...}` "
+            "with the batch's loss and the learning rate every this many "
+            "iterations; 0: none."},
+    {.key = "schedule",
+     .type = AR_SCHEMA_MAP,
+     .kids = schedule_keys,
+     .doc = "Graph models: how the learning rate changes over the run."},
     {0}};
 
 /* ---- runtime, distributed -------------------------------------------------- */
@@ -880,6 +1026,8 @@ static void md_subsections(FILE *to, const ar_schema *s, const char *path) {
     snprintf(sub, sizeof sub, "%s%s%s", path, path[0] ? "." : "", k->key);
     if (k->type == AR_SCHEMA_MAP || k->type == AR_SCHEMA_VARIANT) {
       md_section(to, k, sub);
+    } else if (k->type == AR_SCHEMA_LIST && strcmp(k->key, "block") == 0) {
+      continue; /* model.layers[] again: documented once */
     } else if (k->type == AR_SCHEMA_LIST) {
       char item[sizeof sub + 2];
       snprintf(item, sizeof item, "%s[]", sub);

@@ -1224,8 +1224,8 @@ static char *resolve(ctx *c, const ar_ynode *v) {
   return r;
 }
 
-static void check_file(ctx *c, const ar_ynode *at, const char *key,
-                       const char *path) {
+static void check_file(ctx *c, const ar_ynode *at, const char *key, const char *path,
+                       bool folder) {
   char q[512];
   struct stat st;
   ar__yquote(path, strlen(path), 300, q, sizeof q);
@@ -1242,10 +1242,11 @@ static void check_file(ctx *c, const ar_ynode *at, const char *key,
                 q, strerror(errno), key);
     return;
   }
-  if (S_ISDIR(st.st_mode)) {
+  if (S_ISDIR(st.st_mode) != folder) {
     diag_path(c, at, key,
-              "'%s' is a folder, not a file; fix the path or use "
-              "--set %s=PATH",
+              folder ? "'%s' is not a folder (format npy reads x.npy and y.npy from one); "
+                       "fix the path or use --set %s=PATH"
+                     : "'%s' is a folder, not a file; fix the path or use --set %s=PATH",
               q, key);
     return;
   }
@@ -1373,68 +1374,325 @@ static void convert_sparse(ctx *c, const ar_ynode *m, const ar_schema *ss,
               sp->max_active);
 }
 
+/* An integer list value: a number (given `fill` times) or a list of 1..max
+ * numbers; false (reported at path) otherwise. */
+static bool int_list(ctx *c, const ar_ynode *v, const char *path, int max, int64_t lo,
+                     int64_t *out, int *n) {
+  char buf[32];
+  if (v->kind == AR_YNODE_SCALAR) {
+    bool of = false;
+    if (parse_int(v->text, v->len, &out[0], &of) && out[0] >= lo) {
+      *n = 1;
+      return true;
+    }
+  } else if (v->kind == AR_YNODE_SEQ && v->n >= 1 && v->n <= max) {
+    bool good = true;
+    for (int i = 0; i < v->n && good; i++) {
+      bool of = false;
+      const ar_ynode *e = v->vals[i];
+      good = e->kind == AR_YNODE_SCALAR && parse_int(e->text, e->len, &out[i], &of) &&
+             out[i] >= lo;
+    }
+    if (good) {
+      *n = v->n;
+      return true;
+    }
+  }
+  diag_path(c, v, path, "expected a whole number >= %lld or a list of 1 to %d of them, got %s",
+            (long long)lo, max, describe(v, buf, sizeof buf));
+  return false;
+}
+
+/* kernel/stride/dilation: K or [KH, KW]; padding also [t, l, b, r]. */
+static void pair_key(ctx *c, const ar_ynode *L, const char *key, const char *path0,
+                     int64_t lo, int64_t *dst, bool four) {
+  const ar_ynode *v = ar_ynode_get(L, key);
+  if (!v)
+    return;
+  char path[192];
+  snprintf(path, sizeof path, "%s.%s", path0, key);
+  int64_t t[4];
+  int n = 0;
+  if (!int_list(c, v, path, four ? 4 : 2, lo, t, &n))
+    return;
+  if (n == 3) {
+    diag_path(c, v, path, "give 1, 2 or 4 numbers, not 3");
+    return;
+  }
+  if (!four) {
+    dst[0] = t[0];
+    dst[1] = n == 2 ? t[1] : t[0];
+  } else if (n == 4) {
+    memcpy(dst, t, sizeof t);
+  } else {
+    dst[0] = dst[2] = t[0];
+    dst[1] = dst[3] = n >= 2 ? t[1] : t[0];
+  }
+}
+
+static bool get_bool(const ar_ynode *L, const ar_schema *item, const char *key) {
+  ar_schema_value v;
+  return get(L, item, key, &v, NULL) && v.e == 1;
+}
+
+/* The graph keys of item L into ls->attr (over ar_nn_attr_defaults). */
+static void convert_attr(ctx *c, const ar_ynode *L, const ar_schema *item, const char *path,
+                         ar_layer_spec *ls) {
+  ar_nn_attr *a = &ls->attr;
+  ar_nn_attr_defaults(a);
+  bool ok = true;
+  a->out = ls->width;
+  if (ar_ynode_get(L, "conv"))
+    a->out = get_int(L, item, "conv", &ok);
+  if (ar_ynode_get(L, "width"))
+    a->out = get_int(L, item, "width", &ok);
+  bool pool = ls->op == AR_NN_MAXPOOL || ls->op == AR_NN_AVGPOOL;
+  pair_key(c, L, "kernel", path, 1, a->kernel, false);
+  if (pool) { /* PyTorch: the stride defaults to the kernel */
+    a->stride[0] = a->kernel[0];
+    a->stride[1] = a->kernel[1];
+  }
+  pair_key(c, L, "stride", path, 1, a->stride, false);
+  pair_key(c, L, "dilation", path, 1, a->dilation, false);
+  if (ls->op == AR_NN_PAD) {
+    const ar_ynode *v = ar_ynode_get(L, "padding");
+    int64_t t[2 * AR_NN_MAX_DIMS];
+    int n = 0;
+    char p2[192];
+    snprintf(p2, sizeof p2, "%s.padding", path);
+    if (v && int_list(c, v, p2, 2 * (AR_NN_MAX_DIMS - 1), 0, t, &n)) {
+      if (n % 2)
+        diag_path(c, v, p2, "give [before, after] for each dimension after the batch's");
+      for (int i = 0; i + 1 < n; i += 2) { /* dims 1.. */
+        a->pad_nd[1 + i / 2] = t[i];
+        a->pad_nd[AR_NN_MAX_DIMS + 1 + i / 2] = t[i + 1];
+      }
+    }
+  } else {
+    pair_key(c, L, "padding", path, 0, a->pad, true);
+  }
+  a->groups = get_int(L, item, "groups", &ok);
+  a->bias = get_bool(L, item, "bias");
+  a->eps = (float)get_float(L, item, "eps");
+  a->momentum = (float)get_float(L, item, "momentum");
+  a->alpha = (float)get_float(L, item, "alpha");
+  a->p = (float)get_float(L, item, "p");
+  a->scalar = (float)get_float(L, item, "scalar");
+  a->axis = (int)get_int(L, item, "axis", &ok);
+  a->axis_all = get_bool(L, item, "all");
+  a->keepdims = get_bool(L, item, "keepdims");
+  a->begin = get_int(L, item, "begin", &ok);
+  a->end = get_int(L, item, "end", &ok);
+  a->pad_id = get_int(L, item, "pad_id", &ok);
+  a->heads = (int)get_int(L, item, "heads", &ok);
+  a->causal = get_bool(L, item, "causal");
+  if (ar_ynode_get(L, "vocab"))
+    a->vocab = get_int(L, item, "vocab", &ok);
+  char p2[192];
+  const ar_ynode *v;
+  int n = 0;
+  int64_t t[AR_NN_MAX_IO];
+  if ((v = ar_ynode_get(L, "sizes"))) {
+    snprintf(p2, sizeof p2, "%s.sizes", path);
+    if (int_list(c, v, p2, AR_NN_MAX_IO, 1, t, &n)) {
+      a->n_sizes = n;
+      memcpy(a->sizes, t, (size_t)n * sizeof *t);
+    }
+  }
+  if ((v = ar_ynode_get(L, "shape"))) {
+    snprintf(p2, sizeof p2, "%s.shape", path);
+    if (int_list(c, v, p2, AR_NN_MAX_DIMS - 1, -1, t, &n)) {
+      a->shape.nd = n + 1; /* the batch's dimension first, kept (0) */
+      a->shape.d[0] = 0;
+      for (int i = 0; i < n; i++)
+        a->shape.d[i + 1] = t[i];
+    }
+  }
+  if ((v = ar_ynode_get(L, "perm"))) {
+    snprintf(p2, sizeof p2, "%s.perm", path);
+    if (int_list(c, v, p2, AR_NN_MAX_DIMS - 1, 0, t, &n))
+      for (int i = 0; i < n; i++)
+        a->perm[i + 1] = (int)t[i] + 1; /* the batch stays first */
+  }
+}
+
+/* `inputs`: one name or a list of names. */
+static void convert_inputs(ctx *c, const ar_ynode *L, const char *path, ar_layer_spec *ls) {
+  const ar_ynode *v = ar_ynode_get(L, "inputs");
+  if (!v)
+    return;
+  char p2[192], buf[32];
+  snprintf(p2, sizeof p2, "%s.inputs", path);
+  int n = v->kind == AR_YNODE_SEQ ? v->n : 1;
+  if ((v->kind != AR_YNODE_SEQ && v->kind != AR_YNODE_SCALAR) || n < 1 || n > AR_NN_MAX_IO) {
+    diag_path(c, v, p2, "expected a name or a list of 1 to %d names, got %s", AR_NN_MAX_IO,
+              describe(v, buf, sizeof buf));
+    return;
+  }
+  ls->inputs = ar_calloc((size_t)n, sizeof *ls->inputs);
+  if (!ls->inputs) {
+    c->nomem = true;
+    return;
+  }
+  for (int i = 0; i < n; i++) {
+    const ar_ynode *e = v->kind == AR_YNODE_SEQ ? v->vals[i] : v;
+    if (e->kind != AR_YNODE_SCALAR || e->len == 0 || strlen(e->text) != e->len) {
+      diag_path(c, e, p2, "expected a layer name, got %s", describe(e, buf, sizeof buf));
+      continue;
+    }
+    ls->inputs[ls->n_inputs++] = dup_text(c, e->text);
+  }
+}
+
+static void convert_items(ctx *c, const ar_ynode *layers, const ar_schema *item,
+                          const char *prefix, bool top, ar_spec *sp, ar_layer_spec **out,
+                          int *n_out);
+
+/* One item of model.layers (or of a block): name, kind, activation, and
+ * the graph keys. */
+static void convert_item(ctx *c, const ar_ynode *L, const ar_schema *item, const char *path,
+                         int i, bool last, ar_spec *sp, ar_layer_spec *ls) {
+  ar_schema_value v;
+  const ar_ynode *node;
+  if (get(L, item, "name", &v, &node)) {
+    ls->name = dup_text(c, v.s);
+  } else if (!node) {
+    char def[32];
+    snprintf(def, sizeof def, "layer%d", i);
+    ls->name = dup_text(c, def);
+  }
+  bool ok = true;
+  static const char *const kinds[] = {"dense", "conv", "op", "repeat"};
+  int given = 0;
+  for (int k = 0; k < 4; k++)
+    given += ar_ynode_get(L, kinds[k]) != NULL;
+  if (given != 1)
+    diag_path(c, L, path, "give exactly one of dense, conv, op or repeat (found %d)", given);
+  ls->op = AR_NN_DENSE;
+  ls->repeat = 1;
+  if (ar_ynode_get(L, "dense"))
+    ls->width = get_int(L, item, "dense", &ok);
+  if (ar_ynode_get(L, "conv"))
+    ls->op = AR_NN_CONV2D;
+  if (get(L, item, "op", &v, &node))
+    ls->op = (int)v.e;
+  ls->graph_only = !ar_ynode_get(L, "dense") || ar_ynode_get(L, "inputs");
+  if (ar_ynode_get(L, "repeat")) {
+    ls->op = -1;
+    ls->repeat = get_int(L, item, "repeat", &ok);
+    const ar_ynode *b = ar_ynode_get(L, "block");
+    char p2[192];
+    snprintf(p2, sizeof p2, "%s.block", path);
+    if (!b)
+      diag_path(c, L, path, "`repeat` needs a `block` list of the items to repeat");
+    else if (b->kind == AR_YNODE_SEQ)
+      convert_items(c, b, item, p2, false, sp, &ls->block, &ls->n_block);
+  } else if (ar_ynode_get(L, "block")) {
+    diag_path(c, L, path, "`block` goes with `repeat`");
+  }
+  bool plain_dense = ls->op == AR_NN_DENSE;
+  if (get(L, item, "activation", &v, &node)) {
+    static const ar_act acts[] = {AR_ACT_RELU, AR_ACT_SIGMOID, AR_ACT_NONE, AR_ACT_SOFTMAX};
+    ls->act = acts[v.e];
+    char p2[192];
+    snprintf(p2, sizeof p2, "%s.activation", path);
+    if (last && ls->act != AR_ACT_SOFTMAX && ls->act != AR_ACT_SIGMOID)
+      diag_path(c, node, p2,
+                "the last layer's activation picks the loss "
+                "and must be softmax or sigmoid, got '%s'",
+                ar_act_name(ls->act));
+    else if (!last && ls->act == AR_ACT_SOFTMAX)
+      diag_path(c, node, p2,
+                "softmax is only allowed on the last "
+                "layer; use relu, sigmoid or none here");
+  } else if (!node) {
+    ls->act = last ? AR_ACT_SOFTMAX : plain_dense ? AR_ACT_RELU : AR_ACT_NONE;
+  }
+  convert_attr(c, L, item, path, ls);
+  ls->attr.act = ls->act;
+  convert_inputs(c, L, path, ls);
+}
+
+static void convert_items(ctx *c, const ar_ynode *layers, const ar_schema *item,
+                          const char *prefix, bool top, ar_spec *sp, ar_layer_spec **out,
+                          int *n_out) {
+  ar_layer_spec *ls = ar_calloc((size_t)layers->n, sizeof *ls);
+  if (!ls) {
+    c->nomem = true;
+    return;
+  }
+  *out = ls;
+  *n_out = layers->n;
+  for (int i = 0; i < layers->n; i++) {
+    const ar_ynode *L = layers->vals[i];
+    if (L->set < 0)
+      ls[i].pos = (ar_srcpos){L->line, L->col};
+    ls[i].op = AR_NN_DENSE;
+    ls[i].repeat = 1;
+    ar_nn_attr_defaults(&ls[i].attr);
+    if (L->kind != AR_YNODE_MAP)
+      continue; /* reported */
+    char path[128];
+    snprintf(path, sizeof path, "%s[%d]", prefix, i);
+    convert_item(c, L, item, path, i, top && i == layers->n - 1, sp, &ls[i]);
+    if (ls[i].graph_only)
+      sp->graph = true;
+    if (ls[i].op != AR_NN_DENSE || !top)
+      convert_sparse(c, NULL, kid(item, "sparse"), i, &ls[i]);
+    else
+      convert_sparse(c, get_map(L, "sparse"), kid(item, "sparse"), i, &ls[i]);
+  }
+}
+
+/* model.input: exactly one kind. */
+static void convert_input(ctx *c, const ar_ynode *model, ar_spec *sp) {
+  const ar_schema *ms = kid(ar__schema_root(), "model");
+  const ar_ynode *input = get_map(model, "input");
+  if (!input)
+    return;
+  const ar_schema *is = kid(ms, "input");
+  bool ok = true;
+  static const char *const kinds[] = {"sparse", "dense", "image", "tokens"};
+  int given = 0;
+  for (int k = 0; k < 4; k++)
+    if (ar_ynode_get(input, kinds[k])) {
+      given++;
+      sp->input.kind = (ar_input_kind)k;
+    }
+  if (given != 1)
+    diag_path(c, input, "model.input",
+              "give exactly one of sparse, dense, image or tokens (found %d)", given);
+  sp->input.sparse = sp->input.kind == AR_INPUT_SPARSE;
+  if (sp->input.kind <= AR_INPUT_DENSE) {
+    sp->input.features = get_int(input, is, kinds[sp->input.kind], &ok);
+  } else if (sp->input.kind == AR_INPUT_IMAGE) {
+    sp->graph = true;
+    const ar_ynode *v = ar_ynode_get(input, "image");
+    int n = 0;
+    if (int_list(c, v, "model.input.image", 3, 1, sp->input.image, &n) && n != 3)
+      diag_path(c, v, "model.input.image", "expected [C, H, W], three numbers");
+    sp->input.features = sp->input.image[0] * sp->input.image[1] * sp->input.image[2];
+  } else {
+    sp->graph = true;
+    sp->input.features = get_int(input, is, "tokens", &ok);
+    if (!ar_ynode_get(input, "vocab"))
+      diag_path(c, input, "model.input", "`tokens` needs `vocab`, the number of token ids");
+    else
+      sp->input.vocab = get_int(input, is, "vocab", &ok);
+  }
+  if (sp->input.kind != AR_INPUT_TOKENS && ar_ynode_get(input, "vocab"))
+    diag_path(c, ar_ynode_get(input, "vocab"), "model.input.vocab", "`vocab` goes with `tokens`");
+}
+
 static void convert_model(ctx *c, const ar_ynode *root, ar_spec *sp) {
   const ar_schema *ms = kid(ar__schema_root(), "model");
   const ar_ynode *model = get_map(root, "model");
-  const ar_ynode *input = get_map(model, "input");
-  const ar_schema *is = kid(ms, "input");
-  bool ok = true;
-  if (ar_ynode_get(input, "sparse")) {
-    sp->input.sparse = true;
-    sp->input.features = get_int(input, is, "sparse", &ok);
-  } else if (ar_ynode_get(input, "dense")) {
-    sp->input.features = get_int(input, is, "dense", &ok);
-  }
-
+  convert_input(c, model, sp);
   const ar_ynode *layers = ar_ynode_get(model, "layers");
   if (!layers || layers->kind != AR_YNODE_SEQ || layers->n == 0)
     return;
   const ar_schema *item = &kid(ms, "layers")->kids[0];
-  sp->layers = ar_calloc((size_t)layers->n, sizeof *sp->layers);
-  if (!sp->layers) {
-    c->nomem = true;
-    return;
-  }
-  sp->n_layers = layers->n;
-  for (int i = 0; i < layers->n; i++) {
-    const ar_ynode *L = layers->vals[i];
-    ar_layer_spec *ls = &sp->layers[i];
-    bool last = i == layers->n - 1;
-    if (L->set < 0)
-      ls->pos = (ar_srcpos){L->line, L->col};
-    if (L->kind != AR_YNODE_MAP)
-      continue; /* reported */
-    ar_schema_value v;
-    const ar_ynode *node;
-    if (get(L, item, "name", &v, &node)) {
-      ls->name = dup_text(c, v.s);
-    } else if (!node) {
-      char def[32];
-      snprintf(def, sizeof def, "layer%d", i);
-      ls->name = dup_text(c, def);
-    }
-    ok = true;
-    ls->width = get_int(L, item, "dense", &ok);
-    if (get(L, item, "activation", &v, &node)) {
-      static const ar_act acts[] = {AR_ACT_RELU, AR_ACT_SIGMOID, AR_ACT_NONE,
-                                    AR_ACT_SOFTMAX};
-      ls->act = acts[v.e];
-      char path[64];
-      snprintf(path, sizeof path, "model.layers[%d].activation", i);
-      if (last && ls->act != AR_ACT_SOFTMAX && ls->act != AR_ACT_SIGMOID)
-        diag_path(c, node, path,
-                  "the last layer's activation picks the loss "
-                  "and must be softmax or sigmoid, got '%s'",
-                  ar_act_name(ls->act));
-      else if (!last && ls->act == AR_ACT_SOFTMAX)
-        diag_path(c, node, path,
-                  "softmax is only allowed on the last "
-                  "layer; use relu, sigmoid or none here");
-    } else if (!node) {
-      ls->act = last ? AR_ACT_SOFTMAX : AR_ACT_RELU;
-    }
-    convert_sparse(c, get_map(L, "sparse"), kid(item, "sparse"), i, ls);
-  }
+  convert_items(c, layers, item, "model.layers", true, sp, &sp->layers, &sp->n_layers);
   check_unique_names(c, sp, layers);
 }
 
@@ -1446,20 +1704,29 @@ static void convert_data(ctx *c, const ar_ynode *root, ar_spec *sp) {
   bool ok = true;
   /* A missing file is reported at its key ("train:") when the path is
    * written in the file, and against the override when it came from one. */
-  if (get(data, ds, "train", &v, &node)) {
-    sp->data.train = resolve(c, node);
-    const ar_ynode *k = data->keys[ar__ymap_find(data, "train")];
-    if (c->check_files && sp->data.train)
-      check_file(c, node->set >= 0 ? node : k, "data.train", sp->data.train);
-  }
-  if (get(data, ds, "test", &v, &node)) {
-    sp->data.test = resolve(c, node);
-    const ar_ynode *k = data->keys[ar__ymap_find(data, "test")];
-    if (c->check_files && sp->data.test)
-      check_file(c, node->set >= 0 ? node : k, "data.test", sp->data.test);
-  }
   if (get(data, ds, "format", &v, NULL))
-    sp->data.format = v.e == 0 ? AR_FMT_XC : AR_FMT_LIBSVM;
+    sp->data.format = (ar_data_format)v.e;
+  bool npy = sp->data.format == AR_FMT_NPY;
+  if (sp->data.format >= AR_FMT_IDX)
+    sp->graph = true;
+  static const char *const paths[] = {"train", "test", "train_labels", "test_labels"};
+  char **dst[] = {&sp->data.train, &sp->data.test, &sp->data.train_labels,
+                  &sp->data.test_labels};
+  for (int i = 0; i < 4; i++) {
+    if (!get(data, ds, paths[i], &v, &node))
+      continue;
+    *dst[i] = resolve(c, node);
+    const ar_ynode *k = data->keys[ar__ymap_find(data, paths[i])];
+    char key[32];
+    snprintf(key, sizeof key, "data.%s", paths[i]);
+    if (c->check_files && *dst[i])
+      check_file(c, node->set >= 0 ? node : k, key, *dst[i], npy && i < 2);
+  }
+  sp->data.normalize = get(data, ds, "normalize", &v, NULL) && v.e == 1;
+  const ar_ynode *aug = get_map(data, "augment");
+  const ar_schema *as = kid(ds, "augment");
+  sp->data.crop_pad = get_int(aug, as, "crop_pad", &ok);
+  sp->data.flip = get(aug, as, "flip", &v, NULL) && v.e == 1;
   sp->data.shuffle_window = get_int(data, ds, "shuffle_window", &ok);
 
   const ar_ynode *gen = get_map(data, "generate");
@@ -1524,6 +1791,15 @@ static void convert_train(ctx *c, const ar_ynode *root, ar_spec *sp) {
   sp->train.eval_every = get_int(train, ts, "eval_every", &ok);
   sp->train.eval_points = get_int(train, ts, "eval_points", &ok);
   sp->train.checkpoint_every = get_int(train, ts, "checkpoint_every", &ok);
+  sp->train.log_every = get_int(train, ts, "log_every", &ok);
+  const ar_ynode *sch = get_map(train, "schedule");
+  const ar_schema *ss = kid(ts, "schedule");
+  ar_schema_value sv;
+  sp->train.schedule.kind = get(sch, ss, "kind", &sv, NULL) ? (int)sv.e : 0;
+  sp->train.schedule.warmup = get_int(sch, ss, "warmup", &ok);
+  sp->train.schedule.step_every = get_int(sch, ss, "step_every", &ok);
+  sp->train.schedule.gamma = get_float(sch, ss, "gamma");
+  sp->train.schedule.min_lr = get_float(sch, ss, "min_lr");
   ar_schema_value v;
   if (get(train, ts, "init", &v, NULL))
     sp->train.init = (ar_init_kind)v.e; /* table order: auto, he, xavier */
@@ -1796,6 +2072,17 @@ const char *ar_act_name(ar_act a) {
   return "unknown";
 }
 
+static void free_layers(ar_layer_spec *ls, int n) {
+  for (int i = 0; ls && i < n; i++) {
+    ar_free(ls[i].name);
+    for (int k = 0; k < ls[i].n_inputs; k++)
+      ar_free(ls[i].inputs[k]);
+    ar_free(ls[i].inputs);
+    free_layers(ls[i].block, ls[i].n_block);
+  }
+  ar_free(ls);
+}
+
 void ar_spec_destroy(ar_spec *sp) {
   if (!sp)
     return;
@@ -1807,14 +2094,14 @@ void ar_spec_destroy(ar_spec *sp) {
   for (int i = 0; i < sp->distributed.n_workers; i++)
     ar_free(sp->distributed.workers[i].device);
   ar_free(sp->distributed.workers);
-  for (int i = 0; i < sp->n_layers; i++)
-    ar_free(sp->layers[i].name);
-  ar_free(sp->layers);
+  free_layers(sp->layers, sp->n_layers);
   ar_free(sp->file);
   ar_free(sp->name);
   ar_free(sp->device);
   ar_free(sp->data.train);
   ar_free(sp->data.test);
+  ar_free(sp->data.train_labels);
+  ar_free(sp->data.test_labels);
   ar_free(sp->output.dir);
   ar_free(sp);
 }

@@ -400,19 +400,19 @@ static void test_missing_required_at_parent(void **state) {
   ar_diags_fini(&d);
   expect_error("model:\n  input: {sparse: 1}\n  layers:\n    - {name: a}\n"
                "data: {train: x}\ntrain: {epochs: 1}\n",
-               1, 4, "model.layers[0]", "missing required key 'dense'");
+               1, 4, "model.layers[0]", "give exactly one of dense, conv, op or repeat (found 0)");
 }
 
 static void test_conflicting_keys(void **state) {
   (void)state;
   char *t = job("  input: {sparse: 100, dense: 100}\n  layers: [{dense: 2}]\n",
                 DATA, TRAIN);
-  expect_error(t, 1, 2, "model.input.dense",
-               "conflicting keys 'sparse' (line 2) and 'dense': give only one");
+  expect_error(t, 1, 2, "model.input",
+               "give exactly one of sparse, dense, image or tokens (found 2)");
   free(t);
   t = job("  input: {}\n  layers: [{dense: 2}]\n", DATA, TRAIN);
   expect_error(t, 1, 2, "model.input",
-               "missing key: give one of 'sparse' or 'dense'");
+               "give exactly one of sparse, dense, image or tokens (found 0)");
   free(t);
   t = job(MODEL, "  train: a\n  generate: {features: 100, labels: 10}\n",
           TRAIN);
