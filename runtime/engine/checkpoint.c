@@ -22,6 +22,8 @@
 #define _GNU_SOURCE
 #include "accelrt/runtime.h"
 
+#include "engine_impl.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -89,10 +91,33 @@ static void put(writer *w, const void *p, size_t n) {
   w->crc = crc32(w->crc, p, (uInt)n);
 }
 
+static ar_status save_list(ar_device *dev, const tensor_list *tl, int64_t step,
+                           const ar_ckpt_state *st, const ar_fs *fs, const char *path,
+                           ar_err *err);
+
 ar_status ar_checkpoint_save(const ar_model *m, const ar_ckpt_state *st, const ar_fs *fs,
                              const char *path, ar_err *err) {
   tensor_list t;
   AR_CHECK(list_tensors(m, path, &t, err));
+  ar_status status = save_list(m->dev, &t, m->step, st, fs, path, err);
+  ar_free(t.block);
+  return status;
+}
+
+ar_status ar__checkpoint_save_tensors(const ar__ckpt_tensors *ct, int64_t step,
+                                      const ar_ckpt_state *st, const ar_fs *fs,
+                                      const char *path, ar_err *err) {
+  if (ct->n > MAX_TENSORS)
+    return ar_errf(err, AR_UNSUPPORTED, "checkpoint '%s': the model has %d tensors, more than "
+                   "the %d a checkpoint holds", path, ct->n, MAX_TENSORS);
+  tensor_list t = {ct->n, ct->counts, ct->names, ct->ptrs, NULL};
+  return save_list(ct->dev, &t, step, st, fs, path, err);
+}
+
+static ar_status save_list(ar_device *dev, const tensor_list *tl, int64_t step,
+                           const ar_ckpt_state *st, const ar_fs *fs, const char *path,
+                           ar_err *err) {
+  tensor_list t = *tl;
   float *stage = ar_malloc(CHUNK * sizeof(float));
   ar_status status = AR_OK;
   writer w = {NULL, crc32(0L, Z_NULL, 0), 0};
@@ -111,7 +136,7 @@ ar_status ar_checkpoint_save(const ar_model *m, const ar_ckpt_state *st, const a
   put(&w, CKPT_MAGIC, 8);
   put(&w, &version, 4);
   put(&w, &nt, 4);
-  int64_t hdr[5] = {st->iteration, st->epoch, st->rows_in_epoch, st->samples, m->step};
+  int64_t hdr[5] = {st->iteration, st->epoch, st->rows_in_epoch, st->samples, step};
   put(&w, hdr, sizeof hdr);
   put(&w, &st->train_s, sizeof st->train_s);
   for (int i = 0; i < t.n && !w.failed; i++) {
@@ -121,10 +146,10 @@ ar_status ar_checkpoint_save(const ar_model *m, const ar_ckpt_state *st, const a
     put(&w, &t.counts[i], 8);
     for (int64_t off = 0; off < t.counts[i] && !w.failed; off += CHUNK) {
       int64_t c = t.counts[i] - off < CHUNK ? t.counts[i] - off : CHUNK;
-      status = ar_device_copy_out(m->dev, stage, t.ptrs[i] + off, (size_t)c * sizeof(float));
+      status = ar_device_copy_out(dev, stage, t.ptrs[i] + off, (size_t)c * sizeof(float));
       if (status != AR_OK) {
         ar_errf(err, status, "copying tensor '%s' off the device: %s", t.names[i],
-                ar_device_errmsg(m->dev));
+                ar_device_errmsg(dev));
         goto done;
       }
       put(&w, stage, (size_t)c * sizeof(float));
@@ -143,7 +168,6 @@ done:
   if (status != AR_OK)
     ar_fs_atomic_abort(&a);
   ar_free(stage);
-  ar_free(t.block);
   return status;
 }
 
@@ -345,7 +369,7 @@ static ar_status mismatch(const reader *r, const ckpt_header *h, const tensor_li
  * table passed, so a damaged file is reported as such).  With `into`, the
  * table already passed: it copies the values to the model through buf
  * (CHUNK floats), each record read again in case the file changed. */
-static ar_status walk(reader *r, const ckpt_header *h, const tensor_list *t, ar_model *into,
+static ar_status walk(reader *r, const ckpt_header *h, const tensor_list *t, ar_device *into,
                       float *buf, ar_err *err) {
   if (fseeko(r->f, HEADER_BYTES, SEEK_SET) != 0)
     return ar_errf(err, AR_IO, "cannot read checkpoint '%s': %s", r->path, strerror(errno));
@@ -371,10 +395,10 @@ static ar_status walk(reader *r, const ckpt_header *h, const tensor_list *t, ar_
     for (int64_t off = 0; off < rec.count; off += CHUNK) {
       size_t bytes = (size_t)(rec.count - off < CHUNK ? rec.count - off : CHUNK) * sizeof(float);
       AR_CHECK(get(r, buf, bytes, err));
-      ar_status st = ar_device_copy_in(into->dev, t->ptrs[i] + off, buf, bytes);
+      ar_status st = ar_device_copy_in(into, t->ptrs[i] + off, buf, bytes);
       if (st != AR_OK)
         return ar_errf(err, st, "copying tensor '%s' to the device: %s", rec.name,
-                       ar_device_errmsg(into->dev));
+                       ar_device_errmsg(into));
     }
   }
   if (data_left(r) != 0)
@@ -389,10 +413,24 @@ static ar_status walk(reader *r, const ckpt_header *h, const tensor_list *t, ar_
  * then the tensor table; with a model, checks its shapes against the
  * file's and then loads the tensors (the model is only written to once
  * everything else has passed). */
+static ar_status read_list(ar_device *dev, const tensor_list *tl, const ar_fs *fs,
+                           const char *path, ckpt_header *h, ar_err *err);
+
 static ar_status read_checkpoint(ar_model *m, const ar_fs *fs, const char *path,
                                  ckpt_header *h, ar_err *err) {
-  reader r = {NULL, path, 0, 0, 0};
   tensor_list t = {0};
+  if (m)
+    AR_CHECK(list_tensors(m, path, &t, err));
+  ar_status st = read_list(m ? m->dev : NULL, m ? &t : NULL, fs, path, h, err);
+  ar_free(t.block);
+  return st;
+}
+
+/* With dev and tl: checks and loads tl's tensors; without: checks only. */
+static ar_status read_list(ar_device *dev, const tensor_list *tl, const ar_fs *fs,
+                           const char *path, ckpt_header *h, ar_err *err) {
+  reader r = {NULL, path, 0, 0, 0};
+  const tensor_list *m = tl;
   unsigned char head[HEADER_BYTES];
   ar_status st = AR_OK;
   float *buf = ar_malloc(CHUNK * sizeof(float));
@@ -400,20 +438,18 @@ static ar_status read_checkpoint(ar_model *m, const ar_fs *fs, const char *path,
     st = ar_errf(err, AR_NOMEM, "out of memory reading checkpoint '%s'", path);
     goto done;
   }
-  if (m && (st = list_tensors(m, path, &t, err)) != AR_OK)
-    goto done;
   if ((st = open_ckpt(fs, &r, err)) != AR_OK)
     goto done;
   if ((st = verify(&r, (unsigned char *)buf, CHUNK * sizeof(float), head, err)) != AR_OK)
     goto done;
   if ((st = check_header(&r, head, h, err)) != AR_OK)
     goto done;
-  if ((st = walk(&r, h, m ? &t : NULL, NULL, NULL, err)) != AR_OK || !m)
+  if ((st = walk(&r, h, m, NULL, NULL, err)) != AR_OK || !m)
     goto done;
   /* The values, with the checksum recomputed: the file verified in pass
    * 1 may have been rewritten in place since. */
   r.crc = crc32(crc32(0L, Z_NULL, 0), head, HEADER_BYTES);
-  if ((st = walk(&r, h, &t, m, buf, err)) != AR_OK)
+  if ((st = walk(&r, h, m, dev, buf, err)) != AR_OK)
     goto done;
   uint32_t stored = 0;
   if ((st = stored_crc(&r, &stored, err)) == AR_OK && stored != (uint32_t)r.crc)
@@ -421,7 +457,6 @@ static ar_status read_checkpoint(ar_model *m, const ar_fs *fs, const char *path,
 done:
   if (r.f)
     fclose(r.f);
-  ar_free(t.block);
   ar_free(buf);
   return st;
 }
@@ -452,6 +487,17 @@ ar_status ar_checkpoint_load(ar_model *m, ar_ckpt_state *st, const ar_fs *fs, co
    * resumed sampled layer retrieves by the weights it resumes with. */
   if (m->n_sampled && ar_model_sampled_rebuild(m) != AR_OK)
     return ar_errf(err, AR_NOMEM, "checkpoint '%s': %s", path, m->err.msg);
+  return AR_OK;
+}
+
+ar_status ar__checkpoint_load_tensors(const ar__ckpt_tensors *ct, int64_t *step,
+                                      ar_ckpt_state *st, const ar_fs *fs, const char *path,
+                                      ar_err *err) {
+  tensor_list t = {ct->n, ct->counts, ct->names, ct->ptrs, NULL};
+  ckpt_header h;
+  AR_CHECK(read_list(ct->dev, &t, fs, path, &h, err));
+  to_state(&h, st);
+  *step = h.count[H_STEP];
   return AR_OK;
 }
 

@@ -57,4 +57,20 @@ ar_status ar__eval_pass(ar_model *m, ar_reader *r, ar_batch *b, int64_t max_poin
                         ar_eval_acc *acc, double *seconds, ar_err *err);
 double ar__p_at(const ar_eval_acc *a, int i);
 
+/* checkpoint.c: the format over any list of f32 tensors (graph models,
+ * runtime/engine/net*.c), on dev. */
+typedef struct ar__ckpt_tensors {
+  ar_device *dev;
+  int n;
+  const char **names;
+  float **ptrs;
+  int64_t *counts;
+} ar__ckpt_tensors;
+ar_status ar__checkpoint_save_tensors(const ar__ckpt_tensors *t, int64_t step,
+                                      const ar_ckpt_state *st, const ar_fs *fs,
+                                      const char *path, ar_err *err);
+ar_status ar__checkpoint_load_tensors(const ar__ckpt_tensors *t, int64_t *step,
+                                      ar_ckpt_state *st, const ar_fs *fs, const char *path,
+                                      ar_err *err);
+
 #endif
