@@ -1,0 +1,103 @@
+/*
+ * accelrt net: graph models — any directed acyclic graph of the tensor ops
+ * of nn.h, built from a job file's `model` (ar_spec.graph), trained on a
+ * device with the same guarantees as the chain of graph.h:
+ *
+ *   - the graph: tensors with shapes and element types, nodes (op, data
+ *     inputs, parameters, state, outputs, aux), a topological order (the
+ *     items' order; `inputs` may only name earlier items), shapes inferred
+ *     node by node, errors naming the item, its place in the file and the
+ *     shapes;
+ *   - reverse-mode differentiation: each node's backward rule (its
+ *     kernel's backward) in reverse order, gradients of tensors read by
+ *     several nodes summed;
+ *   - the exact memory plan: persistent (parameters, optimizer state,
+ *     running statistics), ephemeral (the batch, activations, aux,
+ *     gradients and the kernels' workspace, each placed by its lifetime over
+ *     the forward+backward steps of one iteration), allocated as planned in
+ *     two blocks; nothing is allocated in the training loop;
+ *   - the optimizers of the job file (Adam, SGD with momentum; weight decay
+ *     not applied to biases and normalisation parameters) and its learning-
+ *     rate schedule (constant, step, cosine, linear warm-up).
+ *
+ * The batch size is fixed: training steps take full batches; evaluation
+ * pads a short last batch and counts only its real rows.
+ *
+ * Tests: tests/engine/test_net.c (shape errors, plan exactness, training
+ * a small CNN, gradients of whole graphs by finite differences).
+ */
+#ifndef ACCELRT_NET_H
+#define ACCELRT_NET_H
+
+#include "accelrt/base.h"
+#include "accelrt/device.h"
+#include "accelrt/graph.h" /* ar_plan */
+#include "accelrt/nn.h"
+#include "accelrt/spec.h"
+
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ar_net ar_net;
+
+/* Builds the graph of spec (spec->graph) for batches of `batch` rows and
+ * `classes` output classes (the last item's width must equal it; 0: not
+ * checked), infers every shape and computes the plan.  No device memory
+ * yet.  AR_SPEC with "FILE:LINE:COL: error: model.layers[i]: ..." in err
+ * for a graph that does not fit together; AR_NOMEM. */
+ar_status ar_net_build(const ar_spec *spec, int64_t batch, ar_net **out, ar_err *err);
+void ar_net_destroy(ar_net *n); /* NULL is a no-op */
+
+/* The plan (valid while the net lives). */
+const ar_plan *ar_net_plan(const ar_net *n);
+/* Prints the model summary (each node: name, op, output shape,
+ * parameters, FLOPs) and totals. */
+void ar_net_print(const ar_net *n, FILE *to);
+/* The classes of the output, and the shape of one input (the batch's
+ * dimension first). */
+int64_t ar_net_classes(const ar_net *n);
+const ar_shape *ar_net_input_shape(const ar_net *n);
+ar_dtype ar_net_input_dtype(const ar_net *n);
+
+/* Allocates the two blocks on dev (or uses the caller's, when persistent
+ * is not NULL: the lanes'), prepares every kernel, initialises parameters
+ * from spec->seed.  AR_UNSUPPORTED when the device lacks an op (the reason
+ * names the op); AR_NOMEM; device statuses. */
+ar_status ar_net_start(ar_net *n, ar_device *dev, void *persistent, void *ephemeral,
+                       ar_err *err);
+/* The blocks moved (between iterations). */
+void ar_net_rebase(ar_net *n, void *persistent, void *ephemeral);
+
+/* Where a batch goes: x (batch x input elements) f32 or i64 as
+ * ar_net_input_dtype says, y (batch) i64 class ids.  Host pointers into
+ * the net's own staging (allocated by start); copy the batch there, then
+ * call train or eval. */
+void *ar_net_x(ar_net *n);
+int64_t *ar_net_y(ar_net *n);
+
+/* One training step on the staged batch: forward, loss, backward, the
+ * optimizer.  *loss: the batch's mean loss; *lr: the rate used.  AR_OK;
+ * AR_RANGE for a class id outside the output (named). */
+ar_status ar_net_train(ar_net *n, double *loss, double *lr, ar_err *err);
+/* Forward in evaluation mode on the staged batch; the first `rows` rows
+ * count: adds their loss and top-1/top-5 hits into acc (hits[0] top 1,
+ * hits[2] top 5; hits[1] top 3). */
+ar_status ar_net_eval(ar_net *n, int64_t rows, ar_eval_acc *acc, ar_err *err);
+
+/* The optimizer's step count (checkpoints) and the tensors a checkpoint
+ * keeps: parameters, optimizer state, running statistics, in plan order.
+ * names/ptrs/counts have room for ar_net_tensors(n, NULL, NULL, NULL). */
+int64_t ar_net_step(const ar_net *n);
+/* The run's iterations, for schedules that span it (cosine). */
+void ar_net_set_total(ar_net *n, int64_t total);
+void ar_net_set_step(ar_net *n, int64_t step);
+int ar_net_tensors(const ar_net *n, const char **names, float **ptrs, int64_t *counts);
+ar_device *ar_net_device(const ar_net *n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACCELRT_NET_H */

@@ -1,0 +1,575 @@
+/* Graph models (include/accelrt/net.h): building the graph from the job
+ * file's items, shapes, the exact plan by lifetimes.  Running it (start,
+ * train, eval) is net_run.c. */
+#define _GNU_SOURCE
+#include "net_impl.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- building ------------------------------------------------------------ */
+
+static ar_status build_err(build_ctx *b, const ar_layer_spec *ls, const char *path,
+                           const char *fmt, ...) {
+  char msg[AR_ERR_MAX / 2];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  const ar_spec *s = b->net->spec;
+  if (ls && ls->pos.line > 0)
+    return ar_errf(b->err, AR_SPEC, "%s:%d:%d: error: %s: %s", s->file ? s->file : "<string>",
+                   ls->pos.line, ls->pos.col, path, msg);
+  return ar_errf(b->err, AR_SPEC, "%s: error: %s: %s", s->file ? s->file : "<string>", path,
+                 msg);
+}
+
+int ar__net_tensor(ar_net *n, const char *name, const ar_shape *s, ar_dtype t, int kind) {
+  if (n->n_tensors == n->cap_tensors) {
+    int cap = n->cap_tensors ? 2 * n->cap_tensors : 64;
+    ntensor *nt = ar_realloc(n->tensors, (size_t)cap * sizeof *nt);
+    if (!nt)
+      return -1;
+    n->tensors = nt;
+    n->cap_tensors = cap;
+  }
+  ntensor *x = &n->tensors[n->n_tensors];
+  memset(x, 0, sizeof *x);
+  snprintf(x->name, sizeof x->name, "%.199s", name);
+  x->shape = *s;
+  x->dtype = t;
+  x->kind = kind;
+  x->grad = -1;
+  x->producer = -1;
+  x->bytes = (size_t)ar_shape_count(s) * ar_dtype_size(t);
+  return n->n_tensors++;
+}
+
+static nnode *new_node(ar_net *n) {
+  if (n->n_nodes == n->cap_nodes) {
+    int cap = n->cap_nodes ? 2 * n->cap_nodes : 32;
+    nnode *nn = ar_realloc(n->nodes, (size_t)cap * sizeof *nn);
+    if (!nn)
+      return NULL;
+    n->nodes = nn;
+    n->cap_nodes = cap;
+  }
+  nnode *x = &n->nodes[n->n_nodes++];
+  memset(x, 0, sizeof *x);
+  return x;
+}
+
+/* The tensor an item's output name refers to, or -1. */
+static int lookup(const build_ctx *b, const char *name) {
+  for (int i = b->n_names - 1; i >= 0; i--)
+    if (!strcmp(b->names[i].name, name))
+      return b->names[i].tensor;
+  return -1;
+}
+
+static ar_status bind_name(build_ctx *b, const char *name, int tensor) {
+  if (b->n_names == b->cap_names) {
+    int cap = b->cap_names ? 2 * b->cap_names : 64;
+    named *nn = ar_realloc(b->names, (size_t)cap * sizeof *nn);
+    if (!nn)
+      return ar_errf(b->err, AR_NOMEM, "out of memory building the graph");
+    b->names = nn;
+    b->cap_names = cap;
+  }
+  snprintf(b->names[b->n_names].name, sizeof b->names[0].name, "%s", name);
+  b->names[b->n_names++].tensor = tensor;
+  return AR_OK;
+}
+
+/* The data inputs of item ls: its `inputs` (names resolved in the block
+ * copy first, `prefix` being the copy's "BLOCK.I."), or the previous
+ * output. */
+static ar_status item_inputs(build_ctx *b, const ar_layer_spec *ls, const char *path,
+                             const char *prefix, int prev, int block_in, int *in, int *n_in) {
+  if (ls->n_inputs == 0) {
+    in[0] = prev;
+    *n_in = 1;
+    return AR_OK;
+  }
+  for (int i = 0; i < ls->n_inputs; i++) {
+    const char *nm = ls->inputs[i];
+    int t = -1;
+    if (block_in >= 0 && !strcmp(nm, "input"))
+      t = block_in;
+    if (t < 0 && prefix[0]) {
+      char full[400];
+      snprintf(full, sizeof full, "%s%s", prefix, nm);
+      t = lookup(b, full);
+    }
+    if (t < 0)
+      t = lookup(b, nm);
+    if (t < 0)
+      return build_err(b, ls, path,
+                       "inputs: no earlier item is named '%s'; an item may read the items "
+                       "before it (by name)%s",
+                       nm, block_in >= 0 ? " or `input`, its block's input" : "");
+    in[i] = t;
+  }
+  *n_in = ls->n_inputs;
+  return AR_OK;
+}
+
+/* One node for item ls reading `in`; its output becomes *out. */
+static ar_status add_node(build_ctx *b, const ar_layer_spec *ls, const char *path,
+                          const char *name, ar_nn_op op, const ar_nn_attr *attr, const int *in,
+                          int n_in, int *out) {
+  ar_net *n = b->net;
+  nnode *d = new_node(n);
+  if (!d)
+    return ar_errf(b->err, AR_NOMEM, "out of memory building the graph");
+  int id = n->n_nodes - 1;
+  snprintf(d->name, sizeof d->name, "%s", name);
+  snprintf(d->path, sizeof d->path, "%s", path);
+  d->ls = ls;
+  d->op = op;
+  d->attr = *attr;
+  d->n_in = n_in;
+  ar_shape shapes[AR_NN_MAX_IO];
+  ar_dtype types[AR_NN_MAX_IO];
+  for (int i = 0; i < n_in; i++) {
+    d->in[i] = in[i];
+    shapes[i] = n->tensors[in[i]].shape;
+    types[i] = n->tensors[in[i]].dtype;
+  }
+  ar_err e = AR_ERR_INIT;
+  ar_status st = ar_nn_infer(op, &d->attr, n_in, shapes, types, &d->sig, &e);
+  if (st != AR_OK)
+    return build_err(b, ls, path, "%s %s: %s", ar_nn_op_name(op), name, e.msg);
+  char tn[400];
+  for (int i = 0; i < d->sig.n_param; i++) {
+    snprintf(tn, sizeof tn, "%s.%s", name, d->sig.param_name[i]);
+    d->param[i] = ar__net_tensor(n, tn, &d->sig.param[i], AR_DT_F32, T_PARAM);
+    if (d->param[i] < 0)
+      return ar_errf(b->err, AR_NOMEM, "out of memory building the graph");
+    ntensor *p = &n->tensors[d->param[i]];
+    p->init = d->sig.param_init[i];
+    p->std = d->sig.param_std[i];
+    p->decay = d->sig.param_decay[i];
+    p->producer = id;
+    p->relu = attr->act == AR_ACT_RELU;
+  }
+  for (int i = 0; i < d->sig.n_state; i++) {
+    snprintf(tn, sizeof tn, "%s.%s", name, d->sig.state_name[i]);
+    d->state[i] = ar__net_tensor(n, tn, &d->sig.state[i], AR_DT_F32, T_STATE);
+    if (d->state[i] < 0)
+      return ar_errf(b->err, AR_NOMEM, "out of memory building the graph");
+    n->tensors[d->state[i]].init = d->sig.state_init[i];
+  }
+  for (int i = 0; i < d->sig.n_out; i++) {
+    snprintf(tn, sizeof tn, d->sig.n_out > 1 ? "%s.out%d" : "%s", name, i);
+    d->out[i] = ar__net_tensor(n, tn, &d->sig.out[i], d->sig.out_dtype[i], T_ACT);
+    if (d->out[i] < 0)
+      return ar_errf(b->err, AR_NOMEM, "out of memory building the graph");
+    n->tensors[d->out[i]].producer = id;
+  }
+  for (int i = 0; i < d->sig.n_aux; i++) {
+    snprintf(tn, sizeof tn, "%s.aux%d", name, i);
+    d->aux[i] = ar__net_tensor(n, tn, &d->sig.aux[i], d->sig.aux_dtype[i], T_AUX);
+    if (d->aux[i] < 0)
+      return ar_errf(b->err, AR_NOMEM, "out of memory building the graph");
+    n->tensors[d->aux[i]].producer = id;
+  }
+  n->flops += d->sig.flops;
+  *out = d->out[0];
+  return AR_OK;
+}
+
+static ar_status build_items(build_ctx *b, const ar_layer_spec *items, int count,
+                             const char *path0, const char *prefix, int block_in, int *cur,
+                             bool top);
+
+/* Item ls (of a block copy with names `prefix` when not ""), reading *cur
+ * by default; *cur becomes its output. */
+static ar_status build_item(build_ctx *b, const ar_layer_spec *ls, const char *path,
+                            const char *prefix, int block_in, int *cur, bool last) {
+  char name[200];
+  snprintf(name, sizeof name, "%.99s%.99s", prefix, ls->name ? ls->name : "?");
+  if (ls->op < 0) { /* repeat: block */
+    for (int64_t r = 0; r < ls->repeat; r++) {
+      char pre[200], p2[200];
+      snprintf(pre, sizeof pre, "%.170s.%" PRId64 ".", name, r);
+      snprintf(p2, sizeof p2, "%.180s.block", path);
+      int copy_in = *cur;
+      AR_CHECK(build_items(b, ls->block, ls->n_block, p2, pre, copy_in, cur, false));
+    }
+    return bind_name(b, name, *cur);
+  }
+  int in[AR_NN_MAX_IO], n_in = 0, out = -1;
+  AR_CHECK(item_inputs(b, ls, path, prefix, *cur, block_in, in, &n_in));
+  ar_nn_attr a = ls->attr;
+  if (ls->op == AR_NN_EMBEDDING && a.vocab == 0)
+    a.vocab = b->net->spec->input.vocab;
+  if (last) {
+    if (ls->op != AR_NN_DENSE || ls->act != AR_ACT_SOFTMAX)
+      return build_err(b, ls, path,
+                       "the last item of a graph model is `dense: CLASSES` with activation "
+                       "softmax (softmax cross-entropy over one class per point)");
+    a.act = AR_ACT_NONE;
+  }
+  AR_CHECK(add_node(b, ls, path, name, (ar_nn_op)ls->op, &a, in, n_in, &out));
+  *cur = out;
+  return bind_name(b, name, out);
+}
+
+static ar_status build_items(build_ctx *b, const ar_layer_spec *items, int count,
+                             const char *path0, const char *prefix, int block_in, int *cur,
+                             bool top) {
+  for (int i = 0; i < count; i++) {
+    char path[200];
+    snprintf(path, sizeof path, "%.180s[%d]", path0, i);
+    AR_CHECK(build_item(b, &items[i], path, prefix, block_in, cur, top && i == count - 1));
+  }
+  return AR_OK;
+}
+
+/* The input tensors and the loss node. */
+static ar_status build_graph(build_ctx *b) {
+  ar_net *n = b->net;
+  const ar_spec *s = n->spec;
+  ar_shape xs = {0};
+  ar_dtype xt = AR_DT_F32;
+  xs.d[0] = n->batch;
+  if (s->input.kind == AR_INPUT_IMAGE) {
+    xs.nd = 4;
+    for (int i = 0; i < 3; i++)
+      xs.d[1 + i] = s->input.image[i];
+  } else if (s->input.kind == AR_INPUT_TOKENS) {
+    xs.nd = 2;
+    xs.d[1] = s->input.features;
+    xt = AR_DT_I64;
+  } else if (s->input.kind == AR_INPUT_DENSE) {
+    xs.nd = 2;
+    xs.d[1] = s->input.features;
+  } else {
+    return build_err(b, NULL, "model.input",
+                     "a graph model reads image, token or dense inputs, not sparse ones");
+  }
+  n->x = ar__net_tensor(n, "batch.x", &xs, xt, T_INPUT);
+  ar_shape ys = {1, {n->batch}};
+  n->y = ar__net_tensor(n, "batch.y", &ys, AR_DT_I64, T_INPUT);
+  if (n->x < 0 || n->y < 0)
+    return ar_errf(b->err, AR_NOMEM, "out of memory building the graph");
+  int cur = n->x;
+  AR_CHECK(build_items(b, s->layers, s->n_layers, "model.layers", "", -1, &cur, true));
+  n->logits = cur;
+  const ntensor *lt = &n->tensors[cur];
+  if (lt->shape.nd != 2)
+    return build_err(b, &s->layers[s->n_layers - 1], "model.layers",
+                     "the output must be (batch, classes); flatten before the last dense");
+  n->classes = lt->shape.d[1];
+  ar_nn_attr xa;
+  ar_nn_attr_defaults(&xa);
+  int in[2] = {cur, n->y}, out = -1;
+  AR_CHECK(add_node(b, NULL, "model", "loss", AR_NN_XENT, &xa, in, 2, &out));
+  n->loss = out;
+  return AR_OK;
+}
+
+/* ---- differentiation ------------------------------------------------------ */
+
+/* Which tensors take a gradient, their gradient tensors, and for a tensor
+ * read by several nodes the temporaries its later contributions land in. */
+static ar_status add_grads(ar_net *n, ar_err *err) {
+  char tn[400];
+  for (int i = 0; i < n->n_nodes; i++) {
+    nnode *d = &n->nodes[i];
+    bool any = d->sig.n_param > 0;
+    for (int k = 0; k < d->n_in; k++)
+      if (n->tensors[d->in[k]].needs_grad && !(d->sig.no_grad & (1u << k)))
+        any = true;
+    d->trains = any || d->op == AR_NN_XENT;
+    for (int k = 0; k < d->sig.n_out; k++)
+      n->tensors[d->out[k]].needs_grad = any;
+  }
+  /* Backward runs in reverse node order: the last reader of a tensor
+   * writes its gradient, earlier readers add into it through a
+   * temporary. */
+  for (int i = n->n_nodes - 1; i >= 0; i--) {
+    nnode *d = &n->nodes[i];
+    if (!d->trains)
+      continue;
+    for (int k = 0; k < d->n_in; k++) {
+      d->gin[k] = d->gtmp[k] = -1;
+      ntensor *t = &n->tensors[d->in[k]];
+      if (!t->needs_grad || (d->sig.no_grad & (1u << k)))
+        continue;
+      if (t->grad < 0) {
+        snprintf(tn, sizeof tn, "%s.grad", t->name);
+        int g = ar__net_tensor(n, tn, &t->shape, AR_DT_F32, T_GRAD);
+        if (g < 0)
+          return ar_errf(err, AR_NOMEM, "out of memory building the graph");
+        t = &n->tensors[d->in[k]];
+        t->grad = g;
+        d->gin[k] = g;
+      } else {
+        snprintf(tn, sizeof tn, "%.190s.grad.%.190s", t->name, d->name);
+        int g = ar__net_tensor(n, tn, &t->shape, AR_DT_F32, T_GRAD);
+        if (g < 0)
+          return ar_errf(err, AR_NOMEM, "out of memory building the graph");
+        d->gin[k] = g;
+        d->gtmp[k] = n->tensors[d->in[k]].grad;
+      }
+    }
+    for (int k = 0; k < d->sig.n_param; k++) {
+      snprintf(tn, sizeof tn, "%s.grad", n->tensors[d->param[k]].name);
+      int g = ar__net_tensor(n, tn, &d->sig.param[k], AR_DT_F32, T_GRAD);
+      if (g < 0)
+        return ar_errf(err, AR_NOMEM, "out of memory building the graph");
+      n->tensors[d->param[k]].grad = g;
+      d->gparam[k] = g;
+    }
+  }
+  return AR_OK;
+}
+
+/* ---- the plan ------------------------------------------------------------- */
+
+static void live(ntensor *t, int64_t step) {
+  if (t->first < 0 || step < t->first)
+    t->first = step;
+  if (step > t->last)
+    t->last = step;
+}
+
+/* Steps: forward of node i is i, backward of node i is 2N-1-i, the
+ * optimizer 2N. */
+static void lifetimes(ar_net *n) {
+  int64_t N = n->n_nodes, end = 2 * N;
+  for (int i = 0; i < n->n_tensors; i++) {
+    n->tensors[i].first = -1;
+    n->tensors[i].last = -1;
+  }
+  live(&n->tensors[n->x], 0);
+  live(&n->tensors[n->x], end);
+  live(&n->tensors[n->y], 0);
+  live(&n->tensors[n->y], end);
+  for (int i = 0; i < N; i++) {
+    nnode *d = &n->nodes[i];
+    int64_t f = i, bw = 2 * N - 1 - i;
+    for (int k = 0; k < d->n_in; k++) {
+      live(&n->tensors[d->in[k]], f);
+      if (d->trains && (d->sig.in_needed & (1u << k)))
+        live(&n->tensors[d->in[k]], bw);
+      if (d->trains && d->gin[k] >= 0) {
+        live(&n->tensors[d->gin[k]], bw);
+        if (d->gtmp[k] >= 0)
+          live(&n->tensors[d->gtmp[k]], bw);
+      }
+    }
+    for (int k = 0; k < d->sig.n_out; k++) {
+      ntensor *o = &n->tensors[d->out[k]];
+      live(o, f);
+      if (d->trains && d->sig.out_needed)
+        live(o, bw);
+      if (o->grad >= 0)
+        live(&n->tensors[o->grad], bw);
+    }
+    for (int k = 0; k < d->sig.n_aux; k++) {
+      live(&n->tensors[d->aux[k]], f);
+      if (d->trains)
+        live(&n->tensors[d->aux[k]], bw);
+    }
+    for (int k = 0; d->trains && k < d->sig.n_param; k++) {
+      live(&n->tensors[d->gparam[k]], bw);
+      live(&n->tensors[d->gparam[k]], end);
+    }
+  }
+  live(&n->tensors[n->loss], end); /* read back after the step */
+}
+
+static size_t align64(size_t v) { return (v + 63) & ~(size_t)63; }
+
+static int by_size(const void *pa, const void *pb, void *ctx) {
+  const ntensor *t = ctx;
+  size_t a = t[*(const int *)pa].bytes, b = t[*(const int *)pb].bytes;
+  return a < b ? 1 : a > b ? -1 : (*(const int *)pa - *(const int *)pb);
+}
+
+/* Places ephemeral tensors: largest first, each at the lowest offset not
+ * used by a placed tensor whose lifetime overlaps. */
+static ar_status place(ar_net *n, ar_err *err) {
+  int *ord = ar_malloc((size_t)(n->n_tensors + 1) * sizeof *ord);
+  int *placed = ar_malloc((size_t)(n->n_tensors + 1) * sizeof *placed);
+  if (!ord || !placed) {
+    ar_free(ord);
+    ar_free(placed);
+    return ar_errf(err, AR_NOMEM, "out of memory planning the graph");
+  }
+  int m = 0, np = 0;
+  for (int i = 0; i < n->n_tensors; i++)
+    if (n->tensors[i].cls == AR_MEM_EPHEMERAL)
+      ord[m++] = i;
+  qsort_r(ord, (size_t)m, sizeof *ord, by_size, n->tensors);
+  size_t peak = 0, sum = 0;
+  for (int a = 0; a < m; a++) {
+    ntensor *t = &n->tensors[ord[a]];
+    size_t need = align64(t->bytes ? t->bytes : 1), off = 0;
+    sum += need;
+    bool moved = true;
+    while (moved) { /* first fit: restart after each conflict */
+      moved = false;
+      for (int q = 0; q < np; q++) {
+        const ntensor *u = &n->tensors[placed[q]];
+        if (u->last < t->first || t->last < u->first)
+          continue;
+        size_t ue = u->offset + align64(u->bytes ? u->bytes : 1);
+        if (off < ue && u->offset < off + need) {
+          off = ue;
+          moved = true;
+        }
+      }
+    }
+    t->offset = off;
+    placed[np++] = ord[a];
+    if (off + need > peak)
+      peak = off + need;
+  }
+  n->plan.ephemeral_bytes = peak;
+  n->plan.ephemeral_sum_bytes = sum;
+  ar_free(ord);
+  ar_free(placed);
+  return AR_OK;
+}
+
+/* The optimizer's state of every parameter. */
+static ar_status add_optimizer(ar_net *n, ar_err *err) {
+  const ar_spec *s = n->spec;
+  int slots = s->train.optimizer == AR_OPT_ADAM ? 2 : s->train.momentum > 0 ? 1 : 0;
+  int count = n->n_tensors;
+  char tn[400];
+  for (int i = 0; i < count; i++) {
+    if (n->tensors[i].kind != T_PARAM)
+      continue;
+    for (int k = 0; k < slots; k++) {
+      ntensor p = n->tensors[i];
+      snprintf(tn, sizeof tn, "%s.%s", p.name,
+               s->train.optimizer == AR_OPT_ADAM ? (k ? "adam_v" : "adam_m") : "velocity");
+      int t = ar__net_tensor(n, tn, &p.shape, AR_DT_F32, T_OPT);
+      if (t < 0)
+        return ar_errf(err, AR_NOMEM, "out of memory planning the graph");
+      if (k == 0)
+        n->tensors[i].opt1 = t;
+      else
+        n->tensors[i].opt2 = t;
+    }
+    if (slots < 2)
+      n->tensors[i].opt2 = -1;
+    if (slots < 1)
+      n->tensors[i].opt1 = -1;
+  }
+  return AR_OK;
+}
+
+/* Classes, offsets and the plan's entries. */
+static ar_status make_plan(ar_net *n, ar_err *err) {
+  lifetimes(n);
+  size_t pers = 0;
+  for (int i = 0; i < n->n_tensors; i++) {
+    ntensor *t = &n->tensors[i];
+    bool persistent = t->kind == T_PARAM || t->kind == T_STATE || t->kind == T_OPT;
+    t->cls = persistent ? AR_MEM_PERSISTENT : AR_MEM_EPHEMERAL;
+    if (persistent) {
+      t->offset = pers;
+      pers += align64(t->bytes ? t->bytes : 1);
+      if (t->kind == T_PARAM)
+        n->plan.param_count += (size_t)ar_shape_count(&t->shape);
+    } else if (t->first < 0) {
+      t->first = t->last = 0; /* never read: a lone output (kept planned) */
+    }
+  }
+  n->plan.persistent_bytes = pers;
+  AR_CHECK(place(n, err));
+  n->plan.entries = ar_calloc((size_t)n->n_tensors + 2, sizeof *n->plan.entries);
+  if (!n->plan.entries)
+    return ar_errf(err, AR_NOMEM, "out of memory planning the graph");
+  for (int i = 0; i < n->n_tensors; i++) {
+    const ntensor *t = &n->tensors[i];
+    ar_plan_entry *e = &n->plan.entries[n->plan.count++];
+    snprintf(e->name, sizeof e->name, "%.63s", t->name);
+    e->cls = t->cls;
+    e->bytes = t->bytes;
+    e->offset = t->offset;
+    e->first_use = t->cls == AR_MEM_PERSISTENT ? 0 : t->first;
+    e->last_use = t->cls == AR_MEM_PERSISTENT ? INT64_MAX : t->last;
+  }
+  return AR_OK;
+}
+
+/* The workspace every kernel shares (one node runs at a time): sized at
+ * start, once the kernels are prepared; planned here as the largest
+ * workspace of the ops, which start checks. */
+ar_status ar_net_build(const ar_spec *spec, int64_t batch, ar_net **out, ar_err *err) {
+  *out = NULL;
+  ar_net *n = ar_calloc(1, sizeof *n);
+  if (!n)
+    return ar_errf(err, AR_NOMEM, "out of memory building the graph");
+  n->spec = spec;
+  n->batch = batch;
+  build_ctx b = {n, err, NULL, 0, 0};
+  ar_status st = build_graph(&b);
+  ar_free(b.names);
+  if (st == AR_OK)
+    st = add_grads(n, err);
+  if (st == AR_OK)
+    st = add_optimizer(n, err);
+  if (st == AR_OK)
+    st = ar__net_workspace(n, err);
+  if (st == AR_OK)
+    st = make_plan(n, err);
+  if (st == AR_OK) {
+    n->plan.host_bytes = n->staging_bytes;
+    if (n->staging_bytes) {
+      ar_plan_entry *e = &n->plan.entries[n->plan.count++];
+      snprintf(e->name, sizeof e->name, "batch.staging");
+      e->cls = AR_MEM_HOST;
+      e->bytes = n->staging_bytes;
+      e->last_use = INT64_MAX;
+    }
+    n->plan.total_bytes =
+        n->plan.persistent_bytes + n->plan.ephemeral_bytes + n->plan.host_bytes;
+  }
+  if (st != AR_OK) {
+    ar_net_destroy(n);
+    return st;
+  }
+  *out = n;
+  return AR_OK;
+}
+
+const ar_plan *ar_net_plan(const ar_net *n) { return &n->plan; }
+int64_t ar_net_classes(const ar_net *n) { return n->classes; }
+const ar_shape *ar_net_input_shape(const ar_net *n) { return &n->tensors[n->x].shape; }
+ar_dtype ar_net_input_dtype(const ar_net *n) { return n->tensors[n->x].dtype; }
+
+void ar_net_print(const ar_net *n, FILE *to) {
+  fprintf(to, "graph model: %d nodes, %zu parameters, %.3g GFLOP per batch forward\n",
+          n->n_nodes, n->plan.param_count, n->flops / 1e9);
+  fprintf(to, "  %-28s %-14s %-18s %12s %12s\n", "node", "op", "output", "params", "MFLOP");
+  for (int i = 0; i < n->n_nodes; i++) {
+    const nnode *d = &n->nodes[i];
+    char sh[64];
+    int64_t params = 0;
+    for (int k = 0; k < d->sig.n_param; k++)
+      params += ar_shape_count(&d->sig.param[k]);
+    fprintf(to, "  %-28s %-14s %-18s %12" PRId64 " %12.2f\n", d->name, ar_nn_op_name(d->op),
+            ar_shape_str(&n->tensors[d->out[0]].shape, sh, sizeof sh), params,
+            d->sig.flops / 1e6);
+  }
+}
+
+void ar_net_destroy(ar_net *n) {
+  if (!n)
+    return;
+  ar__net_stop(n);
+  ar_free(n->nodes);
+  ar_free(n->tensors);
+  ar_plan_fini(&n->plan);
+  ar_free(n);
+}

@@ -1,0 +1,86 @@
+/* Private to the graph engine (runtime/engine/net*.c). */
+#ifndef ACCELRT_NET_IMPL_H
+#define ACCELRT_NET_IMPL_H
+
+#include "accelrt/net.h"
+#include "accelrt/runtime.h"
+
+enum { T_INPUT = 0, T_ACT, T_AUX, T_PARAM, T_STATE, T_GRAD, T_OPT, T_WORK };
+
+typedef struct ntensor {
+  char name[200];
+  ar_shape shape;
+  ar_dtype dtype;
+  int kind;         /* T_* */
+  int producer;     /* node, or -1 */
+  bool needs_grad;  /* activations: something upstream trains */
+  int grad;         /* its gradient tensor, or -1 */
+  int opt1, opt2;   /* parameters: optimizer state (-1: none) */
+  ar_nn_init init;  /* parameters and state */
+  float std;
+  bool decay, relu; /* parameters: weight decay applies; its node is relu */
+  size_t bytes, offset;
+  ar_mem_class cls;
+  int64_t first, last; /* ephemeral: steps it lives between */
+  void *p;          /* bound address */
+} ntensor;
+
+typedef struct nnode {
+  char name[200];
+  char path[200];   /* model.layers[i]... */
+  const ar_layer_spec *ls;
+  ar_nn_op op;
+  ar_nn_attr attr;
+  ar_nn_sig sig;
+  int n_in;
+  int in[AR_NN_MAX_IO], param[AR_NN_MAX_IO], state[AR_NN_MAX_IO];
+  int out[AR_NN_MAX_IO], aux[AR_NN_MAX_IO];
+  int gin[AR_NN_MAX_IO];   /* gradient written by backward, or -1 */
+  int gtmp[AR_NN_MAX_IO];  /* >= 0: gin is a temporary to add into this */
+  int gparam[AR_NN_MAX_IO];
+  bool trains;             /* backward runs */
+  ar_nn_prim *ptrain, *peval;
+  ar_nn_args args;
+} nnode;
+
+struct ar_net {
+  const ar_spec *spec;
+  int64_t batch, classes;
+  int n_nodes, cap_nodes;
+  nnode *nodes;
+  int n_tensors, cap_tensors;
+  ntensor *tensors;
+  int x, y, logits, loss, work; /* tensors */
+  size_t work_bytes;
+  double flops;
+  ar_plan plan;
+  size_t staging_bytes;   /* host: x, y, loss rows, top-5 */
+  void *staging;
+  ar_device *dev;
+  void *persistent, *ephemeral;
+  bool own_blocks, started;
+  int64_t step;
+  int64_t total; /* iterations of the run (the cosine schedule's length) */
+};
+
+typedef struct named {
+  char name[200];
+  int tensor;
+} named;
+
+typedef struct build_ctx {
+  ar_net *net;
+  ar_err *err;
+  named *names;
+  int n_names, cap_names;
+} build_ctx;
+
+int ar__net_tensor(ar_net *n, const char *name, const ar_shape *s, ar_dtype t, int kind);
+/* net_run.c: prepares every kernel (on a host device of its own: the
+ * host's kernels do not depend on the handle), adds the shared workspace
+ * tensor and the staging size. */
+ar_status ar__net_workspace(ar_net *n, ar_err *err);
+/* Releases kernels and the blocks. */
+void ar__net_stop(ar_net *n);
+
+#endif

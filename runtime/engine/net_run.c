@@ -1,0 +1,371 @@
+/* Graph models (include/accelrt/net.h): preparing the kernels, the blocks,
+ * initialisation, a training step, evaluation, the optimizer and the
+ * learning-rate schedule.  In this version graph models run on the host
+ * device (the ops on CUDA are their own issue): start refuses another. */
+#include "net_impl.h"
+
+#include <math.h>
+#include <string.h>
+
+static void fill_args(ar_net *n, nnode *d, bool training) {
+  ar_nn_args *a = &d->args;
+  ar_nn_args_init(a, d->op, &d->attr);
+  a->n_in = d->n_in;
+  a->n_param = d->sig.n_param;
+  a->n_state = d->sig.n_state;
+  a->n_out = d->sig.n_out;
+  a->n_aux = d->sig.n_aux;
+  a->training = training;
+  for (int k = 0; k < d->n_in; k++) {
+    const ntensor *t = &n->tensors[d->in[k]];
+    a->in[k] = (ar_tref){t->p, t->shape, t->dtype};
+    a->gin[k] = (ar_tref){NULL, t->shape, AR_DT_F32};
+    if (d->trains && d->gin[k] >= 0)
+      a->gin[k].p = n->tensors[d->gin[k]].p;
+  }
+  for (int k = 0; k < d->sig.n_param; k++) {
+    const ntensor *t = &n->tensors[d->param[k]];
+    a->param[k] = (ar_tref){t->p, t->shape, AR_DT_F32};
+    a->gparam[k] = (ar_tref){d->trains ? n->tensors[d->gparam[k]].p : NULL, t->shape, AR_DT_F32};
+  }
+  for (int k = 0; k < d->sig.n_state; k++) {
+    const ntensor *t = &n->tensors[d->state[k]];
+    a->state[k] = (ar_tref){t->p, t->shape, AR_DT_F32};
+  }
+  for (int k = 0; k < d->sig.n_out; k++) {
+    const ntensor *t = &n->tensors[d->out[k]];
+    a->out[k] = (ar_tref){t->p, t->shape, t->dtype};
+    a->gout[k] = (ar_tref){t->grad >= 0 ? n->tensors[t->grad].p : NULL, t->shape, AR_DT_F32};
+  }
+  for (int k = 0; k < d->sig.n_aux; k++) {
+    const ntensor *t = &n->tensors[d->aux[k]];
+    a->aux[k] = (ar_tref){t->p, t->shape, t->dtype};
+  }
+  a->work = n->work >= 0 ? n->tensors[n->work].p : NULL;
+  a->work_bytes = n->work_bytes;
+  a->scale = 1.0f / (float)n->batch;
+}
+
+ar_status ar__net_workspace(ar_net *n, ar_err *err) {
+  ar_device_opts o = AR_DEVICE_OPTS_INIT;
+  o.threads = 1;
+  o.pin = false;
+  ar_device *host = NULL;
+  AR_CHECK(ar_device_open("host", &o, &host, err));
+  size_t most = 0;
+  ar_status st = AR_OK;
+  for (int i = 0; i < n->n_nodes && st == AR_OK; i++) {
+    nnode *d = &n->nodes[i];
+    fill_args(n, d, true);
+    size_t w1 = 0, w2 = 0;
+    st = ar_device_nn_prepare(host, &d->args, true, &d->ptrain, &w1, err);
+    if (st == AR_OK)
+      st = ar_device_nn_prepare(host, &d->args, false, &d->peval, &w2, err);
+    if (st != AR_OK)
+      ar_err_wrap(err, d->path);
+    most = w1 > most ? w1 : most;
+    most = w2 > most ? w2 : most;
+  }
+  ar_device_close(host);
+  AR_CHECK(st);
+  n->work_bytes = most;
+  ar_shape ws = {1, {(int64_t)most}};
+  n->work = ar__net_tensor(n, "workspace", &ws, AR_DT_U8, T_WORK);
+  ar_shape ts = {2, {n->batch, 5}};
+  int topk = ar__net_tensor(n, "eval.topk", &ts, AR_DT_I32, T_WORK);
+  if (n->work < 0 || topk < 0)
+    return ar_errf(err, AR_NOMEM, "out of memory planning the graph");
+  const ntensor *x = &n->tensors[n->x];
+  n->staging_bytes = x->bytes + (size_t)n->batch * (8 + 4 + 5 * 4);
+  return AR_OK;
+}
+
+/* ---- start ---------------------------------------------------------------- */
+
+static void bind(ar_net *n) {
+  for (int i = 0; i < n->n_tensors; i++) {
+    ntensor *t = &n->tensors[i];
+    char *base = t->cls == AR_MEM_PERSISTENT ? n->persistent : n->ephemeral;
+    t->p = base + t->offset;
+  }
+  for (int i = 0; i < n->n_nodes; i++)
+    fill_args(n, &n->nodes[i], true);
+}
+
+static float gauss(ar_rng *r) {
+  double u1 = ((double)(ar_rng_next(r) >> 11) + 0.5) / 9007199254740992.0;
+  double u2 = (double)(ar_rng_next(r) >> 11) / 9007199254740992.0;
+  return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+static float uniform(ar_rng *r) {
+  return (float)((double)(ar_rng_next(r) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+/* Parameters from spec->seed, in plan order, each its own stream; state by
+ * its init; optimizer state zero.  Host memory (graph models run there). */
+static void init_tensors(ar_net *n) {
+  const ar_spec *s = n->spec;
+  memset(n->persistent, 0, n->plan.persistent_bytes);
+  for (int i = 0; i < n->n_tensors; i++) {
+    ntensor *t = &n->tensors[i];
+    if (t->kind != T_PARAM && t->kind != T_STATE)
+      continue;
+    float *p = t->p;
+    int64_t cnt = ar_shape_count(&t->shape);
+    ar_rng r;
+    ar_rng_seed3(&r, s->seed, 0x6e6574u, (uint64_t)i);
+    double fan_in = t->shape.nd > 1 ? (double)cnt / (double)t->shape.d[0] : (double)cnt;
+    double fan_out = t->shape.nd > 1 ? (double)t->shape.d[0] * (fan_in / (double)(t->shape.nd > 2 ? t->shape.d[1] : fan_in)) : (double)cnt;
+    double bound = 1.0 / sqrt(fan_in > 0 ? fan_in : 1); /* PyTorch's default */
+    if (s->train.init == AR_INIT_HE)
+      bound = sqrt(6.0 / (fan_in > 0 ? fan_in : 1));
+    else if (s->train.init == AR_INIT_XAVIER)
+      bound = sqrt(6.0 / (fan_in + fan_out > 0 ? fan_in + fan_out : 1));
+    for (int64_t j = 0; j < cnt; j++) {
+      switch (t->init) {
+      case AR_NN_INIT_ZEROS:
+        p[j] = 0.0f;
+        break;
+      case AR_NN_INIT_ONES:
+        p[j] = 1.0f;
+        break;
+      case AR_NN_INIT_FAN_IN:
+        p[j] = (float)bound * uniform(&r);
+        break;
+      case AR_NN_INIT_NORMAL:
+        p[j] = t->std * gauss(&r);
+        break;
+      }
+    }
+  }
+}
+
+ar_status ar_net_start(ar_net *n, ar_device *dev, void *persistent, void *ephemeral,
+                       ar_err *err) {
+  if (n->started)
+    return ar_errf(err, AR_STATE, "the model is already started");
+  if (strcmp(ar_device_name(dev), "host") != 0)
+    return ar_errf(err, AR_UNSUPPORTED,
+                   "graph models run on the host device in this version (%s has no kernels "
+                   "for their ops yet); set device: host",
+                   ar_device_name(dev));
+  n->dev = dev;
+  if (persistent) {
+    n->persistent = persistent;
+    n->ephemeral = ephemeral;
+  } else {
+    AR_CHECK(ar_device_alloc(dev, n->plan.persistent_bytes, &n->persistent));
+    ar_status st = ar_device_alloc(dev, n->plan.ephemeral_bytes, &n->ephemeral);
+    if (st != AR_OK) {
+      ar_device_free(dev, n->persistent, n->plan.persistent_bytes);
+      n->persistent = NULL;
+      return ar_errf(err, st, "%s", ar_device_errmsg(dev));
+    }
+    n->own_blocks = true;
+  }
+  AR_CHECK(ar_device_host_alloc(dev, n->staging_bytes, &n->staging));
+  n->started = true;
+  bind(n);
+  init_tensors(n);
+  return AR_OK;
+}
+
+void ar_net_rebase(ar_net *n, void *persistent, void *ephemeral) {
+  if (persistent)
+    n->persistent = persistent;
+  if (ephemeral)
+    n->ephemeral = ephemeral;
+  bind(n);
+}
+
+void ar__net_stop(ar_net *n) {
+  for (int i = 0; i < n->n_nodes; i++) {
+    ar_device_nn_release(n->dev, n->nodes[i].ptrain);
+    ar_device_nn_release(n->dev, n->nodes[i].peval);
+    n->nodes[i].ptrain = n->nodes[i].peval = NULL;
+  }
+  if (n->dev && n->own_blocks) {
+    ar_device_free(n->dev, n->persistent, n->plan.persistent_bytes);
+    ar_device_free(n->dev, n->ephemeral, n->plan.ephemeral_bytes);
+  }
+  if (n->dev && n->staging)
+    ar_device_host_free(n->dev, n->staging);
+  n->staging = NULL;
+  n->own_blocks = false;
+}
+
+/* ---- a step --------------------------------------------------------------- */
+
+void *ar_net_x(ar_net *n) { return n->staging; }
+int64_t *ar_net_y(ar_net *n) {
+  return (int64_t *)((char *)n->staging + n->tensors[n->x].bytes);
+}
+static float *staged_loss(ar_net *n) { return (float *)(ar_net_y(n) + n->batch); }
+static int32_t *staged_top(ar_net *n) { return (int32_t *)(staged_loss(n) + n->batch); }
+
+static ar_status load(ar_net *n, ar_err *err) {
+  const int64_t *y = ar_net_y(n);
+  for (int64_t r = 0; r < n->batch; r++)
+    if (y[r] < 0 || y[r] >= n->classes)
+      return ar_errf(err, AR_RANGE,
+                     "a point has class id %lld, but the model's last layer has %lld outputs "
+                     "(ids 0..%lld); make the last dense layer as wide as the classes",
+                     (long long)y[r], (long long)n->classes, (long long)n->classes - 1);
+  const ntensor *x = &n->tensors[n->x], *yt = &n->tensors[n->y];
+  ar_status st = ar_device_copy_in(n->dev, x->p, n->staging, x->bytes);
+  if (st == AR_OK)
+    st = ar_device_copy_in(n->dev, yt->p, y, yt->bytes);
+  if (st != AR_OK)
+    return ar_errf(err, st, "copying the batch to the device: %s", ar_device_errmsg(n->dev));
+  return AR_OK;
+}
+
+static void forward(ar_net *n, bool training) {
+  for (int i = 0; i < n->n_nodes; i++) {
+    nnode *d = &n->nodes[i];
+    d->args.training = training;
+    d->args.seed = n->spec->seed ^ ((uint64_t)n->step * 0x9e3779b97f4a7c15ull) ^ (uint64_t)i;
+    ar_device_nn_forward(n->dev, training ? d->ptrain : d->peval, &d->args);
+  }
+}
+
+/* dst += src (host memory: graph models run there). */
+static void add_into(float *dst, const float *src, int64_t cnt, int threads) {
+#pragma omp parallel for num_threads(threads) if (cnt > 65536) schedule(static)
+  for (int64_t i = 0; i < cnt; i++)
+    dst[i] += src[i];
+}
+
+static void backward(ar_net *n) {
+  int threads = ar_device_threads(n->dev);
+  for (int i = n->n_nodes - 1; i >= 0; i--) {
+    nnode *d = &n->nodes[i];
+    if (!d->trains)
+      continue;
+    ar_device_nn_backward(n->dev, d->ptrain, &d->args);
+    for (int k = 0; k < d->n_in; k++)
+      if (d->gtmp[k] >= 0)
+        add_into(n->tensors[d->gtmp[k]].p, n->tensors[d->gin[k]].p,
+                 ar_shape_count(&n->tensors[d->in[k]].shape), threads);
+  }
+}
+
+static double schedule_lr(const ar_net *n, int64_t t) {
+  const ar_spec *s = n->spec;
+  double lr = s->train.lr;
+  int64_t warm = s->train.schedule.warmup;
+  if (warm > 0 && t <= warm)
+    return lr * (double)t / (double)warm;
+  switch (s->train.schedule.kind) {
+  case 1:
+    return lr * pow(s->train.schedule.gamma, (double)((t - 1) / s->train.schedule.step_every));
+  case 2: {
+    int64_t total = n->total > warm ? n->total - warm : 1;
+    double f = (double)(t - warm) / (double)total;
+    f = f > 1 ? 1 : f;
+    double lo = s->train.schedule.min_lr;
+    return lo + (lr - lo) * 0.5 * (1.0 + cos(3.141592653589793 * f));
+  }
+  default:
+    return lr;
+  }
+}
+
+static double optimizer(ar_net *n) {
+  const ar_spec *s = n->spec;
+  n->step++;
+  double lr = schedule_lr(n, n->step);
+  for (int i = 0; i < n->n_tensors; i++) {
+    ntensor *t = &n->tensors[i];
+    if (t->kind != T_PARAM)
+      continue;
+    int64_t cnt = ar_shape_count(&t->shape);
+    float wd = t->decay ? (float)s->train.weight_decay : 0.0f;
+    float *g = n->tensors[t->grad].p;
+    if (s->train.optimizer == AR_OPT_ADAM)
+      ar_device_adam(n->dev, cnt, t->p, g, n->tensors[t->opt1].p, n->tensors[t->opt2].p,
+                     (float)lr, (float)s->train.beta1, (float)s->train.beta2,
+                     (float)s->train.eps, wd, n->step);
+    else
+      ar_device_sgd(n->dev, cnt, t->p, g, t->opt1 >= 0 ? n->tensors[t->opt1].p : NULL,
+                    (float)lr, (float)s->train.momentum, wd);
+  }
+  return lr;
+}
+
+static ar_status device_status(ar_net *n, ar_err *err) {
+  ar_status st = ar_device_status(n->dev);
+  if (st != AR_OK)
+    return ar_errf(err, st, "%s", ar_device_errmsg(n->dev));
+  return AR_OK;
+}
+
+ar_status ar_net_train(ar_net *n, double *loss, double *lr, ar_err *err) {
+  AR_CHECK(load(n, err));
+  forward(n, true);
+  backward(n);
+  *lr = optimizer(n);
+  const ntensor *l = &n->tensors[n->loss];
+  float *rows = staged_loss(n);
+  ar_status st = ar_device_copy_out(n->dev, rows, l->p, l->bytes);
+  if (st != AR_OK)
+    return ar_errf(err, st, "reading the loss: %s", ar_device_errmsg(n->dev));
+  double sum = 0;
+  for (int64_t r = 0; r < n->batch; r++)
+    sum += rows[r];
+  *loss = sum / (double)n->batch;
+  return device_status(n, err);
+}
+
+ar_status ar_net_eval(ar_net *n, int64_t rows, ar_eval_acc *acc, ar_err *err) {
+  AR_CHECK(load(n, err));
+  forward(n, false);
+  const ntensor *l = &n->tensors[n->loss], *lg = &n->tensors[n->logits];
+  int k = n->classes < 5 ? (int)n->classes : 5;
+  int32_t *top_dev = n->tensors[n->work + 1].p;
+  ar_device_topk(n->dev, n->batch, n->classes, lg->p, k, top_dev);
+  float *loss = staged_loss(n);
+  int32_t *top = staged_top(n);
+  ar_status st = ar_device_copy_out(n->dev, loss, l->p, l->bytes);
+  if (st == AR_OK)
+    st = ar_device_copy_out(n->dev, top, top_dev, (size_t)n->batch * (size_t)k * 4);
+  if (st != AR_OK)
+    return ar_errf(err, st, "reading the evaluation: %s", ar_device_errmsg(n->dev));
+  const int64_t *y = ar_net_y(n);
+  for (int64_t r = 0; r < rows && r < n->batch; r++) {
+    acc->loss_sum += loss[r];
+    acc->rows++;
+    for (int j = 0; j < k; j++)
+      if (top[r * k + j] == y[r]) {
+        if (j == 0)
+          acc->hits[0] += 1;
+        if (j < 3)
+          acc->hits[1] += 1;
+        acc->hits[2] += 1;
+        break;
+      }
+  }
+  return device_status(n, err);
+}
+
+void ar_net_set_total(ar_net *n, int64_t total) { n->total = total; }
+int64_t ar_net_step(const ar_net *n) { return n->step; }
+void ar_net_set_step(ar_net *n, int64_t step) { n->step = step; }
+ar_device *ar_net_device(const ar_net *n) { return n->dev; }
+
+int ar_net_tensors(const ar_net *n, const char **names, float **ptrs, int64_t *counts) {
+  int c = 0;
+  for (int i = 0; i < n->n_tensors; i++) {
+    const ntensor *t = &n->tensors[i];
+    if (t->kind != T_PARAM && t->kind != T_STATE && t->kind != T_OPT)
+      continue;
+    if (names) {
+      names[c] = t->name;
+      ptrs[c] = t->p;
+      counts[c] = ar_shape_count(&t->shape);
+    }
+    c++;
+  }
+  return c;
+}
