@@ -74,14 +74,14 @@ static ar_status gunzip(int fd, idx_file *f, ar_err *err) {
       len += (size_t)got;
       continue;
     }
-    if (got == 0)
-      break;
+    /* A cut stream reads as its data so far, then 0 or -1, with
+     * Z_BUF_ERROR ("unexpected end of file") left in the state. */
     int zst;
     const char *why = gzerror(gz, &zst);
-    if (zst == Z_BUF_ERROR) { /* "unexpected end of file" */
+    if (zst == Z_BUF_ERROR)
       f->gz_short = true;
+    if (got == 0 || zst == Z_BUF_ERROR)
       break;
-    }
     st = ar_errf(err, zst == Z_ERRNO ? AR_IO : AR_PARSE,
                  "%s: cannot decompress after %zu bytes: %s (the gzip file is damaged; "
                  "download it again)",
@@ -184,6 +184,11 @@ static ar_status check_header(const idx_file *f, uint32_t want, int nd, int64_t 
                    "%s: %llu bytes after the %llu bytes of %s the header promises; "
                    "the file is damaged or not an idx file",
                    f->path, (unsigned long long)(have - need), (unsigned long long)need, what);
+  if (f->gz_short)
+    return ar_errf(err, AR_PARSE,
+                   "%s: the gzip stream ends before its checksum, so the data cannot be "
+                   "trusted; fetch the file again",
+                   f->path);
   return AR_OK;
 }
 
