@@ -134,7 +134,7 @@ static aug_pick pick(const ar_tdata_aug *aug, uint64_t epoch, int64_t example) {
 static inline float norm_at(const ar_tdata *d, const ar_tdata_aug *aug, int64_t i, int64_t c,
                             int64_t j) {
   float v = value_at(d, i, j);
-  if (aug && aug->mean)
+  if (aug && aug->mean && aug->std)
     v = (v - aug->mean[c]) / aug->std[c];
   return v;
 }
