@@ -88,8 +88,11 @@ typedef struct ar_tdata_aug {
  * for u8 and f32 data) or into ids (i64: n x elements, for i64 data; the
  * other pointer NULL), and their class ids into y (n).  aug may be NULL
  * (no normalisation, no augmentation; augmentation is only for training
- * batches).  epoch and the position of each example in the batch pick
- * its augmentation.  Threads: up to `threads` OpenMP threads. */
+ * batches).  epoch and each example's index in the dataset (idx[i], not
+ * its place in the batch) pick its augmentation, so an example is
+ * augmented alike whatever batch it lands in.  Crop and flip apply to
+ * examples of 3 dims only.  y may be NULL.  Allocates nothing.  Threads:
+ * up to `threads` OpenMP threads. */
 void ar_tdata_batch(const ar_tdata *d, const int64_t *idx, int64_t n, const ar_tdata_aug *aug,
                     uint64_t epoch, int threads, float *x, int64_t *ids, int64_t *y);
 
@@ -100,12 +103,14 @@ void ar_tdata_order(int64_t count, bool shuffle, uint64_t seed, uint64_t epoch, 
 /* Writes a token dataset for `accelrt gen-data --shape tokens`: folders
  * DIR/train and DIR/test, each with x.npy (i64, points x seq) and y.npy
  * (i64 class ids).  Each sequence: token 1 at position 0 (a class token),
- * a length L uniform in [seq/2, seq], positions L.. padded with 0; the
+ * a length L uniform in [max(seq/2, 3), seq], positions L.. padded with 0; the
  * marker tokens 2 and 3 once each at two random positions in [1, L), the
  * rest uniform over [4, vocab).  The label is 1 when marker 2 comes before
  * marker 3, else 0: it depends on token order and on nothing a bag of
  * words can see (both classes hold the same tokens).  Through fs; files
- * written atomically.  AR_INVALID for seq < 2 or vocab < 4. */
+ * written atomically.  AR_INVALID for seq < 3 or vocab < 5 (two distinct
+ * marker positions in [1, L) need L >= 3, and fillers need a token >= 4),
+ * train_points < 1 or test_points < 0; AR_IO, AR_NOMEM. */
 typedef struct ar_tokens_spec {
   int64_t train_points, test_points;
   int64_t seq, vocab;
