@@ -6,6 +6,10 @@
 #include "accelrt/graph.h"
 #include "accelrt/runtime.h"
 #include "accelrt/lsh.h"
+#include "accelrt/net.h"
+#include "accelrt/tdata.h"
+
+#include <stdio.h>
 
 /* plan.c: bytes for messages, "1.50 GiB" (two decimals from KiB on). */
 void ar__fmt_bytes(uint64_t bytes, char *buf, size_t n);
@@ -56,6 +60,53 @@ ar_reader_opts ar__job_reader_opts(const ar_spec *s, const ar_run_opts *o, bool 
 ar_status ar__eval_pass(ar_model *m, ar_reader *r, ar_batch *b, int64_t max_points, bool lsh,
                         ar_eval_acc *acc, double *seconds, ar_err *err);
 double ar__p_at(const ar_eval_acc *a, int i);
+
+/* train.c: the job (include/accelrt/runtime.h), shared with net_job.c. */
+struct ar_job {
+  const ar_spec *spec; /* borrowed: the data it reads, its outputs */
+  ar_spec mspec;       /* *spec with train.batch = the rows the model holds */
+  ar_run_opts opts;
+  ar_job_opts jo;
+  ar_job_hooks hooks;  /* jo.hooks' copy (all NULL: none) */
+  ar_device *dev;      /* borrowed */
+  ar_model *model;
+  ar_reader *train, *test;
+  ar_batch batch;      /* a global batch as read; evaluation batches */
+  ar_batch part;       /* parts > 1: this part's rows of it */
+  int64_t max_nnz, max_labels;
+  ar_plan plan; /* computed at open, before the model exists */
+  FILE *metrics;
+  ar_progress *progress;
+  ar_ckpt_state st;
+  char *ckpt_path, *metrics_path, *summary_path, *data_storage;
+  double loss_window;
+  int64_t loss_window_n;
+  double last_train_loss;
+  double last_loss_sum; /* the rows this job computed in its last step */
+  ar_eval_acc last_eval;
+  int64_t last_eval_iter;
+  int64_t total; /* iterations the job runs */
+  double wall0;
+  bool started;
+  ar_err *err; /* the caller's, for the call at hand */
+  /* A graph model (spec->graph; net_job.c): */
+  ar_net *net;
+  ar_tdata *ttrain, *ttest;
+  int64_t *order;       /* this epoch's order of the training examples */
+  int64_t order_epoch;  /* the epoch `order` is for (-1: none yet) */
+  float *mean, *std;    /* per channel: images are normalised (NULL: not) */
+  double last_lr;
+};
+typedef struct ar_job run_ctx;
+
+/* net_job.c: a graph model's part of the job's life cycle. */
+ar_status ar__netjob_open_data(run_ctx *c);
+ar_status ar__netjob_start(run_ctx *c, ar_device *dev, void *persistent, void *ephemeral);
+ar_status ar__netjob_step(run_ctx *c);
+ar_status ar__netjob_eval(run_ctx *c, ar_eval_acc *acc);
+ar_status ar__netjob_save(run_ctx *c);
+ar_status ar__netjob_load(run_ctx *c);
+void ar__netjob_close(run_ctx *c);
 
 /* checkpoint.c: the format over any list of f32 tensors (graph models,
  * runtime/engine/net*.c), on dev. */

@@ -1,0 +1,232 @@
+/* A graph model's part of the job (runtime/engine/train.c holds the life
+ * cycle): its dense dataset (include/accelrt/tdata.h), the graph and its
+ * plan, a training step on full batches in the epoch's order, evaluation
+ * in batches padded to the planned size, and checkpoints. */
+#include "engine_impl.h"
+
+#include <string.h>
+
+static ar_status open_split(run_ctx *c, const char *path, const char *labels, ar_tdata **out) {
+  const ar_spec *s = c->spec;
+  if (s->data.format == AR_FMT_NPY)
+    return ar_tdata_open_npy(path, c->opts.fs, out, c->err);
+  if (s->data.format == AR_FMT_IDX)
+    return ar_tdata_open_idx(path, labels, c->opts.fs, out, c->err);
+  return ar_errf(c->err, AR_SPEC,
+                 "%s: a graph model reads data.format idx or npy (one class per point), not "
+                 "xc or libsvm",
+                 s->file ? s->file : "job file");
+}
+
+/* The data's examples must be what model.input says. */
+static ar_status check_shape(run_ctx *c, const ar_tdata *d, const char *path) {
+  const ar_spec *s = c->spec;
+  ar_tdata_info in;
+  ar_tdata_get_info(d, &in);
+  int64_t elems = 1;
+  for (int i = 0; i < in.nd; i++)
+    elems *= in.dims[i];
+  bool tokens = s->input.kind == AR_INPUT_TOKENS;
+  if (tokens != (in.type == AR_TDATA_I64))
+    return ar_errf(c->err, AR_SPEC, "%s: the examples are %s, but model.input is %s; %s", path,
+                   in.type == AR_TDATA_I64 ? "token ids (i64)" : "values (u8 or f32)",
+                   tokens ? "tokens" : "not tokens",
+                   tokens ? "give a token dataset" : "use model.input.tokens");
+  bool same = elems == s->input.features;
+  if (s->input.kind == AR_INPUT_IMAGE)
+    same = in.nd == 3 && in.dims[0] == s->input.image[0] && in.dims[1] == s->input.image[1] &&
+           in.dims[2] == s->input.image[2];
+  if (!same) {
+    char shape[96] = "";
+    size_t at = 0;
+    for (int i = 0; i < in.nd && at < sizeof shape; i++)
+      at += (size_t)snprintf(shape + at, sizeof shape - at, "%s%lld", i ? "x" : "",
+                             (long long)in.dims[i]);
+    return ar_errf(c->err, AR_SPEC,
+                   "%s: each example is %s (%lld values), but model.input asks for %lld; fix "
+                   "model.input",
+                   path, shape, (long long)elems, (long long)s->input.features);
+  }
+  return AR_OK;
+}
+
+ar_status ar__netjob_open_data(run_ctx *c) {
+  const ar_spec *s = c->spec;
+  if (s->distributed.enabled)
+    return ar_errf(c->err, AR_UNSUPPORTED,
+                   "graph models do not train distributed in this version; remove the "
+                   "distributed section");
+  if (!s->data.train)
+    return ar_errf(c->err, AR_SPEC, "a graph model needs data.train (idx or npy)");
+  AR_CHECK(open_split(c, s->data.train, s->data.train_labels, &c->ttrain));
+  AR_CHECK(check_shape(c, c->ttrain, s->data.train));
+  if (s->data.test && c->jo.records) {
+    AR_CHECK(open_split(c, s->data.test, s->data.test_labels, &c->ttest));
+    AR_CHECK(check_shape(c, c->ttest, s->data.test));
+  }
+  ar_tdata_info ti;
+  ar_tdata_get_info(c->ttrain, &ti);
+  if (ti.count < s->train.batch)
+    return ar_errf(c->err, AR_SPEC,
+                   "%s: %lld training points, fewer than one batch (train.batch %d); lower "
+                   "train.batch",
+                   s->data.train, (long long)ti.count, s->train.batch);
+  c->mspec = *s;
+  AR_CHECK(ar_net_build(&c->mspec, s->train.batch, &c->net, c->err));
+  const ar_plan *p = ar_net_plan(c->net);
+  c->plan = *p;
+  c->plan.entries = ar_malloc((size_t)(p->count ? p->count : 1) * sizeof *p->entries);
+  if (!c->plan.entries)
+    return ar_errf(c->err, AR_NOMEM, "out of memory");
+  memcpy(c->plan.entries, p->entries, (size_t)p->count * sizeof *p->entries);
+  /* The datasets are held in memory (mapped or decompressed): host bytes. */
+  size_t data = ti.bytes;
+  if (c->ttest) {
+    ar_tdata_info te;
+    ar_tdata_get_info(c->ttest, &te);
+    data += te.bytes;
+  }
+  c->plan.host_bytes += data;
+  c->plan.total_bytes += data;
+  if (s->input.kind == AR_INPUT_IMAGE && s->data.normalize) {
+    int64_t ch = s->input.image[0];
+    c->mean = ar_calloc((size_t)ch, sizeof *c->mean);
+    c->std = ar_calloc((size_t)ch, sizeof *c->std);
+    if (!c->mean || !c->std)
+      return ar_errf(c->err, AR_NOMEM, "out of memory");
+    AR_CHECK(ar_tdata_channel_stats(c->ttrain, c->mean, c->std, c->err));
+    for (int64_t i = 0; i < ch; i++)
+      if (!(c->std[i] > 0))
+        c->std[i] = 1.0f;
+  }
+  c->order = ar_malloc((size_t)ti.count * sizeof *c->order);
+  if (!c->order)
+    return ar_errf(c->err, AR_NOMEM, "out of memory for the epoch order");
+  c->order_epoch = -1;
+  int64_t per_epoch = ti.count / s->train.batch; /* full batches only */
+  c->total = s->train.iterations;
+  if (s->train.epochs > 0 && (c->total == 0 || s->train.epochs * per_epoch < c->total))
+    c->total = s->train.epochs * per_epoch;
+  ar_net_set_total(c->net, c->total);
+  return AR_OK;
+}
+
+ar_status ar__netjob_start(run_ctx *c, ar_device *dev, void *persistent, void *ephemeral) {
+  AR_CHECK(ar_net_start(c->net, dev, persistent, ephemeral, c->err));
+  if (c->opts.resume)
+    AR_CHECK(ar__netjob_load(c));
+  return AR_OK;
+}
+
+static void stage(run_ctx *c, ar_tdata *d, const int64_t *idx, int64_t n, bool train,
+                  uint64_t epoch) {
+  ar_tdata_aug aug = {c->mean, c->std, 0, false, c->spec->seed};
+  if (train) {
+    aug.crop_pad = c->spec->data.crop_pad;
+    aug.flip = c->spec->data.flip;
+  }
+  bool tokens = c->spec->input.kind == AR_INPUT_TOKENS;
+  void *x = ar_net_x(c->net);
+  ar_tdata_batch(d, idx, n, &aug, epoch, ar_device_threads(c->dev), tokens ? NULL : x,
+                 tokens ? x : NULL, ar_net_y(c->net));
+}
+
+ar_status ar__netjob_step(run_ctx *c) {
+  const ar_spec *s = c->spec;
+  int64_t B = s->train.batch;
+  ar_tdata_info ti;
+  ar_tdata_get_info(c->ttrain, &ti);
+  if (c->st.rows_in_epoch + B > ti.count) { /* the tail is dropped */
+    c->st.epoch++;
+    c->st.rows_in_epoch = 0;
+  }
+  if (c->order_epoch != c->st.epoch) {
+    ar_tdata_order(ti.count, s->data.shuffle_window != 0, s->seed, (uint64_t)c->st.epoch,
+                   c->order);
+    c->order_epoch = c->st.epoch;
+  }
+  stage(c, c->ttrain, c->order + c->st.rows_in_epoch, B, true, (uint64_t)c->st.epoch);
+  double loss = 0, lr = 0;
+  ar_status st = ar_net_train(c->net, &loss, &lr, c->err);
+  if (st != AR_OK) {
+    ar_err_wrap(c->err, "training");
+    return st;
+  }
+  c->last_lr = lr;
+  c->last_loss_sum = loss * (double)B;
+  return AR_OK;
+}
+
+ar_status ar__netjob_eval(run_ctx *c, ar_eval_acc *acc) {
+  if (!c->ttest)
+    return AR_OK;
+  ar_tdata_info te;
+  ar_tdata_get_info(c->ttest, &te);
+  int64_t B = c->spec->train.batch, total = te.count;
+  if (c->spec->train.eval_points > 0 && c->spec->train.eval_points < total)
+    total = c->spec->train.eval_points;
+  int64_t *idx = ar_malloc((size_t)B * sizeof *idx);
+  if (!idx)
+    return ar_errf(c->err, AR_NOMEM, "out of memory evaluating");
+  ar_status st = AR_OK;
+  for (int64_t at = 0; at < total && st == AR_OK; at += B) {
+    int64_t rows = total - at < B ? total - at : B;
+    for (int64_t r = 0; r < B; r++)
+      idx[r] = at + (r < rows ? r : 0); /* padded with a real example */
+    stage(c, c->ttest, idx, B, false, 0);
+    st = ar_net_eval(c->net, rows, acc, c->err);
+  }
+  ar_free(idx);
+  return st;
+}
+
+/* The tensors a checkpoint keeps, as the format's list. */
+static ar_status ckpt_list(run_ctx *c, ar__ckpt_tensors *t) {
+  int n = ar_net_tensors(c->net, NULL, NULL, NULL);
+  t->dev = ar_net_device(c->net);
+  t->n = n;
+  t->names = ar_malloc((size_t)(n ? n : 1) * sizeof *t->names);
+  t->ptrs = ar_malloc((size_t)(n ? n : 1) * sizeof *t->ptrs);
+  t->counts = ar_malloc((size_t)(n ? n : 1) * sizeof *t->counts);
+  if (!t->names || !t->ptrs || !t->counts)
+    return ar_errf(c->err, AR_NOMEM, "out of memory listing the checkpoint's tensors");
+  ar_net_tensors(c->net, t->names, t->ptrs, t->counts);
+  return AR_OK;
+}
+
+static void ckpt_free(ar__ckpt_tensors *t) {
+  ar_free(t->names);
+  ar_free(t->ptrs);
+  ar_free(t->counts);
+}
+
+ar_status ar__netjob_save(run_ctx *c) {
+  ar__ckpt_tensors t = {0};
+  ar_status st = ckpt_list(c, &t);
+  if (st == AR_OK)
+    st = ar__checkpoint_save_tensors(&t, ar_net_step(c->net), &c->st, c->opts.fs, c->ckpt_path,
+                                     c->err);
+  ckpt_free(&t);
+  return st;
+}
+
+ar_status ar__netjob_load(run_ctx *c) {
+  ar__ckpt_tensors t = {0};
+  int64_t step = 0;
+  ar_status st = ckpt_list(c, &t);
+  if (st == AR_OK)
+    st = ar__checkpoint_load_tensors(&t, &step, &c->st, c->opts.fs, c->ckpt_path, c->err);
+  ckpt_free(&t);
+  if (st == AR_OK)
+    ar_net_set_step(c->net, step);
+  return st;
+}
+
+void ar__netjob_close(run_ctx *c) {
+  ar_net_destroy(c->net);
+  ar_tdata_close(c->ttrain);
+  ar_tdata_close(c->ttest);
+  ar_free(c->order);
+  ar_free(c->mean);
+  ar_free(c->std);
+}

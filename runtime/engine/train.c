@@ -16,35 +16,7 @@
 
 
 
-struct ar_job {
-  const ar_spec *spec; /* borrowed: the data it reads, its outputs */
-  ar_spec mspec;       /* *spec with train.batch = the rows the model holds */
-  ar_run_opts opts;
-  ar_job_opts jo;
-  ar_job_hooks hooks;  /* jo.hooks' copy (all NULL: none) */
-  ar_device *dev;      /* borrowed */
-  ar_model *model;
-  ar_reader *train, *test;
-  ar_batch batch;      /* a global batch as read; evaluation batches */
-  ar_batch part;       /* parts > 1: this part's rows of it */
-  int64_t max_nnz, max_labels;
-  ar_plan plan; /* computed at open, before the model exists */
-  FILE *metrics;
-  ar_progress *progress;
-  ar_ckpt_state st;
-  char *ckpt_path, *metrics_path, *summary_path, *data_storage;
-  double loss_window;
-  int64_t loss_window_n;
-  double last_train_loss;
-  double last_loss_sum; /* the rows this job computed in its last step */
-  ar_eval_acc last_eval;
-  int64_t last_eval_iter;
-  int64_t total; /* iterations the job runs */
-  double wall0;
-  bool started;
-  ar_err *err; /* the caller's, for the call at hand */
-};
-typedef struct ar_job run_ctx;
+
 
 /* The sampled layers' statistics since the start (or resume) of the run:
  * "LAYER.lsh_active_mean", the time split of the sampled work, rebuilds,
@@ -88,7 +60,9 @@ static ar_status eval_and_log(run_ctx *c) {
   ar_eval_acc acc;
   memset(&acc, 0, sizeof acc);
   double t0 = ar_now(), seconds;
-  if (c->test)
+  if (c->net)
+    AR_CHECK(ar__netjob_eval(c, &acc));
+  else if (c->test)
     AR_CHECK(ar__eval_pass(c->model, c->test, &c->batch, c->spec->train.eval_points, false, &acc,
                            &seconds, c->err));
   double eval_s = ar_now() - t0;
@@ -106,7 +80,13 @@ static ar_status eval_and_log(run_ctx *c) {
   ar_json_num(j, "epoch", (double)c->st.epoch);
   ar_json_int(j, "samples", c->st.samples);
   ar_json_num(j, "train_loss", train_loss);
-  if (acc.rows) {
+  if (acc.rows && c->net) {
+    ar_json_num(j, "test_loss", acc.loss_sum / (double)acc.rows);
+    ar_json_num(j, "top1", 100.0 * acc.hits[0] / (double)acc.rows);
+    ar_json_num(j, "top5", 100.0 * acc.hits[2] / (double)acc.rows);
+    ar_json_num(j, "p_at_1", 100.0 * acc.hits[0] / (double)acc.rows);
+    ar_json_int(j, "test_points", acc.rows);
+  } else if (acc.rows) {
     ar_json_num(j, "test_loss", acc.loss_sum / (double)acc.rows);
     ar_json_num(j, "p_at_1", ar__p_at(&acc, 0));
     ar_json_num(j, "p_at_3", ar__p_at(&acc, 1));
@@ -119,7 +99,14 @@ static ar_status eval_and_log(run_ctx *c) {
   if (!c->jo.remote)
     json_sampled(j, c->model);
   AR_CHECK(append_line(c, j));
-  if (acc.rows) {
+  if (acc.rows && c->net) {
+    char line[256];
+    snprintf(line, sizeof line, "eval @ iter %lld: test loss %.4f  top-1 %.2f  top-5 %.2f (%lld points)",
+             (long long)c->st.iteration, acc.loss_sum / (double)acc.rows,
+             100.0 * acc.hits[0] / (double)acc.rows, 100.0 * acc.hits[2] / (double)acc.rows,
+             (long long)acc.rows);
+    ar_progress_note(c->progress, line);
+  } else if (acc.rows) {
     char line[256];
     snprintf(line, sizeof line,
              "eval @ iter %lld: test loss %.4f  P@1 %.2f  P@3 %.2f  P@5 %.2f (%lld points)",
@@ -136,7 +123,11 @@ static ar_status write_summary(run_ctx *c, ar_summary *s) {
   ar_json_num(j, "samples_per_s", s->samples_per_s);
   ar_json_num(j, "loss", s->loss);
   ar_json_num(j, "train_loss", s->train_loss);
-  if (s->p_at[0] >= 0) {
+  if (c->net && c->last_eval.rows) {
+    ar_json_num(j, "top1", 100.0 * c->last_eval.hits[0] / (double)c->last_eval.rows);
+    ar_json_num(j, "top5", 100.0 * c->last_eval.hits[2] / (double)c->last_eval.rows);
+    ar_json_num(j, "p_at_1", s->p_at[0]);
+  } else if (s->p_at[0] >= 0) {
     ar_json_num(j, "p_at_1", s->p_at[0]);
     ar_json_num(j, "p_at_3", s->p_at[1]);
     ar_json_num(j, "p_at_5", s->p_at[2]);
@@ -147,10 +138,10 @@ static ar_status write_summary(run_ctx *c, ar_summary *s) {
   ar_json_num(j, "wall_s", s->wall_s);
   ar_json_num(j, "train_s", s->train_s);
   ar_json_int(j, "peak_rss_bytes", s->peak_rss_bytes);
-  ar_json_int(j, "persistent_bytes", (int64_t)c->model->plan.persistent_bytes);
+  ar_json_int(j, "persistent_bytes", (int64_t)c->plan.persistent_bytes);
   if (!c->jo.remote) {
-    ar_json_int(j, "ephemeral_bytes", (int64_t)c->model->plan.ephemeral_bytes);
-    ar_json_int(j, "host_bytes", (int64_t)c->model->plan.host_bytes);
+    ar_json_int(j, "ephemeral_bytes", (int64_t)c->plan.ephemeral_bytes);
+    ar_json_int(j, "host_bytes", (int64_t)c->plan.host_bytes);
   }
   ar_json_str(j, "device", s->device);
   ar_json_int(j, "threads", s->threads);
@@ -210,6 +201,8 @@ static ar_status open_outputs(run_ctx *c) {
 /* Readers, batches, the plan and the iteration count. */
 static ar_status open_data(run_ctx *c) {
   const ar_spec *spec = c->spec;
+  if (spec->graph)
+    return ar__netjob_open_data(c);
   const char *train_path = NULL, *test_path = NULL;
   AR_CHECK(ar_run_resolve_data(spec, &c->opts, &train_path, &test_path, &c->data_storage,
                                c->err));
@@ -293,10 +286,17 @@ ar_status ar_job_start(ar_job *c, ar_device *dev, void *persistent, void *epheme
     return ar_errf(err, AR_STATE, "job already started");
   c->err = err;
   c->dev = dev;
-  AR_CHECK(ar_model_create_in(dev, &c->mspec, c->max_nnz, c->max_labels, persistent, ephemeral,
-                              &c->model, err));
-  c->started = true;
-  if (c->opts.resume) {
+  if (c->net) {
+    c->started = true;
+    AR_CHECK(ar__netjob_start(c, dev, persistent, ephemeral));
+  } else {
+    AR_CHECK(ar_model_create_in(dev, &c->mspec, c->max_nnz, c->max_labels, persistent,
+                                ephemeral, &c->model, err));
+    c->started = true;
+  }
+  if (c->net) {
+    /* the position came with the checkpoint */
+  } else if (c->opts.resume) {
     AR_CHECK(ar_checkpoint_load(c->model, &c->st, c->opts.fs, c->ckpt_path, err));
     /* Checked again: the file may have been replaced since ar_job_open. */
     AR_CHECK(seek(c));
@@ -323,6 +323,8 @@ ar_status ar_job_resume_at(ar_job *c, const ar_ckpt_state *st, ar_err *err) {
   if (!c->started || c->opts.resume)
     return ar_errf(err, AR_STATE, "a job resumes at a position once, after its start");
   c->st = *st;
+  if (c->net)
+    return AR_OK;
   if (!c->jo.remote && c->model->n_sampled && ar_model_sampled_rebuild(c->model) != AR_OK)
     return ar_errf(err, AR_STATE, "%s", c->model->err.msg);
   return seek(c);
@@ -331,6 +333,8 @@ ar_status ar_job_resume_at(ar_job *c, const ar_ckpt_state *st, ar_err *err) {
 void ar_job_rebase(ar_job *j, void *new_persistent, void *new_ephemeral) {
   if (j->model)
     ar_model_rebase(j->model, new_persistent, new_ephemeral);
+  if (j->net)
+    ar_net_rebase(j->net, new_persistent, new_ephemeral);
 }
 
 void ar_job_due(const ar_job *j, int64_t iteration, bool *eval, bool *checkpoint) {
@@ -466,14 +470,28 @@ static ar_status loss_err(run_ctx *c, double loss) {
                  "train.optimizer's lr", (long long)c->st.iteration + 1, loss);
 }
 
+/* A checkpoint of either kind of model. */
+static ar_status save(run_ctx *c) {
+  if (c->net)
+    return ar__netjob_save(c);
+  return ar_checkpoint_save(c->model, &c->st, c->opts.fs, c->ckpt_path, c->err);
+}
+
 ar_status ar_job_step(ar_job *c, ar_err *err) {
   c->err = err;
   if (!c->started || ar_job_done(c) || c->jo.remote)
     return ar_errf(err, AR_STATE, "no iteration to run");
   double t0 = ar_now();
-  AR_CHECK(next_batch(c));
-  AR_CHECK(train_layers(c, &c->last_loss_sum));
-  int64_t rows = c->model->rows;
+  int64_t rows;
+  if (c->net) {
+    AR_CHECK(ar__netjob_step(c));
+    rows = c->spec->train.batch;
+    c->batch.rows = rows;
+  } else {
+    AR_CHECK(next_batch(c));
+    AR_CHECK(train_layers(c, &c->last_loss_sum));
+    rows = c->model->rows;
+  }
   /* As a float, the mean every run of this job has always logged. */
   float loss = rows ? (float)(c->last_loss_sum / (double)rows) : 0.0f;
   if (c->jo.parts == 1 && !isfinite(loss))
@@ -482,12 +500,21 @@ ar_status ar_job_step(ar_job *c, ar_err *err) {
   count_iteration(c, c->batch.rows, loss, ar_now() - t0);
   if (!c->jo.records)
     return AR_OK;
+  if (c->net && c->spec->train.log_every > 0 && c->st.iteration % c->spec->train.log_every == 0) {
+    ar_json *j = ar_json_begin();
+    ar_json_str(j, "kind", "train");
+    ar_json_int(j, "iteration", c->st.iteration);
+    ar_json_num(j, "epoch", (double)c->st.epoch);
+    ar_json_num(j, "train_loss", (double)loss);
+    ar_json_num(j, "lr", c->last_lr);
+    AR_CHECK(append_line(c, j));
+  }
   bool ev, ck;
   ar_job_due(c, c->st.iteration, &ev, &ck);
   if (ev)
     AR_CHECK(eval_and_log(c));
   if (ck)
-    AR_CHECK(ar_checkpoint_save(c->model, &c->st, c->opts.fs, c->ckpt_path, err));
+    AR_CHECK(save(c));
   return AR_OK;
 }
 
@@ -527,7 +554,8 @@ ar_status ar_job_evaluate(ar_job *j, ar_err *err) {
 
 ar_status ar_job_checkpoint(ar_job *j, ar_err *err) {
   AR_CHECK(need_records(j, err));
-  return ar_checkpoint_save(j->model, &j->st, j->opts.fs, j->ckpt_path, err);
+  j->err = err;
+  return save(j);
 }
 
 ar_status ar_job_finish(ar_job *c, bool interrupted, ar_summary *summary, ar_err *err) {
@@ -537,15 +565,22 @@ ar_status ar_job_finish(ar_job *c, bool interrupted, ar_summary *summary, ar_err
   if (finished && c->last_eval_iter != c->st.iteration)
     AR_CHECK(eval_and_log(c));
   ar_progress_finish(c->progress);
-  AR_CHECK(ar_checkpoint_save(c->model, &c->st, c->opts.fs, c->ckpt_path, err));
+  AR_CHECK(save(c));
   ar_summary s;
   memset(&s, 0, sizeof s);
-  const ar_data_stats *ts = ar_reader_stats(c->train);
+  int64_t points = 0;
+  if (c->net) {
+    ar_tdata_info ti;
+    ar_tdata_get_info(c->ttrain, &ti);
+    points = ti.count;
+  } else {
+    points = ar_reader_stats(c->train)->points;
+  }
   s.iterations = c->st.iteration;
   s.samples = c->st.samples;
   s.train_s = c->st.train_s;
   s.samples_per_s = c->st.train_s > 0 ? (double)c->st.samples / c->st.train_s : 0.0;
-  s.epochs_done = ts->points ? (double)c->st.samples / (double)ts->points : 0.0;
+  s.epochs_done = points ? (double)c->st.samples / (double)points : 0.0;
   s.train_loss = c->loss_window_n ? c->loss_window / (double)c->loss_window_n : c->last_train_loss;
   s.loss = c->last_eval.rows ? c->last_eval.loss_sum / (double)c->last_eval.rows : s.train_loss;
   for (int i = 0; i < 3; i++)
@@ -575,6 +610,7 @@ void ar_job_close(ar_job *c) {
   if (c->metrics)
     fclose(c->metrics);
   ar_model_destroy(c->model);
+  ar__netjob_close(c);
   ar_plan_fini(&c->plan);
   ar_batch_fini(&c->batch);
   ar_batch_fini(&c->part);
