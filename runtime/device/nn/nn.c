@@ -217,7 +217,11 @@ ar_status ar_device_nn_prepare(ar_device *dev, const ar_nn_args *a, bool trainin
   p->k = k;
   *work_bytes = 0;
   if (k->prepare) {
-    ar_status st = k->prepare(a, training, &p->state, work_bytes, err);
+    /* The threads go into prepare too: oneDNN sizes a primitive's
+     * scratchpad and splits its work by the thread count at creation. */
+    ar_nn_args ac = *a;
+    ac.threads = dev->threads > 1 ? dev->threads : 1;
+    ar_status st = k->prepare(&ac, training, &p->state, work_bytes, err);
     if (st != AR_OK) {
       ar_free(p);
       return st;
