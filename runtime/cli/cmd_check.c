@@ -11,12 +11,14 @@
  * as `run` refuses it before allocating. */
 #define _GNU_SOURCE
 #include "accelrt/lanes.h"
+#include "accelrt/net.h"
 #include "accelrt/runtime.h"
 #include "accelrt/spec.h"
 #include "accelrt/study.h"
 #include "accelrt/tenancy.h"
 #include "cli/cli.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static const char *human(size_t bytes, char *buf, size_t n) {
@@ -25,7 +27,36 @@ static const char *human(size_t bytes, char *buf, size_t n) {
 
 /* Scans or generates (in memory) the job's data and computes its plan;
  * prints the data line and the plan.  AR_OK or a status with err. */
+/* A graph model: its summary and plan (the data is read when it runs). */
+static ar_status plan_graph(const ar_spec *spec, ar_plan *plan, ar_err *err) {
+  ar_net *net = NULL;
+  AR_CHECK(ar_net_build(spec, spec->train.batch, &net, err));
+  printf("data: train %s, test %s (format %s; read when the job runs)\n",
+         spec->data.train ? spec->data.train : "none", spec->data.test ? spec->data.test : "none",
+         spec->data.format == AR_FMT_NPY ? "npy" : "idx");
+  ar_net_print(net, stdout);
+  const ar_plan *p = ar_net_plan(net);
+  *plan = *p;
+  plan->entries = ar_malloc((size_t)(p->count ? p->count : 1) * sizeof *p->entries);
+  if (!plan->entries) {
+    ar_net_destroy(net);
+    *plan = (ar_plan){0};
+    return ar_errf(err, AR_NOMEM, "out of memory");
+  }
+  memcpy(plan->entries, p->entries, (size_t)p->count * sizeof *p->entries);
+  char a[32], b[32], c[32];
+  printf("memory plan: persistent %s (parameters, optimizer state, running statistics), "
+         "ephemeral %s (one iteration, tensors placed by lifetime; %s without sharing), host "
+         "%s staging\n",
+         human(p->persistent_bytes, a, sizeof a), human(p->ephemeral_bytes, b, sizeof b),
+         human(p->ephemeral_sum_bytes, c, sizeof c), human(p->host_bytes, a, sizeof a));
+  ar_net_destroy(net);
+  return AR_OK;
+}
+
 static ar_status plan_job(const ar_spec *spec, ar_plan *plan, ar_err *err) {
+  if (spec->graph)
+    return plan_graph(spec, plan, err);
   ar_data_stats tr, te;
   bool has_test = false;
   AR_CHECK(ar_job_data_stats(spec, NULL, &tr, &te, &has_test, err));
@@ -65,7 +96,7 @@ static ar_status fit_job(const ar_spec *spec, const ar_plan *plan, ar_err *err) 
 }
 
 static ar_status check_single(const ar_spec *spec, ar_err *err) {
-  ar_plan plan;
+  ar_plan plan = {0};
   ar_status st = plan_job(spec, &plan, err);
   if (st == AR_OK)
     st = fit_job(spec, &plan, err);

@@ -350,6 +350,12 @@ static void lifetimes(ar_net *n) {
   live(&n->tensors[n->x], end);
   live(&n->tensors[n->y], 0);
   live(&n->tensors[n->y], end);
+  /* The kernels' shared workspace and the evaluation's top-5: the whole
+   * iteration (every node may use the workspace). */
+  for (int w = n->work; w <= n->work + 1; w++) {
+    live(&n->tensors[w], 0);
+    live(&n->tensors[w], end);
+  }
   for (int i = 0; i < N; i++) {
     nnode *d = &n->nodes[i];
     int64_t f = i, bw = 2 * N - 1 - i;

@@ -47,8 +47,10 @@ static void fill_args(ar_net *n, nnode *d, bool training) {
 }
 
 ar_status ar__net_workspace(ar_net *n, ar_err *err) {
+  /* The job's threads: oneDNN sizes a primitive's scratchpad and splits
+   * its work by the thread count it was made with. */
   ar_device_opts o = AR_DEVICE_OPTS_INIT;
-  o.threads = 1;
+  o.threads = ar_job_threads(n->spec);
   o.pin = false;
   ar_device *host = NULL;
   AR_CHECK(ar_device_open("host", &o, &host, err));
