@@ -523,6 +523,79 @@ static void test_errors(void **state) {
   expect_error(AR_NN_LAYERNORM, NULL, 1, &scalar, f2, "scalar", NULL);
 }
 
+/* ---- in_needed, out_needed ------------------------------------------------------
+ * The engine may free what the sig says the backward does not read: with
+ * those pointers NULL, the backward gives the same gradients. */
+
+static void check_needed(const spec *s) {
+  nn_case c;
+  setup(&c, s, NULL);
+  printf("# needed: %s (in %#x, out %d)\n", ar_nn_op_name(s->op), c.sig.in_needed,
+         (int)c.sig.out_needed);
+  nn_case_forward(&c);
+  nn_case_backward(&c);
+  grads ref;
+  grads_take(&c, &ref);
+  void *in[AR_NN_MAX_IO], *out[AR_NN_MAX_IO];
+  for (int i = 0; i < c.a.n_in; i++) {
+    in[i] = c.a.in[i].p;
+    if (!(c.sig.in_needed >> i & 1u))
+      c.a.in[i].p = NULL;
+  }
+  for (int i = 0; i < c.a.n_out; i++) {
+    out[i] = c.a.out[i].p;
+    if (!c.sig.out_needed)
+      c.a.out[i].p = NULL;
+  }
+  nn_case_backward(&c);
+  grads got;
+  grads_take(&c, &got);
+  for (int i = 0; i < c.a.n_in; i++)
+    c.a.in[i].p = in[i];
+  for (int i = 0; i < c.a.n_out; i++)
+    c.a.out[i].p = out[i];
+  assert_int_equal(ref.n, got.n);
+  for (int i = 0; i < ref.n; i++)
+    assert_memory_equal(ref.g[i], got.g[i], (size_t)ref.len[i] * 4);
+  grads_free(&ref);
+  grads_free(&got);
+  nn_case_fini(&c);
+}
+
+static void test_needed(void **state) {
+  (void)state;
+  const ar_nn_op unary[] = {AR_NN_RELU, AR_NN_LEAKY_RELU, AR_NN_SIGMOID, AR_NN_TANH,
+                            AR_NN_GELU, AR_NN_SQRT,       AR_NN_EXP,     AR_NN_LOG,
+                            AR_NN_SOFTMAX, AR_NN_LOG_SOFTMAX, AR_NN_LAYERNORM,
+                            AR_NN_MEAN, AR_NN_SUM};
+  for (size_t i = 0; i < sizeof unary / sizeof unary[0]; i++) {
+    spec s = spec1(unary[i], NN_SHAPE(3, 5));
+    s.pos[0] = true;
+    check_needed(&s);
+  }
+  const ar_nn_op binary[] = {AR_NN_ADD, AR_NN_SUB, AR_NN_MUL, AR_NN_DIV, AR_NN_POW};
+  for (size_t i = 0; i < sizeof binary / sizeof binary[0]; i++) {
+    spec s = spec2(binary[i], NN_SHAPE(3, 5), NN_SHAPE(5));
+    s.pos[0] = s.pos[1] = true;
+    check_needed(&s);
+    s = spec1(binary[i], NN_SHAPE(3, 5));
+    s.attr.scalar = 1.5f;
+    s.pos[0] = true;
+    check_needed(&s);
+  }
+  spec s = spec1(AR_NN_DENSE, NN_SHAPE(3, 5));
+  s.attr.out = 4;
+  check_needed(&s);
+  s.attr.act = AR_ACT_SIGMOID;
+  check_needed(&s);
+  s = spec2(AR_NN_MATMUL, NN_SHAPE(2, 3, 4), NN_SHAPE(2, 4, 5));
+  check_needed(&s);
+  s = spec2(AR_NN_XENT, NN_SHAPE(4, 6), NN_SHAPE(4));
+  s.dt[1] = AR_DT_I64;
+  s.int_hi = 6;
+  check_needed(&s);
+}
+
 /* ---- threads ------------------------------------------------------------------------ */
 
 /* Sizes above the parallel threshold: the two-thread device gives the
@@ -627,7 +700,8 @@ int main(void) {
       cmocka_unit_test(test_xent),            cmocka_unit_test(test_xent_stable),
       cmocka_unit_test(test_binary_same),     cmocka_unit_test(test_binary_broadcast),
       cmocka_unit_test(test_binary_scalar),   cmocka_unit_test(test_reduce),
-      cmocka_unit_test(test_errors),          cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_errors),          cmocka_unit_test(test_needed),
+      cmocka_unit_test(test_threads),
       cmocka_unit_test(test_parallel_grad),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
