@@ -84,14 +84,14 @@ typedef void (*run_fn)(void *ctx, const bview *v, int64_t len, int64_t oa, int64
 
 /* Walks the part of v whose index in dim p lies in [lo, hi). */
 static void walk(const bview *v, int p, int64_t lo, int64_t hi, run_fn f, void *ctx) {
-  if (lo >= hi)
-    return;
   const int in = v->nd - 1;
   int64_t idx[AR_NN_MAX_DIMS], b0[AR_NN_MAX_DIMS], b1[AR_NN_MAX_DIMS];
   for (int k = 0; k < v->nd; k++) {
     b0[k] = k == p ? lo : 0;
     b1[k] = k == p ? hi : v->e[k];
     idx[k] = b0[k];
+    if (b0[k] >= b1[k]) /* nothing to walk (or an empty tensor) */
+      return;
   }
   for (;;) {
     int64_t oa = b0[in] * v->s[0][in], ob = b0[in] * v->s[1][in], oo = b0[in];
@@ -191,6 +191,22 @@ typedef struct bin_ctx {
     }                                                                          \
   } while (0)
 
+/* The same for gradients that read operand b only (and not a at all: the
+ * op told the engine it may free a before the backward). */
+#define Z_LOOPS(EXPR)                                                          \
+  do {                                                                         \
+    if (sb) {                                                                  \
+      _Pragma("omp simd") for (int64_t j = 0; j < n; j++) {                    \
+        const float z = B[j];                                                  \
+        D[j] = (EXPR);                                                         \
+      }                                                                        \
+    } else {                                                                   \
+      const float z = B[0];                                                    \
+      _Pragma("omp simd") for (int64_t j = 0; j < n; j++)                      \
+        D[j] = (EXPR);                                                         \
+    }                                                                          \
+  } while (0)
+
 static void bin_run(void *vctx, const bview *v, int64_t n, int64_t oa, int64_t ob, int64_t oo) {
   const bin_ctx *c = vctx;
   const bool sa = v->s[0][v->nd - 1] != 0, sb = v->s[1][v->nd - 1] != 0;
@@ -213,20 +229,24 @@ static void bin_run(void *vctx, const bview *v, int64_t n, int64_t oa, int64_t o
   case F_POW:
     BIN_LOOPS(powf(x, z));
     break;
-  case G_ONE:
-    BIN_LOOPS(((void)x, (void)z, G[j]));
+  case G_ONE: /* neither operand is read (ADD's and SUB's in_needed: 0) */
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++)
+      D[j] = G[j];
     break;
   case G_NEG:
-    BIN_LOOPS(((void)x, (void)z, -G[j]));
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++)
+      D[j] = -G[j];
     break;
   case G_MUL_A:
-    BIN_LOOPS(((void)x, G[j] * z));
+    Z_LOOPS(G[j] * z);
     break;
   case G_MUL_B:
     BIN_LOOPS(((void)z, G[j] * x));
     break;
   case G_DIV_A:
-    BIN_LOOPS(((void)x, G[j] / z));
+    Z_LOOPS(G[j] / z);
     break;
   case G_DIV_B:
     BIN_LOOPS(-G[j] * x / (z * z));
@@ -405,7 +425,7 @@ static void bin_backward(void *state, ar_nn_args *a) {
       break;
     }
     const bool direct = ar_shape_count(shapes[i]) == n;
-    AR_ASSERT(direct || (a->work && a->work_bytes >= (size_t)n * sizeof(float)));
+    AR_ASSERT(direct || n == 0 || (a->work && a->work_bytes >= (size_t)n * sizeof(float)));
     bin_ctx c = {code, a->in[0].p, b, a->out[0].p, a->gout[0].p,
                  direct ? a->gin[i].p : a->work};
     walk_team(&v, split_dim(&v, nt), nt, bin_run, &c);

@@ -20,8 +20,6 @@
 
 #include "nn/nn_impl.h"
 
-#include <stdio.h>
-
 /* Below this many elements of work a kernel runs on the calling thread
  * alone (waking the team costs more), as PAR_MIN_WORK in host_kernels.c. */
 #define AR__NN_PAR_MIN ((int64_t)1 << 15)
@@ -40,7 +38,7 @@ static inline ar_status ar__nn_want_f32(ar_nn_op op, int n_in, const ar_dtype *t
   return AR_OK;
 }
 
-/* "input 0 has 2 inputs; xent takes 2" style count check. */
+/* "xent takes 2 inputs, got 1" unless lo <= n_in <= hi. */
 static inline ar_status ar__nn_want_inputs(ar_nn_op op, int n_in, int lo, int hi, ar_err *err) {
   if (n_in >= lo && n_in <= hi)
     return AR_OK;
