@@ -104,7 +104,10 @@ void ar__dnnl_prim_run(ar__dnnl_prim *pr, dnnl_stream_t s, const ar__dnnl_ws *ws
     AR_ASSERT(dnnl_memory_set_data_handle(pr->scratch, ws_start(work)) == dnnl_success);
     args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, pr->scratch};
   }
-  AR_ASSERT(dnnl_primitive_execute(pr->p, s, nargs, args) == dnnl_success);
+  dnnl_status_t st = dnnl_primitive_execute(pr->p, s, nargs, args);
+  if (st != dnnl_success)
+    fprintf(stderr, "accelrt: oneDNN failed to execute a primitive (status %d)\n", (int)st);
+  AR_ASSERT(st == dnnl_success);
 }
 
 dnnl_status_t ar__dnnl_md_plain(dnnl_memory_desc_t *md, int nd, const dnnl_dims_t dims) {
