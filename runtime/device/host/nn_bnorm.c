@@ -239,16 +239,18 @@ static void bnorm_backward(void *state, ar_nn_args *a) {
   set(b->var, a->aux[1].p);
   set(b->dy, gy);
   set(b->scale, a->param[0].p);
-  set(b->shift, a->param[1].p); /* oneDNN asks for it with use_shift, backward too */
+  set(b->shift, a->param[1].p);
   set(b->dx, a->gin[0].p ? a->gin[0].p : tmp);
   set(b->dscale, a->gparam[0].p);
   set(b->dshift, a->gparam[1].p);
-  dnnl_exec_arg_t args[9] = {
+  /* oneDNN counts the shift among the backward's inputs (unread): an
+   * execution with fewer arguments than the descriptor's is refused. */
+  dnnl_exec_arg_t args[10] = {
       {DNNL_ARG_SRC, b->x},        {DNNL_ARG_MEAN, b->mean},
       {DNNL_ARG_VARIANCE, b->var}, {DNNL_ARG_DIFF_DST, b->dy},
-      {DNNL_ARG_SCALE, b->scale},  {DNNL_ARG_DIFF_SRC, b->dx},
-      {DNNL_ARG_DIFF_SCALE, b->dscale}, {DNNL_ARG_DIFF_SHIFT, b->dshift},
-      {DNNL_ARG_SHIFT, b->shift}};
+      {DNNL_ARG_SCALE, b->scale},  {DNNL_ARG_SHIFT, b->shift},
+      {DNNL_ARG_DIFF_SRC, b->dx},  {DNNL_ARG_DIFF_SCALE, b->dscale},
+      {DNNL_ARG_DIFF_SHIFT, b->dshift}};
   ar__dnnl_prim_run(&b->bwd, b->s, &b->ws, a->work, 9, args);
   ar__dnnl_threads_leave(prev);
 }
