@@ -21,10 +21,16 @@
  * endian), runs `python3 SCRIPT FOLDER`, which writes out<i>.bin,
  * gin<i>.bin, gparam<i>.bin (and state<i>.bin after the forward) with
  * torch, and compares.  Skipped (returns 1, prints why) when python3 or
- * torch is missing.  The scripts share tests/device/nn_torch_io.py.
+ * torch is missing.  The interpreter is $ACCELRT_PYTHON (CMake sets it to
+ * Debian's /usr/bin/python3, where python3-torch installs), else python3.  The scripts share tests/device/nn_torch_io.py.
  */
 #ifndef ACCELRT_TESTS_NN_CHECK_H
 #define ACCELRT_TESTS_NN_CHECK_H
+
+/* mkdtemp; effective when this header comes first, as in the nn tests. */
+#if !defined(_GNU_SOURCE) && !defined(_DEFAULT_SOURCE)
+#define _DEFAULT_SOURCE
+#endif
 
 #include "accelrt/nn.h"
 
@@ -325,10 +331,18 @@ static inline void nn_check_grad(nn_case *c, const nn_tol *tol) {
 
 /* ---- PyTorch ------------------------------------------------------------- */
 
+static inline const char *nn_python(void) {
+  const char *p = getenv("ACCELRT_PYTHON");
+  return p && p[0] ? p : "python3";
+}
+
 static inline bool nn_torch_available(void) {
   static int have = -1;
-  if (have < 0)
-    have = system("python3 -c 'import torch' >/dev/null 2>&1") == 0;
+  if (have < 0) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "%s -c 'import torch' >/dev/null 2>&1", nn_python());
+    have = system(cmd) == 0;
+  }
   return have == 1;
 }
 
@@ -454,7 +468,7 @@ static inline int nn_check_torch(nn_case *c, const char *script, double atol, do
   if (c->training)
     nn_case_backward(c);
   char cmd[1200];
-  snprintf(cmd, sizeof cmd, "python3 %s %s", script, dir);
+  snprintf(cmd, sizeof cmd, "%s %s %s", nn_python(), script, dir);
   int rc = system(cmd);
   assert_int_equal(rc, 0);
   int bad = 0;
