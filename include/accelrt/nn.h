@@ -304,7 +304,7 @@ typedef struct ar_nn_prim ar_nn_prim;
 ar_status ar_device_nn_prepare(ar_device *dev, const ar_nn_args *a, bool training,
                                ar_nn_prim **out, size_t *work_bytes, ar_err *err);
 /* Runs forward or backward of a prepared op (same shapes).  The device's
- * threads are put into a->threads.  Errors are the device's (recorded in
+ * threads, at most those it was prepared with, are put into a->threads.  Errors are the device's (recorded in
  * the handle), as every op of device.h. */
 void ar_device_nn_forward(ar_device *dev, ar_nn_prim *prim, ar_nn_args *a);
 void ar_device_nn_backward(ar_device *dev, ar_nn_prim *prim, ar_nn_args *a);

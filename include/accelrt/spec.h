@@ -183,6 +183,7 @@ typedef struct ar_spec {
     double momentum;             /* sgd */
     double beta1, beta2, eps;    /* adam */
     double weight_decay;
+    bool decoupled;              /* adam: AdamW (graph models) */
     ar_init_kind init;
     int64_t eval_every;       /* iterations; 0 = only at the end */
     int64_t eval_points;      /* at most this many test points per evaluation; 0 = all */

@@ -151,7 +151,9 @@ static ar_status add_node(build_ctx *b, const ar_layer_spec *ls, const char *pat
     ntensor *p = &n->tensors[d->param[i]];
     p->init = d->sig.param_init[i];
     p->std = d->sig.param_std[i];
-    p->decay = d->sig.param_decay[i];
+    /* Biases and normalisation parameters (1-D) never decay: the issue's
+     * default, and what a tuned PyTorch recipe does. */
+    p->decay = d->sig.param_decay[i] && d->sig.param[i].nd > 1;
     p->producer = id;
     p->relu = attr->act == AR_ACT_RELU;
   }

@@ -80,6 +80,9 @@ int ar__net_tensor(ar_net *n, const char *name, const ar_shape *s, ar_dtype t, i
  * host's kernels do not depend on the handle), adds the shared workspace
  * tensor and the staging size. */
 ar_status ar__net_workspace(ar_net *n, ar_err *err);
+/* Forward and backward on the staged batch without the optimizer: every
+ * gradient of the iteration, *loss the batch's mean (tests). */
+ar_status ar__net_grad(ar_net *n, double *loss, ar_err *err);
 /* Releases kernels and the blocks. */
 void ar__net_stop(ar_net *n);
 

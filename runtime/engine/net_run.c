@@ -285,6 +285,14 @@ static double optimizer(ar_net *n) {
     int64_t cnt = ar_shape_count(&t->shape);
     float wd = t->decay ? (float)s->train.weight_decay : 0.0f;
     float *g = n->tensors[t->grad].p;
+    if (s->train.optimizer == AR_OPT_ADAM && s->train.decoupled) {
+      /* AdamW: the weights shrink, the gradient stays the loss's (host
+       * memory: graph models run there). */
+      float keep = 1.0f - (float)lr * wd, *w = t->p;
+      for (int64_t j = 0; wd > 0 && j < cnt; j++)
+        w[j] *= keep;
+      wd = 0.0f;
+    }
     if (s->train.optimizer == AR_OPT_ADAM)
       ar_device_adam(n->dev, cnt, t->p, g, n->tensors[t->opt1].p, n->tensors[t->opt2].p,
                      (float)lr, (float)s->train.beta1, (float)s->train.beta2,
@@ -303,11 +311,24 @@ static ar_status device_status(ar_net *n, ar_err *err) {
   return AR_OK;
 }
 
+static ar_status read_loss(ar_net *n, double *loss, ar_err *err);
+
+ar_status ar__net_grad(ar_net *n, double *loss, ar_err *err) {
+  AR_CHECK(load(n, err));
+  forward(n, true);
+  backward(n);
+  return read_loss(n, loss, err);
+}
+
 ar_status ar_net_train(ar_net *n, double *loss, double *lr, ar_err *err) {
   AR_CHECK(load(n, err));
   forward(n, true);
   backward(n);
   *lr = optimizer(n);
+  return read_loss(n, loss, err);
+}
+
+static ar_status read_loss(ar_net *n, double *loss, ar_err *err) {
   const ntensor *l = &n->tensors[n->loss];
   float *rows = staged_loss(n);
   ar_status st = ar_device_copy_out(n->dev, rows, l->p, l->bytes);

@@ -428,6 +428,12 @@ static const ar_schema adam_keys[] = {
      FLOAT_FROM(0.0),
      .def = "0",
      .doc = "L2 penalty added to the gradient."},
+    {.key = "decoupled",
+     .type = AR_SCHEMA_ENUM,
+     .values = bool_values,
+     .def = "false",
+     .doc = "Graph models: AdamW (Loshchilov & Hutter) — the weights shrink by lr x "
+            "weight_decay each step instead of the penalty entering the gradient."},
     {0}};
 
 static const ar_schema sgd_keys[] = {

@@ -1833,6 +1833,8 @@ static void convert_train(ctx *c, const ar_ynode *root, ar_spec *sp) {
     sp->train.beta1 = get_float(params, ks, "beta1");
     sp->train.beta2 = get_float(params, ks, "beta2");
     sp->train.eps = get_float(params, ks, "eps");
+    ar_schema_value dv;
+    sp->train.decoupled = get(params, ks, "decoupled", &dv, NULL) && dv.e == 1;
   }
   sp->train.lr = get_float(params, ks, "lr");
   sp->train.weight_decay = get_float(params, ks, "weight_decay");
@@ -1993,6 +1995,28 @@ static void convert_jobs(ctx *c, const ar_ynode *root, ar_spec *sp) {
       }
 }
 
+/* Settings only graph models have, on a chain of dense layers: an error
+ * rather than a setting silently ignored. */
+static void check_graph_only(ctx *c, const ar_ynode *root, const ar_spec *sp) {
+  if (sp->graph)
+    return;
+  const ar_ynode *train = get_map(root, "train");
+  static const char *const keys[] = {"log_every", "schedule"};
+  for (int i = 0; i < 2; i++) {
+    const ar_ynode *v = ar_ynode_get(train, keys[i]);
+    if (v) {
+      char path[64];
+      snprintf(path, sizeof path, "train.%s", keys[i]);
+      diag_path(c, v, path,
+                "only graph models (image or token inputs, or items with op/conv/inputs) "
+                "take this; remove it");
+    }
+  }
+  if (sp->train.decoupled)
+    diag_path(c, train, "train.optimizer.adam.decoupled",
+              "only graph models take decoupled weight decay; remove it");
+}
+
 static ar_spec *convert(ctx *c, const ar_ynode *root, const char *file) {
   const ar_schema *rs = ar__schema_root();
   ar_spec *sp = ar_calloc(1, sizeof *sp);
@@ -2027,6 +2051,7 @@ static ar_spec *convert(ctx *c, const ar_ynode *root, const char *file) {
     convert_model(c, root, sp);
     convert_data(c, root, sp);
     convert_train(c, root, sp);
+    check_graph_only(c, root, sp);
   }
   if (root == c->root) {
     convert_runtime(c, root, sp);

@@ -190,7 +190,16 @@ ar_status ar_nn_infer(ar_nn_op op, const ar_nn_attr *attr, int n_in, const ar_sh
 struct ar_nn_prim {
   const ar_nn_kernel *k;
   void *state;
+  int threads; /* prepared with: a call never runs more (oneDNN's scratchpad
+                  and work split are sized for them; fewer is safe) */
 };
+
+/* The threads a call runs: the handle's (the tenancy runner may lower them
+ * between iterations), at most the prepared ones. */
+static int call_threads(const ar_device *dev, const ar_nn_prim *p) {
+  int t = dev->threads > 1 ? dev->threads : 1;
+  return t < p->threads ? t : p->threads;
+}
 
 static const ar_nn_kernel *kernel_of(ar_device *dev, ar_nn_op op) {
   if (!dev->ops->nn_table)
@@ -215,6 +224,7 @@ ar_status ar_device_nn_prepare(ar_device *dev, const ar_nn_args *a, bool trainin
   if (!p)
     return ar_errf(err, AR_NOMEM, "out of memory preparing the op '%s'", ar_nn_op_name(a->op));
   p->k = k;
+  p->threads = dev->threads > 1 ? dev->threads : 1;
   *work_bytes = 0;
   if (k->prepare) {
     /* The threads go into prepare too: oneDNN sizes a primitive's
@@ -235,7 +245,7 @@ void ar_device_nn_forward(ar_device *dev, ar_nn_prim *prim, ar_nn_args *a) {
   AR_ASSERT(dev && prim && a);
   if (dev->failed != AR_OK)
     return;
-  a->threads = dev->threads > 1 ? dev->threads : 1;
+  a->threads = call_threads(dev, prim);
   prim->k->forward(prim->state, a);
 }
 
@@ -243,7 +253,7 @@ void ar_device_nn_backward(ar_device *dev, ar_nn_prim *prim, ar_nn_args *a) {
   AR_ASSERT(dev && prim && a);
   if (dev->failed != AR_OK)
     return;
-  a->threads = dev->threads > 1 ? dev->threads : 1;
+  a->threads = call_threads(dev, prim);
   AR_ASSERT(prim->k->backward);
   prim->k->backward(prim->state, a);
 }

@@ -1,0 +1,352 @@
+/* The graph engine (include/accelrt/net.h): whole-graph gradients by finite
+ * differences (a tensor read by three nodes sums their contributions; a
+ * convolution, batch norm and pooling stack; smooth ops where a kink would
+ * make the differences lie: relu and max pooling have their own checks in
+ * tests/device), the plan's placement (no two
+ * tensors alive together share bytes) and its exactness (what start
+ * allocates), located shape and name errors, and training lowering the
+ * loss. */
+#define _GNU_SOURCE
+#include "accelrt/net.h"
+
+#include "net_impl.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+static ar_spec *parse(const char *yaml) {
+  ar_spec *spec = NULL;
+  ar_diags d;
+  ar_status st = ar_spec_parse(yaml, strlen(yaml), "net.yaml", NULL, NULL, 0, false, &spec, &d);
+  if (st != AR_OK)
+    ar_diags_print(&d, "net.yaml", stdout);
+  ar_diags_fini(&d);
+  assert_int_equal(st, AR_OK);
+  assert_true(spec->graph);
+  return spec;
+}
+
+/* a is read by relu, tanh and mul: its gradient is the sum of three. */
+static const char *const BRANCHY =
+    "name: t\n"
+    "device: host\n"
+    "seed: 4\n"
+    "model:\n"
+    "  input: {dense: 6}\n"
+    "  layers:\n"
+    "    - {name: a, dense: 5, activation: none}\n"
+    "    - {name: b, op: relu, inputs: [a]}\n"
+    "    - {name: c, op: tanh, inputs: [a]}\n"
+    "    - {name: d, op: add, inputs: [b, c]}\n"
+    "    - {name: e, op: mul, inputs: [d, a]}\n"
+    "    - {name: f, op: layernorm}\n"
+    "    - {name: out, dense: 3, activation: softmax}\n"
+    "data: {format: npy, train: x}\n"
+    "train: {batch: 4, iterations: 1, threads: 1}\n";
+
+static const char *const CONVY =
+    "name: t\n"
+    "device: host\n"
+    "seed: 5\n"
+    "model:\n"
+    "  input: {image: [2, 6, 6]}\n"
+    "  layers:\n"
+    "    - {name: c1, conv: 3, kernel: 3, padding: 1}\n"
+    "    - {name: bn, op: batchnorm}\n"
+    "    - {name: r, op: tanh}\n"
+    "    - {name: p, op: avgpool, kernel: 2}\n"
+    "    - {name: c2, conv: 4, kernel: 3, padding: 1, inputs: [p]}\n"
+    "    - {name: sum, op: add, inputs: [c2, c2]}\n"
+    "    - {name: g, op: global_avgpool}\n"
+    "    - {name: out, dense: 3, activation: softmax}\n"
+    "data: {format: idx, train: x}\n"
+    "train: {batch: 4, iterations: 1, threads: 1}\n";
+
+typedef struct net_fix {
+  ar_spec *spec;
+  ar_net *net;
+  ar_device *dev;
+} net_fix;
+
+static void fix_open(net_fix *f, const char *yaml) {
+  ar_err err = AR_ERR_INIT;
+  f->spec = parse(yaml);
+  ar_status st = ar_net_build(f->spec, f->spec->train.batch, &f->net, &err);
+  if (st != AR_OK)
+    printf("# %s\n", err.msg);
+  assert_int_equal(st, AR_OK);
+  ar_device_opts o = AR_DEVICE_OPTS_INIT;
+  o.threads = 1;
+  o.pin = false;
+  assert_int_equal(ar_device_open("host", &o, &f->dev, &err), AR_OK);
+  st = ar_net_start(f->net, f->dev, NULL, NULL, &err);
+  if (st != AR_OK)
+    printf("# %s\n", err.msg);
+  assert_int_equal(st, AR_OK);
+  /* A batch: values in [-1, 1), classes 0..2. */
+  const ar_shape *xs = ar_net_input_shape(f->net);
+  int64_t n = ar_shape_count(xs);
+  float *x = ar_net_x(f->net);
+  unsigned s = 77;
+  for (int64_t i = 0; i < n; i++) {
+    s = s * 1103515245u + 12345u;
+    x[i] = (float)((s >> 8) & 0xffff) / 32768.0f - 1.0f;
+  }
+  int64_t *y = ar_net_y(f->net);
+  for (int64_t r = 0; r < xs->d[0]; r++)
+    y[r] = r % 3;
+}
+
+static void fix_close(net_fix *f) {
+  ar_net_destroy(f->net);
+  ar_device_close(f->dev);
+  ar_spec_destroy(f->spec);
+}
+
+/* Every parameter's gradient against central differences of the mean
+ * loss (in double over f32 forwards, h = 1e-2). */
+static void check_graph_grads(const char *yaml) {
+  net_fix f;
+  fix_open(&f, yaml);
+  ar_err err = AR_ERR_INIT;
+  double loss = 0;
+  assert_int_equal(ar__net_grad(f.net, &loss, &err), AR_OK);
+  assert_true(isfinite(loss));
+  ar_net *n = f.net;
+  int bad = 0, checked = 0;
+  /* Every gradient of the unperturbed batch first: each finite
+   * difference below reruns the whole iteration. */
+  float **grads = calloc((size_t)n->n_tensors, sizeof *grads);
+  for (int i = 0; i < n->n_tensors; i++) {
+    ntensor *t = &n->tensors[i];
+    if (t->kind != T_PARAM)
+      continue;
+    size_t b = (size_t)ar_shape_count(&t->shape) * sizeof(float);
+    grads[i] = malloc(b);
+    memcpy(grads[i], n->tensors[t->grad].p, b);
+  }
+  for (int i = 0; i < n->n_tensors; i++) {
+    ntensor *t = &n->tensors[i];
+    if (t->kind != T_PARAM)
+      continue;
+    int64_t cnt = ar_shape_count(&t->shape);
+    float *g = grads[i];
+    float *w = t->p;
+    for (int64_t j = 0; j < cnt && j < 12; j++) {
+      float keep = w[j];
+      double up, dn;
+      w[j] = keep + 1e-3f;
+      assert_int_equal(ar__net_grad(n, &up, &err), AR_OK);
+      w[j] = keep - 1e-3f;
+      assert_int_equal(ar__net_grad(n, &dn, &err), AR_OK);
+      w[j] = keep;
+      double num = (up - dn) / 2e-3, an = g[j];
+      checked++;
+      if (fabs(num - an) > 2e-3 + 5e-2 * fmax(fabs(num), fabs(an))) {
+        if (bad++ < 5)
+          printf("# %s[%lld]: backward %.6g, finite difference %.6g\n", t->name, (long long)j,
+                 an, num);
+      }
+    }
+    free(g);
+  }
+  free(grads);
+  assert_true(checked > 20);
+  assert_int_equal(bad, 0);
+  fix_close(&f);
+}
+
+static void test_grads_branches(void **state) {
+  (void)state;
+  check_graph_grads(BRANCHY);
+}
+
+/* A dense-input model from its items (each a flow mapping). */
+static void grads_of(const char *const *items) {
+  char yaml[4096];
+  int at = snprintf(yaml, sizeof yaml,
+                    "name: t\ndevice: host\nseed: 4\nmodel:\n  input: {dense: 6}\n  layers:\n");
+  for (int i = 0; items[i]; i++)
+    at += snprintf(yaml + at, sizeof yaml - (size_t)at, "    - %s\n", items[i]);
+  snprintf(yaml + at, sizeof yaml - (size_t)at,
+           "    - {name: out, dense: 3, activation: softmax}\n"
+           "data: {format: npy, train: x}\ntrain: {batch: 4, iterations: 1, threads: 1}\n");
+  check_graph_grads(yaml);
+}
+
+static void test_grads_pieces(void **state) {
+  (void)state;
+  const char *shared[] = {"{name: a, dense: 5, activation: none}",
+                          "{name: b, op: relu, inputs: [a]}", "{name: c, op: tanh, inputs: [a]}",
+                          "{name: d, op: add, inputs: [b, c]}", NULL};
+  printf("# a read by two nodes\n");
+  grads_of(shared);
+  const char *twice[] = {"{name: a, dense: 5, activation: none}",
+                         "{name: e, op: mul, inputs: [a, a]}", NULL};
+  printf("# a read twice by one node\n");
+  grads_of(twice);
+  const char *mul[] = {"{name: a, dense: 5, activation: none}", "{name: c, op: tanh}",
+                       "{name: e, op: mul, inputs: [c, a]}", NULL};
+  printf("# mul of a and tanh(a)\n");
+  grads_of(mul);
+  const char *add[] = {"{name: a, dense: 5, activation: none}", "{name: c, op: tanh}",
+                       "{name: e, op: add, inputs: [c, a]}", NULL};
+  printf("# add of a and tanh(a)\n");
+  grads_of(add);
+}
+
+static void test_grads_conv(void **state) {
+  (void)state;
+  check_graph_grads(CONVY);
+}
+
+/* Tensors alive at the same step never share bytes; the block holds them
+ * all; start allocates exactly the two blocks. */
+static void test_plan_placement_and_exactness(void **state) {
+  (void)state;
+  net_fix f;
+  fix_open(&f, CONVY);
+  const ar_plan *p = ar_net_plan(f.net);
+  int eph = 0;
+  for (int i = 0; i < p->count; i++) {
+    const ar_plan_entry *a = &p->entries[i];
+    if (a->cls != AR_MEM_EPHEMERAL)
+      continue;
+    eph++;
+    assert_true(a->offset + a->bytes <= p->ephemeral_bytes);
+    for (int j = i + 1; j < p->count; j++) {
+      const ar_plan_entry *b = &p->entries[j];
+      if (b->cls != AR_MEM_EPHEMERAL || a->last_use < b->first_use ||
+          b->last_use < a->first_use || !a->bytes || !b->bytes)
+        continue;
+      bool apart = a->offset + a->bytes <= b->offset || b->offset + b->bytes <= a->offset;
+      if (!apart)
+        printf("# %s and %s overlap while both alive\n", a->name, b->name);
+      assert_true(apart);
+    }
+  }
+  assert_true(eph > 10);
+  /* Sharing happened: the peak is below the sum. */
+  assert_true(p->ephemeral_bytes < p->ephemeral_sum_bytes);
+  assert_int_equal(ar_device_bytes_in_use(f.dev), p->persistent_bytes + p->ephemeral_bytes);
+  fix_close(&f);
+}
+
+static void expect_build_error(const char *yaml, const char *want) {
+  ar_spec *spec = parse(yaml);
+  ar_net *net = NULL;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_net_build(spec, spec->train.batch, &net, &err), AR_SPEC);
+  assert_null(net);
+  if (!strstr(err.msg, want))
+    printf("# got: %s\n# want: %s\n", err.msg, want);
+  assert_non_null(strstr(err.msg, want));
+  ar_spec_destroy(spec);
+}
+
+/* yaml with the first `from` replaced by `to` (free it). */
+static char *edit(const char *yaml, const char *from, const char *to) {
+  const char *at = strstr(yaml, from);
+  assert_non_null(at);
+  size_t n = strlen(yaml) - strlen(from) + strlen(to) + 1;
+  char *out = malloc(n);
+  snprintf(out, n, "%.*s%s%s", (int)(at - yaml), yaml, to, at + strlen(from));
+  return out;
+}
+
+static void test_errors(void **state) {
+  (void)state;
+  /* A kernel larger than the padded image: the node, its place and shapes. */
+  char *y = edit(CONVY, "conv: 4, kernel: 3, padding: 1", "conv: 4, kernel: 9, padding: 0");
+  expect_build_error(y, "net.yaml:11:7: error: model.layers[4]: conv c2:");
+  expect_build_error(y, "3x3");
+  free(y);
+  y = edit(BRANCHY, "inputs: [d, a]", "inputs: [d, z]");
+  expect_build_error(y, "net.yaml:11:7: error: model.layers[4]: inputs: no earlier item is "
+                        "named 'z'");
+  free(y);
+  /* The last item decides the loss. */
+  y = edit(BRANCHY, "{name: out, dense: 3, activation: softmax}", "{name: out, op: relu}");
+  expect_build_error(y, "the last item of a graph model is `dense: CLASSES`");
+  free(y);
+}
+
+/* Repeated blocks: copies with their own parameters, `input` the copy's
+ * input. */
+static void test_repeat(void **state) {
+  (void)state;
+  const char *yaml =
+      "name: t\ndevice: host\nseed: 1\n"
+      "model:\n"
+      "  input: {dense: 8}\n"
+      "  layers:\n"
+      "    - {name: stem, dense: 8, activation: none}\n"
+      "    - name: blk\n"
+      "      repeat: 3\n"
+      "      block:\n"
+      "        - {name: h, dense: 8}\n"
+      "        - {name: r, op: add, inputs: [h, input]}\n"
+      "    - {name: out, dense: 3, activation: softmax}\n"
+      "data: {format: npy, train: x}\n"
+      "train: {batch: 2, iterations: 1, threads: 1}\n";
+  ar_spec *spec = parse(yaml);
+  ar_net *net = NULL;
+  ar_err err = AR_ERR_INIT;
+  ar_status st = ar_net_build(spec, 2, &net, &err);
+  if (st != AR_OK)
+    printf("# %s\n", err.msg);
+  assert_int_equal(st, AR_OK);
+  int found = 0;
+  for (int i = 0; i < net->n_tensors; i++)
+    if (!strcmp(net->tensors[i].name, "blk.0.h.w") || !strcmp(net->tensors[i].name, "blk.2.h.w"))
+      found++;
+  assert_int_equal(found, 2);
+  /* stem, 3 x (h, r), out, loss. */
+  assert_int_equal(net->n_nodes, 9);
+  /* blk.1.r reads blk.1.h and blk.0.r (its copy's input). */
+  const nnode *r1 = &net->nodes[4];
+  assert_string_equal(r1->name, "blk.1.r");
+  assert_string_equal(net->tensors[r1->in[1]].name, "blk.0.r");
+  ar_net_destroy(net);
+  ar_spec_destroy(spec);
+  check_graph_grads(yaml);
+}
+
+/* Twenty Adam steps on one batch lower its loss. */
+static void test_training_lowers_loss(void **state) {
+  (void)state;
+  net_fix f;
+  fix_open(&f, CONVY);
+  f.spec->train.lr = 0.02; /* the schedule reads it at each step */
+  ar_err err = AR_ERR_INIT;
+  double first = 0, loss = 0, lr = 0;
+  for (int i = 0; i < 20; i++) {
+    assert_int_equal(ar_net_train(f.net, &loss, &lr, &err), AR_OK);
+    if (i == 0)
+      first = loss;
+  }
+  if (!(loss < 0.5 * first))
+    printf("# loss %g after 20 steps, %g at the first\n", loss, first);
+  assert_true(loss < 0.5 * first);
+  assert_int_equal(ar_net_step(f.net), 20);
+  fix_close(&f);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_grads_pieces),
+      cmocka_unit_test(test_grads_branches),
+      cmocka_unit_test(test_grads_conv),
+      cmocka_unit_test(test_plan_placement_and_exactness),
+      cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_repeat),
+      cmocka_unit_test(test_training_lowers_loss),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
