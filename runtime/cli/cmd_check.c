@@ -44,12 +44,12 @@ static ar_status plan_graph(const ar_spec *spec, ar_plan *plan, ar_err *err) {
     return ar_errf(err, AR_NOMEM, "out of memory");
   }
   memcpy(plan->entries, p->entries, (size_t)p->count * sizeof *p->entries);
-  char a[32], b[32], c[32];
+  char a[32], b[32], c[32], d[32];
   printf("memory plan: persistent %s (parameters, optimizer state, running statistics), "
          "ephemeral %s (one iteration, tensors placed by lifetime; %s without sharing), host "
          "%s staging\n",
          human(p->persistent_bytes, a, sizeof a), human(p->ephemeral_bytes, b, sizeof b),
-         human(p->ephemeral_sum_bytes, c, sizeof c), human(p->host_bytes, a, sizeof a));
+         human(p->ephemeral_sum_bytes, c, sizeof c), human(p->host_bytes, d, sizeof d));
   ar_net_destroy(net);
   return AR_OK;
 }

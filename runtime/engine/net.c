@@ -259,6 +259,8 @@ static ar_status build_graph(build_ctx *b) {
   if (n->x < 0 || n->y < 0)
     return ar_errf(b->err, AR_NOMEM, "out of memory building the graph");
   int cur = n->x;
+  /* `input` names the model's input (inside a block: the block's). */
+  AR_CHECK(bind_name(b, "input", n->x));
   AR_CHECK(build_items(b, s->layers, s->n_layers, "model.layers", "", -1, &cur, true));
   n->logits = cur;
   const ntensor *lt = &n->tensors[cur];

@@ -50,19 +50,66 @@ static ar_status check_shape(run_ctx *c, const ar_tdata *d, const char *path) {
   return AR_OK;
 }
 
+/* data.generate for a token model: the set in output.dir/data/{train,test},
+ * made once per parameters (a stamp names them) and reused by reruns. */
+static ar_status generate_tokens(run_ctx *c, const char **train, const char **test) {
+  const ar_spec *s = c->spec;
+  const ar_fs *fs = c->opts.fs;
+  const ar_gen_spec *g = &s->data.gen;
+  char stamp[256];
+  snprintf(stamp, sizeof stamp, "tokens train_points=%lld test_points=%lld seq=%lld vocab=%lld "
+           "seed=%llu\n", (long long)g->train_points, (long long)g->test_points,
+           (long long)s->input.features, (long long)s->input.vocab,
+           (unsigned long long)s->seed);
+  char *dir = ar_path_join(s->output.dir, "data");
+  if (!dir)
+    return ar_errf(c->err, AR_NOMEM, "out of memory");
+  size_t n = strlen(dir) + 32;
+  c->data_storage = ar_malloc(3 * n);
+  if (!c->data_storage) {
+    ar_free(dir);
+    return ar_errf(c->err, AR_NOMEM, "out of memory");
+  }
+  char *trp = c->data_storage, *tep = trp + n, *stp = trp + 2 * n;
+  snprintf(trp, n, "%s/train", dir);
+  snprintf(tep, n, "%s/test", dir);
+  snprintf(stp, n, "%s/generated", dir);
+  ar_status st = ar_fs_mkdirs(fs, dir, c->err);
+  char *old = NULL;
+  size_t old_len = 0;
+  bool fresh = st == AR_OK && ar_fs_read_own(fs, stp, 255, &old, &old_len, NULL) == AR_OK &&
+               strcmp(old, stamp) == 0;
+  ar_free(old);
+  if (st == AR_OK && !fresh) {
+    ar_fs_unlink(fs, stp, false, NULL);
+    ar_log(AR_LOG_INFO, "generating a token dataset into %s/", dir);
+    ar_tokens_spec ts = {g->train_points, g->test_points, s->input.features, s->input.vocab};
+    st = ar_tdata_generate_tokens(&ts, s->seed, dir, fs, c->err);
+    if (st == AR_OK)
+      st = ar_fs_write_atomic(fs, stp, stamp, strlen(stamp), c->err);
+  }
+  ar_free(dir);
+  *train = trp;
+  *test = g->test_points > 0 ? tep : NULL;
+  return st;
+}
+
 ar_status ar__netjob_open_data(run_ctx *c) {
   const ar_spec *s = c->spec;
   if (s->distributed.enabled)
     return ar_errf(c->err, AR_UNSUPPORTED,
                    "graph models do not train distributed in this version; remove the "
                    "distributed section");
-  if (!s->data.train)
+  const char *train = s->data.train, *test = s->data.test;
+  if (s->data.generate)
+    AR_CHECK(generate_tokens(c, &train, &test));
+  if (!train)
     return ar_errf(c->err, AR_SPEC, "a graph model needs data.train (idx or npy)");
-  AR_CHECK(open_split(c, s->data.train, s->data.train_labels, &c->ttrain));
-  AR_CHECK(check_shape(c, c->ttrain, s->data.train));
-  if (s->data.test && c->jo.records) {
-    AR_CHECK(open_split(c, s->data.test, s->data.test_labels, &c->ttest));
-    AR_CHECK(check_shape(c, c->ttest, s->data.test));
+  AR_CHECK(open_split(c, train, s->data.train_labels, &c->ttrain));
+  AR_CHECK(check_shape(c, c->ttrain, train));
+  if (test && c->jo.records) {
+    AR_CHECK(open_split(c, test, s->data.test_labels, &c->ttest));
+    AR_CHECK(check_shape(c, c->ttest, test));
   }
   ar_tdata_info ti;
   ar_tdata_get_info(c->ttrain, &ti);
@@ -70,7 +117,7 @@ ar_status ar__netjob_open_data(run_ctx *c) {
     return ar_errf(c->err, AR_SPEC,
                    "%s: %lld training points, fewer than one batch (train.batch %d); lower "
                    "train.batch",
-                   s->data.train, (long long)ti.count, s->train.batch);
+                   train, (long long)ti.count, s->train.batch);
   c->mspec = *s;
   AR_CHECK(ar_net_build(&c->mspec, s->train.batch, &c->net, c->err));
   const ar_plan *p = ar_net_plan(c->net);

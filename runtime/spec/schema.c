@@ -313,7 +313,11 @@ static const ar_schema generate_keys[] = {
     {.key = "features",
      INT_RANGE(1, COUNT_MAX),
      .required = true,
-     .doc = "Feature count; must equal the N of `model.input`."},
+     .doc = "Feature count; must equal the N of `model.input` (a token set: its "
+            "sequence length, `model.input.tokens`; the token ids are below "
+            "`model.input.vocab`, and the class says which of two marker tokens "
+            "comes first, so only order tells it; `accelrt gen-data --shape "
+            "tokens` writes the same sets)."},
     {.key = "labels",
      INT_RANGE(1, COUNT_MAX),
      .required = true,
@@ -397,8 +401,10 @@ static const ar_schema data_keys[] = {
     {.key = "generate",
      .type = AR_SCHEMA_MAP,
      .kids = generate_keys,
-     .doc = "Generate a synthetic extreme-classification dataset with planted "
-            "structure before training, instead of reading files."},
+     .doc = "Generate a synthetic dataset before training, instead of reading "
+            "files: an extreme-classification set with planted structure, or, for "
+            "`model.input.tokens` with `format: npy`, a token set whose class "
+            "depends only on token order (2 classes)."},
     {0}};
 
 static const ar_schema_rule data_rules[] = {

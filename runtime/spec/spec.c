@@ -1747,7 +1747,18 @@ static void convert_data(ctx *c, const ar_ynode *root, ar_spec *sp) {
   g->features = get_int(gen, gs, "features", &fok);
   g->labels = get_int(gen, gs, "labels", &lok);
   const ar_ynode *input = get_map(get_map(root, "model"), "input");
-  const char *in_key = sp->input.sparse ? "sparse" : "dense";
+  static const char *const in_keys[] = {"sparse", "dense", "image", "tokens"};
+  const char *in_key = in_keys[sp->input.kind];
+  if (sp->input.kind == AR_INPUT_IMAGE)
+    diag_path(c, gen, "data.generate",
+              "the generator makes token datasets (model.input.tokens) and extreme-"
+              "classification sets; images come from files (data.format idx or npy)");
+  if (sp->input.kind == AR_INPUT_TOKENS && lok && g->labels != 2)
+    diag_path(c, ar_ynode_get(gen, "labels"), "data.generate.labels",
+              "a generated token set has 2 classes (which marker comes first); set 2");
+  if (sp->input.kind == AR_INPUT_TOKENS && sp->data.format != AR_FMT_NPY)
+    diag_path(c, gen, "data.generate",
+              "a generated token set is written as npy: set data.format: npy");
   const ar_ynode *in_node = ar_ynode_get(input, in_key);
   if (fok && sp->input.features > 0 && g->features != sp->input.features) {
     char ip[32];
