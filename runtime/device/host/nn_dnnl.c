@@ -195,13 +195,12 @@ dnnl_memory_t ar__dnnl_port_bind(ar__dnnl_port *pt, void *p, const ar__dnnl_ws *
 
 dnnl_memory_t ar__dnnl_port_in(ar__dnnl_port *pt, void *p, dnnl_stream_t s,
                                const ar__dnnl_ws *ws, void *work) {
-  if (!ar__dnnl_port_bind(pt, p, ws, work) || !pt->inner)
-    return pt->user;
-  if (!pt->out) {
+  dnnl_memory_t m = ar__dnnl_port_bind(pt, p, ws, work);
+  if (pt->inner && !pt->out) {
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, pt->user}, {DNNL_ARG_TO, pt->inner}};
     ar__dnnl_prim_run(&pt->reorder, s, ws, work, 2, args);
   }
-  return pt->inner;
+  return m;
 }
 
 void ar__dnnl_port_done(ar__dnnl_port *pt, dnnl_stream_t s, const ar__dnnl_ws *ws, void *work) {
