@@ -238,6 +238,53 @@ static void test_conv_no_input_grad(void **st) {
   conv_both(&a, NN_SHAPE(2, 3, 6, 6), NO_GIN | KINK_FREE);
 }
 
+/* One thread and several (three asked for; the device keeps to the CPUs
+ * the process may use) give the same outputs and gradients: primitives
+ * made and run with a team split the work without losing any of it. */
+static void threads_case(ar_nn_op op, const ar_nn_attr *at, ar_shape x, int threads,
+                         float **out) {
+  nn_case c;
+  nn_case_init(&c, op, at);
+  nn_case_input(&c, x, AR_DT_F32);
+  ar_device_opts o = AR_DEVICE_OPTS_INIT;
+  o.threads = threads;
+  o.pin = false;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_device_open("host", &o, &c.dev, &err), AR_OK);
+  assert_int_equal(nn_case_setup(&c), AR_OK);
+  nn_case_forward(&c);
+  nn_case_backward(&c);
+  int64_t ny = ar_shape_count(&c.a.out[0].shape), nx = ar_shape_count(&x);
+  int64_t nw = ar_shape_count(&c.a.param[0].shape);
+  *out = malloc((size_t)(ny + nx + nw) * sizeof(float));
+  memcpy(*out, c.a.out[0].p, (size_t)ny * 4);
+  memcpy(*out + ny, c.a.gin[0].p, (size_t)nx * 4);
+  memcpy(*out + ny + nx, c.a.gparam[0].p, (size_t)nw * 4);
+  nn_case_fini(&c);
+}
+
+static void test_threads(void **st) {
+  (void)st;
+  ar_nn_attr a = conv_attr(24, 3, 1, 1);
+  ar_shape x = NN_SHAPE(8, 16, 12, 12);
+  float *one, *three;
+  threads_case(AR_NN_CONV2D, &a, x, 1, &one);
+  threads_case(AR_NN_CONV2D, &a, x, 3, &three);
+  int64_t n = 8 * 24 * 144 + 8 * 16 * 144 + 24 * 16 * 9;
+  for (int64_t j = 0; j < n; j++)
+    assert_float_equal(one[j], three[j], 1e-3 * (1.0 + fabs(one[j])));
+  free(one);
+  free(three);
+  ar_nn_attr_defaults(&a);
+  threads_case(AR_NN_BATCHNORM, &a, x, 1, &one);
+  threads_case(AR_NN_BATCHNORM, &a, x, 3, &three);
+  n = 2 * 8 * 16 * 144 + 16;
+  for (int64_t j = 0; j < n; j++)
+    assert_float_equal(one[j], three[j], 1e-4 * (1.0 + fabs(one[j])));
+  free(one);
+  free(three);
+}
+
 /* ---- pooling ------------------------------------------------------------- */
 
 static ar_nn_attr pool_attr(int64_t k, int64_t stride, int64_t pad) {
@@ -521,6 +568,7 @@ int main(void) {
       cmocka_unit_test(test_conv_1x1_wide_channels),
       cmocka_unit_test(test_conv_eval),
       cmocka_unit_test(test_conv_no_input_grad),
+      cmocka_unit_test(test_threads),
       cmocka_unit_test(test_maxpool),
       cmocka_unit_test(test_avgpool),
       cmocka_unit_test(test_global_avgpool),
