@@ -115,8 +115,8 @@ void ar__dnnl_prim_run(ar__dnnl_prim *pr, dnnl_stream_t s, const ar__dnnl_ws *ws
 }
 
 dnnl_status_t ar__dnnl_md_plain(dnnl_memory_desc_t *md, int nd, const dnnl_dims_t dims) {
-  static const dnnl_format_tag_t tags[] = {dnnl_format_tag_undef, dnnl_a, dnnl_ab, dnnl_abc,
-                                           dnnl_abcd, dnnl_abcde, dnnl_abcdef};
+  static const dnnl_format_tag_t tags[] = {
+      dnnl_format_tag_undef, dnnl_a, dnnl_ab, dnnl_abc, dnnl_abcd, dnnl_abcde, dnnl_abcdef};
   AR_ASSERT(nd >= 1 && nd <= 6);
   return dnnl_memory_desc_init_by_tag(md, nd, dims, dnnl_f32, tags[nd]);
 }
@@ -127,8 +127,8 @@ dnnl_status_t ar__dnnl_port_init(ar__dnnl_port *pt, const dnnl_memory_desc_t *us
 }
 
 dnnl_status_t ar__dnnl_port_init_like(ar__dnnl_port *pt, const dnnl_memory_desc_t *user_md,
-                                      const dnnl_memory_desc_t *prim_md,
-                                      const ar__dnnl_port *like, bool *shared, ar__dnnl_ws *ws) {
+                                      const dnnl_memory_desc_t *prim_md, const ar__dnnl_port *like,
+                                      bool *shared, ar__dnnl_ws *ws) {
   return port_make(pt, user_md, prim_md, false, like, shared, ws);
 }
 
@@ -193,8 +193,8 @@ dnnl_memory_t ar__dnnl_port_bind(ar__dnnl_port *pt, void *p, const ar__dnnl_ws *
   return pt->inner;
 }
 
-dnnl_memory_t ar__dnnl_port_in(ar__dnnl_port *pt, void *p, dnnl_stream_t s,
-                               const ar__dnnl_ws *ws, void *work) {
+dnnl_memory_t ar__dnnl_port_in(ar__dnnl_port *pt, void *p, dnnl_stream_t s, const ar__dnnl_ws *ws,
+                               void *work) {
   dnnl_memory_t m = ar__dnnl_port_bind(pt, p, ws, work);
   if (pt->inner && !pt->out) {
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, pt->user}, {DNNL_ARG_TO, pt->inner}};
@@ -223,8 +223,7 @@ ar_status ar__dnnl_err(ar_err *err, dnnl_status_t s, const char *what) {
     return ar_errf(err, AR_NOMEM, "oneDNN ran out of memory making the %s", what);
   if (s == dnnl_unimplemented)
     return ar_errf(err, AR_UNSUPPORTED,
-                   "oneDNN has no implementation of the %s for these shapes and attributes",
-                   what);
+                   "oneDNN has no implementation of the %s for these shapes and attributes", what);
   return ar_errf(err, AR_INVALID, "oneDNN refused the %s (status %d)", what, (int)s);
 }
 
