@@ -28,7 +28,15 @@
  * f32 central differences with h = 1e-2. */
 static const nn_tol tol = {1e-2, 5e-3, 1e-2, 32};
 
-enum { EVAL = 1, SEPARATED = 2, NO_GIN = 4, EVAL_OF_TRAINED = 8, KINK_FREE = 16, TORCH_ONLY = 32, TORCH = 64 };
+enum {
+  EVAL = 1,
+  SEPARATED = 2,
+  NO_GIN = 4,
+  EVAL_OF_TRAINED = 8,
+  KINK_FREE = 16,
+  TORCH_ONLY = 32,
+  TORCH = 64
+};
 
 /* A fused relu has a kink at 0: a central difference across it is off by
  * up to |gout| / 2, and with h = 1e-2 some of a few hundred outputs sit
@@ -238,6 +246,52 @@ static void test_conv_no_input_grad(void **st) {
   conv_both(&a, NN_SHAPE(2, 3, 6, 6), NO_GIN | KINK_FREE);
 }
 
+/* One thread and several (three asked for; the device keeps to the CPUs
+ * the process may use) give the same outputs and gradients: primitives
+ * made and run with a team split the work without losing any of it. */
+static void threads_case(ar_nn_op op, const ar_nn_attr *at, ar_shape x, int threads, float **out) {
+  nn_case c;
+  nn_case_init(&c, op, at);
+  nn_case_input(&c, x, AR_DT_F32);
+  ar_device_opts o = AR_DEVICE_OPTS_INIT;
+  o.threads = threads;
+  o.pin = false;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_device_open("host", &o, &c.dev, &err), AR_OK);
+  assert_int_equal(nn_case_setup(&c), AR_OK);
+  nn_case_forward(&c);
+  nn_case_backward(&c);
+  int64_t ny = ar_shape_count(&c.a.out[0].shape), nx = ar_shape_count(&x);
+  int64_t nw = ar_shape_count(&c.a.param[0].shape);
+  *out = malloc((size_t)(ny + nx + nw) * sizeof(float));
+  memcpy(*out, c.a.out[0].p, (size_t)ny * 4);
+  memcpy(*out + ny, c.a.gin[0].p, (size_t)nx * 4);
+  memcpy(*out + ny + nx, c.a.gparam[0].p, (size_t)nw * 4);
+  nn_case_fini(&c);
+}
+
+static void test_threads(void **st) {
+  (void)st;
+  ar_nn_attr a = conv_attr(24, 3, 1, 1);
+  ar_shape x = NN_SHAPE(8, 16, 12, 12);
+  float *one, *three;
+  threads_case(AR_NN_CONV2D, &a, x, 1, &one);
+  threads_case(AR_NN_CONV2D, &a, x, 3, &three);
+  int64_t n = 8 * 24 * 144 + 8 * 16 * 144 + 24 * 16 * 9;
+  for (int64_t j = 0; j < n; j++)
+    assert_float_equal(one[j], three[j], 1e-3 * (1.0 + fabs(one[j])));
+  free(one);
+  free(three);
+  ar_nn_attr_defaults(&a);
+  threads_case(AR_NN_BATCHNORM, &a, x, 1, &one);
+  threads_case(AR_NN_BATCHNORM, &a, x, 3, &three);
+  n = 2 * 8 * 16 * 144 + 16;
+  for (int64_t j = 0; j < n; j++)
+    assert_float_equal(one[j], three[j], 1e-4 * (1.0 + fabs(one[j])));
+  free(one);
+  free(three);
+}
+
 /* ---- pooling ------------------------------------------------------------- */
 
 static ar_nn_attr pool_attr(int64_t k, int64_t stride, int64_t pad) {
@@ -397,23 +451,22 @@ static void expect_error(ar_nn_op op, const ar_nn_attr *at, ar_shape x, const ch
     if (!strstr(err.msg, want[i]))
       fail_msg("'%s' not in the message '%s'", want[i], err.msg);
 }
-#define EXPECT_ERROR(op, at, x, ...)                                           \
-  expect_error(op, at, x, (const char *const[]){__VA_ARGS__},                  \
+#define EXPECT_ERROR(op, at, x, ...)                                                               \
+  expect_error(op, at, x, (const char *const[]){__VA_ARGS__},                                      \
                (int)(sizeof((const char *const[]){__VA_ARGS__}) / sizeof(char *)))
 
 static void test_shape_errors(void **st) {
   (void)st;
   ar_nn_attr a = conv_attr(8, 5, 3, 0);
-  EXPECT_ERROR(AR_NN_CONV2D, &a, NN_SHAPE(2, 32, 4, 4), "input 2x32x4x4", "kernel 5",
-               "padding 0", "stride 3", "empty");
+  EXPECT_ERROR(AR_NN_CONV2D, &a, NN_SHAPE(2, 32, 4, 4), "input 2x32x4x4", "kernel 5", "padding 0",
+               "stride 3", "empty");
   a = conv_attr(8, 3, 1, 1);
   a.dilation[0] = a.dilation[1] = 3;
   EXPECT_ERROR(AR_NN_CONV2D, &a, NN_SHAPE(2, 3, 4, 4), "input 2x3x4x4", "dilation 3", "empty");
   a = conv_attr(8, 3, 1, 1);
   EXPECT_ERROR(AR_NN_CONV2D, &a, NN_SHAPE(3, 28, 28), "input 3x28x28", "(N,C,H,W)");
   a.groups = 3;
-  EXPECT_ERROR(AR_NN_CONV2D, &a, NN_SHAPE(2, 4, 6, 6), "input 2x4x6x6", "groups 3",
-               "divisible");
+  EXPECT_ERROR(AR_NN_CONV2D, &a, NN_SHAPE(2, 4, 6, 6), "input 2x4x6x6", "groups 3", "divisible");
   a = conv_attr(8, 3, 0, 1);
   EXPECT_ERROR(AR_NN_CONV2D, &a, NN_SHAPE(2, 4, 6, 6), "stride 0");
   a = conv_attr(8, 3, 1, 1);
@@ -431,8 +484,8 @@ static void test_shape_errors(void **st) {
   assert_true(sig.flops == 2.0 * 8 * 4 * 1 * 3 * 2);
 
   a = pool_attr(2, 2, 2);
-  EXPECT_ERROR(AR_NN_MAXPOOL, &a, NN_SHAPE(2, 3, 6, 6), "input 2x3x6x6", "kernel 2",
-               "padding 2", "smaller than the kernel");
+  EXPECT_ERROR(AR_NN_MAXPOOL, &a, NN_SHAPE(2, 3, 6, 6), "input 2x3x6x6", "kernel 2", "padding 2",
+               "smaller than the kernel");
   a = pool_attr(7, 1, 0);
   EXPECT_ERROR(AR_NN_AVGPOOL, &a, NN_SHAPE(2, 3, 6, 6), "input 2x3x6x6", "kernel 7", "empty");
   EXPECT_ERROR(AR_NN_GAVGPOOL, &a, NN_SHAPE(2, 3, 6), "input 2x3x6", "(N,C,H,W)");
@@ -456,7 +509,7 @@ static double now_s(void) {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static void bench_one(const char *layout, int64_t cin, int64_t cout, int64_t hw) {
+static void bench_one(const char *layout, int64_t cin, int64_t cout, int64_t hw, int threads) {
   if (layout)
     setenv("ACCELRT_CONV_LAYOUT", layout, 1);
   else
@@ -466,7 +519,17 @@ static void bench_one(const char *layout, int64_t cin, int64_t cout, int64_t hw)
   nn_case c;
   nn_case_init(&c, AR_NN_CONV2D, &a);
   nn_case_input(&c, NN_SHAPE(128, cin, hw, hw), AR_DT_F32);
+  ar_device_opts o = AR_DEVICE_OPTS_INIT;
+  o.threads = threads;
+  o.pin = false;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_device_open("host", &o, &c.dev, &err), AR_OK);
   assert_int_equal(nn_case_setup(&c), AR_OK);
+  if (cin == 1) {
+    /* A first layer: nothing upstream wants the images' gradient. */
+    free(c.a.gin[0].p);
+    c.a.gin[0].p = NULL;
+  }
   nn_case_forward(&c);
   nn_case_backward(&c);
   int reps = 10;
@@ -479,9 +542,9 @@ static void bench_one(const char *layout, int64_t cin, int64_t cout, int64_t hw)
   double t2 = now_s();
   printf("# bench %-7s 128x%lldx%lldx%lld -> %lld: forward %.2f ms, backward %.2f ms, "
          "workspace %.1f MiB (threads %d)\n",
-         layout ? layout : "blocked", (long long)cin, (long long)hw, (long long)hw,
-         (long long)cout, 1e3 * (t1 - t0) / reps, 1e3 * (t2 - t1) / reps,
-         (double)c.work_bytes / 1048576.0, c.a.threads);
+         layout ? layout : "blocked", (long long)cin, (long long)hw, (long long)hw, (long long)cout,
+         1e3 * (t1 - t0) / reps, 1e3 * (t2 - t1) / reps, (double)c.work_bytes / 1048576.0,
+         c.a.threads);
   nn_case_fini(&c);
   unsetenv("ACCELRT_CONV_LAYOUT");
 }
@@ -490,12 +553,13 @@ static void test_conv_bench(void **st) {
   (void)st;
   if (!getenv("NN_CONV_BENCH"))
     skip();
-  for (int r = 0; r < 2; r++) {
-    bench_one(NULL, 1, 32, 28);
-    bench_one("plain", 1, 32, 28);
-    bench_one(NULL, 32, 64, 14);
-    bench_one("plain", 32, 64, 14);
-  }
+  for (int threads = 1; threads <= 2; threads++)
+    for (int r = 0; r < 2; r++) {
+      bench_one(NULL, 1, 32, 28, threads);
+      bench_one("plain", 1, 32, 28, threads);
+      bench_one(NULL, 32, 64, 14, threads);
+      bench_one("plain", 32, 64, 14, threads);
+    }
 }
 
 int main(void) {
@@ -510,6 +574,7 @@ int main(void) {
       cmocka_unit_test(test_conv_1x1_wide_channels),
       cmocka_unit_test(test_conv_eval),
       cmocka_unit_test(test_conv_no_input_grad),
+      cmocka_unit_test(test_threads),
       cmocka_unit_test(test_maxpool),
       cmocka_unit_test(test_avgpool),
       cmocka_unit_test(test_global_avgpool),

@@ -24,14 +24,14 @@ typedef struct bnorm {
   bool relu;
   int64_t n, C; /* elements of x; channels */
   float momentum;
-  double unbias; /* m / (m - 1), m = n / C (training only) */
+  double unbias;  /* m / (m - 1), m = n / C (training only) */
   size_t tmp_off; /* (n) floats: masked gout / throw-away diff_src */
   ar__dnnl_prim fwd_train, fwd_eval, bwd;
   dnnl_memory_t x, y, scale, shift, mean, var, dx, dy, dscale, dshift; /* plain */
 } bnorm;
 
-static ar_status bnorm_infer(const ar_nn_attr *t, int n_in, const ar_shape *in,
-                             const ar_dtype *dt, ar_nn_sig *sig, ar_err *err) {
+static ar_status bnorm_infer(const ar_nn_attr *t, int n_in, const ar_shape *in, const ar_dtype *dt,
+                             ar_nn_sig *sig, ar_err *err) {
   char xs[96];
   if (n_in != 1)
     return ar_errf(err, AR_INVALID, "batchnorm takes one input, not %d", n_in);
@@ -42,8 +42,7 @@ static ar_status bnorm_infer(const ar_nn_attr *t, int n_in, const ar_shape *in,
                    ar_dtype_name(dt[0]), in[0].nd);
   for (int i = 0; i < in[0].nd; i++)
     if (in[0].d[i] < 1)
-      return ar_errf(err, AR_INVALID, "input %s: batchnorm needs every dimension at least 1",
-                     xs);
+      return ar_errf(err, AR_INVALID, "input %s: batchnorm needs every dimension at least 1", xs);
   if (!(t->eps > 0.0f) || !(t->momentum >= 0.0f && t->momentum <= 1.0f))
     return ar_errf(err, AR_INVALID,
                    "input %s: batchnorm needs eps > 0 and momentum in [0, 1] (eps %g, momentum "
@@ -75,7 +74,7 @@ static void bnorm_release(void *state) {
   ar__dnnl_prim_fini(&b->fwd_train);
   ar__dnnl_prim_fini(&b->fwd_eval);
   ar__dnnl_prim_fini(&b->bwd);
-  dnnl_memory_t m[] = {b->x,  b->y,  b->scale, b->shift,  b->mean,
+  dnnl_memory_t m[] = {b->x,   b->y,  b->scale, b->shift,  b->mean,
                        b->var, b->dx, b->dy,    b->dscale, b->dshift};
   for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
     if (m[i])
@@ -127,9 +126,9 @@ static dnnl_status_t bnorm_build(bnorm *b, const ar_nn_args *a, bool training) {
   for (size_t i = 0; s == dnnl_success && i < sizeof chan / sizeof chan[0]; i++)
     s = dnnl_memory_create(chan[i], &cm, e, DNNL_MEMORY_NONE);
   if (s == dnnl_success)
-    s = dnnl_batch_normalization_forward_desc_init(
-        &d, dnnl_forward_inference, &xm, a->attr->eps,
-        affine | dnnl_use_global_stats | (b->relu ? dnnl_fuse_norm_relu : 0u));
+    s = dnnl_batch_normalization_forward_desc_init(&d, dnnl_forward_inference, &xm, a->attr->eps,
+                                                   affine | dnnl_use_global_stats |
+                                                       (b->relu ? dnnl_fuse_norm_relu : 0u));
   if (s == dnnl_success)
     s = bnorm_prim(&d, NULL, &b->fwd_eval, &b->ws, NULL);
   if (s != dnnl_success || !training)
@@ -150,8 +149,8 @@ static dnnl_status_t bnorm_build(bnorm *b, const ar_nn_args *a, bool training) {
   return s;
 }
 
-static ar_status bnorm_prepare(const ar_nn_args *a, bool training, void **state,
-                               size_t *work_bytes, ar_err *err) {
+static ar_status bnorm_prepare(const ar_nn_args *a, bool training, void **state, size_t *work_bytes,
+                               ar_err *err) {
   if (!ar__dnnl_engine())
     return ar_errf(err, AR_UNSUPPORTED, "oneDNN could not make a CPU engine");
   const ar_shape *xs = &a->in[0].shape;
@@ -245,12 +244,15 @@ static void bnorm_backward(void *state, ar_nn_args *a) {
   set(b->dshift, a->gparam[1].p);
   /* oneDNN counts the shift among the backward's inputs (unread): an
    * execution with fewer arguments than the descriptor's is refused. */
-  dnnl_exec_arg_t args[10] = {
-      {DNNL_ARG_SRC, b->x},        {DNNL_ARG_MEAN, b->mean},
-      {DNNL_ARG_VARIANCE, b->var}, {DNNL_ARG_DIFF_DST, b->dy},
-      {DNNL_ARG_SCALE, b->scale},  {DNNL_ARG_SHIFT, b->shift},
-      {DNNL_ARG_DIFF_SRC, b->dx},  {DNNL_ARG_DIFF_SCALE, b->dscale},
-      {DNNL_ARG_DIFF_SHIFT, b->dshift}};
+  dnnl_exec_arg_t args[10] = {{DNNL_ARG_SRC, b->x},
+                              {DNNL_ARG_MEAN, b->mean},
+                              {DNNL_ARG_VARIANCE, b->var},
+                              {DNNL_ARG_DIFF_DST, b->dy},
+                              {DNNL_ARG_SCALE, b->scale},
+                              {DNNL_ARG_SHIFT, b->shift},
+                              {DNNL_ARG_DIFF_SRC, b->dx},
+                              {DNNL_ARG_DIFF_SCALE, b->dscale},
+                              {DNNL_ARG_DIFF_SHIFT, b->dshift}};
   ar__dnnl_prim_run(&b->bwd, b->s, &b->ws, a->work, 9, args);
   ar__dnnl_threads_leave(prev);
 }

@@ -41,6 +41,10 @@ void ar__dnnl_ws_phase(ar__dnnl_ws *ws) {
   ws->area = 0;
 }
 
+static dnnl_status_t port_make(ar__dnnl_port *pt, const dnnl_memory_desc_t *user_md,
+                               const dnnl_memory_desc_t *prim_md, bool out,
+                               const ar__dnnl_port *like, bool *shared, ar__dnnl_ws *ws);
+
 static dnnl_engine_t engine;
 static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
 
@@ -111,14 +115,26 @@ void ar__dnnl_prim_run(ar__dnnl_prim *pr, dnnl_stream_t s, const ar__dnnl_ws *ws
 }
 
 dnnl_status_t ar__dnnl_md_plain(dnnl_memory_desc_t *md, int nd, const dnnl_dims_t dims) {
-  static const dnnl_format_tag_t tags[] = {dnnl_format_tag_undef, dnnl_a, dnnl_ab, dnnl_abc,
-                                           dnnl_abcd, dnnl_abcde, dnnl_abcdef};
+  static const dnnl_format_tag_t tags[] = {
+      dnnl_format_tag_undef, dnnl_a, dnnl_ab, dnnl_abc, dnnl_abcd, dnnl_abcde, dnnl_abcdef};
   AR_ASSERT(nd >= 1 && nd <= 6);
   return dnnl_memory_desc_init_by_tag(md, nd, dims, dnnl_f32, tags[nd]);
 }
 
 dnnl_status_t ar__dnnl_port_init(ar__dnnl_port *pt, const dnnl_memory_desc_t *user_md,
                                  const dnnl_memory_desc_t *prim_md, bool out, ar__dnnl_ws *ws) {
+  return port_make(pt, user_md, prim_md, out, NULL, NULL, ws);
+}
+
+dnnl_status_t ar__dnnl_port_init_like(ar__dnnl_port *pt, const dnnl_memory_desc_t *user_md,
+                                      const dnnl_memory_desc_t *prim_md, const ar__dnnl_port *like,
+                                      bool *shared, ar__dnnl_ws *ws) {
+  return port_make(pt, user_md, prim_md, false, like, shared, ws);
+}
+
+static dnnl_status_t port_make(ar__dnnl_port *pt, const dnnl_memory_desc_t *user_md,
+                               const dnnl_memory_desc_t *prim_md, bool out,
+                               const ar__dnnl_port *like, bool *shared, ar__dnnl_ws *ws) {
   dnnl_engine_t e = ar__dnnl_engine();
   dnnl_primitive_desc_t rpd = NULL;
   dnnl_primitive_attr_t attr = NULL;
@@ -132,7 +148,15 @@ dnnl_status_t ar__dnnl_port_init(ar__dnnl_port *pt, const dnnl_memory_desc_t *us
   s = dnnl_memory_create(&pt->inner, prim_md, e, DNNL_MEMORY_NONE);
   if (s != dnnl_success)
     goto done;
-  pt->off = ar__dnnl_ws_take(ws, dnnl_memory_desc_get_size(prim_md));
+  const dnnl_memory_desc_t *like_md = NULL;
+  if (like && like->inner)
+    dnnl_memory_get_memory_desc(like->inner, &like_md);
+  if (like_md && dnnl_memory_desc_equal(like_md, prim_md)) {
+    pt->off = like->off;
+    *shared = true;
+  } else {
+    pt->off = ar__dnnl_ws_take(ws, dnnl_memory_desc_get_size(prim_md));
+  }
   s = ar__dnnl_attr(&attr);
   if (s != dnnl_success)
     goto done;
@@ -160,18 +184,23 @@ void ar__dnnl_port_fini(ar__dnnl_port *pt) {
   pt->user = pt->inner = NULL;
 }
 
-dnnl_memory_t ar__dnnl_port_in(ar__dnnl_port *pt, void *p, dnnl_stream_t s,
-                               const ar__dnnl_ws *ws, void *work) {
+dnnl_memory_t ar__dnnl_port_bind(ar__dnnl_port *pt, void *p, const ar__dnnl_ws *ws, void *work) {
   AR_ASSERT(dnnl_memory_set_data_handle(pt->user, p) == dnnl_success);
   if (!pt->inner)
     return pt->user;
   AR_ASSERT(dnnl_memory_set_data_handle(pt->inner, ar__dnnl_ws_base(ws, work) + pt->off) ==
             dnnl_success);
-  if (!pt->out) {
+  return pt->inner;
+}
+
+dnnl_memory_t ar__dnnl_port_in(ar__dnnl_port *pt, void *p, dnnl_stream_t s, const ar__dnnl_ws *ws,
+                               void *work) {
+  dnnl_memory_t m = ar__dnnl_port_bind(pt, p, ws, work);
+  if (pt->inner && !pt->out) {
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, pt->user}, {DNNL_ARG_TO, pt->inner}};
     ar__dnnl_prim_run(&pt->reorder, s, ws, work, 2, args);
   }
-  return pt->inner;
+  return m;
 }
 
 void ar__dnnl_port_done(ar__dnnl_port *pt, dnnl_stream_t s, const ar__dnnl_ws *ws, void *work) {
@@ -194,8 +223,7 @@ ar_status ar__dnnl_err(ar_err *err, dnnl_status_t s, const char *what) {
     return ar_errf(err, AR_NOMEM, "oneDNN ran out of memory making the %s", what);
   if (s == dnnl_unimplemented)
     return ar_errf(err, AR_UNSUPPORTED,
-                   "oneDNN has no implementation of the %s for these shapes and attributes",
-                   what);
+                   "oneDNN has no implementation of the %s for these shapes and attributes", what);
   return ar_errf(err, AR_INVALID, "oneDNN refused the %s (status %d)", what, (int)s);
 }
 

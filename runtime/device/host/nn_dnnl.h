@@ -77,11 +77,21 @@ typedef struct ar__dnnl_port {
 /* user_md: the caller's layout; prim_md: the primitive's (from its pd). */
 dnnl_status_t ar__dnnl_port_init(ar__dnnl_port *pt, const dnnl_memory_desc_t *user_md,
                                  const dnnl_memory_desc_t *prim_md, bool out, ar__dnnl_ws *ws);
+/* The same, but when `like` (an input port of the same tensor) reorders
+ * into the same layout, pt takes its buffer instead of a new one, and
+ * *shared says so: a call that has just filled like's buffer may then use
+ * ar__dnnl_port_bind on pt instead of reordering a second time. */
+dnnl_status_t ar__dnnl_port_init_like(ar__dnnl_port *pt, const dnnl_memory_desc_t *user_md,
+                                      const dnnl_memory_desc_t *prim_md, const ar__dnnl_port *like,
+                                      bool *shared, ar__dnnl_ws *ws);
 void ar__dnnl_port_fini(ar__dnnl_port *pt);
 /* Points the port at p; an input is reordered now.  Returns the memory to
  * give the primitive. */
-dnnl_memory_t ar__dnnl_port_in(ar__dnnl_port *pt, void *p, dnnl_stream_t s,
-                               const ar__dnnl_ws *ws, void *work);
+dnnl_memory_t ar__dnnl_port_in(ar__dnnl_port *pt, void *p, dnnl_stream_t s, const ar__dnnl_ws *ws,
+                               void *work);
+/* Points the port at p without reordering; returns the memory to give
+ * the primitive. */
+dnnl_memory_t ar__dnnl_port_bind(ar__dnnl_port *pt, void *p, const ar__dnnl_ws *ws, void *work);
 /* After the primitive: an output in another layout is copied to user. */
 void ar__dnnl_port_done(ar__dnnl_port *pt, dnnl_stream_t s, const ar__dnnl_ws *ws, void *work);
 

@@ -25,8 +25,8 @@ typedef struct pool {
   ar__dnnl_ws ws;
   bool max, training;
   ar__dnnl_prim fwd, bwd;
-  ar__dnnl_prim fwd_eval; /* max pool prepared for training: an evaluation
-                             forward, which has no workspace to write */
+  ar__dnnl_prim fwd_eval;                  /* max pool prepared for training: an evaluation
+                                              forward, which has no workspace to write */
   dnnl_memory_t src, dst, wsp, dsrc, ddst; /* plain; wsp: the aux (max) */
 } pool;
 
@@ -68,9 +68,9 @@ static dnnl_status_t pool_fwd_pd(const pool_geom *g, bool training, dnnl_primiti
   if (s == dnnl_success)
     s = ar__dnnl_md_plain(&ym, 4, g->y);
   if (s == dnnl_success)
-    s = dnnl_pooling_v2_forward_desc_init(
-        &d, training ? dnnl_forward_training : dnnl_forward_inference, g->alg, &xm, &ym, g->s,
-        g->k, g->dil, g->pl, g->pr);
+    s = dnnl_pooling_v2_forward_desc_init(&d,
+                                          training ? dnnl_forward_training : dnnl_forward_inference,
+                                          g->alg, &xm, &ym, g->s, g->k, g->dil, g->pl, g->pr);
   if (s == dnnl_success)
     s = ar__dnnl_attr(&attr);
   if (s == dnnl_success)
@@ -82,8 +82,8 @@ static dnnl_status_t pool_fwd_pd(const pool_geom *g, bool training, dnnl_primiti
 
 /* ---- infer --------------------------------------------------------------- */
 
-static ar_status pool_check_input(const char *op, int n_in, const ar_shape *in,
-                                  const ar_dtype *dt, ar_err *err) {
+static ar_status pool_check_input(const char *op, int n_in, const ar_shape *in, const ar_dtype *dt,
+                                  ar_err *err) {
   char xs[96];
   if (n_in != 1)
     return ar_errf(err, AR_INVALID, "%s takes one input (N,C,H,W), not %d", op, n_in);
@@ -202,9 +202,8 @@ static dnnl_status_t pool_build(pool *p, const pool_geom *g, bool training,
   if (s != dnnl_success || !training)
     return s;
   if (p->max) {
-    s = dnnl_memory_create(&p->wsp,
-                           dnnl_primitive_desc_query_md(*fpd, dnnl_query_workspace_md, 0), e,
-                           DNNL_MEMORY_NONE);
+    s = dnnl_memory_create(&p->wsp, dnnl_primitive_desc_query_md(*fpd, dnnl_query_workspace_md, 0),
+                           e, DNNL_MEMORY_NONE);
     dnnl_primitive_desc_t epd = NULL;
     if (s == dnnl_success)
       s = pool_fwd_pd(g, false, &epd);
@@ -221,8 +220,7 @@ static dnnl_status_t pool_build(pool *p, const pool_geom *g, bool training,
   if (s == dnnl_success)
     s = ar__dnnl_md_plain(&ym, 4, g->y);
   if (s == dnnl_success)
-    s = dnnl_pooling_v2_backward_desc_init(&d, g->alg, &xm, &ym, g->s, g->k, g->dil, g->pl,
-                                           g->pr);
+    s = dnnl_pooling_v2_backward_desc_init(&d, g->alg, &xm, &ym, g->s, g->k, g->dil, g->pl, g->pr);
   if (s == dnnl_success)
     s = ar__dnnl_attr(&attr);
   if (s == dnnl_success)
@@ -238,8 +236,8 @@ static dnnl_status_t pool_build(pool *p, const pool_geom *g, bool training,
   return s;
 }
 
-static ar_status pool_prepare(const ar_nn_args *a, bool training, void **state,
-                              size_t *work_bytes, ar_err *err) {
+static ar_status pool_prepare(const ar_nn_args *a, bool training, void **state, size_t *work_bytes,
+                              ar_err *err) {
   const char *name = ar_nn_op_name(a->op);
   if (!ar__dnnl_engine())
     return ar_errf(err, AR_UNSUPPORTED, "oneDNN could not make a CPU engine");
@@ -256,8 +254,8 @@ static ar_status pool_prepare(const ar_nn_args *a, bool training, void **state,
   ar__dnnl_threads_leave(prev);
   size_t wbytes = 0;
   if (s == dnnl_success && p->wsp)
-    wbytes = dnnl_memory_desc_get_size(
-        dnnl_primitive_desc_query_md(fpd, dnnl_query_workspace_md, 0));
+    wbytes =
+        dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(fpd, dnnl_query_workspace_md, 0));
   if (fpd)
     dnnl_primitive_desc_destroy(fpd);
   if (bpd)
@@ -266,12 +264,12 @@ static ar_status pool_prepare(const ar_nn_args *a, bool training, void **state,
     pool_release(p);
     return ar__dnnl_err(err, s, p->max ? "max pooling" : "average pooling");
   }
-  if (p->wsp && (a->n_aux != 1 || (size_t)ar_shape_count(&a->aux[0].shape) *
-                                          ar_dtype_size(a->aux[0].dtype) != wbytes)) {
+  if (p->wsp &&
+      (a->n_aux != 1 ||
+       (size_t)ar_shape_count(&a->aux[0].shape) * ar_dtype_size(a->aux[0].dtype) != wbytes)) {
     pool_release(p);
     return ar_errf(err, AR_INVALID,
-                   "maxpool: the aux tensor is not the %zu-byte workspace infer asked for",
-                   wbytes);
+                   "maxpool: the aux tensor is not the %zu-byte workspace infer asked for", wbytes);
   }
   *work_bytes = ar__dnnl_ws_bytes(&p->ws);
   *state = p;
@@ -316,7 +314,7 @@ static void pool_backward(void *state, ar_nn_args *a) {
 
 void ar__nn_host_pool_register(ar_nn_kernel *table) {
   typedef ar_status infer_fn(const ar_nn_attr *, int, const ar_shape *, const ar_dtype *,
-                            ar_nn_sig *, ar_err *);
+                             ar_nn_sig *, ar_err *);
   infer_fn *const infer[] = {maxpool_infer, avgpool_infer, gavgpool_infer};
   const ar_nn_op ops[] = {AR_NN_MAXPOOL, AR_NN_AVGPOOL, AR_NN_GAVGPOOL};
   for (int i = 0; i < 3; i++)
