@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""The PyTorch side of bench/cnn: the Fashion-MNIST CNN of
+configs/fashion-cnn.yaml, trained on the CPU the way a careful PyTorch user
+would write it.
+
+Network (configs/fashion-cnn.yaml, NCHW, fp32):
+  conv3x3 1->32 pad 1, BatchNorm2d, relu, maxpool 2      28x28 -> 14x14
+  conv3x3 32->64 pad 1, BatchNorm2d, relu, maxpool 2     14x14 -> 7x7
+  flatten (3136), Linear 3136->128, relu, Linear 128->10
+  loss: softmax cross-entropy (F.cross_entropy on the logits), batch mean
+  Adam (lr 1e-3, betas 0.9/0.999, eps 1e-8) on every parameter every batch.
+PyTorch's default initialisation; the model stays in train mode (batch
+statistics in the BN layers, running statistics updated).
+
+Data: the idx files (gzip) read with numpy, pixels scaled to [0, 1], then
+normalised per channel with the training split's mean and population
+standard deviation, as accelrt's data.normalize does.  The batches are cut
+from a seeded permutation of the training split and built as contiguous
+(B, 1, 28, 28) tensors before the clock starts, so the timed loop does
+forward, backward and the optimizer step only.
+
+Timed: exactly --iters iterations, each wall-clocked separately.
+samples_per_s covers all of them (the first one included, as accelrt's
+summary does); steady_samples_per_s leaves out the first --warmup.
+
+Prints one JSON line on stdout.  Usage: torch_cnn.py --help.
+"""
+
+import argparse
+import gzip
+import json
+import math
+import os
+import resource
+import sys
+import time
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", default="/usr/share/datasets/fashion-mnist",
+                   help="folder with train-images-idx3-ubyte.gz and train-labels-idx1-ubyte.gz")
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--iters", type=int, default=50, help="timed training iterations (default 50)")
+    p.add_argument("--warmup", type=int, default=3,
+                   help="iterations left out of steady_samples_per_s (default 3)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--seed", type=int, default=1)
+    a = p.parse_args(argv)
+    if a.batch <= 0 or a.iters <= 0 or a.threads <= 0 or a.warmup < 0:
+        p.error("--batch, --iters and --threads must be positive, --warmup not negative")
+    return a
+
+
+ARGS = parse_args(sys.argv[1:])
+
+# The OpenMP and BLAS pools size themselves when torch is loaded, so the
+# thread count goes into the environment first (unless the caller did).
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, str(ARGS.threads))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+
+def read_idx(path, magic):
+    """An idx file (gzip) as a uint8 array of the shape its header gives."""
+    with gzip.open(path, "rb") as f:
+        raw = f.read()
+    head = np.frombuffer(raw[:4], dtype=">u4")[0]
+    if head != magic:
+        raise SystemExit(f"torch_cnn.py: error: {path}: magic {head}, expected {magic}")
+    nd = magic & 0xFF
+    dims = [int(x) for x in np.frombuffer(raw[4:4 + 4 * nd], dtype=">u4")]
+    data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * nd)
+    if data.size != int(np.prod(dims)):
+        raise SystemExit(f"torch_cnn.py: error: {path}: {data.size} bytes for dims {dims}")
+    return data.reshape(dims)
+
+
+class FashionCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(1, 32, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(32)
+        self.c2 = nn.Conv2d(32, 64, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(64)
+        self.fc = nn.Linear(64 * 7 * 7, 128)
+        self.out = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.c1(x))), 2)
+        x = F.max_pool2d(F.relu(self.bn2(self.c2(x))), 2)
+        x = torch.flatten(x, 1)
+        return self.out(F.relu(self.fc(x)))
+
+
+def main(a):
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+
+    t_load = time.perf_counter()
+    images = read_idx(os.path.join(a.data, "train-images-idx3-ubyte.gz"), 2051)
+    labels = read_idx(os.path.join(a.data, "train-labels-idx1-ubyte.gz"), 2049)
+    n = images.shape[0]
+    if labels.shape[0] != n:
+        raise SystemExit(f"torch_cnn.py: error: {n} images but {labels.shape[0]} labels")
+    # One channel: mean and population std of the whole training split, in
+    # double, of the pixels scaled to [0, 1] (accelrt's data.normalize), two
+    # passes over chunks of 4096 images so that no float64 copy of the
+    # split (376 MB) inflates the peak RSS reported below.
+    flat = images.reshape(n, -1)
+    total = flat.size
+    mean = sum(float(flat[i:i + 4096].sum(dtype=np.uint64)) for i in range(0, n, 4096)) / 255.0 / total
+    sq = sum(float(np.square(flat[i:i + 4096] / 255.0 - mean).sum()) for i in range(0, n, 4096))
+    std = math.sqrt(sq / total)
+    if not std > 0:
+        std = 1.0
+
+    # Batches in a seeded order, reshuffled at each pass over the split and
+    # dropping its tail, as accelrt does; built before the clock starts.
+    rng = np.random.default_rng(a.seed)
+    per_epoch = n // a.batch
+    order = None
+    batches = []
+    for it in range(a.iters):
+        if it % per_epoch == 0:
+            order = rng.permutation(n)
+        rows = order[(it % per_epoch) * a.batch:(it % per_epoch + 1) * a.batch]
+        x = (images[rows].astype(np.float32) / 255.0 - mean) / std
+        batches.append((torch.from_numpy(np.ascontiguousarray(x.reshape(a.batch, 1, 28, 28))),
+                        torch.from_numpy(labels[rows].astype(np.int64))))
+    t_load = time.perf_counter() - t_load
+
+    model = FashionCNN()
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8)
+
+    times = []
+    loss_sum = 0.0
+    last = float("nan")
+    for x, y in batches:
+        t0 = time.perf_counter()
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        last = loss.item()
+        times.append(time.perf_counter() - t0)
+        loss_sum += last
+
+    wall = sum(times)
+    steady = times[a.warmup:]
+    out = {
+        "samples_per_s": a.iters * a.batch / wall if wall > 0 else 0.0,
+        "steady_samples_per_s": (len(steady) * a.batch / sum(steady)
+                                 if steady and sum(steady) > 0 else None),
+        "loss": last,
+        "mean_loss": loss_sum / a.iters,
+        "iterations": a.iters,
+        "warmup": a.warmup,
+        "batch": a.batch,
+        "threads": a.threads,
+        "torch_threads": torch.get_num_threads(),
+        "train_s": wall,
+        "first_iter_s": times[0],
+        "load_s": t_load,
+        "normalize_mean": mean,
+        "normalize_std": std,
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "mkldnn": torch.backends.mkldnn.is_available(),
+        "torch": torch.__version__,
+    }
+    print(json.dumps(out))
+    return 0 if math.isfinite(last) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(ARGS))
