@@ -260,6 +260,10 @@ typedef struct ar_eval_report {
    * and what it retrieved; with K set in the job file, that K. */
   int lsh_K, lsh_K_auto;
   double lsh_active_auto;
+  /* A graph model (one class per point): top-1 and top-5 accuracy in
+   * percent; p_at[0] is top-1 as well, p_at[1] and p_at[2] are -1. */
+  bool single_label;
+  double top1, top5;
 } ar_eval_report;
 
 /* Evaluates the parameters in checkpoint `ckpt` (written by a run of the

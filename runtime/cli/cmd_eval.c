@@ -36,6 +36,12 @@ static bool parse_count(const char *s, int64_t lo, int64_t *out) {
 static void print_report(const ar_spec *spec, const char *ckpt, const ar_eval_report *r) {
   printf("%s: %lld test points on %s, %d threads (checkpoint %s)\n", spec->name,
          (long long)r->points, r->device, r->threads, ckpt);
+  if (r->single_label) {
+    printf("  %7s %7s %10s %12s %10s\n", "top-1", "top-5", "loss", "samples/s", "seconds");
+    printf("  %7.2f %7.2f %10.4f %12.1f %10.3f\n", r->top1, r->top5, r->loss,
+           r->samples_per_s, r->seconds);
+    return;
+  }
   printf("  %-22s %7s %7s %7s %12s %10s\n", "", "P@1", "P@3", "P@5", "samples/s", "seconds");
   printf("  %-22s %7.2f %7.2f %7.2f %12.1f %10.3f\n", "all labels scored", r->p_at[0],
          r->p_at[1], r->p_at[2], r->samples_per_s, r->seconds);
@@ -62,8 +68,13 @@ static ar_status write_report(const ar_spec *spec, const char *ckpt, const ar_ev
   ar_json_str(j, "device", r->device);
   ar_json_int(j, "threads", r->threads);
   ar_json_num(j, "p_at_1", r->p_at[0]);
-  ar_json_num(j, "p_at_3", r->p_at[1]);
-  ar_json_num(j, "p_at_5", r->p_at[2]);
+  if (r->single_label) {
+    ar_json_num(j, "top1", r->top1);
+    ar_json_num(j, "top5", r->top5);
+  } else {
+    ar_json_num(j, "p_at_3", r->p_at[1]);
+    ar_json_num(j, "p_at_5", r->p_at[2]);
+  }
   ar_json_num(j, "samples_per_s", r->samples_per_s);
   ar_json_num(j, "loss", r->loss);
   if (r->lsh) {

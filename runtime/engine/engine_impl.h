@@ -96,6 +96,7 @@ struct ar_job {
   int64_t order_epoch;  /* the epoch `order` is for (-1: none yet) */
   float *mean, *std;    /* per channel: images are normalised (NULL: not) */
   double last_lr;
+  int64_t eval_max;     /* accelrt eval's --points (0: train.eval_points) */
 };
 typedef struct ar_job run_ctx;
 
@@ -107,6 +108,9 @@ ar_status ar__netjob_eval(run_ctx *c, ar_eval_acc *acc);
 ar_status ar__netjob_save(run_ctx *c);
 ar_status ar__netjob_load(run_ctx *c);
 void ar__netjob_close(run_ctx *c);
+/* accelrt eval of a graph model (ar_eval_checkpoint). */
+ar_status ar__netjob_eval_checkpoint(const ar_spec *spec, const char *ckpt, int64_t max_points,
+                                     int reps, ar_eval_report *out, ar_err *err);
 
 /* checkpoint.c: the format over any list of f32 tensors (graph models,
  * runtime/engine/net*.c), on dev. */

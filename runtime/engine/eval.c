@@ -101,6 +101,8 @@ ar_status ar_eval_checkpoint(const ar_spec *spec, const char *ckpt, int64_t max_
   AR_CHECK(ar_mkdirs(spec->output.dir, err)); /* eval.json goes there */
   if (reps < 1)
     reps = 1;
+  if (spec->graph)
+    return ar__netjob_eval_checkpoint(spec, ckpt, max_points, reps, out, err);
   const char *train = NULL, *test = NULL;
   char *storage = NULL;
   ar_reader *rt = NULL;

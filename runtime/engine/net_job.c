@@ -4,6 +4,7 @@
  * in batches padded to the planned size, and checkpoints. */
 #include "engine_impl.h"
 
+#include <math.h>
 #include <string.h>
 
 static ar_status open_split(run_ctx *c, const char *path, const char *labels, ar_tdata **out) {
@@ -210,8 +211,9 @@ ar_status ar__netjob_eval(run_ctx *c, ar_eval_acc *acc) {
   ar_tdata_info te;
   ar_tdata_get_info(c->ttest, &te);
   int64_t B = c->spec->train.batch, total = te.count;
-  if (c->spec->train.eval_points > 0 && c->spec->train.eval_points < total)
-    total = c->spec->train.eval_points;
+  int64_t most = c->eval_max > 0 ? c->eval_max : c->spec->train.eval_points;
+  if (most > 0 && most < total)
+    total = most;
   int64_t *idx = ar_malloc((size_t)B * sizeof *idx);
   if (!idx)
     return ar_errf(c->err, AR_NOMEM, "out of memory evaluating");
@@ -276,4 +278,60 @@ void ar__netjob_close(run_ctx *c) {
   ar_free(c->order);
   ar_free(c->mean);
   ar_free(c->std);
+}
+
+ar_status ar__netjob_eval_checkpoint(const ar_spec *spec, const char *ckpt, int64_t max_points,
+                                     int reps, ar_eval_report *out, ar_err *err) {
+  if (!ar_fs_readable(NULL, ckpt))
+    return ar_errf(err, AR_NOTFOUND, "no checkpoint at '%s'; train the job first (accelrt run) "
+                   "or pass --checkpoint PATH", ckpt);
+  run_ctx *c = ar_calloc(1, sizeof *c);
+  if (!c)
+    return ar_errf(err, AR_NOMEM, "out of memory");
+  c->spec = spec;
+  c->opts = (ar_run_opts)AR_RUN_OPTS_INIT;
+  c->jo = (ar_job_opts)AR_JOB_OPTS_INIT;
+  c->jo.records = true; /* the test split is opened; nothing of the run is written */
+  c->err = err;
+  c->eval_max = max_points;
+  c->ckpt_path = ar_strdup(ckpt);
+  ar_status st = c->ckpt_path ? ar__netjob_open_data(c) : ar_errf(err, AR_NOMEM, "out of memory");
+  if (st == AR_OK && !c->ttest)
+    st = ar_errf(err, AR_NOTFOUND, "the job has no test split to evaluate on; set data.test");
+  ar_device_opts dopts = ar_job_device_opts(spec);
+  if (st == AR_OK)
+    st = ar_device_open(spec->device, &dopts, &c->dev, err);
+  if (st == AR_OK)
+    st = ar_net_start(c->net, c->dev, NULL, NULL, err);
+  if (st == AR_OK)
+    st = ar__netjob_load(c);
+  double best = INFINITY;
+  ar_eval_acc acc;
+  for (int k = 0; st == AR_OK && k < reps; k++) {
+    memset(&acc, 0, sizeof acc);
+    double t0 = ar_now();
+    st = ar__netjob_eval(c, &acc);
+    double sec = ar_now() - t0;
+    best = sec < best ? sec : best;
+  }
+  if (st == AR_OK) {
+    out->single_label = true;
+    out->points = acc.rows;
+    out->top1 = acc.rows ? 100.0 * acc.hits[0] / (double)acc.rows : 0;
+    out->top5 = acc.rows ? 100.0 * acc.hits[2] / (double)acc.rows : 0;
+    out->p_at[0] = out->top1;
+    out->p_at[1] = out->p_at[2] = -1;
+    out->loss = acc.rows ? acc.loss_sum / (double)acc.rows : 0;
+    out->seconds = best;
+    out->samples_per_s = best > 0 ? (double)acc.rows / best : 0;
+    out->threads = ar_device_threads(c->dev);
+    snprintf(out->device, sizeof out->device, "%s", ar_device_name(c->dev));
+  }
+  ar__netjob_close(c);
+  ar_device_close(c->dev);
+  ar_plan_fini(&c->plan);
+  ar_free(c->data_storage);
+  ar_free(c->ckpt_path);
+  ar_free(c);
+  return st;
 }

@@ -49,6 +49,11 @@ tokens)
     || fail "top1 $top1 is not a percentage"
   n=$(grep -c '"kind": "train"' out/metrics.jsonl)
   [ "$n" = 6 ] || fail "log_every 10 over 60 iterations: 6 train lines, got $n"
+  # accelrt eval on the checkpoint scores the test split as the run's last
+  # evaluation did.
+  "$bin" eval tok.yaml > eval.txt || fail "accelrt eval of a graph model"
+  [ "$(json out/eval.json top1)" = "$top1" ] || fail "eval top1 $(json out/eval.json top1) != run's $top1"
+  grep -q "top-1" eval.txt || fail "eval prints no top-1"
   # Resume: 30 more iterations continue from the checkpoint's position.
   "$bin" run tok.yaml --quiet --resume --set train.iterations=90 || fail "resume"
   [ "$(json out/summary.json iterations)" = 90 ] || fail "resumed run did not reach 90"
