@@ -81,6 +81,57 @@ errors)
   grep -q "class id 1, but the model's last layer has 1 outputs" err3.txt \
     || { cat err3.txt; fail "class id: message"; }
   ;;
+jobs)
+  # A jobs: file mixing two graph models and a chain model shares the host
+  # through lanes: each is admitted on its plan and runs to the end.
+  cd "$work" || exit 1
+  cat > jobs.yaml <<'YAML'
+name: jt
+device: host
+seed: 7
+runtime: {policy: fair, memory: 1GiB}
+output: {dir: out}
+jobs:
+  - name: a
+    model:
+      input: {tokens: 12, vocab: 16}
+      layers:
+        - {name: emb, op: embedding, width: 16}
+        - {name: bag, op: mean, axis: 1}
+        - {name: out, dense: 2, activation: softmax}
+    data: {format: npy, generate: {train_points: 512, test_points: 128, features: 12, labels: 2}}
+    train: {batch: 32, iterations: 30}
+  - name: b
+    model:
+      input: {tokens: 12, vocab: 16}
+      layers:
+        - {name: emb, op: embedding, width: 16}
+        - {name: att, op: attention, heads: 2}
+        - {name: pool, op: mean, axis: 1}
+        - {name: out, dense: 2, activation: softmax}
+    data: {format: npy, generate: {train_points: 512, test_points: 128, features: 12, labels: 2}}
+    train: {batch: 32, iterations: 30}
+  - name: c
+    model:
+      input: {sparse: 100}
+      layers:
+        - {name: out, dense: 10, activation: softmax}
+    data: {generate: {train_points: 512, test_points: 64, features: 100, labels: 10}}
+    train: {batch: 32, iterations: 30}
+YAML
+  "$bin" run jobs.yaml --quiet || fail "a jobs: file with graph models"
+  python3 - <<'PY' || fail "jobs summary"
+import json
+d = json.load(open("out/summary.json"))
+assert d["failed"] == 0, d
+assert [j["status"] for j in d["jobs"]] == ["done"] * 3, d["jobs"]
+assert all(j["iterations"] == 30 for j in d["jobs"]), d["jobs"]
+for name in ("a", "b"):
+    s = json.load(open("out/%s/summary.json" % name))
+    assert "top1" in s and s["iterations"] == 30, s
+assert "p_at_3" in json.load(open("out/c/summary.json"))
+PY
+  ;;
 fashion)
   d=/usr/share/datasets/fashion-mnist
   [ -f "$d/train-images-idx3-ubyte.gz" ] || { echo "skipped: $d is not installed"; exit 77; }
