@@ -57,6 +57,42 @@ tokens)
   # Resume: 30 more iterations continue from the checkpoint's position.
   "$bin" run tok.yaml --quiet --resume --set train.iterations=90 || fail "resume"
   [ "$(json out/summary.json iterations)" = 90 ] || fail "resumed run did not reach 90"
+  # Exact resume on one thread: 40 iterations straight and 20 + 20 resumed
+  # end with the same tensors, bit for bit (the checkpoint after its 64-byte
+  # header, which holds the training seconds, and before its checksum).
+  "$bin" run tok.yaml --quiet --set train.iterations=40 --set train.threads=1 \
+    --set output.dir=straight || fail "straight run"
+  "$bin" run tok.yaml --quiet --set train.iterations=20 --set train.threads=1 \
+    --set output.dir=halves || fail "first half"
+  "$bin" run tok.yaml --quiet --resume --set train.iterations=40 --set train.threads=1 \
+    --set output.dir=halves || fail "second half"
+  python3 - <<'PY' || fail "resumed tensors differ from the straight run's"
+a = open("straight/checkpoint.bin", "rb").read()
+b = open("halves/checkpoint.bin", "rb").read()
+assert len(a) == len(b), (len(a), len(b))
+assert a[:16] == b[:16] and a[16:56] == b[16:56], "positions differ"
+assert a[64:-4] == b[64:-4], "tensors differ"
+PY
+  ;;
+ready)
+  # Every ready graph job of configs/ trains a few iterations as written
+  # (only the length and the output folder changed); the Fashion ones skip
+  # without Debian's dataset-fashion-mnist.
+  cd "$work" || exit 1
+  for cfg in tokens-transformer tokens-bow fashion-cnn fashion-resnet; do
+    case $cfg in
+      fashion-*) [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || continue ;;
+    esac
+    "$bin" run "$src/configs/$cfg.yaml" --quiet --set train.iterations=4 \
+      --set train.eval_points=256 --set output.dir="$cfg" \
+      --set data.generate.train_points=2000 2> "$cfg.err" ||
+    "$bin" run "$src/configs/$cfg.yaml" --quiet --set train.iterations=4 \
+      --set train.eval_points=256 --set output.dir="$cfg" 2> "$cfg.err" ||
+      { cat "$cfg.err"; fail "$cfg did not run"; }
+    python3 -c "import json,math,sys; s=json.load(open(sys.argv[1])); \
+assert s['iterations'] == 4 and math.isfinite(s['train_loss']) and 'top1' in s, s" \
+      "$cfg/summary.json" || fail "$cfg: summary"
+  done
   ;;
 errors)
   "$bin" gen-data --out "$work/tok" --shape tokens --seq 12 --vocab 16 --train-points 256 \
