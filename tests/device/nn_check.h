@@ -338,6 +338,9 @@ static inline const char *nn_python(void) {
 
 static inline bool nn_torch_available(void) {
   static int have = -1;
+  const char *off = getenv("ACCELRT_TORCH_CHECKS");
+  if (off && !strcmp(off, "0"))
+    return false; /* ci/sanitize: the release suite compares with torch */
   if (have < 0) {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "%s -c 'import torch' >/dev/null 2>&1", nn_python());
