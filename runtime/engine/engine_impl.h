@@ -108,6 +108,9 @@ ar_status ar__netjob_eval(run_ctx *c, ar_eval_acc *acc);
 ar_status ar__netjob_save(run_ctx *c);
 ar_status ar__netjob_load(run_ctx *c);
 void ar__netjob_close(run_ctx *c);
+/* The device a job opens: spec->device, but `auto` is the host for a
+ * graph model (its ops run there in this version). */
+const char *ar__job_device_name(const ar_spec *spec);
 /* accelrt eval of a graph model (ar_eval_checkpoint). */
 ar_status ar__netjob_eval_checkpoint(const ar_spec *spec, const char *ckpt, int64_t max_points,
                                      int reps, ar_eval_report *out, ar_err *err);

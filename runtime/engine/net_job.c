@@ -7,6 +7,14 @@
 #include <math.h>
 #include <string.h>
 
+const char *ar__job_device_name(const ar_spec *spec) {
+  /* `auto` means the host for graph models until their ops run on CUDA
+   * (issue 15): a GPU would refuse them. */
+  if (spec->graph && !strcmp(spec->device, "auto"))
+    return "host";
+  return spec->device;
+}
+
 static ar_status open_split(run_ctx *c, const char *path, const char *labels, ar_tdata **out) {
   const ar_spec *s = c->spec;
   if (s->data.format == AR_FMT_NPY)
@@ -300,7 +308,7 @@ ar_status ar__netjob_eval_checkpoint(const ar_spec *spec, const char *ckpt, int6
     st = ar_errf(err, AR_NOTFOUND, "the job has no test split to evaluate on; set data.test");
   ar_device_opts dopts = ar_job_device_opts(spec);
   if (st == AR_OK)
-    st = ar_device_open(spec->device, &dopts, &c->dev, err);
+    st = ar_device_open(ar__job_device_name(spec), &dopts, &c->dev, err);
   if (st == AR_OK)
     st = ar_net_start(c->net, c->dev, NULL, NULL, err);
   if (st == AR_OK)

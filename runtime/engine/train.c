@@ -631,7 +631,7 @@ ar_status ar_run(const ar_spec *spec, const ar_run_opts *opts, ar_summary *summa
   ar_status st = ar_job_open(spec, opts, &j, err);
   if (st == AR_OK) {
     ar_device_opts dopts = ar_job_device_opts(spec);
-    st = ar_device_open(spec->device, &dopts, &dev, err);
+    st = ar_device_open(ar__job_device_name(spec), &dopts, &dev, err);
   }
   if (st == AR_OK)
     st = ar_job_start(j, dev, NULL, NULL, err);
