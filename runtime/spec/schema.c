@@ -266,6 +266,8 @@ static const ar_schema layer_keys[] = {
     {.key = "heads", INT_RANGE(1, 1024), .def = "1", .doc = "`attention`: heads."},
     {.key = "causal", .type = AR_SCHEMA_ENUM, .values = bool_values, .def = "false",
      .doc = "`attention`: each position sees only those before it."},
+    {.key = "transpose_b", .type = AR_SCHEMA_ENUM, .values = bool_values, .def = "false",
+     .doc = "`matmul`: multiply by the second input's transpose (its last two axes)."},
     {.key = "sparse",
      .type = AR_SCHEMA_MAP,
      .kids = sparse_keys,

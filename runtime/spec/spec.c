@@ -1486,6 +1486,7 @@ static void convert_attr(ctx *c, const ar_ynode *L, const ar_schema *item, const
   a->pad_id = get_int(L, item, "pad_id", &ok);
   a->heads = (int)get_int(L, item, "heads", &ok);
   a->causal = get_bool(L, item, "causal");
+  a->trans_b = get_bool(L, item, "transpose_b");
   if (ar_ynode_get(L, "vocab"))
     a->vocab = get_int(L, item, "vocab", &ok);
   char p2[192];
