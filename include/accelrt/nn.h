@@ -292,6 +292,11 @@ typedef struct ar_nn_args {
 } ar_nn_args;
 /* Empty args for op with attr (counts 0, pointers NULL). */
 void ar_nn_args_init(ar_nn_args *a, ar_nn_op op, const ar_nn_attr *attr);
+/* Args as ar_nn_infer described them: the counts, and the shapes and types
+ * of the parameters, state, outputs and aux (and of the outputs'
+ * gradients); pointers NULL.  The data inputs' refs are the caller's. */
+void ar_nn_args_from_sig(ar_nn_args *a, ar_nn_op op, const ar_nn_attr *attr,
+                         const ar_nn_sig *sig);
 
 /* A prepared op (opaque; the backend's primitives). */
 typedef struct ar_nn_prim ar_nn_prim;

@@ -9,12 +9,7 @@
 
 static void fill_args(ar_net *n, nnode *d, bool training) {
   ar_nn_args *a = &d->args;
-  ar_nn_args_init(a, d->op, &d->attr);
-  a->n_in = d->n_in;
-  a->n_param = d->sig.n_param;
-  a->n_state = d->sig.n_state;
-  a->n_out = d->sig.n_out;
-  a->n_aux = d->sig.n_aux;
+  ar_nn_args_from_sig(a, d->op, &d->attr, &d->sig);
   a->training = training;
   for (int k = 0; k < d->n_in; k++) {
     const ntensor *t = &n->tensors[d->in[k]];
@@ -24,23 +19,18 @@ static void fill_args(ar_net *n, nnode *d, bool training) {
       a->gin[k].p = n->tensors[d->gin[k]].p;
   }
   for (int k = 0; k < d->sig.n_param; k++) {
-    const ntensor *t = &n->tensors[d->param[k]];
-    a->param[k] = (ar_tref){t->p, t->shape, AR_DT_F32};
-    a->gparam[k] = (ar_tref){d->trains ? n->tensors[d->gparam[k]].p : NULL, t->shape, AR_DT_F32};
+    a->param[k].p = n->tensors[d->param[k]].p;
+    a->gparam[k].p = d->trains ? n->tensors[d->gparam[k]].p : NULL;
   }
-  for (int k = 0; k < d->sig.n_state; k++) {
-    const ntensor *t = &n->tensors[d->state[k]];
-    a->state[k] = (ar_tref){t->p, t->shape, AR_DT_F32};
-  }
+  for (int k = 0; k < d->sig.n_state; k++)
+    a->state[k].p = n->tensors[d->state[k]].p;
   for (int k = 0; k < d->sig.n_out; k++) {
     const ntensor *t = &n->tensors[d->out[k]];
-    a->out[k] = (ar_tref){t->p, t->shape, t->dtype};
-    a->gout[k] = (ar_tref){t->grad >= 0 ? n->tensors[t->grad].p : NULL, t->shape, AR_DT_F32};
+    a->out[k].p = t->p;
+    a->gout[k].p = t->grad >= 0 ? n->tensors[t->grad].p : NULL;
   }
-  for (int k = 0; k < d->sig.n_aux; k++) {
-    const ntensor *t = &n->tensors[d->aux[k]];
-    a->aux[k] = (ar_tref){t->p, t->shape, t->dtype};
-  }
+  for (int k = 0; k < d->sig.n_aux; k++)
+    a->aux[k].p = n->tensors[d->aux[k]].p;
   a->work = n->work >= 0 ? n->tensors[n->work].p : NULL;
   a->work_bytes = n->work_bytes;
   a->scale = 1.0f / (float)n->batch;

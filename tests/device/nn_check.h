@@ -180,12 +180,7 @@ static inline ar_status nn_case_setup(nn_case *c) {
     return st;
   }
   ar_nn_args *a = &c->a;
-  ar_nn_args_init(a, c->op, &c->attr);
-  a->n_in = c->n_in;
-  a->n_param = c->sig.n_param;
-  a->n_state = c->sig.n_state;
-  a->n_out = c->sig.n_out;
-  a->n_aux = c->sig.n_aux;
+  ar_nn_args_from_sig(a, c->op, &c->attr, &c->sig);
   a->training = c->training;
   a->seed = 7;
   for (int i = 0; i < a->n_in; i++) {

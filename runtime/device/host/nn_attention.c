@@ -140,26 +140,6 @@ static void add_bias(int64_t rows, int64_t cols, const float *bias, float *c, in
   }
 }
 
-/* dst (cols) = the sum of src's rows, in row order per column; columns
- * split among the threads. */
-static void col_sum(int threads, int64_t rows, int64_t cols, const float *src, float *dst) {
-  int nt = ar__nn_team(threads, rows * cols);
-  if (cols < 16 * nt)
-    nt = 1;
-#pragma omp parallel num_threads(nt) if (nt > 1)
-  {
-    int tid = omp_get_thread_num(), nth = omp_get_num_threads();
-    int64_t c0 = cols * tid / nth, c1 = cols * (tid + 1) / nth;
-    memset(dst + c0, 0, (size_t)(c1 - c0) * sizeof(float));
-    for (int64_t r = 0; r < rows; r++) {
-      const float *sr = src + r * cols;
-#pragma omp simd
-      for (int64_t j = c0; j < c1; j++)
-        dst[j] += sr[j];
-    }
-  }
-}
-
 /* Scores s (T x T, already scaled) of sequence n to probabilities in place:
  * disallowed keys get 0; a row with no allowed key is all 0. */
 static void softmax_rows(float *s, int64_t t, const float *mask, bool causal) {
@@ -254,7 +234,7 @@ static void attention_backward(void *state, ar_nn_args *a) {
   /* y = ctx wo^T + bo. */
   ar__host_sgemm(th, true, false, g.d, g.d, rows, 1.0f, gy, g.d, ctx, g.d, 0.0f,
                  a->gparam[WO].p, g.d);
-  col_sum(th, rows, g.d, gy, a->gparam[BO].p);
+  ar__nn_col_sum(th, rows, g.d, gy, a->gparam[BO].p);
   ar__host_sgemm(th, false, false, rows, g.d, g.d, 1.0f, gy, g.d, a->param[WO].p, g.d, 0.0f,
                  dctx, g.d);
 
@@ -291,7 +271,7 @@ static void attention_backward(void *state, ar_nn_args *a) {
   for (int j = 0; j < 3; j++) {
     ar__host_sgemm(th, true, false, g.d, g.d, rows, 1.0f, dz[j], g.d, x, g.d, 0.0f,
                    a->gparam[WQ + j].p, g.d);
-    col_sum(th, rows, g.d, dz[j], a->gparam[BQ + j].p);
+    ar__nn_col_sum(th, rows, g.d, dz[j], a->gparam[BQ + j].p);
   }
   if (a->gin[0].p)
     for (int j = 0; j < 3; j++)

@@ -150,24 +150,9 @@ static void posembed_backward(void *state, ar_nn_args *a) {
   const ar_shape *s = &a->in[0].shape;
   int64_t n = s->d[0], td = s->d[1] * s->d[2];
   const float *gy = a->gout[0].p;
-  float *gx = a->gin[0].p, *gp = a->gparam[0].p;
-  int nt = ar__nn_team(a->threads, n * td);
-  if (td < 16 * nt)
-    nt = 1;
-#pragma omp parallel num_threads(nt) if (nt > 1)
-  {
-    int64_t c0, c1;
-    col_slice(td, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
-    memset(gp + c0, 0, (size_t)(c1 - c0) * sizeof(float));
-    for (int64_t b = 0; b < n; b++) {
-      const float *g = gy + b * td;
-#pragma omp simd
-      for (int64_t j = c0; j < c1; j++)
-        gp[j] += g[j];
-      if (gx)
-        memcpy(gx + b * td + c0, g + c0, (size_t)(c1 - c0) * sizeof(float));
-    }
-  }
+  ar__nn_col_sum(a->threads, n, td, gy, a->gparam[0].p);
+  if (a->gin[0].p)
+    memcpy(a->gin[0].p, gy, (size_t)(n * td) * sizeof(float));
 }
 
 /* ---- dropout -------------------------------------------------------------- */

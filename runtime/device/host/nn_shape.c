@@ -502,6 +502,26 @@ static void transpose_backward(void *state, ar_nn_args *a) {
 
 /* ---- the table ------------------------------------------------------------ */
 
+/* dst (cols) = the sum of src's rows, in row order per column; columns
+ * split among the threads. */
+void ar__nn_col_sum(int threads, int64_t rows, int64_t cols, const float *src, float *dst) {
+  int nt = ar__nn_team(threads, rows * cols);
+  if (cols < 16 * nt)
+    nt = 1;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+    int64_t c0 = cols * tid / nth, c1 = cols * (tid + 1) / nth;
+    memset(dst + c0, 0, (size_t)(c1 - c0) * sizeof(float));
+    for (int64_t r = 0; r < rows; r++) {
+      const float *sr = src + r * cols;
+#pragma omp simd
+      for (int64_t j = c0; j < c1; j++)
+        dst[j] += sr[j];
+    }
+  }
+}
+
 void ar__nn_host_shape_register(ar_nn_kernel *table) {
   table[AR_NN_CONCAT] = (ar_nn_kernel){
       .infer = concat_infer, .forward = concat_forward, .backward = concat_backward};

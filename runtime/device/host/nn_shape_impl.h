@@ -28,6 +28,11 @@ static inline const char *ar__nn_shp(const ar_shape *s, char *buf) {
   return ar_shape_str(s, buf, AR__NN_SHP);
 }
 
+/* dst (cols) = the sum of src's rows (rows x cols), in row order per
+ * column (the same bits for any thread count); columns split among at most
+ * `threads` threads (nn_shape.c). */
+void ar__nn_col_sum(int threads, int64_t rows, int64_t cols, const float *src, float *dst);
+
 /* The ops of nn_embed.c and nn_attention.c, filled into the table by
  * ar__nn_host_shape_register. */
 void ar__nn_host_embed_register(ar_nn_kernel *table);

@@ -113,6 +113,28 @@ void ar_nn_args_init(ar_nn_args *a, ar_nn_op op, const ar_nn_attr *attr) {
   a->threads = 1;
 }
 
+void ar_nn_args_from_sig(ar_nn_args *a, ar_nn_op op, const ar_nn_attr *attr,
+                         const ar_nn_sig *sig) {
+  ar_nn_args_init(a, op, attr);
+  a->n_in = sig->n_in;
+  a->n_param = sig->n_param;
+  a->n_state = sig->n_state;
+  a->n_out = sig->n_out;
+  a->n_aux = sig->n_aux;
+  for (int i = 0; i < sig->n_param; i++) {
+    a->param[i] = (ar_tref){NULL, sig->param[i], AR_DT_F32};
+    a->gparam[i] = a->param[i];
+  }
+  for (int i = 0; i < sig->n_state; i++)
+    a->state[i] = (ar_tref){NULL, sig->state[i], AR_DT_F32};
+  for (int i = 0; i < sig->n_out; i++) {
+    a->out[i] = (ar_tref){NULL, sig->out[i], sig->out_dtype[i]};
+    a->gout[i] = (ar_tref){NULL, sig->out[i], AR_DT_F32};
+  }
+  for (int i = 0; i < sig->n_aux; i++)
+    a->aux[i] = (ar_tref){NULL, sig->aux[i], sig->aux_dtype[i]};
+}
+
 /* ---- sig helpers --------------------------------------------------------- */
 
 void ar__nn_sig_init(ar_nn_sig *sig, int n_in) {
