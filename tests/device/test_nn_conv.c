@@ -10,7 +10,8 @@
  * (ACCELRT_CONV_LAYOUT=plain), so both paths of the kernel are checked.
  *
  * NN_CONV_BENCH=1 in the environment adds a timing of the two layouts on
- * Fashion-MNIST-sized convolutions (printed, not asserted).
+ * Fashion-MNIST-sized convolutions, and of batch normalisation and max
+ * pooling at the same shapes (printed, not asserted).
  */
 /* mkdtemp, setenv (POSIX 2008). */
 #define _GNU_SOURCE
@@ -562,6 +563,51 @@ static void test_conv_bench(void **st) {
     }
 }
 
+/* Batch normalisation (fused relu) and 2x2 max pooling at the Fashion
+ * CNN's shapes, training forward and backward. */
+static void bench_op(ar_nn_op op, const ar_nn_attr *at, ar_shape x, int threads) {
+  nn_case c;
+  nn_case_init(&c, op, at);
+  nn_case_input(&c, x, AR_DT_F32);
+  ar_device_opts o = AR_DEVICE_OPTS_INIT;
+  o.threads = threads;
+  o.pin = false;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_device_open("host", &o, &c.dev, &err), AR_OK);
+  assert_int_equal(nn_case_setup(&c), AR_OK);
+  nn_case_forward(&c);
+  nn_case_backward(&c);
+  int reps = 10;
+  double t0 = now_s();
+  for (int i = 0; i < reps; i++)
+    nn_case_forward(&c);
+  double t1 = now_s();
+  for (int i = 0; i < reps; i++)
+    nn_case_backward(&c);
+  double t2 = now_s();
+  char xs[64];
+  printf("# bench %-9s %-13s forward %7.3f ms, backward %7.3f ms (threads %d)\n",
+         ar_nn_op_name(op), ar_shape_str(&x, xs, sizeof xs), 1e3 * (t1 - t0) / reps,
+         1e3 * (t2 - t1) / reps, c.a.threads);
+  nn_case_fini(&c);
+}
+
+static void test_pool_bnorm_bench(void **st) {
+  (void)st;
+  if (!getenv("NN_CONV_BENCH"))
+    skip();
+  ar_nn_attr bn, mp = pool_attr(2, 2, 0);
+  ar_nn_attr_defaults(&bn);
+  bn.act = AR_ACT_RELU;
+  for (int threads = 1; threads <= 2; threads++)
+    for (int r = 0; r < 2; r++) {
+      bench_op(AR_NN_BATCHNORM, &bn, NN_SHAPE(128, 32, 28, 28), threads);
+      bench_op(AR_NN_MAXPOOL, &mp, NN_SHAPE(128, 32, 28, 28), threads);
+      bench_op(AR_NN_BATCHNORM, &bn, NN_SHAPE(128, 64, 14, 14), threads);
+      bench_op(AR_NN_MAXPOOL, &mp, NN_SHAPE(128, 64, 14, 14), threads);
+    }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conv_basic),
@@ -586,6 +632,7 @@ int main(void) {
       cmocka_unit_test(test_batchnorm_no_input_grad),
       cmocka_unit_test(test_shape_errors),
       cmocka_unit_test(test_conv_bench),
+      cmocka_unit_test(test_pool_bnorm_bench),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
