@@ -577,18 +577,21 @@ static void bench_op(ar_nn_op op, const ar_nn_attr *at, ar_shape x, int threads)
   assert_int_equal(nn_case_setup(&c), AR_OK);
   nn_case_forward(&c);
   nn_case_backward(&c);
-  int reps = 10;
-  double t0 = now_s();
-  for (int i = 0; i < reps; i++)
+  /* The fastest of 20 calls each: the machine may be shared, and the
+   * minimum is what the kernel costs when nothing else runs. */
+  double fwd = 1e9, bwd = 1e9;
+  for (int i = 0; i < 20; i++) {
+    double t0 = now_s();
     nn_case_forward(&c);
-  double t1 = now_s();
-  for (int i = 0; i < reps; i++)
+    double t1 = now_s();
     nn_case_backward(&c);
-  double t2 = now_s();
+    double t2 = now_s();
+    fwd = t1 - t0 < fwd ? t1 - t0 : fwd;
+    bwd = t2 - t1 < bwd ? t2 - t1 : bwd;
+  }
   char xs[64];
-  printf("# bench %-9s %-13s forward %7.3f ms, backward %7.3f ms (threads %d)\n",
-         ar_nn_op_name(op), ar_shape_str(&x, xs, sizeof xs), 1e3 * (t1 - t0) / reps,
-         1e3 * (t2 - t1) / reps, c.a.threads);
+  printf("# bench %-9s %-13s forward %7.3f ms, backward %7.3f ms (fastest of 20; threads %d)\n",
+         ar_nn_op_name(op), ar_shape_str(&x, xs, sizeof xs), 1e3 * fwd, 1e3 * bwd, c.a.threads);
   nn_case_fini(&c);
 }
 
@@ -600,7 +603,7 @@ static void test_pool_bnorm_bench(void **st) {
   ar_nn_attr_defaults(&bn);
   bn.act = AR_ACT_RELU;
   for (int threads = 1; threads <= 2; threads++)
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < 1; r++) {
       bench_op(AR_NN_BATCHNORM, &bn, NN_SHAPE(128, 32, 28, 28), threads);
       bench_op(AR_NN_MAXPOOL, &mp, NN_SHAPE(128, 32, 28, 28), threads);
       bench_op(AR_NN_BATCHNORM, &bn, NN_SHAPE(128, 64, 14, 14), threads);
