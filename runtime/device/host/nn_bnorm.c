@@ -36,6 +36,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Columns a thread owns at a time in the 2-D reductions. */
 #define BN_COLS 256
@@ -43,6 +44,17 @@
 /* Terms summed in float before a double sum takes over (see
  * plane_grad_sums). */
 #define BN_CHUNK 256
+
+/* Partial sums of a plane reduction: one AVX2 vector of floats. */
+#define LANES 8
+
+/* The lanes added in a fixed order (in double). */
+static inline double sum_lanes_d(const double *v) {
+  double s = 0.0;
+  for (int l = 0; l < LANES; l++)
+    s += v[l];
+  return s;
+}
 
 #define WS_ALIGN 64
 
@@ -130,25 +142,34 @@ static inline double rstd_of(float var, float eps) { return 1.0 / sqrt((double)v
 
 /* ---- forward ------------------------------------------------------------- */
 
-/* Mean and sum of squared deviations of one plane, in double.  The
- * deviations are taken from the float mean mf and corrected to the exact
- * one: sum (x - m)^2 = sum (x - mf)^2 - S (m - mf)^2. */
-static inline void plane_stats(const float *restrict x, int64_t S, double *mean, double *m2) {
-  double s = 0.0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t j = 0; j < S; j++)
-    s += (double)x[j];
-  const double m = s / (double)S;
+/* Mean and sum of squared deviations of one plane, in double, over
+ * LANES partial sums (the compiler makes each lane loop one vector
+ * operation; `omp simd reduction` kept its lanes on the stack, a store and
+ * a reload per iteration).  The deviations are taken from the float mean
+ * mf and corrected to the exact one: sum (x - m)^2 = sum (x - mf)^2 -
+ * S (m - mf)^2. */
+static void plane_stats(const float *restrict x, int64_t S, double *mean, double *m2) {
+  double s[LANES] = {0}, q[LANES] = {0};
+  const int64_t body = S / LANES * LANES;
+  for (int64_t j = 0; j < body; j += LANES)
+    for (int l = 0; l < LANES; l++)
+      s[l] += (double)x[j + l];
+  for (int64_t j = body; j < S; j++)
+    s[0] += (double)x[j];
+  const double m = sum_lanes_d(s) / (double)S;
   const float mf = (float)m;
-  double q = 0.0;
-#pragma omp simd reduction(+ : q)
-  for (int64_t j = 0; j < S; j++) {
+  for (int64_t j = 0; j < body; j += LANES)
+    for (int l = 0; l < LANES; l++) {
+      const float d = x[j + l] - mf;
+      q[l] += (double)(d * d);
+    }
+  for (int64_t j = body; j < S; j++) {
     const float d = x[j] - mf;
-    q += (double)(d * d);
+    q[0] += (double)(d * d);
   }
   const double dm = m - (double)mf;
   *mean = m;
-  *m2 = q - (double)S * dm * dm;
+  *m2 = sum_lanes_d(q) - (double)S * dm * dm;
 }
 
 /* y = (x - mean) scale + beta over n values, relu when asked. */
@@ -297,10 +318,23 @@ static void bnorm_forward(void *state, ar_nn_args *a) {
 
 /* ---- backward ------------------------------------------------------------ */
 
+/* gout through the fused relu: g where y > 0, else 0, as a bit mask.  g is
+ * a value, read whatever y is (a load under the condition is a masked load,
+ * slow on AMD), and the AND keeps the lane loops below vectorisable (GCC
+ * turns a select there into a branch per element). */
+static inline float relu_grad(float g, float y) {
+  uint32_t b;
+  memcpy(&b, &g, sizeof b);
+  b &= -(uint32_t)(y > 0.0f);
+  memcpy(&g, &b, sizeof g);
+  return g;
+}
+
 /* sum g and sum g (x - mean) over one plane, g masked by y > 0 for relu:
  * float sums over chunks of BN_CHUNK (8 vector lanes of 32 terms), added
  * in double.  (A select feeding a double sum directly is compiled to a
- * branch per element, which does not vectorise.) */
+ * branch per element; LANES partial sums as in plane_stats are vectorised
+ * badly here, with shuffles.) */
 static inline __attribute__((always_inline)) void plane_grad_sums(
     const float *restrict x, const float *restrict gy, const float *restrict y, int64_t S,
     float mean, double *sg, double *sgx, bool relu) {
@@ -311,7 +345,7 @@ static inline __attribute__((always_inline)) void plane_grad_sums(
     if (relu) {
 #pragma omp simd reduction(+ : a1, a2)
       for (int64_t j = j0; j < j1; j++) {
-        const float gv = y[j] > 0.0f ? gy[j] : 0.0f;
+        const float gv = relu_grad(gy[j], y[j]);
         a1 += gv;
         a2 += gv * (x[j] - mean);
       }
@@ -336,7 +370,7 @@ static inline __attribute__((always_inline)) void plane_dx(
   if (relu) {
 #pragma omp simd
     for (int64_t j = 0; j < S; j++) {
-      const float gv = y[j] > 0.0f ? gy[j] : 0.0f;
+      const float gv = relu_grad(gy[j], y[j]);
       dx[j] = A * gv + B * (x[j] - mean) + D;
     }
   } else {
@@ -368,7 +402,7 @@ static inline __attribute__((always_inline)) void column_grad_sums(
         const float *restrict yr = y + r * C + c0;
 #pragma omp simd
         for (int64_t j = 0; j < w; j++) {
-          const float gv = yr[j] > 0.0f ? gr[j] : 0.0f;
+          const float gv = relu_grad(gr[j], yr[j]);
           a1[j] += gv;
           a2[j] += gv * (xr[j] - mf[j]);
         }
@@ -395,7 +429,7 @@ static inline __attribute__((always_inline)) void row_dx(
   if (relu) {
 #pragma omp simd
     for (int64_t j = 0; j < C; j++) {
-      const float gv = y[j] > 0.0f ? gy[j] : 0.0f;
+      const float gv = relu_grad(gy[j], y[j]);
       dx[j] = A[j] * gv + B[j] * (x[j] - mean[j]) + D[j];
     }
   } else {
