@@ -412,8 +412,11 @@ static void same_bytes(ar_nn_op op, const ar_nn_attr *at, ar_shape x, int flags,
 static void test_maxpool_2x2_paths(void **st) {
   (void)st;
   ar_nn_attr a = pool_attr(2, 2, 0);
-  const ar_shape xs[] = {NN_SHAPE(2, 3, 6, 6), NN_SHAPE(2, 3, 7, 9), NN_SHAPE(1, 2, 5, 150),
-                         NN_SHAPE(128, 4, 28, 28)};
+  /* Rows of 3, 4, 8, 16 (odd width), 75 and 14 outputs: shorter than one
+   * vector step of 8, exactly one or two, and ending in an overlapping
+   * step. */
+  const ar_shape xs[] = {NN_SHAPE(2, 3, 6, 6),   NN_SHAPE(2, 3, 7, 9),    NN_SHAPE(1, 2, 4, 16),
+                         NN_SHAPE(2, 2, 5, 33),  NN_SHAPE(1, 2, 5, 150),  NN_SHAPE(128, 4, 28, 28)};
   for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++) {
     same_bytes(AR_NN_MAXPOOL, &a, xs[i], TIES, NULL, 1, "generic", 1);
     same_bytes(AR_NN_MAXPOOL, &a, xs[i], 0, NULL, 2, "generic", 1);

@@ -20,7 +20,8 @@
  * squared deviations) down the rows, in double.
  *
  * Backward: the two reductions per channel, sum g and sum g (x - mean)
- * (the same plane / column split, in double), give dbeta and dgamma =
+ * (the same plane / column split; float sums of 256 terms added in
+ * double), give dbeta and dgamma =
  * rstd sum g (x - mean); then one element-wise pass
  *   dx = gamma rstd (g - sum g / m - xhat rstd sum g (x - mean) / m).
  * Fused relu (act RELU): y = max(0, .) in the forward; the backward reads
@@ -45,7 +46,7 @@
  * plane_grad_sums). */
 #define BN_CHUNK 256
 
-/* Partial sums of a plane reduction: one AVX2 vector of floats. */
+/* Partial sums of plane_stats: eight doubles, two AVX2 vectors. */
 #define LANES 8
 
 /* The lanes added in a fixed order (in double). */

@@ -184,14 +184,50 @@ static inline bool beats(float v, float m) { return v > m || isnan(v); }
 /* The same without a short-circuit (no control flow in a vector loop). */
 static inline bool beats_sel(float v, float m) { return (v > m) | (v != v); }
 
-/* Outputs of one row the 2x2 forward takes at a time. */
+/* Outputs of one row the 2x2 forward takes at a time when the row is
+ * shorter than one vector step. */
 #define MAX2_BLOCK 64
+
+/* The maximum of v0..v3 (window order) and its offset, as a float. */
+static inline float max4(float v0, float v1, float v2, float v3, float *k) {
+  float m = v0, o = 0.0f;
+  bool c = beats_sel(v1, m);
+  m = c ? v1 : m;
+  o = c ? 1.0f : o;
+  c = beats_sel(v2, m);
+  m = c ? v2 : m;
+  o = c ? 2.0f : o;
+  c = beats_sel(v3, m);
+  m = c ? v3 : m;
+  o = c ? 3.0f : o;
+  *k = o;
+  return m;
+}
+
+/* Eight outputs of one row from its two input rows t and u: one vector
+ * step (a fixed trip count, so no scalar remainder). */
+static inline __attribute__((always_inline)) void max2x2_8(const float *restrict t,
+                                                           const float *restrict u,
+                                                           float *restrict y,
+                                                           uint8_t *restrict ir, bool save) {
+  float kf[8];
+#pragma omp simd
+  for (int j = 0; j < 8; j++)
+    y[j] = max4(t[2 * j], t[2 * j + 1], u[2 * j], u[2 * j + 1], &kf[j]);
+  if (save)
+    for (int j = 0; j < 8; j++)
+      ir[j] = (uint8_t)kf[j];
+}
 
 /* 2x2, stride 2, no padding: one plane; offsets saved when save.  The
  * vector loop holds floats only (the offset too, as 0.0f .. 3.0f): with a
  * byte store in it the compiler would take 32 outputs per vector
  * iteration, more than a row of 14 has, and run the scalar loop.  Selects,
- * not branches: random data would mispredict a branch half the time. */
+ * not branches: random data would mispredict a branch half the time.  A
+ * row of at least 8 outputs goes in steps of 8, the last step overlapping
+ * the one before when 8 does not divide the row (it writes the same values
+ * again): the scalar remainder, with its NaN tests, cost as much as the
+ * vector part on rows of 14. */
 static inline __attribute__((always_inline)) void max2x2_fwd(const float *restrict x,
                                                              float *restrict y,
                                                              uint8_t *restrict idx,
@@ -200,58 +236,69 @@ static inline __attribute__((always_inline)) void max2x2_fwd(const float *restri
   float kf[MAX2_BLOCK];
   for (int64_t oh = 0; oh < g->Ho; oh++) {
     const float *restrict r0 = x + 2 * oh * W, *restrict r1 = r0 + W;
-    for (int64_t b0 = 0; b0 < Wo; b0 += MAX2_BLOCK) {
-      const int64_t n = Wo - b0 < MAX2_BLOCK ? Wo - b0 : MAX2_BLOCK;
-      const float *restrict t = r0 + 2 * b0, *restrict u = r1 + 2 * b0;
-      float *restrict yr = y + oh * Wo + b0;
-#pragma omp simd
-      for (int64_t j = 0; j < n; j++) {
-        const float v0 = t[2 * j], v1 = t[2 * j + 1], v2 = u[2 * j], v3 = u[2 * j + 1];
-        float m = v0, k = 0.0f;
-        bool c = beats_sel(v1, m);
-        m = c ? v1 : m;
-        k = c ? 1.0f : k;
-        c = beats_sel(v2, m);
-        m = c ? v2 : m;
-        k = c ? 2.0f : k;
-        c = beats_sel(v3, m);
-        m = c ? v3 : m;
-        k = c ? 3.0f : k;
-        yr[j] = m;
-        kf[j] = k;
+    float *yr = y + oh * Wo;
+    uint8_t *ir = save ? idx + oh * Wo : NULL;
+    if (Wo >= 8) {
+      for (int64_t b0 = 0;; b0 += 8) {
+        if (b0 + 8 > Wo)
+          b0 = Wo - 8;
+        max2x2_8(r0 + 2 * b0, r1 + 2 * b0, yr + b0, save ? ir + b0 : NULL, save);
+        if (b0 + 8 == Wo)
+          break;
       }
-      if (save) {
-        uint8_t *restrict ir = idx + oh * Wo + b0;
-        for (int64_t j = 0; j < n; j++)
-          ir[j] = (uint8_t)kf[j];
-      }
+      continue;
     }
+#pragma omp simd
+    for (int64_t j = 0; j < Wo; j++)
+      yr[j] = max4(r0[2 * j], r0[2 * j + 1], r1[2 * j], r1[2 * j + 1], &kf[j]);
+    if (save)
+      for (int64_t j = 0; j < Wo; j++)
+        ir[j] = (uint8_t)kf[j];
   }
 }
 
-/* Its backward: every input gradient of the plane written once.  The
- * offsets are widened to floats first, for the same reason as above. */
+/* Gradients of the inputs of n outputs of one row (their two input rows
+ * t and u) from the outputs' gradients gr and offsets kf (floats). */
+static inline __attribute__((always_inline)) void max2x2_scatter(const float *restrict gr,
+                                                                 const float *restrict kf,
+                                                                 float *restrict t,
+                                                                 float *restrict u, int64_t n) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; j++) {
+    const float v = gr[j], k = kf[j];
+    t[2 * j] = k == 0.0f ? v : 0.0f;
+    t[2 * j + 1] = k == 1.0f ? v : 0.0f;
+    u[2 * j] = k == 2.0f ? v : 0.0f;
+    u[2 * j + 1] = k == 3.0f ? v : 0.0f;
+  }
+}
+
+/* Its backward: every input gradient of the plane written once, in the
+ * forward's steps (8 outputs at a time, the last step overlapping: it
+ * writes the same values again).  The offsets are widened to floats
+ * first, for the same reason as in the forward. */
 static void max2x2_bwd(const float *restrict gy, const uint8_t *restrict idx, float *restrict gx,
                        const pool_geom *g) {
   const int64_t W = g->W, Wo = g->Wo;
   float kf[MAX2_BLOCK];
   for (int64_t oh = 0; oh < g->Ho; oh++) {
-    float *restrict d0 = gx + 2 * oh * W, *restrict d1 = d0 + W;
-    for (int64_t b0 = 0; b0 < Wo; b0 += MAX2_BLOCK) {
-      const int64_t n = Wo - b0 < MAX2_BLOCK ? Wo - b0 : MAX2_BLOCK;
-      const float *restrict gr = gy + oh * Wo + b0;
-      const uint8_t *restrict ir = idx + oh * Wo + b0;
-      float *restrict t = d0 + 2 * b0, *restrict u = d1 + 2 * b0;
-      for (int64_t j = 0; j < n; j++)
-        kf[j] = (float)ir[j];
-#pragma omp simd
-      for (int64_t j = 0; j < n; j++) {
-        const float v = gr[j], k = kf[j];
-        t[2 * j] = k == 0.0f ? v : 0.0f;
-        t[2 * j + 1] = k == 1.0f ? v : 0.0f;
-        u[2 * j] = k == 2.0f ? v : 0.0f;
-        u[2 * j + 1] = k == 3.0f ? v : 0.0f;
+    float *d0 = gx + 2 * oh * W, *d1 = d0 + W;
+    const float *gr = gy + oh * Wo;
+    const uint8_t *ir = idx + oh * Wo;
+    if (Wo >= 8) {
+      for (int64_t b0 = 0;; b0 += 8) {
+        if (b0 + 8 > Wo)
+          b0 = Wo - 8;
+        for (int j = 0; j < 8; j++)
+          kf[j] = (float)ir[b0 + j];
+        max2x2_scatter(gr + b0, kf, d0 + 2 * b0, d1 + 2 * b0, 8);
+        if (b0 + 8 == Wo)
+          break;
       }
+    } else {
+      for (int64_t j = 0; j < Wo; j++)
+        kf[j] = (float)ir[j];
+      max2x2_scatter(gr, kf, d0, d1, Wo);
     }
     /* An odd width: the last column is in no window. */
     for (int64_t iw = 2 * Wo; iw < W; iw++)
