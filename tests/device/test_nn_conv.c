@@ -547,6 +547,40 @@ static void test_batchnorm_blocks(void **st) {
   run_case(AR_NN_BATCHNORM, &a, NN_SHAPE(2, 4, 20, 20), TORCH_ONLY);
 }
 
+/* With a fused relu, the backward takes the mask from x, not from y
+ * (infer says out_needed false, so the engine may have freed y): the same
+ * gradients with y overwritten by NaN. */
+static void test_batchnorm_relu_no_y(void **st) {
+  (void)st;
+  ar_nn_attr a;
+  ar_nn_attr_defaults(&a);
+  a.act = AR_ACT_RELU;
+  const ar_shape xs[] = {NN_SHAPE(4, 3, 5, 5), NN_SHAPE(16, 7)};
+  for (int i = 0; i < 2; i++) {
+    nn_case c;
+    nn_case_init(&c, AR_NN_BATCHNORM, &a);
+    nn_case_input(&c, xs[i], AR_DT_F32);
+    assert_int_equal(nn_case_setup(&c), AR_OK);
+    assert_false(c.sig.out_needed);
+    nn_case_forward(&c);
+    nn_case_backward(&c);
+    int64_t nx = ar_shape_count(&xs[i]), nc = xs[i].d[1];
+    float *want = malloc((size_t)(nx + 2 * nc) * sizeof(float));
+    memcpy(want, c.a.gin[0].p, (size_t)nx * 4);
+    memcpy(want + nx, c.a.gparam[0].p, (size_t)nc * 4);
+    memcpy(want + nx + nc, c.a.gparam[1].p, (size_t)nc * 4);
+    for (int64_t j = 0; j < nx; j++)
+      ((float *)c.a.out[0].p)[j] = NAN;
+    poison_grads(&c);
+    nn_case_backward(&c);
+    assert_memory_equal(want, c.a.gin[0].p, (size_t)nx * 4);
+    assert_memory_equal(want + nx, c.a.gparam[0].p, (size_t)nc * 4);
+    assert_memory_equal(want + nx + nc, c.a.gparam[1].p, (size_t)nc * 4);
+    free(want);
+    nn_case_fini(&c);
+  }
+}
+
 /* The batch statistics of 100k values per channel far from zero (mean
  * 100, spread 1e-2: float sums and E[x^2] - E[x]^2 would lose the
  * variance) against a double-precision reference. */
@@ -853,6 +887,7 @@ int main(void) {
       cmocka_unit_test(test_batchnorm_2d),
       cmocka_unit_test(test_batchnorm_relu),
       cmocka_unit_test(test_batchnorm_blocks),
+      cmocka_unit_test(test_batchnorm_relu_no_y),
       cmocka_unit_test(test_batchnorm_accuracy),
       cmocka_unit_test(test_batchnorm_eval),
       cmocka_unit_test(test_batchnorm_running_stats),

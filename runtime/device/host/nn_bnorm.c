@@ -25,8 +25,10 @@
  * rstd sum g (x - mean); then one element-wise pass
  *   dx = gamma rstd (g - sum g / m - xhat rstd sum g (x - mean) / m).
  * Fused relu (act RELU): y = max(0, .) in the forward; the backward reads
- * g as gout masked by y > 0 (y > 0 exactly where the pre-activation is),
- * inside both passes, so no masked copy is made.
+ * g as gout masked where the pre-activation is > 0, recomputing it from x
+ * (the forward's float expression, preact, and its scale) inside both
+ * passes: no masked copy is made, y is not read (two fewer streams over
+ * memory, and the engine may free y once its consumers have run).
  *
  * The workspace holds the per-plane (or per-column) partial sums and the
  * per-channel coefficients: nothing is allocated per call, and every sum
@@ -76,10 +78,10 @@ static int64_t n_part(const bnorm_geom *g) { return g->S > 1 ? g->N * g->C : g->
 
 static size_t work_size(const bnorm_geom *g) {
   return WS_ALIGN + (size_t)(2 * n_part(g)) * sizeof(double) +
-         (size_t)(3 * g->C) * sizeof(float) + WS_ALIGN;
+         (size_t)(4 * g->C) * sizeof(float) + WS_ALIGN;
 }
 
-/* The workspace, carved: part (n_part, 2) doubles; coef (3, C) floats. */
+/* The workspace, carved: part (n_part, 2) doubles; coef (4, C) floats. */
 static void work_carve(const bnorm_geom *g, void *work, double **part, float **coef) {
   char *w = (char *)(((uintptr_t)work + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN);
   *part = (double *)w;
@@ -117,7 +119,8 @@ static ar_status bnorm_infer(const ar_nn_attr *t, int n_in, const ar_shape *in, 
   ar__nn_sig_aux(sig, &cs, AR_DT_F32); /* the batch mean */
   ar__nn_sig_aux(sig, &cs, AR_DT_F32); /* the batch variance (biased) */
   sig->in_needed = 1u;
-  sig->out_needed = t->act == AR_ACT_RELU;
+  /* The backward takes the relu's mask from x (preact), not from y. */
+  sig->out_needed = false;
   /* Statistics (two passes) and the affine normalisation, per element. */
   sig->flops = 4.0 * (double)ar_shape_count(&in[0]);
   return AR_OK;
@@ -173,6 +176,13 @@ static void plane_stats(const float *restrict x, int64_t S, double *mean, double
   *m2 = sum_lanes_d(q) - (double)S * dm * dm;
 }
 
+/* The normalised value before the relu.  The forward and the backward
+ * (which takes the relu's mask from it instead of reading y back) use
+ * this one expression, so they agree on its sign. */
+static inline float preact(float x, float mean, float scale, float beta) {
+  return (x - mean) * scale + beta;
+}
+
 /* y = (x - mean) scale + beta over n values, relu when asked. */
 static inline __attribute__((always_inline)) void apply(const float *restrict x,
                                                         float *restrict y, int64_t n, float mean,
@@ -180,13 +190,13 @@ static inline __attribute__((always_inline)) void apply(const float *restrict x,
   if (relu) {
 #pragma omp simd
     for (int64_t j = 0; j < n; j++) {
-      const float v = (x[j] - mean) * scale + beta;
+      const float v = preact(x[j], mean, scale, beta);
       y[j] = v > 0.0f ? v : 0.0f;
     }
   } else {
 #pragma omp simd
     for (int64_t j = 0; j < n; j++)
-      y[j] = (x[j] - mean) * scale + beta;
+      y[j] = preact(x[j], mean, scale, beta);
   }
 }
 
@@ -197,13 +207,13 @@ static inline __attribute__((always_inline)) void apply_row(
   if (relu) {
 #pragma omp simd
     for (int64_t j = 0; j < C; j++) {
-      const float v = (x[j] - mean[j]) * scale[j] + beta[j];
+      const float v = preact(x[j], mean[j], scale[j], beta[j]);
       y[j] = v > 0.0f ? v : 0.0f;
     }
   } else {
 #pragma omp simd
     for (int64_t j = 0; j < C; j++)
-      y[j] = (x[j] - mean[j]) * scale[j] + beta[j];
+      y[j] = preact(x[j], mean[j], scale[j], beta[j]);
   }
 }
 
@@ -319,26 +329,27 @@ static void bnorm_forward(void *state, ar_nn_args *a) {
 
 /* ---- backward ------------------------------------------------------------ */
 
-/* gout through the fused relu: g where y > 0, else 0, as a bit mask.  g is
- * a value, read whatever y is (a load under the condition is a masked load,
- * slow on AMD), and the AND keeps the lane loops below vectorisable (GCC
- * turns a select there into a branch per element). */
-static inline float relu_grad(float g, float y) {
+/* gout through the fused relu: g where the pre-activation v > 0, else 0,
+ * as a bit mask.  g is a value, read whatever v is (a load under the
+ * condition is a masked load, slow on AMD), and the AND keeps the loops
+ * below vectorisable (GCC turns a select there into a branch per
+ * element). */
+static inline float relu_grad(float g, float v) {
   uint32_t b;
   memcpy(&b, &g, sizeof b);
-  b &= -(uint32_t)(y > 0.0f);
+  b &= -(uint32_t)(v > 0.0f);
   memcpy(&g, &b, sizeof g);
   return g;
 }
 
-/* sum g and sum g (x - mean) over one plane, g masked by y > 0 for relu:
+/* sum g and sum g (x - mean) over one plane, g masked by the relu:
  * float sums over chunks of BN_CHUNK (8 vector lanes of 32 terms), added
  * in double.  (A select feeding a double sum directly is compiled to a
  * branch per element; LANES partial sums as in plane_stats are vectorised
  * badly here, with shuffles.) */
 static inline __attribute__((always_inline)) void plane_grad_sums(
-    const float *restrict x, const float *restrict gy, const float *restrict y, int64_t S,
-    float mean, double *sg, double *sgx, bool relu) {
+    const float *restrict x, const float *restrict gy, int64_t S, float mean, float scale,
+    float beta, double *sg, double *sgx, bool relu) {
   double s1 = 0.0, s2 = 0.0;
   for (int64_t j0 = 0; j0 < S; j0 += BN_CHUNK) {
     const int64_t j1 = j0 + BN_CHUNK < S ? j0 + BN_CHUNK : S;
@@ -346,7 +357,7 @@ static inline __attribute__((always_inline)) void plane_grad_sums(
     if (relu) {
 #pragma omp simd reduction(+ : a1, a2)
       for (int64_t j = j0; j < j1; j++) {
-        const float gv = relu_grad(gy[j], y[j]);
+        const float gv = relu_grad(gy[j], preact(x[j], mean, scale, beta));
         a1 += gv;
         a2 += gv * (x[j] - mean);
       }
@@ -366,12 +377,12 @@ static inline __attribute__((always_inline)) void plane_grad_sums(
 
 /* dx = A g + B (x - mean) + D over one plane (g masked for relu). */
 static inline __attribute__((always_inline)) void plane_dx(
-    const float *restrict x, const float *restrict gy, const float *restrict y,
-    float *restrict dx, int64_t S, float mean, float A, float B, float D, bool relu) {
+    const float *restrict x, const float *restrict gy, float *restrict dx, int64_t S, float mean,
+    float scale, float beta, float A, float B, float D, bool relu) {
   if (relu) {
 #pragma omp simd
     for (int64_t j = 0; j < S; j++) {
-      const float gv = relu_grad(gy[j], y[j]);
+      const float gv = relu_grad(gy[j], preact(x[j], mean, scale, beta));
       dx[j] = A * gv + B * (x[j] - mean) + D;
     }
   } else {
@@ -385,10 +396,10 @@ static inline __attribute__((always_inline)) void plane_dx(
  * into s (C, 2): float sums over BN_CHUNK rows at a time, added in
  * double. */
 static inline __attribute__((always_inline)) void column_grad_sums(
-    const float *x, const float *gy, const float *y, int64_t N, int64_t C, int64_t c0, int64_t c1,
-    const float *mean, double *s, bool relu) {
+    const float *x, const float *gy, int64_t N, int64_t C, int64_t c0, int64_t c1,
+    const float *mean, const float *scale, const float *beta, double *s, bool relu) {
   double *restrict s1 = s + c0, *restrict s2 = s + C + c0;
-  const float *restrict mf = mean + c0;
+  const float *restrict mf = mean + c0, *restrict sc = scale + c0, *restrict bt = beta + c0;
   const int64_t w = c1 - c0;
   float a1[BN_COLS], a2[BN_COLS];
   for (int64_t j = 0; j < w; j++)
@@ -400,10 +411,9 @@ static inline __attribute__((always_inline)) void column_grad_sums(
     for (int64_t r = r0; r < r1; r++) {
       const float *restrict xr = x + r * C + c0, *restrict gr = gy + r * C + c0;
       if (relu) {
-        const float *restrict yr = y + r * C + c0;
 #pragma omp simd
         for (int64_t j = 0; j < w; j++) {
-          const float gv = relu_grad(gr[j], yr[j]);
+          const float gv = relu_grad(gr[j], preact(xr[j], mf[j], sc[j], bt[j]));
           a1[j] += gv;
           a2[j] += gv * (xr[j] - mf[j]);
         }
@@ -424,13 +434,13 @@ static inline __attribute__((always_inline)) void column_grad_sums(
 
 /* One row of 2-D input: dx[j] = A[j] g[j] + B[j] (x[j] - mean[j]) + D[j]. */
 static inline __attribute__((always_inline)) void row_dx(
-    const float *restrict x, const float *restrict gy, const float *restrict y,
-    float *restrict dx, int64_t C, const float *restrict mean, const float *restrict A,
-    const float *restrict B, const float *restrict D, bool relu) {
+    const float *restrict x, const float *restrict gy, float *restrict dx, int64_t C,
+    const float *restrict mean, const float *restrict scale, const float *restrict beta,
+    const float *restrict A, const float *restrict B, const float *restrict D, bool relu) {
   if (relu) {
 #pragma omp simd
     for (int64_t j = 0; j < C; j++) {
-      const float gv = relu_grad(gy[j], y[j]);
+      const float gv = relu_grad(gy[j], preact(x[j], mean[j], scale[j], beta[j]));
       dx[j] = A[j] * gv + B[j] * (x[j] - mean[j]) + D[j];
     }
   } else {
@@ -445,28 +455,31 @@ static void bnorm_backward(void *state, ar_nn_args *a) {
   const bnorm_geom g = geom_of(a);
   const int64_t N = g.N, C = g.C, S = g.S, P = N * C;
   const double m = (double)(N * S);
-  const float *x = a->in[0].p, *gamma = a->param[0].p, *gy = a->gout[0].p;
-  const float *y = g.relu ? a->out[0].p : NULL;
-  const float *mean = a->aux[0].p, *var = a->aux[1].p;
+  const float *x = a->in[0].p, *gamma = a->param[0].p, *beta = a->param[1].p;
+  const float *gy = a->gout[0].p, *mean = a->aux[0].p, *var = a->aux[1].p;
   float *dx = a->gin[0].p, *dgamma = a->gparam[0].p, *dbeta = a->gparam[1].p;
   const float eps = a->attr->eps;
   AR_ASSERT(a->work && a->work_bytes >= work_size(&g));
   double *part;
   float *coef;
   work_carve(&g, a->work, &part, &coef);
-  float *cA = coef, *cB = coef + C, *cD = coef + 2 * C;
+  float *cA = coef, *cB = coef + C, *cD = coef + 2 * C, *scale = coef + 3 * C;
   const int nt = ar__nn_conv_team(a, N * C * S);
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
+    /* The forward's scale, for the relu's mask. */
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < C; c++)
+      scale[c] = (float)((double)gamma[c] * rstd_of(var[c], eps));
     if (S > 1) {
 #pragma omp for schedule(static)
       for (int64_t p = 0; p < P; p++) {
         const int64_t c = p % C;
         if (g.relu)
-          plane_grad_sums(x + p * S, gy + p * S, y + p * S, S, mean[c], &part[2 * p],
+          plane_grad_sums(x + p * S, gy + p * S, S, mean[c], scale[c], beta[c], &part[2 * p],
                           &part[2 * p + 1], true);
         else
-          plane_grad_sums(x + p * S, gy + p * S, NULL, S, mean[c], &part[2 * p],
+          plane_grad_sums(x + p * S, gy + p * S, S, mean[c], scale[c], beta[c], &part[2 * p],
                           &part[2 * p + 1], false);
       }
     } else {
@@ -475,9 +488,9 @@ static void bnorm_backward(void *state, ar_nn_args *a) {
       for (int64_t b = 0; b < nb; b++) {
         const int64_t c0 = b * BN_COLS, c1 = c0 + BN_COLS < C ? c0 + BN_COLS : C;
         if (g.relu)
-          column_grad_sums(x, gy, y, N, C, c0, c1, mean, part, true);
+          column_grad_sums(x, gy, N, C, c0, c1, mean, scale, beta, part, true);
         else
-          column_grad_sums(x, gy, NULL, N, C, c0, c1, mean, part, false);
+          column_grad_sums(x, gy, N, C, c0, c1, mean, scale, beta, part, false);
       }
     }
 #pragma omp for schedule(static)
@@ -504,19 +517,19 @@ static void bnorm_backward(void *state, ar_nn_args *a) {
       for (int64_t p = 0; p < P; p++) {
         const int64_t c = p % C;
         if (g.relu)
-          plane_dx(x + p * S, gy + p * S, y + p * S, dx + p * S, S, mean[c], cA[c], cB[c], cD[c],
-                   true);
+          plane_dx(x + p * S, gy + p * S, dx + p * S, S, mean[c], scale[c], beta[c], cA[c], cB[c],
+                   cD[c], true);
         else
-          plane_dx(x + p * S, gy + p * S, NULL, dx + p * S, S, mean[c], cA[c], cB[c], cD[c],
-                   false);
+          plane_dx(x + p * S, gy + p * S, dx + p * S, S, mean[c], scale[c], beta[c], cA[c], cB[c],
+                   cD[c], false);
       }
     } else if (dx) {
 #pragma omp for schedule(static)
       for (int64_t r = 0; r < N; r++) {
         if (g.relu)
-          row_dx(x + r * C, gy + r * C, y + r * C, dx + r * C, C, mean, cA, cB, cD, true);
+          row_dx(x + r * C, gy + r * C, dx + r * C, C, mean, scale, beta, cA, cB, cD, true);
         else
-          row_dx(x + r * C, gy + r * C, NULL, dx + r * C, C, mean, cA, cB, cD, false);
+          row_dx(x + r * C, gy + r * C, dx + r * C, C, mean, scale, beta, cA, cB, cD, false);
       }
     }
   }
