@@ -149,6 +149,10 @@ int ar_nn_op_from_name(const char *name);
  *            stride[0] + 1.
  * MAXPOOL, AVGPOOL  x (N,C,H,W) -> y (N,C,Ho,Wo): kernel, stride, pad
  *            (avg: padding counted in the divisor, PyTorch's default).
+ *            Max: ties go to the first maximum in window order (row by
+ *            row) and NaN propagates, as in PyTorch; aux (N,C,Ho,Wo): each
+ *            output's offset within its window, u8 (i32 when the kernel
+ *            has more than 256 elements).
  * GAVGPOOL   x (N,C,H,W) -> y (N,C).
  * BATCHNORM  x (N,C,H,W) or (N,C) -> y: params gamma (C) init ones, beta
  *            (C) zeros, both exempt from weight decay; state running_mean

@@ -10,7 +10,8 @@
  * (ACCELRT_CONV_LAYOUT=plain), so both paths of the kernel are checked.
  *
  * NN_CONV_BENCH=1 in the environment adds a timing of the two layouts on
- * Fashion-MNIST-sized convolutions (printed, not asserted).
+ * Fashion-MNIST-sized convolutions, and of batch normalisation and max
+ * pooling at the same shapes (printed, not asserted).
  */
 /* mkdtemp, setenv (POSIX 2008). */
 #define _GNU_SOURCE
@@ -35,7 +36,8 @@ enum {
   EVAL_OF_TRAINED = 8,
   KINK_FREE = 16,
   TORCH_ONLY = 32,
-  TORCH = 64
+  TORCH = 64,
+  TIES = 128
 };
 
 /* A fused relu has a kink at 0: a central difference across it is off by
@@ -79,6 +81,14 @@ static void fill_separated(nn_case *c, int input, void *p, int64_t n) {
     x[j] = 0.05f * (float)((j * m) % n) - 0.025f * (float)n;
 }
 
+/* Three levels only: most pooling windows hold several equal maxima. */
+static void fill_ties(nn_case *c, int input, void *p, int64_t n) {
+  (void)input;
+  float *x = p;
+  for (int64_t j = 0; j < n; j++)
+    x[j] = (float)(nn__rand(&c->seed) % 3u) - 1.0f;
+}
+
 /* NaN in every gradient buffer: a backward that adds instead of
  * overwriting (or skips an element) leaves NaN behind. */
 static void poison_grads(nn_case *c) {
@@ -103,6 +113,8 @@ static void run_case(ar_nn_op op, const ar_nn_attr *at, ar_shape x, int flags) {
   nn_case_input(&c, x, AR_DT_F32);
   if (flags & SEPARATED)
     c.fill = fill_separated;
+  if (flags & TIES)
+    c.fill = fill_ties;
   if (flags & EVAL)
     c.training = false;
   if (flags & KINK_FREE)
@@ -332,6 +344,161 @@ static void test_global_avgpool(void **st) {
   run_case(AR_NN_GAVGPOOL, &a, NN_SHAPE(2, 3, 1, 1), 0);
 }
 
+/* Everything one training forward and backward of a pooling or
+ * batchnorm case gives (out, aux, gin, gparam), concatenated as bytes,
+ * under ACCELRT_POOL_PATH=path (NULL: unset) on `threads` threads. */
+static size_t run_bytes(ar_nn_op op, const ar_nn_attr *at, ar_shape x, int flags,
+                        const char *path, int threads, unsigned char **out) {
+  if (path)
+    setenv("ACCELRT_POOL_PATH", path, 1);
+  else
+    unsetenv("ACCELRT_POOL_PATH");
+  nn_case c;
+  nn_case_init(&c, op, at);
+  nn_case_input(&c, x, AR_DT_F32);
+  if (flags & TIES)
+    c.fill = fill_ties;
+  ar_device_opts o = AR_DEVICE_OPTS_INIT;
+  o.threads = threads;
+  o.pin = false;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_device_open("host", &o, &c.dev, &err), AR_OK);
+  assert_int_equal(nn_case_setup(&c), AR_OK);
+  unsetenv("ACCELRT_POOL_PATH");
+  poison_grads(&c);
+  nn_case_forward(&c);
+  nn_case_backward(&c);
+  const ar_tref *t[4 * AR_NN_MAX_IO];
+  int nt = 0;
+  for (int i = 0; i < c.a.n_out; i++)
+    t[nt++] = &c.a.out[i];
+  for (int i = 0; i < c.a.n_aux; i++)
+    t[nt++] = &c.a.aux[i];
+  for (int i = 0; i < c.a.n_in; i++)
+    t[nt++] = &c.a.gin[i];
+  for (int i = 0; i < c.a.n_param; i++)
+    t[nt++] = &c.a.gparam[i];
+  size_t n = 0;
+  for (int i = 0; i < nt; i++)
+    n += (size_t)ar_shape_count(&t[i]->shape) * ar_dtype_size(t[i]->dtype);
+  *out = malloc(n);
+  assert_non_null(*out);
+  size_t at_ = 0;
+  for (int i = 0; i < nt; i++) {
+    size_t b = (size_t)ar_shape_count(&t[i]->shape) * ar_dtype_size(t[i]->dtype);
+    memcpy(*out + at_, t[i]->p, b);
+    at_ += b;
+  }
+  nn_case_fini(&c);
+  return n;
+}
+
+/* Two runs that must agree bit for bit. */
+static void same_bytes(ar_nn_op op, const ar_nn_attr *at, ar_shape x, int flags, const char *pa,
+                       int ta, const char *pb, int tb) {
+  unsigned char *a, *b;
+  size_t na = run_bytes(op, at, x, flags, pa, ta, &a);
+  size_t nb = run_bytes(op, at, x, flags, pb, tb, &b);
+  assert_int_equal(na, nb);
+  assert_memory_equal(a, b, na);
+  free(a);
+  free(b);
+}
+
+/* The 2x2 stride-2 max pool's own loops against the general ones: the
+ * same outputs, offsets and gradients, with many ties, odd sizes (a last
+ * row and column in no window), rows longer than one block of the fast
+ * loop, and both thread counts. */
+static void test_maxpool_2x2_paths(void **st) {
+  (void)st;
+  ar_nn_attr a = pool_attr(2, 2, 0);
+  /* Rows of 3, 4, 8, 16 (odd width), 75 and 14 outputs: shorter than one
+   * vector step of 8, exactly one or two, and ending in an overlapping
+   * step. */
+  const ar_shape xs[] = {NN_SHAPE(2, 3, 6, 6),   NN_SHAPE(2, 3, 7, 9),    NN_SHAPE(1, 2, 4, 16),
+                         NN_SHAPE(2, 2, 5, 33),  NN_SHAPE(1, 2, 5, 150),  NN_SHAPE(128, 4, 28, 28)};
+  for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++) {
+    same_bytes(AR_NN_MAXPOOL, &a, xs[i], TIES, NULL, 1, "generic", 1);
+    same_bytes(AR_NN_MAXPOOL, &a, xs[i], 0, NULL, 2, "generic", 1);
+  }
+  run_case(AR_NN_MAXPOOL, &a, NN_SHAPE(2, 3, 7, 9), SEPARATED | TORCH);
+  setenv("ACCELRT_POOL_PATH", "generic", 1);
+  run_case(AR_NN_MAXPOOL, &a, NN_SHAPE(2, 3, 7, 9), SEPARATED);
+  unsetenv("ACCELRT_POOL_PATH");
+}
+
+/* Ties go to the first maximum in window order (row by row), as in
+ * PyTorch: by hand, then against PyTorch on data full of ties. */
+static void test_maxpool_ties(void **st) {
+  (void)st;
+  for (int generic = 0; generic < 2; generic++) {
+    if (generic)
+      setenv("ACCELRT_POOL_PATH", "generic", 1);
+    ar_nn_attr a = pool_attr(2, 2, 0);
+    nn_case c;
+    nn_case_init(&c, AR_NN_MAXPOOL, &a);
+    nn_case_input(&c, NN_SHAPE(1, 1, 2, 6), AR_DT_F32);
+    assert_int_equal(nn_case_setup(&c), AR_OK);
+    /* Windows: all equal; bottom pair equal and largest; right column. */
+    const float x[12] = {5, 5, 1, 2, 0, 7, 5, 5, 3, 3, 1, 7};
+    memcpy(c.a.in[0].p, x, sizeof x);
+    float *g = c.a.gout[0].p;
+    g[0] = 1.0f;
+    g[1] = 2.0f;
+    g[2] = 3.0f;
+    nn_case_forward(&c);
+    nn_case_backward(&c);
+    const float *y = c.a.out[0].p, *gx = c.a.gin[0].p;
+    assert_true(y[0] == 5.0f && y[1] == 3.0f && y[2] == 7.0f);
+    const float want[12] = {1, 0, 0, 0, 0, 3, 0, 0, 2, 0, 0, 0};
+    for (int j = 0; j < 12; j++)
+      assert_true(gx[j] == want[j]);
+    nn_case_fini(&c);
+    unsetenv("ACCELRT_POOL_PATH");
+  }
+  ar_nn_attr a = pool_attr(2, 2, 0);
+  run_case(AR_NN_MAXPOOL, &a, NN_SHAPE(2, 3, 6, 8), TIES | TORCH_ONLY);
+  a = pool_attr(3, 1, 1);
+  run_case(AR_NN_MAXPOOL, &a, NN_SHAPE(2, 2, 5, 6), TIES | TORCH_ONLY);
+  a = pool_attr(3, 2, 1);
+  run_case(AR_NN_MAXPOOL, &a, NN_SHAPE(1, 2, 7, 7), TIES | TORCH_ONLY);
+}
+
+/* A kernel of more than 256 elements keeps its offsets in i32. */
+static void test_maxpool_wide_kernel(void **st) {
+  (void)st;
+  ar_nn_attr a = pool_attr(17, 3, 2);
+  ar_nn_sig sig;
+  ar_err err = AR_ERR_INIT;
+  ar_dtype dt = AR_DT_F32;
+  ar_shape x = NN_SHAPE(1, 2, 20, 21);
+  assert_int_equal(ar_nn_infer(AR_NN_MAXPOOL, &a, 1, &x, &dt, &sig, &err), AR_OK);
+  assert_int_equal(sig.aux_dtype[0], AR_DT_I32);
+  assert_true(ar_shape_eq(&sig.aux[0], &sig.out[0]));
+  run_case(AR_NN_MAXPOOL, &a, x, SEPARATED | TORCH);
+  a = pool_attr(2, 2, 0);
+  assert_int_equal(ar_nn_infer(AR_NN_MAXPOOL, &a, 1, &x, &dt, &sig, &err), AR_OK);
+  assert_int_equal(sig.aux_dtype[0], AR_DT_U8);
+}
+
+/* Pooling and batchnorm give the same bits on one thread and on two
+ * (work is split by planes or channels, never inside a sum). */
+static void test_pool_bnorm_threads(void **st) {
+  (void)st;
+  ar_nn_attr a = pool_attr(3, 2, 1);
+  same_bytes(AR_NN_MAXPOOL, &a, NN_SHAPE(16, 8, 17, 17), 0, NULL, 1, NULL, 2);
+  same_bytes(AR_NN_AVGPOOL, &a, NN_SHAPE(16, 8, 17, 17), 0, NULL, 1, NULL, 2);
+  a = pool_attr(2, 2, 0);
+  same_bytes(AR_NN_MAXPOOL, &a, NN_SHAPE(16, 8, 28, 28), TIES, NULL, 1, NULL, 2);
+  ar_nn_attr_defaults(&a);
+  same_bytes(AR_NN_GAVGPOOL, &a, NN_SHAPE(16, 8, 17, 17), 0, NULL, 1, NULL, 2);
+  same_bytes(AR_NN_BATCHNORM, &a, NN_SHAPE(16, 8, 17, 17), 0, NULL, 1, NULL, 2);
+  same_bytes(AR_NN_BATCHNORM, &a, NN_SHAPE(600, 300), 0, NULL, 1, NULL, 2);
+  a.act = AR_ACT_RELU;
+  same_bytes(AR_NN_BATCHNORM, &a, NN_SHAPE(16, 8, 17, 17), 0, NULL, 1, NULL, 2);
+  same_bytes(AR_NN_BATCHNORM, &a, NN_SHAPE(600, 300), 0, NULL, 1, NULL, 2);
+}
+
 /* ---- batchnorm ----------------------------------------------------------- */
 
 static void test_batchnorm_4d(void **st) {
@@ -362,6 +529,92 @@ static void test_batchnorm_relu(void **st) {
   run_case(AR_NN_BATCHNORM, &a, NN_SHAPE(6, 5), KINK_FREE);
   run_case(AR_NN_BATCHNORM, &a, NN_SHAPE(3, 4, 3, 3), TORCH_ONLY);
   run_case(AR_NN_BATCHNORM, &a, NN_SHAPE(3, 4, 3, 3), EVAL | TORCH);
+}
+
+/* 2-D input wider than one column block (256) and taller than one float
+ * chunk of rows (256), and planes longer than one chunk, with relu. */
+static void test_batchnorm_blocks(void **st) {
+  (void)st;
+  ar_nn_attr a;
+  ar_nn_attr_defaults(&a);
+  run_case(AR_NN_BATCHNORM, &a, NN_SHAPE(3, 300), TORCH);
+  run_case(AR_NN_BATCHNORM, &a, NN_SHAPE(300, 3), TORCH);
+  run_case(AR_NN_BATCHNORM, &a, NN_SHAPE(2, 3, 20, 20), TORCH);
+  a.act = AR_ACT_RELU;
+  run_case(AR_NN_BATCHNORM, &a, NN_SHAPE(300, 4), KINK_FREE);
+  run_case(AR_NN_BATCHNORM, &a, NN_SHAPE(2, 4, 20, 20), KINK_FREE);
+  run_case(AR_NN_BATCHNORM, &a, NN_SHAPE(270, 260), TORCH_ONLY);
+  run_case(AR_NN_BATCHNORM, &a, NN_SHAPE(2, 4, 20, 20), TORCH_ONLY);
+}
+
+/* With a fused relu, the backward takes the mask from x, not from y
+ * (infer says out_needed false, so the engine may have freed y): the same
+ * gradients with y overwritten by NaN. */
+static void test_batchnorm_relu_no_y(void **st) {
+  (void)st;
+  ar_nn_attr a;
+  ar_nn_attr_defaults(&a);
+  a.act = AR_ACT_RELU;
+  const ar_shape xs[] = {NN_SHAPE(4, 3, 5, 5), NN_SHAPE(16, 7)};
+  for (int i = 0; i < 2; i++) {
+    nn_case c;
+    nn_case_init(&c, AR_NN_BATCHNORM, &a);
+    nn_case_input(&c, xs[i], AR_DT_F32);
+    assert_int_equal(nn_case_setup(&c), AR_OK);
+    assert_false(c.sig.out_needed);
+    nn_case_forward(&c);
+    nn_case_backward(&c);
+    int64_t nx = ar_shape_count(&xs[i]), nc = xs[i].d[1];
+    float *want = malloc((size_t)(nx + 2 * nc) * sizeof(float));
+    memcpy(want, c.a.gin[0].p, (size_t)nx * 4);
+    memcpy(want + nx, c.a.gparam[0].p, (size_t)nc * 4);
+    memcpy(want + nx + nc, c.a.gparam[1].p, (size_t)nc * 4);
+    for (int64_t j = 0; j < nx; j++)
+      ((float *)c.a.out[0].p)[j] = NAN;
+    poison_grads(&c);
+    nn_case_backward(&c);
+    assert_memory_equal(want, c.a.gin[0].p, (size_t)nx * 4);
+    assert_memory_equal(want + nx, c.a.gparam[0].p, (size_t)nc * 4);
+    assert_memory_equal(want + nx + nc, c.a.gparam[1].p, (size_t)nc * 4);
+    free(want);
+    nn_case_fini(&c);
+  }
+}
+
+/* The batch statistics of 100k values per channel far from zero (mean
+ * 100, spread 1e-2: float sums and E[x^2] - E[x]^2 would lose the
+ * variance) against a double-precision reference. */
+static void test_batchnorm_accuracy(void **st) {
+  (void)st;
+  ar_nn_attr a;
+  ar_nn_attr_defaults(&a);
+  const int64_t N = 128, C = 2, S = 28 * 28;
+  for (int two_d = 0; two_d < 2; two_d++) {
+    nn_case c;
+    nn_case_init(&c, AR_NN_BATCHNORM, &a);
+    nn_case_input(&c, two_d ? NN_SHAPE(N * S, C) : NN_SHAPE(N, C, 28, 28), AR_DT_F32);
+    assert_int_equal(nn_case_setup(&c), AR_OK);
+    float *x = c.a.in[0].p;
+    for (int64_t j = 0; j < N * C * S; j++)
+      x[j] = 100.0f + 0.01f * (2.0f * nn__uniform(&c.seed) - 1.0f);
+    nn_case_forward(&c);
+    for (int64_t ch = 0; ch < C; ch++) {
+      double s = 0.0, q = 0.0;
+      for (int64_t n = 0; n < N; n++)
+        for (int64_t j = 0; j < S; j++)
+          s += x[two_d ? (n * S + j) * C + ch : (n * C + ch) * S + j];
+      const double m = s / (double)(N * S);
+      for (int64_t n = 0; n < N; n++)
+        for (int64_t j = 0; j < S; j++) {
+          const double d = x[two_d ? (n * S + j) * C + ch : (n * C + ch) * S + j] - m;
+          q += d * d;
+        }
+      const double v = q / (double)(N * S);
+      assert_float_equal(((float *)c.a.aux[0].p)[ch], m, 1e-6 * m);
+      assert_float_equal(((float *)c.a.aux[1].p)[ch], v, 1e-5 * v);
+    }
+    nn_case_fini(&c);
+  }
 }
 
 /* Evaluation uses the running statistics and leaves them alone (torch
@@ -562,6 +815,54 @@ static void test_conv_bench(void **st) {
     }
 }
 
+/* Batch normalisation (fused relu) and 2x2 max pooling at the Fashion
+ * CNN's shapes, training forward and backward. */
+static void bench_op(ar_nn_op op, const ar_nn_attr *at, ar_shape x, int threads) {
+  nn_case c;
+  nn_case_init(&c, op, at);
+  nn_case_input(&c, x, AR_DT_F32);
+  ar_device_opts o = AR_DEVICE_OPTS_INIT;
+  o.threads = threads;
+  o.pin = false;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_device_open("host", &o, &c.dev, &err), AR_OK);
+  assert_int_equal(nn_case_setup(&c), AR_OK);
+  nn_case_forward(&c);
+  nn_case_backward(&c);
+  /* The fastest of 20 calls each: the machine may be shared, and the
+   * minimum is what the kernel costs when nothing else runs. */
+  double fwd = 1e9, bwd = 1e9;
+  for (int i = 0; i < 20; i++) {
+    double t0 = now_s();
+    nn_case_forward(&c);
+    double t1 = now_s();
+    nn_case_backward(&c);
+    double t2 = now_s();
+    fwd = t1 - t0 < fwd ? t1 - t0 : fwd;
+    bwd = t2 - t1 < bwd ? t2 - t1 : bwd;
+  }
+  char xs[64];
+  printf("# bench %-9s %-13s forward %7.3f ms, backward %7.3f ms (fastest of 20; threads %d)\n",
+         ar_nn_op_name(op), ar_shape_str(&x, xs, sizeof xs), 1e3 * fwd, 1e3 * bwd, c.a.threads);
+  nn_case_fini(&c);
+}
+
+static void test_pool_bnorm_bench(void **st) {
+  (void)st;
+  if (!getenv("NN_CONV_BENCH"))
+    skip();
+  ar_nn_attr bn, mp = pool_attr(2, 2, 0);
+  ar_nn_attr_defaults(&bn);
+  bn.act = AR_ACT_RELU;
+  for (int threads = 1; threads <= 2; threads++)
+    for (int r = 0; r < 1; r++) {
+      bench_op(AR_NN_BATCHNORM, &bn, NN_SHAPE(128, 32, 28, 28), threads);
+      bench_op(AR_NN_MAXPOOL, &mp, NN_SHAPE(128, 32, 28, 28), threads);
+      bench_op(AR_NN_BATCHNORM, &bn, NN_SHAPE(128, 64, 14, 14), threads);
+      bench_op(AR_NN_MAXPOOL, &mp, NN_SHAPE(128, 64, 14, 14), threads);
+    }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conv_basic),
@@ -578,14 +879,22 @@ int main(void) {
       cmocka_unit_test(test_maxpool),
       cmocka_unit_test(test_avgpool),
       cmocka_unit_test(test_global_avgpool),
+      cmocka_unit_test(test_maxpool_2x2_paths),
+      cmocka_unit_test(test_maxpool_ties),
+      cmocka_unit_test(test_maxpool_wide_kernel),
+      cmocka_unit_test(test_pool_bnorm_threads),
       cmocka_unit_test(test_batchnorm_4d),
       cmocka_unit_test(test_batchnorm_2d),
       cmocka_unit_test(test_batchnorm_relu),
+      cmocka_unit_test(test_batchnorm_blocks),
+      cmocka_unit_test(test_batchnorm_relu_no_y),
+      cmocka_unit_test(test_batchnorm_accuracy),
       cmocka_unit_test(test_batchnorm_eval),
       cmocka_unit_test(test_batchnorm_running_stats),
       cmocka_unit_test(test_batchnorm_no_input_grad),
       cmocka_unit_test(test_shape_errors),
       cmocka_unit_test(test_conv_bench),
+      cmocka_unit_test(test_pool_bnorm_bench),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

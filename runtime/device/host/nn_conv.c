@@ -14,6 +14,7 @@
  * gout with y > 0 (y = relu(z), so y > 0 exactly where z > 0) into a
  * workspace buffer before the two backward primitives.
  */
+#include "host/nn_conv_impl.h"
 #include "nn_dnnl.h"
 
 #include <stdlib.h>

@@ -226,20 +226,3 @@ ar_status ar__dnnl_err(ar_err *err, dnnl_status_t s, const char *what) {
                    "oneDNN has no implementation of the %s for these shapes and attributes", what);
   return ar_errf(err, AR_INVALID, "oneDNN refused the %s (status %d)", what, (int)s);
 }
-
-const char *ar__nn_pair_str(const int64_t *v, char *buf, size_t n) {
-  if (v[0] == v[1])
-    snprintf(buf, n, "%lld", (long long)v[0]);
-  else
-    snprintf(buf, n, "%lldx%lld", (long long)v[0], (long long)v[1]);
-  return buf;
-}
-
-const char *ar__nn_pad_str(const int64_t *pad, char *buf, size_t n) {
-  if (pad[0] == pad[1] && pad[1] == pad[2] && pad[2] == pad[3])
-    snprintf(buf, n, "%lld", (long long)pad[0]);
-  else
-    snprintf(buf, n, "%lld,%lld,%lld,%lld (top,left,bottom,right)", (long long)pad[0],
-             (long long)pad[1], (long long)pad[2], (long long)pad[3]);
-  return buf;
-}

@@ -1,5 +1,6 @@
 /*
- * oneDNN for the host nn kernels (nn_conv.c, nn_pool.c, nn_bnorm.c): the
+ * oneDNN for the host nn kernels (nn_conv.c; pooling and batch
+ * normalisation are native, nn_pool.c and nn_bnorm.c): the
  * process's CPU engine, primitives whose scratchpad lives in the op's
  * workspace, "ports" that wrap a caller's plain (row-major) tensor and
  * reorder it to or from the layout a primitive chose, and the OpenMP
@@ -105,15 +106,5 @@ void ar__dnnl_threads_leave(int previous);
 
 /* err from a failed oneDNN call made while preparing `what`. */
 ar_status ar__dnnl_err(ar_err *err, dnnl_status_t s, const char *what);
-
-/* Registration of the pooling and batch normalisation kernels (called by
- * ar__nn_host_conv_register: one group, three files). */
-void ar__nn_host_pool_register(ar_nn_kernel *table);
-void ar__nn_host_bnorm_register(ar_nn_kernel *table);
-
-/* "3" for a square pair, "3x5" otherwise, into buf. */
-const char *ar__nn_pair_str(const int64_t *v, char *buf, size_t n);
-/* "1" when the four paddings agree, else "t,l,b,r (top,left,bottom,right)". */
-const char *ar__nn_pad_str(const int64_t *pad, char *buf, size_t n);
 
 #endif

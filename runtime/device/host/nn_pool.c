@@ -1,33 +1,47 @@
 /*
- * Host kernels of MAXPOOL, AVGPOOL and GAVGPOOL (group "conv"): oneDNN
- * pooling on the caller's NCHW tensors as they are (pooling keeps the
- * source's layout, so there is nothing to reorder).
+ * Host kernels of MAXPOOL, AVGPOOL and GAVGPOOL (group "conv"): native C
+ * and OpenMP on the caller's NCHW tensors, one (n, c) plane per task.
+ *
+ * MAXPOOL takes PyTorch's rule: the window scanned row by row, a value
+ * replaces the maximum when it is larger or NaN, so ties go to the first
+ * in window order and a NaN propagates.  Padding is never the maximum
+ * (the padding is smaller than the kernel, so every window holds an
+ * input).  The forward in training saves, for each output, the offset of
+ * its maximum within the window, (ih - ih0) kw + (iw - iw0) counted from
+ * the window's unclipped corner: one byte (u8) when the kernel has at most
+ * 256 elements, else i32; the aux tensor has the output's shape.  The
+ * backward zeroes each gradient plane and adds gout at those offsets, in
+ * output order (overlapping windows add up).
+ *
+ * The common 2x2 stride-2 unpadded max pool has its own loops: four
+ * compares per output, vectorised across the output row, and a backward
+ * that writes each input gradient once (no zeroing pass).  The
+ * environment variable ACCELRT_POOL_PATH=generic makes prepare take the
+ * general loops instead (for the tests of both paths and measurements).
  *
  * AVGPOOL divides by the whole kernel area, padding included (PyTorch's
  * count_include_pad=True; with PyTorch's symmetric padding no window
  * reaches past the padded input, so the divisor is always kh*kw).
- * GAVGPOOL is an average pool whose kernel is the whole image.
+ * GAVGPOOL averages each plane (sum in double).
  *
- * MAXPOOL's backward needs where each maximum came from: oneDNN's
- * workspace, which the forward writes into the op's aux tensor (u8, as
- * many bytes as oneDNN asks for; infer makes a throw-away primitive
- * descriptor to learn the count, since the layout is oneDNN's own).
+ * Every output is one thread's, and each gradient plane one thread's, so
+ * the results do not depend on the thread count.
  */
-#include "nn_dnnl.h"
+#include "host/nn_conv_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 typedef struct pool_geom {
-  dnnl_dims_t x, y, k, s, pl, pr, dil;
-  dnnl_alg_kind_t alg;
+  int64_t N, C, H, W, Ho, Wo;
+  int64_t kh, kw, sh, sw, ph, pw; /* ph, pw: top and left padding */
 } pool_geom;
 
 typedef struct pool {
-  dnnl_stream_t s;
-  ar__dnnl_ws ws;
-  bool max, training;
-  ar__dnnl_prim fwd, bwd;
-  ar__dnnl_prim fwd_eval;                  /* max pool prepared for training: an evaluation
-                                              forward, which has no workspace to write */
-  dnnl_memory_t src, dst, wsp, dsrc, ddst; /* plain; wsp: the aux (max) */
+  pool_geom g;
+  bool fast2x2; /* max pool 2x2, stride 2, no padding: the special loops */
+  bool wide;    /* max pool offsets in i32 (kernel of more than 256) */
 } pool;
 
 static int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p0, int64_t p1) {
@@ -36,48 +50,24 @@ static int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p0, int64_t p1
 }
 
 /* The geometry of op on input x (shape checked by infer). */
-static void pool_geom_of(ar_nn_op op, const ar_nn_attr *t, const ar_shape *x, pool_geom *g) {
-  for (int i = 0; i < 4; i++)
-    g->x[i] = x->d[i];
-  g->y[0] = x->d[0];
-  g->y[1] = x->d[1];
-  for (int i = 0; i < 2; i++) {
-    g->dil[i] = 0;
-    if (op == AR_NN_GAVGPOOL) {
-      g->k[i] = x->d[2 + i];
-      g->s[i] = 1;
-      g->pl[i] = g->pr[i] = 0;
-    } else {
-      g->k[i] = t->kernel[i];
-      g->s[i] = t->stride[i];
-      g->pl[i] = t->pad[i];
-      g->pr[i] = t->pad[2 + i];
-    }
-    g->y[2 + i] = pool_out(g->x[2 + i], g->k[i], g->s[i], g->pl[i], g->pr[i]);
+static pool_geom pool_geom_of(ar_nn_op op, const ar_nn_attr *t, const ar_shape *x) {
+  pool_geom g = {.N = x->d[0], .C = x->d[1], .H = x->d[2], .W = x->d[3]};
+  if (op == AR_NN_GAVGPOOL) {
+    g.kh = g.H;
+    g.kw = g.W;
+    g.sh = g.sw = 1;
+    g.Ho = g.Wo = 1;
+    return g;
   }
-  g->alg = op == AR_NN_MAXPOOL   ? dnnl_pooling_max
-           : op == AR_NN_AVGPOOL ? dnnl_pooling_avg_include_padding
-                                 : dnnl_pooling_avg_exclude_padding;
-}
-
-static dnnl_status_t pool_fwd_pd(const pool_geom *g, bool training, dnnl_primitive_desc_t *pd) {
-  dnnl_memory_desc_t xm, ym;
-  dnnl_pooling_v2_desc_t d;
-  dnnl_primitive_attr_t attr = NULL;
-  dnnl_status_t s = ar__dnnl_md_plain(&xm, 4, g->x);
-  if (s == dnnl_success)
-    s = ar__dnnl_md_plain(&ym, 4, g->y);
-  if (s == dnnl_success)
-    s = dnnl_pooling_v2_forward_desc_init(&d,
-                                          training ? dnnl_forward_training : dnnl_forward_inference,
-                                          g->alg, &xm, &ym, g->s, g->k, g->dil, g->pl, g->pr);
-  if (s == dnnl_success)
-    s = ar__dnnl_attr(&attr);
-  if (s == dnnl_success)
-    s = dnnl_primitive_desc_create(pd, &d, attr, ar__dnnl_engine(), NULL);
-  if (attr)
-    dnnl_primitive_attr_destroy(attr);
-  return s;
+  g.kh = t->kernel[0];
+  g.kw = t->kernel[1];
+  g.sh = t->stride[0];
+  g.sw = t->stride[1];
+  g.ph = t->pad[0];
+  g.pw = t->pad[1];
+  g.Ho = pool_out(g.H, g.kh, g.sh, t->pad[0], t->pad[2]);
+  g.Wo = pool_out(g.W, g.kw, g.sw, t->pad[1], t->pad[3]);
+  return g;
 }
 
 /* ---- infer --------------------------------------------------------------- */
@@ -127,30 +117,17 @@ static ar_status pool_infer_op(ar_nn_op op, const ar_nn_attr *t, int n_in, const
                      "(the kernel is larger than the padded input)",
                      xs, ks, ps, ss);
   }
-  pool_geom g;
-  pool_geom_of(op, t, &in[0], &g);
+  pool_geom g = pool_geom_of(op, t, &in[0]);
   ar__nn_sig_init(sig, 1);
-  ar_shape ys = op == AR_NN_GAVGPOOL ? ar__nn_shape(2, g.y) : ar__nn_shape(4, g.y);
+  int64_t yd[4] = {g.N, g.C, g.Ho, g.Wo};
+  ar_shape ys = op == AR_NN_GAVGPOOL ? ar__nn_shape(2, yd) : ar__nn_shape(4, yd);
   ar__nn_sig_out(sig, &ys, AR_DT_F32);
-  /* The backward reads gout only (and the aux workspace of a max pool). */
+  /* The backward reads gout only (and the aux offsets of a max pool). */
   sig->in_needed = 0;
   sig->out_needed = false;
-  sig->flops = (double)ar_shape_count(&ys) * (double)g.k[0] * (double)g.k[1];
-  if (op == AR_NN_MAXPOOL) {
-    if (!ar__dnnl_engine())
-      return ar_errf(err, AR_UNSUPPORTED, "oneDNN could not make a CPU engine");
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_status_t s = pool_fwd_pd(&g, true, &pd);
-    if (s != dnnl_success)
-      return ar__dnnl_err(err, s, "max pooling forward");
-    const dnnl_memory_desc_t *wm = dnnl_primitive_desc_query_md(pd, dnnl_query_workspace_md, 0);
-    int64_t bytes = wm ? (int64_t)dnnl_memory_desc_get_size(wm) : 0;
-    dnnl_primitive_desc_destroy(pd);
-    if (bytes < 1)
-      return ar_errf(err, AR_UNSUPPORTED, "oneDNN's max pooling asked for no workspace");
-    ar_shape as = ar__nn_shape(1, &bytes);
-    ar__nn_sig_aux(sig, &as, AR_DT_U8);
-  }
+  sig->flops = (double)ar_shape_count(&ys) * (double)g.kh * (double)g.kw;
+  if (op == AR_NN_MAXPOOL)
+    ar__nn_sig_aux(sig, &ys, g.kh * g.kw <= 256 ? AR_DT_U8 : AR_DT_I32);
   return AR_OK;
 }
 
@@ -167,149 +144,323 @@ static ar_status gavgpool_infer(const ar_nn_attr *t, int n_in, const ar_shape *i
   return pool_infer_op(AR_NN_GAVGPOOL, t, n_in, in, dt, sig, err);
 }
 
-/* ---- prepare, forward, backward ------------------------------------------ */
+/* ---- prepare ------------------------------------------------------------- */
 
-static void pool_release(void *state) {
-  pool *p = state;
-  if (!p)
-    return;
-  ar__dnnl_prim_fini(&p->fwd);
-  ar__dnnl_prim_fini(&p->bwd);
-  ar__dnnl_prim_fini(&p->fwd_eval);
-  dnnl_memory_t m[] = {p->src, p->dst, p->wsp, p->dsrc, p->ddst};
-  for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
-    if (m[i])
-      dnnl_memory_destroy(m[i]);
-  if (p->s)
-    dnnl_stream_destroy(p->s);
-  ar_free(p);
-}
-
-static dnnl_status_t pool_build(pool *p, const pool_geom *g, bool training,
-                                dnnl_primitive_desc_t *fpd, dnnl_primitive_desc_t *bpd) {
-  dnnl_engine_t e = ar__dnnl_engine();
-  dnnl_status_t s = dnnl_stream_create(&p->s, e, dnnl_stream_default_flags);
-  if (s == dnnl_success)
-    s = pool_fwd_pd(g, training, fpd);
-  if (s == dnnl_success)
-    s = ar__dnnl_prim_init(&p->fwd, *fpd, &p->ws);
-  if (s == dnnl_success)
-    s = dnnl_memory_create(&p->src, dnnl_primitive_desc_query_md(*fpd, dnnl_query_src_md, 0), e,
-                           DNNL_MEMORY_NONE);
-  if (s == dnnl_success)
-    s = dnnl_memory_create(&p->dst, dnnl_primitive_desc_query_md(*fpd, dnnl_query_dst_md, 0), e,
-                           DNNL_MEMORY_NONE);
-  if (s != dnnl_success || !training)
-    return s;
-  if (p->max) {
-    s = dnnl_memory_create(&p->wsp, dnnl_primitive_desc_query_md(*fpd, dnnl_query_workspace_md, 0),
-                           e, DNNL_MEMORY_NONE);
-    dnnl_primitive_desc_t epd = NULL;
-    if (s == dnnl_success)
-      s = pool_fwd_pd(g, false, &epd);
-    if (s == dnnl_success)
-      s = ar__dnnl_prim_init(&p->fwd_eval, epd, &p->ws);
-    if (epd)
-      dnnl_primitive_desc_destroy(epd);
-  }
-  dnnl_memory_desc_t xm, ym;
-  dnnl_pooling_v2_desc_t d;
-  dnnl_primitive_attr_t attr = NULL;
-  if (s == dnnl_success)
-    s = ar__dnnl_md_plain(&xm, 4, g->x);
-  if (s == dnnl_success)
-    s = ar__dnnl_md_plain(&ym, 4, g->y);
-  if (s == dnnl_success)
-    s = dnnl_pooling_v2_backward_desc_init(&d, g->alg, &xm, &ym, g->s, g->k, g->dil, g->pl, g->pr);
-  if (s == dnnl_success)
-    s = ar__dnnl_attr(&attr);
-  if (s == dnnl_success)
-    s = dnnl_primitive_desc_create(bpd, &d, attr, e, *fpd);
-  if (attr)
-    dnnl_primitive_attr_destroy(attr);
-  if (s == dnnl_success)
-    s = ar__dnnl_prim_init(&p->bwd, *bpd, &p->ws);
-  if (s == dnnl_success)
-    s = dnnl_memory_create(&p->dsrc, &xm, e, DNNL_MEMORY_NONE);
-  if (s == dnnl_success)
-    s = dnnl_memory_create(&p->ddst, &ym, e, DNNL_MEMORY_NONE);
-  return s;
-}
+static void pool_release(void *state) { ar_free(state); }
 
 static ar_status pool_prepare(const ar_nn_args *a, bool training, void **state, size_t *work_bytes,
                               ar_err *err) {
-  const char *name = ar_nn_op_name(a->op);
-  if (!ar__dnnl_engine())
-    return ar_errf(err, AR_UNSUPPORTED, "oneDNN could not make a CPU engine");
+  pool_geom g = pool_geom_of(a->op, a->attr, &a->in[0].shape);
+  bool max = a->op == AR_NN_MAXPOOL;
+  bool wide = g.kh * g.kw > 256;
+  if (max && training) {
+    char want[96];
+    ar_shape ys = ar__nn_shape(4, (int64_t[]){g.N, g.C, g.Ho, g.Wo});
+    ar_shape_str(&ys, want, sizeof want);
+    if (a->n_aux != 1 || !ar_shape_eq(&a->aux[0].shape, &ys) ||
+        a->aux[0].dtype != (wide ? AR_DT_I32 : AR_DT_U8))
+      return ar_errf(err, AR_INVALID,
+                     "maxpool: the aux tensor is not the %s %s of offsets infer asked for", want,
+                     ar_dtype_name(wide ? AR_DT_I32 : AR_DT_U8));
+  }
   pool *p = ar_calloc(1, sizeof *p);
   if (!p)
-    return ar_errf(err, AR_NOMEM, "out of memory preparing a %s", name);
-  p->max = a->op == AR_NN_MAXPOOL;
-  p->training = training;
-  pool_geom g;
-  pool_geom_of(a->op, a->attr, &a->in[0].shape, &g);
-  dnnl_primitive_desc_t fpd = NULL, bpd = NULL;
-  int prev = ar__dnnl_threads_enter(a->threads);
-  dnnl_status_t s = pool_build(p, &g, training, &fpd, &bpd);
-  ar__dnnl_threads_leave(prev);
-  size_t wbytes = 0;
-  if (s == dnnl_success && p->wsp)
-    wbytes =
-        dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(fpd, dnnl_query_workspace_md, 0));
-  if (fpd)
-    dnnl_primitive_desc_destroy(fpd);
-  if (bpd)
-    dnnl_primitive_desc_destroy(bpd);
-  if (s != dnnl_success) {
-    pool_release(p);
-    return ar__dnnl_err(err, s, p->max ? "max pooling" : "average pooling");
-  }
-  if (p->wsp &&
-      (a->n_aux != 1 ||
-       (size_t)ar_shape_count(&a->aux[0].shape) * ar_dtype_size(a->aux[0].dtype) != wbytes)) {
-    pool_release(p);
-    return ar_errf(err, AR_INVALID,
-                   "maxpool: the aux tensor is not the %zu-byte workspace infer asked for", wbytes);
-  }
-  *work_bytes = ar__dnnl_ws_bytes(&p->ws);
+    return ar_errf(err, AR_NOMEM, "out of memory preparing a %s", ar_nn_op_name(a->op));
+  p->g = g;
+  p->wide = wide;
+  const char *path = getenv("ACCELRT_POOL_PATH");
+  p->fast2x2 = max && g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && a->attr->pad[0] == 0 &&
+               a->attr->pad[1] == 0 && a->attr->pad[2] == 0 && a->attr->pad[3] == 0 &&
+               !(path && strcmp(path, "generic") == 0);
+  *work_bytes = 0;
   *state = p;
   return AR_OK;
 }
 
-static void pool_forward(void *state, ar_nn_args *a) {
-  pool *p = state;
-  int prev = ar__dnnl_threads_enter(a->threads);
-  AR_ASSERT(dnnl_memory_set_data_handle(p->src, a->in[0].p) == dnnl_success);
-  AR_ASSERT(dnnl_memory_set_data_handle(p->dst, a->out[0].p) == dnnl_success);
-  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, p->src}, {DNNL_ARG_DST, p->dst}};
-  int n = 2;
-  ar__dnnl_prim *f = &p->fwd;
-  if (p->wsp && a->training) {
-    AR_ASSERT(dnnl_memory_set_data_handle(p->wsp, a->aux[0].p) == dnnl_success);
-    args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WORKSPACE, p->wsp};
-  } else if (p->wsp) {
-    f = &p->fwd_eval;
+/* ---- max pool ------------------------------------------------------------ */
+
+/* A value takes the maximum's place when larger, or NaN (PyTorch's rule). */
+static inline bool beats(float v, float m) { return v > m || isnan(v); }
+/* The same without a short-circuit (no control flow in a vector loop). */
+static inline bool beats_sel(float v, float m) { return (v > m) | (v != v); }
+
+/* Outputs of one row the 2x2 forward takes at a time when the row is
+ * shorter than one vector step. */
+#define MAX2_BLOCK 64
+
+/* The maximum of v0..v3 (window order) and its offset, as a float. */
+static inline float max4(float v0, float v1, float v2, float v3, float *k) {
+  float m = v0, o = 0.0f;
+  bool c = beats_sel(v1, m);
+  m = c ? v1 : m;
+  o = c ? 1.0f : o;
+  c = beats_sel(v2, m);
+  m = c ? v2 : m;
+  o = c ? 2.0f : o;
+  c = beats_sel(v3, m);
+  m = c ? v3 : m;
+  o = c ? 3.0f : o;
+  *k = o;
+  return m;
+}
+
+/* Eight outputs of one row from its two input rows t and u: one vector
+ * step (a fixed trip count, so no scalar remainder). */
+static inline __attribute__((always_inline)) void max2x2_8(const float *restrict t,
+                                                           const float *restrict u,
+                                                           float *restrict y,
+                                                           uint8_t *restrict ir, bool save) {
+  float kf[8];
+#pragma omp simd
+  for (int j = 0; j < 8; j++)
+    y[j] = max4(t[2 * j], t[2 * j + 1], u[2 * j], u[2 * j + 1], &kf[j]);
+  if (save)
+    for (int j = 0; j < 8; j++)
+      ir[j] = (uint8_t)kf[j];
+}
+
+/* 2x2, stride 2, no padding: one plane; offsets saved when save.  The
+ * vector loop holds floats only (the offset too, as 0.0f .. 3.0f): with a
+ * byte store in it the compiler would take 32 outputs per vector
+ * iteration, more than a row of 14 has, and run the scalar loop.  Selects,
+ * not branches: random data would mispredict a branch half the time.  A
+ * row of at least 8 outputs goes in steps of 8, the last step overlapping
+ * the one before when 8 does not divide the row (it writes the same values
+ * again): the scalar remainder, with its NaN tests, cost as much as the
+ * vector part on rows of 14. */
+static inline __attribute__((always_inline)) void max2x2_fwd(const float *restrict x,
+                                                             float *restrict y,
+                                                             uint8_t *restrict idx,
+                                                             const pool_geom *g, bool save) {
+  const int64_t W = g->W, Wo = g->Wo;
+  float kf[MAX2_BLOCK];
+  for (int64_t oh = 0; oh < g->Ho; oh++) {
+    const float *restrict r0 = x + 2 * oh * W, *restrict r1 = r0 + W;
+    float *yr = y + oh * Wo;
+    uint8_t *ir = save ? idx + oh * Wo : NULL;
+    if (Wo >= 8) {
+      for (int64_t b0 = 0;; b0 += 8) {
+        if (b0 + 8 > Wo)
+          b0 = Wo - 8;
+        max2x2_8(r0 + 2 * b0, r1 + 2 * b0, yr + b0, save ? ir + b0 : NULL, save);
+        if (b0 + 8 == Wo)
+          break;
+      }
+      continue;
+    }
+#pragma omp simd
+    for (int64_t j = 0; j < Wo; j++)
+      yr[j] = max4(r0[2 * j], r0[2 * j + 1], r1[2 * j], r1[2 * j + 1], &kf[j]);
+    if (save)
+      for (int64_t j = 0; j < Wo; j++)
+        ir[j] = (uint8_t)kf[j];
   }
-  ar__dnnl_prim_run(f, p->s, &p->ws, a->work, n, args);
-  ar__dnnl_threads_leave(prev);
+}
+
+/* Gradients of the inputs of n outputs of one row (their two input rows
+ * t and u) from the outputs' gradients gr and offsets kf (floats). */
+static inline __attribute__((always_inline)) void max2x2_scatter(const float *restrict gr,
+                                                                 const float *restrict kf,
+                                                                 float *restrict t,
+                                                                 float *restrict u, int64_t n) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; j++) {
+    const float v = gr[j], k = kf[j];
+    t[2 * j] = k == 0.0f ? v : 0.0f;
+    t[2 * j + 1] = k == 1.0f ? v : 0.0f;
+    u[2 * j] = k == 2.0f ? v : 0.0f;
+    u[2 * j + 1] = k == 3.0f ? v : 0.0f;
+  }
+}
+
+/* Its backward: every input gradient of the plane written once, in the
+ * forward's steps (8 outputs at a time, the last step overlapping: it
+ * writes the same values again).  The offsets are widened to floats
+ * first, for the same reason as in the forward. */
+static void max2x2_bwd(const float *restrict gy, const uint8_t *restrict idx, float *restrict gx,
+                       const pool_geom *g) {
+  const int64_t W = g->W, Wo = g->Wo;
+  float kf[MAX2_BLOCK];
+  for (int64_t oh = 0; oh < g->Ho; oh++) {
+    float *d0 = gx + 2 * oh * W, *d1 = d0 + W;
+    const float *gr = gy + oh * Wo;
+    const uint8_t *ir = idx + oh * Wo;
+    if (Wo >= 8) {
+      for (int64_t b0 = 0;; b0 += 8) {
+        if (b0 + 8 > Wo)
+          b0 = Wo - 8;
+        for (int j = 0; j < 8; j++)
+          kf[j] = (float)ir[b0 + j];
+        max2x2_scatter(gr + b0, kf, d0 + 2 * b0, d1 + 2 * b0, 8);
+        if (b0 + 8 == Wo)
+          break;
+      }
+    } else {
+      for (int64_t j = 0; j < Wo; j++)
+        kf[j] = (float)ir[j];
+      max2x2_scatter(gr, kf, d0, d1, Wo);
+    }
+    /* An odd width: the last column is in no window. */
+    for (int64_t iw = 2 * Wo; iw < W; iw++)
+      d0[iw] = d1[iw] = 0.0f;
+  }
+  /* An odd height: the last row is in no window. */
+  for (int64_t ih = 2 * g->Ho; ih < g->H; ih++)
+    memset(gx + ih * W, 0, (size_t)W * sizeof(float));
+}
+
+/* Any kernel, stride and padding: one plane; offsets saved into idx8 or
+ * idx32 (the one not NULL) when save. */
+static inline __attribute__((always_inline)) void max_fwd(const float *restrict x,
+                                                          float *restrict y, uint8_t *idx8,
+                                                          int32_t *idx32, const pool_geom *g,
+                                                          bool save) {
+  const int64_t H = g->H, W = g->W, kw = g->kw;
+  for (int64_t oh = 0; oh < g->Ho; oh++) {
+    const int64_t ih0 = oh * g->sh - g->ph;
+    const int64_t h0 = ih0 > 0 ? ih0 : 0, h1 = ih0 + g->kh < H ? ih0 + g->kh : H;
+    for (int64_t ow = 0; ow < g->Wo; ow++) {
+      const int64_t iw0 = ow * g->sw - g->pw;
+      const int64_t w0 = iw0 > 0 ? iw0 : 0, w1 = iw0 + kw < W ? iw0 + kw : W;
+      float m = x[h0 * W + w0];
+      int64_t k = (h0 - ih0) * kw + (w0 - iw0);
+      for (int64_t ih = h0; ih < h1; ih++)
+        for (int64_t iw = w0; iw < w1; iw++) {
+          const float v = x[ih * W + iw];
+          if (beats(v, m)) {
+            m = v;
+            k = (ih - ih0) * kw + (iw - iw0);
+          }
+        }
+      const int64_t o = oh * g->Wo + ow;
+      y[o] = m;
+      if (save && idx8)
+        idx8[o] = (uint8_t)k;
+      else if (save)
+        idx32[o] = (int32_t)k;
+    }
+  }
+}
+
+/* Its backward: gx zeroed, gout added at each output's maximum. */
+static void max_bwd(const float *restrict gy, const uint8_t *idx8, const int32_t *idx32,
+                    float *restrict gx, const pool_geom *g) {
+  const int64_t W = g->W, kw = g->kw;
+  memset(gx, 0, (size_t)(g->H * W) * sizeof(float));
+  for (int64_t oh = 0; oh < g->Ho; oh++)
+    for (int64_t ow = 0; ow < g->Wo; ow++) {
+      const int64_t o = oh * g->Wo + ow;
+      const int64_t k = idx8 ? (int64_t)idx8[o] : (int64_t)idx32[o];
+      const int64_t ih = oh * g->sh - g->ph + k / kw, iw = ow * g->sw - g->pw + k % kw;
+      gx[ih * W + iw] += gy[o];
+    }
+}
+
+/* ---- average pools ------------------------------------------------------- */
+
+static void avg_fwd(const float *restrict x, float *restrict y, const pool_geom *g) {
+  const int64_t H = g->H, W = g->W;
+  const float div = (float)(g->kh * g->kw);
+  for (int64_t oh = 0; oh < g->Ho; oh++) {
+    const int64_t ih0 = oh * g->sh - g->ph;
+    const int64_t h0 = ih0 > 0 ? ih0 : 0, h1 = ih0 + g->kh < H ? ih0 + g->kh : H;
+    for (int64_t ow = 0; ow < g->Wo; ow++) {
+      const int64_t iw0 = ow * g->sw - g->pw;
+      const int64_t w0 = iw0 > 0 ? iw0 : 0, w1 = iw0 + g->kw < W ? iw0 + g->kw : W;
+      float s = 0.0f;
+      for (int64_t ih = h0; ih < h1; ih++)
+        for (int64_t iw = w0; iw < w1; iw++)
+          s += x[ih * W + iw];
+      y[oh * g->Wo + ow] = s / div;
+    }
+  }
+}
+
+static void avg_bwd(const float *restrict gy, float *restrict gx, const pool_geom *g) {
+  const int64_t H = g->H, W = g->W;
+  const float div = (float)(g->kh * g->kw);
+  memset(gx, 0, (size_t)(H * W) * sizeof(float));
+  for (int64_t oh = 0; oh < g->Ho; oh++) {
+    const int64_t ih0 = oh * g->sh - g->ph;
+    const int64_t h0 = ih0 > 0 ? ih0 : 0, h1 = ih0 + g->kh < H ? ih0 + g->kh : H;
+    for (int64_t ow = 0; ow < g->Wo; ow++) {
+      const int64_t iw0 = ow * g->sw - g->pw;
+      const int64_t w0 = iw0 > 0 ? iw0 : 0, w1 = iw0 + g->kw < W ? iw0 + g->kw : W;
+      const float v = gy[oh * g->Wo + ow] / div;
+      for (int64_t ih = h0; ih < h1; ih++)
+        for (int64_t iw = w0; iw < w1; iw++)
+          gx[ih * W + iw] += v;
+    }
+  }
+}
+
+static inline float plane_mean(const float *restrict x, int64_t S) {
+  double s = 0.0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t j = 0; j < S; j++)
+    s += (double)x[j];
+  return (float)(s / (double)S);
+}
+
+/* ---- forward, backward --------------------------------------------------- */
+
+static void pool_forward(void *state, ar_nn_args *a) {
+  const pool *p = state;
+  const pool_geom *g = &p->g;
+  const int64_t P = g->N * g->C, S = g->H * g->W, So = g->Ho * g->Wo;
+  const float *x = a->in[0].p;
+  float *y = a->out[0].p;
+  const bool save = a->op == AR_NN_MAXPOOL && a->training;
+  uint8_t *idx8 = save && !p->wide ? a->aux[0].p : NULL;
+  int32_t *idx32 = save && p->wide ? a->aux[0].p : NULL;
+  const int nt = ar__nn_conv_team(a, P * S);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (int64_t q = 0; q < P; q++) {
+    const float *xq = x + q * S;
+    float *yq = y + q * So;
+    if (a->op == AR_NN_GAVGPOOL)
+      yq[0] = plane_mean(xq, S);
+    else if (a->op == AR_NN_AVGPOOL)
+      avg_fwd(xq, yq, g);
+    else if (p->fast2x2 && save)
+      max2x2_fwd(xq, yq, idx8 + q * So, g, true);
+    else if (p->fast2x2)
+      max2x2_fwd(xq, yq, NULL, g, false);
+    else if (save)
+      max_fwd(xq, yq, idx8 ? idx8 + q * So : NULL, idx32 ? idx32 + q * So : NULL, g, true);
+    else
+      max_fwd(xq, yq, NULL, NULL, g, false);
+  }
 }
 
 static void pool_backward(void *state, ar_nn_args *a) {
-  pool *p = state;
-  if (!a->gin[0].p)
+  const pool *p = state;
+  const pool_geom *g = &p->g;
+  float *gx = a->gin[0].p;
+  if (!gx)
     return; /* no parameters: nothing else to compute */
-  AR_ASSERT(p->training);
-  int prev = ar__dnnl_threads_enter(a->threads);
-  AR_ASSERT(dnnl_memory_set_data_handle(p->ddst, a->gout[0].p) == dnnl_success);
-  AR_ASSERT(dnnl_memory_set_data_handle(p->dsrc, a->gin[0].p) == dnnl_success);
-  dnnl_exec_arg_t args[4] = {{DNNL_ARG_DIFF_DST, p->ddst}, {DNNL_ARG_DIFF_SRC, p->dsrc}};
-  int n = 2;
-  if (p->wsp) {
-    AR_ASSERT(dnnl_memory_set_data_handle(p->wsp, a->aux[0].p) == dnnl_success);
-    args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WORKSPACE, p->wsp};
+  const int64_t P = g->N * g->C, S = g->H * g->W, So = g->Ho * g->Wo;
+  const float *gy = a->gout[0].p;
+  const bool max = a->op == AR_NN_MAXPOOL;
+  const uint8_t *idx8 = max && !p->wide ? a->aux[0].p : NULL;
+  const int32_t *idx32 = max && p->wide ? a->aux[0].p : NULL;
+  const int nt = ar__nn_conv_team(a, P * S);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (int64_t q = 0; q < P; q++) {
+    const float *gq = gy + q * So;
+    float *dq = gx + q * S;
+    if (a->op == AR_NN_GAVGPOOL) {
+      const float v = gq[0] / (float)S;
+      for (int64_t j = 0; j < S; j++)
+        dq[j] = v;
+    } else if (a->op == AR_NN_AVGPOOL) {
+      avg_bwd(gq, dq, g);
+    } else if (p->fast2x2) {
+      max2x2_bwd(gq, idx8 + q * So, dq, g);
+    } else {
+      max_bwd(gq, idx8 ? idx8 + q * So : NULL, idx32 ? idx32 + q * So : NULL, dq, g);
+    }
   }
-  ar__dnnl_prim_run(&p->bwd, p->s, &p->ws, a->work, n, args);
-  ar__dnnl_threads_leave(prev);
 }
 
 void ar__nn_host_pool_register(ar_nn_kernel *table) {
