@@ -205,6 +205,17 @@ static ar_status load(ar_net *n, ar_err *err) {
                      "(ids 0..%lld); make the last dense layer as wide as the classes",
                      (long long)y[r], (long long)n->classes, (long long)n->classes - 1);
   const ntensor *x = &n->tensors[n->x], *yt = &n->tensors[n->y];
+  if (n->spec->input.kind == AR_INPUT_TOKENS) {
+    /* An id past the vocabulary would index outside the embedding table. */
+    const int64_t *ids = n->staging, v = n->spec->input.vocab;
+    int64_t cnt = ar_shape_count(&x->shape);
+    for (int64_t i = 0; i < cnt; i++)
+      if (ids[i] < 0 || ids[i] >= v)
+        return ar_errf(err, AR_RANGE,
+                       "a point holds token id %lld, outside model.input.vocab %lld (ids "
+                       "0..%lld); raise vocab or fix the data",
+                       (long long)ids[i], (long long)v, (long long)v - 1);
+  }
   ar_status st = ar_device_copy_in(n->dev, x->p, n->staging, x->bytes);
   if (st == AR_OK)
     st = ar_device_copy_in(n->dev, yt->p, y, yt->bytes);

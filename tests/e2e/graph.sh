@@ -116,6 +116,11 @@ errors)
   [ $rc -ne 0 ] && [ $rc -lt 128 ] || fail "class id out of range: rc $rc"
   grep -q "class id 1, but the model's last layer has 1 outputs" err3.txt \
     || { cat err3.txt; fail "class id: message"; }
+  # Token ids past the vocabulary: a clear error, no crash.
+  sed 's/input: {tokens: 12, vocab: 16}/input: {tokens: 12, vocab: 8}/' tok.yaml > bad4.yaml
+  "$bin" run bad4.yaml --quiet 2> err4.txt; rc=$?
+  [ $rc -ne 0 ] && [ $rc -lt 128 ] || fail "token id out of range: rc $rc"
+  grep -q "outside model.input.vocab 8" err4.txt || { cat err4.txt; fail "token id: message"; }
   ;;
 jobs)
   # A jobs: file mixing two graph models and a chain model shares the host
