@@ -54,7 +54,7 @@ ar_status ar__net_workspace(ar_net *n, ar_err *err) {
     if (st == AR_OK)
       st = ar_device_nn_prepare(host, &d->args, false, &d->peval, &w2, err);
     if (st != AR_OK)
-      ar_err_wrap(err, d->path);
+      ar_err_wrap(err, "%s", d->path);
     most = w1 > most ? w1 : most;
     most = w2 > most ? w2 : most;
   }

@@ -474,6 +474,15 @@ UNARY_INFER(log_infer, AR_NN_LOG)
     BODY;                                                                      \
   }
 
+/* The same without the simd request, for bodies that call libm functions
+ * no vector library provides here (tanhf, erff): clang reports a simd loop
+ * it could not vectorise as a warning. */
+#define EW_LOOP_CALL(BODY)                                                     \
+  _Pragma("omp parallel for schedule(static) num_threads(nt) if (nt > 1)")     \
+  for (int64_t i = 0; i < n; i++) {                                            \
+    BODY;                                                                      \
+  }
+
 #define INV_SQRT2 0.70710678118654752f
 #define INV_SQRT_2PI 0.39894228040143268f
 
@@ -497,10 +506,10 @@ static void unary_forward(void *state, ar_nn_args *a) {
             y[i] = x[i] >= 0.0f ? inv : e * inv)
     break;
   case AR_NN_TANH:
-    EW_LOOP(y[i] = tanhf(x[i]))
+    EW_LOOP_CALL(y[i] = tanhf(x[i]))
     break;
   case AR_NN_GELU:
-    EW_LOOP(y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * INV_SQRT2)))
+    EW_LOOP_CALL(y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * INV_SQRT2)))
     break;
   case AR_NN_SQRT:
     EW_LOOP(y[i] = sqrtf(x[i]))
@@ -539,7 +548,7 @@ static void unary_backward(void *state, ar_nn_args *a) {
     EW_LOOP(d[i] = g[i] * (1.0f - y[i] * y[i]))
     break;
   case AR_NN_GELU:
-    EW_LOOP(const float v = x[i];
+    EW_LOOP_CALL(const float v = x[i];
             d[i] = g[i] * (0.5f * (1.0f + erff(v * INV_SQRT2)) +
                            v * INV_SQRT_2PI * expf(-0.5f * v * v)))
     break;

@@ -204,7 +204,7 @@ static void dropout_forward(void *state, ar_nn_args *a) {
   const uint64_t thr = (uint64_t)((double)a->attr->p * 4294967296.0);
   const float scale = 1.0f / (1.0f - a->attr->p);
   const uint64_t key = mix64(a->seed ^ 0x5DEECE66Dull);
-#pragma omp parallel for simd schedule(static) num_threads(nt) if (nt > 1)
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (int64_t i = 0; i < n; i++) {
     uint64_t h = mix64(key + 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1));
     uint8_t keep = (h >> 32) >= thr;
