@@ -49,6 +49,11 @@ ar_status ar__model_forward_eval(ar_model *m);    /* every neuron scored */
 void ar__count_hits(ar_eval_acc *acc, const int32_t *top, int k, const int32_t *lab,
                     int64_t nl);
 
+/* job_data.c: whether the stamp file a generator wrote at `path` (never
+ * through a link) says exactly `stamp`, i.e. the data beside it was made
+ * with these parameters and can be reused. */
+bool ar__stamp_matches(const ar_fs *fs, const char *path, const char *stamp);
+
 /* job_data.c: how a job opens its data files (the test split in file
  * order, a generated file without following links). */
 ar_reader_opts ar__job_reader_opts(const ar_spec *s, const ar_run_opts *o, bool test);
@@ -97,6 +102,7 @@ struct ar_job {
   float *mean, *std;    /* per channel: images are normalised (NULL: not) */
   double last_lr;
   int64_t eval_max;     /* accelrt eval's --points (0: train.eval_points) */
+  int64_t *eval_idx;    /* (train.batch) an evaluation batch's examples */
 };
 typedef struct ar_job run_ctx;
 

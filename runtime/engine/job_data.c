@@ -15,6 +15,14 @@
  * parameters it was made with, so a rerun reuses it. */
 static const char *const gen_files[] = {"train.txt", "test.txt", "generated"};
 
+bool ar__stamp_matches(const ar_fs *fs, const char *path, const char *stamp) {
+  char *old = NULL;
+  size_t len = 0;
+  bool same = ar_fs_read_own(fs, path, 1023, &old, &len, NULL) == AR_OK && strcmp(old, stamp) == 0;
+  ar_free(old);
+  return same;
+}
+
 ar_status ar_run_resolve_data(const ar_spec *spec, const ar_run_opts *opts, const char **train,
                               const char **test, char **storage, ar_err *err) {
   *storage = NULL;
@@ -51,12 +59,8 @@ ar_status ar_run_resolve_data(const ar_spec *spec, const ar_run_opts *opts, cons
     ar_free(buf);
     return st;
   }
-  char *old = NULL;
-  size_t old_len = 0;
-  bool fresh = ar_fs_read_own(fs, stp, 511, &old, &old_len, NULL) == AR_OK &&
-               strcmp(old, stamp) == 0 && ar_fs_readable_own(fs, trp) &&
+  bool fresh = ar__stamp_matches(fs, stp, stamp) && ar_fs_readable_own(fs, trp) &&
                (g->test_points == 0 || ar_fs_readable_own(fs, tep));
-  ar_free(old);
   if (!fresh) {
     ar_fs_unlink(fs, stp, false, NULL);
     ar_log(AR_LOG_INFO, "generating synthetic data into %s/data/", spec->output.dir);

@@ -84,11 +84,7 @@ static ar_status generate_tokens(run_ctx *c, const char **train, const char **te
   snprintf(tep, n, "%s/test", dir);
   snprintf(stp, n, "%s/generated", dir);
   ar_status st = ar_fs_mkdirs(fs, dir, c->err);
-  char *old = NULL;
-  size_t old_len = 0;
-  bool fresh = st == AR_OK && ar_fs_read_own(fs, stp, 255, &old, &old_len, NULL) == AR_OK &&
-               strcmp(old, stamp) == 0;
-  ar_free(old);
+  bool fresh = st == AR_OK && ar__stamp_matches(fs, stp, stamp);
   if (st == AR_OK && !fresh) {
     ar_fs_unlink(fs, stp, false, NULL);
     ar_log(AR_LOG_INFO, "generating a token dataset into %s/", dir);
@@ -156,7 +152,8 @@ ar_status ar__netjob_open_data(run_ctx *c) {
         c->std[i] = 1.0f;
   }
   c->order = ar_malloc((size_t)ti.count * sizeof *c->order);
-  if (!c->order)
+  c->eval_idx = ar_malloc((size_t)s->train.batch * sizeof *c->eval_idx);
+  if (!c->order || !c->eval_idx)
     return ar_errf(c->err, AR_NOMEM, "out of memory for the epoch order");
   c->order_epoch = -1;
   int64_t per_epoch = ti.count / s->train.batch; /* full batches only */
@@ -222,9 +219,7 @@ ar_status ar__netjob_eval(run_ctx *c, ar_eval_acc *acc) {
   int64_t most = c->eval_max > 0 ? c->eval_max : c->spec->train.eval_points;
   if (most > 0 && most < total)
     total = most;
-  int64_t *idx = ar_malloc((size_t)B * sizeof *idx);
-  if (!idx)
-    return ar_errf(c->err, AR_NOMEM, "out of memory evaluating");
+  int64_t *idx = c->eval_idx; /* allocated with the data: evaluation runs inside the loop */
   ar_status st = AR_OK;
   for (int64_t at = 0; at < total && st == AR_OK; at += B) {
     int64_t rows = total - at < B ? total - at : B;
@@ -233,7 +228,6 @@ ar_status ar__netjob_eval(run_ctx *c, ar_eval_acc *acc) {
     stage(c, c->ttest, idx, B, false, 0);
     st = ar_net_eval(c->net, rows, acc, c->err);
   }
-  ar_free(idx);
   return st;
 }
 
@@ -284,6 +278,7 @@ void ar__netjob_close(run_ctx *c) {
   ar_tdata_close(c->ttrain);
   ar_tdata_close(c->ttest);
   ar_free(c->order);
+  ar_free(c->eval_idx);
   ar_free(c->mean);
   ar_free(c->std);
 }
