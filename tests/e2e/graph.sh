@@ -74,6 +74,35 @@ assert a[:16] == b[:16] and a[16:56] == b[16:56], "positions differ"
 assert a[64:-4] == b[64:-4], "tensors differ"
 PY
   ;;
+study)
+  # accelrt study over a graph job: each cell is a child run of the graph
+  # engine and its response comes from that run's summary.
+  "$bin" gen-data --out "$work/tok" --shape tokens --seq 12 --vocab 16 --train-points 512 \
+    --test-points 128 --seed 5 >/dev/null || fail "gen-data"
+  tokens_job
+  cd "$work" || exit 1
+  cat > st.yaml <<'YAML'
+name: st
+base: tok.yaml
+set: {train.iterations: 12, train.threads: 1, train.checkpoint_every: 0}
+factors:
+  model.layers.hid.dense: [16, 48]
+response: p_at_1
+replicates: 1
+seed: 3
+timeout_s: 120
+YAML
+  "$bin" study st.yaml --out st > st.txt 2>&1 || { cat st.txt; fail "study over a graph job"; }
+  python3 - <<'PY' || fail "study runs.csv"
+import csv
+rows = list(csv.DictReader(open("st/runs.csv")))
+assert len(rows) == 2, rows
+assert sorted(r["model.layers.hid.dense"] for r in rows) == ["16", "48"], rows
+for r in rows:
+    assert r["status"] == "ok", r
+    assert 0 <= float(r["p_at_1"]) <= 100, r
+PY
+  ;;
 ready)
   # Every ready graph job of configs/ trains a few iterations as written
   # (only the length and the output folder changed); the Fashion ones skip
