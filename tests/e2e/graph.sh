@@ -74,6 +74,30 @@ assert a[:16] == b[:16] and a[16:56] == b[16:56], "positions differ"
 assert a[64:-4] == b[64:-4], "tensors differ"
 PY
   ;;
+serve)
+  # A graph job through accelrt serve (a user server on its own socket and
+  # state): admitted on its plan into a lane, trained, its outputs where the
+  # submitter asked.
+  "$bin" gen-data --out "$work/tok" --shape tokens --seq 12 --vocab 16 --train-points 512 \
+    --test-points 128 --seed 5 >/dev/null || fail "gen-data"
+  tokens_job
+  cd "$work" || exit 1
+  mkdir -m 700 rt
+  sock=$work/rt/s.sock
+  "$bin" serve --socket "$sock" --state "$work/state" --device host --memory 1GiB \
+    > serve.log 2>&1 &
+  spid=$!
+  trap 'kill $spid 2>/dev/null; wait $spid 2>/dev/null; rm -rf "$work"' EXIT
+  for _ in $(seq 300); do [ -S "$sock" ] && break; sleep 0.1; done
+  [ -S "$sock" ] || { cat serve.log; fail "the server did not start"; }
+  id=$("$bin" submit --socket "$sock" tok.yaml --set train.iterations=20 \
+    --set output.dir=sout) || fail "submit of a graph job"
+  timeout 120 "$bin" logs --socket "$sock" -f "$id" > log.txt || { cat log.txt serve.log; fail "logs -f"; }
+  grep -q "admitted to lane" log.txt || { cat log.txt; fail "the graph job was not admitted"; }
+  grep -q "done: 20 iterations" log.txt || { cat log.txt; fail "the graph job did not finish"; }
+  [ "$(json sout/summary.json iterations)" = 20 ] || fail "summary of the served graph job"
+  [ -f sout/checkpoint.bin ] || fail "no checkpoint from the served graph job"
+  ;;
 study)
   # accelrt study over a graph job: each cell is a child run of the graph
   # engine and its response comes from that run's summary.
