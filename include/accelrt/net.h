@@ -88,13 +88,15 @@ ar_status ar_net_train(ar_net *n, double *loss, double *lr, ar_err *err);
 ar_status ar_net_eval(ar_net *n, int64_t rows, ar_eval_acc *acc, ar_err *err);
 
 /* The optimizer's step count (checkpoints) and the tensors a checkpoint
- * keeps: parameters, optimizer state, running statistics, in plan order.
- * names/ptrs/counts have room for ar_net_tensors(n, NULL, NULL, NULL). */
+ * keeps: parameters, optimizer state, running statistics, in plan order,
+ * f32.  names/ptrs/counts (and shapes, which may be NULL) have room for
+ * ar_net_tensors(n, NULL, NULL, NULL, NULL). */
 int64_t ar_net_step(const ar_net *n);
 /* The run's iterations, for schedules that span it (cosine). */
 void ar_net_set_total(ar_net *n, int64_t total);
 void ar_net_set_step(ar_net *n, int64_t step);
-int ar_net_tensors(const ar_net *n, const char **names, float **ptrs, int64_t *counts);
+int ar_net_tensors(const ar_net *n, const char **names, float **ptrs, int64_t *counts,
+                   ar_shape *shapes);
 ar_device *ar_net_device(const ar_net *n);
 
 #ifdef __cplusplus

@@ -2,10 +2,13 @@
  * atomically and verified by a CRC-32 (zlib) before anything in them is
  * used.
  *
- * Layout (little-endian, as this host writes it):
+ * Layout (little-endian, as this host writes it; docs/checkpoint.md):
  *   "ACCELRTC" u32 version u32 ntensors
  *   i64 iteration, epoch, rows_in_epoch, samples, step   f64 train_s
- *   ntensors x { u32 name_len, name bytes, i64 count, count x f32 }
+ *   version 2 (written): ntensors x { u32 name_len, name bytes, u8 dtype,
+ *     u8 nd, u16 0, nd x i64 dim, the values (f32 or u64) }
+ *   version 1 (still read): ntensors x { u32 name_len, name bytes,
+ *     i64 count, count x f32 }
  *   u32 crc32 of every byte before it
  *
  * Reading trusts nothing in the file until it has been checked: the whole
@@ -34,9 +37,10 @@
 #include <zlib.h>
 
 #define CKPT_MAGIC "ACCELRTC"
-#define CKPT_VERSION 1u
+#define CKPT_VERSION 2u /* written; 1 is read too */
 #define HEADER_BYTES (8 + 4 + 4 + 5 * 8 + 8)
-#define MAX_TENSORS 65536 /* a model has a few per layer */
+#define MAX_TENSORS_V1 65536 /* version 2 has no limit but the file's size */
+#define MIN_RECORD_V2 (4 + 1 + 4) /* a 1-byte name, the dtype/nd/0 word */
 #define MAX_NAME 255      /* plan names are at most 63 bytes */
 /* Counters a checkpoint may hold.  2^53 samples is far beyond any run
  * (a million epochs of 670,000 points is 2^39) and stays exact in the
@@ -49,9 +53,10 @@
  * `block`, owned by the list. */
 typedef struct tensor_list {
   int n;
-  int64_t *counts;    /* (n) */
+  int64_t *counts;    /* (n) floats of device memory */
   const char **names; /* (n) */
   float **ptrs;       /* (n) */
+  const ar__ckpt_shape *shapes; /* (n) */
   void *block;
 } tensor_list;
 
@@ -59,19 +64,20 @@ static ar_status list_tensors(const ar_model *m, const char *path, tensor_list *
                               ar_err *err) {
   memset(t, 0, sizeof *t);
   int n = ar_model_tensors(m, NULL, NULL, NULL, 0);
-  if (n > MAX_TENSORS)
-    return ar_errf(err, AR_UNSUPPORTED, "checkpoint '%s': the model has %d tensors, more than "
-                   "the %d a checkpoint holds", path, n, MAX_TENSORS);
-  size_t each = sizeof(int64_t) + sizeof(const char *) + sizeof(float *);
+  size_t each = sizeof(ar__ckpt_shape) + sizeof(int64_t) + sizeof(const char *) +
+                sizeof(float *);
   t->block = ar_malloc((size_t)(n > 0 ? n : 1) * each);
   if (!t->block)
     return ar_errf(err, AR_NOMEM, "out of memory listing the tensors for checkpoint '%s'",
                    path);
   t->n = n;
-  t->counts = t->block;
+  ar__ckpt_shape *shapes = t->block;
+  t->shapes = shapes;
+  t->counts = (int64_t *)(shapes + n);
   t->names = (const char **)(t->counts + n);
   t->ptrs = (float **)(t->names + n);
   ar_model_tensors(m, t->names, t->ptrs, t->counts, n);
+  ar__model_tensor_shapes(m, shapes, n);
   return AR_OK;
 }
 
@@ -107,10 +113,7 @@ ar_status ar_checkpoint_save(const ar_model *m, const ar_ckpt_state *st, const a
 ar_status ar__checkpoint_save_tensors(const ar__ckpt_tensors *ct, int64_t step,
                                       const ar_ckpt_state *st, const ar_fs *fs,
                                       const char *path, ar_err *err) {
-  if (ct->n > MAX_TENSORS)
-    return ar_errf(err, AR_UNSUPPORTED, "checkpoint '%s': the model has %d tensors, more than "
-                   "the %d a checkpoint holds", path, ct->n, MAX_TENSORS);
-  tensor_list t = {ct->n, ct->counts, ct->names, ct->ptrs, NULL};
+  tensor_list t = {ct->n, ct->counts, ct->names, ct->ptrs, ct->shapes, NULL};
   return save_list(ct->dev, &t, step, st, fs, path, err);
 }
 
@@ -140,10 +143,23 @@ static ar_status save_list(ar_device *dev, const tensor_list *tl, int64_t step,
   put(&w, hdr, sizeof hdr);
   put(&w, &st->train_s, sizeof st->train_s);
   for (int i = 0; i < t.n && !w.failed; i++) {
+    const ar__ckpt_shape *sh = &t.shapes[i];
+    int64_t elems = 1;
+    for (int d = 0; d < sh->nd; d++)
+      elems *= sh->d[d];
+    if (sh->nd < 0 || sh->nd > AR__CKPT_MAX_DIMS ||
+        elems * (sh->dtype == AR__CKPT_U64 ? 8 : 4) != t.counts[i] * 4) {
+      status = ar_errf(err, AR_INVALID, "checkpoint '%s': tensor '%s' has %lld floats of "
+                       "memory but a shape of %lld elements (an accelrt bug)", path,
+                       t.names[i], (long long)t.counts[i], (long long)elems);
+      goto done;
+    }
     uint32_t nl = (uint32_t)strlen(t.names[i]);
     put(&w, &nl, 4);
     put(&w, t.names[i], nl);
-    put(&w, &t.counts[i], 8);
+    const uint8_t tag[4] = {(uint8_t)sh->dtype, (uint8_t)sh->nd, 0, 0};
+    put(&w, tag, 4);
+    put(&w, sh->d, (size_t)sh->nd * 8);
     for (int64_t off = 0; off < t.counts[i] && !w.failed; off += CHUNK) {
       int64_t c = t.counts[i] - off < CHUNK ? t.counts[i] - off : CHUNK;
       status = ar_device_copy_out(dev, stage, t.ptrs[i] + off, (size_t)c * sizeof(float));
@@ -200,7 +216,8 @@ static const char *const count_names[5] = {"iteration", "epoch", "rows_in_epoch"
 typedef struct record {
   uint32_t name_len;
   char name[MAX_NAME + 1];
-  int64_t count;
+  int64_t count;       /* floats' worth of bytes (what the device holds) */
+  ar__ckpt_shape shape; /* version 1: f32 of one dim, count long */
 } record;
 
 static int64_t data_left(const reader *r) { return r->size - 4 - r->pos; }
@@ -290,12 +307,18 @@ static ar_status check_header(const reader *r, const unsigned char head[HEADER_B
   memcpy(h->count, head + 16, sizeof h->count);
   memcpy(&h->train_s, head + 16 + sizeof h->count, 8);
   const int64_t *c = h->count;
-  if (h->version != CKPT_VERSION)
+  if (h->version != 1 && h->version != CKPT_VERSION)
     return ar_errf(err, AR_CORRUPT, "checkpoint '%s' has version %u; this accelrt reads "
-                   "version %u", r->path, h->version, CKPT_VERSION);
-  if (h->ntensors > MAX_TENSORS)
+                   "versions 1 and %u (a newer accelrt wrote it? use that one)", r->path,
+                   h->version, CKPT_VERSION);
+  if (h->version == 1 && h->ntensors > MAX_TENSORS_V1)
     return ar_errf(err, AR_CORRUPT, "checkpoint '%s' declares %u tensors, more than the %d a "
-                   "checkpoint holds; " DAMAGED, r->path, h->ntensors, MAX_TENSORS);
+                   "version 1 checkpoint holds; " DAMAGED, r->path, h->ntensors,
+                   MAX_TENSORS_V1);
+  if (h->version == 2 &&
+      (int64_t)h->ntensors > (r->size - HEADER_BYTES - 4) / (MIN_RECORD_V2 + 4))
+    return ar_errf(err, AR_CORRUPT, "checkpoint '%s' declares %u tensors, more than its %lld "
+                   "bytes can hold; " DAMAGED, r->path, h->ntensors, (long long)r->size);
   for (int i = 0; i < 5; i++)
     if (c[i] < 0 || c[i] > MAX_COUNT)
       return ar_errf(err, AR_CORRUPT, "checkpoint '%s': %s is %lld, outside [0, 2^53]; "
@@ -317,14 +340,52 @@ static ar_status check_header(const reader *r, const unsigned char head[HEADER_B
   return AR_OK;
 }
 
+/* Version 2's dtype, dims and shape after the name: a known element type,
+ * at most AR__CKPT_MAX_DIMS dims, a zero pad, every dim at least 0 and
+ * their product's values in the file. */
+static ar_status read_shape(reader *r, record *rec, ar_err *err) {
+  uint8_t tag[4];
+  if (data_left(r) < 4)
+    return ar_errf(err, AR_CORRUPT, "checkpoint '%s' ends inside the record of tensor '%s'; "
+                   DAMAGED, r->path, rec->name);
+  AR_CHECK(get(r, tag, 4, err));
+  ar__ckpt_shape *s = &rec->shape;
+  memset(s, 0, sizeof *s);
+  s->dtype = tag[0];
+  s->nd = tag[1];
+  if ((s->dtype != AR__CKPT_F32 && s->dtype != AR__CKPT_U64) || s->nd > AR__CKPT_MAX_DIMS ||
+      tag[2] || tag[3])
+    return ar_errf(err, AR_CORRUPT, "checkpoint '%s': tensor '%s' has element type %u and %u "
+                   "dims (types 0 f32 and 1 u64, at most %d dims); " DAMAGED, r->path,
+                   rec->name, tag[0], tag[1], AR__CKPT_MAX_DIMS);
+  if ((int64_t)s->nd * 8 > data_left(r))
+    return ar_errf(err, AR_CORRUPT, "checkpoint '%s' ends inside tensor '%s''s dims; " DAMAGED,
+                   r->path, rec->name);
+  AR_CHECK(get(r, s->d, (size_t)s->nd * 8, err));
+  const int64_t size = s->dtype == AR__CKPT_U64 ? 8 : 4;
+  int64_t bytes = size;
+  for (int d = 0; d < s->nd; d++)
+    if (s->d[d] < 0 || (s->d[d] > 0 && bytes > data_left(r) / s->d[d]))
+      return ar_errf(err, AR_CORRUPT, "checkpoint '%s': tensor '%s' has dim %d of %lld, more "
+                     "values than the %lld bytes left in the file; " DAMAGED, r->path,
+                     rec->name, d, (long long)s->d[d], (long long)data_left(r));
+    else
+      bytes *= s->d[d];
+  rec->count = bytes / 4;
+  return AR_OK;
+}
+
 /* Reads tensor i's record: a name of 1 to MAX_NAME bytes without control
- * characters and a count whose values are in the file. */
-static ar_status read_record(reader *r, uint32_t i, record *rec, ar_err *err) {
-  if (data_left(r) < 4 + 1 + 8)
+ * characters and values that are in the file (version 1: a count of
+ * floats; version 2: a shape). */
+static ar_status read_record(reader *r, uint32_t version, uint32_t i, record *rec,
+                             ar_err *err) {
+  if (data_left(r) < 4 + 1 + (version == 1 ? 8 : 4))
     return ar_errf(err, AR_CORRUPT, "checkpoint '%s' ends inside the record of tensor %u; "
                    DAMAGED, r->path, i);
   AR_CHECK(get(r, &rec->name_len, 4, err));
-  if (rec->name_len == 0 || rec->name_len > MAX_NAME || rec->name_len + 8 > data_left(r))
+  if (rec->name_len == 0 || rec->name_len > MAX_NAME ||
+      rec->name_len + (version == 1 ? 8 : 4) > data_left(r))
     return ar_errf(err, AR_CORRUPT, "checkpoint '%s': tensor %u has a name of %u bytes "
                    "(names hold 1 to %d, within the file); " DAMAGED, r->path, i,
                    rec->name_len, MAX_NAME);
@@ -334,18 +395,44 @@ static ar_status read_record(reader *r, uint32_t i, record *rec, ar_err *err) {
     if ((unsigned char)rec->name[k] < 0x20 || rec->name[k] == 0x7f)
       return ar_errf(err, AR_CORRUPT, "checkpoint '%s': tensor %u's name holds control "
                      "characters; " DAMAGED, r->path, i);
+  if (version != 1)
+    return read_shape(r, rec, err);
   AR_CHECK(get(r, &rec->count, 8, err));
   if (rec->count < 0 || rec->count > data_left(r) / (int64_t)sizeof(float))
     return ar_errf(err, AR_CORRUPT, "checkpoint '%s': tensor '%s' claims %lld values, but "
                    "%lld bytes are left in the file; " DAMAGED, r->path, rec->name,
                    (long long)rec->count, (long long)data_left(r));
+  memset(&rec->shape, 0, sizeof rec->shape);
+  rec->shape.nd = 1;
+  rec->shape.d[0] = rec->count;
   return AR_OK;
 }
 
-/* Whether record i is the model's tensor i (same name, same size). */
-static bool same(const tensor_list *t, uint32_t i, const record *rec) {
+static bool same_shape(const ar__ckpt_shape *a, const ar__ckpt_shape *b) {
+  if (a->dtype != b->dtype || a->nd != b->nd)
+    return false;
+  for (int d = 0; d < a->nd; d++)
+    if (a->d[d] != b->d[d])
+      return false;
+  return true;
+}
+
+/* Whether record i is the model's tensor i: same name, same size, and in
+ * version 2 the same element type and shape (version 1 has no shapes:
+ * files written before version 2 load by their sizes, as then). */
+static bool same(const tensor_list *t, uint32_t version, uint32_t i, const record *rec) {
   return (int64_t)i < t->n && strcmp(rec->name, t->names[i]) == 0 &&
-         rec->count == t->counts[i];
+         rec->count == t->counts[i] && (version == 1 || same_shape(&rec->shape, &t->shapes[i]));
+}
+
+/* "f32 64x32x3x3" into buf. */
+static const char *shape_text(const ar__ckpt_shape *s, char *buf, size_t cap) {
+  int k = snprintf(buf, cap, "%s ", s->dtype == AR__CKPT_U64 ? "u64" : "f32");
+  for (int d = 0; d < s->nd && k > 0 && (size_t)k < cap; d++)
+    k += snprintf(buf + k, cap - (size_t)k, "%s%lld", d ? "x" : "", (long long)s->d[d]);
+  if (s->nd == 0 && k > 0 && (size_t)k < cap)
+    snprintf(buf + k, cap - (size_t)k, "scalar");
+  return buf;
 }
 
 /* The shape error for the first record `bad` that differs from the model
@@ -358,9 +445,16 @@ static ar_status mismatch(const reader *r, const ckpt_header *h, const tensor_li
   if (bad < 0 || bad >= t->n)
     return ar_errf(err, AR_SPEC, "checkpoint '%s' holds %u tensors but this job's model has "
                    "%d: %s", r->path, h->ntensors, t->n, fix);
-  return ar_errf(err, AR_SPEC, "checkpoint '%s': tensor %lld is '%s' with %lld values, but "
-                 "this job's model has '%s' with %lld: %s", r->path, (long long)bad, rec->name,
-                 (long long)rec->count, t->names[bad], (long long)t->counts[bad], fix);
+  char a[160], b[160];
+  if (h->version == 1)
+    return ar_errf(err, AR_SPEC, "checkpoint '%s': tensor %lld is '%s' with %lld values, but "
+                   "this job's model has '%s' with %lld: %s", r->path, (long long)bad,
+                   rec->name, (long long)rec->count, t->names[bad], (long long)t->counts[bad],
+                   fix);
+  return ar_errf(err, AR_SPEC, "checkpoint '%s': tensor %lld is '%s' of %s, but this job's "
+                 "model has '%s' of %s: %s", r->path, (long long)bad, rec->name,
+                 shape_text(&rec->shape, a, sizeof a), t->names[bad],
+                 shape_text(&t->shapes[bad], b, sizeof b), fix);
 }
 
 /* Walks the tensor table from the end of the header.  Without `into`, it
@@ -377,8 +471,8 @@ static ar_status walk(reader *r, const ckpt_header *h, const tensor_list *t, ar_
   record rec, bad_rec = {0};
   int64_t bad = -1;
   for (uint32_t i = 0; i < h->ntensors; i++) {
-    AR_CHECK(read_record(r, i, &rec, err));
-    if (t && !same(t, i, &rec)) {
+    AR_CHECK(read_record(r, h->version, i, &rec, err));
+    if (t && !same(t, h->version, i, &rec)) {
       if (into)
         return changed(r, err);
       if (bad < 0) {
@@ -493,7 +587,7 @@ ar_status ar_checkpoint_load(ar_model *m, ar_ckpt_state *st, const ar_fs *fs, co
 ar_status ar__checkpoint_load_tensors(const ar__ckpt_tensors *ct, int64_t *step,
                                       ar_ckpt_state *st, const ar_fs *fs, const char *path,
                                       ar_err *err) {
-  tensor_list t = {ct->n, ct->counts, ct->names, ct->ptrs, NULL};
+  tensor_list t = {ct->n, ct->counts, ct->names, ct->ptrs, ct->shapes, NULL};
   ckpt_header h;
   AR_CHECK(read_list(ct->dev, &t, fs, path, &h, err));
   to_state(&h, st);

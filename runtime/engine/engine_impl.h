@@ -121,14 +121,29 @@ const char *ar__job_device_name(const ar_spec *spec);
 ar_status ar__netjob_eval_checkpoint(const ar_spec *spec, const char *ckpt, int64_t max_points,
                                      int reps, ar_eval_report *out, ar_err *err);
 
-/* checkpoint.c: the format over any list of f32 tensors (graph models,
+/* A checkpoint tensor's element type and shape (format version 2,
+ * docs/checkpoint.md).  The tensor still occupies `count` floats' bytes of
+ * device memory: a u64 tensor of n elements is 2n floats. */
+#define AR__CKPT_MAX_DIMS 8
+enum { AR__CKPT_F32 = 0, AR__CKPT_U64 = 1 };
+typedef struct ar__ckpt_shape {
+  int dtype; /* AR__CKPT_* */
+  int nd;    /* 0 (a scalar) .. AR__CKPT_MAX_DIMS */
+  int64_t d[AR__CKPT_MAX_DIMS];
+} ar__ckpt_shape;
+/* model.c: the shapes of ar_model_tensors' tensors, in its order (at most
+ * max). */
+void ar__model_tensor_shapes(const ar_model *m, ar__ckpt_shape *shapes, int max);
+
+/* checkpoint.c: the format over any list of tensors (graph models,
  * runtime/engine/net*.c), on dev. */
 typedef struct ar__ckpt_tensors {
   ar_device *dev;
   int n;
   const char **names;
   float **ptrs;
-  int64_t *counts;
+  int64_t *counts;              /* floats of device memory */
+  const ar__ckpt_shape *shapes; /* (n) */
 } ar__ckpt_tensors;
 ar_status ar__checkpoint_save_tensors(const ar__ckpt_tensors *t, int64_t step,
                                       const ar_ckpt_state *st, const ar_fs *fs,

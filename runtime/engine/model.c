@@ -421,6 +421,49 @@ ar_status ar_model_eval_batch(ar_model *m, const ar_batch *b, ar_eval_acc *acc) 
   return AR_OK;
 }
 
+/* Layer l's w is (out, in), or (in, out) when the sparse input feeds it
+ * densely (ar_layer); b and every optimizer slot have their parameter's
+ * shape; lsh.last holds a u64 step per neuron. */
+void ar__model_tensor_shapes(const ar_model *m, ar__ckpt_shape *shapes, int max) {
+  int n = 0;
+  for (int i = 0; i < m->plan.count && n < max; i++) {
+    const ar_plan_entry *e = &m->plan.entries[i];
+    if (e->cls != AR_MEM_PERSISTENT || e->zero_between)
+      continue;
+    ar__ckpt_shape *s = &shapes[n++];
+    memset(s, 0, sizeof *s);
+    s->dtype = AR__CKPT_F32;
+    s->nd = 1;
+    s->d[0] = (int64_t)(e->bytes / sizeof(float));
+    for (int l = 0; l < m->n_layers; l++) {
+      const ar_layer *L = &m->layers[l];
+      size_t k = strlen(L->name);
+      if (strncmp(e->name, L->name, k) != 0 || e->name[k] != '.')
+        continue;
+      const char *sfx = e->name + k + 1;
+      size_t sl = strlen(sfx);
+      if (!strcmp(sfx, "lsh.last")) {
+        s->dtype = AR__CKPT_U64;
+        s->d[0] = L->out;
+      } else if (sfx[sl - 1] == 'w' && (sl == 1 || sfx[sl - 2] == '.')) {
+        bool in_major = L->sparse_in && !L->smp;
+        s->nd = 2;
+        s->d[0] = in_major ? L->in : L->out;
+        s->d[1] = in_major ? L->out : L->in;
+      }
+      break;
+    }
+    int64_t elems = 1;
+    for (int d = 0; d < s->nd; d++)
+      elems *= s->d[d];
+    if (elems * (s->dtype == AR__CKPT_U64 ? 8 : 4) != (int64_t)e->bytes) {
+      s->dtype = AR__CKPT_F32; /* a name this rule misreads: its floats */
+      s->nd = 1;
+      s->d[0] = (int64_t)(e->bytes / sizeof(float));
+    }
+  }
+}
+
 int ar_model_tensors(const ar_model *m, const char **names, float **ptrs, int64_t *counts,
                      int max) {
   int n = 0;

@@ -231,17 +231,31 @@ ar_status ar__netjob_eval(run_ctx *c, ar_eval_acc *acc) {
   return st;
 }
 
+_Static_assert(AR_NN_MAX_DIMS <= AR__CKPT_MAX_DIMS, "a graph tensor's dims fit a checkpoint's");
+
 /* The tensors a checkpoint keeps, as the format's list. */
 static ar_status ckpt_list(run_ctx *c, ar__ckpt_tensors *t) {
-  int n = ar_net_tensors(c->net, NULL, NULL, NULL);
+  int n = ar_net_tensors(c->net, NULL, NULL, NULL, NULL);
+  size_t m = (size_t)(n ? n : 1);
   t->dev = ar_net_device(c->net);
   t->n = n;
-  t->names = ar_malloc((size_t)(n ? n : 1) * sizeof *t->names);
-  t->ptrs = ar_malloc((size_t)(n ? n : 1) * sizeof *t->ptrs);
-  t->counts = ar_malloc((size_t)(n ? n : 1) * sizeof *t->counts);
-  if (!t->names || !t->ptrs || !t->counts)
+  t->names = ar_malloc(m * sizeof *t->names);
+  t->ptrs = ar_malloc(m * sizeof *t->ptrs);
+  t->counts = ar_malloc(m * sizeof *t->counts);
+  ar_shape *sh = ar_malloc(m * sizeof *sh);
+  ar__ckpt_shape *cs = ar_calloc(m, sizeof *cs);
+  t->shapes = cs;
+  if (!t->names || !t->ptrs || !t->counts || !sh || !cs) {
+    ar_free(sh);
     return ar_errf(c->err, AR_NOMEM, "out of memory listing the checkpoint's tensors");
-  ar_net_tensors(c->net, t->names, t->ptrs, t->counts);
+  }
+  ar_net_tensors(c->net, t->names, t->ptrs, t->counts, sh);
+  for (int i = 0; i < n; i++) {
+    cs[i].dtype = AR__CKPT_F32;
+    cs[i].nd = sh[i].nd;
+    memcpy(cs[i].d, sh[i].d, (size_t)sh[i].nd * sizeof sh[i].d[0]);
+  }
+  ar_free(sh);
   return AR_OK;
 }
 
@@ -249,6 +263,7 @@ static void ckpt_free(ar__ckpt_tensors *t) {
   ar_free(t->names);
   ar_free(t->ptrs);
   ar_free(t->counts);
+  ar_free((void *)t->shapes);
 }
 
 ar_status ar__netjob_save(run_ctx *c) {

@@ -378,7 +378,8 @@ int64_t ar_net_step(const ar_net *n) { return n->step; }
 void ar_net_set_step(ar_net *n, int64_t step) { n->step = step; }
 ar_device *ar_net_device(const ar_net *n) { return n->dev; }
 
-int ar_net_tensors(const ar_net *n, const char **names, float **ptrs, int64_t *counts) {
+int ar_net_tensors(const ar_net *n, const char **names, float **ptrs, int64_t *counts,
+                   ar_shape *shapes) {
   int c = 0;
   for (int i = 0; i < n->n_tensors; i++) {
     const ntensor *t = &n->tensors[i];
@@ -388,6 +389,8 @@ int ar_net_tensors(const ar_net *n, const char **names, float **ptrs, int64_t *c
       names[c] = t->name;
       ptrs[c] = t->p;
       counts[c] = ar_shape_count(&t->shape);
+      if (shapes)
+        shapes[c] = t->shape;
     }
     c++;
   }

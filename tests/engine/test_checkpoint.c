@@ -21,6 +21,7 @@
 
 #include "accelrt/runtime.h"
 #include "engine_fixtures.h"
+#include "engine_impl.h" /* ar__ckpt_shape, ar__model_tensor_shapes */
 #include "engine_scratch.h"
 
 /* A small job: 20 features, one hidden layer of 4, 6 labels (342
@@ -326,7 +327,7 @@ static void test_handmade_header_refused(void **state) {
     f.field = value;                                                                           \
     header_refused(&fx, &f, AR_CORRUPT, what, #field " = " #value);                           \
   } while (0)
-  CASE(version, 2, "version 2");
+  CASE(version, 3, "version 3");
   CASE(version, 0, "version 0");
   CASE(ntensors, 70000, "70000 tensors");
   CASE(step, -1, "step is -1");
@@ -429,6 +430,152 @@ static void test_handmade_tensors_refused(void **state) {
   fixture_close(&fx);
 }
 
+/* ---- version 2: element types and shapes -------------------------------------- */
+
+/* A version 2 record: name, dtype, nd, pad, dims, then the values' bytes
+ * (zeros; `bytes` of them). */
+static void ck_tensor2(ck *c, const char *name, uint8_t dtype, uint8_t nd, const int64_t *dims,
+                       int64_t bytes) {
+  ck_u32(c, (uint32_t)strlen(name));
+  ck_put(c, name, strlen(name));
+  const uint8_t tag[4] = {dtype, nd, 0, 0};
+  ck_put(c, tag, 4);
+  for (int d = 0; dims && d < nd; d++) /* no dims: the record stops at its tag */
+    ck_i64(c, dims[d]);
+  for (int64_t i = 0; i < bytes; i++)
+    ck_put(c, "", 1);
+}
+
+/* The model's tensors as version 2 records with their true shapes (from
+ * what the engine itself writes), tensor `odd` given `dims` instead. */
+static void ck_model_tensors2(ck *c, const fixture *fx, int odd, uint8_t nd,
+                              const int64_t *dims) {
+  const char *names[64];
+  float *ptrs[64];
+  int64_t counts[64];
+  ar__ckpt_shape sh[64];
+  int n = ar_model_tensors(fx->model, names, ptrs, counts, 64);
+  ar__model_tensor_shapes(fx->model, sh, 64);
+  for (int i = 0; i < n; i++)
+    if (i == odd)
+      ck_tensor2(c, names[i], AR__CKPT_F32, nd, dims, counts[i] * 4);
+    else
+      ck_tensor2(c, names[i], (uint8_t)sh[i].dtype, (uint8_t)sh[i].nd, sh[i].d, counts[i] * 4);
+}
+
+/* What this build writes is version 2, each record holding the shape the
+ * model gives the tensor (weights matrices, biases and their optimizer
+ * slots vectors), and the values' bytes follow exactly. */
+static void test_v2_written_with_shapes(void **state) {
+  (void)state;
+  char copy[360];
+  size_t len;
+  fixture fx;
+  unsigned char *c = good_checkpoint("v2", copy, sizeof copy, &len, &fx);
+  uint32_t version;
+  memcpy(&version, c + 8, 4);
+  assert_int_equal(version, 2);
+  ar__ckpt_shape sh[64];
+  const char *names[64];
+  float *ptrs[64];
+  int64_t counts[64];
+  int n = ar_model_tensors(fx.model, names, ptrs, counts, 64);
+  ar__model_tensor_shapes(fx.model, sh, 64);
+  /* Walk the file's records and compare each with the model's. */
+  size_t at = 64;
+  for (int i = 0; i < n; i++) {
+    uint32_t nl;
+    memcpy(&nl, c + at, 4);
+    assert_int_equal(nl, strlen(names[i]));
+    assert_memory_equal(c + at + 4, names[i], nl);
+    at += 4 + nl;
+    assert_int_equal(c[at], sh[i].dtype);
+    assert_int_equal(c[at + 1], sh[i].nd);
+    at += 4;
+    int64_t bytes = sh[i].dtype == AR__CKPT_U64 ? 8 : 4;
+    for (int d = 0; d < sh[i].nd; d++) {
+      int64_t dim;
+      memcpy(&dim, c + at, 8);
+      assert_int_equal(dim, sh[i].d[d]);
+      bytes *= dim;
+      at += 8;
+    }
+    assert_int_equal(bytes, counts[i] * 4);
+    at += (size_t)bytes;
+  }
+  assert_int_equal(at + 4, len);
+  /* Weights are matrices, biases vectors. */
+  bool saw_matrix = false;
+  for (int i = 0; i < n; i++) {
+    size_t nl = strlen(names[i]);
+    if (names[i][nl - 1] == 'w') {
+      assert_int_equal(sh[i].nd, 2);
+      saw_matrix = true;
+    } else {
+      assert_int_equal(sh[i].nd, 1);
+    }
+  }
+  assert_true(saw_matrix);
+  fixture_close(&fx);
+  free(c);
+}
+
+static void test_v2_handmade(void **state) {
+  (void)state;
+  fixture fx;
+  fixture_open(&fx);
+  fields g = good_fields(&fx);
+  g.version = 2;
+  ck c;
+  /* The builder's good file loads. */
+  ck_header(&c, &g);
+  ck_model_tensors2(&c, &fx, -1, 0, NULL);
+  ar_ckpt_state st;
+  ar_err err = AR_ERR_INIT;
+  const char *path = ck_save(&c, "good2.bin");
+  if (ar_checkpoint_load(fx.model, &st, NULL, path, &err) != AR_OK)
+    fail_msg("load of a good version 2 file: %s", err.msg);
+  assert_int_equal(st.iteration, 6);
+  /* The first weight transposed: same count, other shape; a shape error
+   * naming both shapes (version 1 could not tell). */
+  ar__ckpt_shape sh[64];
+  ar__model_tensor_shapes(fx.model, sh, 64);
+  assert_int_equal(sh[0].nd, 2);
+  const int64_t tr[2] = {sh[0].d[1], sh[0].d[0]};
+  assert_true(tr[0] != tr[1]);
+  ck_header(&c, &g);
+  ck_model_tensors2(&c, &fx, 0, 2, tr);
+  char want[96];
+  snprintf(want, sizeof want, "of f32 %lldx%lld, but this job's model has", (long long)tr[0],
+           (long long)tr[1]);
+  refused(&fx, ck_save(&c, "transposed.bin"), AR_SPEC, want, "transposed weight");
+  /* Damaged records (files of that one record). */
+  fields one_rec = g;
+  one_rec.ntensors = 1;
+  const int64_t one[1] = {4}, neg[1] = {-1}, huge[2] = {(int64_t)1 << 40, (int64_t)1 << 40};
+  ck_header(&c, &one_rec);
+  ck_tensor2(&c, "h.w", 7, 1, one, 16);
+  refused(&fx, ck_save(&c, "dtype.bin"), AR_CORRUPT, "element type 7", "unknown dtype");
+  ck_header(&c, &one_rec);
+  ck_tensor2(&c, "h.w", AR__CKPT_F32, 9, NULL, 16);
+  refused(&fx, ck_save(&c, "nd9.bin"), AR_CORRUPT, "9 dims", "nine dims");
+  ck_header(&c, &one_rec);
+  ck_tensor2(&c, "h.w", AR__CKPT_F32, 1, neg, 0);
+  refused(&fx, ck_save(&c, "negdim.bin"), AR_CORRUPT, "dim 0 of -1", "negative dim");
+  ck_header(&c, &one_rec);
+  ck_tensor2(&c, "h.w", AR__CKPT_F32, 2, huge, 16);
+  refused(&fx, ck_save(&c, "hugedims.bin"), AR_CORRUPT, "more values than", "dims past the end");
+  ck_header(&c, &one_rec);
+  ck_tensor2(&c, "h.w", AR__CKPT_F32, 8, NULL, 16); /* 16 bytes, not 8 dims */
+  refused(&fx, ck_save(&c, "cutdims.bin"), AR_CORRUPT, "ends inside", "dims cut");
+  /* More tensors than its bytes can hold. */
+  g.ntensors = 1000000;
+  ck_header(&c, &g);
+  ck_model_tensors2(&c, &fx, -1, 0, NULL);
+  refused(&fx, ck_save(&c, "toomany.bin"), AR_CORRUPT, "more than its", "ntensors too many");
+  fixture_close(&fx);
+}
+
 /* ---- the job's data and what may change on resume ---------------------------- */
 
 static void test_resume_refuses_other_data_shape(void **state) {
@@ -516,6 +663,8 @@ int main(void) {
       cmocka_unit_test(test_resume_refuses_damaged),
       cmocka_unit_test(test_handmade_header_refused),
       cmocka_unit_test(test_handmade_tensors_refused),
+      cmocka_unit_test(test_v2_written_with_shapes),
+      cmocka_unit_test(test_v2_handmade),
       cmocka_unit_test(test_resume_refuses_other_data_shape),
       cmocka_unit_test(test_resume_with_other_length_and_threads),
       cmocka_unit_test(test_many_tensors_round_trip),
