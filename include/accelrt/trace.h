@@ -82,13 +82,14 @@ void ar_ctrace_counter(ar_sbuf *b, int pid, double ts, const char *name,
 
 typedef struct ar_trace ar_trace;
 
-/* The tracks a run's recorder uses (the tid of its spans). */
+/* The tracks a run's recorder uses (the tid of its spans; none is 0,
+ * which Perfetto treats as the kernel's idle thread, as it does pid 0). */
 enum {
-  AR_TRACE_ITERATIONS = 0, /* one span per iteration */
-  AR_TRACE_STEPS = 1,      /* its parts: batch, forward/backward per layer
+  AR_TRACE_ITERATIONS = 1, /* one span per iteration */
+  AR_TRACE_STEPS = 2,      /* its parts: batch, forward/backward per layer
                               or op, loss, optimizer, evaluation,
                               checkpoint (never overlapping) */
-  AR_TRACE_LSH = 2,        /* hash-table rebuilds of sampled layers */
+  AR_TRACE_LSH = 3,        /* hash-table rebuilds of sampled layers */
   AR_TRACE_CHANNEL = 16    /* distributed: channel k is tid 16 + k */
 };
 

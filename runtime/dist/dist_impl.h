@@ -291,6 +291,7 @@ typedef struct ar__dist {
                                    parameters', the gradients' */
   double *tl_t0;     /* worker (nt): when a receive was matched, then when
                         its gradient was posted */
+  double *tl_infos;  /* rank 0 (size x 8): the ranks' figures at the end */
 } ar__dist;
 
 /* ---- transport.c ---- */

@@ -58,7 +58,9 @@ ar_status ar__dist_tl_open(ar__dist *c, const ar_trace_opts *rank0) {
   c->tl_order = ar_calloc((size_t)(c->server ? c->W : 1) * nt, sizeof *c->tl_order);
   c->tl_t0 = ar_calloc(nt, sizeof *c->tl_t0);
   c->tl_next = ar_calloc(2 * chans, sizeof *c->tl_next);
-  if (!c->tl_order || !c->tl_t0 || !c->tl_next)
+  if (c->rank == 0) /* made now: the gathering at the end must not fail alone */
+    c->tl_infos = ar_calloc((size_t)c->size * INFO_N, sizeof *c->tl_infos);
+  if (!c->tl_order || !c->tl_t0 || !c->tl_next || (c->rank == 0 && !c->tl_infos))
     return ar_errf(c->err, AR_NOMEM, "out of memory for the timeline");
   c->tl_gnext = c->tl_next + chans;
   char name[96];
@@ -79,8 +81,9 @@ void ar__dist_tl_close(ar__dist *c) {
   ar_free(c->tl_order);
   ar_free(c->tl_t0);
   ar_free(c->tl_next);
+  ar_free(c->tl_infos);
   c->tl_order = c->tl_next = c->tl_gnext = NULL;
-  c->tl_t0 = NULL;
+  c->tl_t0 = c->tl_infos = NULL;
 }
 
 void ar__dist_tl_begin(ar__dist *c, int64_t iter, const ar_commsched_schedule *s) {
@@ -271,14 +274,15 @@ ar_status ar__dist_tl_write(ar__dist *c) {
   ar_sbuf frag = {0};
   char name[64];
   snprintf(name, sizeof name, "rank %d (%s)", c->rank, c->server ? "server" : "worker");
-  ar_ctrace_process_name(&frag, c->rank, name, c->rank);
-  ar_trace_render(c->tl, c->rank, zero, &frag);
+  /* pid = rank + 1: Perfetto treats pid 0 as the kernel's idle process. */
+  ar_ctrace_process_name(&frag, c->rank + 1, name, c->rank);
+  ar_trace_render(c->tl, c->rank + 1, zero, &frag);
   info[INFO_OOM] = frag.oom;
   info[INFO_LEN] = frag.oom ? 0.0 : (double)frag.len;
   info[INFO_EVENTS] = (double)ar_trace_count(c->tl);
   info[INFO_DROPPED] = (double)ar_trace_dropped(c->tl);
   info[INFO_STOPPED] = (double)ar_trace_detail_stopped(c->tl);
-  double *infos = c->rank == 0 ? ar_calloc((size_t)c->size * INFO_N, sizeof *infos) : NULL;
+  double *infos = c->tl_infos; /* rank 0's, NULL elsewhere */
   MPI_Request q;
   ar_status st = AR_OK;
   int rc = MPI_Igather(info, INFO_N, MPI_DOUBLE, infos, INFO_N, MPI_DOUBLE, 0, c->cctl, &q);
@@ -289,9 +293,7 @@ ar_status ar__dist_tl_write(ar__dist *c) {
   if (st == AR_OK && c->rank != 0)
     st = move_bytes(c, true, frag.buf, (size_t)info[INFO_LEN], 0);
   if (st == AR_OK && c->rank == 0)
-    st = infos ? collect(c, infos, &frag)
-               : ar_errf(c->err, AR_NOMEM, "out of memory for the ranks' trace figures");
+    st = collect(c, infos, &frag);
   ar_sbuf_fini(&frag);
-  ar_free(infos);
   return st;
 }

@@ -155,7 +155,7 @@ static void test_serial_track(void **state) {
   assert_non_null(strstr(b.buf, "\"name\": \"c\", \"cat\": \"param\", \"ph\": \"X\", \"pid\": 7, "
                                 "\"tid\": 16, \"ts\": 2000000.000, \"dur\": 0.000"));
   assert_non_null(strstr(b.buf, "\"name\": \"forward y\", \"cat\": \"forward\", \"ph\": \"X\", "
-                                "\"pid\": 7, \"tid\": 1, \"ts\": 500000.000, \"dur\": 500000.000"));
+                                "\"pid\": 7, \"tid\": 2, \"ts\": 500000.000, \"dur\": 500000.000"));
   ar_sbuf_fini(&b);
   ar_trace_destroy(t);
 }

@@ -17,6 +17,7 @@ import json
 import sys
 
 EPS = 0.002  # microseconds: ts and dur are printed with 3 decimals
+ITERATIONS, STEPS, LSH, CHANNEL = 1, 2, 3, 16  # the tracks (tid), trace.h
 
 
 def fail(msg):
@@ -88,10 +89,10 @@ def count(spans, **want):
 
 def per_iteration(t, spans, pid, iterations, bounded):
     """One iteration span per iteration (a prefix of them when bounded)
-    on track 0; returns them by iteration."""
+    on the iterations track; returns them by iteration."""
     its = {}
     for e in spans:
-        if e["pid"] == pid and e["tid"] == 0 and e["name"] == "iteration":
+        if e["pid"] == pid and e["tid"] == ITERATIONS and e["name"] == "iteration":
             expect(it_of(e) not in its, "two spans of iteration %r" % it_of(e))
             its[it_of(e)] = e
     have = sorted(its)
@@ -108,7 +109,7 @@ def per_iteration(t, spans, pid, iterations, bounded):
 def steps_inside(spans, pid, its):
     """Every part of an iteration lies within its iteration span."""
     for e in spans:
-        if e["pid"] != pid or e["tid"] != 1 or e.get("cat") in ("eval", "checkpoint"):
+        if e["pid"] != pid or e["tid"] != STEPS or e.get("cat") in ("eval", "checkpoint"):
             continue
         i = its.get(it_of(e))
         if i is None:
@@ -120,7 +121,7 @@ def steps_inside(spans, pid, its):
 def check_layers(t, spans, pid, its, fwd, bwd, loss):
     rule = detailed(t)
     for i in its:
-        c = count(spans, pid=pid, tid=1, iteration=i)
+        c = count(spans, pid=pid, tid=STEPS, iteration=i)
         f = {n[8:]: k for n, k in c.items() if n.startswith("forward ")}
         b = {n[9:]: k for n, k in c.items() if n.startswith("backward ")}
         if rule(i):
@@ -139,7 +140,7 @@ def single(t, spans, a):
     steps_inside(spans, 1, its)
     check_layers(t, spans, 1, its, layers, layers, True)
     if a.get("lsh") == "1":
-        lsh = [e for e in spans if e["tid"] == 2 and e.get("cat") == "lsh"]
+        lsh = [e for e in spans if e["tid"] == LSH and e.get("cat") == "lsh"]
         expect(lsh, "no table rebuild spans")
         expect(all(e["name"].split(" ")[-1] in layers for e in lsh), "a rebuild names no layer")
 
@@ -153,7 +154,7 @@ def graph(t, spans, a):
     # The ops that run backward are the same in every detailed iteration
     # and include every layer with parameters.
     first = next(i for i in its if rule(i))
-    c = count(spans, pid=1, tid=1, iteration=first)
+    c = count(spans, pid=1, tid=STEPS, iteration=first)
     bwd = sorted(n[9:] for n in c if n.startswith("backward "))
     expect(set(trained) <= set(bwd) <= set(layers), "backward ops %r (trained %r)" % (bwd, trained))
     check_layers(t, spans, 1, its, layers, bwd, False)
@@ -168,13 +169,14 @@ def jobs(t, spans, a):
 
 
 def dist(t, spans, a):
+    """Rank r is process r + 1 (Perfetto treats pid 0 as the kernel's)."""
     layers = a["layers"].split(",")
     S, R, N = int(a["servers"]), int(a["ranks"]), int(a["iterations"])
     W = R - S
     o = t["otherData"]
     procs = {e["pid"]: e["args"]["name"] for e in t["traceEvents"]
              if e["ph"] == "M" and e["name"] == "process_name"}
-    expect(procs == {r: "rank %d (%s)" % (r, "server" if r < S else "worker") for r in range(R)},
+    expect(procs == {r + 1: "rank %d (%s)" % (r, "server" if r < S else "worker") for r in range(R)},
            "processes %r" % procs)
     tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in t["traceEvents"]
               if e["ph"] == "M" and e["name"] == "thread_name"}
@@ -183,19 +185,19 @@ def dist(t, spans, a):
     expect(tensors == [l + s for l in layers for s in (".w", ".b")], "transfers %r" % tensors)
     owner = {x["name"]: x["server"] for x in o["transfers"]}
     rule = detailed(t)
-    its = {r: per_iteration(t, spans, r, N, False) for r in range(R)}
+    its = {r: per_iteration(t, spans, r + 1, N, False) for r in range(R)}
     ndet = sum(rule(i) for i in range(1, N + 1))
     expect(ndet > 0, "no detailed iteration")
     total = collections.Counter()
     for r in range(R):
-        chans = range(W) if r < S else range(S)
-        for k in chans:
+        for k in range(W) if r < S else range(S):
             want_name = "worker %d (rank %d)" % (k, S + k) if r < S else "server %d (rank %d)" % (k, k)
-            expect(tracks.get((r, 16 + k)) == want_name, "rank %d track %d: %r" % (r, 16 + k, tracks.get((r, 16 + k))))
+            got = tracks.get((r + 1, CHANNEL + k))
+            expect(got == want_name, "rank %d track %d: %r" % (r, CHANNEL + k, got))
             mine = {n for n, s in owner.items() if s == (r if r < S else k)}
             for i in range(1, N + 1):
                 for cat in ("param", "grad"):
-                    c = count(spans, pid=r, tid=16 + k, iteration=i, cat=cat)
+                    c = count(spans, pid=r + 1, tid=CHANNEL + k, iteration=i, cat=cat)
                     total[cat] += sum(c.values())
                     want = {n: 1 for n in mine} if rule(i) else {}
                     expect(dict(c) == want, "rank %d channel %d iteration %d %s: %r, want %r"
@@ -206,12 +208,12 @@ def dist(t, spans, a):
                % (total[cat], cat, ndet, W, len(tensors)))
     for r in range(S):
         for i in range(1, N + 1):
-            expect(count(spans, pid=r, tid=1, iteration=i, cat="optimizer")["optimizer"] == 1,
+            expect(count(spans, pid=r + 1, tid=STEPS, iteration=i, cat="optimizer")["optimizer"] == 1,
                    "server %d iteration %d: no optimizer span" % (r, i))
     for r in range(S, R):
-        steps_inside(spans, r, its[r])
+        steps_inside(spans, r + 1, its[r])
         for i in its[r]:
-            c = count(spans, pid=r, tid=1, iteration=i)
+            c = count(spans, pid=r + 1, tid=STEPS, iteration=i)
             want = 1 if rule(i) else 0
             for l in layers:
                 expect(c["forward " + l] == want and c["backward " + l] == want,
@@ -221,13 +223,14 @@ def dist(t, spans, a):
     for r in range(S):
         for k in range(W):
             for i in range(1, N + 1):
-                ps = [e for e in spans if e["pid"] == r and e["tid"] == 16 + k
+                ps = [e for e in spans if e["pid"] == r + 1 and e["tid"] == CHANNEL + k
                       and e.get("cat") == "param" and it_of(e) == i]
                 if not ps:
                     continue
                 ps.sort(key=lambda e: e["args"]["order"])
-                expect([e["args"]["order"] for e in ps] == list(range(len(ps))),
-                       "rank %d channel %d iteration %d: places %r" % (r, k, i, [e["args"]["order"] for e in ps]))
+                places = [e["args"]["order"] for e in ps]
+                expect(places == list(range(len(ps))),
+                       "rank %d channel %d iteration %d: places %r" % (r, k, i, places))
                 if a.get("order") in ("tic", "tac") and i > o["warmup_iterations"]:
                     pr = [e["args"].get("priority") for e in ps]
                     expect(None not in pr and pr == sorted(pr),
@@ -236,20 +239,23 @@ def dist(t, spans, a):
     # began, and a server updates only after every worker began sending.
     for w in range(S, R):
         for e in spans:
-            if e["pid"] == w and e.get("cat") == "param":
+            if e["pid"] == w + 1 and e.get("cat") == "param":
                 s = its[owner[e["name"]]][it_of(e)]
                 expect(e["ts"] + e["dur"] >= s["ts"] - EPS,
-                       "rank %d received %s of iteration %d before its server began it" % (w, e["name"], it_of(e)))
+                       "rank %d received %s of iteration %d before its server began it"
+                       % (w, e["name"], it_of(e)))
     for r in range(S):
         for i in range(1, N + 1):
             if not rule(i):
                 continue
-            opt = [e for e in spans if e["pid"] == r and e.get("cat") == "optimizer" and it_of(e) == i][0]
+            opt = [e for e in spans if e["pid"] == r + 1 and e.get("cat") == "optimizer"
+                   and it_of(e) == i][0]
             for w in range(S, R):
-                g = [e["ts"] for e in spans if e["pid"] == w and e["tid"] == 16 + r
+                g = [e["ts"] for e in spans if e["pid"] == w + 1 and e["tid"] == CHANNEL + r
                      and e.get("cat") == "grad" and it_of(e) == i]
                 expect(opt["ts"] >= min(g) - EPS,
-                       "server %d updated iteration %d before worker rank %d sent a gradient" % (r, i, w))
+                       "server %d updated iteration %d before worker rank %d sent a gradient"
+                       % (r, i, w))
 
 
 def main():
