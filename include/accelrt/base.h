@@ -253,8 +253,9 @@ double ar_now(void);
  * replies.  Zero-initialise it ({0}); after an allocation failure `oom` is
  * set and later calls do nothing, so a writer checks once at the end.
  * ar_sbuf_json_str appends s as a JSON string (quotes, escapes; control
- * characters as \u00XX).  This and ar_json (runtime.h), built on it, are
- * the project's only JSON writers. */
+ * characters as \u00XX), ar_sbuf_json_esc the same without the quotes
+ * (parts of one string).  This, ar_json (runtime.h) and the Chrome trace
+ * writer (trace.h), built on it, are the project's only JSON writers. */
 typedef struct ar_sbuf {
   char *buf; /* NUL-terminated when len > 0 */
   size_t len, cap;
@@ -266,6 +267,7 @@ void ar_sbuf_printf(ar_sbuf *b, const char *fmt, ...)
 #endif
     ;
 void ar_sbuf_json_str(ar_sbuf *b, const char *s);
+void ar_sbuf_json_esc(ar_sbuf *b, const char *s);
 void ar_sbuf_fini(ar_sbuf *b); /* frees, and leaves b empty */
 
 /* ---- stop signals -------------------------------------------------------

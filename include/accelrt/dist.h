@@ -60,6 +60,9 @@
  * efficiency_median, comm_busy_s_median, comp_busy_s_median, schedule_ms,
  * straggler_s_median), checkpoint.bin (the whole model, shards gathered),
  * oracle.tsv (the op times after warm-up, read by `accelrt simulate`),
+ * trace.json (the timeline: one process per rank, every transfer on its
+ * channel's track; written at the end of a run that succeeded, every
+ * rank's events gathered by rank 0, docs/trace.md),
  * trace.tsv (every op and transfer of every worker, every iteration: the
  * worker's start/end, a transfer's emulated wire and link times; read by
  * `accelrt simulate --trace` to calibrate).  On --resume, metrics.jsonl and

@@ -31,6 +31,7 @@
 #include "accelrt/data.h"
 #include "accelrt/device.h"
 #include "accelrt/spec.h"
+#include "accelrt/trace.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -191,6 +192,8 @@ typedef struct ar_model {
   ar_status loss_status; /* not AR_OK: ar_model_loss could not read the
                             loss (device error in err); it returned NaN */
   ar_err err;
+  ar_trace *trace;      /* borrowed, NULL: none; the sampled layers' table
+                           builds go there (AR_TRACE_LSH, trace.h) */
 } ar_model;
 
 /* Allocates the model on `dev` as planned and initialises the parameters

@@ -34,6 +34,7 @@
 #include "accelrt/graph.h" /* ar_plan */
 #include "accelrt/nn.h"
 #include "accelrt/spec.h"
+#include "accelrt/trace.h"
 
 #include <stdio.h>
 
@@ -80,7 +81,9 @@ int64_t *ar_net_y(ar_net *n);
 
 /* One training step on the staged batch: forward, loss, backward, the
  * optimizer.  *loss: the batch's mean loss; *lr: the rate used.  AR_OK;
- * AR_RANGE for a class id outside the output (named). */
+ * AR_RANGE for a class id outside the output (named).  With a trace (see
+ * ar_net_set_trace) each op's forward and backward are detail spans and
+ * the optimizer a span, on AR_TRACE_STEPS. */
 ar_status ar_net_train(ar_net *n, double *loss, double *lr, ar_err *err);
 /* Forward in evaluation mode on the staged batch; the first `rows` rows
  * count: adds their loss and top-1/top-5 hits into acc (hits[0] top 1,
@@ -98,6 +101,8 @@ void ar_net_set_step(ar_net *n, int64_t step);
 int ar_net_tensors(const ar_net *n, const char **names, float **ptrs, int64_t *counts,
                    ar_shape *shapes);
 ar_device *ar_net_device(const ar_net *n);
+/* Where training steps record their spans (borrowed; NULL: nowhere). */
+void ar_net_set_trace(ar_net *n, ar_trace *t);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,8 @@
  *
  * Outputs in spec->output.dir:
  *   metrics.jsonl   one JSON object per evaluation
+ *   trace.json      the run's timeline (Chrome trace format, trace.h):
+ *                   iterations, their parts, per-layer or per-op detail
  *   summary.json    final metrics (names are a contract: samples_per_s, loss,
  *                   p_at_1, p_at_3, p_at_5, iterations, epochs, wall_s,
  *                   peak_rss_bytes, device, threads, ...)
@@ -20,6 +22,7 @@
 #include "accelrt/fs.h"
 #include "accelrt/graph.h"
 #include "accelrt/spec.h"
+#include "accelrt/trace.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,7 +56,10 @@ typedef struct ar_summary {
 
 /* Runs the job.  AR_OK on success (summary filled when not NULL);
  * AR_INTERRUPTED when SIGINT/SIGTERM stopped it (a checkpoint was written);
- * other statuses with the reason in err. */
+ * other statuses with the reason in err.  Writes output.dir/trace.json
+ * once the job has started, whatever the outcome (its recorder takes
+ * ar_trace_opts_env's overrides; a malformed one is AR_INVALID before
+ * anything runs). */
 ar_status ar_run(const ar_spec *spec, const ar_run_opts *opts,
                  ar_summary *summary, ar_err *err);
 
@@ -154,8 +160,17 @@ typedef struct ar_job_opts {
   /* When the run began (ar_now()): the summary's wall_s counts from it;
    * 0: from ar_job_open. */
   double t0;
+  /* Where the job records its timeline (borrowed; NULL: nowhere): each
+   * step's iteration number, an iteration span (AR_TRACE_ITERATIONS) and
+   * its parts (AR_TRACE_STEPS): batch, the forward and backward of each
+   * layer or graph op and the loss (detail spans), the optimizer (or the
+   * hooks' step), evaluation, checkpoint; table rebuilds of sampled
+   * layers (AR_TRACE_LSH).  The job names those tracks.  Recording
+   * allocates nothing.  On a device other than the host, a detailed
+   * iteration waits for each layer (so its span is the layer's time). */
+  ar_trace *trace;
 } ar_job_opts;
-#define AR_JOB_OPTS_INIT {0, 1, 0, true, false, NULL, NULL, NULL, 0.0}
+#define AR_JOB_OPTS_INIT {0, 1, 0, true, false, NULL, NULL, NULL, 0.0, NULL}
 
 /* The device options a job asks for: its train.threads (0: all cores) and
  * runtime.memory as the device arena's size. */

@@ -33,16 +33,29 @@ void ar_sbuf_printf(ar_sbuf *b, const char *fmt, ...) {
   }
 }
 
-void ar_sbuf_json_str(ar_sbuf *b, const char *s) {
-  ar_sbuf_printf(b, "\"");
-  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+void ar_sbuf_json_esc(ar_sbuf *b, const char *s) {
+  const unsigned char *p = (const unsigned char *)(s ? s : "");
+  while (*p) {
+    /* The run of characters that need no escape, in one append. */
+    size_t n = 0;
+    while (n < (1u << 30) && p[n] && p[n] != '"' && p[n] != '\\' && p[n] >= 0x20)
+      n++;
+    if (n) {
+      ar_sbuf_printf(b, "%.*s", (int)n, (const char *)p);
+      p += n;
+      continue;
+    }
     if (*p == '"' || *p == '\\')
       ar_sbuf_printf(b, "\\%c", *p);
-    else if (*p < 0x20)
-      ar_sbuf_printf(b, "\\u%04x", *p);
     else
-      ar_sbuf_printf(b, "%c", *p);
+      ar_sbuf_printf(b, "\\u%04x", *p);
+    p++;
   }
+}
+
+void ar_sbuf_json_str(ar_sbuf *b, const char *s) {
+  ar_sbuf_printf(b, "\"");
+  ar_sbuf_json_esc(b, s);
   ar_sbuf_printf(b, "\"");
 }
 

@@ -19,7 +19,9 @@
  *   rows.c       the rows messages of sampled layers' tensors;
  *   stage.c      a worker whose device memory MPI cannot read (CUDA):
  *                host staging of its parameters and gradients;
- *   share.c      distributed.share: a worker as a tenant of lanes.
+ *   share.c      distributed.share: a worker as a tenant of lanes;
+ *   timeline.c   trace.json: each rank's spans and transfers, gathered
+ *                by rank 0 at the end onto one clock.
  *
  * Every rank runs one ar_job (runtime/engine): the job reads the data,
  * holds the model and, on rank 0, evaluates, logs, checkpoints and writes
@@ -64,6 +66,7 @@
 #include "accelrt/runtime.h"
 
 enum {
+  AR__DIST_TAG_TRACE = 0,  /* cctl: a rank's trace events, at the end */
   AR__DIST_TAG_ABORT = 1,  /* cctl: int64 {iteration, failed rank, reporter} */
   AR__DIST_TAG_REPORT = 2, /* cctl: a worker's or a server's iteration report */
   AR__DIST_TAG_GATHER = 3  /* cctl: shards sent to rank 0 (base tag) */
@@ -273,6 +276,22 @@ typedef struct ar__dist {
   ar__share *share;
   bool dev_borrowed; /* dev is a lane handle of share's runner */
   bool failed;       /* the run is ending with an error */
+  /* The timeline (timeline.c): this rank's recorder, also its job's;
+   * NULL when traces are off. */
+  ar_trace *tl;
+  ar_trace_opts tl_opts; /* its options: rank 0's */
+  bool tl_det;       /* the iteration's transfers are recorded */
+  const ar_commsched_schedule *tl_sched; /* the iteration's (priorities) */
+  double tl_conv;    /* ar_now() - ar__dist_clock(), set each iteration */
+  double tl_poll;    /* server: when the gradient receives were last tested */
+  uint32_t *tl_order; /* server (W x nt): a parameter send's place among its
+                         worker's this iteration; worker (nt): a parameter
+                         receive's among its server's, then a gradient send's */
+  uint32_t *tl_next, *tl_gnext; /* (channels) places given so far: the
+                                   parameters', the gradients' */
+  double *tl_t0;     /* worker (nt): when a receive was matched, then when
+                        its gradient was posted */
+  double *tl_infos;  /* rank 0 (size x 8): the ranks' figures at the end */
 } ar__dist;
 
 /* ---- transport.c ---- */
@@ -436,5 +455,22 @@ void ar__share_end(ar__dist *c, ar_status st, bool last);
 void ar__share_close(ar__dist *c, bool failed);
 /* dist_run.c: the model's blocks moved; the tensor table follows. */
 void ar__dist_rebind(ar__dist *c, void *persistent, void *ephemeral);
+
+/* ---- timeline.c ---- */
+/* After the roles are known, on every rank: rank 0's options (rank0, read
+ * from its environment) are broadcast and the recorder made with a track
+ * per channel (c->tl stays NULL when they say no trace).  AR_NOMEM. */
+ar_status ar__dist_tl_open(ar__dist *c, const ar_trace_opts *rank0);
+void ar__dist_tl_close(ar__dist *c); /* idempotent */
+/* An iteration begins under schedule s (NULL: none or warm-up). */
+void ar__dist_tl_begin(ar__dist *c, int64_t iter, const ar_commsched_schedule *s);
+/* A transfer of tensor t on channel chan (a server's worker index, a
+ * worker's server rank), parameters or its gradient, its place on the
+ * channel, its bytes, from t0 to t1 (ar_now()).  Only while c->tl_det. */
+void ar__dist_tl_transfer(ar__dist *c, int chan, int t, bool grad, uint32_t order, size_t bytes,
+                          double t0, double t1);
+/* After a successful run, on every rank (collective): the clocks aligned,
+ * every rank's spans to rank 0, which writes output.dir/trace.json. */
+ar_status ar__dist_tl_write(ar__dist *c);
 
 #endif /* ACCELRT_DIST_IMPL_H */

@@ -277,6 +277,7 @@ static ar_status open_job(ar__dist *c, const ar_run_opts *opts) {
   jo.records = c->rank == 0;
   jo.remote = c->server;
   jo.t0 = c->wall0;
+  jo.trace = c->tl;
   if (!c->server) {
     ar__dist_worker_hooks(c);
     jo.parts = c->W;
@@ -465,6 +466,11 @@ static ar_status resume(ar__dist *c) {
 
 static ar_status setup(ar__dist *c, const ar_run_opts *opts) {
   AR_CHECK(check_roles(c));
+  /* The timeline: rank 0's environment decides for every rank. */
+  ar_trace_opts to = AR_TRACE_OPTS_INIT;
+  AR_CHECK(agree(c, c->rank == 0 ? ar_trace_opts_env(&to, c->err) : AR_OK,
+                 "reading the trace options"));
+  AR_CHECK(agree(c, ar__dist_tl_open(c, &to), "preparing the timeline"));
   AR_CHECK(decide_sampling(c));
   AR_CHECK(open_job(c, opts));
   ar_status st = make_model(c);
@@ -570,6 +576,18 @@ static void teardown(ar__dist *c) {
   if (!c->dev_borrowed)
     ar_device_close(c->dev);
   ar__share_close(c, c->failed);
+  ar__dist_tl_close(c);
+}
+
+/* The timeline of a run that succeeded (every rank takes part).  The run's
+ * outcome stands: a trace that cannot be gathered or written is a
+ * warning. */
+static void write_timeline(ar__dist *c) {
+  ar_err te = AR_ERR_INIT, *keep = c->err;
+  c->err = &te;
+  if (ar__dist_tl_write(c) != AR_OK)
+    ar_log(AR_LOG_WARN, "rank %d: no trace.json: %s", c->rank, te.msg);
+  c->err = keep;
 }
 
 ar_status ar_dist_run_ex(const ar_spec *spec, const ar_run_opts *opts_in,
@@ -597,6 +615,8 @@ ar_status ar_dist_run_ex(const ar_spec *spec, const ar_run_opts *opts_in,
     st = ar_job_finish(c.job, false, summary, err);
   if (st == AR_OK)
     st = agree(&c, st, "finishing the job");
+  if (st == AR_OK && c.tl)
+    write_timeline(&c);
   c.failed = st != AR_OK;
   teardown(&c);
   ar__dist_restore_signals();

@@ -182,6 +182,8 @@ static bool gate_to_fifo(ar__dist *c, srv_iter *it) {
         start = pace.start_s;
       }
       size_t k = it->tail++;
+      if (c->tl) /* the order the gate released them in, per worker */
+        c->tl_order[(size_t)w * (size_t)c->nt + t] = c->tl_next[w]++;
       c->pend_w[k] = (uint32_t)w;
       c->pend_t[k] = t;
       c->pend_at[k] = at;
@@ -244,10 +246,11 @@ static uint8_t *grad_msg(const ar__dist *c, int w, int t) {
   return c->gwire + (size_t)w * c->own_wire + c->wireoff[t];
 }
 
-/* A piece of worker w's gradient of t came (bytes long): when it was the
- * message's last, the message is delivered (at its emulated arrival with
- * link emulation). */
-static ar_status gradient_piece(ar__dist *c, srv_iter *it, int w, int t, int bytes, double now) {
+/* A piece of worker w's gradient of t came (bytes long) in the poll that
+ * began at `polled` (ar_now()): when it was the message's last, the
+ * message is delivered (at its emulated arrival with link emulation). */
+static ar_status gradient_piece(ar__dist *c, srv_iter *it, int w, int t, int bytes, double now,
+                                double polled) {
   size_t k = (size_t)w * (size_t)c->nt + (size_t)t;
   c->rbytes[k] += (size_t)bytes;
   if (--c->rleft[k] > 0)
@@ -266,11 +269,17 @@ static ar_status gradient_piece(ar__dist *c, srv_iter *it, int w, int t, int byt
   if (at > it->last_delivery)
     it->last_delivery = at;
   it->recvd++;
+  if (c->tl_det) {
+    double end = c->tl_conv + at;
+    ar__dist_tl_transfer(c, w, t, true, c->tl_gnext[w]++, got, polled,
+                         end > c->tl_poll ? end : c->tl_poll);
+  }
   return AR_OK;
 }
 
 static ar_status exchange(ar__dist *c, srv_iter *it, int *idx) {
   ar__dist_poll_reset(c);
+  c->tl_poll = c->tl_det ? ar_now() : 0.0;
   for (;;) {
     bool progressed = gate_to_fifo(c, it);
     AR_CHECK(post_due(c, it, &progressed));
@@ -280,11 +289,18 @@ static ar_status exchange(ar__dist *c, srv_iter *it, int *idx) {
       uint32_t w = (uint32_t)((size_t)idx[i] / c->nslots);
       uint32_t t = c->slot_t[(size_t)idx[i] % c->nslots];
       progressed = true;
-      if (--c->sleft[(size_t)w * (size_t)c->nt + t] > 0)
+      size_t k = (size_t)w * (size_t)c->nt + t;
+      if (--c->sleft[k] > 0)
         continue;
       AR_CHECK(ar_commsched_gate_release(c->gate, w, t, c->err));
       it->sent++;
+      if (c->tl_det)
+        ar__dist_tl_transfer(c, (int)w, (int)t, false, c->tl_order[k], msg_bytes(&c->t[t]),
+                             c->tl_conv + c->send_start[k], ar_now());
     }
+    double polled = c->tl_poll;
+    if (c->tl_det)
+      c->tl_poll = ar_now();
     AR_CHECK(test_some(c, c->rreq, idx, &n, c->rstat, "a gradient receive"));
     double now = ar__dist_clock(c);
     for (int i = 0; i < n; i++) {
@@ -292,7 +308,7 @@ static ar_status exchange(ar__dist *c, srv_iter *it, int *idx) {
       MPI_Get_count(&c->rstat[i], MPI_BYTE, &cnt);
       int w = (int)((size_t)idx[i] / c->nslots);
       int t = (int)c->slot_t[(size_t)idx[i] % c->nslots];
-      AR_CHECK(gradient_piece(c, it, w, t, cnt, now));
+      AR_CHECK(gradient_piece(c, it, w, t, cnt, now, polled));
       progressed = true;
     }
     if (it->sent == it->expect && it->recvd == it->expect)
@@ -433,7 +449,8 @@ static ar_status send_report(ar__dist *c, const double *rep) {
 }
 
 ar_status ar__dist_server_iteration(ar__dist *c, int64_t iter, const ar_commsched_schedule *s) {
-  double wall0 = ar__dist_clock(c);
+  double wall0 = ar__dist_clock(c), it0 = c->tl ? ar_now() : 0.0;
+  ar__dist_tl_begin(c, iter, s);
   /* Load the schedule into the gate (tic/tac once, random every
    * iteration), then start the iteration: counters reset (TicTac's
    * reference never reset them, see commsched.h). */
@@ -456,8 +473,14 @@ ar_status ar__dist_server_iteration(ar__dist *c, int64_t iter, const ar_commsche
   rep[AR__SREP_ITER] = (double)iter;
   rep[AR__SREP_START] = start;
   rep[AR__SREP_UPD0] = ar__dist_clock(c);
+  double u0 = c->tl ? ar_now() : 0.0;
   AR_CHECK(apply_update(c));
   rep[AR__SREP_UPD1] = ar__dist_clock(c);
+  if (c->tl) {
+    double u1 = ar_now();
+    ar_trace_add_span(c->tl, AR_TRACE_STEPS, "optimizer", "optimizer", NULL, u0, u1, false);
+    ar_trace_add_span(c->tl, AR_TRACE_ITERATIONS, "iteration", "iteration", NULL, it0, u1, false);
+  }
   size_t wt = (size_t)c->W * (size_t)c->nt;
   memcpy(rep + ar__srep(c, AR__SREP_SEND_START), c->send_start, wt * sizeof *rep);
   memcpy(rep + ar__srep(c, AR__SREP_ARRIVE), c->arrive, wt * sizeof *rep);

@@ -111,6 +111,10 @@ static ar_status match_piece(ar__dist *c, int s, int t, MPI_Message *msg, MPI_St
         ar__dist_clock(c); /* matched: the copy starts */
     c->report[ar__wrep(c, AR__WREP_ORDER) + c->w_norder] = (double)t;
     c->w_order_u[c->w_norder++] = (uint32_t)t;
+    if (c->tl_det) { /* its place among its server's, as probed */
+      c->tl_t0[t] = ar_now();
+      c->tl_order[t] = c->tl_next[s]++;
+    }
   }
   return AR_OK;
 }
@@ -153,6 +157,9 @@ static ar_status recv_step(ar__dist *c, bool *progressed) {
     if (--c->pleft[t] > 0)
       continue;
     c->w_arrival[t] = now;
+    if (c->tl_det)
+      ar__dist_tl_transfer(c, c->t[t].server, t, false, c->tl_order[t], c->pbytes[t],
+                           c->tl_t0[t], ar_now());
     if (c->t[t].rows)
       AR_CHECK(take_rows(c, t));
   }
@@ -205,12 +212,43 @@ static ar_status send_grads(ar__dist *c, int l) {
       buf = T->msg;
       bytes = T->msg_bytes;
     }
+    if (c->tl_det) { /* the receives are done: pleft now counts the sends */
+      c->tl_t0[t] = ar_now();
+      c->tl_order[t] = c->tl_gnext[T->server]++;
+      c->pleft[t] = T->pieces;
+    }
     AR_CHECK(ar__dist_post(c, true, buf, bytes, T->pieces, T->server, t, c->cgrad,
                            &c->preq[T->slot], "sending the gradient of", T->name));
     c->report[ar__wrep(c, AR__WREP_GRAD_BYTES) + (size_t)t] = (double)bytes;
   }
   if (sampled)
     ar_model_grad_rows_clear(c->model, l);
+  return AR_OK;
+}
+
+/* Gradient sends completed (c->w_idx[0..n)): a message whose last piece
+ * went is a span of the timeline (detailed iterations only). */
+static void sends_done(ar__dist *c, int n) {
+  for (int i = 0; i < n; i++) {
+    int t = (int)c->slot_t[c->w_idx[i]];
+    if (--c->pleft[t] > 0)
+      continue;
+    size_t bytes = (size_t)c->report[ar__wrep(c, AR__WREP_GRAD_BYTES) + (size_t)t];
+    ar__dist_tl_transfer(c, c->t[t].server, t, true, c->tl_order[t], bytes, c->tl_t0[t],
+                         ar_now());
+  }
+}
+
+/* The gradient sends posted so far, tested once (detailed iterations,
+ * after each layer's sends, so that a send's span ends near its
+ * completion rather than at the end of the backward pass). */
+static ar_status test_sends(ar__dist *c) {
+  int n = 0;
+  int rc = MPI_Testsome((int)c->nslots, c->preq, &n, c->w_idx, MPI_STATUSES_IGNORE);
+  if (rc != MPI_SUCCESS)
+    return ar__dist_mpi_err(c, rc, "iteration %lld: sending gradients", (long long)c->iter + 1);
+  if (n != MPI_UNDEFINED)
+    sends_done(c, n);
   return AR_OK;
 }
 
@@ -227,6 +265,8 @@ static ar_status w_step(void *ctx) {
                               (long long)c->iter + 1);
     if (n == MPI_UNDEFINED)
       return AR_OK;
+    if (c->tl_det)
+      sends_done(c, n);
     int peer = -1;
     for (size_t i = 0; i < c->nslots && peer < 0; i++)
       if (c->preq[i] != MPI_REQUEST_NULL)
@@ -260,8 +300,15 @@ static ar_status w_before(void *ctx, ar_job_phase phase, int l) {
   }
   if (l == 0)
     c->report[AR__WREP_T0] = ar__dist_clock(c);
-  double in = 0.0;
+  double in = 0.0, w0 = c->tl_det ? ar_now() : 0.0;
   AR_CHECK(wait_layer(c, l, &in));
+  if (c->tl_det) { /* in is on the dist clock: converted, never past now */
+    double w1 = ar_now();
+    if (c->tl_conv + in < w1)
+      w1 = c->tl_conv + in;
+    ar_trace_add_span(c->tl, AR_TRACE_STEPS, "wait", "wait", c->model->layers[l].name, w0, w1,
+                      true);
+  }
   c->op_t0 = c->staged ? in : ar__dist_clock(c);
   return AR_OK;
 }
@@ -280,7 +327,8 @@ static ar_status w_after(void *ctx, ar_job_phase phase, int l) {
   double ready = c->report[ar__wrep(c, AR__WREP_OP_END) + c->bwd[l]];
   c->report[ar__wrep(c, AR__WREP_READY) + 2 * (size_t)l] = ready;
   c->report[ar__wrep(c, AR__WREP_READY) + 2 * (size_t)l + 1] = ready;
-  return send_grads(c, l);
+  AR_CHECK(send_grads(c, l));
+  return c->tl_det ? test_sends(c) : AR_OK;
 }
 
 static ar_status send_report(ar__dist *c) {
@@ -304,6 +352,7 @@ ar_status ar__dist_worker_iteration(ar__dist *c, int64_t iter) {
     c->pbytes[t] = 0;
   }
   c->w_norder = 0;
+  ar__dist_tl_begin(c, iter, c->sched);
   AR_CHECK(ar_job_step(c->job, c->err));
   for (size_t t = 0; t < nt; t++) { /* a recv op ends when its tensor is in */
     rep[ar__wrep(c, AR__WREP_OP_END) + ar_commsched_graph_recv_op(c->g, (uint32_t)t)] =

@@ -103,6 +103,9 @@ struct ar_job {
   double last_lr;
   int64_t eval_max;     /* accelrt eval's --points (0: train.eval_points) */
   int64_t *eval_idx;    /* (train.batch) an evaluation batch's examples */
+  /* The timeline (jo.trace, borrowed; NULL: none). */
+  ar_trace *trace;
+  bool sync_layers; /* wait for each layer in detailed iterations (a GPU) */
 };
 typedef struct ar_job run_ctx;
 

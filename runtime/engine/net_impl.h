@@ -61,6 +61,7 @@ struct ar_net {
   bool own_blocks, started;
   int64_t step;
   int64_t total; /* iterations of the run (the cosine schedule's length) */
+  ar_trace *trace; /* borrowed, NULL: none (ar_net_set_trace) */
 };
 
 typedef struct named {

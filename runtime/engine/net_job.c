@@ -198,7 +198,10 @@ ar_status ar__netjob_step(run_ctx *c) {
                    c->order);
     c->order_epoch = c->st.epoch;
   }
+  double t0 = c->trace ? ar_now() : 0.0;
   stage(c, c->ttrain, c->order + c->st.rows_in_epoch, B, true, (uint64_t)c->st.epoch);
+  if (c->trace)
+    ar_trace_add_span(c->trace, AR_TRACE_STEPS, "data", "batch", NULL, t0, ar_now(), false);
   double loss = 0, lr = 0;
   ar_status st = ar_net_train(c->net, &loss, &lr, c->err);
   if (st != AR_OK) {

@@ -224,12 +224,19 @@ static ar_status load(ar_net *n, ar_err *err) {
   return AR_OK;
 }
 
+/* A training step's forward (detailed iterations of a trace: a span per
+ * op; host ops are synchronous, so the span is the op's time). */
 static void forward(ar_net *n, bool training) {
+  bool det = training && ar_trace_detail(n->trace);
   for (int i = 0; i < n->n_nodes; i++) {
     nnode *d = &n->nodes[i];
+    double t0 = det ? ar_now() : 0.0;
     d->args.training = training;
     d->args.seed = n->spec->seed ^ ((uint64_t)n->step * 0x9e3779b97f4a7c15ull) ^ (uint64_t)i;
     ar_device_nn_forward(n->dev, training ? d->ptrain : d->peval, &d->args);
+    if (det)
+      ar_trace_add_span(n->trace, AR_TRACE_STEPS, "forward", "forward", d->name, t0, ar_now(),
+                        true);
   }
 }
 
@@ -242,15 +249,20 @@ static void add_into(float *dst, const float *src, int64_t cnt, int threads) {
 
 static void backward(ar_net *n) {
   int threads = ar_device_threads(n->dev);
+  bool det = ar_trace_detail(n->trace);
   for (int i = n->n_nodes - 1; i >= 0; i--) {
     nnode *d = &n->nodes[i];
     if (!d->trains)
       continue;
+    double t0 = det ? ar_now() : 0.0;
     ar_device_nn_backward(n->dev, d->ptrain, &d->args);
     for (int k = 0; k < d->n_in; k++)
       if (d->gtmp[k] >= 0)
         add_into(n->tensors[d->gtmp[k]].p, n->tensors[d->gin[k]].p,
                  ar_shape_count(&n->tensors[d->in[k]].shape), threads);
+    if (det)
+      ar_trace_add_span(n->trace, AR_TRACE_STEPS, "backward", "backward", d->name, t0, ar_now(),
+                        true);
   }
 }
 
@@ -325,7 +337,11 @@ ar_status ar_net_train(ar_net *n, double *loss, double *lr, ar_err *err) {
   AR_CHECK(load(n, err));
   forward(n, true);
   backward(n);
+  double t0 = n->trace ? ar_now() : 0.0;
   *lr = optimizer(n);
+  if (n->trace)
+    ar_trace_add_span(n->trace, AR_TRACE_STEPS, "optimizer", "optimizer", NULL, t0, ar_now(),
+                      false);
   return read_loss(n, loss, err);
 }
 
@@ -377,6 +393,7 @@ void ar_net_set_total(ar_net *n, int64_t total) { n->total = total; }
 int64_t ar_net_step(const ar_net *n) { return n->step; }
 void ar_net_set_step(ar_net *n, int64_t step) { n->step = step; }
 ar_device *ar_net_device(const ar_net *n) { return n->dev; }
+void ar_net_set_trace(ar_net *n, ar_trace *t) { n->trace = t; }
 
 int ar_net_tensors(const ar_net *n, const char **names, float **ptrs, int64_t *counts,
                    ar_shape *shapes) {

@@ -183,7 +183,8 @@ static ar_status rebuild(ar_model *m, ar_sampled *s, bool full, bool first) {
   ar_status st;
   ar_lsh_tables_stats ts;
   ar_lsh_tables_stats_get(s->tables, &ts);
-  if (!full && ts.neurons_built == s->neurons && n < s->neurons / 2) {
+  bool in_place = !full && ts.neurons_built == s->neurons && n < s->neurons / 2;
+  if (in_place) {
     st = ar_lsh_tables_reinsert(s->tables, s->hash, L->w, (size_t)L->in, ids, n);
     s->st.reinserted += (int64_t)n;
   } else {
@@ -193,11 +194,18 @@ static ar_status rebuild(ar_model *m, ar_sampled *s, bool full, bool first) {
   if (st != AR_OK)
     return ar_errf(&m->err, st, "layer %s: rebuilding the hash tables: %s", L->name,
                    ar_lsh_tables_errmsg(s->tables));
+  double t1 = ar_now();
   if (first)
-    s->st.first_build_s += ar_now() - t0;
+    s->st.first_build_s += t1 - t0;
   else {
-    s->st.rehash_s += ar_now() - t0;
+    s->st.rehash_s += t1 - t0;
     s->st.rehashes++;
+  }
+  if (m->trace) {
+    static const char *const keys[] = {"rows"};
+    ar_trace_span sp = {AR_TRACE_LSH, "lsh", in_place ? "lsh reinsert" : "lsh rebuild", L->name,
+                        t0, t1, false, keys, {in_place ? (int64_t)n : s->neurons}, 1};
+    ar_trace_add(m->trace, &sp);
   }
   return AR_OK;
 }

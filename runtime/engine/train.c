@@ -66,6 +66,7 @@ static ar_status eval_and_log(run_ctx *c) {
     AR_CHECK(ar__eval_pass(c->model, c->test, &c->batch, c->spec->train.eval_points, false, &acc,
                            &seconds, c->err));
   double eval_s = ar_now() - t0;
+  ar_trace_add_span(c->trace, AR_TRACE_STEPS, "eval", "evaluation", NULL, t0, t0 + eval_s, false);
   c->last_eval = acc;
   c->last_eval_iter = c->st.iteration;
   double train_loss = c->loss_window_n ? c->loss_window / (double)c->loss_window_n
@@ -245,6 +246,9 @@ ar_status ar_job_open_ex(const ar_spec *spec, const ar_run_opts *opts, const ar_
   c->err = err;
   c->wall0 = c->jo.t0 > 0 ? c->jo.t0 : ar_now();
   c->last_eval_iter = -1;
+  c->trace = c->jo.trace;
+  ar_trace_track(c->trace, AR_TRACE_ITERATIONS, "iterations", false);
+  ar_trace_track(c->trace, AR_TRACE_STEPS, "steps", false);
   ar_status st = open_outputs(c);
   if (st == AR_OK)
     st = open_data(c);
@@ -293,6 +297,14 @@ ar_status ar_job_start(ar_job *c, ar_device *dev, void *persistent, void *epheme
     AR_CHECK(ar_model_create_in(dev, &c->mspec, c->max_nnz, c->max_labels, persistent,
                                 ephemeral, &c->model, err));
     c->started = true;
+  }
+  c->sync_layers = strcmp(ar_device_name(dev), "host") != 0;
+  if (c->model) {
+    c->model->trace = c->trace;
+    if (c->model->n_sampled)
+      ar_trace_track(c->trace, AR_TRACE_LSH, "lsh tables", false);
+  } else {
+    ar_net_set_trace(c->net, c->trace);
   }
   if (c->net) {
     /* the position came with the checkpoint */
@@ -363,6 +375,7 @@ static void slice_batch(const ar_batch *src, int64_t lo, int64_t hi, ar_batch *d
  * loads this job's rows of it into the model. */
 static ar_status next_batch(run_ctx *c) {
   int32_t B = c->spec->train.batch;
+  double t0 = c->trace ? ar_now() : 0.0;
   AR_CHECK(ar_reader_next(c->train, B, &c->batch, c->err));
   if (c->batch.rows == 0) {
     c->st.epoch++;
@@ -382,6 +395,8 @@ static ar_status next_batch(run_ctx *c) {
   if (st != AR_OK)
     return ar_errf(c->err, st, "iteration %lld: %s", (long long)c->st.iteration + 1,
                    c->model->err.msg);
+  if (c->trace)
+    ar_trace_add_span(c->trace, AR_TRACE_STEPS, "data", "batch", NULL, t0, ar_now(), false);
   return AR_OK;
 }
 
@@ -411,31 +426,53 @@ static ar_status local_step(run_ctx *c) {
   return AR_OK;
 }
 
+/* The end of a phase of the iteration that began at t0 (a detailed
+ * iteration's span): on a device other than the host the layer's work is
+ * waited for first, so the span is its time, not its launch's. */
+static ar_status phase_done(run_ctx *c, const char *what, const char *layer, double t0) {
+  if (c->sync_layers && ar_device_sync(c->dev) != AR_OK)
+    return ar_errf(c->err, AR_DEVICE, "iteration %lld: %s %s on %s: %s",
+                   (long long)c->st.iteration + 1, what, layer ? layer : "",
+                   ar_device_name(c->dev), ar_device_errmsg(c->dev));
+  ar_trace_add_span(c->trace, AR_TRACE_STEPS, what, what, layer, t0, ar_now(), true);
+  return AR_OK;
+}
+
 /* One iteration on the loaded rows, a layer at a time with the hooks
  * around each (dense layers through the device, sampled ones per sample);
  * *loss_sum: the rows' summed losses.  No rows (a part whose share of a
- * short last batch is empty): the gradients are zero. */
+ * short last batch is empty): the gradients are zero.  In a detailed
+ * iteration each layer's forward and backward and the loss are spans of
+ * the timeline, the hooks left out (a worker's wait for its parameters
+ * shows as the gap before a forward). */
 static ar_status train_layers(run_ctx *c, double *loss_sum) {
   ar_model *m = c->model;
   const ar_job_hooks *h = &c->hooks;
   int n = m->n_layers;
-  bool any = m->rows > 0;
-  double lsum = 0.0;
+  bool any = m->rows > 0, det = ar_trace_detail(c->trace);
+  double lsum = 0.0, t0 = 0.0;
   for (int l = 0; l < n; l++) {
     AR_CHECK(hook(c, h->before, AR_JOB_FORWARD, l));
+    t0 = det ? ar_now() : 0.0;
     if (any && ar_model_train_forward_layer(m, l, &lsum) != AR_OK)
       return model_err(c, AR_STATE);
     AR_CHECK(hook(c, h->after, AR_JOB_FORWARD, l));
+    if (det)
+      AR_CHECK(phase_done(c, "forward", m->layers[l].name, t0));
   }
   AR_CHECK(hook(c, h->before, AR_JOB_LOSS, n - 1));
+  t0 = det ? ar_now() : 0.0;
   *loss_sum = 0.0;
   if (any)
     *loss_sum = m->layers[n - 1].smp ? lsum : (double)ar_model_loss(m, true) * (double)m->rows;
   if (m->loss_status != AR_OK)
     return model_err(c, m->loss_status);
   AR_CHECK(hook(c, h->after, AR_JOB_LOSS, n - 1));
+  if (det)
+    AR_CHECK(phase_done(c, "loss", NULL, t0));
   for (int l = n - 1; l >= 0; l--) {
     AR_CHECK(hook(c, h->before, AR_JOB_BACKWARD, l));
+    t0 = det ? ar_now() : 0.0;
     if (any) {
       if (ar_model_train_backward_layer(m, l) != AR_OK)
         return model_err(c, AR_STATE);
@@ -444,11 +481,21 @@ static ar_status train_layers(run_ctx *c, double *loss_sum) {
       ar_device_fill(m->dev, m->layers[l].gb, m->layers[l].out, 0.0f);
     }
     AR_CHECK(hook(c, h->after, AR_JOB_BACKWARD, l));
+    if (det)
+      AR_CHECK(phase_done(c, "backward", m->layers[l].name, t0));
   }
-  if (!h->step)
-    return local_step(c);
-  ar_model_advance_step(m);
-  return h->step(h->ctx);
+  t0 = c->trace ? ar_now() : 0.0;
+  ar_status st;
+  if (!h->step) {
+    st = local_step(c);
+  } else {
+    ar_model_advance_step(m);
+    st = h->step(h->ctx);
+  }
+  if (c->trace && st == AR_OK)
+    ar_trace_add_span(c->trace, AR_TRACE_STEPS, "optimizer", h->step ? "remote step" : "optimizer",
+                      NULL, t0, ar_now(), false);
+  return st;
 }
 
 /* An iteration done (here or, for a remote job, elsewhere) of `rows`
@@ -472,15 +519,20 @@ static ar_status loss_err(run_ctx *c, double loss) {
 
 /* A checkpoint of either kind of model. */
 static ar_status save(run_ctx *c) {
-  if (c->net)
-    return ar__netjob_save(c);
-  return ar_checkpoint_save(c->model, &c->st, c->opts.fs, c->ckpt_path, c->err);
+  double t0 = ar_now();
+  ar_status st = c->net ? ar__netjob_save(c)
+                        : ar_checkpoint_save(c->model, &c->st, c->opts.fs, c->ckpt_path, c->err);
+  if (st == AR_OK)
+    ar_trace_add_span(c->trace, AR_TRACE_STEPS, "checkpoint", "checkpoint", NULL, t0, ar_now(),
+                      false);
+  return st;
 }
 
 ar_status ar_job_step(ar_job *c, ar_err *err) {
   c->err = err;
   if (!c->started || ar_job_done(c) || c->jo.remote)
     return ar_errf(err, AR_STATE, "no iteration to run");
+  ar_trace_iteration(c->trace, c->st.iteration + 1);
   double t0 = ar_now();
   int64_t rows;
   if (c->net) {
@@ -497,7 +549,9 @@ ar_status ar_job_step(ar_job *c, ar_err *err) {
   if (c->jo.parts == 1 && !isfinite(loss))
     return loss_err(c, (double)loss);
   c->st.rows_in_epoch += c->batch.rows;
-  count_iteration(c, c->batch.rows, loss, ar_now() - t0);
+  double t1 = ar_now();
+  ar_trace_add_span(c->trace, AR_TRACE_ITERATIONS, "iteration", "iteration", NULL, t0, t1, false);
+  count_iteration(c, c->batch.rows, loss, t1 - t0);
   if (!c->jo.records)
     return AR_OK;
   if (c->net && c->spec->train.log_every > 0 && c->st.iteration % c->spec->train.log_every == 0) {
@@ -623,12 +677,32 @@ void ar_job_close(ar_job *c) {
   ar_free(c);
 }
 
+/* ar_run's output.dir/trace.json, once the job started (a run that
+ * failed or was stopped shows how far it got).  The run's outcome stands:
+ * a trace that cannot be written is a warning. */
+static void write_trace(const ar_job *j, const ar_device *dev) {
+  char name[512], *path = ar_path_join(j->spec->output.dir, "trace.json");
+  if (!strcmp(ar_device_name(dev), "host"))
+    snprintf(name, sizeof name, "accelrt run %s on host", j->spec->name);
+  else
+    snprintf(name, sizeof name, "accelrt run %s on %s:%d", j->spec->name, ar_device_name(dev),
+             ar_device_index(dev));
+  ar_err e = AR_ERR_INIT;
+  if (!path || ar_trace_write(j->trace, name, j->opts.fs, path, &e) != AR_OK)
+    ar_log(AR_LOG_WARN, "no trace.json: %s", path ? e.msg : "out of memory");
+  ar_free(path);
+}
+
 ar_status ar_run(const ar_spec *spec, const ar_run_opts *opts, ar_summary *summary,
                  ar_err *err) {
+  ar_trace_opts to = AR_TRACE_OPTS_INIT;
+  ar_job_opts jo = AR_JOB_OPTS_INIT;
+  AR_CHECK(ar_trace_opts_env(&to, err));
+  AR_CHECK(ar_trace_create(&to, &jo.trace, err));
   ar_stop_signals_install(false);
   ar_job *j = NULL;
   ar_device *dev = NULL;
-  ar_status st = ar_job_open(spec, opts, &j, err);
+  ar_status st = ar_job_open_ex(spec, opts, &jo, &j, err);
   if (st == AR_OK) {
     ar_device_opts dopts = ar_job_device_opts(spec);
     st = ar_device_open(ar__job_device_name(spec), &dopts, &dev, err);
@@ -644,8 +718,11 @@ ar_status ar_run(const ar_spec *spec, const ar_run_opts *opts, ar_summary *summa
       st = ar_errf(err, AR_INTERRUPTED, "interrupted at iteration %lld; checkpoint written to "
                    "'%s': continue with --resume", (long long)ar_job_iteration(j), j->ckpt_path);
   }
+  if (j && j->started && j->trace)
+    write_trace(j, dev);
   ar_job_close(j);
   ar_device_close(dev);
+  ar_trace_destroy(jo.trace);
   ar_stop_signals_restore();
   return st;
 }

@@ -47,6 +47,7 @@
 #include "tenancy_impl.h"
 
 #include "accelrt/runtime.h"
+#include "accelrt/trace.h"
 
 #include <errno.h>
 #include <math.h>
@@ -609,10 +610,6 @@ static bool trace_room(ar_runner *r) {
   return false;
 }
 
-static void trace_sep(ar_runner *r) {
-  ar_sbuf_printf(&r->trace, r->trace.len ? ",\n" : "");
-}
-
 static lane_rec *lane_rec_get(ar_runner *r, ar_lanes_lane_id id) {
   for (size_t i = 0; i < r->nlrec; i++)
     if (r->lrec[i].id == id)
@@ -666,31 +663,21 @@ static void sample_memory(ar_runner *r, const char *why) {
     metrics_line(r, b.buf);
   ar_sbuf_fini(&b);
   if (trace_room(r)) {
-    trace_sep(r);
-    ar_sbuf_printf(&r->trace,
-                  "{\"name\": \"memory\", \"ph\": \"C\", \"pid\": 1, \"ts\": %.1f, "
-                  "\"args\": {\"persistent\": %zu, \"lanes\": %zu, \"free\": %zu}}",
-                  us(t), u.persistent_bytes, u.lane_bytes, u.capacity - used);
-    trace_sep(r);
-    ar_sbuf_printf(&r->trace,
-                  "{\"name\": \"jobs\", \"ph\": \"C\", \"pid\": 1, \"ts\": %.1f, "
-                  "\"args\": {\"admitted\": %zu, \"queued\": %zu, \"lanes\": %zu}}",
-                  us(t), u.admitted, u.queued, nl);
+    static const char *const mk[] = {"persistent", "lanes", "free"};
+    static const char *const jk[] = {"admitted", "queued", "lanes"};
+    int64_t mv[] = {(int64_t)u.persistent_bytes, (int64_t)u.lane_bytes,
+                    (int64_t)(u.capacity - used)};
+    int64_t jv[] = {(int64_t)u.admitted, (int64_t)u.queued, (int64_t)nl};
+    ar_ctrace_counter(&r->trace, 1, us(t), "memory", mk, mv, 3);
+    ar_ctrace_counter(&r->trace, 1, us(t), "jobs", jk, jv, 3);
   }
 }
 
 static void trace_instant(ar_runner *r, const char *what, const tjob *j) {
   if (!trace_room(r))
     return;
-  trace_sep(r);
-  ar_sbuf_printf(&r->trace, "{\"name\": \"%s ", what);
-  ar_sbuf *b = &r->trace;
-  /* the job name, escaped, inside the quoted event name */
-  for (const char *p = j->name; *p; p++)
-    ar_sbuf_printf(b, (*p == '"' || *p == '\\') ? "\\%c" : ((unsigned char)*p < 0x20 ? "?" : "%c"),
-                  *p);
-  ar_sbuf_printf(b, "\", \"ph\": \"i\", \"s\": \"t\", \"pid\": 1, \"tid\": 0, \"ts\": %.1f}",
-                us(clock_now(r)));
+  ar_ctrace_event e = {1, 0, us(clock_now(r)), 0, NULL, what, j->name, NULL, NULL, 0};
+  ar_ctrace_instant(&r->trace, &e);
 }
 
 static void job_event(ar_runner *r, size_t idx) {
@@ -934,37 +921,28 @@ static void complete(ar_runner *r, worker *w) {
       lr->last_job = idx;
       lr->last_end = w->ended ? w->t_fin - r->t0 : te;
       if (!lr->named && trace_room(r)) {
+        char name[32];
         lr->named = true;
-        trace_sep(r);
-        ar_sbuf_printf(&r->trace,
-                      "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %u, "
-                      "\"args\": {\"name\": \"lane %u\"}}",
-                      (unsigned)w->lane, (unsigned)w->lane);
+        snprintf(name, sizeof name, "lane %u", (unsigned)w->lane);
+        ar_ctrace_thread_name(&r->trace, 1, (int)w->lane, name);
       }
     }
+    int tid = (int)w->lane;
     if (w->started_now && trace_room(r)) {
-      trace_sep(r);
-      ar_sbuf_printf(&r->trace, "{\"name\": \"start\", \"cat\": \"setup\", \"ph\": \"X\", "
-                    "\"pid\": 1, \"tid\": %u, \"ts\": %.1f, \"dur\": %.1f}",
-                    (unsigned)w->lane, us(w->t_setup - r->t0), us(w->t_start - w->t_setup));
+      ar_ctrace_event e = {1, tid, us(w->t_setup - r->t0), us(w->t_start - w->t_setup),
+                           "setup", "start", NULL, NULL, NULL, 0};
+      ar_ctrace_complete(&r->trace, &e);
     }
     if (w->ended && trace_room(r)) {
-      trace_sep(r);
-      ar_sbuf_printf(&r->trace, "{\"name\": \"finish\", \"cat\": \"setup\", \"ph\": \"X\", "
-                    "\"pid\": 1, \"tid\": %u, \"ts\": %.1f, \"dur\": %.1f}",
-                    (unsigned)w->lane, us(te), us(w->t_fin - w->t_end));
+      ar_ctrace_event e = {1, tid, us(te), us(w->t_fin - w->t_end), "setup", "finish", NULL,
+                           NULL, NULL, 0};
+      ar_ctrace_complete(&r->trace, &e);
     }
     if (trace_room(r)) {
-      trace_sep(r);
-      ar_sbuf_printf(&r->trace, "{\"name\": ");
-      ar_sbuf_json_str(&r->trace, j->name);
-      ar_sbuf_printf(&r->trace,
-                    ", \"cat\": \"iteration\", \"ph\": \"X\", \"pid\": 1, \"tid\": %u, "
-                    "\"ts\": %.1f, \"dur\": %.1f, \"args\": {\"iteration\": %llu, "
-                    "\"threads\": %d}}",
-                    (unsigned)w->lane, us(ts), us(te - ts),
-                    (unsigned long long)(j->d.iterations_before + j->res.iterations),
-                    w->threads);
+      static const char *const keys[] = {"iteration", "threads"};
+      int64_t vals[] = {(int64_t)(j->d.iterations_before + j->res.iterations), w->threads};
+      ar_ctrace_event e = {1, tid, us(ts), us(te - ts), "iteration", NULL, j->name, keys, vals, 2};
+      ar_ctrace_complete(&r->trace, &e);
     }
   }
   if (w->st != AR_OK) {
@@ -1038,11 +1016,10 @@ static ar_status defragment(ar_runner *r, ar_err *err) {
            t, dt, (unsigned long long)(r->moved - moved0));
   metrics_line(r, line);
   if (trace_room(r)) {
-    trace_sep(r);
-    ar_sbuf_printf(&r->trace,
-                  "{\"name\": \"defrag\", \"ph\": \"X\", \"pid\": 1, \"tid\": 0, \"ts\": %.1f, "
-                  "\"dur\": %.1f, \"args\": {\"bytes_moved\": %llu}}",
-                  us(t), us(dt), (unsigned long long)(r->moved - moved0));
+    static const char *const keys[] = {"bytes_moved"};
+    int64_t vals[] = {(int64_t)(r->moved - moved0)};
+    ar_ctrace_event e = {1, 0, us(t), us(dt), NULL, "defrag", NULL, keys, vals, 1};
+    ar_ctrace_complete(&r->trace, &e);
   }
   return AR_OK;
 }
@@ -1341,19 +1318,17 @@ static ar_status write_outputs(ar_runner *r, ar_err *err) {
   ar_sbuf_fini(&b);
   if (st != AR_OK)
     return st;
-  /* The trace: {"traceEvents": [...]} */
+  /* The trace (trace.h's writer): the process, the admission track, the
+   * events kept during the run. */
   ar_sbuf t = {0};
-  ar_sbuf_printf(&t,
-                "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n"
-                "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"args\": {\"name\": "
-                "\"accelrt lanes on %s (%s)\"}},\n"
-                "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 0, "
-                "\"args\": {\"name\": \"admission\"}}%s",
-                r->device_name, r->policy, r->trace.len ? ",\n" : "");
-  if (r->trace.len)
-    ar_sbuf_printf(&t, "%s", r->trace.buf);
-  ar_sbuf_printf(&t, "\n], \"otherData\": {\"dropped_events\": %llu}}\n",
-                (unsigned long long)r->trace_dropped);
+  char pname[256], other[64];
+  snprintf(pname, sizeof pname, "accelrt lanes on %s (%s)", r->device_name, r->policy);
+  snprintf(other, sizeof other, "\"dropped_events\": %llu", (unsigned long long)r->trace_dropped);
+  ar_ctrace_begin(&t);
+  ar_ctrace_process_name(&t, 1, pname, 0);
+  ar_ctrace_thread_name(&t, 1, 0, "admission");
+  ar_ctrace_events(&t, r->trace.buf, r->trace.len);
+  ar_ctrace_end(&t, other);
   if (t.oom) {
     ar_sbuf_fini(&t);
     return ar_errf(err, AR_NOMEM, "out of memory writing the trace");

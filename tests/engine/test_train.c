@@ -260,8 +260,52 @@ static void test_training_learns(void **state) {
   assert_true(s.p_at[0] > 30.0);
 }
 
+/* A job with a timeline records its spans without allocating: after the
+ * first step every allocation fails, and the next five (inside the first
+ * epoch) still run and record what the rule says: per-layer detail in
+ * iterations 2, 3 (the first three) and 4 (every fourth), and a batch,
+ * an optimizer and an iteration span in each. */
+static void test_trace_records_without_allocating(void **state) {
+  (void)state;
+  char d[300];
+  snprintf(d, sizeof d, "%s/traced", tmpdir);
+  ar_spec *spec = job(d, 13);
+  spec->train.eval_every = 0;
+  spec->train.checkpoint_every = 0;
+  ar_err err = AR_ERR_INIT;
+  ar_trace_opts to = AR_TRACE_OPTS_INIT;
+  to.detail_first = 3;
+  to.detail_every = 4;
+  ar_job_opts jo = AR_JOB_OPTS_INIT;
+  assert_int_equal(ar_trace_create(&to, &jo.trace, &err), AR_OK);
+  ar_run_opts o = AR_RUN_OPTS_INIT;
+  o.quiet = true;
+  ar_job *j = NULL;
+  ar_device *dev = NULL;
+  ar_device_opts dopts = AR_DEVICE_OPTS_INIT;
+  dopts.threads = 1;
+  assert_int_equal(ar_job_open_ex(spec, &o, &jo, &j, &err), AR_OK);
+  assert_int_equal(ar_device_open("host", &dopts, &dev, &err), AR_OK);
+  assert_int_equal(ar_job_start(j, dev, NULL, NULL, &err), AR_OK);
+  assert_int_equal(ar_job_step(j, &err), AR_OK);
+  size_t before = ar_trace_count(jo.trace);
+  ar_status st = AR_OK;
+  ar_alloc_fail_after(0);
+  for (int i = 0; i < 5 && st == AR_OK; i++)
+    st = ar_job_step(j, &err);
+  ar_alloc_fail_after(-1);
+  assert_int_equal(st, AR_OK);
+  assert_int_equal(ar_trace_count(jo.trace) - before, 3 * 5 + 5 * 3);
+  assert_int_equal(ar_trace_dropped(jo.trace), 0);
+  ar_job_close(j);
+  ar_device_close(dev);
+  ar_trace_destroy(jo.trace);
+  ar_spec_destroy(spec);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_trace_records_without_allocating),
       cmocka_unit_test(test_resume_matches_uninterrupted),
       cmocka_unit_test(test_job_api_in_given_blocks_with_a_move),
       cmocka_unit_test(test_damaged_checkpoint_refused),

@@ -73,4 +73,8 @@ for name in ["ok-1", "ok-2"]:
     last = [json.loads(l) for l in open(f"{out}/{name}/metrics.jsonl")][-1]
     assert last["event"] == "job" and "queue_s" in last and "switch_latency_ms_p50" in last
 PY
+# The structure every accelrt trace.json has (tests/e2e/trace_check.py):
+# events complete, tracks named, no overlap on a lane.
+"${ACCELRT_PYTHON:-/usr/bin/python3}" "$(dirname "$0")/../e2e/trace_check.py" jobs \
+  "$t/out/trace.json" jobs=3 || fail "trace.json"
 echo "ok"
