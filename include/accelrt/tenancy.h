@@ -50,7 +50,8 @@ ar_status ar_tenancy_capacity(const ar_spec *spec, size_t *out, char *source, si
  * service, and distributed.share's workers, runtime/dist/share.c).
  *
  * Threads: the thread that calls ar_runner_run is the scheduler; it alone
- * touches the ar_lanes handle and calls the job functions of jobs that are
+ * changes the ar_lanes handle, always under the runner's lock, under which
+ * ar_runner_stats_get reads it; it alone calls the job functions of jobs that are
  * not running an iteration.  Worker threads (one per concurrently running
  * lane) run start + step (+ finish when the job ends) of the job they were
  * handed.  ar_runner_add, _cancel, _stop, _result and _now may be called
@@ -74,6 +75,10 @@ typedef struct ar_tjob_fns {
   ar_status (*finish)(void *job, bool interrupted, ar_err *err);
   /* Frees the job (started or not). */
   void (*close)(void *job);
+  /* (optional) Samples trained so far, a resumed job's earlier ones
+   * included; called by the worker around each step.  NULL: the job's
+   * samples are not counted (ar_runner_stats.samples). */
+  int64_t (*samples)(void *job);
 } ar_tjob_fns;
 
 typedef struct ar_tjob_desc {
@@ -209,6 +214,39 @@ typedef struct ar_runner_summary {
   size_t jobs, failed;
 } ar_runner_summary;
 void ar_runner_summary_get(ar_runner *r, ar_runner_summary *out);
+
+/* Live aggregates while it runs, for an operator's metrics (the service's
+ * --http endpoint): totals over every job, never one job's figures.  The
+ * switch-latency histogram's upper bounds in seconds are
+ * ar_runner_switch_bounds (ascending); switch_buckets[i] counts latencies
+ * in (bounds[i-1], bounds[i]], the last one those above every bound. */
+#define AR_RUNNER_SWITCH_BOUNDS 13
+#define AR_RUNNER_STATS_LANES 64
+extern const double ar_runner_switch_bounds[AR_RUNNER_SWITCH_BOUNDS];
+typedef struct ar_runner_lane_stats {
+  uint32_t id;
+  size_t offset, bytes; /* its range of the arena */
+  size_t jobs;          /* admitted jobs sharing it */
+  bool running;         /* an iteration runs in it now */
+} ar_runner_lane_stats;
+typedef struct ar_runner_stats {
+  double uptime_s; /* the runner's clock */
+  size_t capacity_bytes, persistent_bytes, lane_bytes;
+  size_t admitted, queued; /* jobs holding memory; jobs waiting for it */
+  uint64_t iterations;     /* completed since the runner started */
+  uint64_t samples;        /* trained in them (jobs with fns->samples) */
+  uint64_t admission_waits; /* jobs that arrived and could not be admitted at once */
+  uint64_t switches;
+  double switch_sum_s;
+  uint64_t switch_buckets[AR_RUNNER_SWITCH_BOUNDS + 1];
+  uint64_t defrags;
+  double busy_s; /* time during which at least one iteration ran */
+  size_t lanes;  /* lanes that exist; the first AR_RUNNER_STATS_LANES in lane[] */
+  ar_runner_lane_stats lane[AR_RUNNER_STATS_LANES];
+} ar_runner_stats;
+/* Fills *out under the runner's lock (a copy: no pointer into the runner).
+ * Any thread; allocates nothing. */
+void ar_runner_stats_get(ar_runner *r, ar_runner_stats *out);
 
 /* Engine jobs for the runner (tenancy_run.c). */
 
