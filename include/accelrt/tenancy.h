@@ -285,7 +285,8 @@ ar_status ar_tenancy_failed_job(const char *name, const char *out_dir,
  * Returns when SIGINT or SIGTERM arrives, after the running jobs wrote
  * their checkpoints; AR_STATE when another server holds state_dir,
  * AR_INVALID for a state folder or socket path it refuses.
- * Tests: tests/tenancy/service.sh, tests/tenancy/security.sh. */
+ * Tests: tests/tenancy/service.sh, tests/tenancy/security.sh,
+ * tests/tenancy/metrics.sh (--http). */
 typedef struct ar_serve_opts {
   const char *state_dir;
   const char *socket_path;
@@ -302,10 +303,18 @@ typedef struct ar_serve_opts {
                              ones that ended first are forgotten */
   uint64_t max_generated; /* bytes a job's data.generate may write */
   int64_t max_line;       /* longest line of a data file, bytes */
+  /* NULL: none; else "ADDR:PORT" (or "PORT", on loopback) where operators
+   * read aggregate metrics over HTTP (Prometheus text at /metrics, a
+   * status page at /; docs/service.md).  Not authenticated: it shows no
+   * job's name, id, user or path. */
+  const char *http;
 } ar_serve_opts;
 #define AR_SERVE_OPTS_INIT                                                           \
   {NULL, NULL, "auto", "pack", 0, 0.0, 0, 10000, 8, 16, 100, (uint64_t)2 << 30,   \
-   (int64_t)16 << 20}
+   (int64_t)16 << 20, NULL}
+
+/* Whether this build serves --http (libmicrohttpd found when configured). */
+bool ar_serve_http_available(void);
 
 /* The default state folder and socket for a server of this process's uid:
  * $ACCELRT_STATE / $ACCELRT_SOCKET when set; else for root /var/lib/accelrt
