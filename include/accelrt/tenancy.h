@@ -50,7 +50,8 @@ ar_status ar_tenancy_capacity(const ar_spec *spec, size_t *out, char *source, si
  * service, and distributed.share's workers, runtime/dist/share.c).
  *
  * Threads: the thread that calls ar_runner_run is the scheduler; it alone
- * touches the ar_lanes handle and calls the job functions of jobs that are
+ * changes the ar_lanes handle, always under the runner's lock, under which
+ * ar_runner_stats_get reads it; it alone calls the job functions of jobs that are
  * not running an iteration.  Worker threads (one per concurrently running
  * lane) run start + step (+ finish when the job ends) of the job they were
  * handed.  ar_runner_add, _cancel, _stop, _result and _now may be called
@@ -74,6 +75,10 @@ typedef struct ar_tjob_fns {
   ar_status (*finish)(void *job, bool interrupted, ar_err *err);
   /* Frees the job (started or not). */
   void (*close)(void *job);
+  /* (optional) Samples trained so far, a resumed job's earlier ones
+   * included; called by the worker around each step.  NULL: the job's
+   * samples are not counted (ar_runner_stats.samples). */
+  int64_t (*samples)(void *job);
 } ar_tjob_fns;
 
 typedef struct ar_tjob_desc {
@@ -210,6 +215,39 @@ typedef struct ar_runner_summary {
 } ar_runner_summary;
 void ar_runner_summary_get(ar_runner *r, ar_runner_summary *out);
 
+/* Live aggregates while it runs, for an operator's metrics (the service's
+ * --http endpoint): totals over every job, never one job's figures.  The
+ * switch-latency histogram's upper bounds in seconds are
+ * ar_runner_switch_bounds (ascending); switch_buckets[i] counts latencies
+ * in (bounds[i-1], bounds[i]], the last one those above every bound. */
+#define AR_RUNNER_SWITCH_BOUNDS 13
+#define AR_RUNNER_STATS_LANES 64
+extern const double ar_runner_switch_bounds[AR_RUNNER_SWITCH_BOUNDS];
+typedef struct ar_runner_lane_stats {
+  uint32_t id;
+  size_t offset, bytes; /* its range of the arena */
+  size_t jobs;          /* admitted jobs sharing it */
+  bool running;         /* an iteration runs in it now */
+} ar_runner_lane_stats;
+typedef struct ar_runner_stats {
+  double uptime_s; /* the runner's clock */
+  size_t capacity_bytes, persistent_bytes, lane_bytes;
+  size_t admitted, queued; /* jobs holding memory; jobs waiting for it */
+  uint64_t iterations;     /* completed since the runner started */
+  uint64_t samples;        /* trained in them (jobs with fns->samples) */
+  uint64_t admission_waits; /* jobs that arrived and could not be admitted at once */
+  uint64_t switches;
+  double switch_sum_s;
+  uint64_t switch_buckets[AR_RUNNER_SWITCH_BOUNDS + 1];
+  uint64_t defrags;
+  double busy_s; /* time during which at least one iteration ran */
+  size_t lanes;  /* lanes that exist; the first AR_RUNNER_STATS_LANES in lane[] */
+  ar_runner_lane_stats lane[AR_RUNNER_STATS_LANES];
+} ar_runner_stats;
+/* Fills *out under the runner's lock (a copy: no pointer into the runner).
+ * Any thread; allocates nothing. */
+void ar_runner_stats_get(ar_runner *r, ar_runner_stats *out);
+
 /* Engine jobs for the runner (tenancy_run.c). */
 
 /* Opens an engine job (ar_job_open) for `spec` and fills *d for the
@@ -247,7 +285,8 @@ ar_status ar_tenancy_failed_job(const char *name, const char *out_dir,
  * Returns when SIGINT or SIGTERM arrives, after the running jobs wrote
  * their checkpoints; AR_STATE when another server holds state_dir,
  * AR_INVALID for a state folder or socket path it refuses.
- * Tests: tests/tenancy/service.sh, tests/tenancy/security.sh. */
+ * Tests: tests/tenancy/service.sh, tests/tenancy/security.sh,
+ * tests/tenancy/metrics.sh (--http). */
 typedef struct ar_serve_opts {
   const char *state_dir;
   const char *socket_path;
@@ -264,10 +303,18 @@ typedef struct ar_serve_opts {
                              ones that ended first are forgotten */
   uint64_t max_generated; /* bytes a job's data.generate may write */
   int64_t max_line;       /* longest line of a data file, bytes */
+  /* NULL: none; else "ADDR:PORT" (or "PORT", on loopback) where operators
+   * read aggregate metrics over HTTP (Prometheus text at /metrics, a
+   * status page at /; docs/service.md).  Not authenticated: it shows no
+   * job's name, id, user or path. */
+  const char *http;
 } ar_serve_opts;
 #define AR_SERVE_OPTS_INIT                                                           \
   {NULL, NULL, "auto", "pack", 0, 0.0, 0, 10000, 8, 16, 100, (uint64_t)2 << 30,   \
-   (int64_t)16 << 20}
+   (int64_t)16 << 20, NULL}
+
+/* Whether this build serves --http (libmicrohttpd found when configured). */
+bool ar_serve_http_available(void);
 
 /* The default state folder and socket for a server of this process's uid:
  * $ACCELRT_STATE / $ACCELRT_SOCKET when set; else for root /var/lib/accelrt

@@ -69,6 +69,7 @@ typedef struct tjob {
   ar_lanes_job_id lid;  /* 0 before arrival */
   ar_tjob_result res;
   bool started, running, cancel_req, closed;
+  bool waited; /* was not admitted on arrival (counted once) */
   int slot; /* the lane handle it started on (runner's slots); -1 before */
   void *pers, *eph;
   double *sw; /* (nsw) switch latencies, seconds */
@@ -102,6 +103,7 @@ typedef struct worker {
   ar_status st;
   ar_err err;
   bool stepped, ended, started_now;
+  uint64_t samples; /* trained by the step (fns->samples) */
   double t_setup, t_start, t_end, t_fin; /* start began, step began/ended,
                                             finish ended */
 } worker;
@@ -152,6 +154,10 @@ struct ar_runner {
   double *sw_all;
   size_t nsw_all, capsw_all;
   uint64_t switches;
+  /* For ar_runner_stats: totals since the run started. */
+  uint64_t iterations_total, samples_total, admission_waits;
+  uint64_t sw_hist[AR_RUNNER_SWITCH_BOUNDS + 1]; /* per bucket, not cumulative */
+  double sw_sum;
   ar_sbuf trace;
   uint64_t trace_dropped;
   FILE *metrics;
@@ -800,7 +806,13 @@ static void refresh_admissions(ar_runner *r) {
       j->res.reason[0] = '\0';
       trace_instant(r, "admit", j);
       job_event(r, i);
-    } else if (strcmp(j->res.reason, ji.reason ? ji.reason : "") != 0) {
+      continue;
+    }
+    if (!j->waited) { /* still queued after its first pass: it waits */
+      j->waited = true;
+      r->admission_waits++;
+    }
+    if (strcmp(j->res.reason, ji.reason ? ji.reason : "") != 0) {
       snprintf(j->res.reason, sizeof j->res.reason, "%s", ji.reason ? ji.reason : "");
       job_event(r, i);
     }
@@ -883,9 +895,20 @@ static void push_double(double **v, size_t *n, size_t *cap, size_t first, double
     (*v)[(*n)++] = x;
 }
 
+/* Upper bounds of the switch-latency histogram (seconds): 50 us to 1 s,
+ * about three per decade; a lane switch on the host takes tens of
+ * microseconds, one behind a long checkpoint far more. */
+const double ar_runner_switch_bounds[AR_RUNNER_SWITCH_BOUNDS] = {
+    50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1.0};
+
 static void push_switch(ar_runner *r, tjob *j, double s) {
   push_double(&j->sw, &j->nsw, &j->capsw, 64, s);
   r->switches++;
+  size_t b = 0;
+  while (b < AR_RUNNER_SWITCH_BOUNDS && s > ar_runner_switch_bounds[b])
+    b++;
+  r->sw_hist[b]++;
+  r->sw_sum += s;
   if (r->nsw_all < SWITCH_KEEP)
     push_double(&r->sw_all, &r->nsw_all, &r->capsw_all, 256, s);
 }
@@ -904,6 +927,8 @@ static void complete(ar_runner *r, worker *w) {
   if (w->stepped) {
     double ts = w->t_start - r->t0, te = w->t_end - r->t0;
     j->res.iterations++;
+    r->iterations_total++;
+    r->samples_total += w->samples;
     j->res.busy_s += secs;
     if (j->res.first_s < 0)
       j->res.first_s = ts;
@@ -1132,6 +1157,7 @@ static void dispatch(ar_runner *r) {
     w->err.status = AR_OK;
     w->err.msg[0] = '\0';
     w->stepped = w->ended = w->started_now = false;
+    w->samples = 0;
     w->state = W_BUSY;
     j->running = true;
     j->res.lane = li.id;
@@ -1187,10 +1213,13 @@ static void run_task(ar_runner *r, worker *w, tjob *j) {
     return;
   }
   if (st == AR_OK) {
+    int64_t s0 = fns->samples ? fns->samples(j->d.job) : 0;
     w->t_start = ar_now();
     st = fns->step(j->d.job, &w->err);
     w->t_end = ar_now();
     w->stepped = true;
+    int64_t s1 = fns->samples ? fns->samples(j->d.job) : 0;
+    w->samples = s1 > s0 ? (uint64_t)(s1 - s0) : 0;
   }
   if (st == AR_OK &&
       (fns->done(j->d.job) || j->res.iterations + 1 >= j->d.iterations)) {
@@ -1340,6 +1369,35 @@ static ar_status write_outputs(ar_runner *r, ar_err *err) {
   st = ar_fs_write_atomic(r->fs, path, t.buf, t.len, err);
   ar_sbuf_fini(&t);
   return st;
+}
+
+void ar_runner_stats_get(ar_runner *r, ar_runner_stats *out) {
+  memset(out, 0, sizeof *out);
+  pthread_mutex_lock(&r->mu);
+  ar_lanes_usage u;
+  ar_lanes_usage_get(r->lanes, &u);
+  out->uptime_s = clock_now(r);
+  out->capacity_bytes = u.capacity;
+  out->persistent_bytes = u.persistent_bytes;
+  out->lane_bytes = u.lane_bytes;
+  out->admitted = u.admitted;
+  out->queued = u.queued;
+  out->iterations = r->iterations_total;
+  out->samples = r->samples_total;
+  out->admission_waits = r->admission_waits;
+  out->switches = r->switches;
+  out->switch_sum_s = r->sw_sum;
+  memcpy(out->switch_buckets, r->sw_hist, sizeof out->switch_buckets);
+  out->defrags = r->defrags;
+  out->busy_s = r->busy_total + (r->nrunning > 0 ? out->uptime_s - r->busy_since : 0.0);
+  out->lanes = ar_lanes_lane_count(r->lanes);
+  for (size_t k = 0; k < out->lanes && k < AR_RUNNER_STATS_LANES; k++) {
+    ar_lanes_lane_info li;
+    if (ar_lanes_lane_at(r->lanes, k, &li) != AR_OK)
+      break;
+    out->lane[k] = (ar_runner_lane_stats){li.id, li.offset, li.size, li.jobs, li.running != 0};
+  }
+  pthread_mutex_unlock(&r->mu);
 }
 
 static void stop_all(ar_runner *r) {

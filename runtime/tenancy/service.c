@@ -36,6 +36,7 @@
 #include "accelrt/tenancy.h"
 
 #include "broker.h"
+#include "http.h"
 #include "protocol.h"
 #include "state.h"
 #include "tenancy_impl.h"
@@ -95,6 +96,7 @@ typedef struct server {
   const ar_fs *sfs; /* beneath the state folder */
   ar__broker *broker;
   ar_runner *r;
+  ar__http *http; /* --http; NULL without */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   /* Held across reserving a runner index and adding the job, so indexes
@@ -1246,6 +1248,38 @@ static void recover(server *s) {
   pthread_mutex_unlock(&s->mu);
 }
 
+/* ---- operator metrics (--http) ---------------------------------------------------- */
+
+bool ar_serve_http_available(void) { return ar__http_available(); }
+
+/* The aggregates --http shows: the runner's under its lock, then the jobs
+ * by state under s->mu (one after the other: on_event takes s->mu inside
+ * the runner's lock, so never the other way round). */
+static void metrics_snapshot(void *ctx, ar__msnap *out) {
+  server *s = ctx;
+  memset(out, 0, sizeof *out);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  out->time = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+  snprintf(out->device, sizeof out->device, "%s", ar_runner_device_name(s->r));
+  snprintf(out->policy, sizeof out->policy, "%s", s->o.policy);
+  ar_runner_stats_get(s->r, &out->run);
+  pthread_mutex_lock(&s->mu);
+  for (size_t i = 0; i < s->njobs; i++)
+    out->jobs[ar__mstate_of(s->jobs[i]->state)]++;
+  pthread_mutex_unlock(&s->mu);
+}
+
+static ar_status http_start(server *s, ar_err *err) {
+  if (!s->http)
+    return AR_OK;
+  ar__http_opts ho = {s->o.request_timeout_ms, s->o.max_conns_per_uid, metrics_snapshot, s};
+  AR_CHECK(ar__http_start(s->http, &ho, err));
+  slog("operator metrics at %smetrics, status page at %s", ar__http_url(s->http),
+       ar__http_url(s->http));
+  return AR_OK;
+}
+
 /* ---- the server ------------------------------------------------------------------- */
 
 static void *runner_main(void *arg) {
@@ -1361,6 +1395,10 @@ static ar_status server_open(server *s, const ar_serve_opts *o, ar_err *err) {
    * then every capability goes (the broker keeps what changing identity
    * needs). */
   ar_status st = ar__broker_start(&s->broker, err);
+  /* --http binds while a root server may still take a port under 1024,
+   * after the broker forked (so none of its children holds the socket). */
+  if (st == AR_OK && o->http)
+    st = ar__http_listen(o->http, &s->http, err);
   if (st == AR_OK)
     st = ar__drop_capabilities(err);
   ar_runner_opts ro = AR_RUNNER_OPTS_INIT;
@@ -1379,6 +1417,7 @@ static ar_status server_open(server *s, const ar_serve_opts *o, ar_err *err) {
   if (st == AR_OK)
     st = ar_runner_create(&ro, &s->r, err);
   if (st != AR_OK) {
+    ar__http_stop(s->http);
     ar__broker_stop(s->broker);
     ar__state_close(s->st);
   }
@@ -1436,7 +1475,10 @@ ar_status ar_tenancy_serve(const ar_serve_opts *o, ar_err *err) {
       runner_started = true;
   }
   if (st == AR_OK)
+    st = http_start(&s, err);
+  if (st == AR_OK)
     serve_loop(&s, lfd);
+  ar__http_stop(s.http); /* before the runner it reads goes */
   if (lfd >= 0) {
     close(lfd);
     unlink(s.socket);

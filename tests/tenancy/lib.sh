@@ -1,6 +1,14 @@
 # tests/tenancy/lib.sh: what the service's shell tests share; sourced after
 # they set `bin` (the accelrt binary), `sock` and a `fail` function.
 
+# new_tmp: a fresh folder $t (mode 0755, so other users may enter it),
+# removed at exit, when the server $spid (if any) is killed too.
+new_tmp() {
+  t=$(mktemp -d)
+  chmod 755 "$t"
+  spid=
+  trap 'if [ -n "$spid" ]; then kill -9 "$spid" 2>/dev/null || true; fi; rm -rf "$t"' EXIT
+}
 # skip WHY: 77 (skipped), except under CI=true, where a skip is a failure.
 skip() {
   if [ "${CI:-}" = true ]; then echo "FAIL: cannot run under CI: $*"; exit 1; fi

@@ -16,14 +16,7 @@ garbage=$2
 . "$(dirname "$0")/lib.sh"
 [ "$(id -u)" -eq 0 ] || skip "needs root to act as a second user"
 command -v setpriv >/dev/null || skip "setpriv (util-linux) missing"
-t=$(mktemp -d)
-chmod 755 "$t"
-spid=
-cleanup() {
-  [ -n "$spid" ] && kill -9 "$spid" 2>/dev/null || true
-  rm -rf "$t"
-}
-trap cleanup EXIT
+new_tmp
 sock=$t/s.sock
 st=$t/state
 mkdir "$t/nobody"

@@ -206,7 +206,12 @@ static void f_close(void *job) {
   reg_del(f->id, 1);
 }
 
-static const ar_tjob_fns fake_fns = {f_start, f_step, f_done, f_rebase, f_finish, f_close};
+/* A fake iteration trains FAKE_BATCH samples. */
+#define FAKE_BATCH 10
+static int64_t f_samples(void *job) { return (int64_t)((fake *)job)->done * FAKE_BATCH; }
+
+static const ar_tjob_fns fake_fns = {f_start,  f_step,  f_done,   f_rebase,
+                                     f_finish, f_close, f_samples};
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -481,6 +486,58 @@ static void test_never_fits(void **state) {
   ar_runner_destroy(r);
 }
 
+/* The live aggregates (ar_runner_stats, what the service's --http shows)
+ * agree with the per-job results once the run ended: iterations and
+ * samples summed over the jobs, a switch histogram whose buckets add up to
+ * the switches and whose bounds ascend, jobs that waited for memory
+ * counted once each, nothing left in memory. */
+static void test_stats(void **state) {
+  (void)state;
+  for (int p = 0; p < 5; p++) {
+    fake f[5];
+    memset(f, 0, sizeof f);
+    /* Room for two of the five at once at most (two persistent blocks
+     * sharing one lane): the others wait on arrival. */
+    ar_runner *r = make_runner(policies[p], 24 * KiB, 1, NULL);
+    ar_runner_stats before;
+    ar_runner_stats_get(r, &before);
+    assert_int_equal(before.iterations, 0);
+    assert_int_equal(before.capacity_bytes, 24 * KiB);
+    uint64_t iters = 0;
+    for (int i = 0; i < 5; i++) {
+      f[i] = (fake){.id = i + 1, .P = 10 * KiB, .E = 4 * KiB, .iters = 3 + (uint64_t)i,
+                    .spin_us = 200};
+      iters += f[i].iters;
+      add(r, &f[i], 0);
+    }
+    run(r);
+    ar_runner_stats st;
+    ar_runner_stats_get(r, &st);
+    ar_runner_summary sum;
+    ar_runner_summary_get(r, &sum);
+    for (int i = 0; i < 5; i++)
+      assert_int_equal(result(r, (size_t)i).state, AR_TJ_DONE);
+    assert_int_equal(st.iterations, iters);
+    assert_int_equal(st.samples, iters * FAKE_BATCH);
+    assert_int_equal(st.switches, sum.switches);
+    uint64_t in_buckets = 0;
+    for (int b = 0; b <= AR_RUNNER_SWITCH_BOUNDS; b++)
+      in_buckets += st.switch_buckets[b];
+    assert_int_equal(in_buckets, st.switches);
+    assert_true(st.switch_sum_s >= 0);
+    for (int b = 1; b < AR_RUNNER_SWITCH_BOUNDS; b++)
+      assert_true(ar_runner_switch_bounds[b] > ar_runner_switch_bounds[b - 1]);
+    /* All five arrive in the first pass; at most two fit. */
+    assert_true(st.admission_waits >= 3);
+    assert_true(st.admission_waits <= 5);
+    assert_int_equal(st.queued, 0);
+    assert_int_equal(st.admitted, 0);
+    assert_int_equal(st.persistent_bytes, 0);
+    assert_true(st.busy_s > 0 && st.busy_s <= st.uptime_s);
+    ar_runner_destroy(r);
+  }
+}
+
 static char *slurp(const char *path) {
   FILE *fp = fopen(path, "rb");
   if (!fp)
@@ -718,6 +775,7 @@ int main(void) {
       cmocka_unit_test(test_failure_alone),  cmocka_unit_test(test_defrag_moves_bytes),
       cmocka_unit_test(test_cancel),         cmocka_unit_test(test_stop),
       cmocka_unit_test(test_never_fits),     cmocka_unit_test(test_outputs),
+      cmocka_unit_test(test_stats),
       cmocka_unit_test(test_one_device_lane_handles),
       cmocka_unit_test(test_shared_lane_handle),
   };
