@@ -99,7 +99,11 @@ class Client:
         the current folder.  Raises ``ServerError`` with the server's message
         (a job-file error reads ``FILE:LINE:COL: error: KEY: message``) and
         ``UsageError`` for a file it cannot read, empty or over 1 MiB."""
-        here = os.getcwd()
+        try:
+            here = os.getcwd()
+        except OSError as e:
+            raise Error("cannot resolve the current folder (%s); submit from one that exists"
+                        % (e.strerror or e))
         if isinstance(job, (bytes, bytearray)) or (isinstance(job, str) and "\n" in job):
             text = bytes(job) if not isinstance(job, str) else job.encode("utf-8")
             file = "<string>" if file is None else file
