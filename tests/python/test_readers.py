@@ -37,20 +37,31 @@ def run(*args):
     return p.stdout
 
 
-def values_list(v):
-    """A tensor's values as a Python list, from either form."""
-    return v[2].tolist() if isinstance(v, tuple) else v.tolist()
+def flat(v):
+    """A tensor's values as a flat Python list, from either form."""
+    if isinstance(v, tuple):
+        return v[2].tolist()
+    return v.reshape(-1).tolist()
 
 
-def encode_checkpoint(ckpt):
-    """The bytes of a version 1 checkpoint holding what `ckpt` holds,
-    written here from docs/checkpoint.md (not by the reader)."""
-    out = [b"ACCELRTC", struct.pack("<II5qd", 1, len(ckpt), ckpt.iteration, ckpt.epoch,
+def shape_of(v):
+    return tuple(v[0]) if isinstance(v, tuple) else tuple(v.shape)
+
+
+def encode_checkpoint(ckpt, version=2):
+    """The bytes of a checkpoint of `version` holding what `ckpt` holds (all
+    f32), written here from docs/checkpoint.md (not by the reader)."""
+    out = [b"ACCELRTC", struct.pack("<II5qd", version, len(ckpt), ckpt.iteration, ckpt.epoch,
                                     ckpt.rows_in_epoch, ckpt.samples, ckpt.step, ckpt.train_s)]
     for name, v in ckpt.items():
-        vals = values_list(v)
+        vals = flat(v)
         n = name.encode()
-        out.append(struct.pack("<I", len(n)) + n + struct.pack("<q", len(vals)))
+        if version == 1:
+            out.append(struct.pack("<I", len(n)) + n + struct.pack("<q", len(vals)))
+        else:
+            shape = shape_of(v)
+            out.append(struct.pack("<I", len(n)) + n + struct.pack("<BBH", 0, len(shape), 0) +
+                       struct.pack("<%dq" % len(shape), *shape))
         out.append(struct.pack("<%df" % len(vals), *vals))
     data = b"".join(out)
     return data + struct.pack("<I", zlib.crc32(data))
@@ -122,19 +133,24 @@ class RunOutputs(unittest.TestCase):
         plan = [(m.group(1), int(m.group(2)))
                 for m in re.finditer(r"(?m)^\s+persistent\s+(\S+)\s+(\d+) B", self.plan)]
         self.assertTrue(plan, self.plan)
-        self.assertEqual([(n, 4 * len(values_list(v))) for n, v in ckpt.items()], plan)
+        self.assertEqual([(n, 4 * len(flat(v))) for n, v in ckpt.items()], plan)
         # And the layers: sparse 2000 -> dense 32 -> dense 300, Adam's two
         # states per parameter.
         ins = {"hidden": SMALL_INPUT, "out": SMALL_HIDDEN}
         outs = {"hidden": SMALL_HIDDEN, "out": SMALL_OUT}
+        # Shapes (version 2): the dense layer the sparse input feeds keeps
+        # its weights inputs x width, the others width x inputs.
+        wshape = {"hidden": (SMALL_INPUT, SMALL_HIDDEN), "out": (SMALL_OUT, SMALL_HIDDEN)}
         for layer in ("hidden", "out"):
             for part in ("", ".state1", ".state2"):
-                self.assertEqual(len(values_list(ckpt[layer + part + ".w"])),
+                self.assertEqual(len(flat(ckpt[layer + part + ".w"])),
                                  ins[layer] * outs[layer])
-                self.assertEqual(len(values_list(ckpt[layer + part + ".b"])), outs[layer])
+                self.assertEqual(shape_of(ckpt[layer + part + ".w"]), wshape[layer])
+                self.assertEqual(len(flat(ckpt[layer + part + ".b"])), outs[layer])
+                self.assertEqual(shape_of(ckpt[layer + part + ".b"]), (outs[layer],))
         s = accelrt.read_summary(self.path("summary.json"))
         self.assertEqual((ckpt.version, ckpt.iteration, ckpt.step, ckpt.samples),
-                         (1, SMALL_ITERATIONS, SMALL_ITERATIONS, s["samples"]))
+                         (2, SMALL_ITERATIONS, SMALL_ITERATIONS, s["samples"]))
         self.assertEqual(ckpt.header["ntensors"], len(plan))
 
     def test_checkpoint_values_rebuild_the_file(self):
@@ -150,10 +166,21 @@ class RunOutputs(unittest.TestCase):
             v = next(iter(ckpt.values()))
             if use_numpy:
                 self.assertEqual((v.dtype, v.shape), (numpy.dtype("float32"),
-                                                      (SMALL_INPUT * SMALL_HIDDEN,)))
+                                                      (SMALL_INPUT, SMALL_HIDDEN)))
             else:
-                self.assertEqual(v[:2], ((SMALL_INPUT * SMALL_HIDDEN,), "float32"))
+                self.assertEqual(v[:2], ((SMALL_INPUT, SMALL_HIDDEN), "float32"))
                 self.assertIsInstance(v[2], array.array)
+
+    def test_version_1_checkpoint(self):
+        # A version 1 file (what accelrt wrote before shapes) of the same
+        # tensors reads back the same values, flat.
+        ckpt = accelrt.read_checkpoint(self.path("checkpoint.bin"))
+        v1 = accelrt.read_checkpoint(self.damaged(encode_checkpoint(ckpt, 1), "v1.bin"))
+        self.assertEqual(v1.version, 1)
+        self.assertEqual(list(v1), list(ckpt))
+        for name in ckpt:
+            self.assertEqual(shape_of(v1[name]), (len(flat(ckpt[name])),))
+            self.assertEqual(flat(v1[name]), flat(ckpt[name]), name)
 
     def test_resumed_checkpoint_equals_the_uninterrupted_one(self):
         straight = accelrt.read_checkpoint(self.path("checkpoint.bin"))
@@ -164,9 +191,9 @@ class RunOutputs(unittest.TestCase):
         for k in ("iteration", "epoch", "rows_in_epoch", "samples", "step"):
             self.assertEqual(getattr(resumed, k), getattr(straight, k), k)
         for name in straight:
-            self.assertEqual(values_list(resumed[name]), values_list(straight[name]), name)
+            self.assertEqual(flat(resumed[name]), flat(straight[name]), name)
         # Ten more iterations moved the weights.
-        self.assertNotEqual(values_list(at20["out.w"]), values_list(resumed["out.w"]))
+        self.assertNotEqual(flat(at20["out.w"]), flat(resumed["out.w"]))
 
     # ---- damaged files ------------------------------------------------------------------
 
@@ -212,7 +239,7 @@ class RunOutputs(unittest.TestCase):
             return with_crc(b)
 
         # Damage that keeps a valid checksum (a hand-made file): each field.
-        self.refused(patched(8, "<I", 2), "version 2; this reader knows version 1", 8)
+        self.refused(patched(8, "<I", 3), "version 3; this reader knows versions 1, 2", 8)
         self.refused(patched(12, "<I", 70000), "declares 70000 tensors", 12)
         self.refused(patched(12, "<I", 13), "ends inside the record of tensor 12",
                      len(body))
@@ -222,15 +249,18 @@ class RunOutputs(unittest.TestCase):
         self.refused(patched(56, "<d", float("nan")), "train_s", 56)
         self.refused(patched(64, "<I", 0), "tensor 0 has a name of 0 bytes", 64)
         self.refused(patched(68, "<B", 0x07), "control characters", 68)
-        self.refused(patched(64 + 4 + 8, "<q", 1 << 40), "claims 1099511627776 values",
-                     64 + 4 + 8)
+        # The first tensor: "hidden.w", its dtype/nd word at 76, its dims at 80.
+        self.refused(patched(76, "<B", 7), "element type 7", 76)
+        self.refused(patched(77, "<B", 9), "9 dims", 76)
+        self.refused(patched(80, "<q", 1 << 40), "shape 1099511627776x%d" % SMALL_HIDDEN, 80)
+        self.refused(patched(80, "<q", -1), "shape -1x", 80)
         # The second tensor renamed to the first's name ("hidden.b" -> "hidden.w").
-        first = 64 + 4 + 8 + 8 + 4 * SMALL_INPUT * SMALL_HIDDEN
+        first = 64 + 4 + 8 + 4 + 16 + 4 * SMALL_INPUT * SMALL_HIDDEN
         self.assertEqual(body[first + 4:first + 12], b"hidden.b")
         self.refused(patched(first + 11, "<B", ord("w")), "repeats the name 'hidden.w'", first)
         self.refused(with_crc(body + b"\0\0\0\0"), "4 bytes follow its last tensor",
                      len(body))
-        e = self.refused(patched(8, "<I", 2), "version 2")
+        e = self.refused(patched(8, "<I", 3), "version 3")
         self.assertIsInstance(e, accelrt.Error)
         self.assertIsInstance(e, ValueError)
 
