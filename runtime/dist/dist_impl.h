@@ -165,6 +165,7 @@ typedef struct ar__dist {
   ar_dist_opts o;
   ar_err *err;
   int rank, size, S, W;   /* W = size - S */
+  int local_index, local_count; /* this rank among its machine's ranks */
   bool server;
   int widx;               /* worker index, -1 on servers */
   MPI_Comm cparam, cgrad, cctl;

@@ -59,6 +59,22 @@ static ar_status agree(ar__dist *c, ar_status mine, const char *what) {
   return AR_OK;
 }
 
+/* This rank's number among the ranks of its machine and their count,
+ * into c->local_index and c->local_count.  MPI_Comm_split_type is
+ * collective: every rank calls this, once, at set-up (a call by the
+ * workers alone waited forever for the servers). */
+static void local_ranks(ar__dist *c) {
+  MPI_Comm local;
+  c->local_index = 0;
+  c->local_count = 1;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) ==
+      MPI_SUCCESS) {
+    MPI_Comm_rank(local, &c->local_index);
+    MPI_Comm_size(local, &c->local_count);
+    MPI_Comm_free(&local);
+  }
+}
+
 static ar_status mpi_setup(ar__dist *c, bool *we_init) {
   int inited = 0;
   MPI_Initialized(&inited);
@@ -72,6 +88,7 @@ static ar_status mpi_setup(ar__dist *c, bool *we_init) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
   MPI_Comm_size(MPI_COMM_WORLD, &c->size);
+  local_ranks(c);
   MPI_Comm *comms[3] = {&c->cparam, &c->cgrad, &c->cctl};
   for (int i = 0; i < 3; i++) {
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, comms[i]);
@@ -119,19 +136,6 @@ static ar_status check_roles(ar__dist *c) {
   return AR_OK;
 }
 
-/* This rank's number among the ranks of its machine and their count. */
-static void local_ranks(int *index, int *count) {
-  MPI_Comm local;
-  *index = 0;
-  *count = 1;
-  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) ==
-      MPI_SUCCESS) {
-    MPI_Comm_rank(local, index);
-    MPI_Comm_size(local, count);
-    MPI_Comm_free(&local);
-  }
-}
-
 /* The device a worker computes on (into c->dev_name): its
  * distributed.workers entry, else the job's.  auto is a GPU when this
  * build has CUDA and a device is present (the ranks of one machine spread
@@ -154,11 +158,8 @@ static ar_status worker_device(ar__dist *c) {
   char why[256] = "";
   int gpus = ar_cuda_device_count(why, sizeof why);
   if (strcmp(dev, "auto") == 0) {
-    if (gpus > 0) {
-      int li, ln;
-      local_ranks(&li, &ln);
-      snprintf(c->dev_name, sizeof c->dev_name, "cuda:%d", li % gpus);
-    }
+    if (gpus > 0)
+      snprintf(c->dev_name, sizeof c->dev_name, "cuda:%d", c->local_index % gpus);
     return AR_OK;
   }
   char *end = NULL;
@@ -252,15 +253,20 @@ static ar_status decide_sampling(ar__dist *c) {
 }
 
 /* The threads this rank computes with: workers compute, servers only sum
- * and step; ranks on one machine share its cores. */
+ * and step.  OMP_NUM_THREADS and SLURM_CPUS_PER_TASK (srun -c) already
+ * count per rank; otherwise the ranks of one machine share the cores of
+ * the mask they all inherited. */
 static int rank_threads(const ar__dist *c) {
   if (c->server)
     return 1;
   if (c->spec->train.threads > 0)
     return ar_job_threads(c->spec);
-  int cores = ar_job_threads(c->spec), li, local;
-  local_ranks(&li, &local);
-  return cores / local > 1 ? cores / local : 1;
+  ar_host_cpus cpus;
+  ar_host_cpus_get(&cpus);
+  if (cpus.per_process)
+    return cpus.threads;
+  int local = c->local_count;
+  return cpus.threads / local > 1 ? cpus.threads / local : 1;
 }
 
 /* This rank's job: a worker's computes its part of every global batch
