@@ -511,7 +511,28 @@ static ar_status between_iterations(ar__dist *c, int64_t iter) {
   return AR_OK;
 }
 
+/* The vote on stopping at the end of an iteration (ar__dist.defer_stop):
+ * the vote cast at the end of the iteration before is awaited -- every
+ * rank cast it before this iteration's transfers, so the wait is short --
+ * and, unless this is the last iteration, this one's is cast.  *stop when
+ * the awaited vote says a rank had seen SIGINT or SIGTERM: every rank
+ * learns it at the same iteration. */
+static ar_status stop_vote(ar__dist *c, bool last, bool *stop) {
+  *stop = false;
+  if (c->stop_req != MPI_REQUEST_NULL) {
+    AR_CHECK(ar__dist_wait(c, &c->stop_req, -1, "the ranks' vote on stopping"));
+    *stop = c->stop_any != 0 && !last;
+  }
+  if (*stop || last)
+    return AR_OK;
+  c->stop_mine = ar_stop_signal() != 0;
+  int rc = MPI_Iallreduce(&c->stop_mine, &c->stop_any, 1, MPI_INT, MPI_MAX, c->cctl,
+                          &c->stop_req);
+  return rc == MPI_SUCCESS ? AR_OK : ar__dist_mpi_err(c, rc, "voting on stopping");
+}
+
 static ar_status loop(ar__dist *c) {
+  c->defer_stop = true;
   c->first_iter = c->iter + 1;
   int64_t left = c->total - c->iter;
   c->warmup = c->spec->distributed.trace_iterations;
@@ -545,6 +566,9 @@ static ar_status loop(ar__dist *c) {
     if (iter == c->first_iter + c->warmup - 1)
       AR_CHECK(ar__dist_schedule_setup(c));
     AR_CHECK(between_iterations(c, iter));
+    AR_CHECK(stop_vote(c, iter == c->total, &c->stopped));
+    if (c->stopped)
+      break;
   }
   if (c->server)
     AR_CHECK(ar__dist_gather(c));
@@ -590,7 +614,7 @@ ar_status ar_dist_run_ex(const ar_spec *spec, const ar_run_opts *opts_in,
   c.timeout_s = c.o.timeout_s;
   c.piece = c.o.piece_bytes;
   c.cparam = c.cgrad = c.cctl = MPI_COMM_NULL;
-  c.abort_req = MPI_REQUEST_NULL;
+  c.abort_req = c.stop_req = MPI_REQUEST_NULL;
   c.wall0 = ar_now();
   bool we_init = false;
   ar__dist_install_signals();
@@ -600,9 +624,10 @@ ar_status ar_dist_run_ex(const ar_spec *spec, const ar_run_opts *opts_in,
   if (st == AR_OK)
     st = loop(&c);
   if (st == AR_OK && c.rank == 0)
-    st = ar_job_finish(c.job, false, summary, err);
+    st = ar_job_finish(c.job, c.stopped, summary, err);
   if (st == AR_OK)
     st = agree(&c, st, "finishing the job");
+  int64_t stopped_at = c.iter;
   c.failed = st != AR_OK;
   teardown(&c);
   ar__dist_restore_signals();
@@ -621,6 +646,15 @@ ar_status ar_dist_run_ex(const ar_spec *spec, const ar_run_opts *opts_in,
       MPI_Comm_free(comms[i]);
   if (we_init)
     MPI_Finalize();
+  if (c.stopped && c.rank == 0)
+    return ar_errf(err, AR_INTERRUPTED,
+                   "interrupted at iteration %lld, every rank with it; checkpoint written to "
+                   "'%s/checkpoint.bin': continue with --resume",
+                   (long long)stopped_at, spec->output.dir);
+  if (c.stopped)
+    return ar_errf(err, AR_INTERRUPTED,
+                   "rank %d stopped at iteration %lld with the other ranks; rank 0 wrote the "
+                   "checkpoint", c.rank, (long long)stopped_at);
   return AR_OK;
 }
 
