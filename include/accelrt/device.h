@@ -331,6 +331,10 @@ typedef struct ar_host_cpus {
   double cgroup_cpus; /* cpu.max quota / period; 0: no limit */
   char list[256];     /* the mask, "0-3,8" */
   char source[192];   /* why `threads`, for accelrt info and notices */
+  bool per_process;   /* `threads` came from OMP_NUM_THREADS or
+                         SLURM_CPUS_PER_TASK, which count for this process
+                         alone (one MPI rank), not for every process that
+                         shares the mask */
 } ar_host_cpus;
 /* Fills *out.  The mask is the one the process had at the first call
  * (the host device makes that call before it binds its threads, so a

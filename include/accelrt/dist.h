@@ -50,9 +50,17 @@
  * is a polling loop, so a rank that dies is reported by the ranks waiting
  * for it ("iteration 7: rank 2 (worker 1) sent no gradients for 30 s ...")
  * and, with mpirun --enable-recovery, relayed to every other rank; under a
- * plain mpirun the other ranks get SIGTERM from mpirun and report what they
- * were waiting for.  The process exits non-zero; checkpoints are written
- * atomically, so the last one stays valid.
+ * plain mpirun the other ranks get SIGTERM from mpirun and are stopped by
+ * it (or report the dead peer after the timeout).  The process exits
+ * non-zero; checkpoints are written atomically, so the last one stays
+ * valid.
+ *
+ * Stopping: SIGINT or SIGTERM to any rank during the iterations (scancel,
+ * a time limit, Ctrl-C) does not break off a transfer; the ranks vote at
+ * the end of every iteration, read the vote one iteration later, and all
+ * stop after the same iteration; rank 0 writes the checkpoint and a
+ * summary marked interrupted, and ar_dist_run returns AR_INTERRUPTED on
+ * every rank.  Before the iterations a signal fails the set-up at once.
  *
  * Outputs (rank 0, output.dir): metrics.jsonl (one line per iteration with
  * makespan, busy times, E; evaluations as in single-process runs),
@@ -71,7 +79,8 @@
  *
  * Tests: tests/dist/ (under mpiexec -n 3: receive order equals the
  * priority order, random orders differ, distributed equals single-process
- * training, a killed rank is reported without a hang).
+ * training, a killed rank is reported without a hang, SIGTERM to one rank
+ * stops every rank at one iteration with a checkpoint: stop.sh).
  */
 #ifndef ACCELRT_DIST_H
 #define ACCELRT_DIST_H
@@ -130,9 +139,10 @@ typedef struct ar_dist_opts {
  * Initialises MPI when it is not initialised yet and then finalises it
  * (on success; after a failure MPI is left as is, since finalising with a
  * dead peer can hang: the process should exit).  Rank 0 writes the
- * outputs and fills *summary (other ranks leave it untouched).  AR_OK, or
- * a status with the reason (naming the rank and iteration of a dead peer)
- * in err. */
+ * outputs and fills *summary (other ranks leave it untouched).  AR_OK;
+ * AR_INTERRUPTED when a signal stopped the ranks together (checkpoint
+ * written; MPI finalised, as all ranks agreed); or another status with
+ * the reason (naming the rank and iteration of a dead peer) in err. */
 ar_status ar_dist_run(const ar_spec *spec, const ar_run_opts *opts,
                       ar_summary *summary, ar_err *err);
 /* As ar_dist_run with options (dopts may be NULL: defaults). */

@@ -20,6 +20,9 @@ static void study_usage(FILE *to) {
           "  --retry-failed  run again the runs recorded as failed, timeout or no response\n"
           "  --analyze       only analyse what runs.csv holds and write the report\n"
           "  --quiet         no line per run\n"
+          "a distributed base's runs start under the study file's launcher:\n"
+          "  (launcher: \"srun --mpi=pmix -n {ranks}\"), else $ACCELRT_MPIEXEC, else\n"
+          "  mpiexec -n RANKS (--dry-run prints which).\n"
           "the study file: docs/study.md\n");
 }
 

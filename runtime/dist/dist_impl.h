@@ -168,6 +168,7 @@ typedef struct ar__dist {
   ar_dist_opts o;
   ar_err *err;
   int rank, size, S, W;   /* W = size - S */
+  int local_index, local_count; /* this rank among its machine's ranks */
   bool server;
   int widx;               /* worker index, -1 on servers */
   MPI_Comm cparam, cgrad, cctl;
@@ -292,6 +293,15 @@ typedef struct ar__dist {
   double *tl_t0;     /* worker (nt): when a receive was matched, then when
                         its gradient was posted */
   double *tl_infos;  /* rank 0 (size x 8): the ranks' figures at the end */
+  /* Stopping on SIGINT/SIGTERM (dist_run.c): in the iteration loop a
+   * signal no longer fails a wait; every rank votes at each iteration's
+   * end (stop_req, the vote of the iteration before, is awaited one
+   * iteration later), and all stop together after the iteration where
+   * the vote says a rank saw one, rank 0 writing the checkpoint. */
+  bool defer_stop;   /* a signal is handled at the vote, not in waits */
+  bool stopped;      /* the ranks stopped on a signal, checkpoint written */
+  MPI_Request stop_req;
+  int stop_mine, stop_any;
 } ar__dist;
 
 /* ---- transport.c ---- */
@@ -305,9 +315,10 @@ ar_status ar__dist_mpi_err(ar__dist *c, int rc, const char *fmt, ...)
 /* One turn of a wait loop.  progressed: something completed since the
  * last call (resets the dead-peer timer); otherwise sleeps a little.
  * Fails, with a message naming `peer` and the iteration, when another
- * rank reported a failure, a signal arrived (mpirun stops the other ranks
- * with SIGTERM when one dies), or nothing progressed for timeout_s while
- * waiting for `what` from `peer`. */
+ * rank reported a failure, a signal arrived before the iteration loop
+ * (in it, c->defer_stop: the ranks stop together at an iteration's end),
+ * or nothing progressed for timeout_s while waiting for `what` from
+ * `peer`. */
 ar_status ar__dist_poll(ar__dist *c, bool progressed, int peer, const char *what);
 void ar__dist_poll_reset(ar__dist *c);
 /* Tells every other rank (but `failed`) that `failed` failed: best effort,

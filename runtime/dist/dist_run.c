@@ -59,6 +59,22 @@ static ar_status agree(ar__dist *c, ar_status mine, const char *what) {
   return AR_OK;
 }
 
+/* This rank's number among the ranks of its machine and their count,
+ * into c->local_index and c->local_count.  MPI_Comm_split_type is
+ * collective: every rank calls this, once, at set-up (a call by the
+ * workers alone waited forever for the servers). */
+static void local_ranks(ar__dist *c) {
+  MPI_Comm local;
+  c->local_index = 0;
+  c->local_count = 1;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) ==
+      MPI_SUCCESS) {
+    MPI_Comm_rank(local, &c->local_index);
+    MPI_Comm_size(local, &c->local_count);
+    MPI_Comm_free(&local);
+  }
+}
+
 static ar_status mpi_setup(ar__dist *c, bool *we_init) {
   int inited = 0;
   MPI_Initialized(&inited);
@@ -72,6 +88,7 @@ static ar_status mpi_setup(ar__dist *c, bool *we_init) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
   MPI_Comm_size(MPI_COMM_WORLD, &c->size);
+  local_ranks(c);
   MPI_Comm *comms[3] = {&c->cparam, &c->cgrad, &c->cctl};
   for (int i = 0; i < 3; i++) {
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, comms[i]);
@@ -119,19 +136,6 @@ static ar_status check_roles(ar__dist *c) {
   return AR_OK;
 }
 
-/* This rank's number among the ranks of its machine and their count. */
-static void local_ranks(int *index, int *count) {
-  MPI_Comm local;
-  *index = 0;
-  *count = 1;
-  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) ==
-      MPI_SUCCESS) {
-    MPI_Comm_rank(local, index);
-    MPI_Comm_size(local, count);
-    MPI_Comm_free(&local);
-  }
-}
-
 /* The device a worker computes on (into c->dev_name): its
  * distributed.workers entry, else the job's.  auto is a GPU when this
  * build has CUDA and a device is present (the ranks of one machine spread
@@ -154,11 +158,8 @@ static ar_status worker_device(ar__dist *c) {
   char why[256] = "";
   int gpus = ar_cuda_device_count(why, sizeof why);
   if (strcmp(dev, "auto") == 0) {
-    if (gpus > 0) {
-      int li, ln;
-      local_ranks(&li, &ln);
-      snprintf(c->dev_name, sizeof c->dev_name, "cuda:%d", li % gpus);
-    }
+    if (gpus > 0)
+      snprintf(c->dev_name, sizeof c->dev_name, "cuda:%d", c->local_index % gpus);
     return AR_OK;
   }
   char *end = NULL;
@@ -252,15 +253,20 @@ static ar_status decide_sampling(ar__dist *c) {
 }
 
 /* The threads this rank computes with: workers compute, servers only sum
- * and step; ranks on one machine share its cores. */
+ * and step.  OMP_NUM_THREADS and SLURM_CPUS_PER_TASK (srun -c) already
+ * count per rank; otherwise the ranks of one machine share the cores of
+ * the mask they all inherited. */
 static int rank_threads(const ar__dist *c) {
   if (c->server)
     return 1;
   if (c->spec->train.threads > 0)
     return ar_job_threads(c->spec);
-  int cores = ar_job_threads(c->spec), li, local;
-  local_ranks(&li, &local);
-  return cores / local > 1 ? cores / local : 1;
+  ar_host_cpus cpus;
+  ar_host_cpus_get(&cpus);
+  if (cpus.per_process)
+    return cpus.threads;
+  int local = c->local_count;
+  return cpus.threads / local > 1 ? cpus.threads / local : 1;
 }
 
 /* This rank's job: a worker's computes its part of every global batch
@@ -511,7 +517,28 @@ static ar_status between_iterations(ar__dist *c, int64_t iter) {
   return AR_OK;
 }
 
+/* The vote on stopping at the end of an iteration (ar__dist.defer_stop):
+ * the vote cast at the end of the iteration before is awaited -- every
+ * rank cast it before this iteration's transfers, so the wait is short --
+ * and, unless this is the last iteration, this one's is cast.  *stop when
+ * the awaited vote says a rank had seen SIGINT or SIGTERM: every rank
+ * learns it at the same iteration. */
+static ar_status stop_vote(ar__dist *c, bool last, bool *stop) {
+  *stop = false;
+  if (c->stop_req != MPI_REQUEST_NULL) {
+    AR_CHECK(ar__dist_wait(c, &c->stop_req, -1, "the ranks' vote on stopping"));
+    *stop = c->stop_any != 0 && !last;
+  }
+  if (*stop || last)
+    return AR_OK;
+  c->stop_mine = ar_stop_signal() != 0;
+  int rc = MPI_Iallreduce(&c->stop_mine, &c->stop_any, 1, MPI_INT, MPI_MAX, c->cctl,
+                          &c->stop_req);
+  return rc == MPI_SUCCESS ? AR_OK : ar__dist_mpi_err(c, rc, "voting on stopping");
+}
+
 static ar_status loop(ar__dist *c) {
+  c->defer_stop = true;
   c->first_iter = c->iter + 1;
   int64_t left = c->total - c->iter;
   c->warmup = c->spec->distributed.trace_iterations;
@@ -545,6 +572,9 @@ static ar_status loop(ar__dist *c) {
     if (iter == c->first_iter + c->warmup - 1)
       AR_CHECK(ar__dist_schedule_setup(c));
     AR_CHECK(between_iterations(c, iter));
+    AR_CHECK(stop_vote(c, iter == c->total, &c->stopped));
+    if (c->stopped)
+      break;
   }
   if (c->server)
     AR_CHECK(ar__dist_gather(c));
@@ -602,7 +632,7 @@ ar_status ar_dist_run_ex(const ar_spec *spec, const ar_run_opts *opts_in,
   c.timeout_s = c.o.timeout_s;
   c.piece = c.o.piece_bytes;
   c.cparam = c.cgrad = c.cctl = MPI_COMM_NULL;
-  c.abort_req = MPI_REQUEST_NULL;
+  c.abort_req = c.stop_req = MPI_REQUEST_NULL;
   c.wall0 = ar_now();
   bool we_init = false;
   ar__dist_install_signals();
@@ -612,11 +642,12 @@ ar_status ar_dist_run_ex(const ar_spec *spec, const ar_run_opts *opts_in,
   if (st == AR_OK)
     st = loop(&c);
   if (st == AR_OK && c.rank == 0)
-    st = ar_job_finish(c.job, false, summary, err);
+    st = ar_job_finish(c.job, c.stopped, summary, err);
   if (st == AR_OK)
     st = agree(&c, st, "finishing the job");
   if (st == AR_OK && c.tl)
     write_timeline(&c);
+  int64_t stopped_at = c.iter;
   c.failed = st != AR_OK;
   teardown(&c);
   ar__dist_restore_signals();
@@ -635,6 +666,15 @@ ar_status ar_dist_run_ex(const ar_spec *spec, const ar_run_opts *opts_in,
       MPI_Comm_free(comms[i]);
   if (we_init)
     MPI_Finalize();
+  if (c.stopped && c.rank == 0)
+    return ar_errf(err, AR_INTERRUPTED,
+                   "interrupted at iteration %lld, every rank with it; checkpoint written to "
+                   "'%s/checkpoint.bin': continue with --resume",
+                   (long long)stopped_at, spec->output.dir);
+  if (c.stopped)
+    return ar_errf(err, AR_INTERRUPTED,
+                   "rank %d stopped at iteration %lld with the other ranks; rank 0 wrote the "
+                   "checkpoint", c.rank, (long long)stopped_at);
   return AR_OK;
 }
 

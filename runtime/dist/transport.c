@@ -83,7 +83,7 @@ ar_status ar__dist_poll(ar__dist *c, bool progressed, int peer, const char *what
                    (long long)iter, role(c, failed, dead, sizeof dead), by,
                    (long long)c->abort_msg[0], c->rank, c->spec->output.dir);
   }
-  if (ar_stop_signal())
+  if (ar_stop_signal() && !c->defer_stop)
     return ar_errf(c->err, AR_INTERRUPTED,
                    "iteration %lld: rank %d stopped by signal %d while waiting for %s from %s "
                    "(under mpirun this means another rank died or the job was cancelled; "

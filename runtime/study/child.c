@@ -55,20 +55,15 @@ ar_status ar__study_self_exe(char *exe, size_t cap, ar_err *err) {
 }
 
 const char **ar__study_child_argv(const ar_study *s, const char *exe, const char *cmd,
-                                  const char *ranks, const char *const *sets, int ns,
+                                  bool launch, const char *const *sets, int ns,
                                   const char *const *tail, int nt) {
-  size_t n = 8 + 2 * ((size_t)s->n_sets + (size_t)ns) + (size_t)nt;
+  size_t n = 4 + (size_t)s->n_launch + 2 * ((size_t)s->n_sets + (size_t)ns) + (size_t)nt;
   const char **argv = ar_calloc(n, sizeof *argv);
   if (!argv)
     return NULL;
   int a = 0;
-  if (ranks) {
-    const char *mpiexec = getenv("ACCELRT_MPIEXEC");
-    argv[a++] = mpiexec && mpiexec[0] ? mpiexec : "mpiexec";
-    argv[a++] = "--oversubscribe";
-    argv[a++] = "-n";
-    argv[a++] = ranks;
-  }
+  for (int i = 0; launch && i < s->n_launch; i++)
+    argv[a++] = s->launch[i];
   argv[a++] = exe;
   argv[a++] = cmd;
   argv[a++] = s->base;

@@ -38,11 +38,11 @@ bool ar__study_stop_requested(void);
 ar_status ar__study_self_exe(char *exe, size_t cap, ar_err *err);
 
 /* The argv of one child, NULL-terminated (ar_free it; the strings are
- * borrowed): [mpiexec --oversubscribe -n RANKS] EXE CMD BASE, every fixed
- * override and the run's own ones as --set, then tail.  ranks NULL: no
- * mpiexec.  NULL when out of memory. */
+ * borrowed): [LAUNCHER...] EXE CMD BASE, every fixed override and the
+ * run's own ones as --set, then tail.  launch: start with s->launch (a
+ * distributed run; launcher.h).  NULL when out of memory. */
 const char **ar__study_child_argv(const ar_study *s, const char *exe, const char *cmd,
-                                  const char *ranks, const char *const *sets, int ns,
+                                  bool launch, const char *const *sets, int ns,
                                   const char *const *tail, int nt);
 
 /* Runs argv in a process group of its own with its output in logp

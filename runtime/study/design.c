@@ -5,6 +5,7 @@
  * order).  See design.h.
  */
 #include "design.h"
+#include "launcher.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -71,8 +72,10 @@ ar_status ar__study_make_design(ar_study *s) {
 /* ---- the design, printed ------------------------------------------------- */
 
 static const char *kind_text(const ar_study *s, char *buf, size_t cap) {
+  char lt[2048];
   if (s->kind == STUDY_DIST)
-    snprintf(buf, cap, "distributed job, %d ranks under mpiexec", s->ranks);
+    snprintf(buf, cap, "distributed job, %d ranks, each run under %s", s->ranks,
+             ar__study_launcher_text(s, lt, sizeof lt));
   else
     snprintf(buf, cap, "%s", s->kind == STUDY_JOBS ? "jobs: file (lanes)" : "single job");
   return buf;
@@ -159,7 +162,7 @@ static void print_aliases(const ar_study *s, FILE *to) {
 }
 
 void ar_study_print_design(const ar_study *s, FILE *to) {
-  char kb[128], cn[64];
+  char kb[2200], cn[64];
   fprintf(to, "study %s: base %s (%s)\n", s->name, s->base, kind_text(s, kb, sizeof kb));
   fprintf(to, "response: %s (%s is better), %d replicate%s, seed %llu%s%s\n", s->resp_name,
           s->better > 0 ? "higher" : "lower", s->replicates, s->replicates > 1 ? "s" : "",

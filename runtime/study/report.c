@@ -649,7 +649,7 @@ static void report_head(FILE *o, const ar_study *s, const study_row *rows, int n
   esc(o, s->name);
   fputs("</h1>\n<p class='meta'>Base job <code>", o);
   esc(o, s->base);
-  fprintf(o, "</code> (%s). Response <b>", s->kind == STUDY_DIST   ? "distributed, under mpiexec"
+  fprintf(o, "</code> (%s). Response <b>", s->kind == STUDY_DIST   ? "distributed job over MPI"
                                           : s->kind == STUDY_JOBS ? "jobs: file through lanes"
                                                                   : "single job");
   esc(o, s->resp_name);

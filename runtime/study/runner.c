@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include "child.h"
+#include "launcher.h"
 #include "response.h"
 #include "store.h"
 #include "study_file.h"
@@ -197,14 +198,13 @@ static ar_status prepare_job(const ar_study *s, one_run *x, study_row *r, double
  * are the last child's. */
 static ar_status run_children(const ar_study *s, one_run *x, double t0, int *wst,
                               child_end *how, bool *evaluated, ar_err *err) {
-  char exe[4096], ranks[16], what[160], pts[32], reps[32];
+  char exe[4096], what[160], pts[32], reps[32];
   *evaluated = false;
   AR_CHECK(ar__study_self_exe(exe, sizeof exe, err));
-  snprintf(ranks, sizeof ranks, "%d", s->ranks);
   snprintf(what, sizeof what, "run %s", x->id);
   const char *tail[] = {"--quiet"};
-  const char **argv = ar__study_child_argv(s, exe, "run", s->kind == STUDY_DIST ? ranks : NULL,
-                                           x->sets, x->ns, tail, 1);
+  const char **argv = ar__study_child_argv(s, exe, "run", s->kind == STUDY_DIST, x->sets, x->ns,
+                                           tail, 1);
   ar_status st = argv ? ar__study_child_run(argv, x->logp, false, t0, s->timeout_s, what, wst,
                                             how, err)
                       : ar_errf(err, AR_NOMEM, "out of memory");
@@ -218,7 +218,7 @@ static ar_status run_children(const ar_study *s, one_run *x, double t0, int *wst
   snprintf(reps, sizeof reps, "%ld", s->eval_reps);
   snprintf(what, sizeof what, "the eval of run %s", x->id);
   const char *etail[] = {"--points", pts, "--reps", reps};
-  argv = ar__study_child_argv(s, exe, "eval", NULL, x->sets, x->ns, etail, 4);
+  argv = ar__study_child_argv(s, exe, "eval", false, x->sets, x->ns, etail, 4);
   st = argv ? ar__study_child_run(argv, x->logp, true, t0, s->timeout_s, what, wst, how, err)
             : ar_errf(err, AR_NOMEM, "out of memory");
   ar_free(argv);
@@ -345,6 +345,10 @@ ar_status ar_study_run(ar_study *s, const ar_study_opts *opts, ar_err *err) {
   if (!quiet)
     fprintf(log, "study %s: %d runs (%d cells x %d replicates), %d done before, output %s\n",
             s->name, s->n_runs, s->n_planned, s->replicates, n_done, s->out);
+  if (!quiet && s->kind == STUDY_DIST) {
+    char lt[2048];
+    fprintf(log, "each run starts under %s\n", ar__study_launcher_text(s, lt, sizeof lt));
+  }
   study_signals saved;
   ar__study_signals_catch(&saved);
   /* Tests stop a study after N runs as if interrupted. */

@@ -11,6 +11,7 @@
 #include "study_file.h"
 
 #include "design.h"
+#include "launcher.h"
 #include "response.h"
 
 #include "accelrt/fs.h"
@@ -106,7 +107,13 @@ static const ar_schema study_keys[] = {
      .imin = 2,
      .imax = 4096,
      .expect = "a whole number from 2 to 4096",
-     .doc = "MPI ranks of a base job with distributed: (its runs start under mpiexec)."},
+     .doc = "MPI ranks of a base job with distributed: (its runs start under the launcher)."},
+    {.key = "launcher",
+     .type = AR_SCHEMA_ANY,
+     .def_doc = "$ACCELRT_MPIEXEC, else mpiexec",
+     .doc = "The command a distributed run starts under, e.g. \"srun --mpi=pmix -n {ranks}\" "
+            "or a list of its words; {ranks} becomes ranks:, and -n {ranks} is appended when "
+            "no word has it."},
     {.key = "timeout_s",
      .type = AR_SCHEMA_FLOAT,
      .fmin = 0,
@@ -340,6 +347,8 @@ static void read_study(study_diags *c, ar_study *s, const ar_ynode *root) {
     ar__study_parse_fraction(c, s, n);
   if ((n = ar_ynode_get(root, "eval")))
     parse_eval(c, s, n);
+  if ((n = ar_ynode_get(root, "launcher")))
+    ar__study_parse_launcher(c, s, n);
   if (s->resp_name && ar__study_resp_from_eval(s->resp) && !s->eval)
     ar__study_diag(c, s->resp_line, s->resp_col, "response",
                    "%s is read from eval.json, which accelrt eval writes after each run: add "
@@ -439,6 +448,7 @@ void ar_study_destroy(ar_study *s) {
   ar_free(s->planned);
   ar_free(s->run_cell);
   ar_free(s->run_rep);
+  ar__study_launcher_free(s);
   ar_free(s);
 }
 

@@ -11,6 +11,7 @@
  *   design.h      design.c   cells, run order, the printed design
  *   csv.h         csv.c      CSV fields
  *   store.h       store.c    OUT/design.txt and OUT/runs.csv, durable
+ *   launcher.h    launcher.c the command a distributed run starts under
  *   child.h       child.c    one child process: start, timeout, stop, signals
  *                 runner.c   the runs (ar_study_run): resume, one row each
  *   json.h        json.c     reading what the runs write (cJSON)
@@ -28,6 +29,12 @@
 #include <stdint.h>
 
 typedef enum study_kind { STUDY_SINGLE = 0, STUDY_JOBS, STUDY_DIST } study_kind;
+
+/* Where a distributed run's launcher came from (launcher.h). */
+typedef enum study_launch_from { LAUNCH_FILE = 0, LAUNCH_ENV, LAUNCH_DEFAULT } study_launch_from;
+
+/* At most this many words in a launcher. */
+#define STUDY_LAUNCH_MAX_WORDS 64
 
 /* Keys one factor may set together ("a+b: [1, 2]" sets a and b to each
  * level), for keys the job requires to agree (a layer's width and the
@@ -82,7 +89,15 @@ struct ar_study {
   uint64_t seed;
   bool vary_seed;    /* replicate r runs with the job's seed + r */
   bool keep_checkpoints;
-  int ranks;         /* > 0: under mpiexec */
+  int ranks;         /* > 0: a distributed base, run under the launcher */
+  char **launch_given; /* (n_launch_given) launcher: as written, {ranks} kept */
+  int n_launch_given;
+  int launch_line, launch_col; /* launcher: in the study file (0: absent) */
+  char **launch;     /* (n_launch) a distributed run's argv before EXE run ...,
+                        {ranks} replaced (launcher.c) */
+  int n_launch;
+  study_launch_from launch_from;
+  bool launch_ompi;  /* the default mpiexec is Open MPI's */
   double timeout_s;  /* per run; 0 none */
   char *out;         /* output folder */
   study_kind kind;

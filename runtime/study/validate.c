@@ -3,6 +3,7 @@
  * can be known before a run starts is refused here, at its place in the
  * study file, so that a study never fails half-way through for a typo.
  */
+#include "launcher.h"
 #include "study_file.h"
 
 #include "design.h"
@@ -107,16 +108,24 @@ static const char *response_unavailable(const ar_study *s, bool has_test) {
   return NULL;
 }
 
-/* ranks:, the response and eval: against the kind of base job. */
-static void check_kind(study_diags *c, const ar_study *s, ar_srcpos base, bool has_test) {
+/* ranks:, launcher:, the response and eval: against the kind of base job;
+ * the launcher of a distributed base is resolved here. */
+static void check_kind(study_diags *c, ar_study *s, ar_srcpos base, bool has_test) {
   if (s->kind == STUDY_DIST && s->ranks == 0)
     ar__study_diag(c, base.line, base.col, "ranks",
                    "the base job has a distributed: section: set ranks: N (servers plus "
-                   "workers); its runs start under mpiexec --oversubscribe -n N");
+                   "workers); its runs start under mpiexec -n N (or launcher:)");
   if (s->kind != STUDY_DIST && s->ranks > 0)
     ar__study_diag(c, base.line, base.col, "ranks",
                    "ranks is for a base job with a distributed: section; this base is %s",
                    kind_name[s->kind]);
+  if (s->kind != STUDY_DIST && s->launch_line > 0)
+    ar__study_diag(c, s->launch_line, s->launch_col, "launcher",
+                   "launcher starts the ranks of a base job with a distributed: section; this "
+                   "base is %s, whose runs start without one: drop launcher:",
+                   kind_name[s->kind]);
+  if (s->kind == STUDY_DIST && s->ranks > 0)
+    ar__study_resolve_launcher(c, s);
   if (s->kind == STUDY_DIST && s->ranks > 0 && s->ranks < 2)
     ar__study_diag(c, base.line, base.col, "ranks",
                    "a distributed job needs a server and a worker");

@@ -33,6 +33,23 @@ output: {dir: $work/job-out}
 YAML
 }
 
+dist_job() { # a distributed job of 6 iterations (1 server, 2 workers) in $work/job.yaml
+  cat > "$work/job.yaml" <<YAML
+name: dist
+device: host
+seed: 2
+model:
+  input: {dense: 32}
+  layers:
+    - {name: h, dense: 48, activation: relu}
+    - {name: out, dense: 16, activation: softmax}
+data: {generate: {train_points: 400, test_points: 0, features: 32, labels: 16, nnz: 6, labels_per_point: 2}}
+train: {batch: 32, iterations: 6, optimizer: {adam: {lr: 0.01}}}
+output: {dir: $work/job-out}
+distributed: {servers: 1, order: tac, trace_iterations: 2}
+YAML
+}
+
 small_study() { # 2 x 2 x 2 over the small job, output $work/out
   small_job
   cat > "$work/study.yaml" <<YAML
@@ -414,6 +431,107 @@ YAML
   "$bin" study "$work/study.yaml" --analyze > /dev/null 2> "$work/e3"; rc=$?
   [ $rc = 1 ] && grep -qF "runs.csv:4: run 'A0B1-r1' has the unknown status 'skiped'" "$work/e3" \
     || fail "unknown status: exit $rc $(cat "$work/e3")"
+  ;;
+launcher)
+  # A distributed base: its runs start under launcher:, else
+  # $ACCELRT_MPIEXEC, else mpiexec (Open MPI's flags only for that
+  # default).  A fake launcher records its argv, then starts the ranks
+  # with mpiexec, Open MPI's permissions coming from the environment so
+  # that the record holds only what the study passed.
+  command -v mpiexec > /dev/null || { echo "skipped: no mpiexec"; exit 77; }
+  dist_job
+  cat > "$work/fake" <<'SH'
+#!/bin/sh
+# fake LOG (-n N | --ntasks=N) CMD...: appends its argv to LOG, runs CMD on N ranks.
+log=$1; shift
+echo "$*" >> "$log"
+case $1 in
+  -n) n=$2; shift 2 ;;
+  --ntasks=*) n=${1#--ntasks=}; shift ;;
+  *) echo "fake launcher: no rank count first in: $*" >&2; exit 3 ;;
+esac
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
+  exec mpiexec -n "$n" "$@"
+SH
+  chmod +x "$work/fake"
+  dist_study() { # dist_study FILE OUT [LAUNCHER LINE]
+    printf 'base: job.yaml\nranks: 3\nfactors: {distributed.order: [random, tac]}\nresponse: samples_per_s\nreplicates: 1\noutput: %s\n%s\n' \
+      "$2" "${3:-}" > "$1"
+  }
+  ran_under() { # ran_under OUT LOG PREFIX: both runs ok, LOG has both runs' argv starting with PREFIX
+    [ "$(grep -c ',ok,' "$1/runs.csv")" = 2 ] || fail "runs: $(cat "$1/runs.csv")"
+    [ "$(wc -l < "$2")" = 2 ] || fail "the launcher ran $(wc -l < "$2") times, not 2: $(cat "$2")"
+    local line exe
+    exe=$(readlink -f "$bin")
+    while read -r line; do
+      case $line in
+        "$3 $exe run $work/job.yaml --set distributed.order="*) ;;
+        *) fail "launcher argv: $line" ;;
+      esac
+    done < "$2"
+    grep -Eq -- '--oversubscribe|--allow-run-as-root' "$2" && fail "Open MPI flags added: $(cat "$2")"
+    return 0
+  }
+  # 1. launcher: as a string, {ranks} inside a word.
+  dist_study "$work/s1.yaml" "$work/o1" "launcher: \"$work/fake $work/log1 --ntasks={ranks}\""
+  env -u ACCELRT_MPIEXEC "$bin" study "$work/s1.yaml" > "$work/out1" 2> "$work/err" ||
+    fail "study under launcher: exited $?: $(cat "$work/err")"
+  grep -qF "each run starts under $work/fake $work/log1 --ntasks=3 (launcher: in the study file)" "$work/out1" ||
+    fail "the study does not name its launcher: $(cat "$work/out1")"
+  ran_under "$work/o1" "$work/log1" "--ntasks=3"
+  # 2. $ACCELRT_MPIEXEC with no {ranks}: -n RANKS appended.
+  dist_study "$work/s2.yaml" "$work/o2"
+  ACCELRT_MPIEXEC="$work/fake $work/log2" "$bin" study "$work/s2.yaml" > "$work/out2" 2> "$work/err" ||
+    fail "study under ACCELRT_MPIEXEC: exited $?: $(cat "$work/err")"
+  grep -qF "each run starts under $work/fake $work/log2 -n 3 (from \$ACCELRT_MPIEXEC)" "$work/out2" ||
+    fail "$(cat "$work/out2")"
+  ran_under "$work/o2" "$work/log2" "-n 3"
+  # 3. The list form keeps a word with a blank whole; launcher: wins over
+  #    the variable.
+  dist_study "$work/s3.yaml" "$work/o3" "launcher: ['$work/fake', '$work/log 3', -n, '{ranks}']"
+  ACCELRT_MPIEXEC="$work/fake $work/log2" "$bin" study "$work/s3.yaml" > "$work/out3" 2> "$work/err" ||
+    fail "study under a list launcher: exited $?: $(cat "$work/err")"
+  grep -qF "each run starts under $work/fake '$work/log 3' -n 3 (launcher: in the study file)" "$work/out3" ||
+    fail "$(cat "$work/out3")"
+  ran_under "$work/o3" "$work/log 3" "-n 3"
+  [ "$(wc -l < "$work/log2")" = 2 ] || fail "ACCELRT_MPIEXEC was used although launcher: was given"
+  # 4. The default: mpiexec, with Open MPI's flags when it is Open MPI's
+  #    (and only then), so that it runs as root on a small machine without
+  #    the environment's permission.
+  want="mpiexec -n 3 (the default mpiexec)"
+  if mpiexec --version 2>&1 | grep -Eq "Open MPI|OpenRTE"; then
+    want="mpiexec --oversubscribe -n 3 (the default: Open MPI's"
+    [ "$(id -u)" = 0 ] && want="mpiexec --oversubscribe --allow-run-as-root -n 3 (the default: Open MPI's"
+  fi
+  env -u ACCELRT_MPIEXEC -u OMPI_ALLOW_RUN_AS_ROOT -u OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
+    -u OMPI_MCA_rmaps_base_oversubscribe "$bin" study "$work/s2.yaml" --out "$work/o4" \
+    > "$work/out4" 2> "$work/err" || fail "study under the default mpiexec: exited $?: $(cat "$work/err")"
+  grep -qF "each run starts under $want" "$work/out4" || fail "default launcher: $(cat "$work/out4")"
+  [ "$(grep -c ',ok,' "$work/o4/runs.csv")" = 2 ] || fail "default launcher: $(cat "$work/o4/runs.csv")"
+  # 5. Bad launchers, each at its place; exit 2, nothing run.
+  dist_study "$work/b1.yaml" "$work/ob" 'launcher: "srun -n {rank}"'
+  dist_study "$work/b2.yaml" "$work/ob" "launcher: [srun, {x: 1}, '']"
+  dist_study "$work/b3.yaml" "$work/ob" "launcher: 'srun \"-n 3\"'"
+  dist_study "$work/b4.yaml" "$work/ob" 'launcher: []'
+  for b in b1 b2 b3 b4; do
+    env -u ACCELRT_MPIEXEC "$bin" study "$work/$b.yaml" > /dev/null 2>> "$work/err_b"; rc=$?
+    [ $rc = 2 ] || fail "$b: exit $rc, want 2: $(cat "$work/err_b")"
+  done
+  has_all "$work/err_b" \
+    "b1.yaml:7:11: error: launcher: unknown placeholder '{rank}'; the only one is {ranks}" \
+    "b2.yaml:7:18: error: launcher[1]: expected a single value, got a mapping" \
+    "b2.yaml:7:26: error: launcher[2]: a word of the launcher is empty" \
+    "b3.yaml:7:11: error: launcher: quotes and backslashes are not interpreted" \
+    "b4.yaml:7:11: error: launcher: expected the command that starts the ranks"
+  ACCELRT_MPIEXEC="srun -n {rank}" "$bin" study "$work/s2.yaml" > /dev/null 2> "$work/err"; rc=$?
+  [ $rc = 2 ] && grep -qF "s2.yaml: error: the launcher in \$ACCELRT_MPIEXEC ('srun -n {rank}'): unknown placeholder" "$work/err" ||
+    fail "bad ACCELRT_MPIEXEC: exit $rc: $(cat "$work/err")"
+  small_job
+  printf 'base: job.yaml\nfactors: {train.batch: [32, 64]}\nresponse: samples_per_s\nlauncher: srun\n' > "$work/b5.yaml"
+  "$bin" study "$work/b5.yaml" > /dev/null 2> "$work/err"; rc=$?
+  [ $rc = 2 ] && grep -qF "b5.yaml:4:11: error: launcher: launcher starts the ranks of a base job with a distributed: section; this base is a single job" "$work/err" ||
+    fail "launcher with a single job: exit $rc: $(cat "$work/err")"
+  [ ! -e "$work/ob" ] || fail "a rejected study wrote output"
   ;;
 chromium)
   # report.html rendered by headless Chromium: a screenshot of the right

@@ -151,6 +151,7 @@ ar_status ar_host_cpus_get_at(const char *root, ar_host_cpus *out) {
   out->cgroup_cpus = cgroup_cpus(root ? root : "");
   int omp = leading_int(getenv("OMP_NUM_THREADS"));
   int slurm = leading_int(getenv("SLURM_CPUS_PER_TASK"));
+  out->per_process = omp || slurm;
   if (omp) {
     out->threads = omp;
     snprintf(out->source, sizeof out->source, "OMP_NUM_THREADS=%d", omp);

@@ -1,0 +1,80 @@
+#!/bin/sh
+# SIGTERM to one rank of a 3-rank job (as a scheduler's scancel or time
+# limit sends it, here to a worker alone): every rank finishes its
+# iteration, they stop together at one iteration N, rank 0 writes the
+# checkpoint and a summary marked interrupted, every rank exits non-zero
+# naming N; --resume then continues from N to the end (N + 10).  Also a
+# job that leaves train.threads at 0 (the ranks agree on their machine's
+# ranks at set-up: the workers alone used to wait for the servers there).
+# usage: stop.sh MPIEXEC ACCELRT
+set -u
+MPIEXEC=$1
+ACCELRT=$2
+dir=$(mktemp -d /tmp/accelrt_stop_XXXXXX)
+[ -d "$dir" ] || { echo "FAIL: mktemp"; exit 1; }
+mp=
+fail() {
+  echo "FAIL: $*"
+  echo "---- output ----"
+  cat "$dir"/out*.txt 2>/dev/null
+  [ -n "$mp" ] && kill -KILL "$mp" 2>/dev/null
+  exit 1
+}
+cat > "$dir/job.yaml" <<YAML
+name: stop
+seed: 3
+device: host
+model:
+  input: {dense: 32}
+  layers:
+    - {name: h, dense: 48, activation: relu}
+    - {name: out, dense: 16, activation: softmax}
+data: {generate: {train_points: 400, test_points: 0, features: 32, labels: 16, nnz: 6, labels_per_point: 2}}
+train: {batch: 32, iterations: 10000000, optimizer: {adam: {lr: 0.01}}}
+output: {dir: '$dir/run'}
+distributed: {servers: 1, order: tac, trace_iterations: 2}
+YAML
+lines() { grep -c '"kind": "iteration"' "$dir/run/metrics.jsonl" 2>/dev/null || echo 0; }
+
+# train.threads 0 (the default): sets up and trains.
+timeout 120 "$MPIEXEC" --oversubscribe -n 3 "$ACCELRT" run "$dir/job.yaml" --quiet \
+  --set train.iterations=3 > "$dir/out0.txt" 2>&1 || fail "a job with train.threads 0 failed or hung"
+grep -q '"iterations": 3,' "$dir/run/summary.json" || fail "threads 0: not 3 iterations"
+rm -rf "${dir:?}/run"
+
+"$MPIEXEC" --oversubscribe -n 3 "$ACCELRT" run "$dir/job.yaml" --quiet --set train.threads=1 \
+  > "$dir/out1.txt" 2>&1 &
+mp=$!
+for _ in $(seq 1200); do [ "$(lines)" -ge 20 ] && break; sleep 0.1; done
+[ "$(lines)" -ge 20 ] || fail "the job did not train"
+worker=
+for p in $(ps -o pid= --ppid "$mp"); do
+  tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=2 && worker=$p
+done
+[ -n "$worker" ] || fail "cannot find rank 2 among mpiexec's children"
+kill -TERM "$worker"
+for _ in $(seq 1200); do kill -0 "$mp" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$mp" 2>/dev/null && fail "the ranks did not stop within 120 s of SIGTERM"
+wait "$mp"
+rc=$?
+mp=
+[ "$rc" -ne 0 ] || fail "exit status 0 after SIGTERM"
+n=$(sed -n "s/.*interrupted at iteration \([0-9]*\), every rank with it; checkpoint written to '.*checkpoint.bin'.*/\1/p" "$dir/out1.txt")
+[ -n "$n" ] || fail "rank 0 did not report the checkpoint"
+for r in 1 2; do
+  grep -q "rank $r stopped at iteration $n with the other ranks" "$dir/out1.txt" ||
+    fail "rank $r did not stop at iteration $n"
+done
+[ -f "$dir/run/checkpoint.bin" ] || fail "no checkpoint.bin"
+grep -q '"interrupted": true' "$dir/run/summary.json" || fail "summary.json not marked interrupted"
+grep -q "\"iterations\": $n," "$dir/run/summary.json" || fail "summary.json: not $n iterations"
+[ "$(lines)" -eq "$n" ] || fail "metrics.jsonl has $(lines) iteration lines, not $n"
+
+want=$((n + 10))
+timeout 120 "$MPIEXEC" --oversubscribe -n 3 "$ACCELRT" run "$dir/job.yaml" --resume \
+  --set train.threads=1 --set train.iterations=$want > "$dir/out2.txt" 2>&1 || fail "--resume failed"
+grep -q "\"iterations\": $want," "$dir/run/summary.json" || fail "resumed: not $want iterations"
+grep -q '"interrupted": false' "$dir/run/summary.json" || fail "resumed: still interrupted"
+[ "$(lines)" -eq "$want" ] || fail "resumed: $(lines) iteration lines, not $want"
+echo "ok: stopped together at iteration $n, resumed to $want"
+rm -rf "$dir"
