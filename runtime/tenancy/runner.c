@@ -599,14 +599,10 @@ ar_status ar_runner_result(ar_runner *r, size_t index, ar_tjob_result *out) {
 }
 
 ar_status ar_runner_progress(ar_runner *r, size_t index, ar_tjob_progress *out) {
-  pthread_mutex_lock(&r->mu);
-  ar_status st = AR_NOTFOUND;
-  if (index < r->njobs) {
-    *out = r->jobs[index]->res.progress;
-    st = AR_OK;
-  }
-  pthread_mutex_unlock(&r->mu);
-  return st;
+  ar_tjob_result res;
+  AR_CHECK(ar_runner_result(r, index, &res));
+  *out = res.progress;
+  return AR_OK;
 }
 
 void ar_runner_summary_get(ar_runner *r, ar_runner_summary *out) {
