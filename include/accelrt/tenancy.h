@@ -341,6 +341,7 @@ typedef struct ar_client_request {
   const char *const *sets;       /* submit: KEY=VALUE overrides */
   int n_sets;                    /* at most AR_CLIENT_MAX_SETS */
   bool keep_generated;           /* submit: keep data.generate's files */
+  bool json;                     /* ps, logs: the JSON forms (protocol 3) */
 } ar_client_request;
 
 /* Receives the text the server sends: each chunk of a log, then the text
