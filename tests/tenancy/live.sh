@@ -44,19 +44,7 @@ d = json.load(sys.stdin)
 '"$1"
 }
 
-cat >"$t/job.yaml" <<YAML
-name: live
-device: host
-model:
-  input: {sparse: 2000}
-  layers:
-    - {name: hidden, dense: 32, activation: relu}
-    - {name: out, dense: 300, activation: softmax}
-data:
-  generate: {train_points: 1000, test_points: 0, features: 2000, labels: 300,
-             nnz: 10, labels_per_point: 2, noise: 0.2}
-train: {batch: 32, iterations: 30, threads: 1, optimizer: {adam: {lr: 0.001}}}
-YAML
+svc_job "$t/job.yaml" live
 start
 
 # 1. ps while A runs.  fifo: later jobs queue behind it.
