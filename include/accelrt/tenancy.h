@@ -5,8 +5,9 @@
  *
  * Tests: tests/tenancy/test_runner.c (the runner with synthetic jobs:
  * random mixes under every policy, failures, cancels, defragmentation byte
- * for byte), tests/tenancy/multi_job.sh (a `jobs:` file end to end),
- * tests/tenancy/service.sh (two users, a killed server, garbage).
+ * for byte, progress), tests/tenancy/multi_job.sh (a `jobs:` file end to
+ * end), tests/tenancy/service.sh (two users, a killed server, garbage),
+ * tests/tenancy/live.sh (live status, logs and cancel through the CLI).
  */
 #ifndef ACCELRT_TENANCY_H
 #define ACCELRT_TENANCY_H

@@ -5,6 +5,14 @@
  * `cancel` ask about them.  docs/service.md describes it for operators and
  * specifies the protocol.
  *
+ * Live status: the runner's events (state changes) and progress reports
+ * (at most every AR_RUNNER_PROGRESS_S per running job) come in on its
+ * scheduler thread, holding its lock; they update the job's copy of its
+ * result (sjob.res, with res.progress) under s->mu and append to its log
+ * (joblog.h: lifecycle events, and a progress line every PROGRESS_LOG_S).
+ * Request threads read those copies under s->mu and never call the runner
+ * while holding it (the lock order is the runner's, then s->mu).
+ *
  * Who is asking: the kernel's SO_PEERCRED uid (and SO_PEERGROUPS groups)
  * of the connection, never a claim in the message.  A user sees and
  * cancels only their own jobs; root (uid 0) sees and cancels all.
