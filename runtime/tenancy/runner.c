@@ -1232,7 +1232,7 @@ static void dispatch(ar_runner *r) {
     w->st = AR_OK;
     w->err.status = AR_OK;
     w->err.msg[0] = '\0';
-    w->stepped = w->ended = w->started_now = false;
+    w->stepped = w->ended = w->started_now = w->reported = false;
     w->state = W_BUSY;
     j->running = true;
     j->res.lane = li.id;
