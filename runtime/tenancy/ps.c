@@ -43,7 +43,8 @@ void ar__ps_table(ar_sbuf *b, const ar__ps_job *jobs, size_t n) {
   for (size_t i = 0; i < n; i++) {
     const ar__ps_job *j = &jobs[i];
     const ar_tjob_progress *p = &j->progress;
-    if (i == 0 || j->uid != last_uid) /* jobs of one user usually come together */
+    /* Jobs of one user usually come together: one look-up for them. */
+    if (i == 0 || j->uid != last_uid)
       user_name(j->uid, who, sizeof who);
     last_uid = j->uid;
     char it[48], loss[32], sps[32], eta[32], pb[24], lb[24], mem[64], lane[16];
