@@ -162,23 +162,33 @@ if not (isinstance(c['loss'], float) and c['ended'] >= c['started'] >= c['submit
   fail(repr(c))" || fail "the journal lost C's figures"
 
 # 5. The wire, as an older client speaks it.
-"$py" - "$sock" <<'PY' || fail "protocol versions"
+"$bin" logs --socket "$sock" "$A" >"$t/logA.txt"
+"$py" - "$sock" "$A" "$t/logA.txt" <<'PY' || fail "protocol versions"
 import socket, struct, sys
 def call(fields):
+    """The replies to one request, each a dict of tag -> value."""
     body = b"".join(bytes([t]) + struct.pack(">I", len(v)) + v for t, v in fields)
     s = socket.socket(socket.AF_UNIX)
     s.connect(sys.argv[1])
     s.sendall(struct.pack(">I", len(body)) + body)
-    n = struct.unpack(">I", s.recv(4, socket.MSG_WAITALL))[0]
-    b, out = s.recv(n, socket.MSG_WAITALL), {}
-    while b:
-        t, l = b[0], struct.unpack(">I", b[1:5])[0]
-        out[t], b = b[5:5 + l], b[5 + l:]
-    return out
-r = call([(1, b"ps"), (12, b"2")])
+    replies = []
+    while not replies or replies[-1][1] == b"data":
+        n = struct.unpack(">I", s.recv(4, socket.MSG_WAITALL))[0]
+        b, out = s.recv(n, socket.MSG_WAITALL), {}
+        while b:
+            t, l = b[0], struct.unpack(">I", b[1:5])[0]
+            out[t], b = b[5:5 + l], b[5 + l:]
+        replies.append(out)
+    return replies
+r = call([(1, b"ps"), (12, b"2")])[-1]
 assert r[1] == b"ok" and r[10].startswith(b"ID "), r
-r = call([(1, b"ps"), (12, b"2"), (14, b"1")])
+r = call([(1, b"ps"), (12, b"2"), (14, b"1")])[-1]
 assert r[1] == b"error" and b"version 3" in r[10], r
+# A version-1 logs (no version field) reads the new log as plain lines.
+r = call([(1, b"logs"), (2, sys.argv[2].encode())])
+assert r[-1][1] == b"end", r
+text = b"".join(m.get(10, b"") for m in r[:-1])
+assert text == open(sys.argv[3], "rb").read() and text.startswith(b"["), text
 PY
 kill -TERM "$spid"
 wait "$spid" || fail "the server exited with $?"
