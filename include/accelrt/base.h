@@ -253,9 +253,10 @@ double ar_now(void);
  * replies.  Zero-initialise it ({0}); after an allocation failure `oom` is
  * set and later calls do nothing, so a writer checks once at the end.
  * ar_sbuf_json_str appends s as a JSON string (quotes, escapes; control
- * characters as \u00XX), ar_sbuf_json_esc the same without the quotes
- * (parts of one string).  This, ar_json (runtime.h) and the Chrome trace
- * writer (trace.h), built on it, are the project's only JSON writers. */
+ * characters as \u00XX; bytes that are not well-formed UTF-8 as \ufffd, so
+ * the result is always valid JSON), ar_sbuf_json_esc the same without the
+ * quotes (parts of one string).  This, ar_json (runtime.h) and the Chrome
+ * trace writer (trace.h), built on it, are the project's only JSON writers. */
 typedef struct ar_sbuf {
   char *buf; /* NUL-terminated when len > 0 */
   size_t len, cap;
@@ -269,6 +270,23 @@ void ar_sbuf_printf(ar_sbuf *b, const char *fmt, ...)
 void ar_sbuf_json_str(ar_sbuf *b, const char *s);
 void ar_sbuf_json_esc(ar_sbuf *b, const char *s);
 void ar_sbuf_fini(ar_sbuf *b); /* frees, and leaves b empty */
+
+/* ---- suggestions ----------------------------------------------------------
+ * "did you mean": the nearest of a list of names to a mistyped word, for
+ * every message about an unknown name (commands, options, job-file keys,
+ * enum values).  The distance counts insertions, deletions, substitutions
+ * and swaps of two neighbouring characters (optimal string alignment),
+ * ignoring ASCII case.  Tests: tests/base/test_base.c. */
+
+/* The distance between a (la bytes) and b (lb bytes); INT32_MAX when either
+ * is longer than 64 bytes. */
+int ar_edit_distance(const char *a, size_t la, const char *b, size_t lb);
+/* The candidate nearest to word (len bytes) when it is close enough to be a
+ * typo of it: at most one edit for candidates under 5 characters, two for
+ * longer ones, and fewer edits than word has characters; the first of
+ * equally near ones; NULL when none is (or n is 0).  Returns a borrowed
+ * element of cands (NULL elements are skipped). */
+const char *ar_suggest(const char *word, size_t len, const char *const *cands, size_t n);
 
 /* ---- stop signals -------------------------------------------------------
  * SIGINT and SIGTERM as a request to stop at the next safe point (the end

@@ -222,6 +222,9 @@ ar_status ar_job_evaluate(ar_job *j, ar_err *err);
 /* Writes a checkpoint of the current state (between iterations).  AR_STATE
  * for a job without records. */
 ar_status ar_job_checkpoint(ar_job *j, ar_err *err);
+/* The mean training loss of the job's last iteration in this process (0
+ * before its first), as its progress line shows it. */
+double ar_job_last_loss(const ar_job *j);
 /* A part's last step (ar_job_opts.parts): the summed losses of the rows
  * it computed (their count is ar_job_model(j)->rows). */
 double ar_job_last_loss_sum(const ar_job *j);

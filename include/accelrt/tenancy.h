@@ -5,8 +5,9 @@
  *
  * Tests: tests/tenancy/test_runner.c (the runner with synthetic jobs:
  * random mixes under every policy, failures, cancels, defragmentation byte
- * for byte), tests/tenancy/multi_job.sh (a `jobs:` file end to end),
- * tests/tenancy/service.sh (two users, a killed server, garbage).
+ * for byte, progress), tests/tenancy/multi_job.sh (a `jobs:` file end to
+ * end), tests/tenancy/service.sh (two users, a killed server, garbage),
+ * tests/tenancy/live.sh (live status, logs and cancel through the CLI).
  */
 #ifndef ACCELRT_TENANCY_H
 #define ACCELRT_TENANCY_H
@@ -75,10 +76,12 @@ typedef struct ar_tjob_fns {
   ar_status (*finish)(void *job, bool interrupted, ar_err *err);
   /* Frees the job (started or not). */
   void (*close)(void *job);
-  /* (optional) Samples trained so far, a resumed job's earlier ones
-   * included; called by the worker around each step.  NULL: the job's
-   * samples are not counted (ar_runner_stats.samples). */
-  int64_t (*samples)(void *job);
+  /* (optional) The last iteration's training loss and the samples trained
+   * so far (a resumed job's earlier ones included), for the job's
+   * progress; called by the worker right after each step, so it must be
+   * cheap.  NULL: the job reports neither (progress.loss and
+   * samples_per_s stay unknown). */
+  void (*progress)(void *job, double *loss, uint64_t *samples);
 } ar_tjob_fns;
 
 typedef struct ar_tjob_desc {
@@ -109,6 +112,28 @@ typedef enum ar_tjob_state {
 const char *ar_tjob_state_name(ar_tjob_state s);
 static inline bool ar_tjob_ended(ar_tjob_state s) { return s >= AR_TJ_DONE; }
 
+/* A job's progress as the runner last measured it: what `accelrt ps`, its
+ * JSON and the service's progress log lines show, and what a metrics
+ * exporter reads.  The runner updates it after every iteration (a few
+ * assignments, under the lock it already holds), at admission and at the
+ * end; read it with ar_runner_progress (any thread) or in the result an
+ * event carries.  Unknown figures are NAN. */
+typedef struct ar_tjob_progress {
+  uint64_t iteration;   /* iterations done, a resumed job's earlier ones included */
+  uint64_t iterations;  /* iterations it runs in all */
+  double loss;          /* the last iteration's training loss */
+  /* Over the last 5 to 10 s of wall-clock time (since its first iteration
+   * before that), so time spent waiting for the other jobs of its lane
+   * counts: what the job gets from the shared device.  Known from its
+   * second iteration on; samples_per_s only for jobs that report samples
+   * (ar_tjob_fns.progress). */
+  double samples_per_s;
+  double eta_s;         /* seconds to its last iteration at that pace */
+  size_t persistent_bytes; /* its block while admitted, else 0 */
+  size_t lane_bytes;    /* its lane's size while admitted (the lane's other
+                           jobs share those bytes), else 0 */
+} ar_tjob_progress;
+
 typedef struct ar_tjob_result {
   ar_tjob_state state;
   double arrival_s, admit_s, first_s, end_s; /* runner clock; -1 unset */
@@ -118,6 +143,7 @@ typedef struct ar_tjob_result {
   uint64_t switches;   /* iterations that followed another job's in its lane */
   double switch_ms_p50, switch_ms_p99;
   double busy_s;       /* sum of its iteration times */
+  ar_tjob_progress progress;
   char reason[256];    /* why it waits (queued) */
   char error[AR_ERR_MAX + 64]; /* failed: why */
 } ar_tjob_result;
@@ -157,10 +183,17 @@ typedef struct ar_runner_opts {
   const char *trace_path; /* NULL: out_dir/trace.json */
   ar_runner_event_fn on_event; /* optional */
   void *ctx;
+  /* Optional, as on_event (same thread, lock and ctx): a running job's
+   * progress changed; called after its first iteration, then at most every
+   * AR_RUNNER_PROGRESS_S seconds per job, so a slow callee costs the
+   * scheduler little.  State changes come only through on_event. */
+  ar_runner_event_fn on_progress;
 } ar_runner_opts;
+#define AR_RUNNER_PROGRESS_S 0.25
 
 #define AR_RUNNER_OPTS_INIT                                                     \
-  {"fifo", 0, "host", AR_DEVICE_OPTS_INIT, 0, 0, 0, 1, false, NULL, NULL, NULL, NULL, NULL}
+  {"fifo", 0, "host", AR_DEVICE_OPTS_INIT, 0, 0, 0, 1, false, NULL, NULL, NULL, NULL, NULL, \
+   NULL}
 
 /* Opens the device once, the lane handles (ar_device_open_lane where the
  * backend has queues; host devices with their share of the threads on the
@@ -199,6 +232,9 @@ ar_status ar_runner_run(ar_runner *r, ar_err *err);
 
 size_t ar_runner_count(ar_runner *r);
 ar_status ar_runner_result(ar_runner *r, size_t index, ar_tjob_result *out);
+/* A job's progress (a copy, consistent: taken under the runner's lock).
+ * Thread-safe.  AR_OK, AR_NOTFOUND. */
+ar_status ar_runner_progress(ar_runner *r, size_t index, ar_tjob_progress *out);
 /* Seconds since ar_runner_run started (0 before). */
 double ar_runner_now(ar_runner *r);
 
@@ -349,6 +385,7 @@ typedef struct ar_client_request {
   const char *const *sets;       /* submit: KEY=VALUE overrides */
   int n_sets;                    /* at most AR_CLIENT_MAX_SETS */
   bool keep_generated;           /* submit: keep data.generate's files */
+  bool json;                     /* ps, logs: the JSON forms (protocol 3) */
 } ar_client_request;
 
 /* Receives the text the server sends: each chunk of a log, then the text

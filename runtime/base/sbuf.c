@@ -33,23 +33,54 @@ void ar_sbuf_printf(ar_sbuf *b, const char *fmt, ...) {
   }
 }
 
+/* The length of the well-formed UTF-8 sequence at p (at most n bytes), or
+ * 0 when it is not one (a stray continuation byte, an overlong form, a
+ * surrogate, past U+10FFFF, cut short). */
+static size_t utf8_len(const unsigned char *p, size_t n) {
+  size_t k = p[0] >= 0xf0 ? 4 : p[0] >= 0xe0 ? 3 : p[0] >= 0xc2 ? 2 : 0;
+  if (k == 0 || k > n || p[0] > 0xf4)
+    return 0;
+  for (size_t i = 1; i < k; i++)
+    if ((p[i] & 0xc0) != 0x80)
+      return 0;
+  if ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0) ||
+      (p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90))
+    return 0;
+  return k;
+}
+
 void ar_sbuf_json_esc(ar_sbuf *b, const char *s) {
   const unsigned char *p = (const unsigned char *)(s ? s : "");
-  while (*p) {
-    /* The run of characters that need no escape, in one append. */
-    size_t n = 0;
-    while (n < (1u << 30) && p[n] && p[n] != '"' && p[n] != '\\' && p[n] >= 0x20)
-      n++;
-    if (n) {
-      ar_sbuf_printf(b, "%.*s", (int)n, (const char *)p);
-      p += n;
+  size_t n = strlen((const char *)p);
+  for (size_t i = 0; i < n;) {
+    /* The run of bytes that need no escape (printable ASCII and
+     * well-formed UTF-8 sequences), in one append. */
+    size_t run = 0, k;
+    while (i + run < n && run < (1u << 30)) {
+      unsigned char c = p[i + run];
+      if (c == '"' || c == '\\' || c < 0x20)
+        break;
+      if (c < 0x80) {
+        run++;
+        continue;
+      }
+      if ((k = utf8_len(p + i + run, n - i - run)) == 0)
+        break;
+      run += k;
+    }
+    if (run) {
+      ar_sbuf_printf(b, "%.*s", (int)run, (const char *)p + i);
+      i += run;
       continue;
     }
-    if (*p == '"' || *p == '\\')
-      ar_sbuf_printf(b, "\\%c", *p);
-    else
-      ar_sbuf_printf(b, "\\u%04x", *p);
-    p++;
+    if (p[i] == '"' || p[i] == '\\')
+      ar_sbuf_printf(b, "\\%c", p[i]);
+    else if (p[i] < 0x20)
+      ar_sbuf_printf(b, "\\u%04x", p[i]);
+    else /* JSON text is UTF-8: a byte that does not start a well-formed
+          * sequence (a Latin-1 path, say) becomes U+FFFD. */
+      ar_sbuf_printf(b, "\\ufffd");
+    i++;
   }
 }
 

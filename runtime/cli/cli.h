@@ -3,6 +3,7 @@
 #ifndef ACCELRT_CLI_H
 #define ACCELRT_CLI_H
 
+#include <getopt.h>
 #include <stdbool.h>
 
 #include "accelrt/spec.h"
@@ -15,6 +16,17 @@ extern char **cli_argv;
  * it (returns when it did or cannot): for commands that run one thread
  * team per lane (a jobs: file, the service). */
 void cli_passive_threads(void);
+
+/* getopt_long for a command (argv[0] is its name), with our own messages
+ * on stderr: an unknown option with the nearest known one ("accelrt run:
+ * unknown option '--resum'; did you mean '--resume'?"), an ambiguous
+ * prefix with the options it could be, a missing or unwanted value.
+ * Returns what getopt_long returns ('?' after such a message).
+ * options.c. */
+int cli_getopt(int argc, char **argv, const char *shortopts, const struct option *longs);
+/* For a command that takes no argument but --help (help: its text, to
+ * stdout): -1 to go on, else the exit status.  options.c. */
+int cli_no_args(int argc, char **argv, const char *help);
 
 /* The arguments of run and check: "JOB.yaml [--set K=V]... [--resume]
  * [--quiet]" (the last two only with run_flags). */

@@ -149,7 +149,7 @@ int cli_eval(int argc, char **argv) {
   if (!sets)
     return CLI_FAIL;
   optind = 1;
-  while (rc < 0 && (c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+  while (rc < 0 && (c = cli_getopt(argc, argv, "h", longs)) != -1) {
     switch (c) {
     case 'c':
       ckpt = optarg;

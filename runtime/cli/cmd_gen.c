@@ -99,7 +99,7 @@ int cli_gen_data(int argc, char **argv) {
   }
   opterr = 1;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+  while ((c = cli_getopt(argc, argv, "h", longs)) != -1) {
     switch (c) {
     case 'o': out = optarg; break;
     case 'S': break;

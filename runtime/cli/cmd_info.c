@@ -10,11 +10,12 @@
 #include <zlib.h>
 
 int cli_info(int argc, char **argv) {
-  (void)argv;
-  if (argc != 1) {
-    fprintf(stderr, "usage: accelrt info\n");
-    return CLI_USAGE;
-  }
+  int rc = cli_no_args(argc, argv,
+                       "usage: accelrt info\n"
+                       "  Prints this build's features (SIMD, CUDA, libraries), the machine's\n"
+                       "  topology (hwloc) and the devices a job may name.\n");
+  if (rc >= 0)
+    return rc;
   printf("accelrt %s\n", ACCELRT_VERSION);
   printf("build:\n");
   printf("  compiler       %s\n", __VERSION__);

@@ -23,7 +23,7 @@ int cli_parse_job_args(int argc, char **argv, const char *cmd, bool run_flags,
     return CLI_FAIL;
   optind = 1;
   int c;
-  while ((c = getopt_long(argc, argv, "s:qh", longs, NULL)) != -1) {
+  while ((c = cli_getopt(argc, argv, "s:qh", longs)) != -1) {
     switch (c) {
     case 's':
       if (!strchr(optarg, '=')) {
@@ -45,8 +45,13 @@ int cli_parse_job_args(int argc, char **argv, const char *cmd, bool run_flags,
         a->quiet = true;
       break;
     case 'h':
-      printf("usage: accelrt %s JOB.yaml [--set KEY=VALUE]...%s\n", cmd,
-             run_flags ? " [--resume] [--quiet]" : "");
+      printf("usage: accelrt %s JOB.yaml [--set KEY=VALUE]...%s\n"
+             "  --set KEY=VALUE  override a key of the job file (repeatable), e.g.\n"
+             "                   --set train.batch=64 (accelrt schema lists the keys)\n%s",
+             cmd, run_flags ? " [--resume] [--quiet]" : "",
+             run_flags ? "  --resume         continue from output.dir/checkpoint.bin\n"
+                         "  --quiet          no progress output\n"
+                       : "");
       return CLI_OK;
     default:
       return CLI_USAGE;
@@ -136,11 +141,12 @@ int cli_run(int argc, char **argv) {
 }
 
 int cli_schema(int argc, char **argv) {
-  (void)argv;
-  if (argc != 1) {
-    fprintf(stderr, "usage: accelrt schema\n");
-    return CLI_USAGE;
-  }
+  int rc = cli_no_args(argc, argv,
+                       "usage: accelrt schema\n"
+                       "  Prints the job-file reference (every key, its type, default and\n"
+                       "  meaning) as Markdown.\n");
+  if (rc >= 0)
+    return rc;
   ar_spec_schema_markdown(stdout);
   return CLI_OK;
 }

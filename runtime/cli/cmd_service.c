@@ -168,7 +168,7 @@ static int serve(int argc, char **argv) {
   long long v;
   uint64_t bytes;
   double frac;
-  while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+  while ((c = cli_getopt(argc, argv, "h", longs)) != -1) {
     switch (c) {
     case 's':
       state = optarg;
@@ -311,32 +311,155 @@ static int submit(const char *sock, const char *path, ar_client_request *q) {
   return rc;
 }
 
-/* The client commands: --socket PATH everywhere, --set and --keep-generated
- * for submit, -f for logs.  A linear option switch, kept in one piece. */
+static const char socket_help[] =
+    "  --socket PATH       the server's socket: default $ACCELRT_SOCKET, else your own\n"
+    "                      server's $XDG_RUNTIME_DIR/accelrt.sock when it runs, else\n"
+    "                      /run/accelrt/accelrt.sock (the system's)\n";
+
+static void submit_usage(FILE *to) {
+  fprintf(to, "usage: accelrt submit JOB.yaml [--set KEY=VALUE]... [--keep-generated] "
+              "[--socket PATH]\n"
+              "  Sends the job file to the service (accelrt serve) and prints the job's id.\n"
+              "  Data paths in the file resolve against its folder, output.dir and --set\n"
+              "  paths against this working folder; the job runs with your rights.\n"
+              "  --set KEY=VALUE     override a key of the job file (repeatable), e.g.\n"
+              "                      --set train.batch=64\n"
+              "  --keep-generated    keep what data.generate wrote when the job ends\n"
+              "%s", socket_help);
+}
+
+static void ps_usage(FILE *to) {
+  fprintf(to, "usage: accelrt ps [--json] [--socket PATH]\n"
+              "  Your jobs on the service (root: everyone's), one line each: ID USER STATE,\n"
+              "  ITERATION (done/total), LOSS (the last iteration's), SAMPLES/S and ETA (at\n"
+              "  the pace of the last 5-10 s), MEMORY (persistent+lane bytes it holds),\n"
+              "  LANE, NAME; '-' where not known yet.\n"
+              "  --json              a JSON array instead, one object per job (its keys:\n"
+              "                      docs/service.md)\n"
+              "%s", socket_help);
+}
+
+static void logs_usage(FILE *to) {
+  fprintf(to, "usage: accelrt logs ID [-f] [--json] [--socket PATH]\n"
+              "  A job's events (submitted, queued, started, done, failed, cancelled, ...)\n"
+              "  and, while it runs, a progress line after its first iteration and then\n"
+              "  every 5 s: iteration/total, loss, samples/s, ETA.\n"
+              "  -f, --follow        print new lines as they come, until the job ends\n"
+              "  --json              one JSON object per line (docs/service.md)\n"
+              "%s", socket_help);
+}
+
+static void cancel_usage(FILE *to) {
+  fprintf(to, "usage: accelrt cancel ID... [--socket PATH]\n"
+              "  Cancels each job at its next iteration boundary (its checkpoint is\n"
+              "  written), one request per id; exits 1 when any could not be cancelled,\n"
+              "  naming it.\n"
+              "%s", socket_help);
+}
+
+/* The client commands and their options: --socket everywhere, --set and
+ * --keep-generated for submit, -f for logs, --json for ps and logs. */
+typedef struct client_cmd {
+  const char *name, *shortopts;
+  const struct option *longs;
+  void (*usage)(FILE *to);
+  ar_client_op op;
+} client_cmd;
+
+#define OPT_SOCKET {"socket", required_argument, NULL, 'k'}
+#define OPT_HELP {"help", no_argument, NULL, 'h'}
+#define OPT_JSON {"json", no_argument, NULL, 'j'}
+#define OPT_END {NULL, 0, NULL, 0}
+static const struct option submit_longs[] = {
+    OPT_SOCKET, {"set", required_argument, NULL, 's'},
+    {"keep-generated", no_argument, NULL, 'K'}, OPT_HELP, OPT_END};
+static const struct option ps_longs[] = {OPT_SOCKET, OPT_JSON, OPT_HELP, OPT_END};
+static const struct option logs_longs[] = {
+    OPT_SOCKET, {"follow", no_argument, NULL, 'f'}, OPT_JSON, OPT_HELP, OPT_END};
+static const struct option cancel_longs[] = {OPT_SOCKET, OPT_HELP, OPT_END};
+
+static const client_cmd client_cmds[] = {
+    {"submit", "s:h", submit_longs, submit_usage, AR_CLIENT_SUBMIT},
+    {"ps", "h", ps_longs, ps_usage, AR_CLIENT_PS},
+    {"logs", "fh", logs_longs, logs_usage, AR_CLIENT_LOGS},
+    {"cancel", "h", cancel_longs, cancel_usage, AR_CLIENT_CANCEL},
+};
+
+/* A job id argument; false (with a message) when it is not one. */
+static bool job_id(const char *cmd, const char *arg, uint64_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long id = strtoull(arg, &end, 10);
+  if (errno || *end || !*arg || arg[0] == '-') {
+    fprintf(stderr, "accelrt %s: '%s' is not a job id (a number, see accelrt ps)\n", cmd, arg);
+    return false;
+  }
+  *out = id;
+  return true;
+}
+
+/* Keeps the server's text of one reply. */
+static void keep_text(void *ctx, const char *text, size_t n) {
+  ar_sbuf *b = ctx;
+  ar_sbuf_printf(b, "%.*s", (int)n, text);
+}
+
+/* cancel ID...: every id is checked first, then one request each; every
+ * failure is named, and any makes the exit status 1. */
+static int cancel_all(const char *sock, char **ids, int n) {
+  uint64_t *v = ar_calloc((size_t)n, sizeof *v);
+  if (!v)
+    return CLI_FAIL;
+  int rc = CLI_OK;
+  for (int i = 0; i < n && rc == CLI_OK; i++)
+    if (!job_id("cancel", ids[i], &v[i]))
+      rc = CLI_USAGE;
+  for (int i = 0; i < n && rc != CLI_USAGE; i++) {
+    ar_client_request q;
+    memset(&q, 0, sizeof q);
+    q.op = AR_CLIENT_CANCEL;
+    q.id = v[i];
+    ar_sbuf text = {0};
+    ar_err err = AR_ERR_INIT;
+    ar_status st = ar_client_call(sock, &q, keep_text, &text, &err);
+    if (st == AR_OK) {
+      printf("job %llu: %s\n", (unsigned long long)v[i], text.buf ? text.buf : "cancelled");
+    } else {
+      fprintf(stderr, "accelrt cancel: job %llu: %s\n", (unsigned long long)v[i], err.msg);
+      rc = CLI_FAIL;
+    }
+    ar_sbuf_fini(&text);
+  }
+  fflush(stdout);
+  ar_free(v);
+  return rc;
+}
+
+/* submit, ps, logs, cancel: a linear option switch, kept in one piece,
+ * then the request. */
 static int client(int argc, char **argv) {
   const char *cmd = argv[0];
-  static const struct option longs[] = {{"socket", required_argument, NULL, 'k'},
-                                        {"set", required_argument, NULL, 's'},
-                                        {"follow", no_argument, NULL, 'f'},
-                                        {"keep-generated", no_argument, NULL, 'K'},
-                                        {"help", no_argument, NULL, 'h'},
-                                        {NULL, 0, NULL, 0}};
+  const client_cmd *cc = NULL;
+  for (size_t i = 0; i < sizeof client_cmds / sizeof client_cmds[0]; i++)
+    if (!strcmp(cmd, client_cmds[i].name))
+      cc = &client_cmds[i];
+  AR_ASSERT(cc); /* main dispatches only these */
   const char *sock = client_socket();
   const char *sets[AR_CLIENT_MAX_SETS];
   ar_client_request q;
   memset(&q, 0, sizeof q);
   q.sets = sets;
+  q.op = cc->op;
   optind = 1;
   int c;
-  bool is_submit = !strcmp(cmd, "submit"), is_logs = !strcmp(cmd, "logs");
-  while ((c = getopt_long(argc, argv, "fs:h", longs, NULL)) != -1) {
+  while ((c = cli_getopt(argc, argv, cc->shortopts, cc->longs)) != -1) {
     switch (c) {
     case 'k':
       sock = optarg;
       break;
     case 's':
-      if (!is_submit || !strchr(optarg, '=')) {
-        fprintf(stderr, "accelrt %s: --set KEY=VALUE is an option of submit\n", cmd);
+      if (!strchr(optarg, '=')) {
+        fprintf(stderr, "accelrt submit: --set needs KEY=VALUE, got '%s'\n", optarg);
         return CLI_USAGE;
       }
       if (q.n_sets == AR_CLIENT_MAX_SETS) {
@@ -346,55 +469,46 @@ static int client(int argc, char **argv) {
       sets[q.n_sets++] = optarg;
       break;
     case 'K':
-      if (!is_submit) {
-        fprintf(stderr, "accelrt %s: --keep-generated is an option of submit\n", cmd);
-        return CLI_USAGE;
-      }
       q.keep_generated = true;
       break;
     case 'f':
-      if (!is_logs) {
-        fprintf(stderr, "accelrt %s: -f is an option of logs\n", cmd);
-        return CLI_USAGE;
-      }
       q.follow = true;
       break;
+    case 'j':
+      q.json = true;
+      break;
     case 'h':
-      printf("usage: accelrt submit JOB.yaml [--set KEY=VALUE]... [--keep-generated] "
-             "[--socket PATH]\n"
-             "       accelrt ps [--socket PATH]\n"
-             "       accelrt logs ID [-f] [--socket PATH]\n"
-             "       accelrt cancel ID [--socket PATH]\n");
+      cc->usage(stdout);
       return CLI_OK;
     default:
       return CLI_USAGE;
     }
   }
-  int want = !strcmp(cmd, "ps") ? 0 : 1;
-  if (argc - optind != want) {
+  int nargs = argc - optind;
+  bool ok_args = q.op == AR_CLIENT_PS       ? nargs == 0
+                 : q.op == AR_CLIENT_CANCEL ? nargs >= 1
+                                            : nargs == 1;
+  if (!ok_args) {
     fprintf(stderr, "accelrt %s: expected %s (see accelrt %s --help)\n", cmd,
-            want ? (is_submit ? "one job file" : "one job id") : "no argument", cmd);
+            q.op == AR_CLIENT_PS       ? "no argument"
+            : q.op == AR_CLIENT_SUBMIT ? "one job file"
+            : q.op == AR_CLIENT_LOGS   ? "one job id"
+                                       : "one or more job ids",
+            cmd);
     return CLI_USAGE;
   }
-  if (is_submit) {
-    q.op = AR_CLIENT_SUBMIT;
+  switch (q.op) {
+  case AR_CLIENT_SUBMIT:
     return submit(sock, argv[optind], &q);
-  }
-  if (!strcmp(cmd, "ps")) {
-    q.op = AR_CLIENT_PS;
+  case AR_CLIENT_CANCEL:
+    return cancel_all(sock, argv + optind, nargs);
+  case AR_CLIENT_LOGS:
+    if (!job_id(cmd, argv[optind], &q.id))
+      return CLI_USAGE;
+    return request(cmd, sock, &q);
+  default:
     return request(cmd, sock, &q);
   }
-  char *end;
-  errno = 0;
-  unsigned long long id = strtoull(argv[optind], &end, 10);
-  if (errno || *end || !*argv[optind]) {
-    fprintf(stderr, "accelrt %s: '%s' is not a job id (a number, see accelrt ps)\n", cmd,
-            argv[optind]);
-    return CLI_USAGE;
-  }
-  q.op = is_logs ? AR_CLIENT_LOGS : AR_CLIENT_CANCEL;
-  q.id = id;
-  return request(cmd, sock, &q);
 }
 
 int cli_service(int argc, char **argv) {

@@ -43,8 +43,8 @@ typedef struct sim_args {
   bool json;
 } sim_args;
 
-static int usage(void) {
-  fprintf(stderr,
+static int usage(FILE *to) {
+  fprintf(to,
           "usage: accelrt simulate JOB.yaml --workers W --servers S --gbps B\n"
           "         [--latency-us L] [--oracle FILE] [--rows-per-worker N]\n"
           "         [--trace FILE] [--message-us A] [--copy-gbps B] [--cores N]\n"
@@ -83,7 +83,7 @@ static int parse_args(int argc, char **argv, sim_args *a) {
   optind = 1;
   int c;
   char *end;
-  while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+  while ((c = cli_getopt(argc, argv, "h", longs)) != -1) {
     switch (c) {
     case 'w':
       a->workers = (int)strtol(optarg, &end, 10);
@@ -164,15 +164,15 @@ static int parse_args(int argc, char **argv, sim_args *a) {
       a->sets[a->n_sets++] = optarg;
       break;
     case 'h':
-      usage();
+      usage(stdout);
       return CLI_OK;
     default:
-      return usage();
+      return usage(stderr);
     }
   }
   if (optind != argc - 1 || a->workers < 1 || a->gbps <= 0) {
     fprintf(stderr, "accelrt simulate: one job file, --workers and --gbps are required\n");
-    return usage();
+    return usage(stderr);
   }
   a->job = argv[optind];
   return -1;

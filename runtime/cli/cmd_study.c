@@ -39,7 +39,7 @@ int cli_study(int argc, char **argv) {
   bool dry = false, analyze = false;
   optind = 1;
   int c;
-  while ((c = getopt_long(argc, argv, "o:qh", longs, NULL)) != -1) {
+  while ((c = cli_getopt(argc, argv, "o:qh", longs)) != -1) {
     switch (c) {
     case 'o': opts.out_dir = optarg; break;
     case 'n': dry = true; break;

@@ -8,28 +8,87 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Every command: how main dispatches it and how `accelrt --help` lists it
+ * (each prints its own options with `accelrt CMD --help`). */
+typedef struct command {
+  const char *name;
+  int (*fn)(int argc, char **argv);
+  const char *args, *what;
+} command;
+
+static const command commands[] = {
+    {"run", cli_run, "JOB.yaml [--set KEY=VALUE]... [--resume] [--quiet]",
+     "train the job; metrics and checkpoints go to output.dir (a `jobs:`\n"
+     "file runs its jobs in lanes, a `distributed:` one under mpirun)"},
+    {"check", cli_check, "JOB.yaml [--set KEY=VALUE]...",
+     "validate the job (or jobs:, distributed or study file), print its\n"
+     "exact memory plan and whether it fits; writes nothing"},
+    {"eval", cli_eval, "JOB.yaml [--checkpoint PATH] [--set KEY=VALUE]...",
+     "score a checkpoint on the test split (all labels, and by LSH)"},
+    {"info", cli_info, "", "build features, machine topology, devices"},
+    {"gen-data", cli_gen_data, "--out DIR [options]",
+     "write a synthetic dataset: XC format, or token sequences\n(--shape tokens)"},
+    {"study", cli_study, "STUDY.yaml [--dry-run] [--resume] [--out DIR]",
+     "run a factorial study over a job (main effects, interactions,\nreport.html)"},
+    {"simulate", cli_simulate, "JOB.yaml --workers W --servers S --gbps B [options]",
+     "predict a distributed iteration under each transfer order\n(TicTac)"},
+    {"serve", cli_service, "[--state DIR] [--socket PATH] [--device D] [--policy P] [limits]",
+     "run the execution service: many users' jobs on one device\n(docs/service.md)"},
+    {"submit", cli_service, "JOB.yaml [--set KEY=VALUE]... [--keep-generated]",
+     "send a job to the service; prints its id"},
+    {"ps", cli_service, "[--json]",
+     "the service's jobs: state, iteration, loss, samples/s, ETA,\nmemory, lane"},
+    {"logs", cli_service, "ID [-f] [--json]", "a job's events and progress (-f: until it ends)"},
+    {"cancel", cli_service, "ID...", "cancel jobs at their next iteration boundary"},
+    {"schema", cli_schema, "", "print the job-file reference (Markdown)"},
+};
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
 static void usage(FILE *to) {
-  fprintf(to,
-          "usage: accelrt <command> [options]\n"
-          "\n"
-          "commands:\n"
-          "  run JOB.yaml [--set KEY=VALUE]... [--resume] [--quiet]\n"
-          "                      train the job; metrics and checkpoints go to output.dir\n"
-          "  check JOB.yaml [--set KEY=VALUE]...\n"
-          "                      validate the job (or jobs:, distributed or study file), print\n"
-          "                      its exact memory plan and whether it fits; writes nothing\n"
-          "  info                build features, machine topology, devices\n"
-          "  gen-data --out DIR [options]\n"
-          "                      write a synthetic XC-format dataset (see gen-data --help)\n"
-          "  eval JOB.yaml [--checkpoint PATH] [--set KEY=VALUE]...\n"
-          "                      score a checkpoint on the test split (all labels, and by LSH)\n"
-          "  study STUDY.yaml [--dry-run] [--resume] [--out DIR]\n"
-          "                      run a factorial study over a job (main effects, interactions,\n"
-          "                      report.html; see accelrt study --help)\n"
-          "  schema              print the job-file reference (Markdown)\n"
-          "  help, --help        this text;  --version  the version\n"
-          "\n"
-          "exit status: 0 success, 1 runtime failure, 2 usage or job-file error\n");
+  fprintf(to, "usage: accelrt <command> [options]\n\ncommands:\n");
+  for (size_t i = 0; i < N_COMMANDS; i++) {
+    const command *c = &commands[i];
+    char head[128];
+    snprintf(head, sizeof head, "%s%s%s", c->name, c->args[0] ? " " : "", c->args);
+    /* The description from column 23, on the same line when the command
+     * leaves room, one line of it at a time. */
+    bool same_line = strlen(head) < 20;
+    fprintf(to, same_line ? "  %-20s" : "  %s\n", head);
+    for (const char *w = c->what; *w; same_line = false) {
+      size_t n = strcspn(w, "\n");
+      fprintf(to, "%s%.*s\n", same_line ? "" : "                      ", (int)n, w);
+      w += n + (w[n] == '\n');
+    }
+  }
+  fprintf(to, "  help [COMMAND], --help\n"
+              "                      this text, or a command's options (accelrt COMMAND --help)\n"
+              "  --version           the version\n"
+              "\n"
+              "exit status: 0 success, 1 runtime failure, 2 usage or job-file error\n");
+}
+
+static const command *find_command(const char *name) {
+  for (size_t i = 0; i < N_COMMANDS; i++)
+    if (!strcmp(name, commands[i].name))
+      return &commands[i];
+  return NULL;
+}
+
+/* "accelrt: unknown command 'sumbit'; did you mean 'submit'?" */
+static int unknown_command(const char *name) {
+  const char *names[N_COMMANDS + 2];
+  for (size_t i = 0; i < N_COMMANDS; i++)
+    names[i] = commands[i].name;
+  names[N_COMMANDS] = "help";
+  names[N_COMMANDS + 1] = "version";
+  const char *near = ar_suggest(name, strlen(name), names, N_COMMANDS + 2);
+  if (near)
+    fprintf(stderr, "accelrt: unknown command '%s'; did you mean '%s'?\n", name, near);
+  else
+    fprintf(stderr, "accelrt: unknown command '%s'; the commands:\n\n", name);
+  if (!near)
+    usage(stderr);
+  return CLI_USAGE;
 }
 
 char **cli_argv;
@@ -54,34 +113,24 @@ int main(int argc, char **argv) {
     return CLI_USAGE;
   }
   const char *cmd = argv[1];
-  if (!strcmp(cmd, "run"))
-    return cli_run(argc - 1, argv + 1);
-  if (!strcmp(cmd, "check"))
-    return cli_check(argc - 1, argv + 1);
-  if (!strcmp(cmd, "info"))
-    return cli_info(argc - 1, argv + 1);
-  if (!strcmp(cmd, "gen-data"))
-    return cli_gen_data(argc - 1, argv + 1);
-  if (!strcmp(cmd, "schema"))
-    return cli_schema(argc - 1, argv + 1);
-  if (!strcmp(cmd, "eval"))
-    return cli_eval(argc - 1, argv + 1);
-  if (!strcmp(cmd, "study"))
-    return cli_study(argc - 1, argv + 1);
-  if (!strcmp(cmd, "simulate"))
-    return cli_simulate(argc - 1, argv + 1);
-  if (!strcmp(cmd, "serve") || !strcmp(cmd, "submit") || !strcmp(cmd, "ps") ||
-      !strcmp(cmd, "logs") || !strcmp(cmd, "cancel"))
-    return cli_service(argc - 1, argv + 1);
+  const command *c = find_command(cmd);
+  if (c)
+    return c->fn(argc - 1, argv + 1);
   if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
-    usage(stdout);
-    return CLI_OK;
+    if (argc < 3) {
+      usage(stdout);
+      return CLI_OK;
+    }
+    /* help COMMAND: the command's own --help. */
+    c = find_command(argv[2]);
+    if (!c)
+      return unknown_command(argv[2]);
+    char *help_argv[] = {argv[2], "--help", NULL};
+    return c->fn(2, help_argv);
   }
   if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
     printf("accelrt %s\n", ACCELRT_VERSION);
     return CLI_OK;
   }
-  fprintf(stderr, "accelrt: unknown command '%s'\n\n", cmd);
-  usage(stderr);
-  return CLI_USAGE;
+  return unknown_command(cmd);
 }

@@ -138,8 +138,8 @@ static ar_status p_finish(void *job, bool interrupted, ar_err *err) {
 
 static void p_close(void *job) { (void)job; /* the worker owns it */ }
 
-static const ar_tjob_fns proxy_fns = {p_start,  p_step,  p_done, p_rebase,
-                                      p_finish, p_close, NULL};
+static const ar_tjob_fns proxy_fns = {p_start, p_step, p_done, p_rebase, p_finish, p_close,
+                                      NULL};
 
 /* The runner's events (scheduler thread, runner lock held): the proxy
  * ended without the worker (it could not fit, the run stopped). */

@@ -87,6 +87,7 @@ struct ar_job {
   double loss_window;
   int64_t loss_window_n;
   double last_train_loss;
+  double last_iter_loss; /* the last iteration's mean loss (ar_job_last_loss) */
   double last_loss_sum; /* the rows this job computed in its last step */
   ar_eval_acc last_eval;
   int64_t last_eval_iter;

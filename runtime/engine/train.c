@@ -272,6 +272,7 @@ int64_t ar_job_iteration(const ar_job *j) { return j->st.iteration; }
 int64_t ar_job_total(const ar_job *j) { return j->total; }
 const ar_ckpt_state *ar_job_state(const ar_job *j) { return &j->st; }
 double ar_job_last_loss_sum(const ar_job *j) { return j->last_loss_sum; }
+double ar_job_last_loss(const ar_job *j) { return j->last_iter_loss; }
 
 /* The position c->st: checked against the training data, and a job that
  * reads training batches seeks there. */
@@ -508,6 +509,7 @@ static void count_iteration(run_ctx *c, int64_t rows, double loss, double second
   c->loss_window += loss;
   c->loss_window_n++;
   c->last_train_loss = loss;
+  c->last_iter_loss = loss;
   ar_progress_update(c->progress, c->st.iteration, c->st.epoch, loss,
                      c->st.train_s > 0 ? (double)c->st.samples / c->st.train_s : 0.0);
 }

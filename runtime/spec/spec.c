@@ -269,48 +269,11 @@ static void pop(ctx *c, size_t old) {
 
 /* ---- suggestions ------------------------------------------------------- */
 
-/* Edit distance (insert, delete, substitute; case-insensitive) between two
- * short strings; a large number for long ones. */
-static int edit_distance(const char *a, size_t la, const char *b) {
-  size_t lb = strlen(b);
-  enum { MAXL = 64 };
-  if (la > MAXL || lb > MAXL)
-    return INT_MAX;
-  int prev[MAXL + 1], cur[MAXL + 1];
-  for (size_t j = 0; j <= lb; j++)
-    prev[j] = (int)j;
-  for (size_t i = 1; i <= la; i++) {
-    cur[0] = (int)i;
-    for (size_t j = 1; j <= lb; j++) {
-      int ca = a[i - 1] >= 'A' && a[i - 1] <= 'Z' ? a[i - 1] + 32 : a[i - 1];
-      int cb = b[j - 1] >= 'A' && b[j - 1] <= 'Z' ? b[j - 1] + 32 : b[j - 1];
-      int best = prev[j - 1] + (ca != cb);
-      if (prev[j] + 1 < best)
-        best = prev[j] + 1;
-      if (cur[j - 1] + 1 < best)
-        best = cur[j - 1] + 1;
-      cur[j] = best;
-    }
-    memcpy(prev, cur, (lb + 1) * sizeof *prev);
-  }
-  return prev[lb];
-}
-
-/* The candidate closest to the typed text when close enough to be a typo:
- * one edit for short words, two for longer ones. */
+/* The candidate closest to the typed text when close enough to be a typo
+ * (ar_suggest's rule, the one every "did you mean" of accelrt follows). */
 static const char *closest(const char *typed, size_t len,
                            const char *const *cands, int n) {
-  const char *best = NULL;
-  int best_d = INT_MAX;
-  for (int i = 0; i < n; i++) {
-    int d = edit_distance(typed, len, cands[i]);
-    int limit = strlen(cands[i]) >= 5 ? 2 : 1;
-    if (d <= limit && (size_t)d < len + (len == 0) && d < best_d) {
-      best = cands[i];
-      best_d = d;
-    }
-  }
-  return best;
+  return ar_suggest(typed, len, cands, n > 0 ? (size_t)n : 0);
 }
 
 /* Writes into buf the path of the first schema entry named key outside

@@ -44,6 +44,7 @@ static ar_status encode(const ar_client_request *q, ar__msg *m, ar_err *err) {
   m->id = q->id;
   m->follow = q->follow;
   m->keep = q->keep_generated;
+  m->json = q->json && (q->op == AR_CLIENT_PS || q->op == AR_CLIENT_LOGS);
   if (q->op != AR_CLIENT_SUBMIT)
     return AR_OK;
   m->yaml = (ar__mstr){q->yaml, q->yaml_len};

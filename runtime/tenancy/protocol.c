@@ -77,6 +77,8 @@ static ar_status decode_field(uint8_t tag, ar__mstr v, ar__msg *m, ar_err *err) 
     return is_flag(v, &m->all) ? AR_OK : ar_errf(err, AR_PARSE, "all is 0 or 1");
   case AR__TAG_KEEP:
     return is_flag(v, &m->keep) ? AR_OK : ar_errf(err, AR_PARSE, "keep is 0 or 1");
+  case AR__TAG_JSON:
+    return is_flag(v, &m->json) ? AR_OK : ar_errf(err, AR_PARSE, "json is 0 or 1");
   case AR__TAG_VERSION:
     if (!parse_u64(v, &m->version) || m->version == 0)
       return ar_errf(err, AR_PARSE, "version is a positive decimal number");
@@ -107,6 +109,15 @@ static ar_status decode_field(uint8_t tag, ar__mstr v, ar__msg *m, ar_err *err) 
 static ar_status check_op(const ar__msg *m, uint32_t seen, ar_err *err) {
   if (!(seen & (1u << AR__TAG_OP)))
     return ar_errf(err, AR_PARSE, "the message names no operation");
+  if (seen & (1u << AR__TAG_JSON)) {
+    if (m->op != AR__OP_PS && m->op != AR__OP_LOGS)
+      return ar_errf(err, AR_PARSE, "json (tag %d) is a field of ps and logs only",
+                     AR__TAG_JSON);
+    if (m->version < 3)
+      return ar_errf(err, AR_PARSE, "json (tag %d) needs protocol version 3 or later, the "
+                     "message says %llu", AR__TAG_JSON,
+                     (unsigned long long)(m->version ? m->version : 1));
+  }
   switch (m->op) {
   case AR__OP_SUBMIT:
     if (!(seen & (1u << AR__TAG_YAML)) || m->yaml.n == 0)
@@ -149,7 +160,7 @@ ar_status ar__msg_decode(const uint8_t *body, size_t n, ar__msg *m, ar_err *err)
                      len, n - at);
     ar__mstr v = {(const char *)body + at, len};
     at += len;
-    if (tag < AR__TAG_OP || tag > AR__TAG_KEEP)
+    if (tag < AR__TAG_OP || tag > AR__TAG_JSON)
       return ar_errf(err, AR_PARSE, "unknown field tag %u at byte %zu", tag, at - len - 5);
     if (tag != AR__TAG_SET && (seen & (1u << tag)))
       return ar_errf(err, AR_PARSE, "field tag %u appears twice", tag);
@@ -226,6 +237,8 @@ ar_status ar__msg_encode(const ar__msg *m, uint8_t **out, size_t *len, ar_err *e
     put(&e, AR__TAG_ALL, "1", 1);
   if (m->keep)
     put(&e, AR__TAG_KEEP, "1", 1);
+  if (m->json)
+    put(&e, AR__TAG_JSON, "1", 1);
   if (m->offset)
     put_u64(&e, AR__TAG_OFFSET, m->offset);
   put_str(&e, AR__TAG_TEXT, m->text);

@@ -12,9 +12,9 @@
  * (fields point into the caller's buffer), so any byte string is safe to
  * decode: tests/fuzz/fuzz_msg.c fuzzes it, and ctest replays its corpus.
  *
- * Requests: submit (yaml, file, base, cwd, sets, keep), ps, logs (id,
- * follow, offset), cancel (id), each with the client's version; the
- * replies ok (text, id), error (text), data (text) and end, with the
+ * Requests: submit (yaml, file, base, cwd, sets, keep), ps (json), logs
+ * (id, follow, offset, json), cancel (id), each with the client's version;
+ * the replies ok (text, id), error (text), data (text) and end, with the
  * server's version.  docs/service.md is the specification.
  */
 #ifndef ACCELRT_TENANCY_PROTOCOL_H
@@ -55,13 +55,15 @@ enum {
   AR__TAG_TEXT = 10,
   AR__TAG_ALL = 11,
   AR__TAG_VERSION = 12,
-  AR__TAG_KEEP = 13
+  AR__TAG_KEEP = 13,
+  AR__TAG_JSON = 14 /* version 3 */
 };
 
 /* The protocol version this build speaks; a request without a version
- * field is version 1 (the same fields without keep).  A request of a newer
- * version than the server's is refused with an error naming both. */
-#define AR__PROTO_VERSION 2
+ * field is version 1 (the same fields without keep), version 2 has no
+ * json.  A request of a newer version than the server's is refused with an
+ * error naming both. */
+#define AR__PROTO_VERSION 3
 
 /* A borrowed byte range of the decoded buffer (not NUL-terminated). */
 typedef struct ar__mstr {
@@ -78,12 +80,14 @@ typedef struct ar__msg {
   int n_sets;
   bool follow, all;
   bool keep; /* submit: keep generated data when the job ends */
+  bool json; /* ps, logs (version 3): answer in JSON */
   uint64_t offset;
   uint64_t version; /* 0: absent */
 } ar__msg;
 
 /* Decodes a body (without its length prefix).  Returns AR_OK, or AR_PARSE
- * with the reason in err (which field, which byte).  *out is filled only
+ * with the reason in err (which field, which byte).  json is refused in a
+ * message other than ps and logs, and in one of a version before 3.  *out is filled only
  * as far as decoding got; its ranges point into body. */
 ar_status ar__msg_decode(const uint8_t *body, size_t n, ar__msg *out, ar_err *err);
 

@@ -74,6 +74,13 @@ typedef struct tjob {
   void *pers, *eph;
   double *sw; /* (nsw) switch latencies, seconds */
   size_t nsw, capsw;
+  /* Its pace (ar_tjob_progress): two marks of (runner clock, iterations,
+   * samples), the older one 5 to 10 s back once the job ran that long. */
+  struct pace_mark {
+    double t;
+    uint64_t it, samples;
+  } mark[2];
+  double last_report; /* runner clock of the last on_progress */
 } tjob;
 
 /* A lane handle.  Its struct never moves (workers keep a pointer to it
@@ -103,7 +110,10 @@ typedef struct worker {
   ar_status st;
   ar_err err;
   bool stepped, ended, started_now;
-  uint64_t samples; /* trained by the step (fns->samples) */
+  bool reported;     /* loss and samples below came from fns->progress */
+  double loss;
+  uint64_t samples;  /* the job's samples so far */
+  uint64_t stepped_samples; /* trained by this step (ar_runner_stats) */
   double t_setup, t_start, t_end, t_fin; /* start began, step began/ended,
                                             finish ended */
 } worker;
@@ -529,6 +539,10 @@ ar_status ar_runner_add(ar_runner *r, const ar_tjob_desc *d, size_t *index,
   j->slot = -1;
   result_init(&j->res);
   j->res.state = AR_TJ_PENDING;
+  ar_tjob_progress *pg = &j->res.progress;
+  pg->iteration = d->iterations_before;
+  pg->iterations = d->iterations_before + d->iterations;
+  pg->loss = pg->samples_per_s = pg->eta_s = NAN;
   pthread_mutex_lock(&r->mu);
   if (r->njobs == r->capjobs) {
     size_t cap = r->capjobs ? 2 * r->capjobs : 16;
@@ -589,6 +603,13 @@ ar_status ar_runner_result(ar_runner *r, size_t index, ar_tjob_result *out) {
   }
   pthread_mutex_unlock(&r->mu);
   return st;
+}
+
+ar_status ar_runner_progress(ar_runner *r, size_t index, ar_tjob_progress *out) {
+  ar_tjob_result res;
+  AR_CHECK(ar_runner_result(r, index, &res));
+  *out = res.progress;
+  return AR_OK;
 }
 
 void ar_runner_summary_get(ar_runner *r, ar_runner_summary *out) {
@@ -733,6 +754,15 @@ static void job_record(ar_runner *r, tjob *j) {
 
 /* ---- the scheduler ---------------------------------------------------------- */
 
+/* The memory an admitted job holds: its block and its lane's bytes
+ * (r->mu held). */
+static void held_memory(ar_runner *r, tjob *j) {
+  ar_lanes_lane_info li;
+  j->res.progress.persistent_bytes = j->d.persistent;
+  j->res.progress.lane_bytes =
+      ar_lanes_lane(r->lanes, j->res.lane, &li) == AR_OK ? li.size : 0;
+}
+
 /* Ends a job that runs no iteration now: finishes it when started (an
  * interrupted one writes its checkpoint), closes it, gives its memory back
  * to the lanes. */
@@ -777,6 +807,8 @@ static void end_job(ar_runner *r, size_t idx, ar_tjob_state state, bool call_fin
   j->res.state = state;
   j->res.reason[0] = '\0';
   j->res.end_s = now;
+  j->res.progress.persistent_bytes = j->res.progress.lane_bytes = 0;
+  j->res.progress.eta_s = NAN;
   if (j->res.arrival_s >= 0)
     j->res.jct_s = now - j->res.arrival_s;
   if (j->res.admit_s < 0 && j->res.arrival_s >= 0)
@@ -804,6 +836,7 @@ static void refresh_admissions(ar_runner *r) {
       j->res.queue_s = now - j->res.arrival_s;
       j->res.lane = ji.lane;
       j->res.reason[0] = '\0';
+      held_memory(r, j);
       trace_instant(r, "admit", j);
       job_event(r, i);
       continue;
@@ -913,6 +946,48 @@ static void push_switch(ar_runner *r, tjob *j, double s) {
     push_double(&r->sw_all, &r->nsw_all, &r->capsw_all, 256, s);
 }
 
+/* The job's progress after an iteration that ended at te (runner clock):
+ * position, loss, memory, and its pace over the window of its marks
+ * (ar_tjob_progress says which).  A few assignments: it runs after every
+ * iteration, under r->mu. */
+static void measure_progress(ar_runner *r, tjob *j, const worker *w, double te) {
+  ar_tjob_progress *p = &j->res.progress;
+  p->iteration = j->d.iterations_before + j->res.iterations;
+  if (w->reported)
+    p->loss = w->loss;
+  held_memory(r, j);
+  struct pace_mark now = {te, p->iteration, w->reported ? w->samples : 0};
+  if (j->res.iterations == 1) {
+    j->mark[0] = j->mark[1] = now;
+    return;
+  }
+  const struct pace_mark *from = &j->mark[0];
+  double dt = te - from->t;
+  if (dt > 0 && now.it > from->it) {
+    double per_s = (double)(now.it - from->it) / dt;
+    p->eta_s = (double)(p->iterations > now.it ? p->iterations - now.it : 0) / per_s;
+    if (w->reported && now.samples >= from->samples)
+      p->samples_per_s = (double)(now.samples - from->samples) / dt;
+  }
+  if (te - j->mark[1].t >= 5.0) {
+    j->mark[0] = j->mark[1];
+    j->mark[1] = now;
+  }
+}
+
+/* Tells the on_progress callee about a running job: after its first
+ * iteration, then at most every AR_RUNNER_PROGRESS_S (r->mu held). */
+static void report_progress(ar_runner *r, size_t idx) {
+  tjob *j = r->jobs[idx];
+  if (!r->o.on_progress || j->res.state != AR_TJ_ADMITTED)
+    return;
+  double now = clock_now(r);
+  if (j->res.iterations > 1 && now - j->last_report < AR_RUNNER_PROGRESS_S)
+    return;
+  j->last_report = now;
+  r->o.on_progress(r->o.ctx, idx, &j->res);
+}
+
 /* A worker handed an iteration back. */
 static void complete(ar_runner *r, worker *w) {
   size_t idx = w->job;
@@ -928,8 +1003,9 @@ static void complete(ar_runner *r, worker *w) {
     double ts = w->t_start - r->t0, te = w->t_end - r->t0;
     j->res.iterations++;
     r->iterations_total++;
-    r->samples_total += w->samples;
+    r->samples_total += w->stepped_samples;
     j->res.busy_s += secs;
+    measure_progress(r, j, w, te);
     if (j->res.first_s < 0)
       j->res.first_s = ts;
     lane_rec *lr = lane_rec_get(r, w->lane);
@@ -980,6 +1056,8 @@ static void complete(ar_runner *r, worker *w) {
     end_job(r, idx, AR_TJ_CANCELLED, true, NULL);
   } else if (r->stop) {
     /* handled by the stop pass */
+  } else if (w->stepped) {
+    report_progress(r, idx);
   }
   w->state = W_IDLE;
 }
@@ -1156,8 +1234,8 @@ static void dispatch(ar_runner *r) {
     w->st = AR_OK;
     w->err.status = AR_OK;
     w->err.msg[0] = '\0';
-    w->stepped = w->ended = w->started_now = false;
-    w->samples = 0;
+    w->stepped = w->ended = w->started_now = w->reported = false;
+    w->stepped_samples = 0;
     w->state = W_BUSY;
     j->running = true;
     j->res.lane = li.id;
@@ -1213,13 +1291,18 @@ static void run_task(ar_runner *r, worker *w, tjob *j) {
     return;
   }
   if (st == AR_OK) {
-    int64_t s0 = fns->samples ? fns->samples(j->d.job) : 0;
+    double loss0;
+    uint64_t s0 = 0;
+    if (fns->progress)
+      fns->progress(j->d.job, &loss0, &s0);
     w->t_start = ar_now();
     st = fns->step(j->d.job, &w->err);
     w->t_end = ar_now();
     w->stepped = true;
-    int64_t s1 = fns->samples ? fns->samples(j->d.job) : 0;
-    w->samples = s1 > s0 ? (uint64_t)(s1 - s0) : 0;
+    w->reported = st == AR_OK && fns->progress;
+    if (w->reported)
+      fns->progress(j->d.job, &w->loss, &w->samples);
+    w->stepped_samples = w->reported && w->samples > s0 ? w->samples - s0 : 0;
   }
   if (st == AR_OK &&
       (fns->done(j->d.job) || j->res.iterations + 1 >= j->d.iterations)) {

@@ -5,6 +5,14 @@
  * `cancel` ask about them.  docs/service.md describes it for operators and
  * specifies the protocol.
  *
+ * Live status: the runner's events (state changes) and progress reports
+ * (at most every AR_RUNNER_PROGRESS_S per running job) come in on its
+ * scheduler thread, holding its lock; they update the job's copy of its
+ * result (sjob.res, with res.progress) under s->mu and append to its log
+ * (joblog.h: lifecycle events, and a progress line every PROGRESS_LOG_S).
+ * Request threads read those copies under s->mu and never call the runner
+ * while holding it (the lock order is the runner's, then s->mu).
+ *
  * Who is asking: the kernel's SO_PEERCRED uid (and SO_PEERGROUPS groups)
  * of the connection, never a claim in the message.  A user sees and
  * cancels only their own jobs; root (uid 0) sees and cancels all.
@@ -37,16 +45,18 @@
 
 #include "broker.h"
 #include "http.h"
+#include "joblog.h"
 #include "protocol.h"
+#include "ps.h"
 #include "state.h"
 #include "tenancy_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
-#include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -61,6 +71,9 @@
 #define MAX_CONNS 64 /* connections at once from uids other than root and the server's */
 #define PATH_CAP 4096
 #define META_MAX (64 * 1024)
+/* A progress line in a job's log at most this often (seconds), the first
+ * after its first iteration, as `accelrt run` prints one off a terminal. */
+#define PROGRESS_LOG_S 5.0
 
 typedef struct sjob {
   uint64_t id;
@@ -82,6 +95,9 @@ typedef struct sjob {
   uint64_t end_seq; /* order of ending (0: not ended); the oldest are forgotten first */
   int refs;         /* request threads using it; freed at 0 once forgotten */
   bool forgotten;   /* dropped from the server's list (--keep-ended) */
+  /* Unix seconds (the journal keeps them); started and ended 0 until then. */
+  double submitted, started, ended;
+  double progress_logged; /* ar_now() of its last progress line; 0: none */
 } sjob;
 
 typedef struct uid_count {
@@ -182,26 +198,38 @@ static const char *jstate_name(ar_tjob_state s) {
   return s == AR_TJ_ADMITTED ? "running" : ar_tjob_state_name(s);
 }
 
-static void job_log(server *s, const sjob *j, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void job_log(server *s, const sjob *j, const char *fmt, ...) {
+static double unix_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Appends one line to the job's log (joblog.h), in one write so that lines
+ * from the request threads and the scheduler never mix. */
+static void log_line(server *s, const sjob *j, const char *kind, const char *text,
+                     const ar_tjob_progress *p) {
+  ar_sbuf b = {0};
+  ar__joblog_line(&b, unix_now(), kind, text, p);
   char path[64];
   snprintf(path, sizeof path, "%s/log", j->dir);
   FILE *f = NULL;
-  if (ar_fs_open_write(s->sfs, path, true, &f, NULL) != AR_OK)
-    return;
-  char ts[32];
-  time_t t = time(NULL);
-  struct tm tm;
-  localtime_r(&t, &tm);
-  strftime(ts, sizeof ts, "%H:%M:%S", &tm);
-  fprintf(f, "[%s] ", ts);
+  if (!b.oom && ar_fs_open_write(s->sfs, path, true, &f, NULL) == AR_OK) {
+    (void)!write(fileno(f), b.buf, b.len);
+    fclose(f);
+  }
+  ar_sbuf_fini(&b);
+}
+
+/* A lifecycle event of the job's log: kind (joblog.h) and its text. */
+static void job_log(server *s, const sjob *j, const char *kind, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void job_log(server *s, const sjob *j, const char *kind, const char *fmt, ...) {
+  char text[2 * AR_ERR_MAX + 256];
   va_list ap;
   va_start(ap, fmt);
-  vfprintf(f, fmt, ap);
+  vsnprintf(text, sizeof text, fmt, ap);
   va_end(ap);
-  fputc('\n', f);
-  fclose(f);
+  log_line(s, j, kind, text, NULL);
 }
 
 /* meta: one "key value" line each, a "crc" line of the bytes before it
@@ -217,6 +245,16 @@ static void write_meta(server *s, const sjob *j, const char *state) {
                 j->name, j->out, j->file, j->base, j->cwd, j->keep ? 1 : 0);
   for (int i = 0; i < j->n_sets; i++)
     ar_sbuf_printf(&b, "set %s\n", j->sets[i]);
+  ar_sbuf_printf(&b, "submitted %.3f\n", j->submitted);
+  if (j->started > 0)
+    ar_sbuf_printf(&b, "started %.3f\n", j->started);
+  if (j->ended > 0)
+    ar_sbuf_printf(&b, "ended %.3f\n", j->ended);
+  const ar_tjob_progress *p = &j->res.progress;
+  ar_sbuf_printf(&b, "iteration %llu\niterations %llu\n", (unsigned long long)p->iteration,
+                 (unsigned long long)p->iterations);
+  if (isfinite(p->loss))
+    ar_sbuf_printf(&b, "loss %.9g\n", p->loss);
   if (j->res.error[0]) {
     char e[sizeof j->res.error];
     snprintf(e, sizeof e, "%s", j->res.error);
@@ -308,6 +346,35 @@ static void drop_generated(sjob *j) {
     ar_run_remove_generated(j->spec, j->fs);
 }
 
+/* The log line of a change of state (old -> res->state; s->mu held). */
+static void log_state(server *s, const sjob *j, ar_tjob_state old, const ar_tjob_result *res) {
+  switch (res->state) {
+  case AR_TJ_QUEUED:
+    if (old != AR_TJ_QUEUED)
+      job_log(s, j, "queued", "queued");
+    else if (res->reason[0])
+      job_log(s, j, "queued", "waiting: %s", res->reason);
+    break;
+  case AR_TJ_ADMITTED:
+    job_log(s, j, "started", "admitted to lane %u after %.3f s in the queue",
+            (unsigned)res->lane, res->queue_s);
+    break;
+  case AR_TJ_DONE:
+    job_log(s, j, "done", "done: %llu iterations, JCT %.3f s; outputs in %s",
+            (unsigned long long)res->iterations, res->jct_s, j->out);
+    break;
+  case AR_TJ_FAILED:
+    job_log(s, j, "failed", "failed: %s", res->error);
+    break;
+  case AR_TJ_CANCELLED:
+    job_log(s, j, "cancelled", "cancelled after %llu iterations",
+            (unsigned long long)res->iterations);
+    break;
+  default:
+    break;
+  }
+}
+
 static void on_event(void *ctx, size_t ridx, const ar_tjob_result *res) {
   server *s = ctx;
   pthread_mutex_lock(&s->mu);
@@ -318,36 +385,16 @@ static void on_event(void *ctx, size_t ridx, const ar_tjob_result *res) {
     if (res->state == AR_TJ_STOPPED) {
       /* The server is stopping: the journal keeps the job queued, so the
        * next server runs it again (from its checkpoint). */
-      job_log(s, j, "stopped with the server after %llu iterations; it resumes when the "
-                    "server starts again",
-              (unsigned long long)res->iterations);
+      job_log(s, j, "stopped", "stopped with the server after %llu iterations; it resumes "
+              "when the server starts again", (unsigned long long)res->iterations);
       write_meta(s, j, "queued");
     } else if (res->state != old || res->state == AR_TJ_QUEUED) {
       j->state = res->state;
-      switch (res->state) {
-      case AR_TJ_QUEUED:
-        if (old != AR_TJ_QUEUED)
-          job_log(s, j, "queued");
-        else if (res->reason[0])
-          job_log(s, j, "waiting: %s", res->reason);
-        break;
-      case AR_TJ_ADMITTED:
-        job_log(s, j, "admitted to lane %u after %.3f s in the queue", (unsigned)res->lane,
-                res->queue_s);
-        break;
-      case AR_TJ_DONE:
-        job_log(s, j, "done: %llu iterations, JCT %.3f s; outputs in %s",
-                (unsigned long long)res->iterations, res->jct_s, j->out);
-        break;
-      case AR_TJ_FAILED:
-        job_log(s, j, "failed: %s", res->error);
-        break;
-      case AR_TJ_CANCELLED:
-        job_log(s, j, "cancelled after %llu iterations", (unsigned long long)res->iterations);
-        break;
-      default:
-        break;
-      }
+      if (res->state == AR_TJ_ADMITTED && j->started == 0)
+        j->started = unix_now();
+      if (ar_tjob_ended(res->state))
+        j->ended = unix_now();
+      log_state(s, j, old, res);
       if (res->state != AR_TJ_PENDING)
         write_meta(s, j, jstate_name(res->state));
       if (ar_tjob_ended(res->state)) {
@@ -361,7 +408,37 @@ static void on_event(void *ctx, size_t ridx, const ar_tjob_result *res) {
   pthread_mutex_unlock(&s->mu);
 }
 
+/* A running job's progress (the runner calls this at most every
+ * AR_RUNNER_PROGRESS_S per job): kept for ps, and a progress line in its
+ * log after its first iteration and then every PROGRESS_LOG_S. */
+static void on_progress(void *ctx, size_t ridx, const ar_tjob_result *res) {
+  server *s = ctx;
+  pthread_mutex_lock(&s->mu);
+  sjob *j = ridx < s->nridx ? s->by_ridx[ridx] : NULL;
+  if (j && !ar_tjob_ended(j->state)) {
+    j->res = *res;
+    double now = ar_now();
+    if (j->progress_logged == 0 || now - j->progress_logged >= PROGRESS_LOG_S) {
+      j->progress_logged = now;
+      ar_sbuf t = {0};
+      ar__joblog_progress_text(&res->progress, &t);
+      if (!t.oom)
+        log_line(s, j, "progress", t.buf, &res->progress);
+      ar_sbuf_fini(&t);
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
 /* ---- jobs ------------------------------------------------------------------- */
+
+/* A zeroed job whose figures are unknown (NAN), or NULL. */
+static sjob *sjob_alloc(void) {
+  sjob *j = ar_calloc(1, sizeof *j);
+  if (j)
+    j->res.progress.loss = j->res.progress.samples_per_s = j->res.progress.eta_s = NAN;
+  return j;
+}
 
 static void sjob_free(sjob *j) {
   if (!j)
@@ -465,6 +542,8 @@ static ar_status hand_to_runner(server *s, sjob *j, ar_spec *spec, ar_tjob_desc 
     s->by_ridx[s->nridx++] = j;
     j->in_runner = true;
     j->state = AR_TJ_PENDING;
+    j->res.progress.iteration = d->iterations_before;
+    j->res.progress.iterations = d->iterations_before + d->iterations;
   }
   pthread_mutex_unlock(&s->mu);
   size_t idx = 0;
@@ -526,7 +605,7 @@ static ar_status start_job(server *s, sjob *j, const char *yaml, size_t n, bool 
   }
   AR_CHECK(hand_to_runner(s, j, spec, &d, err));
   if (resume)
-    job_log(s, j, "resuming from %s/checkpoint.bin", j->out);
+    job_log(s, j, "resumed", "resuming from %s/checkpoint.bin", j->out);
   return AR_OK;
 }
 
@@ -545,7 +624,7 @@ static bool grow_jobs(server *s) {
 
 /* A new job entry (id, folder) of cred, or NULL when out of memory. */
 static sjob *new_sjob(server *s, const ar__cred *cred) {
-  sjob *j = ar_calloc(1, sizeof *j);
+  sjob *j = sjob_alloc();
   if (!j)
     return NULL;
   j->cred = *cred;
@@ -562,6 +641,7 @@ static sjob *new_sjob(server *s, const ar__cred *cred) {
   }
   j->id = s->next_id++;
   j->state = AR_TJ_PENDING;
+  j->submitted = unix_now();
   j->refs = 1; /* the submitting request's */
   snprintf(j->dir, sizeof j->dir, "jobs/%llu", (unsigned long long)j->id);
   s->jobs[s->njobs++] = j;
@@ -655,15 +735,18 @@ static void do_submit(server *s, int fd, const ar__cred *cred, const ar__msg *m)
   }
   if (st == AR_OK) {
     write_meta(s, j, "pending");
+    job_log(s, j, "submitted", "submitted by uid %u from %s", (unsigned)cred->uid,
+            j->file[0] ? j->file : "?");
     st = start_job(s, j, m->yaml.p, m->yaml.n, false, &err);
   }
   if (st != AR_OK) {
     pthread_mutex_lock(&s->mu);
     j->state = st == AR_INTERRUPTED ? AR_TJ_CANCELLED : AR_TJ_FAILED;
+    j->ended = unix_now();
     snprintf(j->res.error, sizeof j->res.error, "%s", err.msg);
     pthread_mutex_unlock(&s->mu);
     if (journal) {
-      job_log(s, j, "refused: %s", err.msg);
+      job_log(s, j, "error", "refused: %s", err.msg);
       write_meta(s, j, jstate_name(j->state));
     }
     slog("uid %u: job %llu refused: %s", (unsigned)cred->uid, (unsigned long long)j->id,
@@ -676,7 +759,6 @@ static void do_submit(server *s, int fd, const ar__cred *cred, const ar__msg *m)
     put_job(s, j);
     return;
   }
-  job_log(s, j, "submitted by uid %u from %s", (unsigned)cred->uid, j->file[0] ? j->file : "?");
   slog("uid %u: job %llu '%s' submitted", (unsigned)cred->uid, (unsigned long long)j->id,
        j->name);
   char id[32];
@@ -685,33 +767,60 @@ static void do_submit(server *s, int fd, const ar__cred *cred, const ar__msg *m)
   put_job(s, j);
 }
 
-static void user_name(uid_t uid, char *buf, size_t cap) {
-  struct passwd pw, *res = NULL;
-  char tmp[1024];
-  if (getpwuid_r(uid, &pw, tmp, sizeof tmp, &res) == 0 && res)
-    snprintf(buf, cap, "%s", res->pw_name);
-  else
-    snprintf(buf, cap, "%u", (unsigned)uid);
-}
-
-static void do_ps(server *s, int fd, uid_t uid) {
-  ar_sbuf b = {0};
-  ar_sbuf_printf(&b, "%-6s %-10s %-9s %-24s %5s %8s %9s %9s\n", "ID", "USER", "STATE", "NAME",
-                "LANE", "ITERS", "QUEUE_S", "JCT_S");
+/* Copies what ps shows of the jobs uid may see (root: all) into a new
+ * array (*out, free with ar_free), under s->mu and nothing else.  false
+ * when out of memory. */
+static bool snapshot_jobs(server *s, uid_t uid, ar__ps_job **out, size_t *n) {
   pthread_mutex_lock(&s->mu);
-  for (size_t i = 0; i < s->njobs; i++) {
+  ar__ps_job *v = ar_malloc((s->njobs ? s->njobs : 1) * sizeof *v);
+  size_t k = 0;
+  for (size_t i = 0; v && i < s->njobs; i++) {
     const sjob *j = s->jobs[i];
     if (uid != 0 && j->cred.uid != uid)
       continue;
-    char who[64];
-    user_name(j->cred.uid, who, sizeof who);
-    ar_sbuf_printf(&b, "%-6llu %-10s %-9s %-24s %5u %8llu %9.2f %9.2f\n",
-                  (unsigned long long)j->id, who, jstate_name(j->state),
-                  j->name[0] ? j->name : "-", (unsigned)j->res.lane,
-                  (unsigned long long)j->res.iterations, j->res.queue_s, j->res.jct_s);
+    ar__ps_job *p = &v[k++];
+    p->id = j->id;
+    p->uid = (uint32_t)j->cred.uid;
+    snprintf(p->name, sizeof p->name, "%s", j->name);
+    p->state = jstate_name(j->state);
+    p->progress = j->res.progress;
+    p->lane = j->res.lane;
+    p->submitted = j->submitted;
+    p->started = j->started;
+    p->ended = j->ended;
+    snprintf(p->error, sizeof p->error, "%s", j->res.error);
   }
   pthread_mutex_unlock(&s->mu);
-  reply(fd, b.oom ? AR__OP_ERROR : AR__OP_OK, b.oom ? "out of memory" : b.buf, 0, false);
+  *out = v;
+  *n = k;
+  return v != NULL;
+}
+
+/* ps: the table, or with json the array (ps.h), formatted after the lock
+ * is released (the user database may be slow, and the scheduler's events
+ * wait for s->mu). */
+static void do_ps(server *s, int fd, uid_t uid, bool json) {
+  ar__ps_job *v = NULL;
+  size_t n = 0;
+  ar_sbuf b = {0};
+  if (snapshot_jobs(s, uid, &v, &n)) {
+    if (json)
+      ar__ps_json(&b, v, n);
+    else
+      ar__ps_table(&b, v, n);
+  }
+  bool got = v != NULL;
+  ar_free(v);
+  if (!got || b.oom) {
+    reply(fd, AR__OP_ERROR, "the server is out of memory", 0, false);
+  } else if (b.len + 1024 > AR__MSG_MAX) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "the list of %zu jobs is larger than one message (%zu bytes); "
+             "ask as their user, or lower the server's --keep-ended", n, (size_t)AR__MSG_MAX);
+    reply(fd, AR__OP_ERROR, msg, 0, false);
+  } else {
+    reply(fd, AR__OP_OK, b.buf, 0, false);
+  }
   ar_sbuf_fini(&b);
 }
 
@@ -747,12 +856,13 @@ static void do_cancel(server *s, int fd, uid_t uid, uint64_t id) {
   size_t ridx = j->ridx;
   pthread_mutex_unlock(&s->mu);
   if (early) {
-    job_log(s, j, "cancel requested by uid %u while it was being opened", (unsigned)uid);
+    job_log(s, j, "cancelled", "cancel requested by uid %u while it was being opened",
+            (unsigned)uid);
     reply(fd, AR__OP_OK, "cancelling: the job had not started", id, true);
   } else if (!in || ar_runner_cancel(s->r, ridx) != AR_OK) {
     reply(fd, AR__OP_ERROR, "the job has already ended", id, true);
   } else {
-    job_log(s, j, "cancel requested by uid %u", (unsigned)uid);
+    job_log(s, j, "cancelled", "cancel requested by uid %u", (unsigned)uid);
     slog("uid %u: job %llu cancelled", (unsigned)uid, (unsigned long long)id);
     reply(fd, AR__OP_OK, "cancelling at the next iteration boundary", id, true);
   }
@@ -769,50 +879,116 @@ static void do_logs(server *s, int fd, uid_t uid, const ar__msg *m) {
   put_job(s, j);
 }
 
-/* Sends the job's log from m->offset, following it with m->follow. */
+/* The log is read this much at a time; a longer line (none is written) is
+ * shown in pieces. */
+#define LOG_CHUNK 65536
+/* Rendered lines go out in data messages of about this size. */
+#define LOG_SEND 32768
+
+static bool send_data(int fd, const ar_sbuf *out) {
+  if (out->len == 0)
+    return true;
+  ar__msg d;
+  memset(&d, 0, sizeof d);
+  d.op = AR__OP_DATA;
+  d.version = AR__PROTO_VERSION;
+  d.text = (ar__mstr){out->buf, out->len};
+  ar_err e = AR_ERR_INIT;
+  return ar__msg_write(fd, &d, &e) == AR_OK;
+}
+
+/* Renders the lines of buf (k bytes, buf[k] writable) into out: each
+ * complete line; a last one without its newline only when `tail` (the job
+ * has ended) or when it fills the chunk.  Returns the bytes consumed. */
+static size_t render_lines(ar__joblog_view *v, char *buf, size_t k, bool tail, ar_sbuf *out) {
+  size_t at = 0;
+  while (at < k) {
+    char *nl = memchr(buf + at, '\n', k - at);
+    if (!nl && !tail && !(at == 0 && k == LOG_CHUNK))
+      break; /* a line still being written: the next pass takes it */
+    size_t end = nl ? (size_t)(nl - buf) : k;
+    buf[end] = '\0';
+    ar__joblog_render(v, buf + at, out);
+    at = nl ? end + 1 : k;
+    if (out->oom)
+      break;
+  }
+  return at;
+}
+
+/* Sends what the log holds from *off on, as the reader asked (v), with
+ * its last line also when it has no newline yet if `ended`.  false when
+ * the client left (or the server ran out of memory). */
+static bool send_log(server *s, int fd, const char *path, ar__joblog_view *v, uint64_t *off,
+                     char *buf, bool ended) {
+  int f = -1;
+  if (ar_fs_open_read(s->sfs, path, &f, NULL) != AR_OK)
+    return true; /* nothing logged yet */
+  struct stat sb;
+  if (v->file_time == 0 && fstat(f, &sb) == 0)
+    v->file_time = (double)sb.st_mtim.tv_sec;
+  ar_sbuf out = {0};
+  bool ok = true;
+  for (;;) {
+    ssize_t k = pread(f, buf, LOG_CHUNK, (off_t)*off);
+    if (k <= 0)
+      break;
+    size_t used = render_lines(v, buf, (size_t)k, ended && k < LOG_CHUNK, &out);
+    *off += used;
+    if (out.oom || (out.len >= LOG_SEND && !send_data(fd, &out))) {
+      ok = false;
+      break;
+    }
+    if (out.len >= LOG_SEND)
+      out.len = 0;
+    if (used == 0 || (size_t)k < LOG_CHUNK)
+      break;
+  }
+  close(f);
+  ok = ok && send_data(fd, &out);
+  ar_sbuf_fini(&out);
+  return ok;
+}
+
+/* Whether a client waiting for more of a log went away (waits up to
+ * 250 ms for it to say so). */
+static bool client_left(int fd) {
+  struct pollfd p = {fd, POLLIN, 0};
+  if (poll(&p, 1, 250) > 0 && (p.revents & (POLLHUP | POLLERR)))
+    return true;
+  char c;
+  return (p.revents & POLLIN) && recv(fd, &c, 1, MSG_DONTWAIT | MSG_PEEK) == 0;
+}
+
+/* Sends the job's log from m->offset, plain or (m->json) as JSON lines
+ * (joblog.h), following it with m->follow until the job has ended.  The
+ * end is looked at before each read, so the job's last line is sent. */
 static void stream_log(server *s, int fd, sjob *j, const ar__msg *m) {
   char path[64];
   snprintf(path, sizeof path, "%s/log", j->dir);
+  ar__joblog_view v = {m->json, 0, 0};
   uint64_t off = m->offset;
-  char buf[16384];
+  char *buf = ar_malloc(LOG_CHUNK + 1);
+  if (!buf) {
+    reply(fd, AR__OP_ERROR, "the server is out of memory", m->id, true);
+    return;
+  }
+  bool ok = true;
   for (;;) {
-    int f = -1;
-    if (ar_fs_open_read(s->sfs, path, &f, NULL) == AR_OK) {
-      for (;;) {
-        ssize_t k = pread(f, buf, sizeof buf - 1, (off_t)off);
-        if (k <= 0)
-          break;
-        buf[k] = '\0';
-        ar__msg d;
-        memset(&d, 0, sizeof d);
-        d.op = AR__OP_DATA;
-        d.version = AR__PROTO_VERSION;
-        d.text = (ar__mstr){buf, (size_t)k};
-        ar_err e = AR_ERR_INIT;
-        if (ar__msg_write(fd, &d, &e) != AR_OK) {
-          close(f);
-          return; /* the client left, or stopped reading */
-        }
-        off += (uint64_t)k;
-      }
-      close(f);
-    }
     pthread_mutex_lock(&s->mu);
     bool ended = ar_tjob_ended(j->state) || (!j->in_runner && j->state != AR_TJ_PENDING);
     pthread_mutex_unlock(&s->mu);
-    if (!m->follow || ended || ar_stop_signal())
+    ok = send_log(s, fd, path, &v, &off, buf, ended || !m->follow);
+    if (!ok || !m->follow || ended || ar_stop_signal())
       break;
-    /* Poll for more; a client that went away is noticed by the write. */
-    struct pollfd p = {fd, POLLIN, 0};
-    if (poll(&p, 1, 250) > 0 && (p.revents & (POLLHUP | POLLERR)))
-      return;
-    if (p.revents & POLLIN) {
-      char c;
-      if (recv(fd, &c, 1, MSG_DONTWAIT | MSG_PEEK) == 0)
-        return;
+    if (client_left(fd)) {
+      ok = false;
+      break;
     }
   }
-  reply(fd, AR__OP_END, NULL, m->id, true);
+  ar_free(buf);
+  if (ok)
+    reply(fd, AR__OP_END, NULL, m->id, true);
 }
 
 /* ---- connections ------------------------------------------------------------------- */
@@ -897,7 +1073,7 @@ static void *conn_main(void *arg) {
     break;
   }
   case AR__OP_PS:
-    do_ps(s, fd, uc.uid);
+    do_ps(s, fd, uc.uid, m.json);
     break;
   case AR__OP_LOGS:
     do_logs(s, fd, uc.uid, &m);
@@ -1027,6 +1203,16 @@ static bool parse_uint(const char *v, uint64_t max, uint64_t *out) {
   return true;
 }
 
+/* A finite decimal number (times, a loss). */
+static bool parse_real(const char *v, double *out) {
+  char *end;
+  double x = strtod(v, &end);
+  if (!*v || *end || !isfinite(x))
+    return false;
+  *out = x;
+  return true;
+}
+
 static bool copy_field(char *dst, size_t cap, const char *v, bool absolute_path) {
   if (strlen(v) >= cap || (absolute_path && v[0] && v[0] != '/'))
     return false;
@@ -1105,6 +1291,18 @@ static bool parse_meta(sjob *j, uint64_t id, char *meta, size_t len, char *state
       ok = (!strcmp(v, "0") || !strcmp(v, "1")) && ((j->keep = v[0] == '1'), true);
     else if (!strcmp(line, "error"))
       ok = copy_field(j->res.error, sizeof j->res.error, v, false);
+    else if (!strcmp(line, "submitted"))
+      ok = parse_real(v, &j->submitted) && j->submitted >= 0;
+    else if (!strcmp(line, "started"))
+      ok = parse_real(v, &j->started) && j->started >= 0;
+    else if (!strcmp(line, "ended"))
+      ok = parse_real(v, &j->ended) && j->ended >= 0;
+    else if (!strcmp(line, "iteration"))
+      ok = parse_uint(v, UINT64_MAX, &j->res.progress.iteration);
+    else if (!strcmp(line, "iterations"))
+      ok = parse_uint(v, UINT64_MAX, &j->res.progress.iterations);
+    else if (!strcmp(line, "loss"))
+      ok = parse_real(v, &j->res.progress.loss);
     else if (!strcmp(line, "set")) {
       ok = strchr(v, '=') && j->n_sets < AR__MSG_MAX_SETS;
       if (ok && j->n_sets == cap_sets) {
@@ -1147,7 +1345,7 @@ static sjob *load_entry(server *s, uint64_t id, char *state, size_t state_cap) {
     slog("job %llu: no readable journal (%s); skipped", (unsigned long long)id, err.msg);
     return NULL;
   }
-  sjob *j = ar_calloc(1, sizeof *j);
+  sjob *j = sjob_alloc();
   if (!j) {
     ar_free(meta);
     return NULL;
@@ -1167,6 +1365,18 @@ static sjob *load_entry(server *s, uint64_t id, char *state, size_t state_cap) {
     sjob_free(j);
     return NULL;
   }
+  if (j->submitted == 0) {
+    /* An entry from before submission times were journalled: its job
+     * file was written when it was submitted and never since. */
+    snprintf(path, sizeof path, "jobs/%llu/job.yaml", (unsigned long long)id);
+    int fd = -1;
+    struct stat sb;
+    if (ar_fs_open_read(s->sfs, path, &fd, NULL) == AR_OK) {
+      if (fstat(fd, &sb) == 0)
+        j->submitted = (double)sb.st_mtim.tv_sec;
+      close(fd);
+    }
+  }
   return j;
 }
 
@@ -1185,20 +1395,21 @@ static void restart_job(server *s, sjob *j, const char *was) {
   if (st != AR_OK) {
     pthread_mutex_lock(&s->mu);
     mark_ended(s, j);
+    j->ended = unix_now();
     pthread_mutex_unlock(&s->mu);
   }
   if (st == AR_STATE) {
     j->state = AR_TJ_DONE;
     write_meta(s, j, "done");
-    job_log(s, j, "its checkpoint was complete: done");
+    job_log(s, j, "done", "its checkpoint was complete: done");
   } else if (st != AR_OK) {
     j->state = AR_TJ_FAILED;
     snprintf(j->res.error, sizeof j->res.error, "after a restart: %s", err.msg);
     write_meta(s, j, "failed");
-    job_log(s, j, "failed after a restart: %s", err.msg);
+    job_log(s, j, "failed", "failed after a restart: %s", err.msg);
     slog("job %llu could not be recovered: %s", (unsigned long long)j->id, err.msg);
   } else {
-    job_log(s, j, "requeued after a server restart (was %s)", was);
+    job_log(s, j, "resumed", "requeued after a server restart (was %s)", was);
     slog("job %llu '%s' requeued (was %s)", (unsigned long long)j->id, j->name, was);
   }
 }
@@ -1411,6 +1622,7 @@ static ar_status server_open(server *s, const ar_serve_opts *o, ar_err *err) {
   ro.threads = o->threads;
   ro.service = true;
   ro.on_event = on_event;
+  ro.on_progress = on_progress;
   ro.ctx = s;
   ro.out_dir = "runner";
   ro.fs = s->sfs;

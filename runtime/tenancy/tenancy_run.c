@@ -29,10 +29,14 @@ static ar_status e_finish(void *job, bool interrupted, ar_err *err) {
   return ar_job_finish(job, interrupted, NULL, err);
 }
 static void e_close(void *job) { ar_job_close(job); }
-static int64_t e_samples(void *job) { return ar_job_state(job)->samples; }
+static void e_progress(void *job, double *loss, uint64_t *samples) {
+  *loss = ar_job_last_loss(job);
+  int64_t n = ar_job_state(job)->samples;
+  *samples = n > 0 ? (uint64_t)n : 0;
+}
 
-static const ar_tjob_fns engine_fns = {e_start,  e_step,  e_done,   e_rebase,
-                                       e_finish, e_close, e_samples};
+static const ar_tjob_fns engine_fns = {e_start, e_step,  e_done,    e_rebase,
+                                       e_finish, e_close, e_progress};
 
 ar_status ar_tenancy_open_job(const ar_spec *spec, const ar_run_opts *opts,
                                ar_tjob_desc *d, ar_err *err) {
@@ -105,7 +109,8 @@ static void f_close(void *job) {
     ar_free(f->message);
   ar_free(f);
 }
-static const ar_tjob_fns failed_fns = {f_start, f_step, f_done, f_rebase, f_finish, f_close, NULL};
+static const ar_tjob_fns failed_fns = {f_start, f_step, f_done, f_rebase, f_finish, f_close,
+                                       NULL};
 
 ar_status ar_tenancy_failed_job(const char *name, const char *out_dir, const char *message,
                                  ar_tjob_desc *d) {

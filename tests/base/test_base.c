@@ -141,6 +141,56 @@ static void test_sbuf_json(void **state) {
   ar_sbuf_fini(&b);
 }
 
+/* Text that is not UTF-8 still makes valid JSON: each stray byte is
+ * U+FFFD, well-formed sequences pass through. */
+static void test_sbuf_json_utf8(void **state) {
+  (void)state;
+  static const struct {
+    const char *in, *out;
+  } cases[] = {
+      {"caf\xc3\xa9", "\"caf\xc3\xa9\""},                /* 2 bytes, kept */
+      {"\xe2\x82\xac\xf0\x9f\x98\x80", "\"\xe2\x82\xac\xf0\x9f\x98\x80\""}, /* 3, 4 */
+      {"caf\xe9!", "\"caf\\ufffd!\""},                    /* Latin-1 */
+      {"\x80x", "\"\\ufffdx\""},                          /* stray continuation */
+      {"\xc0\xaf", "\"\\ufffd\\ufffd\""},                 /* overlong '/' */
+      {"\xed\xa0\x80", "\"\\ufffd\\ufffd\\ufffd\""},       /* a surrogate */
+      {"\xf4\x90\x80\x80", "\"\\ufffd\\ufffd\\ufffd\\ufffd\""}, /* past U+10FFFF */
+      {"ab\xe2\x82", "\"ab\\ufffd\\ufffd\""},              /* cut short */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    ar_sbuf b = {0};
+    ar_sbuf_json_str(&b, cases[i].in);
+    assert_string_equal(b.buf, cases[i].out);
+    ar_sbuf_fini(&b);
+  }
+}
+
+/* Suggestions: swaps, case and the typo limits (one edit under five
+ * characters, two from five on, never as many as the word has). */
+static void test_suggest(void **state) {
+  (void)state;
+  static const char *const cmds[] = {"run", "submit", "ps", "logs", "cancel", NULL, "serve"};
+  const size_t n = sizeof cmds / sizeof cmds[0];
+  assert_int_equal(ar_edit_distance("sumbit", 6, "submit", 6), 1);
+  assert_int_equal(ar_edit_distance("kitten", 6, "sitting", 7), 3);
+  assert_int_equal(ar_edit_distance("", 0, "abc", 3), 3);
+  assert_int_equal(ar_edit_distance("ABC", 3, "abc", 3), 0);
+  assert_string_equal(ar_suggest("sumbit", 6, cmds, n), "submit");
+  assert_string_equal(ar_suggest("SERVE", 5, cmds, n), "serve");
+  assert_string_equal(ar_suggest("cancl", 5, cmds, n), "cancel");
+  assert_string_equal(ar_suggest("lgs", 3, cmds, n), "logs");
+  assert_string_equal(ar_suggest("rn", 2, cmds, n), "run");
+  assert_string_equal(ar_suggest("sbmt", 4, cmds, n), "submit"); /* two edits, long... */
+  assert_null(ar_suggest("rx", 2, cmds, n));                      /* ...and short */
+  assert_null(ar_suggest("xyzzy", 5, cmds, n));
+  assert_null(ar_suggest("p", 1, cmds, n));    /* as many edits as letters */
+  assert_null(ar_suggest("x", 1, cmds, 0));
+  char longer[100];
+  memset(longer, 'a', sizeof longer);
+  assert_int_equal(ar_edit_distance(longer, sizeof longer, "a", 1), INT32_MAX);
+  assert_null(ar_suggest(longer, sizeof longer, cmds, n));
+}
+
 static volatile sig_atomic_t custom_hits;
 static void custom(int sig) {
   (void)sig;
@@ -176,6 +226,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_stop_signals),
       cmocka_unit_test(test_sbuf_json),
+      cmocka_unit_test(test_sbuf_json_utf8),
+      cmocka_unit_test(test_suggest),
       cmocka_unit_test(test_status_names),
       cmocka_unit_test(test_errf_and_wrap),
       cmocka_unit_test(test_alloc_failure_injection),

@@ -5,8 +5,9 @@
  * Besides crashes and undefined behaviour (the sanitizers), the harness
  * aborts when a decoded message breaks the format's promises: ranges inside
  * the input, at most AR__MSG_MAX_SETS overrides, each KEY=VALUE, the fields
- * an operation needs present; and a message that decodes must encode and
- * decode again to the same fields.
+ * an operation needs present, json only in a ps or logs of version 3 or
+ * later; and a message that decodes must encode and decode again to the
+ * same fields.
  *
  * Built as `fuzz_msg` with clang and -DACCELRT_FUZZ=ON; replay.c runs the
  * same entry over tests/fuzz/corpus/msg as the ctest test fuzz.msg_corpus.
@@ -52,6 +53,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     abort();
   if (m.op == AR__OP_SUBMIT && m.yaml.n == 0)
     abort();
+  if (m.json && ((m.op != AR__OP_PS && m.op != AR__OP_LOGS) || m.version < 3))
+    abort();
   /* Round trip. */
   uint8_t *enc = NULL;
   size_t len = 0;
@@ -62,7 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     abort();
   if (m2.op != m.op || m2.has_id != m.has_id || m2.id != m.id || m2.n_sets != m.n_sets ||
       m2.follow != m.follow || m2.all != m.all || m2.offset != m.offset ||
-      m2.keep != m.keep || m2.version != m.version)
+      m2.keep != m.keep || m2.json != m.json || m2.version != m.version)
     abort();
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
     const ar__mstr *g[] = {&m2.yaml, &m2.file, &m2.base, &m2.cwd, &m2.text};

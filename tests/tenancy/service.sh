@@ -34,21 +34,7 @@ start() {
   fail "the server did not come up"
 }
 
-cat >"$t/job.yaml" <<YAML
-name: svc
-device: host
-model:
-  input: {sparse: 2000}
-  layers:
-    - {name: hidden, dense: 32, activation: relu}
-    - {name: out, dense: 300, activation: softmax}
-data:
-  generate: {train_points: 1000, test_points: 0, features: 2000, labels: 300,
-             nnz: 10, labels_per_point: 2, noise: 0.2}
-train: {batch: 32, iterations: 30, checkpoint_every: 10, threads: 1,
-        optimizer: {adam: {lr: 0.001}}}
-YAML
-chmod 644 "$t/job.yaml"
+svc_job "$t/job.yaml" svc "checkpoint_every: 10"
 start
 
 # 1. Two users.  fifo: the long root job runs, the others queue behind it.

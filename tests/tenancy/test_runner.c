@@ -15,7 +15,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,12 +208,20 @@ static void f_close(void *job) {
   reg_del(f->id, 1);
 }
 
-/* A fake iteration trains FAKE_BATCH samples. */
+/* A fake iteration trains FAKE_BATCH samples; loss 1/n after its n-th
+ * iteration here. */
 #define FAKE_BATCH 10
-static int64_t f_samples(void *job) { return (int64_t)((fake *)job)->done * FAKE_BATCH; }
+static void f_progress(void *job, double *loss, uint64_t *samples) {
+  fake *f = job;
+  *loss = f->done ? 1.0 / (double)f->done : NAN;
+  *samples = FAKE_BATCH * (uint64_t)f->done;
+}
 
-static const ar_tjob_fns fake_fns = {f_start,  f_step,  f_done,   f_rebase,
-                                     f_finish, f_close, f_samples};
+static const ar_tjob_fns fake_fns = {f_start, f_step,  f_done,    f_rebase,
+                                     f_finish, f_close, f_progress};
+/* The same job, reporting neither loss nor samples. */
+static const ar_tjob_fns silent_fns = {f_start, f_step, f_done, f_rebase, f_finish, f_close,
+                                       NULL};
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -465,6 +475,122 @@ static void test_stop(void **state) {
     assert_int_equal(f[i].finishes, f[i].starts);
   }
   assert_int_equal(f[2].starts, 0);
+  ar_runner_destroy(r);
+}
+
+/* Progress: on_progress comes for running jobs only, after the first
+ * iteration and then at most every AR_RUNNER_PROGRESS_S of the runner's
+ * clock, with the position growing, the loss the job reported and the
+ * memory it holds; ar_runner_progress may be read from another thread
+ * meanwhile; at the end the memory is 0 and the last figures stay. */
+typedef struct prog_seen {
+  int calls[4], bad;
+  uint64_t last_it[4];
+  size_t P[4], E[4];
+  bool silent[4];
+} prog_seen;
+
+static void on_progress(void *ctx, size_t job, const ar_tjob_result *res) {
+  prog_seen *s = ctx;
+  const ar_tjob_progress *p = &res->progress;
+  if (job >= 4 || res->state != AR_TJ_ADMITTED) {
+    s->bad++;
+    return;
+  }
+  bool ok = p->iteration > s->last_it[job] && p->iteration <= p->iterations &&
+            p->persistent_bytes == s->P[job] && p->lane_bytes >= s->E[job] &&
+            (s->silent[job] ? isnan(p->loss) && isnan(p->samples_per_s) : p->loss > 0);
+  s->bad += !ok;
+  s->last_it[job] = p->iteration;
+  s->calls[job]++;
+}
+
+typedef struct poller {
+  ar_runner *r;
+  atomic_int done;
+  int polls, bad;
+} poller;
+
+static void *poll_progress(void *arg) {
+  poller *pl = arg;
+  uint64_t last[4] = {0};
+  while (!atomic_load(&pl->done)) {
+    for (size_t i = 0; i < 4; i++) {
+      ar_tjob_progress p;
+      if (ar_runner_progress(pl->r, i, &p) != AR_OK)
+        continue;
+      pl->bad += p.iteration < last[i] || p.iteration > p.iterations;
+      last[i] = p.iteration;
+      pl->polls++;
+    }
+  }
+  return NULL;
+}
+
+static void test_progress(void **state) {
+  (void)state;
+  static prog_seen seen;
+  memset(&seen, 0, sizeof seen);
+  ar_runner_opts o = AR_RUNNER_OPTS_INIT;
+  o.policy = "pack";
+  o.capacity = 1 << 20;
+  o.threads = 2;
+  o.on_progress = on_progress;
+  o.ctx = &seen;
+  ar_runner *r = NULL;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_runner_create(&o, &r, &err), AR_OK);
+  fake f[4];
+  memset(f, 0, sizeof f);
+  const uint64_t iters[4] = {300, 40, 60, 30}, before[4] = {0, 0, 5, 0};
+  for (int i = 0; i < 4; i++) {
+    f[i] = (fake){.id = i + 1, .P = 1000 + 100 * (size_t)i, .E = 2000, .iters = iters[i],
+                  .spin_us = 2000};
+    seen.P[i] = f[i].P;
+    seen.E[i] = f[i].E;
+    seen.silent[i] = i == 3;
+    /* Job 2 resumes: 5 iterations ran before. */
+    ar_tjob_desc d = {"p", NULL, f[i].P, f[i].E, iters[i], before[i], 0, 0, 0.0, &f[i],
+                      i == 3 ? &silent_fns : &fake_fns, NULL};
+    f[i].r = r;
+    assert_int_equal(ar_runner_add(r, &d, &f[i].index, &err), AR_OK);
+  }
+  ar_tjob_progress p0;
+  assert_int_equal(ar_runner_progress(r, 2, &p0), AR_OK);
+  assert_int_equal(p0.iteration, 5);
+  assert_int_equal(p0.iterations, 65);
+  assert_true(isnan(p0.loss) && isnan(p0.eta_s) && p0.persistent_bytes == 0);
+  assert_int_equal(ar_runner_progress(r, 4, &p0), AR_NOTFOUND);
+  poller pl = {.r = r};
+  atomic_init(&pl.done, 0);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, poll_progress, &pl), 0);
+  run(r);
+  atomic_store(&pl.done, 1);
+  pthread_join(th, NULL);
+  assert_int_equal(pl.bad, 0);
+  assert_true(pl.polls > 0);
+  assert_int_equal(seen.bad, 0);
+  for (int i = 0; i < 4; i++) {
+    ar_tjob_result res = result(r, (size_t)i);
+    const ar_tjob_progress *p = &res.progress;
+    assert_int_equal(res.state, AR_TJ_DONE);
+    assert_true(seen.calls[i] >= 1);
+    /* The throttle, on the runner's own clock: the first call, then one
+     * per AR_RUNNER_PROGRESS_S at most. */
+    assert_true(seen.calls[i] <= 2 + (int)((res.end_s - res.first_s) / AR_RUNNER_PROGRESS_S));
+    assert_int_equal(p->iteration, before[i] + iters[i]);
+    assert_int_equal(p->iterations, before[i] + iters[i]);
+    assert_int_equal(p->persistent_bytes, 0);
+    assert_int_equal(p->lane_bytes, 0);
+    assert_true(isnan(p->eta_s));
+    if (i == 3) {
+      assert_true(isnan(p->loss) && isnan(p->samples_per_s));
+    } else {
+      assert_true(p->loss == 1.0 / (double)iters[i]);
+      assert_true(p->samples_per_s > 0 && isfinite(p->samples_per_s));
+    }
+  }
   ar_runner_destroy(r);
 }
 
@@ -774,6 +900,7 @@ int main(void) {
       cmocka_unit_test(test_fifo_order),     cmocka_unit_test(test_srtf_short_first),
       cmocka_unit_test(test_failure_alone),  cmocka_unit_test(test_defrag_moves_bytes),
       cmocka_unit_test(test_cancel),         cmocka_unit_test(test_stop),
+      cmocka_unit_test(test_progress),
       cmocka_unit_test(test_never_fits),     cmocka_unit_test(test_outputs),
       cmocka_unit_test(test_stats),
       cmocka_unit_test(test_one_device_lane_handles),
