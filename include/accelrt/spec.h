@@ -245,6 +245,15 @@ typedef struct ar_spec {
    * run's summary (jobs default to output.dir/<job name>). */
   int n_jobs;
   struct ar_spec **jobs;
+
+  /* The job as it will run, as a job file (YAML text, owned): the keys
+   * written after every --set, in the schema's order, with the table's
+   * defaults filled in and data paths absolute (runtime/spec/resolved.c).
+   * Parsing it gives this spec again.  A job of `jobs:` holds a job file
+   * of its own (its model, data, train, name, seed, folder, the file's
+   * device).  `accelrt run` writes it as output.dir/job.resolved.yaml;
+   * NULL in a spec not made by ar_spec_parse. */
+  char *resolved;
 } ar_spec;
 
 /* One diagnostic: "FILE:LINE:COL: error: KEY.PATH: message".  A problem in
@@ -402,6 +411,10 @@ struct ar_schema {
    * the value reads "expected EXPECT, got VALUE", and a missing required
    * key "missing required key 'KEY'; expected EXPECT". */
   const char *expect;
+  /* The default applies only together with other keys (an op's attribute,
+   * a graph model's setting): a resolved job (ar_spec.resolved) has the
+   * key only where the file gave it, never filled in. */
+  bool only_given;
 };
 
 /* A checked value of a scalar entry. */
