@@ -338,6 +338,13 @@ void ar_spec_destroy(ar_spec *spec);
  * Markdown.  docs/job-file.md is this output (a test keeps them equal). */
 void ar_spec_schema_markdown(FILE *to);
 
+/* Writes the same table as a JSON Schema (draft-07) of job files, for
+ * editors (runtime/spec/schema_json.c): types, ranges, enums, defaults,
+ * required keys, no unknown keys, each key's sentences as its
+ * description.  docs/job-file.schema.json is this output (a test keeps
+ * them equal).  AR_OK, AR_NOMEM, or AR_IO when writing fails. */
+ar_status ar_spec_schema_json(FILE *to);
+
 /* The codes per table a sampled layer of `width` neurons gets when its K
  * is not given: about log2(width / 16) bits of table index, one bit per
  * SRP code, three per WTA/DWTA/DOPH code (bin size 8). */

@@ -136,11 +136,20 @@ int cli_run(int argc, char **argv) {
 }
 
 int cli_schema(int argc, char **argv) {
-  (void)argv;
-  if (argc != 1) {
-    fprintf(stderr, "usage: accelrt schema\n");
-    return CLI_USAGE;
+  bool json = argc == 2 && !strcmp(argv[1], "--json");
+  if (argc != 1 && !json) {
+    fprintf(stderr, "usage: accelrt schema [--json]\n"
+                    "  the job-file reference (Markdown, docs/job-file.md), or with --json a\n"
+                    "  JSON Schema of job files for editors (docs/job-file.schema.json)\n");
+    return argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) ? CLI_OK
+                                                                                 : CLI_USAGE;
   }
-  ar_spec_schema_markdown(stdout);
-  return CLI_OK;
+  if (!json) {
+    ar_spec_schema_markdown(stdout);
+    return CLI_OK;
+  }
+  ar_status st = ar_spec_schema_json(stdout);
+  if (st != AR_OK)
+    fprintf(stderr, "accelrt schema: error: %s\n", ar_status_str(st));
+  return st == AR_OK ? CLI_OK : CLI_FAIL;
 }

@@ -26,7 +26,8 @@ static void usage(FILE *to) {
           "  study STUDY.yaml [--dry-run] [--resume] [--out DIR]\n"
           "                      run a factorial study over a job (main effects, interactions,\n"
           "                      report.html; see accelrt study --help)\n"
-          "  schema              print the job-file reference (Markdown)\n"
+          "  schema [--json]     print the job-file reference (Markdown; --json: a JSON Schema\n"
+          "                      of job files, for editors)\n"
           "  help, --help        this text;  --version  the version\n"
           "\n"
           "exit status: 0 success, 1 runtime failure, 2 usage or job-file error\n");

@@ -426,6 +426,9 @@ affinity)
 schema_docs)
   "$bin" schema > "$work/schema.md" || fail "schema failed"
   diff -u "$src/docs/job-file.md" "$work/schema.md" || fail "docs/job-file.md is stale: regenerate with 'accelrt schema > docs/job-file.md'"
+  "$bin" schema --json > "$work/schema.json" || fail "schema --json failed"
+  diff -u "$src/docs/job-file.schema.json" "$work/schema.json" \
+    || fail "docs/job-file.schema.json is stale: regenerate with 'accelrt schema --json > docs/job-file.schema.json'"
   ;;
 bibtex|delicious)
   # Real data: P@1 on the test split must reach the published-comparable bound.
