@@ -706,8 +706,11 @@ static const ar_schema output_keys[] = {
     {.key = "dir",
      .type = AR_SCHEMA_PATH,
      .def_doc = "`runs/<name>`",
-     .doc = "Folder for metrics, checkpoints and traces, relative to the "
-            "working directory (not to the job file)."},
+     .doc = "Folder for metrics, checkpoints, traces and the description of "
+            "the run (`job.resolved.yaml`, `run.json`), relative to the "
+            "working directory (not to the job file). `accelrt run` refuses a "
+            "folder that holds a finished run (its `summary.json`) unless "
+            "given `--resume` or `--overwrite`."},
     {0}};
 
 /* One item of `jobs:`: a job of its own. */
@@ -911,7 +914,14 @@ static const char md_intro[] =
     "and where results go. `accelrt run JOB.yaml` reads it, checks every "
     "key against the\n"
     "table below and reports all problems at once, each as\n"
-    "`FILE:LINE:COL: error: KEY.PATH: message`.\n"
+    "`FILE:LINE:COL: error: KEY.PATH: message`.  `accelrt check JOB.yaml "
+    "--print` prints the\n"
+    "job as it will run (every `--set` applied, defaults filled in), which "
+    "`accelrt run` keeps as\n"
+    "`job.resolved.yaml` in `output.dir`.  `accelrt schema --json` prints "
+    "this table as a JSON\n"
+    "Schema for editors (docs/job-file.schema.json; see the README's Job "
+    "files section).\n"
     "\n"
     "## Example\n"
     "\n"
