@@ -337,11 +337,13 @@ static void mapping(writer *w, const ar_schema *s, const ar_ynode *m, const fixe
 /* Comment lines: what the text is and where it came from (control
  * characters of the name replaced). */
 static void header(writer *w, const char *file) {
-  ar_sbuf_printf(&w->out, "# The job as accelrt resolved it: every --set applied, defaults filled in,\n"
-                          "# data paths absolute.  From: ");
+  ar_sbuf_printf(&w->out,
+                 "# The job as accelrt resolved it: every --set applied, defaults filled in,\n"
+                 "# data paths absolute.  From: ");
   for (const char *p = file ? file : "<string>"; *p; p++) /* ASCII: YAML wants UTF-8 */
     ar_sbuf_printf(&w->out, "%c", *p < 0x20 || *p >= 0x7f ? '?' : *p);
-  ar_sbuf_printf(&w->out, "\n# Run it again with: accelrt run THIS_FILE --set output.dir=ANOTHER_DIR\n");
+  ar_sbuf_printf(&w->out,
+                 "\n# Run it again with: accelrt run THIS_FILE --set output.dir=ANOTHER_DIR\n");
 }
 
 static ar_status write_doc(const ar_ynode *m, const fixed *fix, const char *file,
