@@ -11,6 +11,10 @@
  *                   peak_rss_bytes, device, threads, ...)
  *   checkpoint.bin  parameters + optimizer state + data position, written
  *                   atomically (temp file, fsync, rename)
+ *   job.resolved.yaml, run.json
+ *                   what ran (spec->resolved) and how (version, build
+ *                   features, command line, start time), when the caller
+ *                   gives run_json (accelrt run does)
  *
  * Tests: tests/engine/test_train.c (resume equals an uninterrupted run),
  * tests/e2e (the CLI on a small job).
@@ -38,8 +42,33 @@ typedef struct ar_run_opts {
   const ar_fs *fs;
   int64_t max_line;       /* data files' longest line; 0: AR_READER_MAX_LINE */
   uint64_t max_generated; /* bytes data.generate may write; 0: no bound */
+  /* Remove the files of a run already in output.dir (ar_run_outputs, and
+   * nothing else) before the job starts: `accelrt run --overwrite`.  A
+   * jobs: run clears the run's folder and each job's. */
+  bool overwrite;
+  /* run.json's text (borrowed): written with spec->resolved as
+   * job.resolved.yaml into output.dir (atomically) when the job's records
+   * start, also when resuming; NULL writes neither (the service, tests). */
+  const char *run_json;
 } ar_run_opts;
-#define AR_RUN_OPTS_INIT {false, false, NULL, NULL, 0, 0}
+#define AR_RUN_OPTS_INIT {false, false, NULL, NULL, 0, 0, false, NULL}
+
+/* The files a run writes into its output.dir, by name, NULL-terminated:
+ * what opts.overwrite removes.  Generated data (output.dir/data/),
+ * eval.json and a distributed run's oracle.tsv and trace.tsv are not among
+ * them. */
+extern const char *const ar_run_outputs[];
+/* Whether dir holds a finished (or stopped) run: its summary.json, which a
+ * run writes last, is there. */
+bool ar_run_finished(const ar_fs *fs, const char *dir);
+/* Removes dir's ar_run_outputs; missing ones are fine.  AR_IO naming the
+ * file, AR_NOMEM. */
+ar_status ar_run_clear_outputs(const ar_fs *fs, const char *dir, ar_err *err);
+/* Writes dir/job.resolved.yaml (resolved; NULL: not written) and
+ * dir/run.json (run_json) atomically, through fs (NULL: this process's
+ * rights).  dir must exist.  AR_IO, AR_NOMEM. */
+ar_status ar_run_describe(const ar_fs *fs, const char *dir, const char *resolved,
+                          const char *run_json, ar_err *err);
 
 /* Final figures of a run (also written to summary.json). */
 typedef struct ar_summary {
@@ -176,15 +205,20 @@ typedef struct ar_job_opts {
  * runtime.memory as the device arena's size. */
 ar_device_opts ar_job_device_opts(const ar_spec *spec);
 
-/* Phase 1, no device memory: makes output.dir, resolves or generates the
- * data, opens the readers, computes the exact memory plan.  With
- * opts->resume the checkpoint must exist (AR_NOTFOUND otherwise). */
+/* Phase 1, no device memory: makes output.dir (clearing it with
+ * opts->overwrite, describing the run with opts->run_json), resolves or
+ * generates the data, opens the readers, computes the exact memory plan.
+ * With opts->resume and no checkpoint yet, the job starts from the
+ * beginning and a warning says so (ar_job_resumed tells). */
 ar_status ar_job_open(const ar_spec *spec, const ar_run_opts *opts,
                       ar_job **out, ar_err *err);
 /* As ar_job_open, as a part of a larger run (jopts may be NULL: a job on
  * its own, as ar_job_open).  The spec must outlive the job. */
 ar_status ar_job_open_ex(const ar_spec *spec, const ar_run_opts *opts, const ar_job_opts *jopts,
                          ar_job **out, ar_err *err);
+/* Whether the job continues from a checkpoint (opts.resume, and one was
+ * there). */
+bool ar_job_resumed(const ar_job *j);
 /* The plan computed by ar_job_open: persistent and ephemeral bytes. */
 const ar_plan *ar_job_plan(const ar_job *j);
 /* Phase 2: creates the model on dev (borrowed; outlives the job).  With

@@ -245,6 +245,15 @@ typedef struct ar_spec {
    * run's summary (jobs default to output.dir/<job name>). */
   int n_jobs;
   struct ar_spec **jobs;
+
+  /* The job as it will run, as a job file (YAML text, owned): the keys
+   * written after every --set, in the schema's order, with the table's
+   * defaults filled in and data paths absolute (runtime/spec/resolved.c).
+   * Parsing it gives this spec again.  A job of `jobs:` holds a job file
+   * of its own (its model, data, train, name, seed, folder, the file's
+   * device).  `accelrt run` writes it as output.dir/job.resolved.yaml;
+   * NULL in a spec not made by ar_spec_parse. */
+  char *resolved;
 } ar_spec;
 
 /* One diagnostic: "FILE:LINE:COL: error: KEY.PATH: message".  A problem in
@@ -329,6 +338,13 @@ void ar_spec_destroy(ar_spec *spec);
  * Markdown.  docs/job-file.md is this output (a test keeps them equal). */
 void ar_spec_schema_markdown(FILE *to);
 
+/* Writes the same table as a JSON Schema (draft-07) of job files, for
+ * editors (runtime/spec/schema_json.c): types, ranges, enums, defaults,
+ * required keys, no unknown keys, each key's sentences as its
+ * description.  docs/job-file.schema.json is this output (a test keeps
+ * them equal).  AR_OK, AR_NOMEM, or AR_IO when writing fails. */
+ar_status ar_spec_schema_json(FILE *to);
+
 /* The codes per table a sampled layer of `width` neurons gets when its K
  * is not given: about log2(width / 16) bits of table index, one bit per
  * SRP code, three per WTA/DWTA/DOPH code (bin size 8). */
@@ -402,6 +418,10 @@ struct ar_schema {
    * the value reads "expected EXPECT, got VALUE", and a missing required
    * key "missing required key 'KEY'; expected EXPECT". */
   const char *expect;
+  /* The default applies only together with other keys (an op's attribute,
+   * a graph model's setting): a resolved job (ar_spec.resolved) has the
+   * key only where the file gave it, never filled in. */
+  bool only_given;
 };
 
 /* A checked value of a scalar entry. */

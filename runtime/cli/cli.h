@@ -28,14 +28,15 @@ int cli_getopt(int argc, char **argv, const char *shortopts, const struct option
  * stdout): -1 to go on, else the exit status.  options.c. */
 int cli_no_args(int argc, char **argv, const char *help);
 
-/* The arguments of run and check: "JOB.yaml [--set K=V]... [--resume]
- * [--quiet]" (the last two only with run_flags). */
+/* The arguments of run and check: "JOB.yaml [--set K=V]... [--resume |
+ * --overwrite] [--quiet]" (run_flags) or "... [--print]" (check). */
 typedef struct cli_job_args {
   const char *job;
   const char **sets; /* (n_sets) borrowed from argv; the array is the
                         caller's to ar_free, also on failure */
   int n_sets;
-  bool resume, quiet;
+  bool resume, quiet, overwrite; /* run */
+  bool print;                    /* check */
 } cli_job_args;
 /* Returns -1 on success, else the exit status (usage printed). */
 int cli_parse_job_args(int argc, char **argv, const char *cmd, bool run_flags,
@@ -44,6 +45,15 @@ int cli_parse_job_args(int argc, char **argv, const char *cmd, bool run_flags,
 /* Prints why a job file did not load (its diagnostics, or the status) and
  * returns the exit status: 2, or 1 when out of memory. */
 int cli_load_failed(const char *file, ar_status st, const ar_diags *diags);
+
+/* One build feature as `accelrt info` lists it (run.json's features). */
+#define CLI_MAX_FEATURES 8
+typedef struct cli_feature {
+  const char *label; /* "SIMD" */
+  char value[128];   /* "AVX2" */
+} cli_feature;
+/* Fills out with at most max features; returns their count (cmd_info.c). */
+int cli_features(cli_feature *out, int max);
 
 int cli_run(int argc, char **argv);
 int cli_check(int argc, char **argv);  /* cmd_check.c */

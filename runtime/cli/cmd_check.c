@@ -278,6 +278,12 @@ int cli_check(int argc, char **argv) {
     return rc;
   }
   ar_diags_fini(&diags);
+  if (a.print) { /* the YAML alone, so that it can be saved and run */
+    fputs(spec->resolved, stdout);
+    ar_spec_destroy(spec);
+    ar_free(sets);
+    return CLI_OK;
+  }
   printf("%s: valid%s\n", file,
          spec->n_jobs > 0 ? " jobs file"
          : spec->distributed.enabled ? " distributed job" : " job");

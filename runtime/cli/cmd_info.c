@@ -9,6 +9,39 @@
 #include <yaml.h>
 #include <zlib.h>
 
+int cli_features(cli_feature *out, int max) {
+  cli_feature f[8];
+  int n = 0;
+#define FEATURE(lbl, ...)                                                                  \
+  do {                                                                                     \
+    f[n].label = lbl;                                                                      \
+    snprintf(f[n].value, sizeof f[n].value, __VA_ARGS__);                                  \
+    n++;                                                                                   \
+  } while (0)
+  FEATURE("compiler", "%s", __VERSION__);
+#ifdef __AVX512F__
+  FEATURE("SIMD", "AVX-512 (compiled with -march=native)");
+#elif defined(__AVX2__)
+  FEATURE("SIMD", "AVX2");
+#else
+  FEATURE("SIMD", "portable");
+#endif
+#ifdef ACCELRT_HAVE_CUDA
+  FEATURE("CUDA backend", "built");
+#else
+  FEATURE("CUDA backend", "not built");
+#endif
+  FEATURE("OpenMP", "%d (max threads %d)", _OPENMP, omp_get_max_threads());
+  FEATURE("BLAS", "OpenBLAS (CBLAS)");
+  FEATURE("libyaml", "%s", yaml_get_version_string());
+  FEATURE("hwloc", "%s", HWLOC_VERSION);
+  FEATURE("zlib", "%s", zlibVersion());
+#undef FEATURE
+  for (int i = 0; i < n && i < max; i++)
+    out[i] = f[i];
+  return n < max ? n : max;
+}
+
 int cli_info(int argc, char **argv) {
   int rc = cli_no_args(argc, argv,
                        "usage: accelrt info\n"
@@ -18,24 +51,10 @@ int cli_info(int argc, char **argv) {
     return rc;
   printf("accelrt %s\n", ACCELRT_VERSION);
   printf("build:\n");
-  printf("  compiler       %s\n", __VERSION__);
-#ifdef __AVX512F__
-  printf("  SIMD           AVX-512 (compiled with -march=native)\n");
-#elif defined(__AVX2__)
-  printf("  SIMD           AVX2\n");
-#else
-  printf("  SIMD           portable\n");
-#endif
-#ifdef ACCELRT_HAVE_CUDA
-  printf("  CUDA backend   built\n");
-#else
-  printf("  CUDA backend   not built\n");
-#endif
-  printf("  OpenMP         %d (max threads %d)\n", _OPENMP, omp_get_max_threads());
-  printf("  BLAS           OpenBLAS (CBLAS)\n");
-  printf("  libyaml        %s\n", yaml_get_version_string());
-  printf("  hwloc          %s\n", HWLOC_VERSION);
-  printf("  zlib           %s\n", zlibVersion());
+  cli_feature f[CLI_MAX_FEATURES];
+  int n = cli_features(f, CLI_MAX_FEATURES);
+  for (int i = 0; i < n; i++)
+    printf("  %-14s %s\n", f[i].label, f[i].value);
   ar_topology_print(stdout);
   printf("devices:\n");
   ar_device_describe_all(stdout);

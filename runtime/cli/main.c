@@ -17,12 +17,14 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
-    {"run", cli_run, "JOB.yaml [--set KEY=VALUE]... [--resume] [--quiet]",
-     "train the job; metrics and checkpoints go to output.dir (a `jobs:`\n"
-     "file runs its jobs in lanes, a `distributed:` one under mpirun)"},
-    {"check", cli_check, "JOB.yaml [--set KEY=VALUE]...",
+    {"run", cli_run, "JOB.yaml [--set KEY=VALUE]... [--resume | --overwrite] [--quiet]",
+     "train the job; metrics, checkpoints, the timeline and the resolved\n"
+     "job go to output.dir (a finished run there: --resume or --overwrite;\n"
+     "a `jobs:` file runs its jobs in lanes, a `distributed:` one under mpirun)"},
+    {"check", cli_check, "JOB.yaml [--set KEY=VALUE]... [--print]",
      "validate the job (or jobs:, distributed or study file), print its\n"
-     "exact memory plan and whether it fits; writes nothing"},
+     "exact memory plan and whether it fits (--print: the resolved job\n"
+     "instead); writes nothing"},
     {"eval", cli_eval, "JOB.yaml [--checkpoint PATH] [--set KEY=VALUE]...",
      "score a checkpoint on the test split (all labels, and by LSH)"},
     {"info", cli_info, "", "build features, machine topology, devices"},
@@ -40,7 +42,9 @@ static const command commands[] = {
      "the service's jobs: state, iteration, loss, samples/s, ETA,\nmemory, lane"},
     {"logs", cli_service, "ID [-f] [--json]", "a job's events and progress (-f: until it ends)"},
     {"cancel", cli_service, "ID...", "cancel jobs at their next iteration boundary"},
-    {"schema", cli_schema, "", "print the job-file reference (Markdown)"},
+    {"schema", cli_schema, "[--json]",
+     "print the job-file reference (Markdown; --json: a JSON Schema of\n"
+     "job files, for editors)"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -176,6 +176,8 @@ typedef struct ar__dist {
 
   ar_job *job;            /* this rank's part of the job (its model, data,
                              and on rank 0 the records) */
+  bool resumed;           /* the job continues from rank 0's checkpoint
+                             (--resume, and there was one) */
   ar_job_hooks hooks;     /* a worker's, around each layer of its step */
   double wall0;           /* when ar_dist_run began */
   int64_t iter;           /* iterations done */

@@ -301,6 +301,11 @@ static ar_status open_job(ar__dist *c, const ar_run_opts *opts) {
   if (c->rank == 0)
     st = ar_job_open_ex(&c->wspec, &ro, &jo, &c->job, c->err);
   AR_CHECK(agree(c, st, "preparing the data"));
+  /* Only rank 0 reads the checkpoint: whether it found one (a requeued job
+   * may have none yet and start over) decides for every rank. */
+  int resumed = c->rank == 0 && ar_job_resumed(c->job);
+  AR_CHECK(ar__dist_bcast(c, &resumed, 1, MPI_INT, "whether the job resumes"));
+  c->resumed = resumed != 0;
   if (c->rank != 0)
     AR_CHECK(ar_job_open_ex(&c->wspec, &ro, &jo, &c->job, c->err));
   c->total = ar_job_total(c->job);
@@ -490,11 +495,11 @@ static ar_status setup(ar__dist *c, const ar_run_opts *opts) {
   c->order = ar__dist_order_of(c->spec->distributed.order);
   c->srep_len = ar__srep(c, AR__SREP_PARTS);
   AR_CHECK(ar__dist_schedule_from_file(c));
-  if (opts->resume)
+  if (c->resumed)
     AR_CHECK(resume(c));
   st = c->server ? ar__dist_server_init(c) : ar__dist_worker_init(c);
   if (st == AR_OK && c->rank == 0)
-    st = ar__dist_report_init(c, opts->resume);
+    st = ar__dist_report_init(c, c->resumed);
   return agree(c, st, "setting up the ranks");
 }
 

@@ -184,18 +184,28 @@ ar_device_opts ar_job_device_opts(const ar_spec *spec) {
  * scheduler needs before the job has a model (srtf: the iterations left). */
 static ar_status open_outputs(run_ctx *c) {
   const ar_spec *spec = c->spec;
-  if (c->jo.records)
+  if (c->jo.records) {
     AR_CHECK(ar_fs_mkdirs(c->opts.fs, spec->output.dir, c->err));
+    if (c->opts.overwrite)
+      AR_CHECK(ar_run_clear_outputs(c->opts.fs, spec->output.dir, c->err));
+    if (c->opts.run_json)
+      AR_CHECK(ar_run_describe(c->opts.fs, spec->output.dir, spec->resolved, c->opts.run_json,
+                               c->err));
+  }
   c->ckpt_path = ar_path_join(spec->output.dir, "checkpoint.bin");
   c->metrics_path = ar_path_join(spec->output.dir, "metrics.jsonl");
   c->summary_path = ar_path_join(spec->output.dir, "summary.json");
   if (!c->ckpt_path || !c->metrics_path || !c->summary_path)
     return ar_errf(c->err, AR_NOMEM, "out of memory");
+  if (c->opts.resume && !ar_fs_readable(c->opts.fs, c->ckpt_path)) {
+    /* A job requeued (Slurm) before its first checkpoint: nothing to
+     * continue from, so it starts over. */
+    ar_log(AR_LOG_WARN, "--resume: no checkpoint at '%s' yet; job '%s' starts from the "
+           "beginning", c->ckpt_path, spec->name);
+    c->opts.resume = false;
+  }
   if (!c->opts.resume)
     return AR_OK;
-  if (!ar_fs_readable(c->opts.fs, c->ckpt_path))
-    return ar_errf(c->err, AR_NOTFOUND, "--resume: no checkpoint at '%s'; run without --resume "
-                   "to start afresh", c->ckpt_path);
   return ar_checkpoint_peek(c->opts.fs, c->ckpt_path, &c->st, c->err);
 }
 
@@ -266,6 +276,7 @@ ar_status ar_job_open(const ar_spec *spec, const ar_run_opts *opts, ar_job **out
 }
 
 const ar_plan *ar_job_plan(const ar_job *j) { return &j->plan; }
+bool ar_job_resumed(const ar_job *j) { return j->opts.resume; }
 ar_model *ar_job_model(ar_job *j) { return j->model; }
 bool ar_job_done(const ar_job *j) { return j->st.iteration >= j->total; }
 int64_t ar_job_iteration(const ar_job *j) { return j->st.iteration; }

@@ -234,26 +234,26 @@ static const ar_schema layer_keys[] = {
      .doc = "`conv`, pooling: P, [PH, PW] or [top, left, bottom, right] (default 0); "
             "`pad`: [before, after] per dimension after the batch's."},
     {.key = "dilation", .type = AR_SCHEMA_ANY, .doc = "`conv`: D or [DH, DW] (default 1)."},
-    {.key = "groups", INT_RANGE(1, COUNT_MAX), .def = "1", .doc = "`conv`: channel groups."},
-    {.key = "bias", .type = AR_SCHEMA_ENUM, .values = bool_values, .def = "true",
+    {.key = "groups", .only_given = true, INT_RANGE(1, COUNT_MAX), .def = "1", .doc = "`conv`: channel groups."},
+    {.key = "bias", .only_given = true, .type = AR_SCHEMA_ENUM, .values = bool_values, .def = "true",
      .doc = "`conv`, `dense`: add a bias."},
-    {.key = "eps", FLOAT_ABOVE(0.0), .def = "1e-5", .doc = "`batchnorm`, `layernorm`."},
-    {.key = "momentum", FLOAT_RANGE(0.0, false, 1.0, false), .def = "0.1",
+    {.key = "eps", .only_given = true, FLOAT_ABOVE(0.0), .def = "1e-5", .doc = "`batchnorm`, `layernorm`."},
+    {.key = "momentum", .only_given = true, FLOAT_RANGE(0.0, false, 1.0, false), .def = "0.1",
      .doc = "`batchnorm`: weight of the batch in the running statistics."},
-    {.key = "alpha", FLOAT_FROM(0.0), .def = "0.01", .doc = "`leaky_relu`: the negative slope."},
-    {.key = "p", FRACTION, .def = "0.1", .doc = "`dropout`: probability of dropping."},
-    {.key = "scalar", .type = AR_SCHEMA_FLOAT, .fmin = -INFINITY, .fmax = INFINITY,
+    {.key = "alpha", .only_given = true, FLOAT_FROM(0.0), .def = "0.01", .doc = "`leaky_relu`: the negative slope."},
+    {.key = "p", .only_given = true, FRACTION, .def = "0.1", .doc = "`dropout`: probability of dropping."},
+    {.key = "scalar", .only_given = true, .type = AR_SCHEMA_FLOAT, .fmin = -INFINITY, .fmax = INFINITY,
      .def = "0", .doc = "`add`, `sub`, `mul`, `div`, `pow` with one input: the "
                        "second operand; `pad`: the value."},
-    {.key = "axis", INT_RANGE(-6, 5), .def = "-1",
+    {.key = "axis", .only_given = true, INT_RANGE(-6, 5), .def = "-1",
      .doc = "`softmax`, `concat`, `split`, `slice`, `mean`, `sum`: the axis (0 is the "
             "batch's; negative counts from the end)."},
-    {.key = "all", .type = AR_SCHEMA_ENUM, .values = bool_values, .def = "false",
+    {.key = "all", .only_given = true, .type = AR_SCHEMA_ENUM, .values = bool_values, .def = "false",
      .doc = "`mean`, `sum`: over every axis but the batch's."},
-    {.key = "keepdims", .type = AR_SCHEMA_ENUM, .values = bool_values, .def = "false",
+    {.key = "keepdims", .only_given = true, .type = AR_SCHEMA_ENUM, .values = bool_values, .def = "false",
      .doc = "`mean`, `sum`: keep reduced axes as 1."},
-    {.key = "begin", INT_RANGE(0, INT64_MAX), .def = "0", .doc = "`slice`."},
-    {.key = "end", INT_RANGE(0, INT64_MAX), .def = "0", .doc = "`slice` (0: to the end)."},
+    {.key = "begin", .only_given = true, INT_RANGE(0, INT64_MAX), .def = "0", .doc = "`slice`."},
+    {.key = "end", .only_given = true, INT_RANGE(0, INT64_MAX), .def = "0", .doc = "`slice` (0: to the end)."},
     {.key = "sizes", .type = AR_SCHEMA_ANY, .doc = "`split`: the parts' sizes along `axis`."},
     {.key = "shape", .type = AR_SCHEMA_ANY,
      .doc = "`reshape`: the shape after the batch's dimension (one -1 inferred)."},
@@ -262,11 +262,11 @@ static const ar_schema layer_keys[] = {
     {.key = "width", INT_RANGE(1, COUNT_MAX), .doc = "`embedding`: the vector length."},
     {.key = "vocab", INT_RANGE(1, COUNT_MAX),
      .def_doc = "`model.input.vocab`", .doc = "`embedding`: the number of token ids."},
-    {.key = "pad_id", INT_RANGE(0, INT64_MAX), .def = "0", .doc = "`mask`: the padding id."},
-    {.key = "heads", INT_RANGE(1, 1024), .def = "1", .doc = "`attention`: heads."},
-    {.key = "causal", .type = AR_SCHEMA_ENUM, .values = bool_values, .def = "false",
+    {.key = "pad_id", .only_given = true, INT_RANGE(0, INT64_MAX), .def = "0", .doc = "`mask`: the padding id."},
+    {.key = "heads", .only_given = true, INT_RANGE(1, 1024), .def = "1", .doc = "`attention`: heads."},
+    {.key = "causal", .only_given = true, .type = AR_SCHEMA_ENUM, .values = bool_values, .def = "false",
      .doc = "`attention`: each position sees only those before it."},
-    {.key = "transpose_b", .type = AR_SCHEMA_ENUM, .values = bool_values, .def = "false",
+    {.key = "transpose_b", .only_given = true, .type = AR_SCHEMA_ENUM, .values = bool_values, .def = "false",
      .doc = "`matmul`: multiply by the second input's transpose (its last two axes)."},
     {.key = "sparse",
      .type = AR_SCHEMA_MAP,
@@ -540,6 +540,7 @@ static const ar_schema train_keys[] = {
     {.key = "log_every",
      INT_RANGE(0, INT64_MAX),
      .def = "0",
+     .only_given = true,
      .doc = "Graph models: a metrics.jsonl line `{\"kind\": \"train\", ...}` "
             "with the batch's loss and the learning rate every this many "
             "iterations; 0: none."},
@@ -705,8 +706,11 @@ static const ar_schema output_keys[] = {
     {.key = "dir",
      .type = AR_SCHEMA_PATH,
      .def_doc = "`runs/<name>`",
-     .doc = "Folder for metrics, checkpoints and traces, relative to the "
-            "working directory (not to the job file)."},
+     .doc = "Folder for metrics, checkpoints, traces and the description of "
+            "the run (`job.resolved.yaml`, `run.json`), relative to the "
+            "working directory (not to the job file). `accelrt run` refuses a "
+            "folder that holds a finished run (its `summary.json`) unless "
+            "given `--resume` or `--overwrite`."},
     {0}};
 
 /* One item of `jobs:`: a job of its own. */
@@ -910,7 +914,14 @@ static const char md_intro[] =
     "and where results go. `accelrt run JOB.yaml` reads it, checks every "
     "key against the\n"
     "table below and reports all problems at once, each as\n"
-    "`FILE:LINE:COL: error: KEY.PATH: message`.\n"
+    "`FILE:LINE:COL: error: KEY.PATH: message`.  `accelrt check JOB.yaml "
+    "--print` prints the\n"
+    "job as it will run (every `--set` applied, defaults filled in), which "
+    "`accelrt run` keeps as\n"
+    "`job.resolved.yaml` in `output.dir`.  `accelrt schema --json` prints "
+    "this table as a JSON\n"
+    "Schema for editors (docs/job-file.schema.json; see the README's Job "
+    "files section).\n"
     "\n"
     "## Example\n"
     "\n"

@@ -13,6 +13,7 @@
 
 #include "accelrt/spec.h"
 
+#include "resolved.h"
 #include "schema.h"
 #include "yaml_tree.h"
 
@@ -2108,6 +2109,7 @@ void ar_spec_destroy(ar_spec *sp) {
   ar_free(sp->data.train_labels);
   ar_free(sp->data.test_labels);
   ar_free(sp->output.dir);
+  ar_free(sp->resolved);
   ar_free(sp);
 }
 
@@ -2169,6 +2171,8 @@ ar_status ar_spec_parse(const char *text, size_t len, const char *file,
   c->root = root;
   if (!c->nomem)
     sp = convert(c, root, file);
+  if (sp && !c->nomem && c->d->count == 0 && ar__spec_resolve_text(root, sp, base_dir) != AR_OK)
+    c->nomem = true;
 
 done:
   if (c->nomem || st == AR_NOMEM)

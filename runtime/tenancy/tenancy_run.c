@@ -208,19 +208,19 @@ ar_status ar_tenancy_capacity(const ar_spec *spec, size_t *out, char *source, si
 
 /* Opens every job of the file and adds it to r: a job that cannot be
  * opened fails alone, in the records like any failed job. */
-static ar_status add_jobs(ar_runner *r, const ar_spec *spec, bool resume, bool quiet,
-                          ar_err *err) {
+static ar_status add_jobs(ar_runner *r, const ar_spec *spec, const ar_run_opts *opts,
+                          bool quiet, ar_err *err) {
   for (int i = 0; i < spec->n_jobs; i++) {
     const ar_spec *js = spec->jobs[i];
     ar_tjob_desc d;
     ar_err je = AR_ERR_INIT;
     ar_run_opts jo = AR_RUN_OPTS_INIT;
-    jo.resume = resume;
-    ar_status os = ar_tenancy_open_job(js, &jo, &d, &je);
-    if (os == AR_NOTFOUND && resume) { /* no checkpoint: it starts afresh */
-      jo.resume = false;
-      os = ar_tenancy_open_job(js, &jo, &d, &je);
+    if (opts) { /* a job without a checkpoint yet starts afresh (ar_job_open) */
+      jo.resume = opts->resume;
+      jo.overwrite = opts->overwrite;
+      jo.run_json = opts->run_json;
     }
+    ar_status os = ar_tenancy_open_job(js, &jo, &d, &je);
     if (os == AR_NOMEM)
       return ar_errf(err, AR_NOMEM, "out of memory opening job '%s'", js->name);
     if (os != AR_OK) {
@@ -294,9 +294,18 @@ ar_status ar_tenancy_run(const ar_spec *spec, const ar_run_opts *opts, ar_err *e
   run_ctx rc = {spec, quiet, ar_now()};
   ro.on_event = on_event;
   ro.ctx = &rc;
+  /* The run's own folder, as each job's: cleared with --overwrite, and
+   * described (the whole file resolved) before anything runs. */
+  if (opts && (opts->overwrite || opts->run_json)) {
+    AR_CHECK(ar_fs_mkdirs(NULL, spec->output.dir, err));
+    if (opts->overwrite)
+      AR_CHECK(ar_run_clear_outputs(NULL, spec->output.dir, err));
+    if (opts->run_json)
+      AR_CHECK(ar_run_describe(NULL, spec->output.dir, spec->resolved, opts->run_json, err));
+  }
   ar_runner *r = NULL;
   AR_CHECK(ar_runner_create(&ro, &r, err));
-  ar_status st = add_jobs(r, spec, opts && opts->resume, quiet, err);
+  ar_status st = add_jobs(r, spec, opts, quiet, err);
   if (st == AR_OK) {
     if (!quiet)
       fprintf(stderr, "accelrt run: %d jobs on %s under %s, %.2f GiB of memory\n",

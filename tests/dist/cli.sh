@@ -23,6 +23,21 @@ done
 grep -q '"iterations": 5' "$dir/run/summary.json" || fail "not 5 iterations"
 grep -q '"order": "tac"' "$dir/run/summary.json" || fail "order is not tac"
 [ -s "$dir/run/oracle.tsv" ] || fail "no oracle.tsv"
+# Rank 0 describes the run; a second run into its folder is refused on
+# every rank (exit 2), and a --resume before any checkpoint starts afresh
+# on every rank (rank 0 decides: only it reads checkpoints).
+[ -s "$dir/run/run.json" ] && grep -q '^distributed:' "$dir/run/job.resolved.yaml" ||
+  fail "rank 0 wrote no run.json or job.resolved.yaml"
+timeout 240 "$MPIEXEC" --oversubscribe -n 3 "$ACCELRT" run "$SRC/configs/cluster.yaml" --quiet \
+  --set train.iterations=5 --set train.batch=64 --set "output.dir=$dir/run" > "$dir/out.txt" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "already holds a finished run" "$dir/out.txt" ||
+  fail "a rerun into the finished run's folder exited $rc, want 2"
+timeout 240 "$MPIEXEC" --oversubscribe -n 3 "$ACCELRT" run "$SRC/configs/cluster.yaml" --quiet \
+  --resume --set train.iterations=3 --set train.batch=64 --set "output.dir=$dir/fresh" \
+  > "$dir/out.txt" 2>&1 || fail "--resume without a checkpoint failed"
+grep -q "no checkpoint at '$dir/fresh/checkpoint.bin' yet" "$dir/out.txt" &&
+  grep -q '"iterations": 3' "$dir/fresh/summary.json" || fail "--resume without a checkpoint"
 "$ACCELRT" simulate "$SRC/configs/cluster.yaml" --workers 2 --servers 1 --gbps 1 \
   --oracle "$dir/run/oracle.tsv" --set train.batch=64 > "$dir/out.txt" 2>&1 ||
   fail "accelrt simulate failed"

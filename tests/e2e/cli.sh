@@ -182,9 +182,143 @@ corrupt_checkpoint)
   "$bin" eval "$work/job.yaml" --reps 1 > /dev/null 2> "$work/err" || fail "eval: $(cat "$work/err")"
   ;;
 resume_missing)
+  # --resume before any checkpoint (a requeued job that never reached its
+  # first one) starts from the beginning and says so, --quiet or not.
   small_job
-  "$bin" run "$work/job.yaml" --resume 2> "$work/err"; rc=$?
-  [ $rc = 1 ] && grep -q "no checkpoint" "$work/err" || fail "exit $rc: $(cat "$work/err")"
+  "$bin" run "$work/job.yaml" --resume --quiet --set train.epochs=1 2> "$work/err"; rc=$?
+  [ $rc = 0 ] || fail "exit $rc: $(cat "$work/err")"
+  grep -q "no checkpoint at '$work/out/checkpoint.bin' yet; job 'small' starts from the beginning" \
+    "$work/err" || fail "no word of starting afresh: $(cat "$work/err")"
+  [ "$(json_num "$work/out/summary.json" iterations)" = 63 ] || fail "did not train from 0 to 63"
+  ;;
+refuse_finished)
+  # A finished run's folder is refused (exit 2, naming the folder and both
+  # options) and left as it was; --overwrite removes the run's own files
+  # (not the generated data, not the user's) and runs; --resume continues;
+  # the two together are a usage error.  A stopped run (summary.json with
+  # interrupted: true) is refused the same way.
+  small_job
+  "$bin" run "$work/job.yaml" --quiet --set train.epochs=1 2> "$work/err" || fail "run: $(cat "$work/err")"
+  echo "my notes" > "$work/out/notes.txt"
+  before=$(snapshot "$work/out")
+  "$bin" run "$work/job.yaml" --quiet --set train.epochs=1 > /dev/null 2> "$work/err"; rc=$?
+  [ $rc = 2 ] || fail "a rerun into a finished run's folder exited $rc, want 2"
+  grep -q "$work/out already holds a finished run" "$work/err" && grep -q -- "--resume" "$work/err" \
+    && grep -q -- "--overwrite" "$work/err" || fail "unclear refusal: $(cat "$work/err")"
+  [ "$before" = "$(snapshot "$work/out")" ] || fail "the refused run changed $work/out"
+  "$bin" run "$work/job.yaml" --quiet --resume --overwrite > /dev/null 2> "$work/err"; rc=$?
+  [ $rc = 2 ] || fail "--resume with --overwrite exited $rc, want 2"
+  # --overwrite clears before the job opens: a job whose plan is then
+  # refused leaves the folder without the old run's files.
+  gen=$(snapshot "$work/out/data")
+  : > "$work/out/trace.json"
+  "$bin" run "$work/job.yaml" --quiet --overwrite --set 'model.layers[0].dense=1000000000' \
+    > /dev/null 2> "$work/err"; rc=$?
+  [ $rc = 1 ] || fail "--overwrite with a plan too big: exit $rc: $(cat "$work/err")"
+  for f in summary.json metrics.jsonl checkpoint.bin trace.json; do
+    [ ! -e "$work/out/$f" ] || fail "--overwrite left the old $f"
+  done
+  grep -q "dense: 1000000000" "$work/out/job.resolved.yaml" || fail "job.resolved.yaml is the old one"
+  [ "$(cat "$work/out/notes.txt")" = "my notes" ] || fail "--overwrite touched a file it does not own"
+  [ "$gen" = "$(snapshot "$work/out/data")" ] || fail "--overwrite touched the generated data"
+  "$bin" run "$work/job.yaml" --quiet --set train.iterations=10 2> "$work/err" \
+    || fail "a run into the cleared folder: $(cat "$work/err")"
+  [ "$(json_num "$work/out/summary.json" iterations)" = 10 ] || fail "did not run 10 iterations"
+  "$bin" run "$work/job.yaml" --quiet --resume --set train.iterations=20 2> "$work/err" \
+    || fail "--resume: $(cat "$work/err")"
+  [ "$(json_num "$work/out/summary.json" iterations)" = 20 ] || fail "--resume did not continue"
+  "$bin" run "$work/job.yaml" --quiet --overwrite --set train.iterations=5 2> "$work/err" \
+    || fail "--overwrite: $(cat "$work/err")"
+  [ "$(json_num "$work/out/summary.json" iterations)" = 5 ] || fail "--overwrite did not start afresh"
+  # Interrupted: the folder holds a checkpoint worth keeping.
+  sed -i 's/"interrupted": false/"interrupted": true/' "$work/out/summary.json"
+  "$bin" run "$work/job.yaml" --quiet > /dev/null 2> "$work/err"; rc=$?
+  [ $rc = 2 ] || fail "a rerun into a stopped run's folder exited $rc, want 2"
+  ;;
+resolved_rerun)
+  # output.dir describes the run: job.resolved.yaml (every --set applied,
+  # defaults filled in, data paths absolute) runs again from another folder
+  # to the same final metrics (one thread); run.json has the version, the
+  # build features, the command line and the start time.
+  mkdir -p "$work/jobs" "$work/elsewhere"
+  "$bin" gen-data --out "$work/data" --train-points 3000 --test-points 300 --features 2000 \
+    --labels 100 > /dev/null || fail "gen-data failed"
+  cat > "$work/jobs/file.yaml" <<YAML
+device: host
+model:
+  input: {sparse: 2000}
+  layers: [{name: hidden, dense: 32}, {name: out, dense: 100}]
+data: {train: ../data/train.txt, test: ../data/test.txt}
+train: {batch: 32, epochs: 1, eval_every: 30}
+YAML
+  cd "$work"
+  "$bin" run jobs/file.yaml --quiet --set train.threads=1 --set model.layers.hidden.dense=48 \
+    --set output.dir=first 2> "$work/err" || fail "run: $(cat "$work/err")"
+  r=$work/first/job.resolved.yaml
+  [ -s "$r" ] && [ -s "$work/first/run.json" ] || fail "no job.resolved.yaml or run.json"
+  grep -q "^name: file$" "$r" && grep -q "^    dense: 48$" "$r" && grep -q "^  threads: 1$" "$r" \
+    && grep -q "^  train: $work/data/train.txt$" "$r" && grep -q "^  shuffle_window: 65536$" "$r" \
+    || fail "job.resolved.yaml: $(cat "$r")"
+  "$bin" check jobs/file.yaml --print --set train.threads=1 --set model.layers.hidden.dense=48 \
+    --set output.dir=first > "$work/printed" 2> "$work/err" || fail "check --print: $(cat "$work/err")"
+  diff "$r" "$work/printed" > /dev/null || fail "check --print differs: $(diff "$r" "$work/printed")"
+  py=/usr/bin/python3; [ -x $py ] || py=python3
+  $py - "$work/first/run.json" "$bin" <<'PY' || fail "run.json: $(cat "$work/first/run.json")"
+import json, subprocess, sys, time
+d = json.load(open(sys.argv[1]))
+assert set(d) == {"version", "features", "argv", "started"}, d
+info = subprocess.run([sys.argv[2], "info"], capture_output=True, text=True).stdout
+assert d["version"] in info.splitlines()[0], d["version"]
+for f in d["features"]:  # each as `accelrt info` lists it
+    label = next(l for l in ["CUDA backend", "compiler", "SIMD", "OpenMP", "BLAS", "libyaml", "hwloc", "zlib"]
+                 if f.startswith(l + " "))
+    assert any(line.split() == f.split() for line in info.splitlines()), f
+assert d["argv"][1:] == ["run", "jobs/file.yaml", "--quiet", "--set", "train.threads=1", "--set",
+                         "model.layers.hidden.dense=48", "--set", "output.dir=first"], d["argv"]
+assert abs(d["started"] - time.time()) < 3600, d["started"]
+PY
+  cd "$work/elsewhere"
+  "$bin" run "$r" --quiet --set output.dir="$work/second" 2> "$work/err" || fail "rerun: $(cat "$work/err")"
+  for k in loss train_loss p_at_1 p_at_5 iterations; do
+    a=$(json_num "$work/first/summary.json" $k); b=$(json_num "$work/second/summary.json" $k)
+    [ -n "$a" ] && [ "$a" = "$b" ] || fail "$k: $a first, $b from job.resolved.yaml"
+  done
+  diff <(grep -v '^#' "$r" | grep -v '^  dir: ') <(grep -v '^#' "$work/second/job.resolved.yaml" \
+    | grep -v '^  dir: ') || fail "the rerun resolved to another job"
+  ;;
+jobs_described)
+  # A jobs: file: the run's folder has the whole file resolved, each job's
+  # folder that job as a job file of its own; a rerun is refused while
+  # any of them holds a finished run.
+  cat > "$work/many.yaml" <<YAML
+device: host
+runtime: {policy: fair, memory: 256MiB}
+output: {dir: $work/many}
+jobs:
+  - name: a
+    model: {input: {sparse: 500}, layers: [{dense: 50}]}
+    data: {generate: {train_points: 500, test_points: 50, features: 500, labels: 50}}
+    train: {batch: 16, iterations: 4, threads: 1}
+  - name: b
+    repeat: 2
+    model: {input: {sparse: 500}, layers: [{dense: 8}, {dense: 50}]}
+    data: {generate: {train_points: 500, test_points: 50, features: 500, labels: 50}}
+    train: {batch: 16, iterations: 3, threads: 1}
+YAML
+  "$bin" run "$work/many.yaml" --quiet 2> "$work/err" || fail "run: $(cat "$work/err")"
+  for d in many many/a many/b-1 many/b-2; do
+    [ -s "$work/$d/job.resolved.yaml" ] && [ -s "$work/$d/run.json" ] || fail "$d is not described"
+  done
+  grep -q "^  repeat: 2$" "$work/many/job.resolved.yaml" || fail "$(cat "$work/many/job.resolved.yaml")"
+  grep -q "^name: b-2$" "$work/many/b-2/job.resolved.yaml" || fail "$(cat "$work/many/b-2/job.resolved.yaml")"
+  "$bin" check "$work/many/b-2/job.resolved.yaml" > "$work/out.txt" 2> "$work/err" \
+    && grep -q ": valid job$" "$work/out.txt" || fail "a job's own file: $(cat "$work/err")"
+  rm "$work/many/summary.json"
+  "$bin" run "$work/many.yaml" --quiet > /dev/null 2> "$work/err"; rc=$?
+  [ $rc = 2 ] && grep -q "$work/many/a already holds a finished run" "$work/err" \
+    || fail "exit $rc: $(cat "$work/err")"
+  "$bin" run "$work/many.yaml" --quiet --overwrite 2> "$work/err" || fail "--overwrite: $(cat "$work/err")"
+  [ -s "$work/many/summary.json" ] || fail "no summary after --overwrite"
   ;;
 check)
   small_job
@@ -426,6 +560,9 @@ affinity)
 schema_docs)
   "$bin" schema > "$work/schema.md" || fail "schema failed"
   diff -u "$src/docs/job-file.md" "$work/schema.md" || fail "docs/job-file.md is stale: regenerate with 'accelrt schema > docs/job-file.md'"
+  "$bin" schema --json > "$work/schema.json" || fail "schema --json failed"
+  diff -u "$src/docs/job-file.schema.json" "$work/schema.json" \
+    || fail "docs/job-file.schema.json is stale: regenerate with 'accelrt schema --json > docs/job-file.schema.json'"
   ;;
 bibtex|delicious)
   # Real data: P@1 on the test split must reach the published-comparable bound.

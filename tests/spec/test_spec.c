@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "accelrt/spec.h"
+#include "configs.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -1084,35 +1085,19 @@ static void test_full_conversion(void **state) {
   ar_diags_fini(NULL);
 }
 
+static void config_parses(const char *path, const char *text, size_t len) {
+  ar_spec *s;
+  ar_diags d;
+  ar_status st = ar_spec_parse(text, len, path, NULL, NULL, 0, false, &s, &d);
+  if (st != AR_OK)
+    ar_diags_print(&d, path, stderr);
+  assert_int_equal(st, AR_OK);
+  ar_spec_destroy(s);
+}
+
 static void test_project_configs_parse(void **state) {
   (void)state;
-  DIR *dir = opendir(ACCELRT_SOURCE_DIR "/configs");
-  if (!dir)
-    skip();
-  struct dirent *e;
-  int n = 0;
-  while ((e = readdir(dir))) {
-    size_t l = strlen(e->d_name);
-    if (l < 5 || strcmp(e->d_name + l - 5, ".yaml"))
-      continue;
-    char path[1024];
-    snprintf(path, sizeof path, "%s/configs/%s", ACCELRT_SOURCE_DIR, e->d_name);
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    static char buf[1 << 16];
-    size_t len = fread(buf, 1, sizeof buf, f);
-    fclose(f);
-    ar_spec *s;
-    ar_diags d;
-    ar_status st = ar_spec_parse(buf, len, path, NULL, NULL, 0, false, &s, &d);
-    if (st != AR_OK)
-      ar_diags_print(&d, path, stderr);
-    assert_int_equal(st, AR_OK);
-    ar_spec_destroy(s);
-    n++;
-  }
-  closedir(dir);
-  assert_true(n > 0);
+  assert_true(each_config(config_parses) > 0);
 }
 
 /* ---- files -------------------------------------------------------------- */
