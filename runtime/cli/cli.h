@@ -47,7 +47,7 @@ int cli_parse_job_args(int argc, char **argv, const char *cmd, bool run_flags,
 int cli_load_failed(const char *file, ar_status st, const ar_diags *diags);
 
 /* One build feature as `accelrt info` lists it (run.json's features). */
-#define CLI_MAX_FEATURES 8
+#define CLI_MAX_FEATURES 12
 typedef struct cli_feature {
   const char *label; /* "SIMD" */
   char value[128];   /* "AVX2" */

@@ -1,16 +1,18 @@
 /* accelrt info: what this build can do and what this machine has. */
 #include "accelrt/device.h"
 #include "accelrt/runtime.h"
+#include "accelrt/tenancy.h"
 #include "cli/cli.h"
 
 #include <hwloc.h>
+#include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 #include <string.h>
 #include <yaml.h>
 #include <zlib.h>
 
 int cli_features(cli_feature *out, int max) {
-  cli_feature f[8];
+  cli_feature f[CLI_MAX_FEATURES];
   int n = 0;
 #define FEATURE(lbl, ...)                                                                  \
   do {                                                                                     \
@@ -36,6 +38,9 @@ int cli_features(cli_feature *out, int max) {
   FEATURE("libyaml", "%s", yaml_get_version_string());
   FEATURE("hwloc", "%s", HWLOC_VERSION);
   FEATURE("zlib", "%s", zlibVersion());
+  const dnnl_version_t *dv = dnnl_version();
+  FEATURE("oneDNN", "%d.%d.%d", dv->major, dv->minor, dv->patch);
+  FEATURE("serve --http", "%s", ar_serve_http_available() ? "libmicrohttpd" : "not built");
 #undef FEATURE
   for (int i = 0; i < n && i < max; i++)
     out[i] = f[i];
