@@ -270,8 +270,8 @@ assert set(d) == {"version", "features", "argv", "started"}, d
 info = subprocess.run([sys.argv[2], "info"], capture_output=True, text=True).stdout
 assert d["version"] in info.splitlines()[0], d["version"]
 for f in d["features"]:  # each as `accelrt info` lists it
-    label = next(l for l in ["CUDA backend", "compiler", "SIMD", "OpenMP", "BLAS", "libyaml", "hwloc", "zlib"]
-                 if f.startswith(l + " "))
+    label = next(l for l in ["CUDA backend", "compiler", "SIMD", "OpenMP", "BLAS", "libyaml", "hwloc",
+                             "zlib", "oneDNN", "serve --http"] if f.startswith(l + " "))
     assert any(line.split() == f.split() for line in info.splitlines()), f
 assert d["argv"][1:] == ["run", "jobs/file.yaml", "--quiet", "--set", "train.threads=1", "--set",
                          "model.layers.hidden.dense=48", "--set", "output.dir=first"], d["argv"]
