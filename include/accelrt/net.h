@@ -97,6 +97,32 @@ void ar_net_set_step(ar_net *n, int64_t step);
 int ar_net_tensors(const ar_net *n, const char **names, float **ptrs, int64_t *counts);
 ar_device *ar_net_device(const ar_net *n);
 
+/* ---- graphs built by a program ---------------------------------------------
+ * A net from an ar_nn_graph (nn.h; the ONNX importer makes them), for
+ * inference: every tensor placed by the same exact plan, the graph's
+ * constants, parameters and state with the values it gives (or their
+ * ops' initialisation from opts->seed), and a forward on named inputs of
+ * any shape and element type giving every output.  Nodes run in
+ * evaluation mode unless the graph marks them AR_NN_MODE_TRAIN (then with
+ * batch statistics, their running statistics updated in the net). */
+typedef struct ar_net_graph_opts {
+  int threads;   /* the kernels' threads (prepared for this many) */
+  uint64_t seed; /* parameters without values, dropout in training mode */
+} ar_net_graph_opts;
+#define AR_NET_GRAPH_OPTS_INIT {1, 0}
+
+/* Builds the net of g (which may be destroyed afterwards: what the net
+ * needs is copied) and its plan; no device memory yet (ar_net_start, with
+ * the device's own blocks).  AR_OK; AR_UNSUPPORTED when an op has no host
+ * kernel; AR_NOMEM. */
+ar_status ar_net_build_graph(const ar_nn_graph *g, const ar_net_graph_opts *opts, ar_net **out,
+                             ar_err *err);
+/* One forward of a started net built by ar_net_build_graph: in[i] holds
+ * the graph's input i (g->inputs[i]: its shape and element type, host
+ * memory), out[i] receives output i (g->outputs[i]).  AR_OK; AR_STATE when
+ * the net was not built from a graph or not started; device statuses. */
+ar_status ar_net_infer(ar_net *n, const void *const *in, void *const *out, ar_err *err);
+
 #ifdef __cplusplus
 }
 #endif

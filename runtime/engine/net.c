@@ -47,7 +47,7 @@ int ar__net_tensor(ar_net *n, const char *name, const ar_shape *s, ar_dtype t, i
   return n->n_tensors++;
 }
 
-static nnode *new_node(ar_net *n) {
+nnode *ar__net_new_node(ar_net *n) {
   if (n->n_nodes == n->cap_nodes) {
     int cap = n->cap_nodes ? 2 * n->cap_nodes : 32;
     nnode *nn = ar_realloc(n->nodes, (size_t)cap * sizeof *nn);
@@ -121,7 +121,7 @@ static ar_status add_node(build_ctx *b, const ar_layer_spec *ls, const char *pat
                           const char *name, ar_nn_op op, const ar_nn_attr *attr, const int *in,
                           int n_in, int *out) {
   ar_net *n = b->net;
-  nnode *d = new_node(n);
+  nnode *d = ar__net_new_node(n);
   if (!d)
     return ar_errf(b->err, AR_NOMEM, "out of memory building the graph");
   int id = n->n_nodes - 1;
@@ -350,10 +350,12 @@ static void lifetimes(ar_net *n) {
     n->tensors[i].first = -1;
     n->tensors[i].last = -1;
   }
-  live(&n->tensors[n->x], 0);
-  live(&n->tensors[n->x], end);
-  live(&n->tensors[n->y], 0);
-  live(&n->tensors[n->y], end);
+  /* The batch, a graph's inputs and outputs: the whole iteration. */
+  for (int i = 0; i < n->n_tensors; i++)
+    if (n->tensors[i].kind == T_INPUT || n->tensors[i].keep) {
+      live(&n->tensors[i], 0);
+      live(&n->tensors[i], end);
+    }
   /* The kernels' shared workspace and the evaluation's top-5: the whole
    * iteration (every node may use the workspace). */
   for (int w = n->work; w <= n->work + 1; w++) {
@@ -391,7 +393,8 @@ static void lifetimes(ar_net *n) {
       live(&n->tensors[d->gparam[k]], end);
     }
   }
-  live(&n->tensors[n->loss], end); /* read back after the step */
+  if (n->loss >= 0)
+    live(&n->tensors[n->loss], end); /* read back after the step */
 }
 
 static size_t align64(size_t v) { return (v + 63) & ~(size_t)63; }
@@ -483,7 +486,8 @@ static ar_status make_plan(ar_net *n, ar_err *err) {
   size_t pers = 0;
   for (int i = 0; i < n->n_tensors; i++) {
     ntensor *t = &n->tensors[i];
-    bool persistent = t->kind == T_PARAM || t->kind == T_STATE || t->kind == T_OPT;
+    bool persistent =
+        t->kind == T_PARAM || t->kind == T_STATE || t->kind == T_OPT || t->kind == T_CONST;
     t->cls = persistent ? AR_MEM_PERSISTENT : AR_MEM_EPHEMERAL;
     if (persistent) {
       t->offset = pers;
@@ -522,12 +526,26 @@ ar_status ar_net_build(const ar_spec *spec, int64_t batch, ar_net **out, ar_err 
     return ar_errf(err, AR_NOMEM, "out of memory building the graph");
   n->spec = spec;
   n->batch = batch;
+  n->seed = spec->seed;
+  n->threads = ar_job_threads(spec);
   build_ctx b = {n, err, NULL, 0, 0};
   ar_status st = build_graph(&b);
   ar_free(b.names);
   if (st == AR_OK)
+    st = ar__net_finish(n, true, err);
+  if (st != AR_OK) {
+    ar_net_destroy(n);
+    return st;
+  }
+  *out = n;
+  return AR_OK;
+}
+
+ar_status ar__net_finish(ar_net *n, bool training, ar_err *err) {
+  ar_status st = AR_OK;
+  if (training)
     st = add_grads(n, err);
-  if (st == AR_OK)
+  if (st == AR_OK && training)
     st = add_optimizer(n, err);
   if (st == AR_OK)
     st = ar__net_workspace(n, err);
@@ -545,12 +563,7 @@ ar_status ar_net_build(const ar_spec *spec, int64_t batch, ar_net **out, ar_err 
     n->plan.total_bytes =
         n->plan.persistent_bytes + n->plan.ephemeral_bytes + n->plan.host_bytes;
   }
-  if (st != AR_OK) {
-    ar_net_destroy(n);
-    return st;
-  }
-  *out = n;
-  return AR_OK;
+  return st;
 }
 
 const ar_plan *ar_net_plan(const ar_net *n) { return &n->plan; }
@@ -578,8 +591,12 @@ void ar_net_destroy(ar_net *n) {
   if (!n)
     return;
   ar__net_stop(n);
+  for (int i = 0; i < n->n_tensors; i++)
+    ar_free(n->tensors[i].init_data);
   ar_free(n->nodes);
   ar_free(n->tensors);
+  ar_free(n->inputs);
+  ar_free(n->outputs);
   ar_plan_fini(&n->plan);
   ar_free(n);
 }
