@@ -14,8 +14,10 @@ static ar_status nomem(ar_err *err) {
 /* The net's tensor for each of the graph's non-VALUE tensors (map[i]),
  * with the values the graph gives copied. */
 static ar_status add_tensors(ar_net *n, const ar_nn_graph *g, int *map, ar_err *err) {
-  static const int kinds[] = {[AR_NN_T_INPUT] = T_INPUT, [AR_NN_T_CONST] = T_CONST,
-                              [AR_NN_T_PARAM] = T_PARAM, [AR_NN_T_STATE] = T_STATE};
+  static const int kinds[] = {[AR_NN_T_INPUT] = T_INPUT,
+                              [AR_NN_T_CONST] = T_CONST,
+                              [AR_NN_T_PARAM] = T_PARAM,
+                              [AR_NN_T_STATE] = T_STATE};
   for (int i = 0; i < g->n_tensors; i++) {
     const ar_nn_gtensor *x = &g->tensors[i];
     map[i] = -1;
@@ -130,8 +132,9 @@ ar_status ar_net_build_graph(const ar_nn_graph *g, const ar_net_graph_opts *opts
 
 ar_status ar_net_infer(ar_net *n, const void *const *in, void *const *out, ar_err *err) {
   if (!n || n->spec || !n->started)
-    return ar_errf(err, AR_STATE, "ar_net_infer: the net was not built from a graph, or not "
-                                  "started (ar_net_start)");
+    return ar_errf(err, AR_STATE,
+                   "ar_net_infer: the net was not built from a graph, or not "
+                   "started (ar_net_start)");
   for (int i = 0; i < n->n_inputs; i++) {
     const ntensor *t = &n->tensors[n->inputs[i]];
     if (ar_device_copy_in(n->dev, t->p, in[i], t->bytes) != AR_OK)

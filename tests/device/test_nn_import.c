@@ -287,10 +287,11 @@ static void test_int_binary(void **state) {
   (void)state;
   const ar_nn_op ops[] = {AR_NN_ADD, AR_NN_SUB, AR_NN_MUL, AR_NN_DIV, AR_NN_POW};
   const int64_t xa[4] = {7, -7, 250, 3}, xb[2] = {2, 0};
-  const int64_t want64[5][8] = {
-      {9, 7, -5, -7, 252, 250, 5, 3},      {5, 7, -9, -7, 248, 250, 1, 3},
-      {14, 0, -14, 0, 500, 0, 6, 0},       {3, 0, -3, 0, 125, 0, 1, 0},
-      {49, 1, 49, 1, 62500, 1, 9, 1}};
+  const int64_t want64[5][8] = {{9, 7, -5, -7, 252, 250, 5, 3},
+                                {5, 7, -9, -7, 248, 250, 1, 3},
+                                {14, 0, -14, 0, 500, 0, 6, 0},
+                                {3, 0, -3, 0, 125, 0, 1, 0},
+                                {49, 1, 49, 1, 62500, 1, 9, 1}};
   for (int t = 0; t < 3; t++) {
     const ar_dtype dt = t == 0 ? AR_DT_I64 : t == 1 ? AR_DT_I32 : AR_DT_U8;
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
@@ -323,8 +324,8 @@ static void test_int_binary(void **state) {
           got = ((uint8_t *)c.a.out[0].p)[j];
         }
         if (got != w)
-          printf("# %s %s element %d: %lld, want %lld\n", ar_nn_op_name(ops[i]),
-                 ar_dtype_name(dt), j, (long long)got, (long long)w);
+          printf("# %s %s element %d: %lld, want %lld\n", ar_nn_op_name(ops[i]), ar_dtype_name(dt),
+                 j, (long long)got, (long long)w);
         assert_true(got == w);
       }
       nn_case_fini(&c);
@@ -486,10 +487,14 @@ static void test_layernorm_stats(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_unary_new),         cmocka_unit_test(test_clip_edges),
-      cmocka_unit_test(test_where),             cmocka_unit_test(test_expand),
-      cmocka_unit_test(test_cast),              cmocka_unit_test(test_gather),
-      cmocka_unit_test(test_int_binary),        cmocka_unit_test(test_maxpool_dilation),
+      cmocka_unit_test(test_unary_new),
+      cmocka_unit_test(test_clip_edges),
+      cmocka_unit_test(test_where),
+      cmocka_unit_test(test_expand),
+      cmocka_unit_test(test_cast),
+      cmocka_unit_test(test_gather),
+      cmocka_unit_test(test_int_binary),
+      cmocka_unit_test(test_maxpool_dilation),
       cmocka_unit_test(test_avgpool_exclude_pad),
       cmocka_unit_test(test_batchnorm_var_biased),
       cmocka_unit_test(test_layernorm_stats),

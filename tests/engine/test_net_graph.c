@@ -28,8 +28,8 @@ static ar_device *host(void) {
   return dev;
 }
 
-static int add_tensor(ar_nn_graph *g, const char *name, ar_nn_tkind kind, ar_shape s,
-                      ar_dtype t, const void *data) {
+static int add_tensor(ar_nn_graph *g, const char *name, ar_nn_tkind kind, ar_shape s, ar_dtype t,
+                      const void *data) {
   int id = -1;
   ar_err err = AR_ERR_INIT;
   assert_int_equal(ar_nn_graph_tensor(g, name, kind, &s, t, data, &id, &err), AR_OK);
@@ -164,9 +164,9 @@ static void test_errors(void **state) {
   a.out = 4;
   a.bias = false;
   int out[AR_NN_MAX_IO];
-  assert_int_equal(ar_nn_graph_node(g, "fc", AR_NN_DENSE, &a, 1, &x, &w, NULL, AR_NN_MODE_RUN,
-                                    out, &err),
-                   AR_INVALID);
+  assert_int_equal(
+      ar_nn_graph_node(g, "fc", AR_NN_DENSE, &a, 1, &x, &w, NULL, AR_NN_MODE_RUN, out, &err),
+      AR_INVALID);
   printf("# %s\n", err.msg);
   assert_non_null(strstr(err.msg, "'fc'"));
   assert_non_null(strstr(err.msg, "4x3"));
@@ -178,9 +178,9 @@ static void test_errors(void **state) {
                    AR_INVALID);
   assert_non_null(strstr(err.msg, "'sum'"));
   assert_non_null(strstr(err.msg, "2x3"));
-  assert_int_equal(ar_nn_graph_tensor(g, "p", AR_NN_T_PARAM, &(ar_shape){1, {2}}, AR_DT_I64, NULL,
-                                      &y, &err),
-                   AR_INVALID);
+  assert_int_equal(
+      ar_nn_graph_tensor(g, "p", AR_NN_T_PARAM, &(ar_shape){1, {2}}, AR_DT_I64, NULL, &y, &err),
+      AR_INVALID);
   assert_int_equal(ar_nn_graph_output(g, 99, &err), AR_INVALID);
   ar_nn_graph_destroy(g);
 }

@@ -51,8 +51,7 @@ static ar_status gather_infer(const ar_nn_attr *attr, int n_in, const ar_shape *
     return ar_errf(err, AR_INVALID,
                    "gather of %s by indices %s along axis %d: the result would have %d dims "
                    "(at most %d)",
-                   ar__nn_shp(&in[0], b0), ar__nn_shp(&in[1], b1), attr->axis, nd,
-                   AR_NN_MAX_DIMS);
+                   ar__nn_shp(&in[0], b0), ar__nn_shp(&in[1], b1), attr->axis, nd, AR_NN_MAX_DIMS);
   ar_shape o = {0};
   o.nd = nd;
   int k = 0;
@@ -73,8 +72,7 @@ static ar_status gather_infer(const ar_nn_attr *attr, int n_in, const ar_shape *
 
 /* Index j as a row of the axis, or -1 when outside it. */
 static int64_t row_of(const ar_tref *idx, int64_t j, int64_t D) {
-  int64_t v = idx->dtype == AR_DT_I64 ? ((const int64_t *)idx->p)[j]
-                                      : ((const int32_t *)idx->p)[j];
+  int64_t v = idx->dtype == AR_DT_I64 ? ((const int64_t *)idx->p)[j] : ((const int32_t *)idx->p)[j];
   if (v < 0)
     v += D;
   return v >= 0 && v < D ? v : -1;
@@ -130,6 +128,6 @@ static void gather_backward(void *state, ar_nn_args *a) {
 }
 
 void ar__nn_host_gather_register(ar_nn_kernel *table) {
-  table[AR_NN_GATHER] = (ar_nn_kernel){
-      .infer = gather_infer, .forward = gather_forward, .backward = gather_backward};
+  table[AR_NN_GATHER] =
+      (ar_nn_kernel){.infer = gather_infer, .forward = gather_forward, .backward = gather_backward};
 }

@@ -87,8 +87,8 @@ static ar_status where_infer(const ar_nn_attr *attr, int n_in, const ar_shape *i
 }
 
 /* The workspace: an output-sized buffer when x or y is broadcast. */
-static ar_status where_prepare(const ar_nn_args *a, bool training, void **state,
-                               size_t *work_bytes, ar_err *err) {
+static ar_status where_prepare(const ar_nn_args *a, bool training, void **state, size_t *work_bytes,
+                               ar_err *err) {
   (void)err;
   *state = NULL;
   *work_bytes = 0;
@@ -115,8 +115,7 @@ static void where_elem(void *vctx, int64_t i, const int64_t *off) {
 static void where_forward(void *state, ar_nn_args *a) {
   (void)state;
   const ar_shape *ops[3] = {&a->in[0].shape, &a->in[1].shape, &a->in[2].shape};
-  where_ctx w = {a->in[0].p, a->in[1].p, a->in[2].p, a->out[0].p,
-                 ar_dtype_size(a->out[0].dtype)};
+  where_ctx w = {a->in[0].p, a->in[1].p, a->in[2].p, a->out[0].p, ar_dtype_size(a->out[0].dtype)};
   odometer(&a->out[0].shape, 3, ops, where_elem, &w);
 }
 
@@ -285,8 +284,8 @@ void ar__nn_host_typed_register(ar_nn_kernel *table) {
                                       .prepare = where_prepare,
                                       .forward = where_forward,
                                       .backward = where_backward};
-  table[AR_NN_EXPAND] = (ar_nn_kernel){
-      .infer = expand_infer, .forward = expand_forward, .backward = expand_backward};
+  table[AR_NN_EXPAND] =
+      (ar_nn_kernel){.infer = expand_infer, .forward = expand_forward, .backward = expand_backward};
   table[AR_NN_CAST] =
       (ar_nn_kernel){.infer = cast_infer, .forward = cast_forward, .backward = cast_backward};
 }

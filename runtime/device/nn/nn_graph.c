@@ -65,8 +65,7 @@ static ar_status new_tensor(ar_nn_graph *g, const char *name, ar_nn_tkind kind, 
     x->data = ar_calloc(bytes ? bytes : 1, 1);
     if (!x->data) {
       ar_free(x->name);
-      return ar_errf(err, AR_NOMEM, "out of memory for the %zu bytes of tensor '%s'", bytes,
-                     name);
+      return ar_errf(err, AR_NOMEM, "out of memory for the %zu bytes of tensor '%s'", bytes, name);
     }
     if (data && bytes)
       memcpy(x->data, data, bytes);
@@ -75,11 +74,10 @@ static ar_status new_tensor(ar_nn_graph *g, const char *name, ar_nn_tkind kind, 
   return AR_OK;
 }
 
-ar_status ar_nn_graph_tensor(ar_nn_graph *g, const char *name, ar_nn_tkind kind,
-                             const ar_shape *s, ar_dtype t, const void *data, int *out,
-                             ar_err *err) {
-  if (!g || !s || !out || kind == AR_NN_T_VALUE || (unsigned)kind > AR_NN_T_VALUE ||
-      s->nd < 0 || s->nd > AR_NN_MAX_DIMS)
+ar_status ar_nn_graph_tensor(ar_nn_graph *g, const char *name, ar_nn_tkind kind, const ar_shape *s,
+                             ar_dtype t, const void *data, int *out, ar_err *err) {
+  if (!g || !s || !out || kind == AR_NN_T_VALUE || (unsigned)kind > AR_NN_T_VALUE || s->nd < 0 ||
+      s->nd > AR_NN_MAX_DIMS)
     return ar_errf(err, AR_INVALID, "ar_nn_graph_tensor: bad arguments for '%s'",
                    name ? name : "?");
   for (int i = 0; i < s->nd; i++)
@@ -103,8 +101,8 @@ ar_status ar_nn_graph_tensor(ar_nn_graph *g, const char *name, ar_nn_tkind kind,
 static ar_status check_binding(const ar_nn_graph *g, const char *nm, const char *sname, int t,
                                const ar_shape *want, ar_err *err) {
   if (t < 0 || t >= g->n_tensors)
-    return ar_errf(err, AR_INVALID, "node '%s': %s is bound to tensor %d, which does not exist",
-                   nm, sname, t);
+    return ar_errf(err, AR_INVALID, "node '%s': %s is bound to tensor %d, which does not exist", nm,
+                   sname, t);
   const ar_nn_gtensor *x = &g->tensors[t];
   if (x->dtype != AR_DT_F32 || ar_shape_count(&x->shape) != ar_shape_count(want)) {
     char a[64], b[64];
@@ -127,8 +125,8 @@ static ar_status slot_tensor(ar_nn_graph *g, const char *nm, bool state, int i,
   }
   char tn[400];
   snprintf(tn, sizeof tn, "%.300s.%s", nm, sname);
-  AR_CHECK(new_tensor(g, tn, state ? AR_NN_T_STATE : AR_NN_T_PARAM, want, AR_DT_F32, NULL, out,
-                      err));
+  AR_CHECK(
+      new_tensor(g, tn, state ? AR_NN_T_STATE : AR_NN_T_PARAM, want, AR_DT_F32, NULL, out, err));
   ar_nn_gtensor *x = &g->tensors[*out];
   x->init = state ? sig->state_init[i] : sig->param_init[i];
   x->std = state ? 1.0f : sig->param_std[i];
@@ -147,8 +145,8 @@ ar_status ar_nn_graph_node(ar_nn_graph *g, const char *name, ar_nn_op op, const 
   ar_dtype types[AR_NN_MAX_IO];
   for (int i = 0; i < n_in; i++) {
     if (in[i] < 0 || in[i] >= g->n_tensors)
-      return ar_errf(err, AR_INVALID, "node '%s': input %d is tensor %d, which does not exist",
-                     nm, i, in[i]);
+      return ar_errf(err, AR_INVALID, "node '%s': input %d is tensor %d, which does not exist", nm,
+                     i, in[i]);
     shapes[i] = g->tensors[in[i]].shape;
     types[i] = g->tensors[in[i]].dtype;
   }
@@ -176,8 +174,7 @@ ar_status ar_nn_graph_node(ar_nn_graph *g, const char *name, ar_nn_op op, const 
   for (int i = 0; i < sig.n_out; i++) {
     char tn[400];
     snprintf(tn, sizeof tn, sig.n_out > 1 ? "%.300s.out%d" : "%.300s", nm, i);
-    AR_CHECK(new_tensor(g, tn, AR_NN_T_VALUE, &sig.out[i], sig.out_dtype[i], NULL, &d.out[i],
-                        err));
+    AR_CHECK(new_tensor(g, tn, AR_NN_T_VALUE, &sig.out[i], sig.out_dtype[i], NULL, &d.out[i], err));
     g->tensors[d.out[i]].producer = id;
     out[i] = d.out[i];
   }
