@@ -26,6 +26,8 @@ static void usage(FILE *to) {
           "  study STUDY.yaml [--dry-run] [--resume] [--out DIR]\n"
           "                      run a factorial study over a job (main effects, interactions,\n"
           "                      report.html; see accelrt study --help)\n"
+          "  onnx-test DIR...    run ONNX backend-test folders through the importer and\n"
+          "                      the engine (see accelrt onnx-test --help)\n"
           "  schema              print the job-file reference (Markdown)\n"
           "  help, --help        this text;  --version  the version\n"
           "\n"
@@ -68,6 +70,8 @@ int main(int argc, char **argv) {
     return cli_eval(argc - 1, argv + 1);
   if (!strcmp(cmd, "study"))
     return cli_study(argc - 1, argv + 1);
+  if (!strcmp(cmd, "onnx-test"))
+    return cli_onnx_test(argc - 1, argv + 1);
   if (!strcmp(cmd, "simulate"))
     return cli_simulate(argc - 1, argv + 1);
   if (!strcmp(cmd, "serve") || !strcmp(cmd, "submit") || !strcmp(cmd, "ps") ||
