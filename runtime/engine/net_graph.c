@@ -5,6 +5,7 @@
  * each node's mode), the rest is the engine's. */
 #include "net_impl.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static ar_status nomem(ar_err *err) {
@@ -119,19 +120,78 @@ ar_status ar_net_build_graph(const ar_nn_graph *g, const ar_net_graph_opts *opts
   n->x = n->y = n->logits = n->loss = -1;
   n->seed = o.seed;
   n->threads = o.threads > 0 ? o.threads : 1;
-  ar_status st = build(n, g, err);
-  if (st == AR_OK)
-    st = ar__net_finish(n, false, err);
-  if (st != AR_OK) {
-    ar_net_destroy(n);
-    return st;
-  }
-  *out = n;
+  return ar__net_done(n, build(n, g, err), false, out, err);
+}
+
+/* The labels and the loss node: XENT of the logits against y. */
+static ar_status add_loss(ar_net *n, ar_err *err) {
+  ar_shape ys = {1, {n->batch}};
+  n->y = ar__net_tensor(n, "batch.y", &ys, AR_DT_I64, T_INPUT);
+  nnode *d = n->y >= 0 ? ar__net_new_node(n) : NULL;
+  if (!d)
+    return nomem(err);
+  const int id = n->n_nodes - 1;
+  snprintf(d->name, sizeof d->name, "loss");
+  snprintf(d->path, sizeof d->path, "model");
+  d->op = AR_NN_XENT;
+  ar_nn_attr_defaults(&d->attr);
+  d->n_in = 2;
+  d->in[0] = n->logits;
+  d->in[1] = n->y;
+  ar_shape in[2] = {n->tensors[n->logits].shape, ys};
+  ar_dtype dt[2] = {AR_DT_F32, AR_DT_I64};
+  AR_CHECK(ar_nn_infer(AR_NN_XENT, &d->attr, 2, in, dt, &d->sig, err));
+  n->loss = ar__net_tensor(n, "loss", &d->sig.out[0], AR_DT_F32, T_ACT);
+  int aux = ar__net_tensor(n, "loss.aux0", &d->sig.aux[0], AR_DT_F32, T_AUX);
+  if (n->loss < 0 || aux < 0)
+    return nomem(err);
+  n->nodes[id].out[0] = n->loss;
+  n->nodes[id].aux[0] = aux;
+  n->tensors[n->loss].producer = n->tensors[aux].producer = id;
   return AR_OK;
 }
 
+ar_status ar_net_build_graph_train(const ar_nn_graph *g, const ar_spec *spec, ar_net **out,
+                                   ar_err *err) {
+  *out = NULL;
+  const char *file = spec->file ? spec->file : "<string>";
+  if (g->n_inputs != 1 || g->n_outputs != 1)
+    return ar_errf(err, AR_SPEC,
+                   "%s: error: model: a trained model has one input (the batch) and one output "
+                   "(the logits); this one has %d and %d",
+                   file, g->n_inputs, g->n_outputs);
+  const ar_nn_gtensor *x = &g->tensors[g->inputs[0]], *lg = &g->tensors[g->outputs[0]];
+  if (x->shape.nd < 1 || lg->shape.nd != 2 || lg->dtype != AR_DT_F32 ||
+      lg->shape.d[0] != x->shape.d[0] || lg->kind != AR_NN_T_VALUE) {
+    char a[64], b[64];
+    return ar_errf(err, AR_SPEC,
+                   "%s: error: model: the output is %s %s for an input of %s; a trained model's "
+                   "output is computed from its input as f32 logits (batch, classes)",
+                   file, ar_shape_str(&lg->shape, a, sizeof a), ar_dtype_name(lg->dtype),
+                   ar_shape_str(&x->shape, b, sizeof b));
+  }
+  ar_net *n = ar_calloc(1, sizeof *n);
+  if (!n)
+    return nomem(err);
+  n->spec = spec;
+  n->batch = x->shape.d[0];
+  n->x = n->y = n->logits = n->loss = -1;
+  n->seed = spec->seed;
+  n->threads = ar_job_threads(spec);
+  ar_status st = build(n, g, err);
+  if (st == AR_OK) {
+    n->x = n->inputs[0];
+    n->logits = n->outputs[0];
+    n->tensors[n->logits].keep = false; /* the loss reads it; eval reads it in the forward */
+    n->classes = lg->shape.d[1];
+    n->n_inputs = n->n_outputs = 0; /* trained through ar_net_x / ar_net_y, not infer */
+    st = add_loss(n, err);
+  }
+  return ar__net_done(n, st, true, out, err);
+}
+
 ar_status ar_net_infer(ar_net *n, const void *const *in, void *const *out, ar_err *err) {
-  if (!n || n->spec || !n->started)
+  if (!n || n->spec || !n->started || n->loss >= 0)
     return ar_errf(err, AR_STATE,
                    "ar_net_infer: the net was not built from a graph, or not "
                    "started (ar_net_start)");

@@ -43,6 +43,8 @@ typedef struct nnode {
   int gin[AR_NN_MAX_IO];   /* gradient written by backward, or -1 */
   int gtmp[AR_NN_MAX_IO];  /* >= 0: gin is a temporary to add into this */
   int gparam[AR_NN_MAX_IO];
+  int gptmp[AR_NN_MAX_IO]; /* >= 0: gparam is a temporary to add into this
+                              (a parameter several nodes use) */
   bool trains;             /* backward runs */
   ar_nn_mode mode;         /* graphs built by a program: when it trains */
   ar_nn_prim *ptrain, *peval;
@@ -90,9 +92,10 @@ typedef struct build_ctx {
 int ar__net_tensor(ar_net *n, const char *name, const ar_shape *s, ar_dtype t, int kind);
 /* A new zeroed node (NULL when out of memory). */
 nnode *ar__net_new_node(ar_net *n);
-/* After the nodes: gradients (training), optimizer state, the kernels'
- * workspace and the plan. */
-ar_status ar__net_finish(ar_net *n, bool training, ar_err *err);
+/* Ends a build: when st is AR_OK, gradients (training), optimizer state,
+ * the kernels' workspace and the plan, and *out = n; otherwise (or when
+ * those fail) n is destroyed.  Returns the status. */
+ar_status ar__net_done(ar_net *n, ar_status st, bool training, ar_net **out, ar_err *err);
 /* net_run.c: prepares every kernel (on a host device of its own: the
  * host's kernels do not depend on the handle), adds the shared workspace
  * tensor and the staging size. */
@@ -102,5 +105,8 @@ ar_status ar__net_workspace(ar_net *n, ar_err *err);
 ar_status ar__net_grad(ar_net *n, double *loss, ar_err *err);
 /* Releases kernels and the blocks. */
 void ar__net_stop(ar_net *n);
+/* After node d's backward: its temporary gradients added into the
+ * gradients they belong to (a tensor or parameter several nodes read). */
+void ar__net_add_temps(ar_net *n, const nnode *d, int threads);
 
 #endif

@@ -254,11 +254,19 @@ static void backward(ar_net *n) {
     if (!d->trains)
       continue;
     ar_device_nn_backward(n->dev, d->ptrain, &d->args);
-    for (int k = 0; k < d->n_in; k++)
-      if (d->gtmp[k] >= 0)
-        add_into(n->tensors[d->gtmp[k]].p, n->tensors[d->gin[k]].p,
-                 ar_shape_count(&n->tensors[d->in[k]].shape), threads);
+    ar__net_add_temps(n, d, threads);
   }
+}
+
+void ar__net_add_temps(ar_net *n, const nnode *d, int threads) {
+  for (int k = 0; k < d->n_in; k++)
+    if (d->gtmp[k] >= 0)
+      add_into(n->tensors[d->gtmp[k]].p, n->tensors[d->gin[k]].p,
+               ar_shape_count(&n->tensors[d->in[k]].shape), threads);
+  for (int k = 0; k < d->sig.n_param; k++)
+    if (d->gptmp[k] >= 0)
+      add_into(n->tensors[d->gptmp[k]].p, n->tensors[d->gparam[k]].p,
+               ar_shape_count(&d->sig.param[k]), threads);
 }
 
 static double schedule_lr(const ar_net *n, int64_t t) {

@@ -247,7 +247,11 @@ static ar_status walk(ar__onnx_lower *L) {
       if (!n->input[k] || !*n->input[k])
         continue;
       int v = ar__onnx_map_get(&L->val_of, n->input[k]);
-      AR_ASSERT(v >= 0); /* the loader checked every name */
+      if (v < 0) /* the loader checked every name: an output left uncomputed */
+        return ar__onnx_fail(L, AR_UNSUPPORTED,
+                             "input %zu ('%s') is an output of an earlier node that accelrt "
+                             "does not compute (BatchNormalization's saved statistics)",
+                             k, n->input[k]);
       ins[k] = &L->vals[v];
     }
     if (folds(L, n, ins))

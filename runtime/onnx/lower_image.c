@@ -346,14 +346,15 @@ static ar_status l_batchnorm(lower *L, val *const *in, int n_in) {
     return ar__onnx_fail(L, AR_INVALID, "input of %d dims (N, C, ...)", X->shape.nd);
   if (ar__onnx_attr_i(n, "spatial", 1) != 1)
     return ar__onnx_fail(L, AR_UNSUPPORTED, "spatial 0 (statistics per element, opset 7-8)");
-  const bool train_mode = ar__onnx_attr_i(n, "training_mode", 0) != 0;
+  /* Training mode: the attribute (opset 14 on), or opsets 7-13's extra
+   * outputs (running mean and variance, then the saved batch statistics,
+   * which nothing here computes: a node reading them is refused). */
   const int n_out = (int)n->n_output;
+  const bool train_mode = L->m->opset >= 14 ? ar__onnx_attr_i(n, "training_mode", 0) != 0
+                                            : n_out > 1;
   if (n_out > 1 && !train_mode)
-    return ar__onnx_fail(L, AR_UNSUPPORTED,
-                         "%d outputs outside training mode (opset 7-13's saved "
-                         "statistics)",
-                         n_out);
-  if (n_out > 3)
+    return ar__onnx_fail(L, AR_UNSUPPORTED, "%d outputs outside training mode", n_out);
+  if (n_out > 5)
     return ar__onnx_fail(L, AR_UNSUPPORTED, "%d outputs", n_out);
   int tx, p[2], s[2], o[AR_NN_MAX_IO];
   AR_CHECK(tensor(L, X, &tx));
@@ -388,7 +389,7 @@ static ar_status l_batchnorm(lower *L, val *const *in, int n_in) {
   AR_CHECK(ar__onnx_reshape_to(L, NULL, o[0], &X->shape, &y));
   AR_CHECK(ar__onnx_set_out(L, 0, y));
   /* Training mode's running statistics: the state after the forward. */
-  for (int k = 1; k < n_out; k++)
+  for (int k = 1; k < n_out && k < 3; k++)
     AR_CHECK(ar__onnx_set_out(L, k, s[k - 1]));
   return AR_OK;
 }
