@@ -193,12 +193,14 @@ static ar_status add_inputs(ar__onnx_lower *L) {
 
 /* Whether node n folds: its first input is constant and so is each other
  * one (constant, or known from opts->known: an argument such as a
- * Reshape's shape). */
+ * Reshape's shape), and none is a parameter being trained (PyTorch's
+ * Transpose of a Linear's weight runs in the graph, so the weight
+ * trains). */
 static bool folds(const ar__onnx_lower *L, const Onnx__NodeProto *n, ar__onnx_val *const *ins) {
   if (!ar__onnx_foldable(n->op_type) || n->n_input == 0 || !ins[0] || !ins[0]->c)
     return false;
-  for (size_t k = 1; k < n->n_input; k++)
-    if (ins[k] && !ins[k]->c && !ins[k]->pin)
+  for (size_t k = 0; k < n->n_input; k++)
+    if (ins[k] && ((!ins[k]->c && !ins[k]->pin) || ar__onnx_trained(L, ins[k])))
       return false;
   /* Dropout in training mode draws a mask: never a constant. */
   if (!strcmp(n->op_type, "Dropout")) {

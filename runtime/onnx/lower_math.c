@@ -127,7 +127,8 @@ static ar_status l_binary(lower *L, val *const *in, int n_in) {
   int tx;
   /* A constant single f32 second operand that does not change the shape:
    * the op's scalar form (nothing to read, no gradient to reduce). */
-  const bool one = y->c && ar_shape_count(&y->shape) == 1 && ar_shape_eq(&o, &x->shape);
+  const bool one = y->c && !ar__onnx_trained(L, y) && ar_shape_count(&y->shape) == 1 &&
+                   ar_shape_eq(&o, &x->shape);
   if (x->dtype == AR_DT_F32 && one && (y->dtype == AR_DT_F32 || op == AR_NN_POW)) {
     a.scalar = (float)ar__onnx_get_f(y->c, 0);
     AR_CHECK(tensor(L, x, &tx));

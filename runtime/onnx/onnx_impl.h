@@ -150,6 +150,11 @@ typedef struct ar__onnx_lower {
   ar_err *err;
 } ar__onnx_lower;
 
+/* Whether v is a parameter the net will train (an f32 initializer when
+ * opts->training): its value is not a constant to fold with. */
+static inline bool ar__onnx_trained(const ar__onnx_lower *L, const ar__onnx_val *v) {
+  return L->o->training && v->init && v->dtype == AR_DT_F32;
+}
 /* The graph tensor of v, made (a constant, or a parameter for a trained
  * f32 initializer) when v is constant.  AR_NOMEM. */
 ar_status ar__onnx_tensor_of(ar__onnx_lower *L, ar__onnx_val *v, int *out);
