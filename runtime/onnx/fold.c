@@ -16,11 +16,36 @@
 
 /* ---- elements ---------------------------------------------------------------- */
 
+/* The largest constant folding makes: a model's shape arithmetic can ask
+ * for any size (ConstantOfShape, Expand, Range), the host must not try. */
+#define FOLD_MAX_BYTES ((uint64_t)1 << 30)
+
 ar_status ar__onnx_tensor_new(const ar_shape *s, ar_dtype t, ar_onnx_tensor *out, ar_err *err) {
   memset(out, 0, sizeof *out);
+  uint64_t count = 1;
+  bool big = false, empty = false;
+  for (int k = 0; k < s->nd; k++) {
+    if (s->d[k] < 0)
+      return ar_errf(err, AR_INVALID, "dim %d is %lld", k, (long long)s->d[k]);
+    empty |= s->d[k] == 0;
+  }
+  for (int k = 0; k < s->nd && !empty && !big; k++) {
+    if (count > FOLD_MAX_BYTES / (uint64_t)s->d[k])
+      big = true;
+    else
+      count *= (uint64_t)s->d[k];
+  }
+  if (empty)
+    count = 0;
+  if (big || count * ar_dtype_size(t) > FOLD_MAX_BYTES) {
+    char b[64];
+    return ar_errf(err, AR_RANGE,
+                   "a constant of %s elements would be made at import (more than %llu bytes)",
+                   ar_shape_str(s, b, sizeof b), (unsigned long long)FOLD_MAX_BYTES);
+  }
   out->shape = *s;
   out->dtype = t;
-  out->bytes = (size_t)ar_shape_count(s) * ar_dtype_size(t);
+  out->bytes = (size_t)count * ar_dtype_size(t);
   out->data = ar_calloc(out->bytes ? out->bytes : 1, 1);
   return out->data ? AR_OK : ar_errf(err, AR_NOMEM, "out of memory folding a constant");
 }
@@ -96,7 +121,7 @@ ar_status ar__onnx_reshape_shape(const ar_shape *in, const int64_t *t, int n, bo
       infer = i;
       continue;
     }
-    if (t[i] < -1)
+    if (t[i] < -1 || t[i] > ((int64_t)1 << 40))
       return ar_errf(err, AR_INVALID, "dim %d of the target shape is %lld", i, (long long)t[i]);
     o.d[i] = t[i] == 0 && !allowzero ? (i < in->nd ? in->d[i] : -2) : t[i];
     if (o.d[i] == -2)
@@ -104,6 +129,8 @@ ar_status ar__onnx_reshape_shape(const ar_shape *in, const int64_t *t, int n, bo
                      "dim %d of the target is 0 (copy the input's), but the "
                      "input has %d dims",
                      i, in->nd);
+    if (o.d[i] && known > ((int64_t)1 << 40) / o.d[i])
+      return ar_errf(err, AR_INVALID, "the target shape has more than 2^40 elements");
     known *= o.d[i];
   }
   int64_t count = ar_shape_count(in);
@@ -206,11 +233,11 @@ ar_status ar__onnx_slice(const ar_shape *in, const int64_t *starts, const int64_
     if (st > 0) {
       b = b < 0 ? 0 : b > d ? d : b;
       e = e < 0 ? 0 : e > d ? d : e;
-      s->count[a] = e > b ? (e - b + st - 1) / st : 0;
+      s->count[a] = e > b ? (e - b - 1) / st + 1 : 0; /* no sum that can overflow */
     } else {
       b = b < -1 ? -1 : b > d - 1 ? d - 1 : b;
       e = e < -1 ? -1 : e > d - 1 ? d - 1 : e;
-      s->count[a] = b > e ? (b - e + (-st) - 1) / (-st) : 0;
+      s->count[a] = b > e ? (int64_t)((uint64_t)(b - e - 1) / (0u - (uint64_t)st)) + 1 : 0;
     }
     s->start[a] = b;
     s->step[a] = st;
@@ -892,8 +919,9 @@ static ar_status fold_tile(fold_ctx *c) {
     return ar_errf(c->err, AR_INVALID, "repeats has %d entries for %d dims", n, x->shape.nd);
   ar_shape o = x->shape;
   for (int k = 0; k < o.nd; k++) {
-    if (rep[k] < 0)
-      return ar_errf(c->err, AR_INVALID, "a repeat is negative");
+    if (rep[k] < 0 || (rep[k] && o.d[k] > ((int64_t)1 << 40) / rep[k]))
+      return ar_errf(c->err, AR_INVALID, "repeat %lld of dim %d is negative or too large",
+                     (long long)rep[k], k);
     o.d[k] *= rep[k];
   }
   AR_CHECK(ar__onnx_tensor_new(&o, x->dtype, &c->out[0], c->err));

@@ -66,9 +66,12 @@ static ar_status geometry(lower *L, const ar_shape *x, const int64_t *kernel, bo
       pads[2 + i] = v[sp + i];
     }
   }
+  const int64_t most = (int64_t)1 << 24; /* far past any image, far from overflow */
   for (int i = 0; i < sp; i++)
-    if (st[i] < 1 || dl[i] < 1 || pads[i] < 0 || pads[2 + i] < 0 || kernel[i] < 1)
-      return ar__onnx_fail(L, AR_INVALID, "kernel, strides and dilations must be >= 1, pads >= 0");
+    if (st[i] < 1 || dl[i] < 1 || pads[i] < 0 || pads[2 + i] < 0 || kernel[i] < 1 || st[i] > most ||
+        dl[i] > most || pads[i] > most || pads[2 + i] > most || kernel[i] > most)
+      return ar__onnx_fail(L, AR_INVALID,
+                           "kernel, strides and dilations must be 1 to 2^24, pads 0 to 2^24");
   if (pool && (dl[0] != 1 || dl[1] != 1) && strcmp(n->op_type, "MaxPool"))
     return ar__onnx_fail(L, AR_UNSUPPORTED, "dilations in %s", n->op_type);
   char ap[32];
@@ -219,8 +222,10 @@ static ar_status pool3d(lower *L, val *X, int tx, bool max) {
   const char *autopad = ar__onnx_attr_s(n, "auto_pad", "NOTSET", ap, sizeof ap);
   const bool ceil_mode = ar__onnx_attr_i(n, "ceil_mode", 0) != 0;
   for (int i = 0; i < 3; i++) {
-    if (k[i] < 1 || st[i] < 1 || dl[i] < 1 || p0[i] < 0 || p1[i] < 0)
-      return ar__onnx_fail(L, AR_INVALID, "kernel, strides and dilations must be >= 1, pads >= 0");
+    if (k[i] < 1 || st[i] < 1 || dl[i] < 1 || p0[i] < 0 || p1[i] < 0 || k[i] > (1 << 24) ||
+        st[i] > (1 << 24) || dl[i] > (1 << 24) || p0[i] > (1 << 24) || p1[i] > (1 << 24))
+      return ar__onnx_fail(L, AR_INVALID,
+                           "kernel, strides and dilations must be 1 to 2^24, pads 0 to 2^24");
     AR_CHECK(
         spatial_pads(L, autopad, X->shape.d[2 + i], k[i], st[i], dl[i], ceil_mode, &p0[i], &p1[i]));
   }
@@ -350,8 +355,8 @@ static ar_status l_batchnorm(lower *L, val *const *in, int n_in) {
    * outputs (running mean and variance, then the saved batch statistics,
    * which nothing here computes: a node reading them is refused). */
   const int n_out = (int)n->n_output;
-  const bool train_mode = L->m->opset >= 14 ? ar__onnx_attr_i(n, "training_mode", 0) != 0
-                                            : n_out > 1;
+  const bool train_mode =
+      L->m->opset >= 14 ? ar__onnx_attr_i(n, "training_mode", 0) != 0 : n_out > 1;
   if (n_out > 1 && !train_mode)
     return ar__onnx_fail(L, AR_UNSUPPORTED, "%d outputs outside training mode", n_out);
   if (n_out > 5)

@@ -222,9 +222,12 @@ static ar_status l_pad(lower *L, val *const *in, int n_in) {
   AR_CHECK(scalar(L, in, n_in, 2, ar__onnx_attr_f(L->node, "value", 0.0f), &value));
   char mb[32];
   const char *mode = ar__onnx_attr_s(L->node, "mode", "constant", mb, sizeof mb);
-  for (int k = 0; k < 2 * nd; k++)
+  for (int k = 0; k < 2 * nd; k++) {
     if (pads[k] < 0)
       return ar__onnx_fail(L, AR_UNSUPPORTED, "negative pads (cropping)");
+    if (pads[k] > ((int64_t)1 << 30))
+      return ar__onnx_fail(L, AR_INVALID, "pad %lld is beyond 2^30", (long long)pads[k]);
+  }
   int t, o[AR_NN_MAX_IO];
   AR_CHECK(tensor(L, X, &t));
   if (!strcmp(mode, "constant")) {

@@ -44,10 +44,23 @@ void ar_nn_graph_destroy(ar_nn_graph *g) {
   ar_free(g);
 }
 
+/* The most elements a graph's tensor may have (2^40): far past any plan a
+ * device holds, and far from where counts and bytes overflow. */
+#define MAX_ELEMENTS ((uint64_t)1 << 40)
+
 /* A new tensor; data copied (count elements) when given, else zeros for
  * a constant, parameter or state tensor. */
 static ar_status new_tensor(ar_nn_graph *g, const char *name, ar_nn_tkind kind, const ar_shape *s,
                             ar_dtype t, const void *data, int *out, ar_err *err) {
+  uint64_t count = 1;
+  for (int k = 0; k < s->nd; k++) {
+    if (s->d[k] < 0 || (s->d[k] && count > MAX_ELEMENTS / (uint64_t)s->d[k])) {
+      char b[64];
+      return ar_errf(err, AR_RANGE, "tensor '%s' would be %s: more than 2^40 elements",
+                     name ? name : "?", ar_shape_str(s, b, sizeof b));
+    }
+    count *= (uint64_t)s->d[k];
+  }
   if (!grow((void **)&g->tensors, &g->cap_tensors, g->n_tensors, sizeof *g->tensors))
     return ar_errf(err, AR_NOMEM, "out of memory adding tensor '%s'", name);
   ar_nn_gtensor *x = &g->tensors[g->n_tensors];
