@@ -24,7 +24,9 @@
  * pads a short last batch and counts only its real rows.
  *
  * Tests: tests/engine/test_net.c (shape errors, plan exactness, training
- * a small CNN, gradients of whole graphs by finite differences).
+ * a small CNN, gradients of whole graphs by finite differences);
+ * tests/engine/test_net_graph.c (nets of graphs built by a program);
+ * tests/onnx/torch_train.py (imported models trained against PyTorch).
  */
 #ifndef ACCELRT_NET_H
 #define ACCELRT_NET_H

@@ -375,7 +375,8 @@ void ar_device_nn_release(ar_device *dev, ar_nn_prim *prim); /* NULL: no-op */
  * parameters and state (with initial values, or made by an op with its
  * initialisation rule) and node outputs.  The structs are read-only for
  * callers; build with the functions below.  Not thread-safe.
- * Tests: tests/device/test_nn_graph.c. */
+ * Tests: tests/engine/test_net_graph.c (through the engine),
+ * tests/onnx/test_onnx_load.c (through the importer). */
 typedef enum ar_nn_tkind {
   AR_NN_T_INPUT = 0,
   AR_NN_T_CONST,
