@@ -42,6 +42,24 @@ done < "$src/tests/onnx/listed_node_tests.txt"
 echo "node tests using only the listed ops and element types: $passed of $listed pass"
 [ "$passed" -ge 240 ] || fail "only $passed of the listed node tests pass (floor 240)"
 
+# The runner's own verdicts: a reference that differs fails (exit 1) with
+# the errors, a folder without data sets is skipped, and one run names each.
+mkdir -p "$work/own"
+cp -r "$data/node/test_relu" "$work/own/test_wrong"
+cp "$data/node/test_abs/test_data_set_0/output_0.pb" "$work/own/test_wrong/test_data_set_0/"
+mkdir -p "$work/own/test_nodata"
+cp "$data/node/test_relu/model.onnx" "$work/own/test_nodata/"
+"$bin" onnx-test "$work/own" > "$work/own.txt" 2>&1
+rc=$?
+cat "$work/own.txt"
+[ $rc -eq 1 ] || fail "a folder that differs gave exit $rc, not 1"
+grep -q "^fail test_wrong: output 0 'y': .* elements differ (max abs error" "$work/own.txt" ||
+  fail "no fail line with the errors for test_wrong"
+grep -q "^skip test_nodata: no test_data_set_N folders" "$work/own.txt" || fail "no skip line"
+grep -q "^0 passed, 1 failed, 1 skipped$" "$work/own.txt" || fail "wrong counts"
+"$bin" onnx-test "$work/missing" > /dev/null 2>&1
+[ $? -eq 2 ] || fail "a missing folder is not a usage error (exit 2)"
+
 for d in pytorch-converted pytorch-operator; do
   [ -d "$data/$d" ] || continue
   "$bin" onnx-test "$data/$d" > "$work/$d.txt" 2>&1
