@@ -24,7 +24,9 @@
  * pads a short last batch and counts only its real rows.
  *
  * Tests: tests/engine/test_net.c (shape errors, plan exactness, training
- * a small CNN, gradients of whole graphs by finite differences).
+ * a small CNN, gradients of whole graphs by finite differences);
+ * tests/engine/test_net_graph.c (nets of graphs built by a program);
+ * tests/onnx/torch_train.py (imported models trained against PyTorch).
  */
 #ifndef ACCELRT_NET_H
 #define ACCELRT_NET_H
@@ -48,7 +50,8 @@ typedef struct ar_net ar_net;
  * `classes` output classes (the last item's width must equal it; 0: not
  * checked), infers every shape and computes the plan.  No device memory
  * yet.  AR_SPEC with "FILE:LINE:COL: error: model.layers[i]: ..." in err
- * for a graph that does not fit together; AR_NOMEM. */
+ * for a graph that does not fit together; AR_NOMEM.  A model.onnx job is
+ * ar_net_build_onnx's with this process's rights. */
 ar_status ar_net_build(const ar_spec *spec, int64_t batch, ar_net **out, ar_err *err);
 void ar_net_destroy(ar_net *n); /* NULL is a no-op */
 
@@ -103,6 +106,51 @@ int ar_net_tensors(const ar_net *n, const char **names, float **ptrs, int64_t *c
 ar_device *ar_net_device(const ar_net *n);
 /* Where training steps record their spans (borrowed; NULL: nowhere). */
 void ar_net_set_trace(ar_net *n, ar_trace *t);
+
+/* ---- graphs built by a program ---------------------------------------------
+ * A net from an ar_nn_graph (nn.h; the ONNX importer makes them), for
+ * inference: every tensor placed by the same exact plan, the graph's
+ * constants, parameters and state with the values it gives (or their
+ * ops' initialisation from opts->seed), and a forward on named inputs of
+ * any shape and element type giving every output.  Nodes run in
+ * evaluation mode unless the graph marks them AR_NN_MODE_TRAIN (then with
+ * batch statistics, their running statistics updated in the net). */
+typedef struct ar_net_graph_opts {
+  int threads;   /* the kernels' threads (prepared for this many) */
+  uint64_t seed; /* parameters without values, dropout in training mode */
+} ar_net_graph_opts;
+#define AR_NET_GRAPH_OPTS_INIT {1, 0}
+
+/* Builds the net of g (which may be destroyed afterwards: what the net
+ * needs is copied) and its plan; no device memory yet (ar_net_start, with
+ * the device's own blocks).  AR_OK; AR_UNSUPPORTED when an op has no host
+ * kernel; AR_NOMEM. */
+ar_status ar_net_build_graph(const ar_nn_graph *g, const ar_net_graph_opts *opts, ar_net **out,
+                             ar_err *err);
+/* A trainable net of g for the job `spec` (its optimizer, schedule, seed
+ * and threads): g's one input is the batch (its first dim the batch size,
+ * f32, or i64 token ids), g's one output the logits (batch, classes); the
+ * loss is softmax cross-entropy against class ids, and gradients reach
+ * every parameter of g, also those nodes read as data inputs (summed where
+ * several read one).  Then as ar_net_build: ar_net_x/ar_net_y, train,
+ * eval, checkpoints.  spec must outlive the net; g may be destroyed.
+ * AR_SPEC naming what does not fit (inputs, outputs, shapes); AR_NOMEM. */
+ar_status ar_net_build_graph_train(const ar_nn_graph *g, const ar_spec *spec, ar_net **out,
+                                   ar_err *err);
+/* A job's ONNX model (spec->onnx, read through fs as the job's data files
+ * are) imported for batches of `batch` rows and built with
+ * ar_net_build_graph_train.  AR_SPEC ("FILE: error: model.onnx: ...",
+ * the importer's message naming the model file, the node and the op) for
+ * a model that cannot be imported or does not fit model.input; the load's
+ * own statuses for the file (AR_NOTFOUND, AR_IO). */
+ar_status ar_net_build_onnx(const ar_spec *spec, int64_t batch, const ar_fs *fs, ar_net **out,
+                            ar_err *err);
+
+/* One forward of a started net built by ar_net_build_graph: in[i] holds
+ * the graph's input i (g->inputs[i]: its shape and element type, host
+ * memory), out[i] receives output i (g->outputs[i]).  AR_OK; AR_STATE when
+ * the net was not built from a graph or not started; device statuses. */
+ar_status ar_net_infer(ar_net *n, const void *const *in, void *const *out, ar_err *err);
 
 #ifdef __cplusplus
 }

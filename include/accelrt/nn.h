@@ -76,6 +76,9 @@ typedef struct ar_shape {
 } ar_shape;
 int64_t ar_shape_count(const ar_shape *s); /* product of the dims (1 for nd 0) */
 bool ar_shape_eq(const ar_shape *a, const ar_shape *b);
+/* NumPy's broadcast of a and b (aligned at their last dims, each pair
+ * equal or one of them 1) into *out; false when they do not broadcast. */
+bool ar_shape_broadcast(const ar_shape *a, const ar_shape *b, ar_shape *out);
 /* "32x14x14" (nd 0: "scalar") into buf; returns buf. */
 const char *ar_shape_str(const ar_shape *s, char *buf, size_t n);
 
@@ -127,7 +130,15 @@ typedef struct ar_tref {
   X(POSEMBED, "posembed", shape)                                               \
   X(DROPOUT, "dropout", shape)                                                 \
   X(MASK, "mask", shape)                                                       \
-  X(ATTENTION, "attention", shape)
+  X(ATTENTION, "attention", shape)                                             \
+  X(NEG, "neg", math)                                                          \
+  X(ABS, "abs", math)                                                          \
+  X(ERF, "erf", math)                                                          \
+  X(CLIP, "clip", math)                                                        \
+  X(WHERE, "where", math)                                                      \
+  X(EXPAND, "expand", math)                                                    \
+  X(CAST, "cast", math)                                                        \
+  X(GATHER, "gather", shape)
 
 typedef enum ar_nn_op {
 #define AR__NN_ENUM(e, name, group) AR_NN_##e,
@@ -148,11 +159,15 @@ int ar_nn_op_from_name(const char *name);
  *            Ho = (H + pad[0] + pad[2] - dilation[0]*(kernel[0]-1) - 1) /
  *            stride[0] + 1.
  * MAXPOOL, AVGPOOL  x (N,C,H,W) -> y (N,C,Ho,Wo): kernel, stride, pad
- *            (avg: padding counted in the divisor, PyTorch's default).
- *            Max: ties go to the first maximum in window order (row by
- *            row) and NaN propagates, as in PyTorch; aux (N,C,Ho,Wo): each
- *            output's offset within its window, u8 (i32 when the kernel
- *            has more than 256 elements).
+ *            (avg: padding counted in the divisor, PyTorch's default;
+ *            exclude_pad: only the window's elements inside the input, as
+ *            ONNX's count_include_pad 0).  Max: dilation; ties go to the
+ *            first maximum in window order (row by row) and NaN
+ *            propagates, as in PyTorch; aux (N,C,Ho,Wo): each output's
+ *            offset within its window, u8 (i32 when the kernel has more
+ *            than 256 elements); indices: a second output (N,C,Ho,Wo) i64,
+ *            each maximum's flat index into x (ONNX's Indices), which
+ *            takes no gradient.
  * GAVGPOOL   x (N,C,H,W) -> y (N,C).
  * BATCHNORM  x (N,C,H,W) or (N,C) -> y: params gamma (C) init ones, beta
  *            (C) zeros, both exempt from weight decay; state running_mean
@@ -160,6 +175,8 @@ int ar_nn_op_from_name(const char *name);
  *            (PyTorch's: running = (1-momentum) running + momentum batch,
  *            the variance unbiased; default 0.1); act (NONE or RELU: fused).
  *            Training: batch statistics; evaluation: running statistics.
+ *            var_biased: the running variance moves by the biased batch
+ *            variance (ONNX's rule) instead of the unbiased one.
  * DENSE      x (..., K) -> y (..., out): params w (out, K) (PyTorch's
  *            Linear), b (out) when bias; act (NONE, RELU, SIGMOID: fused).
  * MATMUL     a (B..., M, K), b (B..., K, N) -> (B..., M, N); trans_b: b is
@@ -168,7 +185,10 @@ int ar_nn_op_from_name(const char *name);
  * LEAKY_RELU alpha (negative slope, default 0.01).
  * SOFTMAX, LOG_SOFTMAX over the last axis.
  * LAYERNORM  over the last axis: params gamma (D) ones, beta (D) zeros
- *            (exempt from weight decay); eps (default 1e-5).
+ *            (exempt from weight decay); eps (default 1e-5).  stats: two
+ *            more outputs, each row's mean and 1/sqrt(var + eps) (the
+ *            input's shape without its last dim; ONNX's Mean and
+ *            InvStdDev), whose gradients are not propagated.
  * ADD, SUB, MUL, DIV, POW  two inputs with NumPy broadcasting, or one
  *            input and the constant `scalar` as the second operand (POW:
  *            x^scalar; with two inputs x^y, x > 0 for y's gradient).
@@ -202,6 +222,27 @@ int ar_nn_op_from_name(const char *name);
  *            (D % heads == 0): params wq, wk, wv, wo (D, D), bq, bk, bv, bo
  *            (D); causal.  aux: q, k, v (N, heads, T, D/heads), probs
  *            (N, heads, T, T), ctx (N, T, D).
+ * ADD, SUB, MUL, DIV, POW also take two i64, i32 or u8 inputs of one type
+ *            (forward only: the result in that type, wrapping as NumPy
+ *            does; DIV truncates, a division by zero gives 0).
+ * NEG, ABS, ERF  element-wise (ABS's gradient is 0 at 0, as PyTorch's).
+ * CLIP       min(max(x, lo), hi) (defaults -inf, +inf); NaN stays NaN;
+ *            the gradient passes where lo <= x <= hi.
+ * WHERE      cond (bool or u8), x, y with NumPy broadcasting of the three
+ *            -> x where cond, else y (x and y of one type; gradients to
+ *            f32 x and y).
+ * EXPAND     x broadcast with `shape` (NumPy's rule both ways: the output
+ *            dims are the larger of each pair) -> the result; any type.
+ * CAST       x -> `to` (any element types): float to integer truncates
+ *            toward zero (NaN gives 0, beyond the range it saturates at
+ *            i64's, then wraps to the narrower type), to bool is x != 0;
+ *            f32 to f32 passes the gradient.
+ * GATHER     data (any type), indices (i64 or i32, any shape; negative
+ *            counts from the end) along axis -> data's dims before axis,
+ *            indices' dims, data's dims after axis.  An index outside the
+ *            axis gives zeros (the engine cannot stop a kernel; importers
+ *            check ids).  Gradient to f32 data (summed where an index
+ *            repeats).
  */
 typedef struct ar_nn_attr {
   int64_t out;
@@ -221,10 +262,16 @@ typedef struct ar_nn_attr {
   int64_t vocab, pad_id;
   int heads;
   bool causal, trans_b;
+  float lo, hi;       /* CLIP */
+  ar_dtype to;        /* CAST */
+  bool exclude_pad;   /* AVGPOOL */
+  bool indices;       /* MAXPOOL */
+  bool var_biased;    /* BATCHNORM */
+  bool stats;         /* LAYERNORM */
 } ar_nn_attr;
 /* The defaults every op starts from: stride 1, dilation 1, groups 1, bias
- * true, eps 1e-5, momentum 0.1, alpha 0.01, pad_id 0, perm identity, the
- * rest 0. */
+ * true, eps 1e-5, momentum 0.1, alpha 0.01, pad_id 0, perm identity, lo
+ * -inf, hi +inf, to f32, the rest 0. */
 void ar_nn_attr_defaults(ar_nn_attr *a);
 
 /* How a parameter or state tensor starts. */
@@ -318,6 +365,90 @@ ar_status ar_device_nn_prepare(ar_device *dev, const ar_nn_args *a, bool trainin
 void ar_device_nn_forward(ar_device *dev, ar_nn_prim *prim, ar_nn_args *a);
 void ar_device_nn_backward(ar_device *dev, ar_nn_prim *prim, ar_nn_args *a);
 void ar_device_nn_release(ar_device *dev, ar_nn_prim *prim); /* NULL: no-op */
+
+/* ---- graphs built by a program --------------------------------------------
+ * ar_nn_graph: a graph of these ops built by code rather than by a job
+ * file (the ONNX importer, runtime/onnx/), each node's shapes inferred as
+ * it is added so that the builder knows them for the next; the graph
+ * engine makes a net of it (net.h: ar_net_build_graph).  Tensors are
+ * inputs (fed at each run), constants (fixed values, no gradient),
+ * parameters and state (with initial values, or made by an op with its
+ * initialisation rule) and node outputs.  The structs are read-only for
+ * callers; build with the functions below.  Not thread-safe.
+ * Tests: tests/engine/test_net_graph.c (through the engine),
+ * tests/onnx/test_onnx_load.c (through the importer). */
+typedef enum ar_nn_tkind {
+  AR_NN_T_INPUT = 0,
+  AR_NN_T_CONST,
+  AR_NN_T_PARAM,
+  AR_NN_T_STATE,
+  AR_NN_T_VALUE /* a node's output */
+} ar_nn_tkind;
+
+typedef struct ar_nn_gtensor {
+  char *name;
+  ar_shape shape;
+  ar_dtype dtype;
+  ar_nn_tkind kind;
+  void *data;      /* CONST, PARAM, STATE: initial values (owned); NULL for
+                      one an op made: `init` says how it starts */
+  ar_nn_init init; /* PARAM, STATE made by an op */
+  float std;
+  bool decay;      /* PARAM: weight decay applies */
+  int producer;    /* VALUE: its node, else -1 */
+} ar_nn_gtensor;
+
+/* When a node runs in training mode. */
+typedef enum ar_nn_mode {
+  AR_NN_MODE_RUN = 0, /* as the run: training steps train, inference does not */
+  AR_NN_MODE_TRAIN,   /* always (an ONNX BatchNormalization with training_mode) */
+  AR_NN_MODE_EVAL     /* never */
+} ar_nn_mode;
+
+typedef struct ar_nn_gnode {
+  char *name;
+  ar_nn_op op;
+  ar_nn_attr attr;
+  ar_nn_sig sig;
+  ar_nn_mode mode;
+  int n_in;
+  int in[AR_NN_MAX_IO];    /* tensors */
+  int param[AR_NN_MAX_IO]; /* sig.n_param tensors */
+  int state[AR_NN_MAX_IO]; /* sig.n_state tensors */
+  int out[AR_NN_MAX_IO];   /* sig.n_out tensors (kind VALUE) */
+} ar_nn_gnode;
+
+typedef struct ar_nn_graph {
+  int n_tensors, n_nodes, n_inputs, n_outputs;
+  ar_nn_gtensor *tensors;
+  ar_nn_gnode *nodes;
+  int *inputs;  /* (n_inputs) tensors of kind INPUT, in the order added */
+  int *outputs; /* (n_outputs) any tensors, in the order marked */
+  int cap_tensors, cap_nodes, cap_inputs, cap_outputs;
+} ar_nn_graph;
+
+/* An empty graph.  AR_NOMEM. */
+ar_status ar_nn_graph_create(ar_nn_graph **out, ar_err *err);
+void ar_nn_graph_destroy(ar_nn_graph *g); /* NULL is a no-op */
+/* A tensor of kind INPUT, CONST, PARAM or STATE (not VALUE): name and data
+ * are copied (data: count elements of t; NULL for an input, or zeros).
+ * PARAM and STATE are f32.  *out: its index.  AR_INVALID; AR_NOMEM. */
+ar_status ar_nn_graph_tensor(ar_nn_graph *g, const char *name, ar_nn_tkind kind,
+                             const ar_shape *s, ar_dtype t, const void *data, int *out,
+                             ar_err *err);
+/* A node of op reading tensors in[0..n_in): its shapes are inferred now.
+ * params (sig.n_param entries) and states (sig.n_state) name existing
+ * PARAM/STATE/CONST/INPUT tensors to use in the op's slots, each with as
+ * many f32 elements as the slot (its shape may differ: a (3,4,5) scale in
+ * a (60) slot); NULL, or -1 in an entry: a new tensor NAME.<slot> made by
+ * the op's rule.  out (AR_NN_MAX_IO) receives the output tensors.  AR_OK;
+ * AR_INVALID or AR_UNSUPPORTED from the op's shape rule, or for a bad
+ * binding, the message naming the node; AR_NOMEM. */
+ar_status ar_nn_graph_node(ar_nn_graph *g, const char *name, ar_nn_op op, const ar_nn_attr *attr,
+                           int n_in, const int *in, const int *params, const int *states,
+                           ar_nn_mode mode, int *out, ar_err *err);
+/* Marks tensor t as the graph's next output.  AR_INVALID; AR_NOMEM. */
+ar_status ar_nn_graph_output(ar_nn_graph *g, int t, ar_err *err);
 
 #ifdef __cplusplus
 }

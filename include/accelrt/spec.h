@@ -155,6 +155,11 @@ typedef struct ar_spec {
    * tokens, an item uses a graph-only key, or the data is idx or npy.
    * Otherwise the chain of dense (or sampled) layers of ar_model. */
   bool graph;
+  /* model.onnx: an ONNX model file (include/accelrt/onnx.h), resolved like
+   * the data paths; then there are no layers (n_layers 0), the model's
+   * initializers are the initial parameters and the loss is softmax
+   * cross-entropy (model.loss). */
+  char *onnx;
   int n_layers;
   ar_layer_spec *layers; /* (n_layers); the last one is the output layer */
 

@@ -63,6 +63,7 @@ int cli_schema(int argc, char **argv);
 int cli_eval(int argc, char **argv);     /* cmd_eval.c */
 int cli_simulate(int argc, char **argv); /* cmd_simulate.c */
 int cli_study(int argc, char **argv);    /* cmd_study.c */
+int cli_onnx_test(int argc, char **argv); /* cmd_onnx.c */
 /* cmd_service.c: serve, submit, ps, logs, cancel (argv[0] is the command) */
 int cli_service(int argc, char **argv);
 

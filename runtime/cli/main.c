@@ -42,6 +42,9 @@ static const command commands[] = {
      "the service's jobs: state, iteration, loss, samples/s, ETA,\nmemory, lane"},
     {"logs", cli_service, "ID [-f] [--json]", "a job's events and progress (-f: until it ends)"},
     {"cancel", cli_service, "ID...", "cancel jobs at their next iteration boundary"},
+    {"onnx-test", cli_onnx_test, "DIR...",
+     "run ONNX backend-test folders through the importer and the\n"
+     "engine: pass, fail or skip each"},
     {"schema", cli_schema, "[--json]",
      "print the job-file reference (Markdown; --json: a JSON Schema of\n"
      "job files, for editors)"},

@@ -47,7 +47,7 @@ int ar__net_tensor(ar_net *n, const char *name, const ar_shape *s, ar_dtype t, i
   return n->n_tensors++;
 }
 
-static nnode *new_node(ar_net *n) {
+nnode *ar__net_new_node(ar_net *n) {
   if (n->n_nodes == n->cap_nodes) {
     int cap = n->cap_nodes ? 2 * n->cap_nodes : 32;
     nnode *nn = ar_realloc(n->nodes, (size_t)cap * sizeof *nn);
@@ -121,7 +121,7 @@ static ar_status add_node(build_ctx *b, const ar_layer_spec *ls, const char *pat
                           const char *name, ar_nn_op op, const ar_nn_attr *attr, const int *in,
                           int n_in, int *out) {
   ar_net *n = b->net;
-  nnode *d = new_node(n);
+  nnode *d = ar__net_new_node(n);
   if (!d)
     return ar_errf(b->err, AR_NOMEM, "out of memory building the graph");
   int id = n->n_nodes - 1;
@@ -282,6 +282,11 @@ static ar_status build_graph(build_ctx *b) {
  * read by several nodes the temporaries its later contributions land in. */
 static ar_status add_grads(ar_net *n, ar_err *err) {
   char tn[400];
+  /* A parameter a node reads as a data input (a graph built by a program:
+   * an imported MatMul's weight) takes its gradient there too. */
+  for (int i = 0; i < n->n_tensors; i++)
+    if (n->tensors[i].kind == T_PARAM)
+      n->tensors[i].needs_grad = true;
   for (int i = 0; i < n->n_nodes; i++) {
     nnode *d = &n->nodes[i];
     bool any = d->sig.n_param > 0;
@@ -290,7 +295,7 @@ static ar_status add_grads(ar_net *n, ar_err *err) {
         any = true;
     d->trains = any || d->op == AR_NN_XENT;
     for (int k = 0; k < d->sig.n_out; k++)
-      n->tensors[d->out[k]].needs_grad = any;
+      n->tensors[d->out[k]].needs_grad = any && d->sig.out_dtype[k] == AR_DT_F32;
   }
   /* Backward runs in reverse node order: the last reader of a tensor
    * writes its gradient, earlier readers add into it through a
@@ -322,14 +327,27 @@ static ar_status add_grads(ar_net *n, ar_err *err) {
       }
     }
     for (int k = 0; k < d->sig.n_param; k++) {
-      snprintf(tn, sizeof tn, "%s.grad", n->tensors[d->param[k]].name);
+      /* A parameter used by several nodes (or slots): the last in backward
+       * order writes its gradient, the others add into it. */
+      const int shared = n->tensors[d->param[k]].grad;
+      d->gptmp[k] = shared;
+      if (shared >= 0)
+        snprintf(tn, sizeof tn, "%.190s.grad.%.190s", n->tensors[d->param[k]].name, d->name);
+      else
+        snprintf(tn, sizeof tn, "%s.grad", n->tensors[d->param[k]].name);
       int g = ar__net_tensor(n, tn, &d->sig.param[k], AR_DT_F32, T_GRAD);
       if (g < 0)
         return ar_errf(err, AR_NOMEM, "out of memory building the graph");
-      n->tensors[d->param[k]].grad = g;
+      if (shared < 0)
+        n->tensors[d->param[k]].grad = g;
       d->gparam[k] = g;
     }
   }
+  /* A parameter nothing differentiates (read only where no gradient
+   * flows) is a constant. */
+  for (int i = 0; i < n->n_tensors; i++)
+    if (n->tensors[i].kind == T_PARAM && n->tensors[i].grad < 0)
+      n->tensors[i].kind = T_CONST;
   return AR_OK;
 }
 
@@ -350,10 +368,12 @@ static void lifetimes(ar_net *n) {
     n->tensors[i].first = -1;
     n->tensors[i].last = -1;
   }
-  live(&n->tensors[n->x], 0);
-  live(&n->tensors[n->x], end);
-  live(&n->tensors[n->y], 0);
-  live(&n->tensors[n->y], end);
+  /* The batch, a graph's inputs and outputs: the whole iteration. */
+  for (int i = 0; i < n->n_tensors; i++)
+    if (n->tensors[i].kind == T_INPUT || n->tensors[i].keep) {
+      live(&n->tensors[i], 0);
+      live(&n->tensors[i], end);
+    }
   /* The kernels' shared workspace and the evaluation's top-5: the whole
    * iteration (every node may use the workspace). */
   for (int w = n->work; w <= n->work + 1; w++) {
@@ -389,9 +409,17 @@ static void lifetimes(ar_net *n) {
     for (int k = 0; d->trains && k < d->sig.n_param; k++) {
       live(&n->tensors[d->gparam[k]], bw);
       live(&n->tensors[d->gparam[k]], end);
+      if (d->gptmp[k] >= 0)
+        live(&n->tensors[d->gptmp[k]], bw);
     }
   }
-  live(&n->tensors[n->loss], end); /* read back after the step */
+  if (n->loss >= 0)
+    live(&n->tensors[n->loss], end); /* read back after the step */
+  /* Parameters' gradients wait for the optimizer (those of parameters read
+   * as data inputs too). */
+  for (int i = 0; i < n->n_tensors; i++)
+    if (n->tensors[i].kind == T_PARAM && n->tensors[i].grad >= 0)
+      live(&n->tensors[n->tensors[i].grad], end);
 }
 
 static size_t align64(size_t v) { return (v + 63) & ~(size_t)63; }
@@ -483,7 +511,8 @@ static ar_status make_plan(ar_net *n, ar_err *err) {
   size_t pers = 0;
   for (int i = 0; i < n->n_tensors; i++) {
     ntensor *t = &n->tensors[i];
-    bool persistent = t->kind == T_PARAM || t->kind == T_STATE || t->kind == T_OPT;
+    bool persistent =
+        t->kind == T_PARAM || t->kind == T_STATE || t->kind == T_OPT || t->kind == T_CONST;
     t->cls = persistent ? AR_MEM_PERSISTENT : AR_MEM_EPHEMERAL;
     if (persistent) {
       t->offset = pers;
@@ -515,19 +544,41 @@ static ar_status make_plan(ar_net *n, ar_err *err) {
 /* The workspace every kernel shares (one node runs at a time): sized at
  * start, once the kernels are prepared; planned here as the largest
  * workspace of the ops, which start checks. */
+static ar_status finish(ar_net *n, bool training, ar_err *err);
+
 ar_status ar_net_build(const ar_spec *spec, int64_t batch, ar_net **out, ar_err *err) {
   *out = NULL;
+  if (spec->onnx)
+    return ar_net_build_onnx(spec, batch, NULL, out, err);
   ar_net *n = ar_calloc(1, sizeof *n);
   if (!n)
     return ar_errf(err, AR_NOMEM, "out of memory building the graph");
   n->spec = spec;
   n->batch = batch;
+  n->seed = spec->seed;
+  n->threads = ar_job_threads(spec);
   build_ctx b = {n, err, NULL, 0, 0};
   ar_status st = build_graph(&b);
   ar_free(b.names);
+  return ar__net_done(n, st, true, out, err);
+}
+
+ar_status ar__net_done(ar_net *n, ar_status st, bool training, ar_net **out, ar_err *err) {
   if (st == AR_OK)
+    st = finish(n, training, err);
+  if (st != AR_OK) {
+    ar_net_destroy(n);
+    return st;
+  }
+  *out = n;
+  return AR_OK;
+}
+
+static ar_status finish(ar_net *n, bool training, ar_err *err) {
+  ar_status st = AR_OK;
+  if (training)
     st = add_grads(n, err);
-  if (st == AR_OK)
+  if (st == AR_OK && training)
     st = add_optimizer(n, err);
   if (st == AR_OK)
     st = ar__net_workspace(n, err);
@@ -545,12 +596,7 @@ ar_status ar_net_build(const ar_spec *spec, int64_t batch, ar_net **out, ar_err 
     n->plan.total_bytes =
         n->plan.persistent_bytes + n->plan.ephemeral_bytes + n->plan.host_bytes;
   }
-  if (st != AR_OK) {
-    ar_net_destroy(n);
-    return st;
-  }
-  *out = n;
-  return AR_OK;
+  return st;
 }
 
 const ar_plan *ar_net_plan(const ar_net *n) { return &n->plan; }
@@ -578,8 +624,12 @@ void ar_net_destroy(ar_net *n) {
   if (!n)
     return;
   ar__net_stop(n);
+  for (int i = 0; i < n->n_tensors; i++)
+    ar_free(n->tensors[i].init_data);
   ar_free(n->nodes);
   ar_free(n->tensors);
+  ar_free(n->inputs);
+  ar_free(n->outputs);
   ar_plan_fini(&n->plan);
   ar_free(n);
 }

@@ -5,7 +5,9 @@
 #include "accelrt/net.h"
 #include "accelrt/runtime.h"
 
-enum { T_INPUT = 0, T_ACT, T_AUX, T_PARAM, T_STATE, T_GRAD, T_OPT, T_WORK };
+/* T_CONST: fixed values of a graph built by a program (net_graph.c),
+ * persistent and never trained. */
+enum { T_INPUT = 0, T_ACT, T_AUX, T_PARAM, T_STATE, T_GRAD, T_OPT, T_WORK, T_CONST };
 
 typedef struct ntensor {
   char name[200];
@@ -23,6 +25,9 @@ typedef struct ntensor {
   ar_mem_class cls;
   int64_t first, last; /* ephemeral: steps it lives between */
   void *p;          /* bound address */
+  void *init_data;  /* initial values given by the graph's builder (owned;
+                       freed once start has copied them), or NULL */
+  bool keep;        /* read after the iteration (a graph's output) */
 } ntensor;
 
 typedef struct nnode {
@@ -38,7 +43,10 @@ typedef struct nnode {
   int gin[AR_NN_MAX_IO];   /* gradient written by backward, or -1 */
   int gtmp[AR_NN_MAX_IO];  /* >= 0: gin is a temporary to add into this */
   int gparam[AR_NN_MAX_IO];
+  int gptmp[AR_NN_MAX_IO]; /* >= 0: gparam is a temporary to add into this
+                              (a parameter several nodes use) */
   bool trains;             /* backward runs */
+  ar_nn_mode mode;         /* graphs built by a program: when it trains */
   ar_nn_prim *ptrain, *peval;
   ar_nn_args args;
 } nnode;
@@ -62,6 +70,12 @@ struct ar_net {
   int64_t step;
   int64_t total; /* iterations of the run (the cosine schedule's length) */
   ar_trace *trace; /* borrowed, NULL: none (ar_net_set_trace) */
+  uint64_t seed;  /* initialisation and dropout (the spec's, or the graph's options) */
+  int threads;    /* the kernels are prepared for this many */
+  /* A graph built by a program (net_graph.c): its inputs and outputs
+   * (tensors), in the graph's order; 0 for a job file's model. */
+  int n_inputs, n_outputs;
+  int *inputs, *outputs;
 };
 
 typedef struct named {
@@ -77,6 +91,12 @@ typedef struct build_ctx {
 } build_ctx;
 
 int ar__net_tensor(ar_net *n, const char *name, const ar_shape *s, ar_dtype t, int kind);
+/* A new zeroed node (NULL when out of memory). */
+nnode *ar__net_new_node(ar_net *n);
+/* Ends a build: when st is AR_OK, gradients (training), optimizer state,
+ * the kernels' workspace and the plan, and *out = n; otherwise (or when
+ * those fail) n is destroyed.  Returns the status. */
+ar_status ar__net_done(ar_net *n, ar_status st, bool training, ar_net **out, ar_err *err);
 /* net_run.c: prepares every kernel (on a host device of its own: the
  * host's kernels do not depend on the handle), adds the shared workspace
  * tensor and the staging size. */
@@ -86,5 +106,8 @@ ar_status ar__net_workspace(ar_net *n, ar_err *err);
 ar_status ar__net_grad(ar_net *n, double *loss, ar_err *err);
 /* Releases kernels and the blocks. */
 void ar__net_stop(ar_net *n);
+/* After node d's backward: its temporary gradients added into the
+ * gradients they belong to (a tensor or parameter several nodes read). */
+void ar__net_add_temps(ar_net *n, const nnode *d, int threads);
 
 #endif

@@ -124,7 +124,10 @@ ar_status ar__netjob_open_data(run_ctx *c) {
                    "train.batch",
                    train, (long long)ti.count, s->train.batch);
   c->mspec = *s;
-  AR_CHECK(ar_net_build(&c->mspec, s->train.batch, &c->net, c->err));
+  if (s->onnx) /* the model file is the job's, opened with its identity */
+    AR_CHECK(ar_net_build_onnx(&c->mspec, s->train.batch, c->opts.fs, &c->net, c->err));
+  else
+    AR_CHECK(ar_net_build(&c->mspec, s->train.batch, &c->net, c->err));
   const ar_plan *p = ar_net_plan(c->net);
   c->plan = *p;
   c->plan.entries = ar_malloc((size_t)(p->count ? p->count : 1) * sizeof *p->entries);

@@ -40,7 +40,7 @@ ar_status ar__net_workspace(ar_net *n, ar_err *err) {
   /* The job's threads: oneDNN sizes a primitive's scratchpad and splits
    * its work by the thread count it was made with. */
   ar_device_opts o = AR_DEVICE_OPTS_INIT;
-  o.threads = ar_job_threads(n->spec);
+  o.threads = n->threads;
   o.pin = false;
   ar_device *host = NULL;
   AR_CHECK(ar_device_open("host", &o, &host, err));
@@ -67,8 +67,8 @@ ar_status ar__net_workspace(ar_net *n, ar_err *err) {
   int topk = ar__net_tensor(n, "eval.topk", &ts, AR_DT_I32, T_WORK);
   if (n->work < 0 || topk < 0)
     return ar_errf(err, AR_NOMEM, "out of memory planning the graph");
-  const ntensor *x = &n->tensors[n->x];
-  n->staging_bytes = x->bytes + (size_t)n->batch * (8 + 4 + 5 * 4);
+  if (n->x >= 0)
+    n->staging_bytes = n->tensors[n->x].bytes + (size_t)n->batch * (8 + 4 + 5 * 4);
   return AR_OK;
 }
 
@@ -94,25 +94,32 @@ static float uniform(ar_rng *r) {
   return (float)((double)(ar_rng_next(r) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
 }
 
-/* Parameters from spec->seed, in plan order, each its own stream; state by
- * its init; optimizer state zero.  Host memory (graph models run there). */
+/* Parameters from the seed, in plan order, each its own stream; state by
+ * its init; optimizer state zero; values a graph's builder gave, as given.
+ * Host memory (graph models run there). */
 static void init_tensors(ar_net *n) {
-  const ar_spec *s = n->spec;
+  const int rule = n->spec ? (int)n->spec->train.init : AR_INIT_AUTO;
   memset(n->persistent, 0, n->plan.persistent_bytes);
   for (int i = 0; i < n->n_tensors; i++) {
     ntensor *t = &n->tensors[i];
+    if (t->init_data) {
+      memcpy(t->p, t->init_data, t->bytes);
+      ar_free(t->init_data);
+      t->init_data = NULL;
+      continue;
+    }
     if (t->kind != T_PARAM && t->kind != T_STATE)
       continue;
     float *p = t->p;
     int64_t cnt = ar_shape_count(&t->shape);
     ar_rng r;
-    ar_rng_seed3(&r, s->seed, 0x6e6574u, (uint64_t)i);
+    ar_rng_seed3(&r, n->seed, 0x6e6574u, (uint64_t)i);
     double fan_in = t->shape.nd > 1 ? (double)cnt / (double)t->shape.d[0] : (double)cnt;
     double fan_out = t->shape.nd > 1 ? (double)t->shape.d[0] * (fan_in / (double)(t->shape.nd > 2 ? t->shape.d[1] : fan_in)) : (double)cnt;
     double bound = 1.0 / sqrt(fan_in > 0 ? fan_in : 1); /* PyTorch's default */
-    if (s->train.init == AR_INIT_HE)
+    if (rule == AR_INIT_HE)
       bound = sqrt(6.0 / (fan_in > 0 ? fan_in : 1));
-    else if (s->train.init == AR_INIT_XAVIER)
+    else if (rule == AR_INIT_XAVIER)
       bound = sqrt(6.0 / (fan_in + fan_out > 0 ? fan_in + fan_out : 1));
     for (int64_t j = 0; j < cnt; j++) {
       switch (t->init) {
@@ -256,14 +263,22 @@ static void backward(ar_net *n) {
       continue;
     double t0 = det ? ar_now() : 0.0;
     ar_device_nn_backward(n->dev, d->ptrain, &d->args);
-    for (int k = 0; k < d->n_in; k++)
-      if (d->gtmp[k] >= 0)
-        add_into(n->tensors[d->gtmp[k]].p, n->tensors[d->gin[k]].p,
-                 ar_shape_count(&n->tensors[d->in[k]].shape), threads);
+    ar__net_add_temps(n, d, threads);
     if (det)
       ar_trace_add_span(n->trace, AR_TRACE_STEPS, "backward", "backward", d->name, t0, ar_now(),
                         true);
   }
+}
+
+void ar__net_add_temps(ar_net *n, const nnode *d, int threads) {
+  for (int k = 0; k < d->n_in; k++)
+    if (d->gtmp[k] >= 0)
+      add_into(n->tensors[d->gtmp[k]].p, n->tensors[d->gin[k]].p,
+               ar_shape_count(&n->tensors[d->in[k]].shape), threads);
+  for (int k = 0; k < d->sig.n_param; k++)
+    if (d->gptmp[k] >= 0)
+      add_into(n->tensors[d->gptmp[k]].p, n->tensors[d->gparam[k]].p,
+               ar_shape_count(&d->sig.param[k]), threads);
 }
 
 static double schedule_lr(const ar_net *n, int64_t t) {

@@ -277,6 +277,8 @@ static const ar_schema layer_keys[] = {
             "devices only; see `mode`."},
     {0}};
 
+static const char *const onnx_loss_values[] = {"softmax_ce", NULL};
+
 static const ar_schema layer_item[2] = {{.key = "item",
                                          .type = AR_SCHEMA_MAP,
                                          .kids = layer_keys,
@@ -293,12 +295,23 @@ static const ar_schema model_keys[] = {
             "With `data.generate`, N must equal `data.generate.features`."},
     {.key = "layers",
      .type = AR_SCHEMA_LIST,
-     .required = true,
      .min_items = 1,
      .kids = layer_item,
      .doc = "The layers from input to output, at least one. The last one is "
             "the output layer; with `data.generate` its width must equal "
-            "`data.generate.labels`."},
+            "`data.generate.labels`. Exactly one of `layers` and `onnx`."},
+    {.key = "onnx",
+     .type = AR_SCHEMA_PATH,
+     .doc = "An ONNX model file (opsets 7 to 17; docs/onnx.md) instead of `layers`: "
+            "its one input takes `model.input` with the batch first, its one output "
+            "is the logits, its initializers are the exact initial parameters. A "
+            "relative path is taken from the job file's folder."},
+    {.key = "loss",
+     .type = AR_SCHEMA_ENUM,
+     .values = onnx_loss_values,
+     .def = "softmax_ce",
+     .doc = "With `onnx`: the loss on the model's output; `softmax_ce` (softmax "
+            "cross-entropy against one class id per point) in this version."},
     {0}};
 
 /* ---- data -------------------------------------------------------------- */

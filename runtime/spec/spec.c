@@ -1649,10 +1649,32 @@ static void convert_input(ctx *c, const ar_ynode *model, ar_spec *sp) {
     diag_path(c, ar_ynode_get(input, "vocab"), "model.input.vocab", "`vocab` goes with `tokens`");
 }
 
+/* model.onnx: the model file instead of layers (exactly one of the two). */
+static void convert_onnx(ctx *c, const ar_ynode *root, const ar_ynode *model, ar_spec *sp) {
+  const ar_ynode *onnx = ar_ynode_get(model, "onnx"), *layers = ar_ynode_get(model, "layers");
+  if (!onnx) {
+    if (!layers) /* reported at the key, as a missing required key is */
+      diag_path(c, root->keys[ar__ymap_find(root, "model")], "model",
+                "missing required key 'layers' (the model written out), or give `onnx` (a "
+                "model file)");
+    return;
+  }
+  if (layers)
+    diag_path(c, layers, "model.layers", "give `layers` or `onnx`, not both");
+  if (onnx->kind != AR_YNODE_SCALAR)
+    return; /* reported by the schema */
+  sp->graph = true;
+  sp->onnx = resolve(c, onnx);
+  if (c->check_files && sp->onnx)
+    check_file(c, onnx, "model.onnx", sp->onnx, false);
+}
+
 static void convert_model(ctx *c, const ar_ynode *root, ar_spec *sp) {
   const ar_schema *ms = kid(ar__schema_root(), "model");
   const ar_ynode *model = get_map(root, "model");
   convert_input(c, model, sp);
+  if (model)
+    convert_onnx(c, root, model, sp);
   const ar_ynode *layers = ar_ynode_get(model, "layers");
   if (!layers || layers->kind != AR_YNODE_SEQ || layers->n == 0)
     return;
@@ -2104,6 +2126,7 @@ void ar_spec_destroy(ar_spec *sp) {
   ar_free(sp->file);
   ar_free(sp->name);
   ar_free(sp->device);
+  ar_free(sp->onnx);
   ar_free(sp->data.train);
   ar_free(sp->data.test);
   ar_free(sp->data.train_labels);

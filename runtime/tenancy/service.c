@@ -495,6 +495,7 @@ static ar_status parse_job(const sjob *j, const char *yaml, size_t n, ar_spec **
 static ar_status resolve_paths(sjob *j, ar_spec *spec, ar_err *err) {
   AR_CHECK(absolute(&spec->data.train, j->cwd, "data.train", err));
   AR_CHECK(absolute(&spec->data.test, j->cwd, "data.test", err));
+  AR_CHECK(absolute(&spec->onnx, j->cwd, "model.onnx", err));
   if (!j->out[0]) {
     AR_CHECK(absolute(&spec->output.dir, j->cwd, "output.dir", err));
     if (strlen(spec->output.dir) >= sizeof j->out)

@@ -405,9 +405,24 @@ static inline void nn__attr_json(FILE *f, const ar_nn_attr *a) {
     fprintf(f, "%s%d", i ? "," : "", a->perm[i]);
   fprintf(f,
           "],\"vocab\":%lld,\"pad_id\":%lld,\"heads\":%d,\"causal\":%s,"
-          "\"trans_b\":%s}",
+          "\"trans_b\":%s,",
           (long long)a->vocab, (long long)a->pad_id, a->heads, a->causal ? "true" : "false",
           a->trans_b ? "true" : "false");
+  /* Python's json reads -Infinity and Infinity (C prints -inf, inf). */
+  const float lohi[2] = {a->lo, a->hi};
+  for (int i = 0; i < 2; i++) {
+    fprintf(f, "\"%s\":", i ? "hi" : "lo");
+    if (isinf(lohi[i]))
+      fprintf(f, "%sInfinity,", lohi[i] < 0 ? "-" : "");
+    else
+      fprintf(f, "%.9g,", (double)lohi[i]);
+  }
+  fprintf(f,
+          "\"to\":\"%s\",\"exclude_pad\":%s,\"indices\":%s,\"var_biased\":%s,"
+          "\"stats\":%s}",
+          ar_dtype_name(a->to), a->exclude_pad ? "true" : "false",
+          a->indices ? "true" : "false", a->var_biased ? "true" : "false",
+          a->stats ? "true" : "false");
 }
 
 static inline int nn__compare(const char *what, int i, const float *ours, const float *ref,

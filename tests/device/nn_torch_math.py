@@ -53,6 +53,19 @@ def xent(m, ins, params, states):
     return [F.cross_entropy(ins[0], ins[1].long(), reduction="none")]
 
 
+def where(m, ins, params, states):
+    return [torch.where(ins[0].bool(), ins[1], ins[2])]
+
+
+def expand(m, ins, params, states):
+    shape = m["attr"]["shape"]
+    x = ins[0]
+    nd = max(len(shape), x.dim())
+    full = [1] * (nd - x.dim()) + list(x.shape)
+    want = [1] * (nd - len(shape)) + list(shape)
+    return [x.reshape(full).expand([max(a, b) for a, b in zip(full, want)])]
+
+
 OPS = {
     "dense": dense,
     "matmul": matmul,
@@ -75,6 +88,12 @@ OPS = {
     "mean": reduce(torch.mean),
     "sum": reduce(torch.sum),
     "xent": xent,
+    "neg": lambda m, i, p, s: [torch.neg(i[0])],
+    "abs": lambda m, i, p, s: [torch.abs(i[0])],
+    "erf": lambda m, i, p, s: [torch.erf(i[0])],
+    "clip": lambda m, i, p, s: [torch.clamp(i[0], m["attr"]["lo"], m["attr"]["hi"])],
+    "where": where,
+    "expand": expand,
 }
 
 if __name__ == "__main__":

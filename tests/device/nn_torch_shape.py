@@ -114,8 +114,17 @@ def attention(meta, ins, params, states):
     return [y]
 
 
+def gather(meta, ins, params, states):
+    x, idx = ins[0], ins[1].long()
+    ax = _axis(meta, x.dim())
+    idx = torch.where(idx < 0, idx + x.shape[ax], idx)
+    out = torch.index_select(x, ax, idx.reshape(-1))
+    shape = list(x.shape[:ax]) + list(idx.shape) + list(x.shape[ax + 1:])
+    return [out.reshape(shape)]
+
+
 nn_torch_io.run({
     "concat": concat, "split": split, "slice": slice_, "pad": pad, "reshape": reshape,
     "flatten": flatten, "transpose": transpose, "embedding": embedding,
-    "posembed": posembed, "mask": mask, "attention": attention,
+    "posembed": posembed, "mask": mask, "attention": attention, "gather": gather,
 })

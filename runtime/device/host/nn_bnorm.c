@@ -261,7 +261,9 @@ static void bnorm_forward(void *state, ar_nn_args *a) {
    * reads the running ones. */
   float *mean = train ? a->aux[0].p : rm, *var = train ? a->aux[1].p : rv;
   const float eps = a->attr->eps, mo = a->attr->momentum;
-  const double unbias = (double)(N * S) / (double)(N * S - 1 > 0 ? N * S - 1 : 1);
+  const double unbias = a->attr->var_biased
+                            ? 1.0
+                            : (double)(N * S) / (double)(N * S - 1 > 0 ? N * S - 1 : 1);
   AR_ASSERT(a->work && a->work_bytes >= work_size(&g));
   double *part;
   float *coef;

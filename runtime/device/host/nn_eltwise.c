@@ -1,9 +1,10 @@
 /*
  * Host kernels of the element-wise nn ops (include/accelrt/nn.h): unary
- * RELU, LEAKY_RELU, SIGMOID, TANH, GELU, SQRT, EXP, LOG; binary ADD, SUB,
- * MUL, DIV, POW with NumPy broadcasting (or attr.scalar as the second
- * operand); and the reductions MEAN, SUM over one axis or every axis but
- * the batch's.
+ * RELU, LEAKY_RELU, SIGMOID, TANH, GELU, SQRT, EXP, LOG, NEG, ABS, ERF,
+ * CLIP; binary ADD, SUB, MUL, DIV, POW with NumPy broadcasting (or
+ * attr.scalar as the second operand), on f32 or, forward only, on two
+ * integer operands of one type; and the reductions MEAN, SUM over one axis
+ * or every axis but the batch's.
  *
  * Broadcasting.  The output's dims are walked as a "view": dims of extent 1
  * are dropped and neighbours that every operand treats alike (both present,
@@ -285,7 +286,7 @@ static void red_run(void *vctx, const bview *v, int64_t n, int64_t oa, int64_t o
   }
 }
 
-static void reduce_to(const ar_nn_args *a, const ar_shape *out, const ar_shape *shape,
+void ar__nn_reduce_to(const ar_nn_args *a, const ar_shape *out, const ar_shape *shape,
                       const float *w, float *gin) {
   bview v;
   bview_make(out, 1, &shape, &v);
@@ -302,7 +303,16 @@ static ar_status bin_infer(ar_nn_op op, const ar_nn_attr *attr, int n_in, const 
                            const ar_dtype *in_dtype, ar_nn_sig *sig, ar_err *err) {
   (void)attr;
   AR_CHECK(ar__nn_want_inputs(op, n_in, 1, 2, err));
-  AR_CHECK(ar__nn_want_f32(op, n_in, in_dtype, 3u, err));
+  const bool ints = in_dtype[0] == AR_DT_I64 || in_dtype[0] == AR_DT_I32 ||
+                    in_dtype[0] == AR_DT_U8;
+  if (ints && (n_in != 2 || in_dtype[1] != in_dtype[0]))
+    return ar_errf(err, AR_INVALID,
+                   "%s: input 0 is %s; integer arithmetic takes two inputs of one type (input "
+                   "1 is %s)",
+                   ar_nn_op_name(op), ar_dtype_name(in_dtype[0]),
+                   n_in == 2 ? ar_dtype_name(in_dtype[1]) : "missing");
+  if (!ints)
+    AR_CHECK(ar__nn_want_f32(op, n_in, in_dtype, 3u, err));
   ar_shape out = in[0];
   if (n_in == 2) {
     const ar_shape *x = &in[0], *y = &in[1];
@@ -322,7 +332,14 @@ static ar_status bin_infer(ar_nn_op op, const ar_nn_attr *attr, int n_in, const 
     }
   }
   ar__nn_sig_init(sig, n_in);
-  ar__nn_sig_out(sig, &out, AR_DT_F32);
+  ar__nn_sig_out(sig, &out, in_dtype[0]);
+  if (ints) {
+    sig->no_grad = 3u;
+    sig->in_needed = 0;
+    sig->out_needed = false;
+    sig->flops = (double)ar_shape_count(&out);
+    return AR_OK;
+  }
   const bool two = n_in == 2;
   switch (op) {
   case AR_NN_ADD:
@@ -380,8 +397,90 @@ static const float *bin_b(const ar_nn_args *a, const ar_shape **shape) {
   return &a->attr->scalar;
 }
 
+/* ---- integer operands ------------------------------------------------------
+ * Forward only, one element at a time through int64 (values wrap to the
+ * type on the store, as NumPy's do); no division traps: x / 0 is 0 and
+ * INT64_MIN / -1 wraps. */
+
+typedef struct int_ctx {
+  ar_nn_op op;
+  ar_dtype t;
+  const void *a, *b;
+  void *dst;
+} int_ctx;
+
+static int64_t int_load(ar_dtype t, const void *p, int64_t i) {
+  switch (t) {
+  case AR_DT_I64:
+    return ((const int64_t *)p)[i];
+  case AR_DT_I32:
+    return ((const int32_t *)p)[i];
+  default:
+    return ((const uint8_t *)p)[i];
+  }
+}
+
+static void int_store(ar_dtype t, void *p, int64_t i, uint64_t v) {
+  switch (t) {
+  case AR_DT_I64:
+    ((int64_t *)p)[i] = (int64_t)v;
+    break;
+  case AR_DT_I32:
+    ((int32_t *)p)[i] = (int32_t)(uint32_t)v;
+    break;
+  default:
+    ((uint8_t *)p)[i] = (uint8_t)v;
+  }
+}
+
+/* x^z by squaring, wrapping; a negative exponent gives 1/x^-z truncated
+ * (0 unless x is 1 or -1). */
+static uint64_t int_pow(int64_t x, int64_t z) {
+  if (z < 0)
+    return x == 1 ? 1u : x == -1 ? ((-z) % 2 ? (uint64_t)-1 : 1u) : 0u;
+  uint64_t r = 1, b = (uint64_t)x;
+  while (z) {
+    if (z & 1)
+      r *= b;
+    b *= b;
+    z >>= 1;
+  }
+  return r;
+}
+
+static uint64_t int_apply(ar_nn_op op, int64_t x, int64_t z) {
+  switch (op) {
+  case AR_NN_ADD:
+    return (uint64_t)x + (uint64_t)z;
+  case AR_NN_SUB:
+    return (uint64_t)x - (uint64_t)z;
+  case AR_NN_MUL:
+    return (uint64_t)x * (uint64_t)z;
+  case AR_NN_DIV:
+    return z == 0 ? 0u : z == -1 ? 0u - (uint64_t)x : (uint64_t)(x / z);
+  default:
+    return int_pow(x, z);
+  }
+}
+
+static void int_run(void *vctx, const bview *v, int64_t n, int64_t oa, int64_t ob, int64_t oo) {
+  const int_ctx *c = vctx;
+  const int64_t sa = v->s[0][v->nd - 1] != 0, sb = v->s[1][v->nd - 1] != 0;
+  for (int64_t j = 0; j < n; j++)
+    int_store(c->t, c->dst, oo + j,
+              int_apply(c->op, int_load(c->t, c->a, oa + j * sa), int_load(c->t, c->b, ob + j * sb)));
+}
+
 static void bin_forward(void *state, ar_nn_args *a) {
   (void)state;
+  if (a->in[0].dtype != AR_DT_F32) {
+    const ar_shape *shapes[2] = {&a->in[0].shape, &a->in[1].shape};
+    bview v;
+    bview_make(&a->out[0].shape, 2, shapes, &v);
+    int_ctx c = {a->op, a->in[0].dtype, a->in[0].p, a->in[1].p, a->out[0].p};
+    walk(&v, 0, 0, v.e[0], int_run, &c);
+    return;
+  }
   static const bin_code fwd[] = {
       [AR_NN_ADD] = F_ADD, [AR_NN_SUB] = F_SUB, [AR_NN_MUL] = F_MUL,
       [AR_NN_DIV] = F_DIV, [AR_NN_POW] = F_POW};
@@ -430,7 +529,7 @@ static void bin_backward(void *state, ar_nn_args *a) {
                  direct ? a->gin[i].p : a->work};
     walk_team(&v, split_dim(&v, nt), nt, bin_run, &c);
     if (!direct)
-      reduce_to(a, out, shapes[i], a->work, a->gin[i].p);
+      ar__nn_reduce_to(a, out, shapes[i], a->work, a->gin[i].p);
   }
 }
 
@@ -444,9 +543,10 @@ static ar_status unary_infer(ar_nn_op op, int n_in, const ar_shape *in, const ar
   ar__nn_sig_out(sig, &in[0], AR_DT_F32);
   /* The backward reads the output where the derivative is a function of
    * it, else the input. */
-  const bool from_x = op == AR_NN_LEAKY_RELU || op == AR_NN_GELU || op == AR_NN_LOG;
+  const bool from_x = op == AR_NN_LEAKY_RELU || op == AR_NN_GELU || op == AR_NN_LOG ||
+                      op == AR_NN_ABS || op == AR_NN_ERF || op == AR_NN_CLIP;
   sig->in_needed = from_x ? 1u : 0u;
-  sig->out_needed = !from_x;
+  sig->out_needed = !from_x && op != AR_NN_NEG;
   const double per = op == AR_NN_GELU || op == AR_NN_TANH || op == AR_NN_SIGMOID ? 4.0 : 1.0;
   sig->flops = per * (double)ar_shape_count(&in[0]);
   return AR_OK;
@@ -466,6 +566,17 @@ UNARY_INFER(gelu_infer, AR_NN_GELU)
 UNARY_INFER(sqrt_infer, AR_NN_SQRT)
 UNARY_INFER(exp_infer, AR_NN_EXP)
 UNARY_INFER(log_infer, AR_NN_LOG)
+UNARY_INFER(neg_infer, AR_NN_NEG)
+UNARY_INFER(abs_infer, AR_NN_ABS)
+UNARY_INFER(erf_infer, AR_NN_ERF)
+
+static ar_status clip_infer(const ar_nn_attr *attr, int n_in, const ar_shape *in,
+                            const ar_dtype *in_dtype, ar_nn_sig *sig, ar_err *err) {
+  if (isnan(attr->lo) || isnan(attr->hi))
+    return ar_errf(err, AR_INVALID, "clip: the bounds are %g and %g; give numbers",
+                   (double)attr->lo, (double)attr->hi);
+  return unary_infer(AR_NN_CLIP, n_in, in, in_dtype, sig, err);
+}
 
 /* One element-wise loop over [0, n) on the team. */
 #define EW_LOOP(BODY)                                                          \
@@ -485,6 +596,7 @@ UNARY_INFER(log_infer, AR_NN_LOG)
 
 #define INV_SQRT2 0.70710678118654752f
 #define INV_SQRT_2PI 0.39894228040143268f
+#define TWO_OVER_SQRT_PI 1.12837916709551257f
 
 static void unary_forward(void *state, ar_nn_args *a) {
   (void)state;
@@ -520,6 +632,22 @@ static void unary_forward(void *state, ar_nn_args *a) {
   case AR_NN_LOG:
     EW_LOOP(y[i] = logf(x[i]))
     break;
+  case AR_NN_NEG:
+    EW_LOOP(y[i] = -x[i])
+    break;
+  case AR_NN_ABS:
+    EW_LOOP(y[i] = fabsf(x[i]))
+    break;
+  case AR_NN_ERF:
+    EW_LOOP_CALL(y[i] = erff(x[i]))
+    break;
+  case AR_NN_CLIP: {
+    /* NumPy's clip: max with lo first, then min with hi (hi wins when
+     * lo > hi); a NaN fails both tests and stays. */
+    const float lo = a->attr->lo, hi = a->attr->hi;
+    EW_LOOP(const float v = x[i] < lo ? lo : x[i]; y[i] = v > hi ? hi : v)
+    break;
+  }
   default:
     AR_ASSERT(!"not a unary op");
   }
@@ -561,6 +689,20 @@ static void unary_backward(void *state, ar_nn_args *a) {
   case AR_NN_LOG:
     EW_LOOP(d[i] = g[i] / x[i])
     break;
+  case AR_NN_NEG:
+    EW_LOOP(d[i] = -g[i])
+    break;
+  case AR_NN_ABS:
+    EW_LOOP(d[i] = x[i] > 0.0f ? g[i] : x[i] < 0.0f ? -g[i] : 0.0f)
+    break;
+  case AR_NN_ERF:
+    EW_LOOP(d[i] = g[i] * TWO_OVER_SQRT_PI * expf(-x[i] * x[i]))
+    break;
+  case AR_NN_CLIP: {
+    const float lo = a->attr->lo, hi = a->attr->hi;
+    EW_LOOP(d[i] = x[i] >= lo && x[i] <= hi ? g[i] : 0.0f)
+    break;
+  }
   default:
     AR_ASSERT(!"not a unary op");
   }
@@ -710,7 +852,9 @@ void ar__nn_host_eltwise_register(ar_nn_kernel *table) {
   } unary[] = {{AR_NN_RELU, relu_infer}, {AR_NN_LEAKY_RELU, leaky_infer},
                {AR_NN_SIGMOID, sigmoid_infer}, {AR_NN_TANH, tanh_infer},
                {AR_NN_GELU, gelu_infer}, {AR_NN_SQRT, sqrt_infer},
-               {AR_NN_EXP, exp_infer}, {AR_NN_LOG, log_infer}},
+               {AR_NN_EXP, exp_infer}, {AR_NN_LOG, log_infer},
+               {AR_NN_NEG, neg_infer}, {AR_NN_ABS, abs_infer},
+               {AR_NN_ERF, erf_infer}, {AR_NN_CLIP, clip_infer}},
     binary[] = {{AR_NN_ADD, add_infer}, {AR_NN_SUB, sub_infer}, {AR_NN_MUL, mul_infer},
                 {AR_NN_DIV, div_infer}, {AR_NN_POW, pow_infer}};
   for (size_t i = 0; i < sizeof unary / sizeof unary[0]; i++)

@@ -253,4 +253,5 @@ void ar__nn_host_math_register(ar_nn_kernel *table) {
       .infer = matmul_infer, .forward = matmul_forward, .backward = matmul_backward};
   ar__nn_host_eltwise_register(table);
   ar__nn_host_norm_register(table);
+  ar__nn_host_typed_register(table);
 }

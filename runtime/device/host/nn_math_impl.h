@@ -8,7 +8,9 @@
  *   nn_eltwise.c  the element-wise ops, unary (RELU .. LOG) and binary with
  *                 NumPy broadcasting (ADD .. POW), and MEAN, SUM;
  *   nn_norm.c     SOFTMAX, LOG_SOFTMAX, LAYERNORM, XENT (row-wise ops over
- *                 the last axis).
+ *                 the last axis);
+ *   nn_typed.c    WHERE, EXPAND, CAST: element-wise ops over any element
+ *                 type with broadcasting of up to three operands.
  *
  * include/accelrt/nn.h states each op's contract.  Every kernel here runs on
  * at most a->threads OpenMP threads, allocates nothing, and gives the same
@@ -56,7 +58,14 @@ static inline ar_shape ar__nn_rows_shape(const ar_shape *s) {
   return r;
 }
 
+/* gin (the shape `shape`, broadcast to `out`) = w (out-shaped) summed over
+ * the broadcast dims, in a fixed order per element (nn_eltwise.c). */
+void ar__nn_reduce_to(const ar_nn_args *a, const ar_shape *out, const ar_shape *shape,
+                      const float *w, float *gin);
+
 void ar__nn_host_eltwise_register(ar_nn_kernel *table);
+/* WHERE, EXPAND, CAST (nn_typed.c). */
+void ar__nn_host_typed_register(ar_nn_kernel *table);
 void ar__nn_host_norm_register(ar_nn_kernel *table);
 
 #endif

@@ -119,7 +119,8 @@ static void softmax_backward(void *state, ar_nn_args *a) {
 
 /* ---- LAYERNORM ------------------------------------------------------------------
  * y = (x - mean) rstd gamma + beta per row of D, rstd = 1/sqrt(var + eps)
- * with the biased variance (PyTorch's).  aux: mean, rstd, one per row. */
+ * with the biased variance (PyTorch's).  aux: mean, rstd, one per row;
+ * with attr.stats the same two are outputs 1 and 2 as well. */
 
 static ar_status layernorm_infer(const ar_nn_attr *attr, int n_in, const ar_shape *in,
                                  const ar_dtype *in_dtype, ar_nn_sig *sig, ar_err *err) {
@@ -137,6 +138,10 @@ static ar_status layernorm_infer(const ar_nn_attr *attr, int n_in, const ar_shap
   ar__nn_sig_param(sig, "gamma", &d, AR_NN_INIT_ONES, false);
   ar__nn_sig_param(sig, "beta", &d, AR_NN_INIT_ZEROS, false);
   ar_shape rows = ar__nn_rows_shape(&in[0]);
+  if (attr->stats) { /* the mean and rstd as outputs too (ONNX's) */
+    ar__nn_sig_out(sig, &rows, AR_DT_F32);
+    ar__nn_sig_out(sig, &rows, AR_DT_F32);
+  }
   ar__nn_sig_aux(sig, &rows, AR_DT_F32); /* mean */
   ar__nn_sig_aux(sig, &rows, AR_DT_F32); /* rstd */
   sig->in_needed = 1u;
@@ -152,6 +157,7 @@ static void layernorm_forward(void *state, ar_nn_args *a) {
   const float *x = a->in[0].p, *gamma = a->param[0].p, *beta = a->param[1].p;
   float *y = a->out[0].p;
   float *mean_out = a->training ? a->aux[0].p : NULL, *rstd_out = a->training ? a->aux[1].p : NULL;
+  float *mean_y = a->n_out > 2 ? a->out[1].p : NULL, *rstd_y = a->n_out > 2 ? a->out[2].p : NULL;
   const float eps = a->attr->eps;
   const int nt = ar__nn_team(a, rows * n);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
@@ -176,6 +182,10 @@ static void layernorm_forward(void *state, ar_nn_args *a) {
     if (mean_out) {
       mean_out[r] = mean;
       rstd_out[r] = rstd;
+    }
+    if (mean_y) {
+      mean_y[r] = mean;
+      rstd_y[r] = rstd;
     }
   }
 }

@@ -21,7 +21,13 @@
  *
  * AVGPOOL divides by the whole kernel area, padding included (PyTorch's
  * count_include_pad=True; with PyTorch's symmetric padding no window
- * reaches past the padded input, so the divisor is always kh*kw).
+ * reaches past the padded input, so the divisor is always kh*kw), or with
+ * exclude_pad by the window's elements inside the input (ONNX's
+ * count_include_pad=0).
+ *
+ * A dilated max pool and one asked for its indices (ONNX's MaxPool) take
+ * the general loops: the window's elements dilation apart, and each
+ * maximum's flat index into the input written beside its value.
  * GAVGPOOL averages each plane (sum in double).
  *
  * Every output is one thread's, and each gradient plane one thread's, so
@@ -36,6 +42,8 @@
 typedef struct pool_geom {
   int64_t N, C, H, W, Ho, Wo;
   int64_t kh, kw, sh, sw, ph, pw; /* ph, pw: top and left padding */
+  int64_t dh, dw;                 /* max pool: dilation */
+  bool exclude_pad;               /* avg pool: divide by the elements inside */
 } pool_geom;
 
 typedef struct pool {
@@ -45,13 +53,13 @@ typedef struct pool {
 } pool;
 
 static int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p0, int64_t p1) {
-  int64_t span = in + p0 + p1 - k;
+  int64_t span = in + p0 + p1 - k; /* k: the dilated extent */
   return span < 0 ? 0 : span / s + 1;
 }
 
 /* The geometry of op on input x (shape checked by infer). */
 static pool_geom pool_geom_of(ar_nn_op op, const ar_nn_attr *t, const ar_shape *x) {
-  pool_geom g = {.N = x->d[0], .C = x->d[1], .H = x->d[2], .W = x->d[3]};
+  pool_geom g = {.N = x->d[0], .C = x->d[1], .H = x->d[2], .W = x->d[3], .dh = 1, .dw = 1};
   if (op == AR_NN_GAVGPOOL) {
     g.kh = g.H;
     g.kw = g.W;
@@ -65,8 +73,14 @@ static pool_geom pool_geom_of(ar_nn_op op, const ar_nn_attr *t, const ar_shape *
   g.sw = t->stride[1];
   g.ph = t->pad[0];
   g.pw = t->pad[1];
-  g.Ho = pool_out(g.H, g.kh, g.sh, t->pad[0], t->pad[2]);
-  g.Wo = pool_out(g.W, g.kw, g.sw, t->pad[1], t->pad[3]);
+  if (op == AR_NN_MAXPOOL) {
+    g.dh = t->dilation[0];
+    g.dw = t->dilation[1];
+  } else {
+    g.exclude_pad = t->exclude_pad;
+  }
+  g.Ho = pool_out(g.H, g.dh * (g.kh - 1) + 1, g.sh, t->pad[0], t->pad[2]);
+  g.Wo = pool_out(g.W, g.dw * (g.kw - 1) + 1, g.sw, t->pad[1], t->pad[3]);
   return g;
 }
 
@@ -98,20 +112,22 @@ static ar_status pool_infer_op(ar_nn_op op, const ar_nn_attr *t, int n_in, const
     ar__nn_pad_str(t->pad, ps, sizeof ps);
     ar__nn_pair_str(t->stride, ss, sizeof ss);
     if (t->kernel[0] < 1 || t->kernel[1] < 1 || t->stride[0] < 1 || t->stride[1] < 1 ||
-        t->pad[0] < 0 || t->pad[1] < 0 || t->pad[2] < 0 || t->pad[3] < 0)
+        t->pad[0] < 0 || t->pad[1] < 0 || t->pad[2] < 0 || t->pad[3] < 0 ||
+        (op == AR_NN_MAXPOOL && (t->dilation[0] < 1 || t->dilation[1] < 1)))
       return ar_errf(err, AR_INVALID,
-                     "input %s, kernel %s, padding %s, stride %s: kernel and stride must be "
-                     "at least 1 and padding at least 0",
+                     "input %s, kernel %s, padding %s, stride %s: kernel, stride (and a max "
+                     "pool's dilation) must be at least 1 and padding at least 0",
                      xs, ks, ps, ss);
     /* A window entirely in the padding would have no maximum. */
-    if (t->pad[0] >= t->kernel[0] || t->pad[2] >= t->kernel[0] || t->pad[1] >= t->kernel[1] ||
-        t->pad[3] >= t->kernel[1])
+    const int64_t eh = op == AR_NN_MAXPOOL ? t->dilation[0] * (t->kernel[0] - 1) + 1 : t->kernel[0];
+    const int64_t ew = op == AR_NN_MAXPOOL ? t->dilation[1] * (t->kernel[1] - 1) + 1 : t->kernel[1];
+    if (t->pad[0] >= eh || t->pad[2] >= eh || t->pad[1] >= ew || t->pad[3] >= ew)
       return ar_errf(err, AR_INVALID,
                      "input %s, kernel %s, padding %s, stride %s: the padding must be smaller "
                      "than the kernel",
                      xs, ks, ps, ss);
-    if (pool_out(in[0].d[2], t->kernel[0], t->stride[0], t->pad[0], t->pad[2]) < 1 ||
-        pool_out(in[0].d[3], t->kernel[1], t->stride[1], t->pad[1], t->pad[3]) < 1)
+    if (pool_out(in[0].d[2], eh, t->stride[0], t->pad[0], t->pad[2]) < 1 ||
+        pool_out(in[0].d[3], ew, t->stride[1], t->pad[1], t->pad[3]) < 1)
       return ar_errf(err, AR_INVALID,
                      "input %s, kernel %s, padding %s, stride %s: the output would be empty "
                      "(the kernel is larger than the padded input)",
@@ -128,6 +144,8 @@ static ar_status pool_infer_op(ar_nn_op op, const ar_nn_attr *t, int n_in, const
   sig->flops = (double)ar_shape_count(&ys) * (double)g.kh * (double)g.kw;
   if (op == AR_NN_MAXPOOL)
     ar__nn_sig_aux(sig, &ys, g.kh * g.kw <= 256 ? AR_DT_U8 : AR_DT_I32);
+  if (op == AR_NN_MAXPOOL && t->indices)
+    ar__nn_sig_out(sig, &ys, AR_DT_I64);
   return AR_OK;
 }
 
@@ -171,6 +189,7 @@ static ar_status pool_prepare(const ar_nn_args *a, bool training, void **state, 
   const char *path = getenv("ACCELRT_POOL_PATH");
   p->fast2x2 = max && g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && a->attr->pad[0] == 0 &&
                a->attr->pad[1] == 0 && a->attr->pad[2] == 0 && a->attr->pad[3] == 0 &&
+               g.dh == 1 && g.dw == 1 && !a->attr->indices &&
                !(path && strcmp(path, "generic") == 0);
   *work_bytes = 0;
   *state = p;
@@ -309,35 +328,53 @@ static void max2x2_bwd(const float *restrict gy, const uint8_t *restrict idx, fl
     memset(gx + ih * W, 0, (size_t)W * sizeof(float));
 }
 
-/* Any kernel, stride and padding: one plane; offsets saved into idx8 or
- * idx32 (the one not NULL) when save. */
+/* The first window position i (from a start at p0, steps of d) with
+ * p0 + i d >= 0, and the end of those with p0 + i d < n (at most k). */
+static inline int64_t first_in(int64_t p0, int64_t d) { return p0 < 0 ? (-p0 + d - 1) / d : 0; }
+static inline int64_t end_in(int64_t p0, int64_t d, int64_t k, int64_t n) {
+  const int64_t e = n - p0 <= 0 ? 0 : (n - p0 + d - 1) / d;
+  return e < k ? e : k;
+}
+
+/* Any kernel, stride, padding and dilation: one plane; offsets (window
+ * positions, i kw + j) saved into idx8 or idx32 (the one not NULL) when
+ * save; each maximum's flat index into the input, base + ih W + iw, into
+ * flat when not NULL.  A window with no element inside the input (only
+ * possible with dilation) gives -inf. */
 static inline __attribute__((always_inline)) void max_fwd(const float *restrict x,
                                                           float *restrict y, uint8_t *idx8,
-                                                          int32_t *idx32, const pool_geom *g,
+                                                          int32_t *idx32, int64_t *flat,
+                                                          int64_t base, const pool_geom *g,
                                                           bool save) {
-  const int64_t H = g->H, W = g->W, kw = g->kw;
+  const int64_t H = g->H, W = g->W, kw = g->kw, dh = g->dh, dw = g->dw;
   for (int64_t oh = 0; oh < g->Ho; oh++) {
     const int64_t ih0 = oh * g->sh - g->ph;
-    const int64_t h0 = ih0 > 0 ? ih0 : 0, h1 = ih0 + g->kh < H ? ih0 + g->kh : H;
     for (int64_t ow = 0; ow < g->Wo; ow++) {
       const int64_t iw0 = ow * g->sw - g->pw;
-      const int64_t w0 = iw0 > 0 ? iw0 : 0, w1 = iw0 + kw < W ? iw0 + kw : W;
-      float m = x[h0 * W + w0];
-      int64_t k = (h0 - ih0) * kw + (w0 - iw0);
-      for (int64_t ih = h0; ih < h1; ih++)
-        for (int64_t iw = w0; iw < w1; iw++) {
+      float m = -INFINITY;
+      int64_t k = 0, at = -1;
+      const int64_t i0 = first_in(ih0, dh), i1 = end_in(ih0, dh, g->kh, H);
+      const int64_t j0 = first_in(iw0, dw), j1 = end_in(iw0, dw, kw, W);
+      for (int64_t i = i0; i < i1; i++) {
+        const int64_t ih = ih0 + i * dh;
+        for (int64_t j = j0; j < j1; j++) {
+          const int64_t iw = iw0 + j * dw;
           const float v = x[ih * W + iw];
-          if (beats(v, m)) {
+          if (at < 0 || beats(v, m)) {
             m = v;
-            k = (ih - ih0) * kw + (iw - iw0);
+            k = i * kw + j;
+            at = ih * W + iw;
           }
         }
+      }
       const int64_t o = oh * g->Wo + ow;
       y[o] = m;
       if (save && idx8)
         idx8[o] = (uint8_t)k;
       else if (save)
         idx32[o] = (int32_t)k;
+      if (flat)
+        flat[o] = base + (at < 0 ? 0 : at);
     }
   }
 }
@@ -345,14 +382,16 @@ static inline __attribute__((always_inline)) void max_fwd(const float *restrict 
 /* Its backward: gx zeroed, gout added at each output's maximum. */
 static void max_bwd(const float *restrict gy, const uint8_t *idx8, const int32_t *idx32,
                     float *restrict gx, const pool_geom *g) {
-  const int64_t W = g->W, kw = g->kw;
-  memset(gx, 0, (size_t)(g->H * W) * sizeof(float));
+  const int64_t H = g->H, W = g->W, kw = g->kw;
+  memset(gx, 0, (size_t)(H * W) * sizeof(float));
   for (int64_t oh = 0; oh < g->Ho; oh++)
     for (int64_t ow = 0; ow < g->Wo; ow++) {
       const int64_t o = oh * g->Wo + ow;
       const int64_t k = idx8 ? (int64_t)idx8[o] : (int64_t)idx32[o];
-      const int64_t ih = oh * g->sh - g->ph + k / kw, iw = ow * g->sw - g->pw + k % kw;
-      gx[ih * W + iw] += gy[o];
+      const int64_t ih = oh * g->sh - g->ph + k / kw * g->dh;
+      const int64_t iw = ow * g->sw - g->pw + k % kw * g->dw;
+      if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+        gx[ih * W + iw] += gy[o];
     }
 }
 
@@ -360,7 +399,7 @@ static void max_bwd(const float *restrict gy, const uint8_t *idx8, const int32_t
 
 static void avg_fwd(const float *restrict x, float *restrict y, const pool_geom *g) {
   const int64_t H = g->H, W = g->W;
-  const float div = (float)(g->kh * g->kw);
+  const float full = (float)(g->kh * g->kw);
   for (int64_t oh = 0; oh < g->Ho; oh++) {
     const int64_t ih0 = oh * g->sh - g->ph;
     const int64_t h0 = ih0 > 0 ? ih0 : 0, h1 = ih0 + g->kh < H ? ih0 + g->kh : H;
@@ -371,14 +410,14 @@ static void avg_fwd(const float *restrict x, float *restrict y, const pool_geom 
       for (int64_t ih = h0; ih < h1; ih++)
         for (int64_t iw = w0; iw < w1; iw++)
           s += x[ih * W + iw];
-      y[oh * g->Wo + ow] = s / div;
+      y[oh * g->Wo + ow] = s / (g->exclude_pad ? (float)((h1 - h0) * (w1 - w0)) : full);
     }
   }
 }
 
 static void avg_bwd(const float *restrict gy, float *restrict gx, const pool_geom *g) {
   const int64_t H = g->H, W = g->W;
-  const float div = (float)(g->kh * g->kw);
+  const float full = (float)(g->kh * g->kw);
   memset(gx, 0, (size_t)(H * W) * sizeof(float));
   for (int64_t oh = 0; oh < g->Ho; oh++) {
     const int64_t ih0 = oh * g->sh - g->ph;
@@ -386,7 +425,8 @@ static void avg_bwd(const float *restrict gy, float *restrict gx, const pool_geo
     for (int64_t ow = 0; ow < g->Wo; ow++) {
       const int64_t iw0 = ow * g->sw - g->pw;
       const int64_t w0 = iw0 > 0 ? iw0 : 0, w1 = iw0 + g->kw < W ? iw0 + g->kw : W;
-      const float v = gy[oh * g->Wo + ow] / div;
+      const float v =
+          gy[oh * g->Wo + ow] / (g->exclude_pad ? (float)((h1 - h0) * (w1 - w0)) : full);
       for (int64_t ih = h0; ih < h1; ih++)
         for (int64_t iw = w0; iw < w1; iw++)
           gx[ih * W + iw] += v;
@@ -413,6 +453,7 @@ static void pool_forward(void *state, ar_nn_args *a) {
   const bool save = a->op == AR_NN_MAXPOOL && a->training;
   uint8_t *idx8 = save && !p->wide ? a->aux[0].p : NULL;
   int32_t *idx32 = save && p->wide ? a->aux[0].p : NULL;
+  int64_t *flat = a->op == AR_NN_MAXPOOL && a->n_out > 1 ? a->out[1].p : NULL;
   const int nt = ar__nn_conv_team(a, P * S);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (int64_t q = 0; q < P; q++) {
@@ -427,9 +468,10 @@ static void pool_forward(void *state, ar_nn_args *a) {
     else if (p->fast2x2)
       max2x2_fwd(xq, yq, NULL, g, false);
     else if (save)
-      max_fwd(xq, yq, idx8 ? idx8 + q * So : NULL, idx32 ? idx32 + q * So : NULL, g, true);
+      max_fwd(xq, yq, idx8 ? idx8 + q * So : NULL, idx32 ? idx32 + q * So : NULL,
+              flat ? flat + q * So : NULL, q * S, g, true);
     else
-      max_fwd(xq, yq, NULL, NULL, g, false);
+      max_fwd(xq, yq, NULL, NULL, flat ? flat + q * So : NULL, q * S, g, false);
   }
 }
 

@@ -539,4 +539,5 @@ void ar__nn_host_shape_register(ar_nn_kernel *table) {
       .infer = transpose_infer, .forward = transpose_forward, .backward = transpose_backward};
   ar__nn_host_embed_register(table);
   ar__nn_host_attention_register(table);
+  ar__nn_host_gather_register(table);
 }

@@ -3,7 +3,7 @@
  * nn_shape.c holds the data-movement ops (concat, split, slice, pad,
  * reshape, flatten, transpose) and registers the whole group, nn_embed.c the
  * token ops (embedding, posembed, dropout, mask), nn_attention.c the fused
- * multi-head self-attention.  This header is what the three share.
+ * multi-head self-attention, nn_gather.c GATHER.  This header is what the three share.
  *
  * Tests: tests/device/test_nn_shape.c.
  */
@@ -37,5 +37,7 @@ void ar__nn_col_sum(int threads, int64_t rows, int64_t cols, const float *src, f
  * ar__nn_host_shape_register. */
 void ar__nn_host_embed_register(ar_nn_kernel *table);
 void ar__nn_host_attention_register(ar_nn_kernel *table);
+/* GATHER (nn_gather.c). */
+void ar__nn_host_gather_register(ar_nn_kernel *table);
 
 #endif

@@ -8,6 +8,7 @@
 #include "device_impl.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -44,6 +45,20 @@ bool ar_shape_eq(const ar_shape *a, const ar_shape *b) {
   for (int i = 0; i < a->nd; i++)
     if (a->d[i] != b->d[i])
       return false;
+  return true;
+}
+
+bool ar_shape_broadcast(const ar_shape *a, const ar_shape *b, ar_shape *out) {
+  ar_shape r = {0};
+  r.nd = a->nd > b->nd ? a->nd : b->nd;
+  for (int k = 0; k < r.nd; k++) {
+    int ka = k - (r.nd - a->nd), kb = k - (r.nd - b->nd);
+    int64_t da = ka >= 0 ? a->d[ka] : 1, db = kb >= 0 ? b->d[kb] : 1;
+    if (da != db && da != 1 && db != 1)
+      return false;
+    r.d[k] = da == 1 ? db : da;
+  }
+  *out = r;
   return true;
 }
 
@@ -103,6 +118,9 @@ void ar_nn_attr_defaults(ar_nn_attr *a) {
   a->axis = -1;
   for (int i = 0; i < AR_NN_MAX_DIMS; i++)
     a->perm[i] = i;
+  a->lo = -INFINITY;
+  a->hi = INFINITY;
+  a->to = AR_DT_F32;
 }
 
 void ar_nn_args_init(ar_nn_args *a, ar_nn_op op, const ar_nn_attr *attr) {

@@ -1,0 +1,383 @@
+/*
+ * ONNX ops lowered to nn ops: constants and the shapes of values, element-wise
+ * ops, Cast, Clip, Expand, Where, and the matrix products MatMul and Gemm.
+ * (lower_impl.h lists the three files of op lowerings.)
+ */
+#include "lower_impl.h"
+
+#include <math.h>
+
+/* ---- constants, shapes ------------------------------------------------------------- */
+
+static ar_status l_constant(lower *L, val *const *in, int n_in) {
+  (void)in;
+  (void)n_in;
+  const Onnx__NodeProto *n = L->node;
+  ar_onnx_tensor t;
+  const Onnx__AttributeProto *a;
+  if ((a = ar__onnx_attr(n, "value")) && a->t) {
+    AR_CHECK(ar__onnx_tensor_decode(L->m->path, NULL, NULL, &L->m->lim, a->t, "its attribute value",
+                                    &t, L->err));
+    ar_err_wrap(L->err, "%s", L->where);
+    return ar__onnx_set_out_const(L, 0, &t);
+  }
+  ar_shape s = {0};
+  const bool f = (a = ar__onnx_attr(n, "value_float")) || (a = ar__onnx_attr(n, "value_floats"));
+  if (!a)
+    a = ar__onnx_attr(n, "value_int");
+  if (!a)
+    a = ar__onnx_attr(n, "value_ints");
+  if (!a)
+    return ar__onnx_fail(L, AR_UNSUPPORTED,
+                         "a Constant without a tensor, float(s) or int(s) value "
+                         "(sparse and string constants are not imported)");
+  const bool list = a->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS ||
+                    a->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+  const size_t cnt = list ? (f ? a->n_floats : a->n_ints) : 1;
+  if (list) {
+    s.nd = 1;
+    s.d[0] = (int64_t)cnt;
+  }
+  AR_CHECK(ar__onnx_tensor_new(&s, f ? AR_DT_F32 : AR_DT_I64, &t, L->err));
+  for (size_t i = 0; i < cnt; i++) {
+    if (f)
+      ((float *)t.data)[i] = list ? a->floats[i] : a->f;
+    else
+      ((int64_t *)t.data)[i] = list ? a->ints[i] : a->i;
+  }
+  return ar__onnx_set_out_const(L, 0, &t);
+}
+
+static ar_status l_shape(lower *L, val *const *in, int n_in) {
+  AR_CHECK(need(L, in, n_in, 0));
+  const ar_shape *x = &in[0]->shape;
+  int64_t b = ar__onnx_attr_i(L->node, "start", 0), e = ar__onnx_attr_i(L->node, "end", x->nd);
+  b = b < 0 ? b + x->nd : b;
+  e = e < 0 ? e + x->nd : e;
+  b = b < 0 ? 0 : b > x->nd ? x->nd : b;
+  e = e < 0 ? 0 : e > x->nd ? x->nd : e;
+  ar_shape s = {1, {e > b ? e - b : 0}};
+  ar_onnx_tensor t;
+  AR_CHECK(ar__onnx_tensor_new(&s, AR_DT_I64, &t, L->err));
+  for (int64_t i = b; i < e; i++)
+    ((int64_t *)t.data)[i - b] = x->d[i];
+  return ar__onnx_set_out_const(L, 0, &t);
+}
+
+static ar_status l_size(lower *L, val *const *in, int n_in) {
+  AR_CHECK(need(L, in, n_in, 0));
+  ar_shape s = {0};
+  ar_onnx_tensor t;
+  AR_CHECK(ar__onnx_tensor_new(&s, AR_DT_I64, &t, L->err));
+  ((int64_t *)t.data)[0] = ar_shape_count(&in[0]->shape);
+  return ar__onnx_set_out_const(L, 0, &t);
+}
+
+/* ---- element-wise ------------------------------------------------------------------ */
+
+static const struct {
+  const char *onnx;
+  ar_nn_op op;
+} unary_ops[] = {{"Relu", AR_NN_RELU}, {"Sigmoid", AR_NN_SIGMOID},
+                 {"Tanh", AR_NN_TANH}, {"Sqrt", AR_NN_SQRT},
+                 {"Exp", AR_NN_EXP},   {"Log", AR_NN_LOG},
+                 {"Neg", AR_NN_NEG},   {"Abs", AR_NN_ABS},
+                 {"Erf", AR_NN_ERF},   {"LeakyRelu", AR_NN_LEAKY_RELU}};
+
+static ar_status l_unary(lower *L, val *const *in, int n_in) {
+  AR_CHECK(need(L, in, n_in, 0));
+  AR_CHECK(want_f32(L, in[0], "the input"));
+  ar_nn_attr a = attr0();
+  ar_nn_op op = AR_NN_RELU;
+  for (size_t i = 0; i < sizeof unary_ops / sizeof unary_ops[0]; i++)
+    if (!strcmp(unary_ops[i].onnx, L->node->op_type))
+      op = unary_ops[i].op;
+  a.alpha = ar__onnx_attr_f(L->node, "alpha", 0.01f);
+  int t;
+  AR_CHECK(tensor(L, in[0], &t));
+  return emit1(L, op, &a, 1, &t);
+}
+
+static ar_status l_identity(lower *L, val *const *in, int n_in) {
+  AR_CHECK(need(L, in, n_in, 0));
+  int t;
+  AR_CHECK(tensor(L, in[0], &t));
+  return ar__onnx_set_out(L, 0, t);
+}
+
+static ar_status l_binary(lower *L, val *const *in, int n_in) {
+  AR_CHECK(need(L, in, n_in, 0));
+  AR_CHECK(need(L, in, n_in, 1));
+  const char *name = L->node->op_type;
+  const ar_nn_op op = !strcmp(name, "Add")   ? AR_NN_ADD
+                      : !strcmp(name, "Sub") ? AR_NN_SUB
+                      : !strcmp(name, "Mul") ? AR_NN_MUL
+                      : !strcmp(name, "Div") ? AR_NN_DIV
+                                             : AR_NN_POW;
+  val *x = in[0], *y = in[1];
+  ar_shape o;
+  if (!ar_shape_broadcast(&x->shape, &y->shape, &o))
+    return ar__onnx_fail(L, AR_INVALID, "the inputs' shapes do not broadcast");
+  if (op != AR_NN_POW && x->dtype != y->dtype)
+    return ar__onnx_fail(L, AR_INVALID, "inputs of types %s and %s (ONNX wants one type)",
+                         ar_dtype_name(x->dtype), ar_dtype_name(y->dtype));
+  if (x->dtype == AR_DT_BOOL)
+    return ar__onnx_fail(L, AR_UNSUPPORTED, "arithmetic on bool");
+  ar_nn_attr a = attr0();
+  int tx;
+  /* A constant single f32 second operand that does not change the shape:
+   * the op's scalar form (nothing to read, no gradient to reduce). */
+  const bool one = y->c && !ar__onnx_trained(L, y) && ar_shape_count(&y->shape) == 1 &&
+                   ar_shape_eq(&o, &x->shape);
+  if (x->dtype == AR_DT_F32 && one && (y->dtype == AR_DT_F32 || op == AR_NN_POW)) {
+    a.scalar = (float)ar__onnx_get_f(y->c, 0);
+    AR_CHECK(tensor(L, x, &tx));
+    return emit1(L, op, &a, 1, &tx);
+  }
+  int ty, in2[2];
+  AR_CHECK(tensor(L, x, &tx));
+  AR_CHECK(tensor(L, y, &ty));
+  if (op == AR_NN_POW && x->dtype != y->dtype) {
+    /* Pow(T, T1) gives T: an integer base is raised in f32 and cast back
+     * (ONNX's reference computes in floating point, then casts). */
+    if (x->dtype == AR_DT_F32) {
+      AR_CHECK(cast_to(L, ty, AR_DT_F32, &ty));
+    } else if (y->dtype == AR_DT_F32) {
+      int r[AR_NN_MAX_IO];
+      AR_CHECK(cast_to(L, tx, AR_DT_F32, &tx));
+      in2[0] = tx;
+      in2[1] = ty;
+      AR_CHECK(ar__onnx_emit(L, "pow", AR_NN_POW, &a, 2, in2, NULL, NULL, AR_NN_MODE_RUN, r));
+      AR_CHECK(cast_to(L, r[0], x->dtype, &tx));
+      return ar__onnx_set_out(L, 0, tx);
+    } else {
+      AR_CHECK(cast_to(L, ty, x->dtype, &ty));
+    }
+  }
+  in2[0] = tx;
+  in2[1] = ty;
+  return emit1(L, op, &a, 2, in2);
+}
+
+static ar_status l_where(lower *L, val *const *in, int n_in) {
+  for (int k = 0; k < 3; k++)
+    AR_CHECK(need(L, in, n_in, k));
+  int t[3];
+  for (int k = 0; k < 3; k++)
+    AR_CHECK(tensor(L, in[k], &t[k]));
+  ar_nn_attr a = attr0();
+  return emit1(L, AR_NN_WHERE, &a, 3, t);
+}
+
+static ar_status l_cast(lower *L, val *const *in, int n_in) {
+  AR_CHECK(need(L, in, n_in, 0));
+  ar_dtype to;
+  const char *tn;
+  if (!strcmp(L->node->op_type, "CastLike")) {
+    AR_CHECK(need(L, in, n_in, 1));
+    to = in[1]->dtype;
+  } else if (!ar__onnx_dtype((int32_t)ar__onnx_attr_i(L->node, "to", 0), &to, &tn)) {
+    return ar__onnx_fail(L, AR_UNSUPPORTED,
+                         "a cast to %s (accelrt imports f32, i64, i32, u8 and bool)", tn);
+  }
+  int t;
+  AR_CHECK(tensor(L, in[0], &t));
+  AR_CHECK(cast_to(L, t, to, &t));
+  return ar__onnx_set_out(L, 0, t);
+}
+
+static ar_status l_clip(lower *L, val *const *in, int n_in) {
+  AR_CHECK(need(L, in, n_in, 0));
+  AR_CHECK(want_f32(L, in[0], "the input"));
+  ar_nn_attr a = attr0();
+  double lo, hi;
+  AR_CHECK(scalar(L, in, n_in, 1, ar__onnx_attr_f(L->node, "min", -INFINITY), &lo));
+  AR_CHECK(scalar(L, in, n_in, 2, ar__onnx_attr_f(L->node, "max", INFINITY), &hi));
+  a.lo = (float)lo;
+  a.hi = (float)hi;
+  int t;
+  AR_CHECK(tensor(L, in[0], &t));
+  return emit1(L, AR_NN_CLIP, &a, 1, &t);
+}
+
+static ar_status l_expand(lower *L, val *const *in, int n_in) {
+  AR_CHECK(need(L, in, n_in, 0));
+  int64_t v[AR_NN_MAX_DIMS];
+  int n;
+  AR_CHECK(ints(L, in, n_in, 1, NULL, v, AR_NN_MAX_DIMS, &n));
+  if (n < 0)
+    return ar__onnx_fail(L, AR_INVALID, "no shape");
+  ar_nn_attr a = attr0();
+  a.shape.nd = n;
+  for (int k = 0; k < n; k++)
+    a.shape.d[k] = v[k];
+  int t;
+  AR_CHECK(tensor(L, in[0], &t));
+  return emit1(L, AR_NN_EXPAND, &a, 1, &t);
+}
+
+/* ---- matrix products ------------------------------------------------------------- */
+
+/* t (B..., M, K) or (K): as a (rows, K) matrix when a 2-D right operand
+ * lets the batch fold into the rows. */
+static ar_status l_matmul(lower *L, val *const *in, int n_in) {
+  AR_CHECK(need(L, in, n_in, 0));
+  AR_CHECK(need(L, in, n_in, 1));
+  AR_CHECK(want_f32(L, in[0], "input A"));
+  AR_CHECK(want_f32(L, in[1], "input B"));
+  ar_shape sa = in[0]->shape, sb = in[1]->shape;
+  if (sa.nd == 0 || sb.nd == 0)
+    return ar__onnx_fail(L, AR_INVALID, "MatMul of a scalar");
+  int ta, tb;
+  AR_CHECK(tensor(L, in[0], &ta));
+  AR_CHECK(tensor(L, in[1], &tb));
+  /* NumPy's vectors: (K) as (1, K) on the left, (K, 1) on the right, the
+   * extra dim dropped from the result. */
+  const bool va = sa.nd == 1, vb = sb.nd == 1;
+  if (va) {
+    ar_shape s = {2, {1, sa.d[0]}};
+    AR_CHECK(ar__onnx_reshape_to(L, "vec", ta, &s, &ta));
+    sa = s;
+  }
+  if (vb) {
+    ar_shape s = {2, {sb.d[0], 1}};
+    AR_CHECK(ar__onnx_reshape_to(L, "vec", tb, &s, &tb));
+    sb = s;
+  }
+  const int64_t M = sa.d[sa.nd - 2], K = sa.d[sa.nd - 1], N = sb.d[sb.nd - 1];
+  if (sb.d[sb.nd - 2] != K)
+    return ar__onnx_fail(L, AR_INVALID, "A's last dim %lld and B's second-to-last %lld differ",
+                         (long long)K, (long long)sb.d[sb.nd - 2]);
+  ar_shape ba = sa, bb = sb, bo;
+  ba.nd -= 2;
+  bb.nd -= 2;
+  if (!ar_shape_broadcast(&ba, &bb, &bo))
+    return ar__onnx_fail(L, AR_INVALID, "the batch dims do not broadcast");
+  ar_shape out = bo;
+  out.d[out.nd++] = M;
+  out.d[out.nd++] = N;
+  ar_nn_attr a = attr0();
+  int in2[2], o[AR_NN_MAX_IO];
+  if (sb.nd == 2) {
+    /* (B..., M, K) x (K, N): the batch folds into the rows. */
+    ar_shape rows = {2, {ar_shape_count(&sa) / K, K}};
+    AR_CHECK(ar__onnx_reshape_to(L, "rows", ta, &rows, &in2[0]));
+    in2[1] = tb;
+  } else {
+    /* Batch dims broadcast to the result's (EXPAND), then equal. */
+    ar_shape ea = bo, eb = bo;
+    ea.d[ea.nd++] = M;
+    ea.d[ea.nd++] = K;
+    eb.d[eb.nd++] = K;
+    eb.d[eb.nd++] = N;
+    in2[0] = ta;
+    in2[1] = tb;
+    const ar_shape *want[2] = {&ea, &eb};
+    for (int k = 0; k < 2; k++) {
+      if (ar_shape_eq(&L->g->tensors[in2[k]].shape, want[k]))
+        continue;
+      ar_nn_attr e = attr0();
+      e.shape = *want[k];
+      AR_CHECK(
+          ar__onnx_emit(L, "bcast", AR_NN_EXPAND, &e, 1, &in2[k], NULL, NULL, AR_NN_MODE_RUN, o));
+      in2[k] = o[0];
+    }
+  }
+  AR_CHECK(ar__onnx_emit(L, sb.nd == 2 && sa.nd != 2 ? "mm" : NULL, AR_NN_MATMUL, &a, 2, in2, NULL,
+                         NULL, AR_NN_MODE_RUN, o));
+  if (va || vb) { /* drop the vectors' dims */
+    out.nd -= 2;
+    if (!va)
+      out.d[out.nd++] = M;
+    if (!vb)
+      out.d[out.nd++] = N;
+  }
+  int t;
+  AR_CHECK(ar__onnx_reshape_to(L, "out", o[0], &out, &t));
+  return ar__onnx_set_out(L, 0, t);
+}
+
+static ar_status l_gemm(lower *L, val *const *in, int n_in) {
+  AR_CHECK(need(L, in, n_in, 0));
+  AR_CHECK(need(L, in, n_in, 1));
+  const Onnx__NodeProto *n = L->node;
+  const float alpha = ar__onnx_attr_f(n, "alpha", 1.0f), beta = ar__onnx_attr_f(n, "beta", 1.0f);
+  const bool ta_ = ar__onnx_attr_i(n, "transA", 0) != 0, tb_ = ar__onnx_attr_i(n, "transB", 0) != 0;
+  val *A = in[0], *B = in[1], *C = n_in > 2 ? in[2] : NULL;
+  AR_CHECK(want_f32(L, A, "input A"));
+  AR_CHECK(want_f32(L, B, "input B"));
+  if (A->shape.nd != 2 || B->shape.nd != 2)
+    return ar__onnx_fail(L, AR_INVALID, "Gemm takes 2-D A and B");
+  const int64_t M = ta_ ? A->shape.d[1] : A->shape.d[0], K = ta_ ? A->shape.d[0] : A->shape.d[1];
+  const int64_t N = tb_ ? B->shape.d[0] : B->shape.d[1];
+  if ((tb_ ? B->shape.d[1] : B->shape.d[0]) != K)
+    return ar__onnx_fail(L, AR_INVALID, "A and B do not multiply (K %lld)", (long long)K);
+  int t, tb, o[AR_NN_MAX_IO];
+  AR_CHECK(tensor(L, A, &t));
+  AR_CHECK(tensor(L, B, &tb));
+  ar_nn_attr a = attr0();
+  /* PyTorch's Linear: Y = A B^T + C with B (N, K) and C (N) stored in the
+   * model: one DENSE, whose parameters are B and C exactly. */
+  int tc = -1;
+  if (C)
+    AR_CHECK(tensor(L, C, &tc));
+  /* Stored: an initializer or an input, not computed by the graph. */
+  const bool stored_b = L->g->tensors[tb].kind != AR_NN_T_VALUE;
+  const bool stored_c = C && L->g->tensors[tc].kind != AR_NN_T_VALUE;
+  if (!ta_ && tb_ && alpha == 1.0f && stored_b &&
+      (!C || (beta == 1.0f && C->shape.nd == 1 && C->shape.d[0] == N && stored_c))) {
+    a.out = N;
+    a.bias = C != NULL;
+    int params[2] = {tb, tc};
+    AR_CHECK(ar__onnx_emit(L, NULL, AR_NN_DENSE, &a, 1, &t, params, NULL, AR_NN_MODE_RUN, o));
+    return ar__onnx_set_out(L, 0, o[0]);
+  }
+  if (ta_) {
+    ar_nn_attr p = attr0();
+    p.perm[0] = 1;
+    p.perm[1] = 0;
+    AR_CHECK(ar__onnx_emit(L, "transA", AR_NN_TRANSPOSE, &p, 1, &t, NULL, NULL, AR_NN_MODE_RUN, o));
+    t = o[0];
+  }
+  a.trans_b = tb_;
+  int in2[2] = {t, tb};
+  AR_CHECK(ar__onnx_emit(L, C || alpha != 1.0f ? "mm" : NULL, AR_NN_MATMUL, &a, 2, in2, NULL, NULL,
+                         AR_NN_MODE_RUN, o));
+  t = o[0];
+  if (alpha != 1.0f) {
+    ar_nn_attr s = attr0();
+    s.scalar = alpha;
+    AR_CHECK(
+        ar__onnx_emit(L, C ? "alpha" : NULL, AR_NN_MUL, &s, 1, &t, NULL, NULL, AR_NN_MODE_RUN, o));
+    t = o[0];
+  }
+  if (C) {
+    AR_CHECK(want_f32(L, C, "input C"));
+    if (beta != 1.0f) {
+      ar_nn_attr s = attr0();
+      s.scalar = beta;
+      AR_CHECK(ar__onnx_emit(L, "beta", AR_NN_MUL, &s, 1, &tc, NULL, NULL, AR_NN_MODE_RUN, o));
+      tc = o[0];
+    }
+    ar_shape want = {2, {M, N}}, got;
+    if (!ar_shape_broadcast(&want, &C->shape, &got) || !ar_shape_eq(&got, &want))
+      return ar__onnx_fail(L, AR_INVALID, "C does not broadcast to the %lldx%lld result",
+                           (long long)M, (long long)N);
+    int in3[2] = {t, tc};
+    ar_nn_attr s = attr0();
+    AR_CHECK(ar__onnx_emit(L, NULL, AR_NN_ADD, &s, 2, in3, NULL, NULL, AR_NN_MODE_RUN, o));
+    t = o[0];
+  }
+  return ar__onnx_set_out(L, 0, t);
+}
+
+const ar__onnx_lowering ar__onnx_math_ops[] = {
+    {"Constant", l_constant}, {"Shape", l_shape},     {"Size", l_size},  {"Identity", l_identity},
+    {"Relu", l_unary},        {"Sigmoid", l_unary},   {"Tanh", l_unary}, {"Sqrt", l_unary},
+    {"Exp", l_unary},         {"Log", l_unary},       {"Neg", l_unary},  {"Abs", l_unary},
+    {"Erf", l_unary},         {"LeakyRelu", l_unary}, {"Add", l_binary}, {"Sub", l_binary},
+    {"Mul", l_binary},        {"Div", l_binary},      {"Pow", l_binary}, {"Where", l_where},
+    {"Cast", l_cast},         {"CastLike", l_cast},   {"Clip", l_clip},  {"Expand", l_expand},
+    {"MatMul", l_matmul},     {"Gemm", l_gemm},
+};
+const int ar__onnx_n_math_ops = (int)(sizeof ar__onnx_math_ops / sizeof ar__onnx_math_ops[0]);

@@ -1,0 +1,252 @@
+"""A small model exported by torch.onnx.export and trained by accelrt from a job
+file (`model: {onnx: ...}`), against PyTorch's own training of the same model
+(tests/onnx/torch_train.sh runs it):
+
+    /usr/bin/python3 torch_train.py ACCELRT MODEL [WORKDIR]
+
+MODEL is `cnn` (conv, batch norm in training mode, relu, max pool, a residual
+add, flatten, linear), `mlp` (linear, tanh, layer norm, linear), `resnet` (a
+small ResNet: two residual blocks of conv and batch norm, global average
+pooling) or `transformer` (a token embedding, learned positions, one
+encoder layer with multi-head attention, gelu and layer norm, dropout 0,
+mean pooling, a linear head).
+The script writes the model (training mode, opset 13, a dynamic batch axis),
+the data as an npy folder and the job (plain SGD, the data in file order, no
+normalisation), runs `accelrt check` (the imported graph and its plan must be
+printed) and `accelrt run`, and compares accelrt's per-step training loss
+with PyTorch's on the same batches: the first step's within 1e-4 relative
+(the same initial parameters, exactly), each of 20 steps within 1%; and every
+parameter and running mean after 5 steps (the checkpoint of a second, 5-step
+run) within 1e-3 of PyTorch's, relative to the tensor's largest value, so that
+a parameter that does not train (or trains wrongly) fails even when the loss
+stays close.
+Exit 0 when they agree, 1 when not, 77 when torch or onnx is missing.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    import onnx  # noqa: F401  (torch.onnx.export needs it)
+except ImportError as e:  # pragma: no cover
+    print("skipped: %s (install python3-torch and python3-onnx: ci/setup --tests)" % e)
+    sys.exit(77)
+
+STEPS, BATCH, CLASSES, LR = 20, 16, 5, 0.05
+# Parameters are compared after this many steps: later, a relu whose input
+# sits at 0 may flip on a last-bit difference (the ResNet's do by step 20),
+# and the runs drift apart by a little, as two runs of PyTorch on different
+# BLAS builds would.
+CHECKED = 5
+SEQ, VOCAB = 6, 16
+
+
+class Cnn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.conv2 = nn.Conv2d(4, 4, 3, padding=1, bias=False)
+        self.pool = nn.MaxPool2d(2)
+        self.fc = nn.Linear(4 * 4 * 4, CLASSES)
+
+    def forward(self, x):
+        h = torch.relu(self.bn(self.conv(x)))
+        h = h + self.conv2(h)  # a residual add
+        h = self.pool(h)
+        return self.fc(torch.flatten(h, 1))
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(12, 16)
+        self.ln = nn.LayerNorm(16)
+        self.fc2 = nn.Linear(16, CLASSES)
+
+    def forward(self, x):
+        return self.fc2(self.ln(torch.tanh(self.fc1(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c1 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.b1 = nn.BatchNorm2d(c)
+        self.c2 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.b2 = nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        return torch.relu(x + self.b2(self.c2(torch.relu(self.b1(self.c1(x))))))
+
+
+class ResNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(1, 4, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(4)
+        self.blocks = nn.Sequential(Block(4), Block(4))
+        self.fc = nn.Linear(4, CLASSES)
+
+    def forward(self, x):
+        h = self.blocks(torch.relu(self.bn(self.stem(x))))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1))
+
+
+class Transformer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, 8)
+        self.pos = nn.Parameter(torch.randn(1, SEQ, 8) * 0.1)
+        self.enc = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, activation="gelu",
+                                              batch_first=True)
+        self.fc = nn.Linear(8, CLASSES)
+
+    def forward(self, x):
+        return self.fc(self.enc(self.emb(x) + self.pos).mean(1))
+
+
+MODELS = {"cnn": (Cnn, (1, 8, 8), "{image: [1, 8, 8]}"),
+          "mlp": (Mlp, (12,), "{dense: 12}"),
+          "resnet": (ResNet, (1, 8, 8), "{image: [1, 8, 8]}"),
+          "transformer": (Transformer, None, "{tokens: 6, vocab: 16}")}
+
+
+def read_checkpoint(path):
+    """The tensors of an accelrt checkpoint (docs/checkpoint.md): name -> floats."""
+    import struct
+    with open(path, "rb") as f:
+        b = f.read()
+    assert b[:8] == b"ACCELRTC", "not a checkpoint"
+    n = struct.unpack_from("<I", b, 12)[0]
+    at, out = 16 + 5 * 8 + 8, {}
+    for _ in range(n):
+        ln = struct.unpack_from("<I", b, at)[0]
+        name = b[at + 4:at + 4 + ln].decode()
+        cnt = struct.unpack_from("<q", b, at + 4 + ln)[0]
+        at += 4 + ln + 8
+        out[name] = np.frombuffer(b, np.float32, cnt, at)
+        at += 4 * cnt
+    return out
+
+
+def compare_parameters(path, model):
+    """Every parameter after the run (and the running means) against
+    PyTorch's: within 1e-3 of the tensor's largest value.  The running
+    variances differ by design (ONNX's biased batch variance, PyTorch's
+    unbiased) and are not compared."""
+    ck = read_checkpoint(path)
+    bad = 0
+    for name, t in model.state_dict().items():
+        if name.endswith("num_batches_tracked") or name.endswith("running_var"):
+            continue
+        if name not in ck:
+            print("FAIL: parameter %s is not in accelrt's checkpoint (%s)" % (name, sorted(ck)))
+            bad += 1
+            continue
+        ref = t.detach().numpy().ravel()
+        d = np.abs(ck[name] - ref).max() / max(np.abs(ref).max(), 1e-12)
+        print("%-32s max diff %.2e of its largest value%s" %
+              (name, d, "" if d <= 1e-3 else "  <-- more than 1e-3"))
+        bad += d > 1e-3
+    return bad
+
+
+def main():
+    accelrt, which = sys.argv[1], sys.argv[2]
+    if len(sys.argv) > 3:
+        return train(accelrt, which, sys.argv[3])
+    with tempfile.TemporaryDirectory() as work:
+        return train(accelrt, which, work)
+
+
+def train(accelrt, which, work):
+    torch.manual_seed(3)
+    make, point, inp = MODELS[which]
+    model = make()
+    n = STEPS * BATCH
+    x = torch.randn(n, *point) if point else torch.randint(0, VOCAB, (n, SEQ))
+    y = torch.randint(0, CLASSES, (n,))
+    os.makedirs(os.path.join(work, "data"), exist_ok=True)
+    np.save(os.path.join(work, "data", "x.npy"),
+            x.numpy().astype(np.float32 if point else np.int64))
+    np.save(os.path.join(work, "data", "y.npy"), y.numpy().astype(np.int64))
+
+    # The export runs the model once in training mode: keep the state it
+    # had, so that PyTorch trains from what the file holds.
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    model.train()
+    torch.onnx.export(model, x[:BATCH], os.path.join(work, "model.onnx"),
+                      training=torch.onnx.TrainingMode.TRAINING, opset_version=13,
+                      do_constant_folding=False, input_names=["x"], output_names=["logits"],
+                      dynamic_axes={"x": {0: "N"}, "logits": {0: "N"}})
+    model.load_state_dict(state)
+    # The running statistics are what the file holds (the export's forward
+    # moved them); they do not enter a training step's outputs.
+    import onnx
+    from onnx import numpy_helper
+    held = {i.name: numpy_helper.to_array(i) for i in
+            onnx.load(os.path.join(work, "model.onnx")).graph.initializer}
+    with torch.no_grad():
+        for name, buf in model.named_buffers():
+            if name in held and buf.dtype == torch.float32:
+                buf.copy_(torch.from_numpy(held[name].copy()).reshape(buf.shape))
+
+    job = os.path.join(work, "job.yaml")
+    with open(job, "w") as f:
+        f.write("name: onnx-%s\ndevice: host\nseed: 1\n"
+                "model: {input: %s, onnx: model.onnx}\n"
+                "data: {format: npy, train: data, shuffle_window: 0, normalize: false}\n"
+                "train: {batch: %d, iterations: %d, threads: 1, log_every: 1,\n"
+                "        optimizer: {sgd: {lr: %g, momentum: 0}}}\n"
+                "output: {dir: out}\n" % (which, inp, BATCH, STEPS, LR))
+
+    check = subprocess.run([accelrt, "check", job], capture_output=True, text=True)
+    if check.returncode != 0 or "memory plan" not in check.stdout or "graph model" not in check.stdout:
+        print("FAIL: accelrt check:\n%s%s" % (check.stdout, check.stderr))
+        return 1
+    print(check.stdout.strip())
+    for steps, out in ((STEPS, "out"), (CHECKED, "out_params")):
+        run = subprocess.run([accelrt, "run", job, "--quiet", "--set",
+                              "train.iterations=%d" % steps, "--set", "output.dir=" + out],
+                             capture_output=True, text=True, cwd=work)
+        if run.returncode != 0:
+            print("FAIL: accelrt run: %s%s" % (run.stdout, run.stderr))
+            return 1
+    ours = []
+    with open(os.path.join(work, "out", "metrics.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("kind") == "train":
+                ours.append(r["train_loss"])
+
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0)
+    lossf = nn.CrossEntropyLoss()
+    ref = []
+    for s in range(STEPS):
+        opt.zero_grad()
+        loss = lossf(model(x[s * BATCH:(s + 1) * BATCH]), y[s * BATCH:(s + 1) * BATCH])
+        loss.backward()
+        opt.step()
+        ref.append(loss.item())
+        if s + 1 == CHECKED:
+            bad = compare_parameters(os.path.join(work, "out_params", "checkpoint.bin"), model)
+    if len(ours) != STEPS:
+        print("FAIL: %d train lines in metrics.jsonl, expected %d" % (len(ours), STEPS))
+        return 1
+    for s, (a, b) in enumerate(zip(ours, ref)):
+        rel = abs(a - b) / abs(b)
+        tol = 1e-4 if s == 0 else 1e-2
+        flag = "" if rel <= tol else "  <-- off by more than %g" % tol
+        print("step %2d: accelrt %.6f  pytorch %.6f  rel %.2e%s" % (s + 1, a, b, rel, flag))
+        bad += rel > tol
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
