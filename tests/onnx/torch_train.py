@@ -118,21 +118,12 @@ MODELS = {"cnn": (Cnn, (1, 8, 8), "{image: [1, 8, 8]}"),
 
 
 def read_checkpoint(path):
-    """The tensors of an accelrt checkpoint (docs/checkpoint.md): name -> floats."""
-    import struct
-    with open(path, "rb") as f:
-        b = f.read()
-    assert b[:8] == b"ACCELRTC", "not a checkpoint"
-    n = struct.unpack_from("<I", b, 12)[0]
-    at, out = 16 + 5 * 8 + 8, {}
-    for _ in range(n):
-        ln = struct.unpack_from("<I", b, at)[0]
-        name = b[at + 4:at + 4 + ln].decode()
-        cnt = struct.unpack_from("<q", b, at + 4 + ln)[0]
-        at += 4 + ln + 8
-        out[name] = np.frombuffer(b, np.float32, cnt, at)
-        at += 4 * cnt
-    return out
+    """The tensors of an accelrt checkpoint, name -> array of its shape, by
+    the project's own reader (python/accelrt, docs/checkpoint.md)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "python"))
+    import accelrt
+    return accelrt.read_checkpoint(path, numpy=True)
 
 
 def compare_parameters(path, model):
@@ -149,8 +140,13 @@ def compare_parameters(path, model):
             print("FAIL: parameter %s is not in accelrt's checkpoint (%s)" % (name, sorted(ck)))
             bad += 1
             continue
+        if tuple(ck[name].shape) != tuple(t.shape):
+            print("FAIL: parameter %s has shape %s in accelrt's checkpoint, %s in PyTorch"
+                  % (name, tuple(ck[name].shape), tuple(t.shape)))
+            bad += 1
+            continue
         ref = t.detach().numpy().ravel()
-        d = np.abs(ck[name] - ref).max() / max(np.abs(ref).max(), 1e-12)
+        d = np.abs(ck[name].ravel() - ref).max() / max(np.abs(ref).max(), 1e-12)
         print("%-32s max diff %.2e of its largest value%s" %
               (name, d, "" if d <= 1e-3 else "  <-- more than 1e-3"))
         bad += d > 1e-3
