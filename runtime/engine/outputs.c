@@ -6,8 +6,12 @@
 
 #include <string.h>
 
-const char *const ar_run_outputs[] = {"summary.json",      "metrics.jsonl", "checkpoint.bin",
-                                      "trace.json",        "job.resolved.yaml", "run.json",
+/* eval.json (accelrt eval) and a distributed run's trace.tsv and
+ * oracle.tsv describe the run too: left behind, they would sit beside a
+ * new run as if they were its own. */
+const char *const ar_run_outputs[] = {"summary.json", "metrics.jsonl",     "checkpoint.bin",
+                                      "trace.json",   "job.resolved.yaml", "run.json",
+                                      "eval.json",    "trace.tsv",         "oracle.tsv",
                                       NULL};
 
 bool ar_run_finished(const ar_fs *fs, const char *dir) {

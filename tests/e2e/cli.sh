@@ -212,10 +212,11 @@ refuse_finished)
   # refused leaves the folder without the old run's files.
   gen=$(snapshot "$work/out/data")
   : > "$work/out/trace.json"
+  : > "$work/out/eval.json" # accelrt eval's, of the old run
   "$bin" run "$work/job.yaml" --quiet --overwrite --set 'model.layers[0].dense=1000000000' \
     > /dev/null 2> "$work/err"; rc=$?
   [ $rc = 1 ] || fail "--overwrite with a plan too big: exit $rc: $(cat "$work/err")"
-  for f in summary.json metrics.jsonl checkpoint.bin trace.json; do
+  for f in summary.json metrics.jsonl checkpoint.bin trace.json eval.json; do
     [ ! -e "$work/out/$f" ] || fail "--overwrite left the old $f"
   done
   grep -q "dense: 1000000000" "$work/out/job.resolved.yaml" || fail "job.resolved.yaml is the old one"
