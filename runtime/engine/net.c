@@ -26,7 +26,12 @@ static ar_status build_err(build_ctx *b, const ar_layer_spec *ls, const char *pa
                  msg);
 }
 
-int ar__net_tensor(ar_net *n, const char *name, const ar_shape *s, ar_dtype t, int kind) {
+int ar__net_tensor(ar_net *n, const char *name, const ar_shape *s_in, ar_dtype t, int kind) {
+  /* Callers may pass another tensor's shape or name (a gradient's is its
+   * tensor's): copied before the table may move. */
+  const ar_shape shape = *s_in, *s = &shape;
+  char nm[sizeof n->tensors[0].name];
+  snprintf(nm, sizeof nm, "%.199s", name);
   if (n->n_tensors == n->cap_tensors) {
     int cap = n->cap_tensors ? 2 * n->cap_tensors : 64;
     ntensor *nt = ar_realloc(n->tensors, (size_t)cap * sizeof *nt);
@@ -37,7 +42,7 @@ int ar__net_tensor(ar_net *n, const char *name, const ar_shape *s, ar_dtype t, i
   }
   ntensor *x = &n->tensors[n->n_tensors];
   memset(x, 0, sizeof *x);
-  snprintf(x->name, sizeof x->name, "%.199s", name);
+  memcpy(x->name, nm, sizeof x->name);
   x->shape = *s;
   x->dtype = t;
   x->kind = kind;
