@@ -286,7 +286,15 @@ static ar_status read_all(const ar_fs *fs, const char *path, bool follow, size_t
   *len = 0;
   int fd;
   AR_CHECK(open_read(fs, path, follow, &fd, err));
-  char *b = ar_malloc(max + 1);
+  /* The buffer starts at the file's size (not at max, which may be
+   * gigabytes: an ONNX model's limit) and grows, up to max + 1 bytes, if
+   * the file grows while it is read. */
+  struct stat sb;
+  size_t cap = fstat(fd, &sb) == 0 && sb.st_size > 0 ? (size_t)sb.st_size : 4096;
+  if (cap > max)
+    cap = max;
+  cap += 1;
+  char *b = ar_malloc(cap);
   if (!b) {
     close(fd);
     return ar_errf(err, AR_NOMEM, "out of memory reading '%s'", path);
@@ -294,7 +302,17 @@ static ar_status read_all(const ar_fs *fs, const char *path, bool follow, size_t
   size_t n = 0;
   ar_status st = AR_OK;
   while (n <= max) {
-    ssize_t k = read(fd, b + n, max + 1 - n);
+    if (n == cap) { /* one byte more than the size seen: the file grew */
+      size_t ncap = cap > max / 2 ? max + 1 : 2 * cap;
+      char *nb = ar_realloc(b, ncap);
+      if (!nb) {
+        st = ar_errf(err, AR_NOMEM, "out of memory reading '%s'", path);
+        break;
+      }
+      b = nb;
+      cap = ncap;
+    }
+    ssize_t k = read(fd, b + n, cap - n);
     if (k < 0 && errno == EINTR)
       continue;
     if (k < 0) {
@@ -308,6 +326,13 @@ static ar_status read_all(const ar_fs *fs, const char *path, bool follow, size_t
   close(fd);
   if (st == AR_OK && n > max)
     st = ar_errf(err, AR_RANGE, "'%s' is larger than %zu bytes", path, max);
+  if (st == AR_OK && n == cap) { /* room for the terminating NUL */
+    char *nb = ar_realloc(b, cap + 1);
+    if (!nb)
+      st = ar_errf(err, AR_NOMEM, "out of memory reading '%s'", path);
+    else
+      b = nb;
+  }
   if (st != AR_OK) {
     ar_free(b);
     return st;
