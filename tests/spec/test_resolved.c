@@ -86,7 +86,25 @@ static void canon(const char *p, char *out, size_t cap) {
       return;
     }
     *slash = '/';
-    snprintf(out, cap, "%s", abs);
+    /* Not even its folder is there (data that is absent on this machine):
+     * "." and "PART/.." removed by the text alone. */
+    char norm[4096] = "";
+    size_t n = 0;
+    for (char *save = NULL, *part = strtok_r(abs, "/", &save); part;
+         part = strtok_r(NULL, "/", &save)) {
+      if (!strcmp(part, "."))
+        continue;
+      if (!strcmp(part, "..")) {
+        char *up = strrchr(norm, '/');
+        n = up ? (size_t)(up - norm) : 0;
+        norm[n] = '\0';
+        continue;
+      }
+      n += (size_t)snprintf(norm + n, sizeof norm - n, "/%s", part);
+      if (n >= sizeof norm)
+        fail_msg("path too long: %s", p);
+    }
+    snprintf(out, cap, "%s", norm[0] ? norm : "/");
     return;
   }
   snprintf(out, cap, "%s", r);
