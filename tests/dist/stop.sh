@@ -8,32 +8,9 @@
 # ranks at set-up: the workers alone used to wait for the servers there).
 # usage: stop.sh MPIEXEC ACCELRT
 set -u
-MPIEXEC=$1
-ACCELRT=$2
-dir=$(mktemp -d /tmp/accelrt_stop_XXXXXX)
-[ -d "$dir" ] || { echo "FAIL: mktemp"; exit 1; }
-mp=
-fail() {
-  echo "FAIL: $*"
-  echo "---- output ----"
-  cat "$dir"/out*.txt 2>/dev/null
-  [ -n "$mp" ] && kill -KILL "$mp" 2>/dev/null
-  exit 1
-}
-cat > "$dir/job.yaml" <<YAML
-name: stop
-seed: 3
-device: host
-model:
-  input: {dense: 32}
-  layers:
-    - {name: h, dense: 48, activation: relu}
-    - {name: out, dense: 16, activation: softmax}
-data: {generate: {train_points: 400, test_points: 0, features: 32, labels: 16, nnz: 6, labels_per_point: 2}}
-train: {batch: 32, iterations: 10000000, optimizer: {adam: {lr: 0.01}}}
-output: {dir: '$dir/run'}
-distributed: {servers: 1, order: tac, trace_iterations: 2}
-YAML
+name=stop
+. "$(dirname "$0")/lib.sh"
+dist_job stop 3 48 "{batch: 32, iterations: 10000000, optimizer: {adam: {lr: 0.01}}}"
 lines() { n=$(grep -c '"kind": "iteration"' "$dir/run/metrics.jsonl" 2>/dev/null); echo "${n:-0}"; }
 
 # train.threads 0 (the default): sets up and trains.
