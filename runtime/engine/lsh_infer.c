@@ -22,8 +22,9 @@
  * for each K, the smallest B whose recall reaches the target (the
  * ceil(target x points)-th smallest rank), and its cost per point in row
  * dot products: the candidates scored (min(B, retrieved)), the ids
- * counted (retrieved / 32) and the hashing (K x L codes, each 1/srp_ratio
- * of a row for SRP, bin_size / in for the others).  The cheapest K that
+ * counted (retrieved / 32) and the hashing (SRP adds each non-zero input
+ * coordinate to all K x L projections: K x L x the probe's share of
+ * non-zero inputs; the others K x L x bin_size / in).  The cheapest K that
  * reaches the target with B at most a quarter of the layer wins; if none
  * does, the one with the best recall at that quarter.  The search stops
  * two K past the cheapest so far, or at K - 8; everything is seeded, so
@@ -60,6 +61,7 @@ struct ar_lsh_index {
   int32_t *top;         /* (batch, 5) */
   int *ntop;            /* (batch) */
   double hash_cost;     /* hashing one point, in row dot products */
+  bool srp;
   int64_t scored, points; /* candidates scored and points, since the reset */
 };
 
@@ -127,9 +129,10 @@ static ar_status index_create(ar_model *m, int K, int L, uint32_t budget, ar_lsh
     st = ar_lsh_tables_create(ix->hash, &to, &ix->tables, err);
   if (st == AR_OK) {
     const ar_lsh_hash_opts *r = ar_lsh_hash_opts_get(ix->hash);
-    double per = r->family == AR_LSH_SRP ? 1.0 / (double)(r->srp_ratio ? r->srp_ratio : 1)
-                                         : (double)r->bin_size / (double)ix->in;
+    /* SRP's share of non-zero inputs is the caller's to apply (1 here). */
+    double per = r->family == AR_LSH_SRP ? 1.0 : (double)r->bin_size / (double)ix->in;
     ix->hash_cost = (double)K * (double)L * per;
+    ix->srp = r->family == AR_LSH_SRP;
     ix->scr = ar_calloc((size_t)ix->nt, sizeof *ix->scr);
     ix->buckets = ar_malloc((size_t)ix->nt * (size_t)L * sizeof *ix->buckets);
     ix->cand = ar_malloc((size_t)ix->nt * ix->neurons * sizeof *ix->cand);
@@ -316,6 +319,7 @@ typedef struct probe {
   int nb;           /* batches */
   ar_batch *b;      /* (nb) the sampled training points */
   int64_t points;
+  double nonzero;   /* the output layer's inputs: mean share of non-zeros */
   int32_t *top1;    /* (points) exact top-1 */
   uint32_t *rank, *nret, *sorted; /* (points) */
 } probe;
@@ -427,7 +431,7 @@ static ar_status try_K(ar_model *m, int K, int L, probe *p, double target, uint3
   tr->recall = (double)hit / (double)p->points;
   tr->candidates = cand / (double)p->points;
   tr->retrieved = counted / (double)p->points;
-  tr->cost = tr->candidates + tr->retrieved / 32.0 + ix->hash_cost;
+  tr->cost = tr->candidates + tr->retrieved / 32.0 + ix->hash_cost * (ix->srp ? p->nonzero : 1);
   set_budget(ix, B);
   *ixo = ix;
   return AR_OK;
@@ -470,8 +474,18 @@ ar_status ar__lsh_infer_choose(ar_model *m, ar_reader *train, const ar_eval_opts
   if (st == AR_OK && p.points == 0)
     st = ar_errf(err, AR_NOTFOUND, "the training split has no points to choose the inference "
                  "tables from");
-  for (int i = 0; st == AR_OK && i < p.nb; i++)
+  for (int i = 0; st == AR_OK && i < p.nb; i++) {
     st = exact_top1(m, &p.b[i], p.top1 + (int64_t)i * m->batch);
+    for (int64_t r = 0; st == AR_OK && r < m->rows; r++) {
+      ar_lsh_input x = out_input(m, r);
+      size_t nz = x.nnz;
+      for (uint32_t j = 0; x.dense && j < m->layers[m->n_layers - 1].in; j++)
+        nz += x.dense[j] != 0.0f;
+      p.nonzero += (double)nz / (double)m->layers[m->n_layers - 1].in;
+    }
+  }
+  if (p.points > 0)
+    p.nonzero /= (double)p.points;
   out->lsh_probe_points = p.points;
   ar_lsh_index *best = NULL;
   ar_lsh_try bt;
