@@ -10,27 +10,28 @@
  * both raise that, at a cost.
  *
  * So inference builds its own tables (ar_lsh_index) over the output
- * layer's weight rows, and chooses their K and the candidate budget B
- * from a probe: a seeded, evenly strided sample of training points
- * (sparse.infer.probe of them, 512 by default; their labels are not
- * read).  For each probe point the exact top-1 is computed once, then
- * for each K tried, from the automatic K downwards, the tables are built
- * and every probe point retrieves its candidates with no budget, ordered
- * as the job's sampling strategy orders them (top-k: by the number of
- * tables an id was found in), so that the candidates a budget B scores
- * are the first B of that list.  The rank of the exact top-1 in it gives,
- * for each K, the smallest B whose recall reaches the target (the
- * ceil(target x points)-th smallest rank), and its cost per point in row
- * dot products: the candidates scored (min(B, retrieved)), the ids
- * counted (retrieved / 32) and the hashing (SRP adds each non-zero input
- * coordinate to all K x L projections: K x L x the probe's share of
- * non-zero inputs; the others K x L x bin_size / in).  The cheapest K that
- * reaches the target with B at most a quarter of the layer wins; if none
- * does, the one with the best recall at that quarter.  The search stops
- * two K past the cheapest so far, or at K - 8; everything is seeded, so
- * the choice repeats exactly.  A K or B set by hand (accelrt eval
- * --lsh-K / --lsh-budget, or sparse.K in the job file for K) is kept and
- * only the other is chosen.
+ * layer's weight rows, and chooses their K (codes per table), L (tables)
+ * and the candidate budget B from a probe: a seeded, evenly strided sample
+ * of training points (512 by default, accelrt eval --lsh-probe; their
+ * labels are not read).  For each probe point the exact top-1 is computed
+ * once; then for each (K, L) tried the tables are built and every probe
+ * point retrieves its candidates with no budget, ordered as the job's
+ * sampling strategy orders them (top-k: by the number of tables an id was
+ * found in), so that the candidates a budget B scores are the first B of
+ * that list.  The rank of the exact top-1 in it gives the smallest B whose
+ * recall reaches the target (the ceil(target x points)-th smallest rank),
+ * and its cost per point in row dot products: the candidates scored
+ * (min(B, retrieved)), the ids counted (retrieved / 32) and the hashing
+ * (SRP adds each non-zero input coordinate to all K x L projections: K x L
+ * x the probe's share of non-zero inputs; the others K x L x bin_size /
+ * in).  The cheapest setting that reaches the target with B at most a
+ * quarter of the layer wins; if none does, the best recall at that
+ * quarter.  L is the job's sparse.L, 2x and 4x it; K steps down from
+ * training's automatic K (at most 8 steps) and stops two K past the
+ * cheapest of its L (see ar__lsh_infer_choose).  Everything is seeded, so
+ * the choice repeats exactly.  K, L or B set by hand (accelrt eval
+ * --lsh-K, --lsh-L, --lsh-budget; sparse.K in the job file for K) are kept
+ * and only the others chosen.
  *
  * These tables are inference's alone: training and its tables are not
  * touched (memory beyond the job's plan: L tables of the layer's ids). */
@@ -437,6 +438,23 @@ static ar_status try_K(ar_model *m, int K, int L, probe *p, double target, uint3
   return AR_OK;
 }
 
+/* Whether tables of K codes and L tables over the output layer take at
+ * most 4 times its weights' bytes. */
+static bool tables_fit(const ar_model *m, int K, int L) {
+  const int lo = m->n_layers - 1;
+  const ar_layer *O = &m->layers[lo];
+  ar_lsh_hash_opts ho, r;
+  ar_lsh_tables_opts to;
+  ar__sampled_opts(m->spec, lo, O->in, K, &ho, &to);
+  ho.L = (uint32_t)L;
+  ar_err e = AR_ERR_INIT;
+  size_t bytes = 0;
+  if (ar_lsh_hash_opts_resolve(&ho, &r, &e) != AR_OK ||
+      ar_lsh_tables_bytes((uint32_t)L, 1u << r.bits, &to, &bytes, &e) != AR_OK)
+    return false;
+  return (double)bytes <= 4.0 * (double)O->out * (double)O->in * sizeof(float);
+}
+
 /* Whether a beats b: reaching the target first, then the cheaper (or,
  * neither reaching it, the better recall, then the cheaper). */
 static bool better(const ar_lsh_try *a, const ar_lsh_try *b) {
@@ -492,14 +510,20 @@ ar_status ar__lsh_infer_choose(ar_model *m, ar_reader *train, const ar_eval_opts
   memset(&bt, 0, sizeof bt);
   /* More tables order the candidates better (an id's count over L tables
    * is a finer estimate of its angle) at the cost of hashing: L, 2L and
-   * 4L are tried unless L is set, each with K from K0 downwards. */
+   * 4L are tried unless L is set (while the tables take at most 4 times
+   * the layer's weights), each with K from K0 downwards; with more tables
+   * the cheapest K grows, so a larger L starts 2 above the previous one's
+   * cheapest K. */
   int hi = handK > 0 ? handK : K0, lo_K = handK > 0 ? handK : (K0 - 8 > 1 ? K0 - 8 : 1);
+  int prev_K = 0;
   for (int li = 0; st == AR_OK && li < (o->lsh_L > 0 ? 1 : 3); li++) {
     int Lt = L << li;
-    if (Lt > 1024)
+    if (Lt > 1024 || (li > 0 && !tables_fit(m, hi, Lt)))
       break;
+    int top = prev_K > 0 && prev_K + 2 < hi ? prev_K + 2 : hi;
     double lbest = INFINITY; /* the cheapest setting reaching the target at this L */
-    for (int K = hi, worse = 0; st == AR_OK && K >= lo_K && worse < 2; K--) {
+    prev_K = 0;
+    for (int K = top, worse = 0; st == AR_OK && K >= lo_K && worse < 2; K--) {
       ar_lsh_index *ix = NULL;
       ar_lsh_try t;
       if ((st = try_K(m, K, Lt, &p, target, fixed_B, max_B, &ix, &t, err)) != AR_OK)
@@ -517,6 +541,7 @@ ar_status ar__lsh_infer_choose(ar_model *m, ar_reader *train, const ar_eval_opts
       /* Stop two K past this L's cheapest (once one reached the target). */
       if (t.reached && t.cost < lbest) {
         lbest = t.cost;
+        prev_K = K;
         worse = 0;
       } else if (lbest < INFINITY) {
         worse++;
