@@ -647,7 +647,7 @@ eval)
   grep -q "no checkpoint at" "$work/err" || fail "unclear message: $(cat "$work/err")"
   ;;
 lsh_infer)
-  # LSH inference's automatic choice of K and budget (lsh_infer.c), on a
+  # LSH inference's automatic choice of K, L and budget (lsh_infer.c), on a
   # 2,000-label layer: it reaches its recall target on the probe, no
   # hand-set K in 2..K0 is cheaper at that target or better in P@1 at the
   # job's budget by more than the margins below, it repeats exactly, and
