@@ -295,6 +295,29 @@ void ar_job_close(ar_job *j);
 ar_model *ar_job_model(ar_job *j);
 
 /* ---- evaluating a checkpoint (accelrt eval) ---- */
+/* One setting of the inference tables measured on the probe: K, L, the
+ * candidates scored per point (budget), the share of probe points whose
+ * exact top-1 was among them, the mean candidates scored and retrieved,
+ * the cost per point in row dot products (scored + retrieved / 32 +
+ * hashing), and whether the recall target was reached. */
+typedef struct ar_lsh_try {
+  int K, L;
+  int64_t budget;
+  double recall, candidates, retrieved, cost;
+  bool reached;
+} ar_lsh_try;
+#define AR_EVAL_LSH_TRIES 32
+#define AR_EVAL_LSH_RECALL 0.95 /* the default recall target */
+
+/* accelrt eval's LSH inference settings; 0 everywhere: chosen. */
+typedef struct ar_eval_opts {
+  int lsh_K;          /* codes per table (else sparse.K, else chosen) */
+  int lsh_L;          /* tables (else chosen from sparse.L x 1, 2, 4) */
+  int64_t lsh_budget; /* candidates scored per point (else chosen) */
+  double lsh_recall;  /* the choice's target, in (0, 1] */
+  int64_t lsh_probe;  /* training points the choice measures */
+} ar_eval_opts;
+
 typedef struct ar_eval_report {
   int64_t points;        /* test points evaluated */
   char device[32];
@@ -305,13 +328,22 @@ typedef struct ar_eval_report {
    * tables (only when the output layer is sampled on this device). */
   bool lsh;
   double lsh_p_at[3], lsh_seconds, lsh_samples_per_s, lsh_active_mean;
-  /* The tables' K for inference: with sparse.K automatic, the largest K
-   * (from the automatic one down) whose tables retrieve at least 90% of
-   * the layer's budget on a probe of the test points (or the one that
-   * retrieves most): lsh_K_auto and lsh_active_auto are the automatic K
-   * and what it retrieved; with K set in the job file, that K. */
-  int lsh_K, lsh_K_auto;
-  double lsh_active_auto;
+  /* The inference tables (runtime/engine/lsh_infer.c): their own hash
+   * functions over the output layer's rows, K codes and L tables, scoring
+   * the first lsh_budget candidates of each point.  Unless set by hand,
+   * K and the budget are chosen on lsh_probe_points training points as
+   * the cheapest setting whose candidates hold the exact top-1 for
+   * lsh_recall_target of them (lsh_reached: some setting did); each K
+   * tried is in lsh_tried.  lsh_K_auto is training's K. */
+  int lsh_K, lsh_K_auto, lsh_L;
+  int64_t lsh_budget, lsh_probe_points;
+  bool lsh_K_hand, lsh_L_hand, lsh_budget_hand, lsh_reached;
+  double lsh_recall_target, lsh_probe_recall, lsh_probe_candidates;
+  int lsh_n_tried;
+  ar_lsh_try lsh_tried[AR_EVAL_LSH_TRIES];
+  /* On the test points: the share whose exact top-1 was among the
+   * candidates scored, and of their true labels, the share retrieved. */
+  double lsh_recall_top1, lsh_recall_labels;
   /* A graph model (one class per point): top-1 and top-5 accuracy in
    * percent; p_at[0] is top-1 as well, p_at[1] and p_at[2] are -1. */
   bool single_label;
@@ -321,10 +353,13 @@ typedef struct ar_eval_report {
 /* Evaluates the parameters in checkpoint `ckpt` (written by a run of the
  * same model) on the job's test split, at most max_points points (0: all),
  * both ways when the output layer is sampled; each way is timed over
- * `reps` passes (>= 1) and the fastest pass reported.  AR_NOTFOUND when
- * the job has no test split or the checkpoint is missing. */
+ * `reps` passes (>= 1) and the fastest pass reported.  opts (NULL: all
+ * chosen) sets the inference tables by hand.  AR_NOTFOUND when the job
+ * has no test split or the checkpoint is missing; AR_INVALID for opts out
+ * of range (a K or L the hash family refuses, a recall outside (0, 1]). */
 ar_status ar_eval_checkpoint(const ar_spec *spec, const char *ckpt, int64_t max_points,
-                             int reps, ar_eval_report *out, ar_err *err);
+                             int reps, const ar_eval_opts *opts, ar_eval_report *out,
+                             ar_err *err);
 
 /* Data a job will train on: generates data.generate into
  * output.dir/data/ when needed (reused when the same parameters and seed

@@ -14,12 +14,19 @@
 static void usage(FILE *to) {
   fprintf(to,
           "usage: accelrt eval JOB.yaml [--checkpoint PATH] [--points N] [--reps N]\n"
-          "                    [--set KEY=VALUE]...\n"
+          "                    [--lsh-K K] [--lsh-L L] [--lsh-budget B] [--lsh-recall R]\n"
+          "                    [--lsh-probe N] [--set KEY=VALUE]...\n"
           "  Evaluates PATH (default OUTPUT_DIR/checkpoint.bin) on the job's test split:\n"
           "  P@1/3/5 and speed scoring every output neuron, and, when the output layer\n"
           "  has a sparse section and runs sampled here, by LSH retrieval of candidates.\n"
           "  Writes OUTPUT_DIR/eval.json.  --points: at most N test points (default all);\n"
-          "  --reps: time each way N times and keep the fastest (default 3).\n");
+          "  --reps: time each way N times and keep the fastest (default 3).\n"
+          "  LSH inference builds its own tables over the output layer and scores the\n"
+          "  first B candidates each point retrieves.  K (codes per table) and B are\n"
+          "  chosen on N training points (--lsh-probe, default 512) as the cheapest\n"
+          "  setting whose candidates hold the exact top-1 for a share R of them\n"
+          "  (--lsh-recall, default 0.95), trying L = sparse.L x 1, 2, 4 tables;\n"
+          "  --lsh-K (or sparse.K in the job), --lsh-L and --lsh-budget set them by hand.\n");
 }
 
 static bool parse_count(const char *s, int64_t lo, int64_t *out) {
@@ -53,10 +60,22 @@ static void print_report(const ar_spec *spec, const char *ckpt, const ar_eval_re
          r->lsh_p_at[1], r->lsh_p_at[2], r->lsh_samples_per_s, r->lsh_seconds);
   printf("  LSH scored %.1f candidates per point; speed-up %.2fx\n", r->lsh_active_mean,
          r->lsh_seconds > 0 ? r->seconds / r->lsh_seconds : 0.0);
-  if (r->lsh_K != r->lsh_K_auto)
-    printf("  LSH tables rebuilt with K=%d for inference: the automatic K=%d retrieved "
-           "%.1f candidates per point, under 90%% of the budget\n", r->lsh_K, r->lsh_K_auto,
-           r->lsh_active_auto);
+  printf("  inference tables: K=%d%s, L=%d, budget %lld%s; on the test points the exact top-1 "
+         "was a candidate for %.1f%%, the true labels for %.1f%%\n", r->lsh_K,
+         r->lsh_K_hand ? " (set)" : "", r->lsh_L, (long long)r->lsh_budget,
+         r->lsh_budget_hand ? " (set)" : "", 100 * r->lsh_recall_top1,
+         100 * r->lsh_recall_labels);
+  printf("  chosen on %lld training points for a top-1 recall of %.0f%%%s:\n",
+         (long long)r->lsh_probe_points, 100 * r->lsh_recall_target,
+         r->lsh_reached ? "" : " (not reached: the best recall kept)");
+  printf("  %4s %5s %8s %8s %11s %11s %9s\n", "K", "L", "budget", "recall", "candidates",
+         "retrieved", "cost");
+  for (int i = 0; i < r->lsh_n_tried; i++) {
+    const ar_lsh_try *t = &r->lsh_tried[i];
+    printf("  %4d %5d %8lld %7.1f%% %11.1f %11.1f %9.1f%s\n", t->K, t->L, (long long)t->budget,
+           100 * t->recall, t->candidates, t->retrieved, t->cost,
+           t->K == r->lsh_K && t->L == r->lsh_L ? "  <- chosen" : "");
+  }
 }
 
 /* The report as output.dir/eval.json. */
@@ -85,7 +104,35 @@ static ar_status write_report(const ar_spec *spec, const char *ckpt, const ar_ev
     ar_json_num(j, "lsh_candidates_mean", r->lsh_active_mean);
     ar_json_int(j, "lsh_K", r->lsh_K);
     ar_json_int(j, "lsh_K_auto", r->lsh_K_auto);
-    ar_json_num(j, "lsh_candidates_auto_K", r->lsh_active_auto);
+    ar_json_int(j, "lsh_L", r->lsh_L);
+    ar_json_bool(j, "lsh_L_hand", r->lsh_L_hand);
+    ar_json_int(j, "lsh_budget", r->lsh_budget);
+    char chosen[32] = "";
+    if (!r->lsh_K_hand)
+      strcat(chosen, " K");
+    if (!r->lsh_L_hand)
+      strcat(chosen, " L");
+    if (!r->lsh_budget_hand)
+      strcat(chosen, " budget");
+    ar_json_str(j, "lsh_chosen", chosen[0] ? chosen + 1 : "none"); /* the rest set by hand */
+    ar_json_num(j, "lsh_recall_top1", r->lsh_recall_top1);
+    ar_json_num(j, "lsh_recall_labels", r->lsh_recall_labels);
+    ar_json_num(j, "lsh_recall_target", r->lsh_recall_target);
+    ar_json_bool(j, "lsh_recall_reached", r->lsh_reached);
+    ar_json_int(j, "lsh_probe_points", r->lsh_probe_points);
+    ar_json_num(j, "lsh_probe_recall", r->lsh_probe_recall);
+    ar_json_num(j, "lsh_probe_candidates", r->lsh_probe_candidates);
+    /* Each setting the choice measured, keyed by K and L (eval.json is flat). */
+    for (int i = 0; i < r->lsh_n_tried; i++) {
+      const ar_lsh_try *t = &r->lsh_tried[i];
+      static const char *const f[] = {"budget", "recall", "candidates", "retrieved", "cost"};
+      const double v[] = {(double)t->budget, t->recall, t->candidates, t->retrieved, t->cost};
+      for (int q = 0; q < 5; q++) {
+        char key[48];
+        snprintf(key, sizeof key, "lsh_tried_K%d_L%d_%s", t->K, t->L, f[q]);
+        ar_json_num(j, key, v[q]);
+      }
+    }
   }
   const char *text = ar_json_end(j);
   char *out = ar_path_join(spec->output.dir, "eval.json");
@@ -116,7 +163,8 @@ static int load_job(const char *file, const char **sets, int n_sets, ar_spec **s
 }
 
 /* Evaluates, prints and writes eval.json: a CLI exit status. */
-static int evaluate(const ar_spec *spec, const char *ckpt, int64_t points, int64_t reps) {
+static int evaluate(const ar_spec *spec, const char *ckpt, int64_t points, int64_t reps,
+                    const ar_eval_opts *eo) {
   char *path = ckpt ? NULL : ar_path_join(spec->output.dir, "checkpoint.bin");
   if (!ckpt && !path)
     return CLI_FAIL;
@@ -124,7 +172,7 @@ static int evaluate(const ar_spec *spec, const char *ckpt, int64_t points, int64
     ckpt = path;
   ar_err err = AR_ERR_INIT;
   ar_eval_report r;
-  ar_status st = ar_eval_checkpoint(spec, ckpt, points, (int)reps, &r, &err);
+  ar_status st = ar_eval_checkpoint(spec, ckpt, points, (int)reps, eo, &r, &err);
   if (st == AR_OK) {
     print_report(spec, ckpt, &r);
     st = write_report(spec, ckpt, &r, &err);
@@ -132,7 +180,7 @@ static int evaluate(const ar_spec *spec, const char *ckpt, int64_t points, int64
   if (st != AR_OK)
     fprintf(stderr, "accelrt eval: error: %s\n", err.msg[0] ? err.msg : ar_status_str(st));
   ar_free(path);
-  return st == AR_OK ? CLI_OK : CLI_FAIL;
+  return st == AR_OK ? CLI_OK : st == AR_INVALID ? CLI_USAGE : CLI_FAIL;
 }
 
 int cli_eval(int argc, char **argv) {
@@ -140,10 +188,17 @@ int cli_eval(int argc, char **argv) {
                                         {"points", required_argument, NULL, 'p'},
                                         {"reps", required_argument, NULL, 'r'},
                                         {"set", required_argument, NULL, 's'},
+                                        {"lsh-K", required_argument, NULL, 'K'},
+                                        {"lsh-L", required_argument, NULL, 'L'},
+                                        {"lsh-budget", required_argument, NULL, 'B'},
+                                        {"lsh-recall", required_argument, NULL, 'R'},
+                                        {"lsh-probe", required_argument, NULL, 'P'},
                                         {"help", no_argument, NULL, 'h'},
                                         {NULL, 0, NULL, 0}};
   const char *ckpt = NULL;
-  int64_t points = 0, reps = 3;
+  int64_t points = 0, reps = 3, v = 0;
+  ar_eval_opts eo;
+  memset(&eo, 0, sizeof eo);
   const char **sets = ar_calloc((size_t)argc, sizeof *sets);
   int n_sets = 0, c, rc = -1;
   if (!sets)
@@ -162,6 +217,32 @@ int cli_eval(int argc, char **argv) {
         rc = CLI_USAGE;
       }
       break;
+    case 'K':
+    case 'L':
+    case 'B':
+    case 'P':
+      if (!parse_count(optarg, 1, &v) || (c == 'K' && v > 64) || (c == 'L' && v > 1024)) {
+        fprintf(stderr, "accelrt eval: --%s needs a whole number %s, got '%s'\n",
+                c == 'K' ? "lsh-K" : c == 'L' ? "lsh-L" : c == 'B' ? "lsh-budget" : "lsh-probe",
+                c == 'K' ? "from 1 to 64" : c == 'L' ? "from 1 to 1024" : ">= 1", optarg);
+        rc = CLI_USAGE;
+      } else if (c == 'K' || c == 'L') {
+        *(c == 'K' ? &eo.lsh_K : &eo.lsh_L) = (int)v;
+      } else {
+        *(c == 'B' ? &eo.lsh_budget : &eo.lsh_probe) = v;
+      }
+      break;
+    case 'R': {
+      char *end;
+      errno = 0;
+      eo.lsh_recall = strtod(optarg, &end);
+      if (errno || *end || end == optarg || !(eo.lsh_recall > 0 && eo.lsh_recall <= 1)) {
+        fprintf(stderr, "accelrt eval: --lsh-recall needs a number in (0, 1], got '%s'\n",
+                optarg);
+        rc = CLI_USAGE;
+      }
+      break;
+    }
     case 's':
       if (!strchr(optarg, '=')) {
         fprintf(stderr, "accelrt eval: --set needs KEY=VALUE, got '%s'\n", optarg);
@@ -186,7 +267,7 @@ int cli_eval(int argc, char **argv) {
   if (rc < 0)
     rc = load_job(argv[optind], sets, n_sets, &spec);
   if (rc < 0)
-    rc = evaluate(spec, ckpt, points, reps);
+    rc = evaluate(spec, ckpt, points, reps, &eo);
   ar_spec_destroy(spec);
   ar_free(sets);
   return rc;

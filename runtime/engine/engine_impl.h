@@ -43,6 +43,7 @@ ar_status ar__sampled_init(ar_model *m);          /* after init_params */
 void ar__sampled_bind(ar_model *m);               /* after a (re)bind */
 void ar__sampled_destroy(ar_sampled *s);
 ar_status ar__model_forward_eval(ar_model *m);    /* every neuron scored */
+ar_status ar__sampled_full(ar_model *m, int l);   /* layer l, every neuron scored */
 
 /* model.c: adds the hits of one row's top k (k <= 5) ids among its nl
  * labels to the P@1/3/5 counts. */
@@ -58,12 +59,28 @@ bool ar__stamp_matches(const ar_fs *fs, const char *path, const char *stamp);
  * order, a generated file without following links). */
 ar_reader_opts ar__job_reader_opts(const ar_spec *s, const ar_run_opts *o, bool test);
 
+/* lsh_infer.c: inference tables over the output layer of a sampled model
+ * (see there).  choose: measures settings on training points from
+ * `train` and returns the chosen tables in *ix, what it chose and tried
+ * in out; recall: the chosen tables' recall on up to max_points of r;
+ * eval_batch: P@k of b by the candidates; scored: candidates scored per
+ * point since the last reset. */
+typedef struct ar_lsh_index ar_lsh_index;
+ar_status ar__lsh_infer_choose(ar_model *m, ar_reader *train, const ar_eval_opts *o,
+                               ar_eval_report *out, ar_lsh_index **ix, ar_err *err);
+ar_status ar__lsh_infer_recall(ar_model *m, ar_lsh_index *ix, ar_reader *r, ar_batch *b,
+                               int64_t max_points, ar_eval_report *out, ar_err *err);
+ar_status ar__lsh_index_eval_batch(ar_model *m, ar_lsh_index *ix, const ar_batch *b,
+                                   ar_eval_acc *acc);
+double ar__lsh_index_scored(ar_lsh_index *ix, bool reset);
+void ar__lsh_index_destroy(ar_lsh_index *ix);
+
 /* eval.c: one pass over r, at most max_points rows (0: all), through b,
- * scoring every neuron or (lsh) the output layer's retrieved candidates;
- * *seconds is the scoring time.  P@k in percent of acc's rows (-1 when
- * none), k = 1, 3, 5 for i = 0, 1, 2. */
-ar_status ar__eval_pass(ar_model *m, ar_reader *r, ar_batch *b, int64_t max_points, bool lsh,
-                        ar_eval_acc *acc, double *seconds, ar_err *err);
+ * scoring every neuron or (ix) the output layer's candidates from the
+ * inference tables; *seconds is the scoring time.  P@k in percent of
+ * acc's rows (-1 when none), k = 1, 3, 5 for i = 0, 1, 2. */
+ar_status ar__eval_pass(ar_model *m, ar_reader *r, ar_batch *b, int64_t max_points,
+                        ar_lsh_index *ix, ar_eval_acc *acc, double *seconds, ar_err *err);
 double ar__p_at(const ar_eval_acc *a, int i);
 
 /* train.c: the job (include/accelrt/runtime.h), shared with net_job.c. */

@@ -1068,3 +1068,6 @@ void ar_model_sampled_stats_reset(ar_model *m) {
       m->layers[l].smp->st.first_build_s = first;
     }
 }
+
+/* Layer l with every neuron scored, for LSH inference (lsh_infer.c). */
+ar_status ar__sampled_full(ar_model *m, int l) { return sampled_full(m, l); }

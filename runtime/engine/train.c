@@ -63,7 +63,7 @@ static ar_status eval_and_log(run_ctx *c) {
   if (c->net)
     AR_CHECK(ar__netjob_eval(c, &acc));
   else if (c->test)
-    AR_CHECK(ar__eval_pass(c->model, c->test, &c->batch, c->spec->train.eval_points, false, &acc,
+    AR_CHECK(ar__eval_pass(c->model, c->test, &c->batch, c->spec->train.eval_points, NULL, &acc,
                            &seconds, c->err));
   double eval_s = ar_now() - t0;
   ar_trace_add_span(c->trace, AR_TRACE_STEPS, "eval", "evaluation", NULL, t0, t0 + eval_s, false);

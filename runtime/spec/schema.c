@@ -121,7 +121,9 @@ static const ar_schema sparse_keys[] = {
             "bucket holds some 16 neurons whatever the width (`srp`: one bit "
             "per code; `wta`, `dwta`, `doph`: three): measured here, 6 bits "
             "suit Delicious' 983 labels and 12 to 13 a 100,000-label layer, "
-            "where a fixed K=6 of DWTA retrieved almost nothing."},
+            "where a fixed K=6 of DWTA retrieved almost nothing.  Set here, "
+            "it is also the K of `accelrt eval`'s inference tables (otherwise "
+            "chosen there; `--lsh-K` sets it for one evaluation)."},
     {.key = "L",
      INT_RANGE(1, 1024),
      .def = "50",

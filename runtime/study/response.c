@@ -58,6 +58,8 @@ static const study_eval_key eval_keys[] = {
     {"lsh_p_at_5", 1, "%"},
     {"lsh_samples_per_s", 1, "samples/s"},
     {"lsh_candidates_mean", -1, "candidates"},
+    {"lsh_recall_top1", 1, ""},
+    {"lsh_recall_labels", 1, ""},
 };
 
 static const study_response *response_named(const ar_ynode *n) {
@@ -126,7 +128,8 @@ static bool response_arg(study_diags *c, ar_study *s, const ar_ynode *arg, char 
     ar__study_diag(c, arg->line, arg->col, "response.eval",
                    "'%s' is not a number accelrt eval writes; one of p_at_1, p_at_3, p_at_5, "
                    "samples_per_s, loss, and for a sampled output layer lsh_p_at_1, "
-                   "lsh_p_at_3, lsh_p_at_5, lsh_samples_per_s, lsh_candidates_mean",
+                   "lsh_p_at_3, lsh_p_at_5, lsh_samples_per_s, lsh_candidates_mean, "
+                   "lsh_recall_top1, lsh_recall_labels",
                    ar_ynode_quote(arg, q, sizeof q));
     return false;
   }

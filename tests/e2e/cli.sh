@@ -631,22 +631,85 @@ eval)
   [ "$(json_num "$e" p_at_1)" = "$(json_num "$work/out/summary.json" p_at_1)" ] \
     || fail "eval P@1 $(json_num "$e" p_at_1) differs from the run's $(json_num "$work/out/summary.json" p_at_1)"
   ge "$(json_num "$e" lsh_p_at_1)" 30 || fail "LSH inference P@1 $(json_num "$e" lsh_p_at_1) below 30"
-  # K for inference: never above the automatic one, and a step down only
-  # when the automatic K left the budget under 90% full; then it
-  # retrieves more.  A K set in the job file is kept as it is.
+  # The inference tables: K never above training's here (the search steps
+  # down from it), a budget of at least one candidate; a K set in the job
+  # file is kept as it is, with only the budget chosen.
   ka=$(json_num "$e" lsh_K_auto); k=$(json_num "$e" lsh_K)
-  ca=$(json_num "$e" lsh_candidates_auto_K)
   [ -n "$k" ] && [ "$k" -le "$ka" ] || fail "inference K $k above the automatic $ka"
-  if [ "$k" -lt "$ka" ]; then
-    ge "$(json_num "$e" lsh_candidates_mean)" "$ca" || fail "K $k retrieves less than the automatic K"
-  fi
+  ge "$(json_num "$e" lsh_budget)" 1 || fail "no inference budget in eval.json"
   "$bin" eval "$work/job.yaml" --set "model.layers.out.sparse={mode: lsh, hash: srp, active: 0.1, K: 12}" \
     --reps 1 > /dev/null 2> "$work/err" || fail "eval with K set exited $?: $(cat "$work/err")"
   [ "$(json_num "$e" lsh_K)" = 12 ] && [ "$(json_num "$e" lsh_K_auto)" = 12 ] \
     || fail "a K set in the job file was changed: $(json_num "$e" lsh_K)"
+  grep -q '"lsh_chosen": "L budget"' "$e" || fail "K set in the job file: only L and the budget are chosen"
   "$bin" eval "$work/job.yaml" --checkpoint "$work/nope.bin" > /dev/null 2> "$work/err"
   [ $? = 1 ] || fail "missing checkpoint should exit 1"
   grep -q "no checkpoint at" "$work/err" || fail "unclear message: $(cat "$work/err")"
+  ;;
+lsh_infer)
+  # LSH inference's automatic choice of K, L and budget (lsh_infer.c), on a
+  # 2,000-label layer: it reaches its recall target on the probe, no
+  # hand-set K in 2..K0 is cheaper at that target or better in P@1 at the
+  # job's budget by more than the margins below, it repeats exactly, and
+  # bad hand-set values are usage errors.
+  small_job
+  sed -i -e 's/dense: 200, activation: softmax/dense: 2000, activation: softmax, sparse: {mode: lsh, hash: srp}/' \
+    -e 's/labels: 200,/labels: 2000,/' "$work/job.yaml"
+  "$bin" run "$work/job.yaml" --quiet 2> "$work/err" || fail "run exited $?: $(cat "$work/err")"
+  e=$work/out/eval.json
+  ev() { "$bin" eval "$work/job.yaml" --reps 1 "$@" > "$work/eval" 2> "$work/err" \
+           || fail "eval $* exited $?: $(cat "$work/err")"; }
+  ev
+  cp "$e" "$work/auto.json"; a=$work/auto.json
+  grep -q '"lsh_recall_reached": true' "$a" || fail "the recall target was not reached: $(cat "$a")"
+  grep -q '"lsh_chosen": "K L budget"' "$a" || fail "the choice is not automatic: $(cat "$a")"
+  ge "$(json_num "$a" lsh_probe_recall)" "$(json_num "$a" lsh_recall_target)" \
+    || fail "probe recall $(json_num "$a" lsh_probe_recall) under the target"
+  [ "$(json_num "$a" lsh_probe_points)" = 512 ] || fail "the probe did not take 512 training points"
+  # On the test points the recall is measured, not chosen for: within 5 points of the target.
+  ge "$(json_num "$a" lsh_recall_top1)" "$(awk -v t="$(json_num "$a" lsh_recall_target)" 'BEGIN{print t-0.05}')" \
+    || fail "test recall of the exact top-1 $(json_num "$a" lsh_recall_top1) far under the target"
+  K=$(json_num "$a" lsh_K); K0=$(json_num "$a" lsh_K_auto); B=$(json_num "$a" lsh_budget)
+  L=$(json_num "$a" lsh_L)
+  case $L in 50|100|200) ;; *) fail "L $L is not one of 50, 100, 200 (sparse.L x 1, 2, 4)" ;; esac
+  [ "$K0" = 7 ] || fail "training's K for 2,000 outputs is 7 (log2(2000/16)), got $K0"
+  ge "$B" 1 && ge 500 "$B" || fail "budget $B outside 1..500 (a quarter of the layer)"
+  cost=$(json_num "$a" "lsh_tried_K${K}_L${L}_cost")
+  p1=$(json_num "$a" lsh_p_at_1)
+  grep -q "<- chosen" "$work/eval" || fail "eval did not print the settings tried"
+  # Determinism: the same choice and the same P@1 again.
+  ev
+  for f in lsh_K lsh_L lsh_budget lsh_probe_recall lsh_p_at_1 lsh_recall_top1; do
+    [ "$(json_num "$e" $f)" = "$(json_num "$a" $f)" ] || fail "$f differs between two evals"
+  done
+  # Hand-set K (L and budget chosen for it): when it reaches the target,
+  # not more than 10% cheaper than the choice; at the job's budget (1% of
+  # 2,000 = 20) no K beats the choice's P@1 by more than 1 point.
+  for k in $(seq 2 "$K0"); do
+    ev --lsh-K "$k"
+    grep -q '"lsh_chosen": "L budget"' "$e" || fail "--lsh-K $k: not kept by hand"
+    [ "$(json_num "$e" lsh_K)" = "$k" ] || fail "--lsh-K $k gave K $(json_num "$e" lsh_K)"
+    c=$(json_num "$e" "lsh_tried_K${k}_L$(json_num "$e" lsh_L)_cost")
+    if grep -q '"lsh_recall_reached": true' "$e"; then
+      ge "$(awk -v c="$c" 'BEGIN{print c*1.1}')" "$cost" || fail "K=$k costs $c, the choice (K=$K) $cost"
+    fi
+    ev --lsh-K "$k" --lsh-budget 20
+    [ "$(json_num "$e" lsh_budget)" = 20 ] || fail "--lsh-budget 20 gave $(json_num "$e" lsh_budget)"
+    ge "$p1" "$(awk -v p="$(json_num "$e" lsh_p_at_1)" 'BEGIN{print p-1}')" \
+      || fail "hand-set K=$k at budget 20 reaches P@1 $(json_num "$e" lsh_p_at_1), the choice $p1"
+  done
+  for bad in "--lsh-K 0" "--lsh-K 65" "--lsh-L 0" "--lsh-budget 0" "--lsh-budget 2001" \
+             "--lsh-recall 0" "--lsh-recall 1.5" "--lsh-recall x" "--lsh-probe 0"; do
+    # shellcheck disable=SC2086
+    "$bin" eval "$work/job.yaml" --reps 1 $bad > /dev/null 2> "$work/err"
+    [ $? = 2 ] || fail "eval $bad should exit 2"
+    grep -q -- "${bad%% *}" "$work/err" || fail "eval $bad: the message does not name the option: $(cat "$work/err")"
+  done
+  # On a dense output layer the options are refused, not ignored.
+  "$bin" eval "$work/job.yaml" --reps 1 --lsh-K 4 --set model.layers.out.sparse.mode=dense \
+    > /dev/null 2> "$work/err"
+  [ $? = 2 ] || fail "--lsh-K on a dense output layer should exit 2"
+  grep -q "not LSH-sampled" "$work/err" || fail "unclear message: $(cat "$work/err")"
   ;;
 delicious_lsh)
   # Real data: the LSH output layer within 2 points of the dense job's P@1.
