@@ -133,8 +133,11 @@ typedef enum ar_job_phase {
 /* Callbacks of ar_job_step (each may be NULL).  They run on the thread
  * that calls ar_job_step, between the device calls of the iteration; a
  * status other than AR_OK ends the step with it (the hook's reason in the
- * err given to ar_job_step).  Layers go forward 0..n-1, then the loss,
- * then backward n-1..0. */
+ * err given to ar_job_step).  A chain model's layers go forward 0..n-1,
+ * then the loss, then backward n-1..0.  A graph model (spec->graph) calls
+ * them per node of its net instead, `layer` being the node: forward
+ * 0..n-1 (the loss is its last node, no AR_JOB_LOSS), then backward
+ * n-1..0 for the nodes that train (ar_net_node_trains). */
 typedef struct ar_job_hooks {
   /* Before `phase` of `layer`.  Before AR_JOB_FORWARD the layer's
    * parameters must be in the model when it returns (a worker waits for
@@ -293,6 +296,9 @@ ar_status ar_job_finish(ar_job *j, bool interrupted, ar_summary *summary,
 void ar_job_close(ar_job *j);
 /* The model, after ar_job_start (borrowed). */
 ar_model *ar_job_model(ar_job *j);
+/* A graph model's net (spec->graph), after ar_job_start (borrowed; NULL
+ * for a chain model, whose ar_job_model is not NULL). */
+struct ar_net *ar_job_net(ar_job *j);
 
 /* ---- evaluating a checkpoint (accelrt eval) ---- */
 typedef struct ar_eval_report {

@@ -21,7 +21,10 @@
  *                host staging of its parameters and gradients;
  *   share.c      distributed.share: a worker as a tenant of lanes;
  *   timeline.c   trace.json: each rank's spans and transfers, gathered
- *                by rank 0 at the end onto one clock.
+ *                by rank 0 at the end onto one clock;
+ *   graph.c      graph models (spec->graph): a transfer per parameter
+ *                tensor of the net, the op graph of its DAG, the per-node
+ *                lists the worker's hooks use, batch norm's statistics.
  *
  * Every rank runs one ar_job (runtime/engine): the job reads the data,
  * holds the model and, on rank 0, evaluates, logs, checkpoints and writes
@@ -98,6 +101,8 @@ typedef struct ar__dist_tensor {
   size_t msg_bytes;
   void *last;      /* servers, a rows layer's w: sparse Adam's row steps
                       (nrows x u64) in the model, gathered with w */
+  int ntensor;     /* graph models: the parameter's tensor in the net
+                      (ar_net_param.tensor); its layer is -1 */
 } ar__dist_tensor;
 
 /* Rows message flags and a view of one (rows.c). */
@@ -174,6 +179,15 @@ typedef struct ar__dist {
   MPI_Comm cparam, cgrad, cctl;
   double clock0;          /* rank 0's CLOCK_REALTIME at start */
 
+  /* A graph model (spec->graph, graph.c): every parameter tensor of its
+   * net is a transfer; the hooks are per node. */
+  bool graph;
+  struct ar_net *net;
+  int nnodes;
+  int *need_at, *need;    /* (nnodes + 1, nt) per node, CSR: the transfers
+                             its forward waits for (first readers) */
+  int *ready_at, *ready;  /* (nnodes + 1, nt) per node: the gradients final
+                             after its backward */
   ar_job *job;            /* this rank's part of the job (its model, data,
                              and on rank 0 the records) */
   bool resumed;           /* the job continues from rank 0's checkpoint
@@ -365,6 +379,26 @@ ar_status ar__dist_schedule_setup(ar__dist *c);
 /* At start-up: a schedule_file that exists is read on rank 0 and
  * broadcast (then no warm-up schedule is computed). */
 ar_status ar__dist_schedule_from_file(ar__dist *c);
+
+/* ---- graph.c (graph models) ---- */
+/* The transfers (one per trainable parameter of the net, sharded over the
+ * servers by bytes) and the per-node lists. */
+ar_status ar__dist_graph_tensors(ar__dist *c);
+/* Binds the transfers to the net's memory again. */
+void ar__dist_graph_bind(ar__dist *c);
+/* The op graph of the net (see ar_dist_net_op_graph) and the op ids. */
+ar_status ar__dist_graph_ops(ar__dist *c);
+/* Worker hooks of a graph model (worker.c calls them for spec->graph). */
+ar_status ar__dist_graph_before(ar__dist *c, ar_job_phase phase, int node);
+ar_status ar__dist_graph_after(ar__dist *c, ar_job_phase phase, int node);
+/* The running statistics (batch norm's): worker 0's go to rank 0 before
+ * an evaluation, a checkpoint and at the end (collective between those
+ * two ranks; a no-op for others and for chain models). */
+ar_status ar__dist_graph_states(ar__dist *c);
+/* Every rank's job tensors as checkpoints list them (resume). */
+int ar__dist_job_tensors(ar__dist *c, const char **names, float **ptrs, int64_t *counts,
+                         int cap);
+void ar__dist_graph_fini(ar__dist *c);
 
 /* ---- server.c / worker.c ---- */
 ar_status ar__dist_server_init(ar__dist *c);
