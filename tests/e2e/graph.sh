@@ -174,13 +174,17 @@ errors)
   "$bin" run bad4.yaml --quiet 2> err4.txt; rc=$?
   [ $rc -ne 0 ] && [ $rc -lt 128 ] || fail "token id out of range: rc $rc"
   grep -q "outside model.input.vocab 8" err4.txt || { cat err4.txt; fail "token id: message"; }
-  # A graph model under distributed: refused with the reason, not left to
-  # the ranks (they waited for each other until the dead-peer timeout).
-  { cat tok.yaml; printf 'distributed: {servers: 1}\n'; } > bad5.yaml
+  # A graph model under distributed: checks (the ranks train it, see
+  # tests/dist/graph.sh); as a tenant of a shared device (distributed.share)
+  # it is still refused at that key.
+  { cat tok.yaml; printf 'distributed: {servers: 1}\n'; } > dist5.yaml
+  "$bin" check dist5.yaml > /dev/null 2> err5.txt || { cat err5.txt; fail "distributed graph model refused"; }
+  printf 'jobs: []\n' > share.yaml
+  { cat tok.yaml; printf 'distributed: {servers: 1, share: share.yaml}\n'; } > bad5.yaml
   "$bin" check bad5.yaml > /dev/null 2> err5.txt; rc=$?
-  [ $rc -eq 2 ] || { cat err5.txt; fail "distributed graph model: check rc $rc"; }
-  grep -q "bad5.yaml:[0-9]*:[0-9]*: error: distributed: graph models .* do not run distributed" \
-    err5.txt || { cat err5.txt; fail "distributed graph model: message"; }
+  [ $rc -eq 2 ] || { cat err5.txt; fail "graph model with distributed.share: check rc $rc"; }
+  grep -q "bad5.yaml:[0-9]*:[0-9]*: error: distributed.share: graph models .* not as tenants" \
+    err5.txt || { cat err5.txt; fail "graph model with distributed.share: message"; }
   ;;
 jobs)
   # A jobs: file mixing two graph models and a chain model shares the host
