@@ -365,6 +365,12 @@ void ar__dist_install_signals(void);
 void ar__dist_restore_signals(void);
 
 /* ---- opgraph.c ---- */
+/* Items of size[0..n) to `servers` servers (chan): each to the one with
+ * the fewest bytes so far (load, zeroed by the caller), largest first
+ * (ties: lower id, lower server), the classic greedy balance; ord is
+ * scratch of n. */
+void ar__dist_shard(const size_t *size, int n, int servers, uint32_t *chan, int *ord,
+                    size_t *load);
 ar_status ar__dist_graph_build(ar__dist *c);
 ar_commsched_order ar__dist_order_of(ar_order_kind k);
 /* The schedule the servers enforce in iteration `iter` (1-based): NULL

@@ -19,28 +19,6 @@
 
 #include <string.h>
 
-/* Each parameter to the server with the fewest bytes so far, largest
- * first (ties: lower id, lower server). */
-static void shard(const ar_net_param *ps, int P, int servers, uint32_t *chan, int *ord,
-                  size_t *load) {
-  for (int i = 0; i < P; i++)
-    ord[i] = i;
-  for (int i = 1; i < P; i++) /* insertion sort: bytes desc, id asc */
-    for (int j = i; j > 0 && ps[ord[j]].count > ps[ord[j - 1]].count; j--) {
-      int x = ord[j];
-      ord[j] = ord[j - 1];
-      ord[j - 1] = x;
-    }
-  for (int i = 0; i < P; i++) {
-    int best = 0;
-    for (int k = 1; k < servers; k++)
-      if (load[k] < load[best])
-        best = k;
-    chan[ord[i]] = (uint32_t)best;
-    load[best] += (size_t)ps[ord[i]].count * sizeof(float);
-  }
-}
-
 static void op_name(char *out, size_t cap, const char *prefix, const char *name) {
   snprintf(out, cap, "%s%s", prefix, name);
   for (char *s = out; *s; s++)
@@ -114,6 +92,7 @@ ar_status ar_dist_net_op_graph(const ar_net *net, int servers, ar_commsched_grap
     return ar_errf(err, AR_INVALID, "op graph: %d servers, %d parameters, %d nodes", servers, P,
                    N);
   ar_net_param *ps = ar_calloc((size_t)P, sizeof *ps);
+  size_t *size = ar_calloc((size_t)P, sizeof *size);
   uint32_t *chan = ar_calloc((size_t)P, sizeof *chan);
   int *ord = ar_calloc((size_t)P, sizeof *ord);
   size_t *load = ar_calloc((size_t)servers, sizeof *load);
@@ -121,11 +100,13 @@ ar_status ar_dist_net_op_graph(const ar_net *net, int servers, ar_commsched_grap
                                                                              sizeof *bwd);
   ar_commsched_graph *g = NULL;
   ar_status st = AR_OK;
-  if (!ps || !chan || !ord || !load || !fwd || !bwd) {
+  if (!ps || !size || !chan || !ord || !load || !fwd || !bwd) {
     st = ar_errf(err, AR_NOMEM, "out of memory for the op graph");
   } else {
     ar_net_params(net, ps);
-    shard(ps, P, servers, chan, ord, load);
+    for (int p = 0; p < P; p++)
+      size[p] = (size_t)ps[p].count * sizeof(float);
+    ar__dist_shard(size, P, servers, chan, ord, load);
     st = ar_commsched_graph_create(&g, err);
     if (st == AR_OK)
       st = add_net_ops(net, ps, P, chan, fwd, bwd, g, err);
@@ -142,6 +123,7 @@ ar_status ar_dist_net_op_graph(const ar_net *net, int servers, ar_commsched_grap
   }
   ar_commsched_graph_destroy(g);
   ar_free(ps);
+  ar_free(size);
   ar_free(chan);
   ar_free(ord);
   ar_free(load);
