@@ -28,6 +28,10 @@
 #           behind resumes to the end.
 #   onnx    a model: {onnx: ...} CNN (python3-onnx writes it) trains under
 #           -np 2 exactly as on one process (77 without python3-onnx).
+#   configs configs/cluster-inception.yaml and configs/cluster-resnet.yaml
+#           on a slice (6 iterations) under -np 3: their transfers (47 and
+#           65 parameter tensors), a positive comp_comm_ratio, an
+#           evaluation (77 without Debian's Fashion-MNIST).
 set -uo pipefail
 MPIEXEC=$1 bin=$2 py=$3 src=$4 case=$5
 work=$(mktemp -d /tmp/accelrt_dgraph_XXXXXX)
@@ -259,6 +263,26 @@ YAML
   losses single/metrics.jsonl dox/metrics.jsonl 0 || fail "onnx -np 2 losses differ"
   same single/checkpoint.bin dox/checkpoint.bin || fail "onnx -np 2 checkpoints differ"
   echo "onnx: -np 2 equals one process"
+  ;;
+configs)
+  fm=/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+  [ -r "$fm" ] || { echo "skipped: $fm is not installed (dataset-fashion-mnist)"; exit 77; }
+  for cfg in inception:47 resnet:65; do
+    name=${cfg%:*} want=${cfg#*:}
+    mpi 3 run "$src/configs/cluster-$name.yaml" --quiet --set output.dir=c_$name \
+      --set train.iterations=6 --set train.eval_points=256 --set distributed.trace_iterations=2 \
+      > out_c.txt 2>&1 || fail "configs/cluster-$name.yaml under -np 3"
+    "$py" - c_$name/summary.json "$want" <<'PY' || fail "cluster-$name: summary"
+import json, math, sys
+s = json.load(open(sys.argv[1]))
+assert s["transfers"] == int(sys.argv[2]), ("transfers", s["transfers"])
+assert s["iterations"] == 6 and s["workers"] == 2 and s["order"] == "tac", s
+r = s["comp_comm_ratio"]
+assert isinstance(r, float) and math.isfinite(r) and r > 0, ("comp_comm_ratio", r)
+assert 0 <= s["top1"] <= 100, s["top1"]
+print("  %s: %d transfers, comp_comm_ratio %.2f" % (sys.argv[1], s["transfers"], r))
+PY
+  done
   ;;
 *)
   fail "unknown case $case"
