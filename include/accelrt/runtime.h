@@ -117,7 +117,8 @@ typedef struct ar_job ar_job;
 /* ---- a job as part of a distributed one (runtime/dist) ----
  *
  * A distributed job runs one ar_job on every MPI rank.  Each worker steps
- * its own with the hooks below around every layer (its parameters arrive,
+ * its own with the hooks below around every layer, or every node of a
+ * graph model (its parameters arrive,
  * its gradients leave) and the step left to the parameter servers; rank
  * 0, a server, does not step its job but records each iteration the
  * workers ran (ar_job_record) and evaluates, checkpoints and writes the

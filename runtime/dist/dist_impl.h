@@ -12,7 +12,8 @@
  *   server.c     one server iteration: gated, paced parameter sends,
  *                gradient receives, the optimizer;
  *   worker.c     one worker iteration: its job's step with the receives
- *                and sends as per-layer hooks, the report to rank 0;
+ *                and sends as hooks per chain layer or per graph node,
+ *                the report to rank 0;
  *   report.c     rank 0: the iteration reports, TicTac's metrics, the
  *                trace, the distributed keys of the job's metrics lines
  *                and summary; the shards gathered for its checkpoints;
@@ -33,9 +34,10 @@
  * optimizer to their shards) and rank 0 records each iteration in its.
  *
  * Roles: ranks 0..S-1 are servers, S..size-1 workers; worker w is rank
- * S + w.  Every parameter tensor (each layer's w and b) is one transfer
- * of the commsched graph, owned by one server (a layer's two on the same
- * one; sharding balanced by bytes).  A layer that some worker computes
+ * S + w.  Every parameter tensor (each chain layer's w and b; each
+ * trainable tensor of a graph model's net, graph.c) is one transfer of
+ * the commsched graph, owned by one server (a chain layer's two on the
+ * same one; sharding balanced by bytes).  A layer that some worker computes
  * LSH-sampled is sampled in the servers' model too (its sparse Adam state)
  * and its tensors travel as rows (rows.c) to and from every worker.  Three duplicated communicators keep the traffic apart so that
  * a worker can probe parameters with MPI_ANY_TAG and see them exactly in
@@ -192,7 +194,8 @@ typedef struct ar__dist {
                              and on rank 0 the records) */
   bool resumed;           /* the job continues from rank 0's checkpoint
                              (--resume, and there was one) */
-  ar_job_hooks hooks;     /* a worker's, around each layer of its step */
+  ar_job_hooks hooks;     /* a worker's, around each layer (graph: node) of
+                             its step */
   double wall0;           /* when ar_dist_run began */
   int64_t iter;           /* iterations done */
   size_t piece;           /* bytes per piece of a message */
@@ -212,14 +215,15 @@ typedef struct ar__dist {
   char *wdesc;            /* (size, AR__DIST_DEV_DESC) each worker's device,
                              "host", "cuda:0", "host (staged)"; "" for a
                              server */
-  int nt;                 /* transfers = 2 x layers */
+  int nt;                 /* transfers = 2 x layers (graph: parameters) */
   ar__dist_tensor *t;     /* (nt) */
 
   int64_t total;          /* iterations the job runs */
 
   /* The op graph and the schedule (opgraph.c). */
   ar_commsched_graph *g;
-  ar_commsched_op *fwd, *bwd; /* (n_layers) */
+  ar_commsched_op *fwd, *bwd; /* (n_layers; graph: nodes, bwd NONE for a
+                                 node that does not train) */
   ar_commsched_op loss_op;
   size_t nops;
   ar_commsched_oracle *oracle;  /* rank 0, during the traced iterations */

@@ -12,7 +12,10 @@
  * and their gradients leave as the rows the batch touched.  A worker on a
  * GPU (or told to stage) receives and sends through host copies of its
  * tensors (stage.c): its layers' copy-in joins the per-layer wait, its
- * gradients' copy-out the layer's backward. */
+ * gradients' copy-out the layer's backward.  A graph model's hooks are per
+ * node of its net (ar__dist_graph_before/after): before a node's forward
+ * the parameters it is the first to read, after its backward the
+ * gradients it made final (graph.c's lists). */
 #define _GNU_SOURCE
 #include "dist_impl.h"
 
