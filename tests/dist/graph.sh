@@ -9,7 +9,8 @@
 #           checkpoints (parameters, optimizer state, batch-norm running
 #           statistics) are identical byte for byte: SGD with momentum,
 #           then Adam with weight decay, then AdamW with a cosine schedule
-#           over two servers (-np 3: the shards gathered to rank 0).
+#           over two servers (-np 3: the shards gathered to rank 0), and a
+#           token model with attention over two servers.
 #           -np 3 (1 server, 2 workers) without batch norm: every loss
 #           within 1e-5 (relative) of the single process's (the workers'
 #           half-batch gradients summed in another order).  With batch norm
@@ -141,6 +142,33 @@ exact)
       fail "$opt: top1 differs from the single process's"
     echo "$opt: -np $np equals one process"
   done
+  # Attention (a token model) over two servers and one worker: the same.
+  "$bin" gen-data --out tok --shape tokens --seq 12 --vocab 16 --train-points 512 \
+    --test-points 64 --seed 5 > /dev/null || fail "gen-data --shape tokens"
+  cat > tok.yaml <<'YAML'
+name: tok
+device: host
+seed: 3
+model:
+  input: {tokens: 12, vocab: 16}
+  layers:
+    - {name: emb, op: embedding, width: 16}
+    - {name: pos, op: posembed}
+    - {name: att, op: attention, heads: 2, inputs: [pos]}
+    - {name: res, op: add, inputs: [pos, att]}
+    - {name: pool, op: mean, axis: 1}
+    - {name: hid, dense: 32, activation: relu}
+    - {name: out, dense: 2, activation: softmax}
+data: {format: npy, train: tok/train, test: tok/test}
+train: {batch: 32, iterations: 12, optimizer: {adam: {lr: 0.003}}, log_every: 1, threads: 1}
+output: {dir: s_tok}
+YAML
+  { cat tok.yaml; printf 'distributed: {servers: 2, order: tac, trace_iterations: 2}\n'; } > dtok.yaml
+  "$bin" run tok.yaml --quiet > out_s.txt 2>&1 || fail "tokens: single process"
+  mpi 3 run dtok.yaml --quiet --set output.dir=d_tok > out_d.txt 2>&1 || fail "tokens: -np 3"
+  losses s_tok/metrics.jsonl d_tok/metrics.jsonl 0 || fail "tokens: losses differ"
+  same s_tok/checkpoint.bin d_tok/checkpoint.bin || fail "tokens: checkpoints differ"
+  echo "attention: -np 3 (2 servers) equals one process"
   # Two workers, no batch norm: within floating-point rounding.
   "$bin" run nobn.yaml --quiet --set output.dir=s_nobn > out_s.txt 2>&1 || fail "no-bn single"
   mpi 3 run dnobn.yaml --quiet --set output.dir=d_nobn > out_d.txt 2>&1 || fail "no-bn -np 3"
