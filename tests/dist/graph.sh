@@ -151,16 +151,16 @@ device: host
 seed: 3
 model:
   input: {tokens: 12, vocab: 16}
-  layers:
+  layers:                  # a pre-norm attention block
     - {name: emb, op: embedding, width: 16}
     - {name: pos, op: posembed}
-    - {name: att, op: attention, heads: 2, inputs: [pos]}
+    - {name: ln, op: layernorm}
+    - {name: att, op: attention, heads: 4}
     - {name: res, op: add, inputs: [pos, att]}
     - {name: pool, op: mean, axis: 1}
-    - {name: hid, dense: 32, activation: relu}
     - {name: out, dense: 2, activation: softmax}
 data: {format: npy, train: tok/train, test: tok/test}
-train: {batch: 32, iterations: 12, optimizer: {adam: {lr: 0.003}}, log_every: 1, threads: 1}
+train: {batch: 16, iterations: 12, optimizer: {adam: {lr: 0.003}}, log_every: 1, threads: 1}
 output: {dir: s_tok}
 YAML
   { cat tok.yaml; printf 'distributed: {servers: 2, order: tac, trace_iterations: 2}\n'; } > dtok.yaml
