@@ -372,9 +372,7 @@ static void bind_tensor(ar__dist_tensor *T, const ar_layer *L) {
   T->s2 = T->bias ? L->s2b : L->s2w;
 }
 
-/* Every layer's w and b is a transfer, ids 2l and 2l+1 (their servers
- * come from the op graph, see ar_dist_op_graph); each message of one is
- * its pieces (at per-piece index T->slot). */
+/* Each message of a transfer is its pieces (at per-piece index T->slot). */
 static ar_status make_slots(ar__dist *c) {
   for (int t = 0; t < c->nt; t++) {
     c->t[t].pieces = ar__dist_pieces(c, c->t[t].wire);
@@ -390,6 +388,9 @@ static ar_status make_slots(ar__dist *c) {
   return AR_OK;
 }
 
+/* Every layer's w and b is a transfer, ids 2l and 2l+1 (their servers
+ * come from the op graph, see ar_dist_op_graph); a graph model's are its
+ * net's parameters (graph.c). */
 static ar_status make_tensors(ar__dist *c) {
   if (c->graph) {
     AR_CHECK(ar__dist_graph_tensors(c));
