@@ -26,7 +26,9 @@
 #   resume  -np 2: 12 iterations straight and 6 + 6 resumed end with the
 #           same checkpoint; a worker killed at iteration 5 ends the job
 #           with an error naming it, no hang, and the checkpoint left
-#           behind resumes to the end.
+#           behind resumes to the end; SIGTERM to a worker stops every
+#           rank at one iteration with rank 0's checkpoint, and --resume
+#           goes on from there.
 #   onnx    a model: {onnx: ...} CNN (python3-onnx writes it) trains under
 #           -np 2 exactly as on one process (77 without python3-onnx).
 #   configs configs/cluster-inception.yaml and configs/cluster-resnet.yaml
@@ -255,6 +257,31 @@ resume)
     fail "resuming after the killed worker"
   grep -q '"iterations": 12' killed/summary.json || fail "the resumed run did not reach 12"
   echo "killed worker: reported, resumed to the end"
+  # SIGTERM to worker 1 (rank 2): the ranks stop together at one N, rank 0
+  # writes the checkpoint and an interrupted
+  # summary, and --resume continues to N + 5.
+  "$MPIEXEC" --oversubscribe -n 3 "$bin" run r.yaml --quiet --set output.dir=stop \
+    --set train.iterations=10000000 > out_t.txt 2>&1 &
+  mp=$!
+  lines() { n=$(grep -c '"kind": "iteration"' stop/metrics.jsonl 2>/dev/null); echo "${n:-0}"; }
+  for _ in $(seq 1200); do [ "$(lines)" -ge 20 ] && break; sleep 0.1; done
+  [ "$(lines)" -ge 20 ] || { kill -KILL $mp; fail "SIGTERM: the job did not train"; }
+  worker=
+  for p in $(ps -o pid= --ppid "$mp"); do
+    tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=2 && worker=$p
+  done
+  [ -n "$worker" ] || { kill -KILL $mp; fail "SIGTERM: cannot find rank 2"; }
+  kill -TERM "$worker"
+  for _ in $(seq 1200); do kill -0 "$mp" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$mp" 2>/dev/null && { kill -KILL $mp; fail "SIGTERM: the ranks did not stop in 120 s"; }
+  wait "$mp" && fail "SIGTERM: exit status 0"
+  n=$("$py" -c 'import json,sys; s=json.load(open(sys.argv[1])); assert s["interrupted"]; print(s["iterations"])' \
+      stop/summary.json) || fail "SIGTERM: no interrupted summary"
+  [ "$(lines)" = "$n" ] || fail "SIGTERM: $(lines) metrics lines, summary says $n"
+  mpi 3 run r.yaml --quiet --set output.dir=stop --resume --set train.iterations=$((n + 5)) \
+    > out_t2.txt 2>&1 || fail "SIGTERM: resuming"
+  [ "$(lines)" = $((n + 5)) ] || fail "SIGTERM: $(lines) lines after resuming, not $((n + 5))"
+  echo "SIGTERM: stopped at $n together, resumed to $((n + 5))"
   ;;
 onnx)
   "$py" -c 'import onnx' 2>/dev/null || { echo "skipped: python3-onnx is not installed"; exit 77; }
