@@ -466,3 +466,11 @@ uint32_t ar_commsched_graph_channel(const ar_commsched_graph *g,
                                     uint32_t transfer) {
   return transfer < g->nrecv ? g->recvs[transfer].channel : AR_COMMSCHED_NONE;
 }
+
+size_t ar_commsched_graph_edge_count(const ar_commsched_graph *g) { return g->nedges; }
+
+void ar_commsched_graph_edge(const ar_commsched_graph *g, size_t i,
+                             ar_commsched_op *from, ar_commsched_op *to) {
+  *from = g->edges[2 * i];
+  *to = g->edges[2 * i + 1];
+}

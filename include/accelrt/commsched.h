@@ -135,6 +135,10 @@ uint32_t ar_commsched_graph_transfer(const ar_commsched_graph *g,
 size_t ar_commsched_graph_bytes(const ar_commsched_graph *g, uint32_t transfer);
 uint32_t ar_commsched_graph_channel(const ar_commsched_graph *g,
                                     uint32_t transfer);
+/* The edges as added: edge i (< edge_count) goes from *from to *to. */
+size_t ar_commsched_graph_edge_count(const ar_commsched_graph *g);
+void ar_commsched_graph_edge(const ar_commsched_graph *g, size_t i,
+                             ar_commsched_op *from, ar_commsched_op *to);
 
 /* ---- time oracle -------------------------------------------------------- */
 

@@ -166,6 +166,24 @@ ar_status ar_dist_run_ex(const ar_spec *spec, const ar_run_opts *opts,
  * graph.  AR_OK, AR_INVALID, AR_NOMEM. */
 ar_status ar_dist_op_graph(const ar_spec *spec, int servers,
                            ar_commsched_graph **out, ar_err *err);
+/* The same for a graph model (its net, built: include/accelrt/net.h), from
+ * the model's real DAG (sealed; caller destroys):
+ *   ops 0..P-1: recv of each trainable parameter, in ar_net_params order
+ *     (the transfer ids), each on the server with the fewest bytes so far,
+ *     largest parameters first (ties: lower id, lower server);
+ *   ops P..P+N-1: fwd of node i (forward order);
+ *   then bwd of each node that trains, in backward order (last node
+ *     first).
+ * Edges: recv p -> fwd of every node reading p, and -> bwd of the node
+ * after whose backward p's gradient is final (its first reader: the
+ * simulator's "gradient ready"); fwd of a producer -> fwd of its
+ * consumers; fwd i -> bwd i; bwd j -> bwd i for every training node j
+ * that reads an output of i.  Parallel branches stay parallel.  fwd and
+ * bwd (room for the nodes; may be NULL) get each node's op ids
+ * (AR_COMMSCHED_NONE: a node that does not train has no bwd). */
+struct ar_net;
+ar_status ar_dist_net_op_graph(const struct ar_net *net, int servers, ar_commsched_graph **out,
+                               ar_commsched_op *fwd, ar_commsched_op *bwd, ar_err *err);
 
 /* Reads a time oracle (output.dir/oracle.tsv of a distributed run): each
  * compute op of g named there gets its time; *set counts them.  AR_IO,

@@ -107,6 +107,54 @@ ar_device *ar_net_device(const ar_net *n);
 /* Where training steps record their spans (borrowed; NULL: nowhere). */
 void ar_net_set_trace(ar_net *n, ar_trace *t);
 
+/* ---- a graph model trained by parameter servers (runtime/dist) -----------
+ * A worker computes part of each global batch with its net and sends the
+ * gradients of its parameters; the servers sum them and step the same
+ * optimizer per parameter.  Nodes are numbered in forward order. */
+typedef struct ar_net_param {
+  const char *name;
+  ar_shape shape;
+  int64_t count;        /* floats */
+  int tensor;           /* its index among the net's tensors */
+  float *p, *g;         /* parameter, its gradient (bound addresses) */
+  float *s1, *s2;       /* optimizer state (NULL: none) */
+  int first;            /* the first node (forward order) that reads it:
+                           it must be in before that node's forward */
+  int ready;            /* the node after whose backward (and the adding
+                           of its temporaries) the gradient is final */
+} ar_net_param;
+/* The trainable parameters, in plan order (out may be NULL: the count).
+ * After ar_net_start for the addresses. */
+int ar_net_params(const ar_net *n, ar_net_param *out);
+/* The running statistics (state tensors such as batch norm's): names,
+ * addresses, floats (arrays may be NULL: the count). */
+int ar_net_states(const ar_net *n, const char **names, float **ptrs, int64_t *counts);
+int ar_net_node_count(const ar_net *n);
+const char *ar_net_node_name(const ar_net *n, int node);
+/* Whether the node's backward runs (a training node). */
+bool ar_net_node_trains(const ar_net *n, int node);
+/* The nodes whose outputs node reads (deps, room for `cap`; duplicates
+ * possible); returns their count. */
+int ar_net_node_inputs(const ar_net *n, int node, int *deps, int cap);
+/* The parameters node reads, as ar_net_param.tensor (room for `cap`). */
+int ar_net_node_params(const ar_net *n, int node, int *tensors, int cap);
+/* The loss gradient is divided by `rows` instead of the net's batch (a
+ * worker's part of a global batch: the parts' gradients sum to the batch
+ * mean).  0: the batch. */
+void ar_net_set_grad_rows(ar_net *n, int64_t rows);
+/* Calls hooks around each node's forward and backward of a training step
+ * (struct ar_job_hooks of runtime.h: phase AR_JOB_FORWARD / AR_JOB_BACKWARD,
+ * `layer` the node), and its step instead of the optimizer (the step still
+ * counts).  NULL: none.  Copied. */
+struct ar_job_hooks;
+void ar_net_set_hooks(ar_net *n, const struct ar_job_hooks *h);
+/* The optimizer of ar_net_train in pieces, for a server that steps some
+ * parameters: begin counts the step and returns its learning rate; param
+ * steps the parameter whose ar_net_param.tensor is `tensor` with its
+ * gradient (the very code of the whole step). */
+double ar_net_opt_begin(ar_net *n);
+void ar_net_opt_param(ar_net *n, int tensor, double lr);
+
 /* ---- graphs built by a program ---------------------------------------------
  * A net from an ar_nn_graph (nn.h; the ONNX importer makes them), for
  * inference: every tensor placed by the same exact plan, the graph's

@@ -117,7 +117,8 @@ typedef struct ar_job ar_job;
 /* ---- a job as part of a distributed one (runtime/dist) ----
  *
  * A distributed job runs one ar_job on every MPI rank.  Each worker steps
- * its own with the hooks below around every layer (its parameters arrive,
+ * its own with the hooks below around every layer, or every node of a
+ * graph model (its parameters arrive,
  * its gradients leave) and the step left to the parameter servers; rank
  * 0, a server, does not step its job but records each iteration the
  * workers ran (ar_job_record) and evaluates, checkpoints and writes the
@@ -133,8 +134,11 @@ typedef enum ar_job_phase {
 /* Callbacks of ar_job_step (each may be NULL).  They run on the thread
  * that calls ar_job_step, between the device calls of the iteration; a
  * status other than AR_OK ends the step with it (the hook's reason in the
- * err given to ar_job_step).  Layers go forward 0..n-1, then the loss,
- * then backward n-1..0. */
+ * err given to ar_job_step).  A chain model's layers go forward 0..n-1,
+ * then the loss, then backward n-1..0.  A graph model (spec->graph) calls
+ * them per node of its net instead, `layer` being the node: forward
+ * 0..n-1 (the loss is its last node, no AR_JOB_LOSS), then backward
+ * n-1..0 for the nodes that train (ar_net_node_trains). */
 typedef struct ar_job_hooks {
   /* Before `phase` of `layer`.  Before AR_JOB_FORWARD the layer's
    * parameters must be in the model when it returns (a worker waits for
@@ -293,6 +297,9 @@ ar_status ar_job_finish(ar_job *j, bool interrupted, ar_summary *summary,
 void ar_job_close(ar_job *j);
 /* The model, after ar_job_start (borrowed). */
 ar_model *ar_job_model(ar_job *j);
+/* A graph model's net (spec->graph), after ar_job_start (borrowed; NULL
+ * for a chain model, whose ar_job_model is not NULL). */
+struct ar_net *ar_job_net(ar_job *j);
 
 /* ---- evaluating a checkpoint (accelrt eval) ---- */
 /* One setting of the inference tables measured on the probe: K, L, the

@@ -389,6 +389,15 @@ static void print_rows(const sim_args *a, const ar_commsched_sim_opts *so, const
 
 static int run(const sim_args *a, const ar_spec *spec) {
   ar_err err = AR_ERR_INIT;
+  if (spec->graph) {
+    /* Its op graph is the net's DAG (ar_dist_net_op_graph), which this
+     * command does not time yet. */
+    fprintf(stderr, "accelrt simulate: %s is a graph model; simulate models chains of dense "
+            "layers only.  Run it under mpirun instead: its output.dir/oracle.tsv and "
+            "trace.json hold the measured op times and transfers\n",
+            spec->file ? spec->file : "the job");
+    return 2;
+  }
   ar_commsched_graph *g = NULL;
   ar_status st = ar_dist_op_graph(spec, a->servers, &g, &err);
   long rows = a->rows > 0 ? a->rows : (spec->train.batch + a->workers - 1) / a->workers;

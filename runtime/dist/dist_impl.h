@@ -12,7 +12,8 @@
  *   server.c     one server iteration: gated, paced parameter sends,
  *                gradient receives, the optimizer;
  *   worker.c     one worker iteration: its job's step with the receives
- *                and sends as per-layer hooks, the report to rank 0;
+ *                and sends as hooks per chain layer or per graph node,
+ *                the report to rank 0;
  *   report.c     rank 0: the iteration reports, TicTac's metrics, the
  *                trace, the distributed keys of the job's metrics lines
  *                and summary; the shards gathered for its checkpoints;
@@ -21,7 +22,10 @@
  *                host staging of its parameters and gradients;
  *   share.c      distributed.share: a worker as a tenant of lanes;
  *   timeline.c   trace.json: each rank's spans and transfers, gathered
- *                by rank 0 at the end onto one clock.
+ *                by rank 0 at the end onto one clock;
+ *   graph.c      graph models (spec->graph): a transfer per parameter
+ *                tensor of the net, the op graph of its DAG, the per-node
+ *                lists the worker's hooks use, batch norm's statistics.
  *
  * Every rank runs one ar_job (runtime/engine): the job reads the data,
  * holds the model and, on rank 0, evaluates, logs, checkpoints and writes
@@ -30,9 +34,10 @@
  * optimizer to their shards) and rank 0 records each iteration in its.
  *
  * Roles: ranks 0..S-1 are servers, S..size-1 workers; worker w is rank
- * S + w.  Every parameter tensor (each layer's w and b) is one transfer
- * of the commsched graph, owned by one server (a layer's two on the same
- * one; sharding balanced by bytes).  A layer that some worker computes
+ * S + w.  Every parameter tensor (each chain layer's w and b; each
+ * trainable tensor of a graph model's net, graph.c) is one transfer of
+ * the commsched graph, owned by one server (a chain layer's two on the
+ * same one; sharding balanced by bytes).  A layer that some worker computes
  * LSH-sampled is sampled in the servers' model too (its sparse Adam state)
  * and its tensors travel as rows (rows.c) to and from every worker.  Three duplicated communicators keep the traffic apart so that
  * a worker can probe parameters with MPI_ANY_TAG and see them exactly in
@@ -98,6 +103,8 @@ typedef struct ar__dist_tensor {
   size_t msg_bytes;
   void *last;      /* servers, a rows layer's w: sparse Adam's row steps
                       (nrows x u64) in the model, gathered with w */
+  int ntensor;     /* graph models: the parameter's tensor in the net
+                      (ar_net_param.tensor); its layer is -1 */
 } ar__dist_tensor;
 
 /* Rows message flags and a view of one (rows.c). */
@@ -174,11 +181,21 @@ typedef struct ar__dist {
   MPI_Comm cparam, cgrad, cctl;
   double clock0;          /* rank 0's CLOCK_REALTIME at start */
 
+  /* A graph model (spec->graph, graph.c): every parameter tensor of its
+   * net is a transfer; the hooks are per node. */
+  bool graph;
+  struct ar_net *net;
+  int nnodes;
+  int *need_at, *need;    /* (nnodes + 1, nt) per node, CSR: the transfers
+                             its forward waits for (first readers) */
+  int *ready_at, *ready;  /* (nnodes + 1, nt) per node: the gradients final
+                             after its backward */
   ar_job *job;            /* this rank's part of the job (its model, data,
                              and on rank 0 the records) */
   bool resumed;           /* the job continues from rank 0's checkpoint
                              (--resume, and there was one) */
-  ar_job_hooks hooks;     /* a worker's, around each layer of its step */
+  ar_job_hooks hooks;     /* a worker's, around each layer (graph: node) of
+                             its step */
   double wall0;           /* when ar_dist_run began */
   int64_t iter;           /* iterations done */
   size_t piece;           /* bytes per piece of a message */
@@ -198,14 +215,15 @@ typedef struct ar__dist {
   char *wdesc;            /* (size, AR__DIST_DEV_DESC) each worker's device,
                              "host", "cuda:0", "host (staged)"; "" for a
                              server */
-  int nt;                 /* transfers = 2 x layers */
+  int nt;                 /* transfers = 2 x layers (graph: parameters) */
   ar__dist_tensor *t;     /* (nt) */
 
   int64_t total;          /* iterations the job runs */
 
   /* The op graph and the schedule (opgraph.c). */
   ar_commsched_graph *g;
-  ar_commsched_op *fwd, *bwd; /* (n_layers) */
+  ar_commsched_op *fwd, *bwd; /* (n_layers; graph: nodes, bwd NONE for a
+                                 node that does not train) */
   ar_commsched_op loss_op;
   size_t nops;
   ar_commsched_oracle *oracle;  /* rank 0, during the traced iterations */
@@ -351,6 +369,12 @@ void ar__dist_install_signals(void);
 void ar__dist_restore_signals(void);
 
 /* ---- opgraph.c ---- */
+/* Items of size[0..n) to `servers` servers (chan): each to the one with
+ * the fewest bytes so far (load, zeroed by the caller), largest first
+ * (ties: lower id, lower server), the classic greedy balance; ord is
+ * scratch of n. */
+void ar__dist_shard(const size_t *size, int n, int servers, uint32_t *chan, int *ord,
+                    size_t *load);
 ar_status ar__dist_graph_build(ar__dist *c);
 ar_commsched_order ar__dist_order_of(ar_order_kind k);
 /* The schedule the servers enforce in iteration `iter` (1-based): NULL
@@ -365,6 +389,26 @@ ar_status ar__dist_schedule_setup(ar__dist *c);
 /* At start-up: a schedule_file that exists is read on rank 0 and
  * broadcast (then no warm-up schedule is computed). */
 ar_status ar__dist_schedule_from_file(ar__dist *c);
+
+/* ---- graph.c (graph models) ---- */
+/* The transfers (one per trainable parameter of the net, sharded over the
+ * servers by bytes) and the per-node lists. */
+ar_status ar__dist_graph_tensors(ar__dist *c);
+/* Binds the transfers to the net's memory again. */
+void ar__dist_graph_bind(ar__dist *c);
+/* The op graph of the net (see ar_dist_net_op_graph) and the op ids. */
+ar_status ar__dist_graph_ops(ar__dist *c);
+/* Worker hooks of a graph model (worker.c calls them for spec->graph). */
+ar_status ar__dist_graph_before(ar__dist *c, ar_job_phase phase, int node);
+ar_status ar__dist_graph_after(ar__dist *c, ar_job_phase phase, int node);
+/* The running statistics (batch norm's): worker 0's go to rank 0 before
+ * an evaluation, a checkpoint and at the end (collective between those
+ * two ranks; a no-op for others and for chain models). */
+ar_status ar__dist_graph_states(ar__dist *c);
+/* Every rank's job tensors as checkpoints list them (resume). */
+int ar__dist_job_tensors(ar__dist *c, const char **names, float **ptrs, int64_t *counts,
+                         int cap);
+void ar__dist_graph_fini(ar__dist *c);
 
 /* ---- server.c / worker.c ---- */
 ar_status ar__dist_server_init(ar__dist *c);

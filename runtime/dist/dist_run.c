@@ -6,6 +6,8 @@
 #define _GNU_SOURCE
 #include "dist_impl.h"
 
+#include "accelrt/net.h"
+
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -127,6 +129,13 @@ static ar_status check_roles(ar__dist *c) {
                    "distributed.workers lists %d workers but the job has %d (%d ranks, %d "
                    "server%s): shorten the list or start more ranks",
                    s->distributed.n_workers, c->W, c->size, c->S, c->S == 1 ? "" : "s");
+  c->graph = s->graph;
+  if (c->graph && s->train.batch % c->W != 0)
+    return ar_errf(c->err, AR_SPEC,
+                   "train.batch %d does not divide among the %d workers: a graph model's "
+                   "workers compute equal parts of each batch; make train.batch a multiple "
+                   "of %d or start another number of ranks",
+                   s->train.batch, c->W, c->W);
   c->server = c->rank < c->S;
   c->widx = c->server ? -1 : c->rank - c->S;
   /* Servers hear from every worker, so they notice a dead rank first and
@@ -154,7 +163,9 @@ static ar_status worker_device(ar__dist *c) {
   else
     snprintf(key, sizeof key, "device (or distributed.workers[%d].device)", c->widx);
   snprintf(c->dev_name, sizeof c->dev_name, "host");
-  if (strcmp(dev, "host") == 0)
+  /* Graph models run on the host in this version (issue 15); an explicit
+   * cuda:N is refused by the net, naming the device. */
+  if (strcmp(dev, "host") == 0 || (c->spec->graph && strcmp(dev, "auto") == 0))
     return AR_OK;
   char why[256] = "";
   int gpus = ar_cuda_device_count(why, sizeof why);
@@ -201,10 +212,11 @@ static ar_status decide_sampling(ar__dist *c) {
     st = worker_device(c);
     bool host = strcmp(c->dev_name, "host") == 0;
     bool dense = c->widx < s->distributed.n_workers && s->distributed.workers[c->widx].dense;
-    for (int l = 0; l < n && st == AR_OK; l++)
+    for (int l = 0; l < n && st == AR_OK && !s->graph; l++)
       mine[l] = !dense && ar_layer_sampled(s, l, host);
-    /* MPI moves host memory: a GPU worker (or one told to) stages. */
-    c->staged = !host || c->o.stage;
+    /* MPI moves host memory: a GPU worker (or one told to) stages; a
+     * graph model's nets live on the host. */
+    c->staged = (!host || c->o.stage) && !s->graph;
   }
   st = agree(c, st, "choosing each worker's device");
   MPI_Request q;
@@ -348,6 +360,7 @@ static ar_status make_model(ar__dist *c) {
   }
   AR_CHECK(ar_job_start(c->job, c->dev, p, e, c->err));
   c->model = ar_job_model(c->job);
+  c->net = ar_job_net(c->job);
   return AR_OK;
 }
 
@@ -360,10 +373,30 @@ static void bind_tensor(ar__dist_tensor *T, const ar_layer *L) {
   T->s2 = T->bias ? L->s2b : L->s2w;
 }
 
+/* Each message of a transfer is its pieces (at per-piece index T->slot). */
+static ar_status make_slots(ar__dist *c) {
+  for (int t = 0; t < c->nt; t++) {
+    c->t[t].pieces = ar__dist_pieces(c, c->t[t].wire);
+    c->t[t].slot = c->nslots;
+    c->nslots += (size_t)c->t[t].pieces;
+  }
+  c->slot_t = ar_malloc(c->nslots * sizeof *c->slot_t);
+  if (!c->slot_t)
+    return ar_errf(c->err, AR_NOMEM, "out of memory for the tensor table");
+  for (int t = 0; t < c->nt; t++)
+    for (int k = 0; k < c->t[t].pieces; k++)
+      c->slot_t[c->t[t].slot + (size_t)k] = (uint32_t)t;
+  return AR_OK;
+}
+
 /* Every layer's w and b is a transfer, ids 2l and 2l+1 (their servers
- * come from the op graph, see ar_dist_op_graph); each message of one is
- * its pieces (at per-piece index T->slot). */
+ * come from the op graph, see ar_dist_op_graph); a graph model's are its
+ * net's parameters (graph.c). */
 static ar_status make_tensors(ar__dist *c) {
+  if (c->graph) {
+    AR_CHECK(ar__dist_graph_tensors(c));
+    return make_slots(c);
+  }
   ar_model *m = c->model;
   c->nt = 2 * m->n_layers;
   c->t = ar_calloc((size_t)c->nt, sizeof *c->t);
@@ -397,22 +430,17 @@ static ar_status make_tensors(ar__dist *c) {
         if (strcmp(names[i], last) == 0)
           T->last = ptrs[i];
       AR_ASSERT(!c->server || !T->rows || T->bias || T->last);
-      T->pieces = ar__dist_pieces(c, T->wire);
-      T->slot = c->nslots;
-      c->nslots += (size_t)T->pieces;
     }
   }
-  c->slot_t = ar_malloc(c->nslots * sizeof *c->slot_t);
-  if (!c->slot_t)
-    return ar_errf(c->err, AR_NOMEM, "out of memory for the tensor table");
-  for (int t = 0; t < c->nt; t++)
-    for (int k = 0; k < c->t[t].pieces; k++)
-      c->slot_t[c->t[t].slot + (size_t)k] = (uint32_t)t;
-  return AR_OK;
+  return make_slots(c);
 }
 
 void ar__dist_rebind(ar__dist *c, void *persistent, void *ephemeral) {
   ar_job_rebase(c->job, persistent, ephemeral);
+  if (c->graph) {
+    ar__dist_graph_bind(c);
+    return;
+  }
   for (int t = 0; t < c->nt; t++)
     bind_tensor(&c->t[t], &c->model->layers[c->t[t].layer]);
 }
@@ -422,7 +450,7 @@ static ar_status send_state(ar__dist *c) {
   const char *names[512];
   float *ptrs[512];
   int64_t counts[512];
-  int n = ar_model_tensors(c->model, names, ptrs, counts, 512);
+  int n = ar__dist_job_tensors(c, names, ptrs, counts, 512);
   if (n > 512)
     return ar_errf(c->err, AR_UNSUPPORTED, "the model has %d tensors; resume handles 512", n);
   size_t pieces = 0, nreq = 0;
@@ -453,13 +481,16 @@ static ar_status send_state(ar__dist *c) {
 static ar_status resume(ar__dist *c) {
   const ar_ckpt_state *pos = ar_job_state(c->job);
   int64_t hdr[5] = {pos->iteration, pos->epoch, pos->rows_in_epoch, pos->samples,
-                    c->model->step};
+                    c->graph ? ar_net_step(c->net) : c->model->step};
   double train_s = pos->train_s;
   AR_CHECK(ar__dist_bcast(c, hdr, 5, MPI_INT64_T, "the checkpoint state"));
   AR_CHECK(ar__dist_bcast(c, &train_s, 1, MPI_DOUBLE, "the checkpoint state"));
   ar_ckpt_state st = {hdr[0], hdr[1], hdr[2], hdr[3], train_s};
   c->iter = st.iteration;
-  ar_model_set_step(c->model, hdr[4]);
+  if (c->graph)
+    ar_net_set_step(c->net, hdr[4]);
+  else
+    ar_model_set_step(c->model, hdr[4]);
   /* The parameters go to every rank (their shapes are the same whatever a
    * rank samples); the whole state (optimizer, sparse Adam's row steps)
    * to the other servers, whose models have rank 0's plan. */
@@ -467,6 +498,18 @@ static ar_status resume(ar__dist *c) {
     AR_CHECK(ar__dist_bcast_bytes(c, ar__dist_param_buf(&c->t[t]), c->t[t].bytes, c->t[t].name));
   if (c->staged)
     AR_CHECK(ar__stage_reload(c));
+  if (c->graph) { /* running statistics: the checkpoint's, on every rank */
+    int ns = ar_net_states(c->net, NULL, NULL, NULL);
+    const char *sn[512];
+    float *sp[512];
+    int64_t scnt[512];
+    if (ns > 512)
+      return ar_errf(c->err, AR_UNSUPPORTED, "the model has %d state tensors; resume handles "
+                     "512", ns);
+    ar_net_states(c->net, sn, sp, scnt);
+    for (int i = 0; i < ns; i++)
+      AR_CHECK(ar__dist_bcast_bytes(c, sp[i], (size_t)scnt[i] * sizeof(float), sn[i]));
+  }
   if (c->server && c->S > 1)
     AR_CHECK(send_state(c));
   /* A worker's tables come from the weights it now holds, and its data
@@ -491,7 +534,7 @@ static ar_status setup(ar__dist *c, const ar_run_opts *opts) {
   if (st == AR_OK && c->staged)
     st = ar__stage_init(c);
   if (st == AR_OK)
-    st = ar__dist_graph_build(c);
+    st = c->graph ? ar__dist_graph_ops(c) : ar__dist_graph_build(c);
   AR_CHECK(agree(c, st, "building the model"));
   c->order = ar__dist_order_of(c->spec->distributed.order);
   c->srep_len = ar__srep(c, AR__SREP_PARTS);
@@ -507,11 +550,12 @@ static ar_status setup(ar__dist *c, const ar_run_opts *opts) {
 /* Evaluation and checkpoints when the job asks for them: every server
  * sends its shard to rank 0, whose job evaluates or saves. */
 static ar_status between_iterations(ar__dist *c, int64_t iter) {
-  if (!c->server)
-    return AR_OK;
   bool ev, ck;
   ar_job_due(c->job, iter, &ev, &ck);
   if (!ev && !ck)
+    return AR_OK;
+  AR_CHECK(ar__dist_graph_states(c)); /* graph models: worker 0's to rank 0 */
+  if (!c->server)
     return AR_OK;
   AR_CHECK(ar__dist_gather(c));
   if (c->rank != 0)
@@ -582,6 +626,7 @@ static ar_status loop(ar__dist *c) {
     if (c->stopped)
       break;
   }
+  AR_CHECK(ar__dist_graph_states(c));
   if (c->server)
     AR_CHECK(ar__dist_gather(c));
   return AR_OK;
@@ -598,6 +643,7 @@ static void teardown(ar__dist *c) {
   ar_commsched_graph_destroy(c->g);
   ar_free(c->fwd);
   ar_free(c->bwd);
+  ar__dist_graph_fini(c);
   ar__stage_fini(c);
   for (int t = 0; c->t && t < c->nt; t++)
     ar_free(c->t[t].msg);

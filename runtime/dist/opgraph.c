@@ -25,25 +25,12 @@ static void clean_name(char *s) {
       *s = '_';
 }
 
-/* Each layer's w and b bytes (bytes[2l], bytes[2l+1]) and server
- * (chan[2l] = chan[2l+1]): whole layers go to one server, so that the
- * server that updates a sampled layer's rows holds both and its per-row
- * Adam state (runtime/dist/rows.c); each goes to the server with the
- * fewest bytes so far, largest layers first.  ord and load are scratch of
- * n and `servers` entries. */
-static void shard_layers(const ar_spec *spec, int servers, size_t *bytes, uint32_t *chan,
-                         int *ord, size_t *load) {
-  int n = spec->n_layers;
-  for (int l = 0; l < n; l++) {
-    int64_t in = l == 0 ? spec->input.features : spec->layers[l - 1].width;
-    bytes[2 * l] = (size_t)(in * spec->layers[l].width) * sizeof(float);
-    bytes[2 * l + 1] = (size_t)spec->layers[l].width * sizeof(float);
-  }
+void ar__dist_shard(const size_t *size, int n, int servers, uint32_t *chan, int *ord,
+                    size_t *load) {
   for (int i = 0; i < n; i++)
     ord[i] = i;
-  for (int i = 1; i < n; i++) /* insertion sort: layer bytes desc, id asc */
-    for (int j = i; j > 0 && bytes[2 * ord[j]] + bytes[2 * ord[j] + 1] >
-                             bytes[2 * ord[j - 1]] + bytes[2 * ord[j - 1] + 1]; j--) {
+  for (int i = 1; i < n; i++) /* insertion sort: bytes desc, id asc */
+    for (int j = i; j > 0 && size[ord[j]] > size[ord[j - 1]]; j--) {
       int x = ord[j];
       ord[j] = ord[j - 1];
       ord[j - 1] = x;
@@ -53,9 +40,30 @@ static void shard_layers(const ar_spec *spec, int servers, size_t *bytes, uint32
     for (int k = 1; k < servers; k++)
       if (load[k] < load[best])
         best = k;
-    chan[2 * ord[i]] = chan[2 * ord[i] + 1] = (uint32_t)best;
-    load[best] += bytes[2 * ord[i]] + bytes[2 * ord[i] + 1];
+    chan[ord[i]] = (uint32_t)best;
+    load[best] += size[ord[i]];
   }
+}
+
+/* Each layer's w and b bytes (bytes[2l], bytes[2l+1]) and server
+ * (chan[2l] = chan[2l+1]): whole layers go to one server, so that the
+ * server that updates a sampled layer's rows holds both and its per-row
+ * Adam state (runtime/dist/rows.c); each goes to the server with the
+ * fewest bytes so far, largest layers first.  ord, load and the layers'
+ * sizes and servers (size, lchan) are scratch of n, `servers`, n and n
+ * entries. */
+static void shard_layers(const ar_spec *spec, int servers, size_t *bytes, uint32_t *chan,
+                         int *ord, size_t *load, size_t *size, uint32_t *lchan) {
+  int n = spec->n_layers;
+  for (int l = 0; l < n; l++) {
+    int64_t in = l == 0 ? spec->input.features : spec->layers[l - 1].width;
+    bytes[2 * l] = (size_t)(in * spec->layers[l].width) * sizeof(float);
+    bytes[2 * l + 1] = (size_t)spec->layers[l].width * sizeof(float);
+    size[l] = bytes[2 * l] + bytes[2 * l + 1];
+  }
+  ar__dist_shard(size, n, servers, lchan, ord, load);
+  for (int l = 0; l < n; l++)
+    chan[2 * l] = chan[2 * l + 1] = lchan[l];
 }
 
 /* The ops and edges of the graph (see ar_dist_op_graph) into g. */
@@ -119,12 +127,14 @@ ar_status ar_dist_op_graph(const ar_spec *spec, int servers, ar_commsched_graph 
                                                                          sizeof *load);
   uint32_t *chan = ar_calloc((size_t)nt, sizeof *chan);
   int *ord = ar_calloc((size_t)nt, sizeof *ord);
+  size_t *size = ar_calloc((size_t)n, sizeof *size);
+  uint32_t *lchan = ar_calloc((size_t)n, sizeof *lchan);
   ar_commsched_graph *g = NULL;
   ar_status st = AR_OK;
-  if (!bytes || !load || !chan || !ord) {
+  if (!bytes || !load || !chan || !ord || !size || !lchan) {
     st = ar_errf(err, AR_NOMEM, "out of memory for the op graph");
   } else {
-    shard_layers(spec, servers, bytes, chan, ord, load);
+    shard_layers(spec, servers, bytes, chan, ord, load, size, lchan);
     st = ar_commsched_graph_create(&g, err);
     if (st == AR_OK)
       st = add_ops(spec, bytes, chan, g, err);
@@ -140,6 +150,8 @@ ar_status ar_dist_op_graph(const ar_spec *spec, int servers, ar_commsched_graph 
   ar_free(load);
   ar_free(chan);
   ar_free(ord);
+  ar_free(size);
+  ar_free(lchan);
   return st;
 }
 

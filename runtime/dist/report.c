@@ -404,8 +404,14 @@ static void summary_keys(const ar__dist *c, ar_json *j) {
   ar_json_num(j, "iteration_s_median", median(c, offsetof(ar__dist_iter_stat, wall), false));
   ar_json_num(j, "makespan_s_median", median(c, offsetof(ar__dist_iter_stat, makespan), false));
   ar_json_num(j, "efficiency_median", median(c, offsetof(ar__dist_iter_stat, eff), true));
-  ar_json_num(j, "comm_busy_s_median", median(c, offsetof(ar__dist_iter_stat, comm), false));
-  ar_json_num(j, "comp_busy_s_median", median(c, offsetof(ar__dist_iter_stat, comp), false));
+  double comm = median(c, offsetof(ar__dist_iter_stat, comm), false);
+  double comp = median(c, offsetof(ar__dist_iter_stat, comp), false);
+  ar_json_num(j, "comm_busy_s_median", comm);
+  ar_json_num(j, "comp_busy_s_median", comp);
+  /* Measured computation over communication per iteration (issue 17):
+   * the medians of the busy times above, so above 1 the communication
+   * could hide under the computation, below 1 it cannot. */
+  ar_json_num(j, "comp_comm_ratio", comm > 0 ? comp / comm : NAN);
   ar_json_num(j, "straggler_s_median", median(c, offsetof(ar__dist_iter_stat, straggler), false));
   ar_json_num(j, "schedule_ms", c->schedule_ms);
   /* Where the workers computed: "host,cuda:0,host (staged)", and how many

@@ -9,6 +9,8 @@
 #define _GNU_SOURCE
 #include "dist_impl.h"
 
+#include "accelrt/net.h"
+
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -74,7 +76,7 @@ static ar_status make_tables(ar__dist *c) {
 static ar_status make_shard(ar__dist *c) {
   c->gradoff = ar_calloc((size_t)c->nt, sizeof *c->gradoff);
   c->wireoff = ar_calloc((size_t)c->nt, sizeof *c->wireoff);
-  c->dirty = ar_calloc((size_t)c->model->n_layers, sizeof *c->dirty);
+  c->dirty = ar_calloc(c->model ? (size_t)c->model->n_layers : 1, sizeof *c->dirty);
   if (!c->gradoff || !c->wireoff || !c->dirty)
     return ar_errf(c->err, AR_NOMEM, "out of memory for the server's bookkeeping");
   c->own_floats = 0;
@@ -135,7 +137,7 @@ void ar__dist_server_fini(ar__dist *c) {
   ar_free(c->gwire);
   ar_free(c->wireoff);
   ar_free(c->rstat);
-  for (int l = 0; c->dirty && l < c->model->n_layers; l++)
+  for (int l = 0; c->dirty && c->model && l < c->model->n_layers; l++)
     ar_lsh_touched_destroy(c->dirty[l]);
   ar_free(c->dirty);
   ar_free(c->sreq);
@@ -366,7 +368,29 @@ static ar_status apply_rows(ar__dist *c, int l) {
   return AR_OK;
 }
 
+/* The workers' dense gradients of own tensor t summed into its gradient,
+ * in worker order, so the result does not depend on arrival. */
+static void sum_grads(ar__dist *c, const ar__dist_tensor *T, int t) {
+  const float *g0 = c->gradbuf + c->gradoff[t];
+  memcpy(T->g, g0, (size_t)T->count * sizeof(float));
+  for (int w = 1; w < c->W; w++) {
+    const float *gw = g0 + (size_t)w * c->own_floats;
+    for (int64_t i = 0; i < T->count; i++)
+      T->g[i] += gw[i];
+  }
+}
+
 static ar_status apply_update(ar__dist *c) {
+  if (c->graph) { /* the net's optimizer, a parameter at a time */
+    double lr = ar_net_opt_begin(c->net);
+    for (int t = 0; t < c->nt; t++)
+      if (c->t[t].server == c->rank) {
+        sum_grads(c, &c->t[t], t);
+        ar_net_opt_param(c->net, c->t[t].ntensor, lr);
+      }
+    ar_device_sync(c->dev);
+    return AR_OK;
+  }
   ar_model_advance_step(c->model);
   for (int t = 0; t < c->nt; t++) {
     const ar__dist_tensor *T = &c->t[t];
@@ -377,14 +401,7 @@ static ar_status apply_update(ar__dist *c) {
         AR_CHECK(apply_rows(c, T->layer));
       continue;
     }
-    /* Sum in worker order, so the result does not depend on arrival. */
-    const float *g0 = c->gradbuf + c->gradoff[t];
-    memcpy(T->g, g0, (size_t)T->count * sizeof(float));
-    for (int w = 1; w < c->W; w++) {
-      const float *gw = g0 + (size_t)w * c->own_floats;
-      for (int64_t i = 0; i < T->count; i++)
-        T->g[i] += gw[i];
-    }
+    sum_grads(c, T, t);
     /* A layer's w and b are on this server (ar_dist_op_graph shards whole
      * layers): with its b summed, the layer takes the engine's optimizer
      * step, as on one process. */
@@ -413,7 +430,7 @@ static void pack_params(ar__dist *c) {
     else
       T->msg_bytes = ar__rows_pack(T, T->p, ids, n, 0, T->msg);
   }
-  for (int l = 0; l < c->model->n_layers; l++)
+  for (int l = 0; c->model && l < c->model->n_layers; l++)
     if (c->dirty[l])
       ar_lsh_touched_clear(c->dirty[l]);
   c->resync = false;

@@ -12,9 +12,14 @@
  * and their gradients leave as the rows the batch touched.  A worker on a
  * GPU (or told to stage) receives and sends through host copies of its
  * tensors (stage.c): its layers' copy-in joins the per-layer wait, its
- * gradients' copy-out the layer's backward. */
+ * gradients' copy-out the layer's backward.  A graph model's hooks are per
+ * node of its net (ar__dist_graph_before/after): before a node's forward
+ * the parameters it is the first to read, after its backward the
+ * gradients it made final (graph.c's lists). */
 #define _GNU_SOURCE
 #include "dist_impl.h"
+
+#include "accelrt/net.h"
 
 #include <math.h>
 #include <string.h>
@@ -166,29 +171,51 @@ static ar_status recv_step(ar__dist *c, bool *progressed) {
   return AR_OK;
 }
 
-/* Waits until both tensors of layer l are in (staged: and copied into
- * the model); *in is the time they were all in, before the copy-in. */
-static ar_status wait_layer(ar__dist *c, int l, double *in) {
+/* Waits until the n transfers of list are in; *in is the time they were
+ * all in. */
+static ar_status wait_tensors(ar__dist *c, const int *list, int n, double *in) {
   ar__dist_poll_reset(c);
   for (;;) {
     bool progressed = false;
     AR_CHECK(recv_step(c, &progressed));
     int missing = -1;
-    for (int t = 2 * l; t <= 2 * l + 1; t++)
-      if (isnan(c->w_arrival[t]))
-        missing = t;
+    for (int i = 0; i < n; i++)
+      if (isnan(c->w_arrival[list[i]]))
+        missing = list[i];
     if (missing < 0) {
       *in = ar__dist_clock(c);
-      if (c->staged)
-        AR_CHECK(ar__stage_params_in(c, l));
-      /* The replica now holds step m->step's rows: the rebuild that
-       * single-process training does right after that step. */
-      if (ar__dist_sampled(c, c->rank, l) && ar_model_sampled_rehash(c->model, l) != AR_OK)
-        return ar_errf(c->err, AR_STATE, "worker %d: %s", c->widx, c->model->err.msg);
       return AR_OK;
     }
     AR_CHECK(ar__dist_poll(c, progressed, c->t[missing].server, "parameters"));
   }
+}
+
+/* Waits until both tensors of layer l are in (staged: and copied into
+ * the model); *in is the time they were all in, before the copy-in. */
+static ar_status wait_layer(ar__dist *c, int l, double *in) {
+  int both[2] = {2 * l, 2 * l + 1};
+  AR_CHECK(wait_tensors(c, both, 2, in));
+  if (c->staged)
+    AR_CHECK(ar__stage_params_in(c, l));
+  /* The replica now holds step m->step's rows: the rebuild that
+   * single-process training does right after that step. */
+  if (ar__dist_sampled(c, c->rank, l) && ar_model_sampled_rehash(c->model, l) != AR_OK)
+    return ar_errf(c->err, AR_STATE, "worker %d: %s", c->widx, c->model->err.msg);
+  return AR_OK;
+}
+
+/* Posts the send of transfer t's gradient (bytes at buf). */
+static ar_status post_grad(ar__dist *c, int t, void *buf, size_t bytes) {
+  ar__dist_tensor *T = &c->t[t];
+  if (c->tl_det) { /* the receives are done: pleft now counts the sends */
+    c->tl_t0[t] = ar_now();
+    c->tl_order[t] = c->tl_gnext[T->server]++;
+    c->pleft[t] = T->pieces;
+  }
+  AR_CHECK(ar__dist_post(c, true, buf, bytes, T->pieces, T->server, t, c->cgrad,
+                         &c->preq[T->slot], "sending the gradient of", T->name));
+  c->report[ar__wrep(c, AR__WREP_GRAD_BYTES) + (size_t)t] = (double)bytes;
+  return AR_OK;
 }
 
 /* Sends layer l's gradients: a rows tensor as the rows the batch touched
@@ -212,14 +239,7 @@ static ar_status send_grads(ar__dist *c, int l) {
       buf = T->msg;
       bytes = T->msg_bytes;
     }
-    if (c->tl_det) { /* the receives are done: pleft now counts the sends */
-      c->tl_t0[t] = ar_now();
-      c->tl_order[t] = c->tl_gnext[T->server]++;
-      c->pleft[t] = T->pieces;
-    }
-    AR_CHECK(ar__dist_post(c, true, buf, bytes, T->pieces, T->server, t, c->cgrad,
-                           &c->preq[T->slot], "sending the gradient of", T->name));
-    c->report[ar__wrep(c, AR__WREP_GRAD_BYTES) + (size_t)t] = (double)bytes;
+    AR_CHECK(post_grad(c, t, buf, bytes));
   }
   if (sampled)
     ar_model_grad_rows_clear(c->model, l);
@@ -294,6 +314,8 @@ static ar_status timed_sync(ar__dist *c, ar_commsched_op op) {
  * once its transfers are in); before the loss and a backward: the time. */
 static ar_status w_before(void *ctx, ar_job_phase phase, int l) {
   ar__dist *c = ctx;
+  if (c->graph)
+    return ar__dist_graph_before(c, phase, l);
   if (phase != AR_JOB_FORWARD) {
     c->op_t0 = ar__dist_clock(c);
     return AR_OK;
@@ -317,6 +339,8 @@ static ar_status w_before(void *ctx, ar_job_phase phase, int l) {
  * staged layer's copy-out is part of its backward). */
 static ar_status w_after(void *ctx, ar_job_phase phase, int l) {
   ar__dist *c = ctx;
+  if (c->graph)
+    return ar__dist_graph_after(c, phase, l);
   if (phase == AR_JOB_FORWARD)
     return timed_sync(c, c->fwd[l]);
   if (phase == AR_JOB_LOSS)
@@ -329,6 +353,44 @@ static ar_status w_after(void *ctx, ar_job_phase phase, int l) {
   c->report[ar__wrep(c, AR__WREP_READY) + 2 * (size_t)l + 1] = ready;
   AR_CHECK(send_grads(c, l));
   return c->tl_det ? test_sends(c) : AR_OK;
+}
+
+/* A graph model's node (graph.c): before its forward the parameters it
+ * reads first, after its backward the gradients it made final. */
+ar_status ar__dist_graph_before(ar__dist *c, ar_job_phase phase, int node) {
+  if (phase != AR_JOB_FORWARD) {
+    c->op_t0 = ar__dist_clock(c);
+    return AR_OK;
+  }
+  if (node == 0)
+    c->report[AR__WREP_T0] = ar__dist_clock(c);
+  int lo = c->need_at[node], hi = c->need_at[node + 1];
+  if (hi > lo) {
+    double in = 0.0, w0 = c->tl_det ? ar_now() : 0.0;
+    AR_CHECK(wait_tensors(c, c->need + lo, hi - lo, &in));
+    if (c->tl_det) {
+      double w1 = ar_now();
+      if (c->tl_conv + in < w1)
+        w1 = c->tl_conv + in;
+      ar_trace_add_span(c->tl, AR_TRACE_STEPS, "wait", "wait", ar_net_node_name(c->net, node),
+                        w0, w1, true);
+    }
+  }
+  c->op_t0 = ar__dist_clock(c);
+  return AR_OK;
+}
+
+ar_status ar__dist_graph_after(ar__dist *c, ar_job_phase phase, int node) {
+  if (phase == AR_JOB_FORWARD)
+    return timed_sync(c, c->fwd[node]);
+  AR_CHECK(timed_sync(c, c->bwd[node]));
+  double ready = c->report[ar__wrep(c, AR__WREP_OP_END) + c->bwd[node]];
+  for (int i = c->ready_at[node]; i < c->ready_at[node + 1]; i++) {
+    int t = c->ready[i];
+    c->report[ar__wrep(c, AR__WREP_READY) + (size_t)t] = ready;
+    AR_CHECK(post_grad(c, t, c->t[t].g, c->t[t].bytes));
+  }
+  return c->tl_det && c->ready_at[node + 1] > c->ready_at[node] ? test_sends(c) : AR_OK;
 }
 
 static ar_status send_report(ar__dist *c) {
@@ -361,7 +423,8 @@ ar_status ar__dist_worker_iteration(ar__dist *c, int64_t iter) {
   }
   const ar_ckpt_state *pos = ar_job_state(c->job);
   rep[AR__WREP_ITER] = (double)iter;
-  rep[AR__WREP_ROWS] = (double)c->model->rows;
+  rep[AR__WREP_ROWS] =
+      c->graph ? (double)(c->spec->train.batch / c->W) : (double)c->model->rows;
   rep[AR__WREP_LOSS_SUM] = ar_job_last_loss_sum(c->job);
   rep[AR__WREP_EPOCH] = (double)pos->epoch;
   rep[AR__WREP_ROWS_IN_EPOCH] = (double)pos->rows_in_epoch;

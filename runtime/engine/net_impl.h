@@ -76,6 +76,10 @@ struct ar_net {
    * (tensors), in the graph's order; 0 for a job file's model. */
   int n_inputs, n_outputs;
   int *inputs, *outputs;
+  /* A distributed worker (runtime/dist): the loss gradient's divisor (0:
+   * batch) and the hooks around each node (ar_net_set_hooks). */
+  int64_t grad_rows;
+  ar_job_hooks hooks;
 };
 
 typedef struct named {

@@ -101,10 +101,6 @@ static ar_status generate_tokens(run_ctx *c, const char **train, const char **te
 
 ar_status ar__netjob_open_data(run_ctx *c) {
   const ar_spec *s = c->spec;
-  if (s->distributed.enabled)
-    return ar_errf(c->err, AR_UNSUPPORTED,
-                   "graph models do not train distributed in this version; remove the "
-                   "distributed section");
   const char *train = s->data.train, *test = s->data.test;
   if (s->data.generate)
     AR_CHECK(generate_tokens(c, &train, &test));
@@ -124,10 +120,15 @@ ar_status ar__netjob_open_data(run_ctx *c) {
                    "train.batch",
                    train, (long long)ti.count, s->train.batch);
   c->mspec = *s;
+  /* A part of a distributed job computes its equal share of each global
+   * batch (runtime/dist checks that the batch divides). */
+  int64_t rows = s->train.batch / c->jo.parts;
   if (s->onnx) /* the model file is the job's, opened with its identity */
-    AR_CHECK(ar_net_build_onnx(&c->mspec, s->train.batch, c->opts.fs, &c->net, c->err));
+    AR_CHECK(ar_net_build_onnx(&c->mspec, rows, c->opts.fs, &c->net, c->err));
   else
-    AR_CHECK(ar_net_build(&c->mspec, s->train.batch, &c->net, c->err));
+    AR_CHECK(ar_net_build(&c->mspec, rows, &c->net, c->err));
+  if (c->jo.parts > 1) /* the parts' gradients sum to the batch mean */
+    ar_net_set_grad_rows(c->net, s->train.batch);
   const ar_plan *p = ar_net_plan(c->net);
   c->plan = *p;
   c->plan.entries = ar_malloc((size_t)(p->count ? p->count : 1) * sizeof *p->entries);
@@ -169,6 +170,8 @@ ar_status ar__netjob_open_data(run_ctx *c) {
 
 ar_status ar__netjob_start(run_ctx *c, ar_device *dev, void *persistent, void *ephemeral) {
   AR_CHECK(ar_net_start(c->net, dev, persistent, ephemeral, c->err));
+  if (c->hooks.before || c->hooks.after || c->hooks.step)
+    ar_net_set_hooks(c->net, &c->hooks);
   if (c->opts.resume)
     AR_CHECK(ar__netjob_load(c));
   return AR_OK;
@@ -202,7 +205,8 @@ ar_status ar__netjob_step(run_ctx *c) {
     c->order_epoch = c->st.epoch;
   }
   double t0 = c->trace ? ar_now() : 0.0;
-  stage(c, c->ttrain, c->order + c->st.rows_in_epoch, B, true, (uint64_t)c->st.epoch);
+  int64_t rows = B / c->jo.parts, first = c->st.rows_in_epoch + rows * c->jo.part;
+  stage(c, c->ttrain, c->order + first, rows, true, (uint64_t)c->st.epoch);
   if (c->trace)
     ar_trace_add_span(c->trace, AR_TRACE_STEPS, "data", "batch", NULL, t0, ar_now(), false);
   double loss = 0, lr = 0;
@@ -212,7 +216,7 @@ ar_status ar__netjob_step(run_ctx *c) {
     return st;
   }
   c->last_lr = lr;
-  c->last_loss_sum = loss * (double)B;
+  c->last_loss_sum = loss * (double)rows;
   return AR_OK;
 }
 
@@ -221,7 +225,7 @@ ar_status ar__netjob_eval(run_ctx *c, ar_eval_acc *acc) {
     return AR_OK;
   ar_tdata_info te;
   ar_tdata_get_info(c->ttest, &te);
-  int64_t B = c->spec->train.batch, total = te.count;
+  int64_t B = c->spec->train.batch / c->jo.parts, total = te.count;
   int64_t most = c->eval_max > 0 ? c->eval_max : c->spec->train.eval_points;
   if (most > 0 && most < total)
     total = most;

@@ -33,7 +33,7 @@ static void fill_args(ar_net *n, nnode *d, bool training) {
     a->aux[k].p = n->tensors[d->aux[k]].p;
   a->work = n->work >= 0 ? n->tensors[n->work].p : NULL;
   a->work_bytes = n->work_bytes;
-  a->scale = 1.0f / (float)n->batch;
+  a->scale = 1.0f / (float)(n->grad_rows > 0 ? n->grad_rows : n->batch);
 }
 
 ar_status ar__net_workspace(ar_net *n, ar_err *err) {
@@ -231,12 +231,21 @@ static ar_status load(ar_net *n, ar_err *err) {
   return AR_OK;
 }
 
+/* A hook of a distributed worker around a node (none: AR_OK). */
+static ar_status node_hook(ar_net *n, bool after, ar_job_phase ph, int i) {
+  ar_status (*fn)(void *, ar_job_phase, int) = after ? n->hooks.after : n->hooks.before;
+  return fn ? fn(n->hooks.ctx, ph, i) : AR_OK;
+}
+
 /* A training step's forward (detailed iterations of a trace: a span per
- * op; host ops are synchronous, so the span is the op's time). */
-static void forward(ar_net *n, bool training) {
+ * op; host ops are synchronous, so the span is the op's time), with the
+ * hooks around each node when training. */
+static ar_status forward(ar_net *n, bool training) {
   bool det = training && ar_trace_detail(n->trace);
   for (int i = 0; i < n->n_nodes; i++) {
     nnode *d = &n->nodes[i];
+    if (training)
+      AR_CHECK(node_hook(n, false, AR_JOB_FORWARD, i));
     double t0 = det ? ar_now() : 0.0;
     d->args.training = training;
     d->args.seed = n->spec->seed ^ ((uint64_t)n->step * 0x9e3779b97f4a7c15ull) ^ (uint64_t)i;
@@ -244,7 +253,10 @@ static void forward(ar_net *n, bool training) {
     if (det)
       ar_trace_add_span(n->trace, AR_TRACE_STEPS, "forward", "forward", d->name, t0, ar_now(),
                         true);
+    if (training)
+      AR_CHECK(node_hook(n, true, AR_JOB_FORWARD, i));
   }
+  return AR_OK;
 }
 
 /* dst += src (host memory: graph models run there). */
@@ -254,20 +266,23 @@ static void add_into(float *dst, const float *src, int64_t cnt, int threads) {
     dst[i] += src[i];
 }
 
-static void backward(ar_net *n) {
+static ar_status backward(ar_net *n) {
   int threads = ar_device_threads(n->dev);
   bool det = ar_trace_detail(n->trace);
   for (int i = n->n_nodes - 1; i >= 0; i--) {
     nnode *d = &n->nodes[i];
     if (!d->trains)
       continue;
+    AR_CHECK(node_hook(n, false, AR_JOB_BACKWARD, i));
     double t0 = det ? ar_now() : 0.0;
     ar_device_nn_backward(n->dev, d->ptrain, &d->args);
     ar__net_add_temps(n, d, threads);
     if (det)
       ar_trace_add_span(n->trace, AR_TRACE_STEPS, "backward", "backward", d->name, t0, ar_now(),
                         true);
+    AR_CHECK(node_hook(n, true, AR_JOB_BACKWARD, i));
   }
+  return AR_OK;
 }
 
 void ar__net_add_temps(ar_net *n, const nnode *d, int threads) {
@@ -302,33 +317,39 @@ static double schedule_lr(const ar_net *n, int64_t t) {
   }
 }
 
-static double optimizer(ar_net *n) {
-  const ar_spec *s = n->spec;
+double ar_net_opt_begin(ar_net *n) {
   n->step++;
-  double lr = schedule_lr(n, n->step);
-  for (int i = 0; i < n->n_tensors; i++) {
-    ntensor *t = &n->tensors[i];
-    if (t->kind != T_PARAM)
-      continue;
-    int64_t cnt = ar_shape_count(&t->shape);
-    float wd = t->decay ? (float)s->train.weight_decay : 0.0f;
-    float *g = n->tensors[t->grad].p;
-    if (s->train.optimizer == AR_OPT_ADAM && s->train.decoupled) {
-      /* AdamW: the weights shrink, the gradient stays the loss's (host
-       * memory: graph models run there). */
-      float keep = 1.0f - (float)lr * wd, *w = t->p;
-      for (int64_t j = 0; wd > 0 && j < cnt; j++)
-        w[j] *= keep;
-      wd = 0.0f;
-    }
-    if (s->train.optimizer == AR_OPT_ADAM)
-      ar_device_adam(n->dev, cnt, t->p, g, n->tensors[t->opt1].p, n->tensors[t->opt2].p,
-                     (float)lr, (float)s->train.beta1, (float)s->train.beta2,
-                     (float)s->train.eps, wd, n->step);
-    else
-      ar_device_sgd(n->dev, cnt, t->p, g, t->opt1 >= 0 ? n->tensors[t->opt1].p : NULL,
-                    (float)lr, (float)s->train.momentum, wd);
+  return schedule_lr(n, n->step);
+}
+
+void ar_net_opt_param(ar_net *n, int tensor, double lr) {
+  const ar_spec *s = n->spec;
+  ntensor *t = &n->tensors[tensor];
+  int64_t cnt = ar_shape_count(&t->shape);
+  float wd = t->decay ? (float)s->train.weight_decay : 0.0f;
+  float *g = n->tensors[t->grad].p;
+  if (s->train.optimizer == AR_OPT_ADAM && s->train.decoupled) {
+    /* AdamW: the weights shrink, the gradient stays the loss's (host
+     * memory: graph models run there). */
+    float keep = 1.0f - (float)lr * wd, *w = t->p;
+    for (int64_t j = 0; wd > 0 && j < cnt; j++)
+      w[j] *= keep;
+    wd = 0.0f;
   }
+  if (s->train.optimizer == AR_OPT_ADAM)
+    ar_device_adam(n->dev, cnt, t->p, g, n->tensors[t->opt1].p, n->tensors[t->opt2].p,
+                   (float)lr, (float)s->train.beta1, (float)s->train.beta2,
+                   (float)s->train.eps, wd, n->step);
+  else
+    ar_device_sgd(n->dev, cnt, t->p, g, t->opt1 >= 0 ? n->tensors[t->opt1].p : NULL,
+                  (float)lr, (float)s->train.momentum, wd);
+}
+
+static double optimizer(ar_net *n) {
+  double lr = ar_net_opt_begin(n);
+  for (int i = 0; i < n->n_tensors; i++)
+    if (n->tensors[i].kind == T_PARAM)
+      ar_net_opt_param(n, i, lr);
   return lr;
 }
 
@@ -343,20 +364,26 @@ static ar_status read_loss(ar_net *n, double *loss, ar_err *err);
 
 ar_status ar__net_grad(ar_net *n, double *loss, ar_err *err) {
   AR_CHECK(load(n, err));
-  forward(n, true);
-  backward(n);
+  AR_CHECK(forward(n, true));
+  AR_CHECK(backward(n));
   return read_loss(n, loss, err);
 }
 
 ar_status ar_net_train(ar_net *n, double *loss, double *lr, ar_err *err) {
   AR_CHECK(load(n, err));
-  forward(n, true);
-  backward(n);
+  AR_CHECK(forward(n, true));
+  AR_CHECK(backward(n));
   double t0 = n->trace ? ar_now() : 0.0;
-  *lr = optimizer(n);
+  if (n->hooks.step) { /* the servers step: the step still counts */
+    n->step++;
+    *lr = schedule_lr(n, n->step);
+    AR_CHECK(n->hooks.step(n->hooks.ctx));
+  } else {
+    *lr = optimizer(n);
+  }
   if (n->trace)
-    ar_trace_add_span(n->trace, AR_TRACE_STEPS, "optimizer", "optimizer", NULL, t0, ar_now(),
-                      false);
+    ar_trace_add_span(n->trace, AR_TRACE_STEPS, "optimizer",
+                      n->hooks.step ? "remote step" : "optimizer", NULL, t0, ar_now(), false);
   return read_loss(n, loss, err);
 }
 
@@ -375,7 +402,7 @@ static ar_status read_loss(ar_net *n, double *loss, ar_err *err) {
 
 ar_status ar_net_eval(ar_net *n, int64_t rows, ar_eval_acc *acc, ar_err *err) {
   AR_CHECK(load(n, err));
-  forward(n, false);
+  AR_CHECK(forward(n, false));
   const ntensor *l = &n->tensors[n->loss], *lg = &n->tensors[n->logits];
   int k = n->classes < 5 ? (int)n->classes : 5;
   int32_t *top_dev = n->tensors[n->work + 1].p;
@@ -426,5 +453,95 @@ int ar_net_tensors(const ar_net *n, const char **names, float **ptrs, int64_t *c
     }
     c++;
   }
+  return c;
+}
+
+/* ---- parameter servers (runtime/dist) -------------------------------------- */
+
+void ar_net_set_grad_rows(ar_net *n, int64_t rows) {
+  n->grad_rows = rows;
+  if (n->started)
+    for (int i = 0; i < n->n_nodes; i++)
+      fill_args(n, &n->nodes[i], true);
+}
+
+void ar_net_set_hooks(ar_net *n, const ar_job_hooks *h) {
+  if (h)
+    n->hooks = *h;
+  else
+    memset(&n->hooks, 0, sizeof n->hooks);
+}
+
+int ar_net_params(const ar_net *n, ar_net_param *out) {
+  int c = 0;
+  for (int i = 0; i < n->n_tensors; i++) {
+    const ntensor *t = &n->tensors[i];
+    if (t->kind != T_PARAM)
+      continue;
+    if (out) {
+      ar_net_param *q = &out[c];
+      q->name = t->name;
+      q->shape = t->shape;
+      q->count = ar_shape_count(&t->shape);
+      q->tensor = i;
+      q->p = t->p;
+      q->g = n->tensors[t->grad].p;
+      q->s1 = t->opt1 >= 0 ? n->tensors[t->opt1].p : NULL;
+      q->s2 = t->opt2 >= 0 ? n->tensors[t->opt2].p : NULL;
+      /* The first reader goes forward first and backward last: its
+       * backward (writing or adding the last part) makes the gradient
+       * final. */
+      q->first = q->ready = -1;
+      for (int j = 0; j < n->n_nodes && q->first < 0; j++)
+        for (int k = 0; k < n->nodes[j].sig.n_param; k++)
+          if (n->nodes[j].param[k] == i)
+            q->first = j;
+      for (int j = 0; j < n->n_nodes && q->ready < 0; j++)
+        for (int k = 0; k < n->nodes[j].sig.n_param; k++)
+          if (n->nodes[j].param[k] == i && n->nodes[j].trains)
+            q->ready = j;
+    }
+    c++;
+  }
+  return c;
+}
+
+int ar_net_states(const ar_net *n, const char **names, float **ptrs, int64_t *counts) {
+  int c = 0;
+  for (int i = 0; i < n->n_tensors; i++) {
+    const ntensor *t = &n->tensors[i];
+    if (t->kind != T_STATE)
+      continue;
+    if (names) {
+      names[c] = t->name;
+      ptrs[c] = t->p;
+      counts[c] = ar_shape_count(&t->shape);
+    }
+    c++;
+  }
+  return c;
+}
+
+int ar_net_node_count(const ar_net *n) { return n->n_nodes; }
+const char *ar_net_node_name(const ar_net *n, int node) { return n->nodes[node].name; }
+bool ar_net_node_trains(const ar_net *n, int node) { return n->nodes[node].trains; }
+
+int ar_net_node_inputs(const ar_net *n, int node, int *deps, int cap) {
+  const nnode *d = &n->nodes[node];
+  int c = 0;
+  for (int k = 0; k < d->n_in; k++) {
+    int p = n->tensors[d->in[k]].producer;
+    if (p >= 0 && c < cap)
+      deps[c++] = p;
+  }
+  return c;
+}
+
+int ar_net_node_params(const ar_net *n, int node, int *tensors, int cap) {
+  const nnode *d = &n->nodes[node];
+  int c = 0;
+  for (int k = 0; k < d->sig.n_param; k++)
+    if (n->tensors[d->param[k]].kind == T_PARAM && c < cap)
+      tensors[c++] = d->param[k];
   return c;
 }

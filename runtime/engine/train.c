@@ -278,6 +278,7 @@ ar_status ar_job_open(const ar_spec *spec, const ar_run_opts *opts, ar_job **out
 const ar_plan *ar_job_plan(const ar_job *j) { return &j->plan; }
 bool ar_job_resumed(const ar_job *j) { return j->opts.resume; }
 ar_model *ar_job_model(ar_job *j) { return j->model; }
+struct ar_net *ar_job_net(ar_job *j) { return j->net; }
 bool ar_job_done(const ar_job *j) { return j->st.iteration >= j->total; }
 int64_t ar_job_iteration(const ar_job *j) { return j->st.iteration; }
 int64_t ar_job_total(const ar_job *j) { return j->total; }

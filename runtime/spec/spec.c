@@ -2054,11 +2054,11 @@ static ar_spec *convert(ctx *c, const ar_ynode *root, const char *file) {
   if (root == c->root) {
     convert_runtime(c, root, sp);
     convert_distributed(c, root, sp);
-    if (sp->distributed.enabled && sp->graph)
-      diag_path(c, get_map(root, "distributed"), "distributed",
-                "graph models (image or token inputs, or items with op/conv/inputs) do not "
-                "run distributed yet, only chains of dense layers; remove the distributed "
-                "section and run the job on one process");
+    if (sp->distributed.enabled && sp->graph && sp->distributed.share_file)
+      diag_path(c, ar_ynode_get(get_map(root, "distributed"), "share"), "distributed.share",
+                "graph models (image or token inputs, or items with op/conv/inputs) run "
+                "distributed on their own workers, not as tenants of a shared device yet; "
+                "remove distributed.share");
   }
 
   const ar_ynode *out = get_map(root, "output");

@@ -174,13 +174,22 @@ errors)
   "$bin" run bad4.yaml --quiet 2> err4.txt; rc=$?
   [ $rc -ne 0 ] && [ $rc -lt 128 ] || fail "token id out of range: rc $rc"
   grep -q "outside model.input.vocab 8" err4.txt || { cat err4.txt; fail "token id: message"; }
-  # A graph model under distributed: refused with the reason, not left to
-  # the ranks (they waited for each other until the dead-peer timeout).
-  { cat tok.yaml; printf 'distributed: {servers: 1}\n'; } > bad5.yaml
+  # A graph model under distributed: checks (the ranks train it, see
+  # tests/dist/graph.sh); as a tenant of a shared device (distributed.share)
+  # it is still refused at that key.
+  { cat tok.yaml; printf 'distributed: {servers: 1}\n'; } > dist5.yaml
+  "$bin" check dist5.yaml > /dev/null 2> err5.txt || { cat err5.txt; fail "distributed graph model refused"; }
+  # accelrt simulate times chains only: a graph job is refused, saying what to do.
+  "$bin" simulate dist5.yaml --workers 2 --servers 1 --gbps 1 > /dev/null 2> err7.txt; rc=$?
+  [ $rc -eq 2 ] || { cat err7.txt; fail "simulate of a graph model: rc $rc"; }
+  grep -q "dist5.yaml is a graph model; simulate models chains" err7.txt ||
+    { cat err7.txt; fail "simulate of a graph model: message"; }
+  printf 'jobs: []\n' > share.yaml
+  { cat tok.yaml; printf 'distributed: {servers: 1, share: share.yaml}\n'; } > bad5.yaml
   "$bin" check bad5.yaml > /dev/null 2> err5.txt; rc=$?
-  [ $rc -eq 2 ] || { cat err5.txt; fail "distributed graph model: check rc $rc"; }
-  grep -q "bad5.yaml:[0-9]*:[0-9]*: error: distributed: graph models .* do not run distributed" \
-    err5.txt || { cat err5.txt; fail "distributed graph model: message"; }
+  [ $rc -eq 2 ] || { cat err5.txt; fail "graph model with distributed.share: check rc $rc"; }
+  grep -q "bad5.yaml:[0-9]*:[0-9]*: error: distributed.share: graph models .* not as tenants" \
+    err5.txt || { cat err5.txt; fail "graph model with distributed.share: message"; }
   ;;
 jobs)
   # A jobs: file mixing two graph models and a chain model shares the host

@@ -1,0 +1,346 @@
+#!/usr/bin/env bash
+# Graph models under distributed: (label mpi): a tiny CNN with batch norm
+# and a residual add on 8x8 images written by the test (numpy), trained on
+# one thread against the same job on one process.
+#   graph.sh MPIEXEC ACCELRT PYTHON SRC CASE
+# Cases:
+#   exact   -np 2 (1 server, 1 worker): every iteration's loss equals the
+#           single-process run's as the float32 it logs, and the final
+#           checkpoints (parameters, optimizer state, batch-norm running
+#           statistics) are identical byte for byte: SGD with momentum,
+#           then Adam with weight decay, then AdamW with a cosine schedule
+#           over two servers (-np 3: the shards gathered to rank 0), and a
+#           token model with attention over two servers.
+#           -np 3 (1 server, 2 workers) without batch norm: every loss
+#           within 1e-5 (relative) of the single process's (the workers'
+#           half-batch gradients summed in another order).  With batch norm
+#           each worker normalises its half batch with its own statistics
+#           (no synchronised batch norm), so the losses differ by design;
+#           the run trains, and rank 0's checkpoint holds worker 0's
+#           running statistics, not their initial zeros and ones.
+#   orders  random, tic and tac under -np 3 complete; tac writes its
+#           schedule (one line per parameter tensor) and the oracle (the
+#           net's nodes as ops), and the run's trace.json has the
+#           parameters' transfers; a batch the 2 workers cannot split is
+#           refused naming both.
+#   resume  -np 2: 12 iterations straight and 6 + 6 resumed end with the
+#           same checkpoint; a worker killed at iteration 5 ends the job
+#           with an error naming it, no hang, and the checkpoint left
+#           behind resumes to the end; SIGTERM to a worker stops every
+#           rank at one iteration with rank 0's checkpoint, and --resume
+#           goes on from there.
+#   onnx    a model: {onnx: ...} CNN (python3-onnx writes it) trains under
+#           -np 2 exactly as on one process (77 without python3-onnx).
+#   configs configs/cluster-inception.yaml and configs/cluster-resnet.yaml
+#           on a slice (6 iterations) under -np 3: their transfers (47 and
+#           65 parameter tensors), a positive comp_comm_ratio, an
+#           evaluation (77 without Debian's Fashion-MNIST).
+set -uo pipefail
+MPIEXEC=$1 bin=$2 py=$3 src=$4 case=$5
+work=$(mktemp -d /tmp/accelrt_dgraph_XXXXXX)
+[ -n "${KEEP:-}" ] || trap 'rm -rf "$work"' EXIT; echo "work: $work"
+fail() { echo "FAIL: $*" >&2; cat "$work"/out*.txt 2>/dev/null | tail -30 >&2; exit 1; }
+"$py" -c 'import numpy' 2>/dev/null || { echo "skipped: numpy is not installed for $py"; exit 77; }
+export ACCELRT_DIST_TIMEOUT=30
+mpi() { # mpi NP ARGS...
+  local np=$1; shift
+  timeout 200 "$MPIEXEC" --oversubscribe -n "$np" "$bin" "$@"
+}
+cd "$work" || exit 1
+"$py" - <<'PY' || fail "could not write the data"
+import os
+import numpy as np
+rng = np.random.default_rng(1)
+for split, n in (("train", 256), ("test", 64)):
+    y = rng.integers(0, 4, n)
+    x = rng.normal(0, 1, (n, 1, 8, 8)).astype(np.float32)
+    for i in range(n):  # the class: which quadrant is bright
+        r, c = (y[i] // 2) * 4, (y[i] % 2) * 4
+        x[i, 0, r:r + 4, c:c + 4] += 1.5
+    os.makedirs(split, exist_ok=True)
+    np.save(split + "/x.npy", x)
+    np.save(split + "/y.npy", y.astype(np.int64))
+PY
+cat > job.yaml <<'YAML'
+name: gcnn
+device: host
+seed: 4
+model:
+  input: {image: [1, 8, 8]}
+  layers:
+    - {name: c1, conv: 8, kernel: 3, padding: 1, bias: false}
+    - {name: bn1, op: batchnorm, activation: relu}
+    - {name: c2, conv: 8, kernel: 3, padding: 1}
+    - {name: sum, op: add, inputs: [c2, bn1]}
+    - {name: r, op: relu}
+    - {name: pool, op: global_avgpool}
+    - {name: out, dense: 4, activation: softmax}
+data: {format: npy, train: train, test: test}
+train: {batch: 32, iterations: 12, threads: 1, log_every: 1, eval_every: 6,
+        optimizer: {sgd: {lr: 0.1, momentum: 0.9}}}
+output: {dir: single}
+YAML
+dist() { cat job.yaml; printf 'distributed: {servers: %s, order: %s, trace_iterations: 2}\n' "$1" "$2"; }
+dist 1 tac > d1.yaml
+dist 2 tac > d2.yaml
+sed 's/- {name: bn1, op: batchnorm, activation: relu}/- {name: bn1, op: relu}/' job.yaml > nobn.yaml
+{ cat nobn.yaml; printf 'distributed: {servers: 1, order: tac, trace_iterations: 2}\n'; } > dnobn.yaml
+
+# losses A B TOL: B's iteration lines against A's train lines.  TOL 0:
+# the single process logs its loss as a float32, the distributed run the
+# double it rounds from, printed to 10 digits: they agree within one
+# float32 step (a double printed near the midpoint of two floats can round
+# either way once read back); the parameters themselves are compared byte
+# for byte by `same`.  Otherwise TOL is a relative tolerance.
+losses() {
+  "$py" - "$@" <<'PY'
+import json, math, sys
+a = [json.loads(l) for l in open(sys.argv[1]) if '"kind": "train"' in l]
+b = [json.loads(l) for l in open(sys.argv[2]) if '"kind": "iteration"' in l]
+tol = float(sys.argv[3])
+assert len(a) == len(b) == 12, (len(a), len(b))
+worst = 0.0
+for x, y in zip(a, b):
+    assert x["iteration"] == y["iteration"]
+    lim = tol * abs(x["train_loss"]) if tol > 0 else math.ulp(abs(x["train_loss"])) * 2**29
+    d = abs(x["train_loss"] - y["train_loss"])
+    worst = max(worst, d / abs(x["train_loss"]))
+    assert d <= lim, ("iteration", x["iteration"], x["train_loss"], y["train_loss"], lim)
+print("  %s vs %s: 12 losses, largest relative difference %.3g" % (sys.argv[1], sys.argv[2], worst))
+PY
+}
+# same A B: the checkpoints' positions and tensors (not the header's
+# training seconds, not the checksum over them) are identical.
+same() {
+  "$py" - "$@" <<'PY'
+import sys
+a = open(sys.argv[1], "rb").read()
+b = open(sys.argv[2], "rb").read()
+assert len(a) == len(b), (len(a), len(b))
+assert a[:16] == b[:16] and a[16:56] == b[16:56], "positions differ"
+assert a[64:-4] == b[64:-4], "tensors differ"
+PY
+}
+
+case $case in
+exact)
+  for opt in sgd adam adamw; do
+    set_opt=(--set "train.optimizer={sgd: {lr: 0.1, momentum: 0.9}}")
+    [ $opt = adam ] && set_opt=(--set "train.optimizer={adam: {lr: 0.01, weight_decay: 0.01}}")
+    [ $opt = adamw ] && set_opt=(--set "train.optimizer={adam: {lr: 0.01, weight_decay: 0.05, decoupled: true}}"
+                                 --set "train.schedule={kind: cosine, warmup: 3}")
+    "$bin" run job.yaml --quiet --set output.dir=s_$opt "${set_opt[@]}" > out_s.txt 2>&1 ||
+      fail "$opt: single process"
+    # adamw over two servers and one worker: the shards come together.
+    np=2 file=d1.yaml
+    [ $opt = adamw ] && np=3 file=d2.yaml
+    mpi $np run $file --quiet --set output.dir=d_$opt "${set_opt[@]}" > out_d.txt 2>&1 ||
+      fail "$opt: -np $np"
+    losses s_$opt/metrics.jsonl d_$opt/metrics.jsonl 0 || fail "$opt: -np $np losses differ"
+    same s_$opt/checkpoint.bin d_$opt/checkpoint.bin || fail "$opt: -np $np checkpoints differ"
+    grep -q '"kind": "eval"' d_$opt/metrics.jsonl || fail "$opt: rank 0 did not evaluate"
+    [ "$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["top1"])' d_$opt/summary.json)" = \
+      "$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["top1"])' s_$opt/summary.json)" ] ||
+      fail "$opt: top1 differs from the single process's"
+    echo "$opt: -np $np equals one process"
+  done
+  # Attention (a token model) over two servers and one worker: the same.
+  "$bin" gen-data --out tok --shape tokens --seq 12 --vocab 16 --train-points 512 \
+    --test-points 64 --seed 5 > /dev/null || fail "gen-data --shape tokens"
+  cat > tok.yaml <<'YAML'
+name: tok
+device: host
+seed: 3
+model:
+  input: {tokens: 12, vocab: 16}
+  layers:                  # a pre-norm attention block
+    - {name: emb, op: embedding, width: 16}
+    - {name: pos, op: posembed}
+    - {name: ln, op: layernorm}
+    - {name: att, op: attention, heads: 4}
+    - {name: res, op: add, inputs: [pos, att]}
+    - {name: pool, op: mean, axis: 1}
+    - {name: out, dense: 2, activation: softmax}
+data: {format: npy, train: tok/train, test: tok/test}
+train: {batch: 16, iterations: 12, optimizer: {adam: {lr: 0.003}}, log_every: 1, threads: 1}
+output: {dir: s_tok}
+YAML
+  { cat tok.yaml; printf 'distributed: {servers: 2, order: tac, trace_iterations: 2}\n'; } > dtok.yaml
+  "$bin" run tok.yaml --quiet > out_s.txt 2>&1 || fail "tokens: single process"
+  mpi 3 run dtok.yaml --quiet --set output.dir=d_tok > out_d.txt 2>&1 || fail "tokens: -np 3"
+  losses s_tok/metrics.jsonl d_tok/metrics.jsonl 0 || fail "tokens: losses differ"
+  same s_tok/checkpoint.bin d_tok/checkpoint.bin || fail "tokens: checkpoints differ"
+  echo "attention: -np 3 (2 servers) equals one process"
+  # Two workers, no batch norm: within floating-point rounding.
+  "$bin" run nobn.yaml --quiet --set output.dir=s_nobn > out_s.txt 2>&1 || fail "no-bn single"
+  mpi 3 run dnobn.yaml --quiet --set output.dir=d_nobn > out_d.txt 2>&1 || fail "no-bn -np 3"
+  losses s_nobn/metrics.jsonl d_nobn/metrics.jsonl 1e-5 || fail "-np 3 losses off"
+  # Two workers with batch norm: trains; worker 0's running statistics.
+  mpi 3 run d1.yaml --quiet --set output.dir=d3 --set train.iterations=40 > out_d.txt 2>&1 ||
+    fail "-np 3 with batch norm"
+  "$py" - d3 <<'PY' || fail "-np 3 with batch norm did not train"
+import json, sys
+d = sys.argv[1]
+lines = [json.loads(l) for l in open(d + "/metrics.jsonl") if '"kind": "iteration"' in l]
+first = sum(l["train_loss"] for l in lines[:5]) / 5
+last = sum(l["train_loss"] for l in lines[-5:]) / 5
+assert last < first, ("loss did not fall", first, last)
+PY
+  "$py" - d3/checkpoint.bin "$src" <<'PY' || fail "-np 3: rank 0 lacks worker 0's statistics"
+import sys
+sys.path.insert(0, sys.argv[2] + "/python")
+from accelrt import read_checkpoint
+t = read_checkpoint(sys.argv[1])
+names = list(t.keys())
+mean = [n for n in names if "bn1" in n and "mean" in n]
+var = [n for n in names if "bn1" in n and "var" in n]
+assert mean and var, names
+import numpy as np
+m, v = np.asarray(t[mean[0]]), np.asarray(t[var[0]])
+assert np.abs(m).max() > 1e-3, "running mean still zero"
+assert np.abs(v - 1).max() > 1e-3, "running variance still one"
+print("  running statistics of worker 0: mean", m[:3], "var", v[:3])
+PY
+  ;;
+orders)
+  for o in random tic tac; do
+    dist 1 $o > o.yaml
+    printf '  schedule: sched.txt\n' >> o.yaml
+    sed -i 's/^distributed: {\(.*\)}$/distributed: {\1, schedule: sched_'$o'.txt}/' o.yaml
+    sed -i '/^  schedule: sched.txt$/d' o.yaml
+    mpi 3 run o.yaml --quiet --set output.dir=o_$o > out_o.txt 2>&1 ||
+      fail "order $o under -np 3"
+    n=$(grep -c '"kind": "iteration"' o_$o/metrics.jsonl)
+    [ "$n" = 12 ] || fail "order $o: $n iteration lines"
+    [ -s o_$o/trace.json ] || fail "order $o: no trace.json"
+    echo "$o: 12 iterations under -np 3"
+  done
+  # tac: the schedule lists the 7 parameter tensors (c1.w, bn1's two, c2's
+  # two, out's two); the oracle has their ops and the net's nodes.
+  [ "$(grep -vc '^#\|^order' sched_tac.txt)" = 7 ] || { cat sched_tac.txt; fail "tac schedule"; }
+  grep -q '^order tac' sched_tac.txt || fail "the schedule's order"
+  grep -q 'fwd.c2' o_tac/oracle.tsv && grep -q 'bwd.c1' o_tac/oracle.tsv ||
+    fail "the oracle lacks the nodes' ops"
+  # A batch the workers cannot split evenly: refused at set-up, named.
+  mpi 3 run d1.yaml --quiet --set output.dir=uneven --set train.batch=33 > out_u.txt 2>&1 &&
+    fail "train.batch 33 over 2 workers was accepted"
+  grep -q "train.batch 33 does not divide among the 2 workers" out_u.txt ||
+    fail "uneven batch: no message naming the batch and the workers"
+  "$py" - o_tac/trace.json <<'PY' || fail "trace.json of a graph job"
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+names = {e.get("name") for e in ev}
+for t in ("c1.w", "bn1.gamma", "out.w"):
+    assert any(t in (n or "") for n in names), (t, sorted(n for n in names if n)[:40])
+PY
+  ;;
+resume)
+  sed -e 's/eval_every: 6,/eval_every: 6, checkpoint_every: 3,/' d1.yaml > r.yaml
+  mpi 2 run r.yaml --quiet --set output.dir=straight > out_r.txt 2>&1 || fail "straight"
+  mpi 2 run r.yaml --quiet --set output.dir=halves --set train.iterations=6 > out_r.txt 2>&1 ||
+    fail "first half"
+  mpi 2 run r.yaml --quiet --set output.dir=halves --resume > out_r.txt 2>&1 || fail "resume"
+  grep -q "resumed from" out_r.txt || true
+  same straight/checkpoint.bin halves/checkpoint.bin || fail "resumed run differs from straight"
+  n=$(grep -c '"kind": "iteration"' halves/metrics.jsonl)
+  [ "$n" = 12 ] || fail "resumed metrics: $n iteration lines"
+  echo "resume: 6 + 6 equals 12 straight"
+  # A worker killed at iteration 5 (-np 3): a clear error, no hang.
+  ACCELRT_DIST_FAULT=2:5 ACCELRT_DIST_TIMEOUT=10 timeout 150 \
+    "$MPIEXEC" --oversubscribe -n 3 "$bin" run r.yaml --quiet --set output.dir=killed \
+    > out_k.txt 2>&1
+  rc=$?
+  [ $rc -eq 124 ] && fail "killed worker: the job hung"
+  [ $rc -eq 0 ] && fail "killed worker: exit status 0"
+  grep -q "rank 2" out_k.txt || fail "killed worker: no message names rank 2"
+  mpi 3 run r.yaml --quiet --set output.dir=killed --resume > out_k2.txt 2>&1 ||
+    fail "resuming after the killed worker"
+  grep -q '"iterations": 12' killed/summary.json || fail "the resumed run did not reach 12"
+  echo "killed worker: reported, resumed to the end"
+  # SIGTERM to worker 1 (rank 2): the ranks stop together at one N, rank 0
+  # writes the checkpoint and an interrupted
+  # summary, and --resume continues to N + 5.
+  "$MPIEXEC" --oversubscribe -n 3 "$bin" run r.yaml --quiet --set output.dir=stop \
+    --set train.iterations=10000000 > out_t.txt 2>&1 &
+  mp=$!
+  lines() { n=$(grep -c '"kind": "iteration"' stop/metrics.jsonl 2>/dev/null); echo "${n:-0}"; }
+  for _ in $(seq 1200); do [ "$(lines)" -ge 20 ] && break; sleep 0.1; done
+  [ "$(lines)" -ge 20 ] || { kill -KILL $mp; fail "SIGTERM: the job did not train"; }
+  worker=
+  for p in $(ps -o pid= --ppid "$mp"); do
+    tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=2 && worker=$p
+  done
+  [ -n "$worker" ] || { kill -KILL $mp; fail "SIGTERM: cannot find rank 2"; }
+  kill -TERM "$worker"
+  for _ in $(seq 1200); do kill -0 "$mp" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$mp" 2>/dev/null && { kill -KILL $mp; fail "SIGTERM: the ranks did not stop in 120 s"; }
+  wait "$mp" && fail "SIGTERM: exit status 0"
+  n=$("$py" -c 'import json,sys; s=json.load(open(sys.argv[1])); assert s["interrupted"]; print(s["iterations"])' \
+      stop/summary.json) || fail "SIGTERM: no interrupted summary"
+  [ "$(lines)" = "$n" ] || fail "SIGTERM: $(lines) metrics lines, summary says $n"
+  mpi 3 run r.yaml --quiet --set output.dir=stop --resume --set train.iterations=$((n + 5)) \
+    > out_t2.txt 2>&1 || fail "SIGTERM: resuming"
+  [ "$(lines)" = $((n + 5)) ] || fail "SIGTERM: $(lines) lines after resuming, not $((n + 5))"
+  echo "SIGTERM: stopped at $n together, resumed to $((n + 5))"
+  ;;
+onnx)
+  "$py" -c 'import onnx' 2>/dev/null || { echo "skipped: python3-onnx is not installed"; exit 77; }
+  "$py" - <<'PY' || fail "could not write the ONNX model"
+import numpy as np, onnx
+from onnx import TensorProto as T, helper as h, numpy_helper as nh
+rng = np.random.default_rng(2)
+init = [nh.from_array((rng.normal(0, 0.3, (6, 1, 3, 3))).astype(np.float32), "cw"),
+        nh.from_array(np.zeros(6, np.float32), "cb"),
+        nh.from_array((rng.normal(0, 0.3, (4, 6))).astype(np.float32), "gw"),
+        nh.from_array(np.zeros(4, np.float32), "gb")]
+nodes = [h.make_node("Conv", ["x", "cw", "cb"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+         h.make_node("Relu", ["c"], ["r"], name="relu"),
+         h.make_node("GlobalAveragePool", ["r"], ["p"], name="gap"),
+         h.make_node("Flatten", ["p"], ["f"], name="flat"),
+         h.make_node("Gemm", ["f", "gw", "gb"], ["y"], transB=1, name="fc")]
+g = h.make_graph(nodes, "cnn", [h.make_tensor_value_info("x", T.FLOAT, ["N", 1, 8, 8])],
+                 [h.make_tensor_value_info("y", T.FLOAT, ["N", 4])], init)
+onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), "cnn.onnx")
+PY
+  cat > ox.yaml <<'YAML'
+name: ox
+device: host
+seed: 4
+model: {input: {image: [1, 8, 8]}, onnx: cnn.onnx}
+data: {format: npy, train: train, test: test}
+train: {batch: 32, iterations: 12, threads: 1, log_every: 1,
+        optimizer: {sgd: {lr: 0.1, momentum: 0.9}}}
+output: {dir: single}
+YAML
+  { cat ox.yaml; printf 'distributed: {servers: 1, order: tac, trace_iterations: 2}\n'; } > dox.yaml
+  "$bin" run ox.yaml --quiet > out_s.txt 2>&1 || fail "onnx single"
+  mpi 2 run dox.yaml --quiet --set output.dir=dox > out_d.txt 2>&1 || fail "onnx -np 2"
+  losses single/metrics.jsonl dox/metrics.jsonl 0 || fail "onnx -np 2 losses differ"
+  same single/checkpoint.bin dox/checkpoint.bin || fail "onnx -np 2 checkpoints differ"
+  echo "onnx: -np 2 equals one process"
+  ;;
+configs)
+  fm=/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+  [ -r "$fm" ] || { echo "skipped: $fm is not installed (dataset-fashion-mnist)"; exit 77; }
+  for cfg in inception:47 resnet:65; do
+    name=${cfg%:*} want=${cfg#*:}
+    mpi 3 run "$src/configs/cluster-$name.yaml" --quiet --set output.dir=c_$name \
+      --set train.iterations=6 --set train.eval_points=256 --set distributed.trace_iterations=2 \
+      > out_c.txt 2>&1 || fail "configs/cluster-$name.yaml under -np 3"
+    "$py" - c_$name/summary.json "$want" <<'PY' || fail "cluster-$name: summary"
+import json, math, sys
+s = json.load(open(sys.argv[1]))
+assert s["transfers"] == int(sys.argv[2]), ("transfers", s["transfers"])
+assert s["iterations"] == 6 and s["workers"] == 2 and s["order"] == "tac", s
+r = s["comp_comm_ratio"]
+assert isinstance(r, float) and math.isfinite(r) and r > 0, ("comp_comm_ratio", r)
+assert 0 <= s["top1"] <= 100, s["top1"]
+print("  %s: %d transfers, comp_comm_ratio %.2f" % (sys.argv[1], s["transfers"], r))
+PY
+  done
+  ;;
+*)
+  fail "unknown case $case"
+  ;;
+esac
+echo ok
