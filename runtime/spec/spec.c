@@ -1740,9 +1740,10 @@ static void convert_data(ctx *c, const ar_ynode *root, ar_spec *sp) {
     diag_path(c, gen, "data.generate",
               "the generator makes token datasets (model.input.tokens) and extreme-"
               "classification sets; images come from files (data.format idx or npy)");
-  if (sp->input.kind == AR_INPUT_TOKENS && lok && g->labels != 2)
+  if (sp->input.kind == AR_INPUT_TOKENS && lok && g->labels < 2)
     diag_path(c, ar_ynode_get(gen, "labels"), "data.generate.labels",
-              "a generated token set has 2 classes (which marker comes first); set 2");
+              "a generated token set has 2 classes (which marker comes first) or more "
+              "(a class's digits at fixed positions); set 2 or more");
   if (sp->input.kind == AR_INPUT_TOKENS && sp->data.format != AR_FMT_NPY)
     diag_path(c, gen, "data.generate",
               "a generated token set is written as npy: set data.format: npy");
