@@ -313,8 +313,10 @@ static ar_status add_grads(ar_net *n, ar_err *err) {
     for (int k = 0; k < d->n_in; k++)
       if (n->tensors[d->in[k]].needs_grad && !(d->sig.no_grad & (1u << k)))
         any = true;
+    d->trains = any || d->op == AR_NN_XENT;
     /* The loss after a sampled head: the head computes it in training. */
-    d->trains = any || (d->op == AR_NN_XENT && !(n->head >= 0 && d->in[0] == n->nodes[n->head].out[0]));
+    if (d->op == AR_NN_XENT && n->head >= 0 && d->in[0] == n->nodes[n->head].out[0])
+      d->trains = false;
     for (int k = 0; k < d->sig.n_out; k++)
       n->tensors[d->out[k]].needs_grad = any && d->sig.out_dtype[k] == AR_DT_F32;
   }
@@ -436,7 +438,10 @@ static void lifetimes(ar_net *n) {
   }
   if (n->loss >= 0)
     live(&n->tensors[n->loss], end); /* read back after the step */
-  /* A sampled head's buffers: from its forward to its backward. */
+  /* A sampled head's buffers: from its forward to its backward; it writes
+   * the loss rows in its forward. */
+  if (n->head >= 0 && n->loss >= 0)
+    live(&n->tensors[n->loss], n->head);
   for (int k = 0; n->head >= 0 && k < HS_COUNT; k++)
     if (n->hs[k] >= 0) {
       live(&n->tensors[n->hs[k]], n->head);
