@@ -235,6 +235,7 @@ static ar_status build_item(build_ctx *b, const ar_layer_spec *ls, const char *p
                        "input first");
     b->net->head = b->net->n_nodes - 1;
     b->net->head_l = b->net->spec->n_layers - 1;
+    b->net->hspec = b->net->spec;
   }
   *cur = out;
   return bind_name(b, name, out);

@@ -187,6 +187,8 @@ ar_status ar_net_build_graph_train(const ar_nn_graph *g, const ar_spec *spec, ar
     n->n_inputs = n->n_outputs = 0; /* trained through ar_net_x / ar_net_y, not infer */
     st = add_loss(n, err);
   }
+  if (st == AR_OK)
+    st = ar__net_head_onnx(n, err);
   return ar__net_done(n, st, true, out, err);
 }
 

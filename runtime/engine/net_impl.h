@@ -91,6 +91,12 @@ struct ar_net {
    * once started. */
   int head, head_l, hs[HS_COUNT], head_last;
   struct ar_sampled *smp;
+  /* The spec whose layers[head_l] holds the head's settings: spec, or for
+   * an imported model hspec_own, spec with one layer, hlayer (a copy of
+   * model.sparse's entry with the graph's width). */
+  const ar_spec *hspec;
+  ar_spec hspec_own;
+  ar_layer_spec hlayer;
 };
 
 typedef struct named {
@@ -130,6 +136,9 @@ void ar__net_add_temps(ar_net *n, const nnode *d, int threads);
  * and last-update steps; ar__net_head_host: its host entries of the plan
  * (lsh tables, hash, scratch, touched sets) added to n->plan. */
 ar_status ar__net_head_plan(ar_net *n, ar_err *err);
+/* An imported model's model.sparse: the named node becomes the head (it
+ * must be the Gemm producing the logits: AR_SPEC naming it otherwise). */
+ar_status ar__net_head_onnx(ar_net *n, ar_err *err);
 ar_status ar__net_head_host(ar_net *n, ar_err *err);
 /* After start (or a checkpoint's load: tables are rebuilt, never stored):
  * the layer with its tables for the rows as they are. */

@@ -33,7 +33,7 @@ static int64_t head_out(const ar_net *n) {
 /* The shared negatives' room; -1 (ar__sampled_bytes): the shared path
  * without room. */
 static int64_t shared_cap(const ar_net *n) {
-  int64_t c = ar_layer_shared_cap(n->spec, n->head_l, 1);
+  int64_t c = ar_layer_shared_cap(n->hspec, n->head_l, 1);
   return c ? c : -1;
 }
 
@@ -60,8 +60,8 @@ ar_status ar__net_head_plan(ar_net *n, ar_err *err) {
     return ar_errf(err, AR_SPEC, "%s: a sampled head needs a bias (the chain's layer has one)",
                    d->path);
   const int64_t B = n->batch, in = head_in(n), out = head_out(n);
-  const int64_t cap = ar_layer_active_cap(n->spec, n->head_l, 1);
-  const int64_t sc = ar_layer_shared_cap(n->spec, n->head_l, 1);
+  const int64_t cap = ar_layer_active_cap(n->hspec, n->head_l, 1);
+  const int64_t sc = ar_layer_shared_cap(n->hspec, n->head_l, 1);
   AR_CHECK(add_buf(n, HS_ACTIVE, "active", B * cap, AR_DT_I32, err));
   AR_CHECK(add_buf(n, HS_N, "n", B, AR_DT_I32, err));
   AR_CHECK(add_buf(n, HS_OUT, "out", B * cap, AR_DT_F32, err));
@@ -92,11 +92,53 @@ ar_status ar__net_head_plan(ar_net *n, ar_err *err) {
   return AR_OK;
 }
 
+ar_status ar__net_head_onnx(ar_net *n, ar_err *err) {
+  const ar_spec *s = n->spec;
+  if (!s || s->n_onnx_sparse == 0)
+    return AR_OK;
+  const char *file = s->file ? s->file : "<string>";
+  const ar_layer_spec *e = &s->onnx_sparse[0];
+  char at[64] = "";
+  if (e->pos.line > 0)
+    snprintf(at, sizeof at, ":%d:%d", e->pos.line, e->pos.col);
+  if (s->n_onnx_sparse > 1)
+    return ar_errf(err, AR_SPEC, "%s%s: error: model.sparse: %d nodes named; only the last "
+                   "Gemm (producing the logits) can be LSH-sampled: keep one", file, at,
+                   s->n_onnx_sparse);
+  int node = -1;
+  for (int i = 0; i < n->n_nodes && node < 0; i++)
+    if (!strcmp(n->nodes[i].name, e->name))
+      node = i;
+  const nnode *prod = &n->nodes[n->tensors[n->logits].producer];
+  if (node < 0)
+    return ar_errf(err, AR_SPEC, "%s%s: error: model.sparse.%s: %s has no node '%s'; the node "
+                   "producing the logits is '%s'", file, at, e->name, s->onnx, e->name,
+                   prod->name);
+  const nnode *d = &n->nodes[node];
+  if (d->op != AR_NN_DENSE || d->sig.n_param != 2 || d->out[0] != n->logits ||
+      n->tensors[d->in[0]].shape.nd != 2)
+    return ar_errf(err, AR_SPEC, "%s%s: error: model.sparse.%s: node '%s' of %s is not a Gemm "
+                   "with a bias producing the logits from (batch, features) (PyTorch's last "
+                   "Linear); the node producing the logits is '%s'", file, at, e->name,
+                   e->name, s->onnx, prod->name);
+  n->hspec_own = *s;
+  n->hlayer = *e;
+  n->hlayer.width = n->tensors[d->param[0]].shape.d[0];
+  n->hspec_own.layers = &n->hlayer;
+  n->hspec_own.n_layers = 1;
+  n->hspec = &n->hspec_own;
+  if (ar_layer_sampled(n->hspec, 0, true)) {
+    n->head = node;
+    n->head_l = 0;
+  }
+  return AR_OK;
+}
+
 ar_status ar__net_head_host(ar_net *n, ar_err *err) {
   if (n->head < 0)
     return AR_OK;
   ar__sampled_mem sb;
-  AR_CHECK(ar__sampled_bytes(n->spec, n->head_l, head_in(n), 0, ar_plan_threads(n->spec),
+  AR_CHECK(ar__sampled_bytes(n->hspec, n->head_l, head_in(n), 0, ar_plan_threads(n->hspec),
                              shared_cap(n), &sb, err));
   static const char *const what[] = {"lsh.tables", "lsh.hash", "lsh.scratch", "lsh.touched",
                                      "lsh.ids"};
@@ -133,7 +175,7 @@ ar_status ar__net_head_start(ar_net *n, ar_err *err) {
   if (!n->smp) {
     const nnode *d = &n->nodes[n->head];
     const ntensor *w = &n->tensors[d->param[0]], *b = &n->tensors[d->param[1]];
-    ar__sampled_cfg c = {n->spec, n->head_l, d->name, n->dev, head_in(n), head_out(n), 1,
+    ar__sampled_cfg c = {n->hspec, n->head_l, d->name, n->dev, head_in(n), head_out(n), 1,
                          n->step, true, false, head_ptrs(n),
                          tp(n, w->opt1), tp(n, w->opt2), tp(n, b->opt1), tp(n, b->opt2),
                          tp(n, n->head_last)};

@@ -1291,9 +1291,20 @@ static void check_unique_names(ctx *c, const ar_spec *sp,
   ar_free(refs);
 }
 
+static void convert_sparse_at(ctx *c, const ar_ynode *m, const ar_schema *ss, const char *path,
+                              ar_layer_spec *ls);
+
 /* layers[i].sparse; the layer's activation is already converted. */
 static void convert_sparse(ctx *c, const ar_ynode *m, const ar_schema *ss,
                            int i, ar_layer_spec *ls) {
+  char path[64];
+  snprintf(path, sizeof path, "model.layers[%d].sparse", i);
+  convert_sparse_at(c, m, ss, path, ls);
+}
+
+/* A sparse section at path (model.layers[i].sparse, model.sparse.NODE). */
+static void convert_sparse_at(ctx *c, const ar_ynode *m, const ar_schema *ss, const char *path,
+                              ar_layer_spec *ls) {
   ar_sparse_spec *sp = &ls->sparse;
   if (!m)
     return; /* absent (or invalid, reported): a dense layer */
@@ -1322,8 +1333,6 @@ static void convert_sparse(ctx *c, const ar_ynode *m, const ar_schema *ss,
   sp->rehash_every = get_int(r, rs, "every", &ok);
   sp->rehash_growth = get_float(r, rs, "growth");
   sp->new_hash_every = get_int(r, rs, "new_hash_every", &ok);
-  char path[64];
-  snprintf(path, sizeof path, "model.layers[%d].sparse", i);
   /* The sampled kernels compute relu or identity layers and softmax
    * output layers (SLIDE's network); sigmoid needs every neuron. */
   if (ls->act == AR_ACT_SIGMOID && sp->mode != AR_SPARSE_DENSE)
@@ -1649,6 +1658,48 @@ static void convert_input(ctx *c, const ar_ynode *model, ar_spec *sp) {
     diag_path(c, ar_ynode_get(input, "vocab"), "model.input.vocab", "`vocab` goes with `tokens`");
 }
 
+/* model.sparse: {NODE: {sparse section}} for an imported model, each
+ * section checked against a layer's sparse entry of the schema. */
+static void convert_onnx_sparse(ctx *c, const ar_ynode *model, ar_spec *sp) {
+  const ar_ynode *m = ar_ynode_get(model, "sparse");
+  if (!m)
+    return;
+  if (m->kind != AR_YNODE_MAP || m->n == 0) {
+    diag_path(c, m, "model.sparse",
+              "expected a mapping of node names to sparse sections ({NODE: {mode: lsh, "
+              "...}}), naming the imported model's last Gemm");
+    return;
+  }
+  const ar_schema *ms = kid(ar__schema_root(), "model");
+  const ar_schema *ss = kid(&kid(ms, "layers")->kids[0], "sparse");
+  sp->onnx_sparse = ar_calloc((size_t)m->n, sizeof *sp->onnx_sparse);
+  if (!sp->onnx_sparse) {
+    c->nomem = true;
+    return;
+  }
+  for (int i = 0; i < m->n; i++) {
+    const ar_ynode *k = m->keys[i], *v = m->vals[i];
+    ar_layer_spec *ls = &sp->onnx_sparse[sp->n_onnx_sparse++];
+    ls->name = dup_text(c, k->text);
+    ls->act = AR_ACT_SOFTMAX;
+    ls->op = AR_NN_DENSE;
+    ls->repeat = 1;
+    if (k->set < 0)
+      ls->pos = (ar_srcpos){k->line, k->col};
+    /* The walk's key path while checking: model.sparse.NODE. */
+    size_t old = c->plen;
+    snprintf(c->path + c->plen, sizeof c->path - c->plen, "%smodel.sparse", c->plen ? "." : "");
+    c->plen = strlen(c->path);
+    push_key(c, k);
+    check(c, ss, v, k);
+    pop(c, old);
+    char path[200];
+    snprintf(path, sizeof path, "model.sparse.%.150s", k->text);
+    if (v->kind == AR_YNODE_MAP)
+      convert_sparse_at(c, v, ss, path, ls);
+  }
+}
+
 /* model.onnx: the model file instead of layers (exactly one of the two). */
 static void convert_onnx(ctx *c, const ar_ynode *root, const ar_ynode *model, ar_spec *sp) {
   const ar_ynode *onnx = ar_ynode_get(model, "onnx"), *layers = ar_ynode_get(model, "layers");
@@ -1667,6 +1718,7 @@ static void convert_onnx(ctx *c, const ar_ynode *root, const ar_ynode *model, ar
   sp->onnx = resolve(c, onnx);
   if (c->check_files && sp->onnx)
     check_file(c, onnx, "model.onnx", sp->onnx, false);
+  convert_onnx_sparse(c, model, sp);
 }
 
 static void convert_model(ctx *c, const ar_ynode *root, ar_spec *sp) {
@@ -2124,6 +2176,7 @@ void ar_spec_destroy(ar_spec *sp) {
     ar_free(sp->distributed.workers[i].device);
   ar_free(sp->distributed.workers);
   free_layers(sp->layers, sp->n_layers);
+  free_layers(sp->onnx_sparse, sp->n_onnx_sparse);
   ar_free(sp->file);
   ar_free(sp->name);
   ar_free(sp->device);
