@@ -131,7 +131,7 @@ void ar__net_stop(ar_net *n);
  * gradients they belong to (a tensor or parameter several nodes read). */
 void ar__net_add_temps(ar_net *n, const nnode *d, int threads);
 
-/* net_sampled.c: the sampled head (docs/sparse.md, "graph models").
+/* net_sampled.c: the sampled head (docs/graph.md, "An LSH-sampled head").
  * ar__net_head_plan: after add_grads, its buffers, persistent gradients
  * and last-update steps; ar__net_head_host: its host entries of the plan
  * (lsh tables, hash, scratch, touched sets) added to n->plan. */

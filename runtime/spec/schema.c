@@ -310,7 +310,7 @@ static const ar_schema model_keys[] = {
      .type = AR_SCHEMA_ANY,
      .doc = "With `onnx`: `{NODE: {...}}` gives the imported model's node NODE (its last "
             "Gemm, PyTorch's Linear producing the logits) a `sparse` section exactly as a "
-            "layer's (`model.layers[].sparse`): it trains LSH-sampled (docs/sparse.md)."},
+            "layer's (`model.layers[].sparse`): it trains LSH-sampled (docs/graph.md)."},
     {.key = "loss",
      .type = AR_SCHEMA_ENUM,
      .values = onnx_loss_values,
