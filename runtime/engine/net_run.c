@@ -314,13 +314,22 @@ static double schedule_lr(const ar_net *n, int64_t t) {
   }
 }
 
+/* Whether tensor t is a parameter of the started sampled head (an
+ * imported graph's parameters have no producer: compared by id). */
+static bool head_param(const ar_net *n, int t) {
+  if (!n->smp)
+    return false;
+  const nnode *d = &n->nodes[n->head];
+  return t == d->param[0] || t == d->param[1];
+}
+
 static double optimizer(ar_net *n) {
   const ar_spec *s = n->spec;
   n->step++;
   double lr = schedule_lr(n, n->step);
   for (int i = 0; i < n->n_tensors; i++) {
     ntensor *t = &n->tensors[i];
-    if (t->kind != T_PARAM || (n->smp && t->producer == n->head))
+    if (t->kind != T_PARAM || head_param(n, i))
       continue; /* a sampled head's rows: its sparse Adam (ar__net_head_step) */
     int64_t cnt = ar_shape_count(&t->shape);
     float wd = t->decay ? (float)s->train.weight_decay : 0.0f;

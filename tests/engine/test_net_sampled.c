@@ -262,6 +262,42 @@ static void test_train_and_resume(void **state) {
   fix_close(&g);
 }
 
+/* A step moves only the rows it touched: a row whose last update step
+ * (out.lsh_last) is not this step keeps its weights and bias exactly (no
+ * dense optimizer step on the head). */
+static void test_only_touched_rows_move(void **state) {
+  (void)state;
+  fix f;
+  fix_open(&f, "active: 0.1, min_active: 0");
+  ar_err err = AR_ERR_INIT;
+  double loss = 0, lr = 0;
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(ar_net_train(f.net, &loss, &lr, &err), AR_OK);
+  ntensor *w = tensor(f.net, "out.w"), *b = tensor(f.net, "out.b");
+  float *w0 = copy_of(w), *b0 = copy_of(b);
+  assert_int_equal(ar_net_train(f.net, &loss, &lr, &err), AR_OK);
+  const uint64_t *last = tensor(f.net, "out.lsh_last")->p;
+  const int64_t in = w->shape.d[1], step = ar_net_step(f.net);
+  int moved = 0, kept = 0;
+  for (int64_t r = 0; r < 40; r++) {
+    bool same = ((const float *)b->p)[r] == b0[r];
+    for (int64_t k = 0; k < in; k++)
+      same &= ((const float *)w->p)[r * in + k] == w0[r * in + k];
+    if ((int64_t)last[r] == step) {
+      moved++;
+    } else {
+      kept++;
+      if (!same)
+        fail_msg("row %lld was not touched at step %lld but moved", (long long)r,
+                 (long long)step);
+    }
+  }
+  assert_true(moved >= 4 && kept > 0);
+  free(w0);
+  free(b0);
+  fix_close(&f);
+}
+
 static void expect_spec_error(const char *yaml, const char *want) {
   ar_spec *spec = NULL;
   ar_diags d;
@@ -313,7 +349,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_grads_on_active_set), cmocka_unit_test(test_all_active_is_dense),
       cmocka_unit_test(test_plan),                cmocka_unit_test(test_train_and_resume),
-      cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_errors),              cmocka_unit_test(test_only_touched_rows_move),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
