@@ -1611,8 +1611,17 @@ static void convert_items(ctx *c, const ar_ynode *layers, const ar_schema *item,
     convert_item(c, L, item, path, i, top && i == layers->n - 1, sp, &ls[i]);
     if (ls[i].graph_only)
       sp->graph = true;
-    if (ls[i].op != AR_NN_DENSE || !top)
+    if (ls[i].op != AR_NN_DENSE || !top) {
+      /* Only a top-level dense item samples (a graph model: its last). */
+      const ar_ynode *sk = ar_ynode_get(L, "sparse");
+      char p2[160];
+      snprintf(p2, sizeof p2, "%s.sparse", path);
+      if (sk)
+        diag_path(c, sk, p2,
+                  "only a dense item at the top of model.layers can be LSH-sampled (in a "
+                  "graph model, the last one); remove this sparse section");
       convert_sparse(c, NULL, kid(item, "sparse"), i, &ls[i]);
+    }
     else
       convert_sparse(c, get_map(L, "sparse"), kid(item, "sparse"), i, &ls[i]);
   }

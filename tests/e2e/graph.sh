@@ -137,6 +137,12 @@ PY
   [ $? = 2 ] || { cat bad.txt; fail "a sparse hidden item is not a job-file error"; }
   grep -q "bad.yaml:12:7: error: model.layers\[5\]: sparse: only the last item" bad.txt \
     || { cat bad.txt; fail "the error does not name the item"; }
+  sed 's/- {name: res, op: add, inputs: \[pos, att\]}/- {name: res, op: add, inputs: [pos, att], sparse: {mode: lsh}}/' \
+    s.yaml > bad3.yaml
+  "$bin" check bad3.yaml > bad3.txt 2>&1
+  [ $? = 2 ] || { cat bad3.txt; fail "a sparse section on an add item is not a job-file error"; }
+  grep -q "bad3.yaml:10:.*model.layers\[3\].sparse: only a dense item" bad3.txt \
+    || { cat bad3.txt; fail "the add item's sparse error is not located"; }
   sed 's/hash: srp, K: 3/hash: srp, K: 99/' s.yaml > bad2.yaml
   "$bin" check bad2.yaml > bad2.txt 2>&1
   [ $? = 2 ] || { cat bad2.txt; fail "K: 99 is not a job-file error"; }
