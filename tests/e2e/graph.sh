@@ -130,23 +130,19 @@ PY
   [ "$(json out/summary.json iterations)" = 240 ] || fail "resumed run did not reach 240"
   python3 -c "import json,sys; t=json.load(open('out/summary.json'))['top1']; sys.exit(0 if t > 20 else 1)" \
     || fail "the resumed run lost what it learned"
-  # A sparse section on any other item is refused where it is written.
-  sed 's/- {name: hid, dense: 64, activation: relu}/- {name: hid, dense: 64, activation: relu, sparse: {mode: lsh}}/' \
-    s.yaml > bad.yaml
-  "$bin" check bad.yaml > bad.txt 2>&1
-  [ $? = 2 ] || { cat bad.txt; fail "a sparse hidden item is not a job-file error"; }
-  grep -q "bad.yaml:12:7: error: model.layers\[5\]: sparse: only the last item" bad.txt \
-    || { cat bad.txt; fail "the error does not name the item"; }
-  sed 's/- {name: res, op: add, inputs: \[pos, att\]}/- {name: res, op: add, inputs: [pos, att], sparse: {mode: lsh}}/' \
-    s.yaml > bad3.yaml
-  "$bin" check bad3.yaml > bad3.txt 2>&1
-  [ $? = 2 ] || { cat bad3.txt; fail "a sparse section on an add item is not a job-file error"; }
-  grep -q "bad3.yaml:10:.*model.layers\[3\].sparse: only a dense item" bad3.txt \
-    || { cat bad3.txt; fail "the add item's sparse error is not located"; }
-  sed 's/hash: srp, K: 3/hash: srp, K: 99/' s.yaml > bad2.yaml
-  "$bin" check bad2.yaml > bad2.txt 2>&1
-  [ $? = 2 ] || { cat bad2.txt; fail "K: 99 is not a job-file error"; }
-  grep -q "bad2.yaml:16:.*model.layers\[6\].sparse.K" bad2.txt || { cat bad2.txt; fail "K's error is not located"; }
+  # A sparse section on any other item, and a bad value in one, are refused
+  # where they are written (exit 2, FILE:LINE:COL and the key).
+  refused() { # refused NAME SED-EXPRESSION PATTERN
+    sed "$2" s.yaml > "$1.yaml"
+    "$bin" check "$1.yaml" > "$1.txt" 2>&1
+    [ $? = 2 ] || { cat "$1.txt"; fail "$1: not a job-file error"; }
+    grep -q "$3" "$1.txt" || { cat "$1.txt"; fail "$1: the error is not located"; }
+  }
+  refused hidden 's/- {name: hid, dense: 64, activation: relu}/- {name: hid, dense: 64, activation: relu, sparse: {mode: lsh}}/' \
+    "hidden.yaml:12:7: error: model.layers\[5\]: sparse: only the last item"
+  refused add 's/- {name: res, op: add, inputs: \[pos, att\]}/- {name: res, op: add, inputs: [pos, att], sparse: {mode: lsh}}/' \
+    "add.yaml:10:.*model.layers\[3\].sparse: only a dense item"
+  refused badk 's/hash: srp, K: 3/hash: srp, K: 99/' "badk.yaml:16:.*model.layers\[6\].sparse.K"
   ;;
 serve)
   # A graph job through accelrt serve (a user server on its own socket and
