@@ -233,9 +233,15 @@ static ar_status build_item(build_ctx *b, const ar_layer_spec *ls, const char *p
       return build_err(b, ls, path,
                        "sparse: an LSH-sampled head reads (batch, features); flatten its "
                        "input first");
+    const ar_spec *sp = b->net->spec;
+    if (sp->train.optimizer != AR_OPT_ADAM || sp->train.weight_decay > 0)
+      return build_err(b, ls, path,
+                       "sparse: an LSH-sampled head trains with Adam without weight decay "
+                       "(sparse Adam on the touched rows); set train.optimizer to adam with "
+                       "weight_decay 0, or this item's sparse.mode to dense");
     b->net->head = b->net->n_nodes - 1;
-    b->net->head_l = b->net->spec->n_layers - 1;
-    b->net->hspec = b->net->spec;
+    b->net->head_l = sp->n_layers - 1;
+    b->net->hspec = sp;
   }
   *cur = out;
   return bind_name(b, name, out);

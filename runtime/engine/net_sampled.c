@@ -121,6 +121,10 @@ ar_status ar__net_head_onnx(ar_net *n, ar_err *err) {
                    "with a bias producing the logits from (batch, features) (PyTorch's last "
                    "Linear); the node producing the logits is '%s'", file, at, e->name,
                    e->name, s->onnx, prod->name);
+  if (s->train.optimizer != AR_OPT_ADAM || s->train.weight_decay > 0)
+    return ar_errf(err, AR_SPEC, "%s%s: error: model.sparse.%s: an LSH-sampled head trains "
+                   "with Adam without weight decay (sparse Adam on the touched rows); set "
+                   "train.optimizer to adam with weight_decay 0", file, at, e->name);
   n->hspec_own = *s;
   n->hlayer = *e;
   n->hlayer.width = n->tensors[d->param[0]].shape.d[0];

@@ -143,6 +143,8 @@ PY
   refused add 's/- {name: res, op: add, inputs: \[pos, att\]}/- {name: res, op: add, inputs: [pos, att], sparse: {mode: lsh}}/' \
     "add.yaml:10:.*model.layers\[3\].sparse: only a dense item"
   refused badk 's/hash: srp, K: 3/hash: srp, K: 99/' "badk.yaml:16:.*model.layers\[6\].sparse.K"
+  refused sgd 's/optimizer: {adam: {lr: 0.005}}/optimizer: {sgd: {lr: 0.1}}/' \
+    "sgd.yaml:13:7: error: model.layers\[6\]: sparse: an LSH-sampled head trains with Adam"
   ;;
 serve)
   # A graph job through accelrt serve (a user server on its own socket and
