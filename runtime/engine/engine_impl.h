@@ -98,6 +98,12 @@ ar_status ar__sampled_head_backward(ar_sampled *s, const ar__sbatch *b, ar_err *
 ar_status ar__sampled_step(ar_sampled *s, int64_t step, ar_err *err);
 ar_status ar__sampled_rehash(ar_sampled *s, int64_t step, ar_trace *trace, ar_err *err);
 
+/* The layer's statistics since the start (or the last reset of them). */
+void ar__sampled_stats(const ar_sampled *s, ar_sampled_stats *out);
+/* net_sampled.c: a started graph model's sampled head, its statistics into
+ * *out; its node's name (borrowed), or NULL without one. */
+const char *ar__net_head_stats(const ar_net *n, ar_sampled_stats *out);
+
 ar_status ar__sampled_create(ar_model *m, int l); /* after the layers exist */
 ar_status ar__sampled_init(ar_model *m);          /* after init_params */
 void ar__sampled_bind(ar_model *m);               /* after a (re)bind */

@@ -236,3 +236,10 @@ ar_status ar__net_head_step(ar_net *n, ar_err *err) {
   AR_CHECK(ar__sampled_step(n->smp, n->step, err));
   return ar__sampled_rehash(n->smp, n->step, n->trace, err);
 }
+
+const char *ar__net_head_stats(const ar_net *n, ar_sampled_stats *out) {
+  if (!n->smp)
+    return NULL;
+  ar__sampled_stats(n->smp, out);
+  return n->nodes[n->head].name;
+}

@@ -1118,9 +1118,11 @@ ar_status ar_model_eval_batch_lsh(ar_model *m, const ar_batch *b, ar_eval_acc *a
 
 void ar_model_sampled_stats(const ar_model *m, int l, ar_sampled_stats *out) {
   memset(out, 0, sizeof *out);
-  const ar_sampled *s = m->layers[l].smp;
-  if (!s)
-    return;
+  if (m->layers[l].smp)
+    ar__sampled_stats(m->layers[l].smp, out);
+}
+
+void ar__sampled_stats(const ar_sampled *s, ar_sampled_stats *out) {
   *out = s->st;
   ar_lsh_tables_stats ts;
   ar_lsh_tables_stats_get(s->tables, &ts);

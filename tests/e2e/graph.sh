@@ -123,6 +123,9 @@ train = [l["train_loss"] for l in lines if l.get("kind") == "train"]
 assert len(train) >= 4 and train[-1] < 0.5 * train[0], train
 s = json.load(open("out/summary.json"))
 assert s["top1"] > 20, s["top1"]  # chance is 2
+# a budget of 10 of 50 classes (active 0.2) plus the label: far from all 50
+assert 5 <= s["out.lsh_active_mean"] <= 25, s["out.lsh_active_mean"]
+assert s["out.lsh_rehashes"] >= 1 and s["out.lsh_tables_bytes"] > 0, s
 PY
   "$bin" eval s.yaml > eval.txt || fail "accelrt eval of a sampled head"
   [ "$(json out/eval.json top1)" = "$(json out/summary.json top1)" ] || fail "eval top1 differs"
