@@ -22,6 +22,12 @@
  * path); ar_model_eval_batch_lsh retrieves the output candidates by LSH
  * instead (inference, `accelrt eval --lsh`).
  *
+ * Both engines use this code: a chain model's layers through the
+ * ar_model_* functions below, a graph model's sampled head (net_sampled.c)
+ * through ar__sampled_new and the output layer's shared path on an
+ * ar__sbatch (ar__sampled_head_forward/backward, engine_impl.h); the layer
+ * keeps pointers to the rows and buffers its engine planned.
+ *
  * Determinism: each sample draws from its own stream (seed, layer,
  * iteration, row), so the active sets do not depend on the thread count;
  * with one thread a run repeats bit for bit.  With several threads the
