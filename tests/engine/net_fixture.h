@@ -4,6 +4,9 @@
 #ifndef ACCELRT_TEST_NET_FIXTURE_H
 #define ACCELRT_TEST_NET_FIXTURE_H
 
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* open_memstream */
+#endif
 #include "accelrt/net.h"
 
 #include <setjmp.h>
@@ -73,6 +76,33 @@ static inline void net_train_halves(ar_net *n, int steps) {
   if (!(loss < 0.5 * first))
     printf("# loss %g after %d steps, %g at the first\n", loss, steps, first);
   assert_true(loss < 0.5 * first);
+}
+
+/* yaml is refused with `want` in the message: by the parser (its located
+ * diagnostics), or else by the graph's build (AR_SPEC, no model). */
+static inline void net_expect_error(const char *yaml, const char *want) {
+  ar_spec *spec = NULL;
+  ar_diags d;
+  ar_status st = ar_spec_parse(yaml, strlen(yaml), "net.yaml", NULL, NULL, 0, false, &spec, &d);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *m = open_memstream(&text, &len);
+  ar_diags_print(&d, "net.yaml", m);
+  fclose(m);
+  ar_diags_fini(&d);
+  if (st == AR_OK) {
+    ar_net *net = NULL;
+    ar_err err = AR_ERR_INIT;
+    assert_int_equal(ar_net_build(spec, spec->train.batch, &net, &err), AR_SPEC);
+    assert_null(net);
+    free(text);
+    text = strdup(err.msg);
+    ar_spec_destroy(spec);
+  }
+  if (!strstr(text, want))
+    printf("# got: %s\n# want: %s\n", text, want);
+  assert_non_null(strstr(text, want));
+  free(text);
 }
 
 static inline void net_close(net_fix *f) {

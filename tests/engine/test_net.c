@@ -207,17 +207,7 @@ static void test_plan_placement_and_exactness(void **state) {
   fix_close(&f);
 }
 
-static void expect_build_error(const char *yaml, const char *want) {
-  ar_spec *spec = parse(yaml);
-  ar_net *net = NULL;
-  ar_err err = AR_ERR_INIT;
-  assert_int_equal(ar_net_build(spec, spec->train.batch, &net, &err), AR_SPEC);
-  assert_null(net);
-  if (!strstr(err.msg, want))
-    printf("# got: %s\n# want: %s\n", err.msg, want);
-  assert_non_null(strstr(err.msg, want));
-  ar_spec_destroy(spec);
-}
+#define expect_build_error net_expect_error
 
 static void test_errors(void **state) {
   (void)state;

@@ -298,31 +298,7 @@ static void test_only_touched_rows_move(void **state) {
   fix_close(&f);
 }
 
-static void expect_spec_error(const char *yaml, const char *want) {
-  ar_spec *spec = NULL;
-  ar_diags d;
-  ar_status st = ar_spec_parse(yaml, strlen(yaml), "net.yaml", NULL, NULL, 0, false, &spec, &d);
-  char *text = NULL;
-  size_t len = 0;
-  FILE *m = open_memstream(&text, &len);
-  ar_diags_print(&d, "net.yaml", m);
-  fclose(m);
-  ar_diags_fini(&d);
-  if (st == AR_OK) { /* the graph's build reports it */
-    ar_net *net = NULL;
-    ar_err err = AR_ERR_INIT;
-    st = ar_net_build(spec, spec->train.batch, &net, &err);
-    assert_null(net);
-    free(text);
-    text = strdup(err.msg);
-    ar_spec_destroy(spec);
-  }
-  assert_int_not_equal(st, AR_OK);
-  if (!strstr(text, want))
-    printf("# got: %s\n# want: %s\n", text, want);
-  assert_non_null(strstr(text, want));
-  free(text);
-}
+#define expect_spec_error net_expect_error
 
 static void test_errors(void **state) {
   (void)state;
