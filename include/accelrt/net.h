@@ -101,6 +101,11 @@ int64_t ar_net_step(const ar_net *n);
 /* The run's iterations, for schedules that span it (cosine). */
 void ar_net_set_total(ar_net *n, int64_t total);
 void ar_net_set_step(ar_net *n, int64_t step);
+/* After a checkpoint's tensors and step are loaded into a started model:
+ * an LSH-sampled head's hash tables are rebuilt from the loaded rows (they
+ * are not stored) and its rebuild schedule replayed to the step.  AR_OK,
+ * or the lsh library's status with the reason in err. */
+ar_status ar_net_resumed(ar_net *n, ar_err *err);
 int ar_net_tensors(const ar_net *n, const char **names, float **ptrs, int64_t *counts,
                    ar_shape *shapes);
 ar_device *ar_net_device(const ar_net *n);

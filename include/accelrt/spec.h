@@ -160,6 +160,11 @@ typedef struct ar_spec {
    * initializers are the initial parameters and the loss is softmax
    * cross-entropy (model.loss). */
   char *onnx;
+  /* model.sparse with onnx: the imported node named `name` (its last
+   * Gemm, producing the logits) is LSH-sampled by `sparse`, as a written
+   * layer's section; width 0 (the graph gives it), act softmax. */
+  int n_onnx_sparse;
+  ar_layer_spec *onnx_sparse;
   int n_layers;
   ar_layer_spec *layers; /* (n_layers); the last one is the output layer */
 

@@ -110,10 +110,18 @@ void ar_tdata_order(int64_t count, bool shuffle, uint64_t seed, uint64_t epoch, 
  * words can see (both classes hold the same tokens).  Through fs; files
  * written atomically.  AR_INVALID for seq < 3 or vocab < 5 (two distinct
  * marker positions in [1, L) need L >= 3, and fillers need a token >= 4),
- * train_points < 1 or test_points < 0; AR_IO, AR_NOMEM. */
+ * train_points < 1 or test_points < 0; AR_IO, AR_NOMEM.
+ *
+ * labels > 2 (many classes, for sampled heads): the class c is uniform
+ * in [0, labels) and written as its D digits base (vocab - 4), most
+ * significant first, as tokens 4 + digit at positions 1..D (D the fewest
+ * digits that hold labels - 1); L is at least D + 1 and the markers are
+ * not written.  Fillers are drawn from the same range, so only positions
+ * tell the digits from the filler.  AR_INVALID when seq < D + 1. */
 typedef struct ar_tokens_spec {
   int64_t train_points, test_points;
   int64_t seq, vocab;
+  int64_t labels; /* 0 or 2: the marker rule; more: the digit rule */
 } ar_tokens_spec;
 ar_status ar_tdata_generate_tokens(const ar_tokens_spec *spec, uint64_t seed, const char *dir,
                                    const ar_fs *fs, ar_err *err);

@@ -50,6 +50,10 @@ static ar_status plan_graph(const ar_spec *spec, ar_plan *plan, ar_err *err) {
          "%s staging\n",
          human(p->persistent_bytes, a, sizeof a), human(p->ephemeral_bytes, b, sizeof b),
          human(p->ephemeral_sum_bytes, c, sizeof c), human(p->host_bytes, d, sizeof d));
+  /* An LSH-sampled head's host memory, piece by piece (in the host total). */
+  for (int i = 0; i < p->count; i++)
+    if (p->entries[i].cls == AR_MEM_HOST && strstr(p->entries[i].name, ".lsh."))
+      printf("  host: %-32s %s\n", p->entries[i].name, human(p->entries[i].bytes, a, sizeof a));
   ar_net_destroy(net);
   return AR_OK;
 }

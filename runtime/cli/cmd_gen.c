@@ -35,10 +35,11 @@ static void gen_usage(FILE *to) {
           "feature/label counts and row sizes of a known dataset; other options override.\n"
           "\n"
           "       accelrt gen-data --out DIR --shape tokens [--seq S] [--vocab V]\n"
-          "         [--train-points N] [--test-points N] [--seed S]\n"
+          "         [--labels N] [--train-points N] [--test-points N] [--seed S]\n"
           "writes DIR/train and DIR/test, each with x.npy (i64 token ids, points x seq)\n"
           "and y.npy (class ids): token 1 first, markers 2 and 3 once each, fillers in\n"
           "[4, vocab), 0 padding; class 1 when 2 precedes 3, which only order tells.\n"
+          "--labels N (N > 2): the class's digits base vocab-4 at positions 1.., no markers.\n"
           "Defaults: --seq 32 (at least 3), --vocab 64 (at least 5), 20000/2000 points.\n");
 }
 
@@ -71,7 +72,7 @@ int cli_gen_data(int argc, char **argv) {
   ar_gen_spec g = {20000, 2000, 5000, 500, 20, 2, 0.1};
   const char *out = NULL;
   int64_t v, seed = 1;
-  ar_tokens_spec tok = {0, 0, 32, 64};
+  ar_tokens_spec tok = {0, 0, 32, 64, 0};
   bool tokens = false;
   const char *xc_only = NULL, *tok_only = NULL; /* an option given that the shape ignores */
   /* First pass: --shape sets defaults that the other options override. */
@@ -111,7 +112,7 @@ int cli_gen_data(int argc, char **argv) {
       break;
     case 'l':
       if (parse_i64("labels", optarg, 1, &g.labels)) return CLI_USAGE;
-      xc_only = "labels";
+      tok.labels = g.labels; /* tokens: more than 2 takes the digit rule */
       break;
     case 'q':
       if (parse_i64("seq", optarg, 3, &tok.seq)) return CLI_USAGE;
@@ -158,6 +159,10 @@ int cli_gen_data(int argc, char **argv) {
     return CLI_USAGE;
   }
   if (tokens) {
+    if (tok.labels == 1) {
+      fprintf(stderr, "accelrt gen-data: --shape tokens needs --labels of 2 or more\n");
+      return CLI_USAGE;
+    }
     tok.train_points = g.train_points;
     tok.test_points = g.test_points;
     return gen_tokens(&tok, seed, out);

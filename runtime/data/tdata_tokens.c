@@ -22,11 +22,38 @@
 #define TOKEN_FILLER 4 /* fillers are [TOKEN_FILLER, vocab) */
 #define SEQ_MAX ((int64_t)1 << 24)
 
+/* The digits base vocab - 4 that hold labels - 1 (labels > 2). */
+static int64_t digits(const ar_tokens_spec *s) {
+  const int64_t base = s->vocab - TOKEN_FILLER;
+  int64_t d = 1;
+  for (int64_t top = s->labels - 1; top >= base; top /= base)
+    d++;
+  return d;
+}
+
+/* Many classes: the class's digits at positions 1..D (tdata.h). */
+static int64_t make_row_digits(const ar_tokens_spec *s, ar_rng *g, int64_t *row) {
+  const int64_t base = s->vocab - TOKEN_FILLER, D = digits(s);
+  int64_t lo = s->seq / 2 < D + 1 ? D + 1 : s->seq / 2;
+  int64_t len = lo + (int64_t)ar_rng_below(g, (uint64_t)(s->seq - lo + 1));
+  int64_t c = (int64_t)ar_rng_below(g, (uint64_t)s->labels);
+  row[0] = TOKEN_CLASS;
+  for (int64_t j = D + 1; j < len; j++)
+    row[j] = TOKEN_FILLER + (int64_t)ar_rng_below(g, (uint64_t)base);
+  for (int64_t j = len; j < s->seq; j++)
+    row[j] = TOKEN_PAD;
+  for (int64_t j = D, v = c; j >= 1; j--, v /= base)
+    row[j] = TOKEN_FILLER + v % base;
+  return c;
+}
+
 /* Makes row r (seq tokens) and returns its class id. */
 static int64_t make_row(const ar_tokens_spec *s, uint64_t seed, uint64_t split, int64_t r,
                         int64_t *row) {
   ar_rng g;
   ar_rng_seed3(&g, seed, split, (uint64_t)r);
+  if (s->labels > 2)
+    return make_row_digits(s, &g, row);
   /* Two distinct marker positions in [1, L) need L >= 3. */
   int64_t lo = s->seq / 2 < 3 ? 3 : s->seq / 2;
   int64_t len = lo + (int64_t)ar_rng_below(&g, (uint64_t)(s->seq - lo + 1));
@@ -117,6 +144,13 @@ ar_status ar_tdata_generate_tokens(const ar_tokens_spec *spec, uint64_t seed, co
                    "token data: vocab %lld, expected at least 5 (0 pad, 1 class, 2 and 3 "
                    "markers, then fillers)",
                    (long long)spec->vocab);
+  if (spec->labels > 2 && spec->seq < digits(spec) + 1)
+    return ar_errf(err, AR_INVALID,
+                   "token data: %lld labels take %lld digits over %lld filler tokens, which "
+                   "need seq of at least %lld (got %lld); raise seq or vocab",
+                   (long long)spec->labels, (long long)digits(spec),
+                   (long long)(spec->vocab - TOKEN_FILLER), (long long)digits(spec) + 1,
+                   (long long)spec->seq);
   if (spec->train_points < 1 || spec->test_points < 0 ||
       spec->train_points > INT64_MAX / 8 / spec->seq ||
       spec->test_points > INT64_MAX / 8 / spec->seq)

@@ -25,7 +25,8 @@ void ar__sampled_opts(const ar_spec *spec, int l, int64_t in, int K, ar_lsh_hash
                       ar_lsh_tables_opts *to);
 /* The host bytes the lsh library allocates for sampled layer l (see
  * ar__sampled_opts) with `threads` scratch sets, by piece, as the plan
- * lists them (plan.c) and the model allocates them (sampled.c).  AR_OK,
+ * lists them (plan.c) and the model allocates them (sampled.c);
+ * shared_cap < 0: the shared path without room (a graph model's head).  AR_OK,
  * or AR_RANGE / AR_INVALID with the reason in err. */
 typedef struct ar__sampled_mem {
   size_t tables;  /* the L hash tables */
@@ -37,6 +38,71 @@ typedef struct ar__sampled_mem {
 } ar__sampled_mem;
 ar_status ar__sampled_bytes(const ar_spec *spec, int l, int64_t in, int K, int threads,
                             int64_t shared_cap, ar__sampled_mem *out, ar_err *err);
+
+/* One LSH-sampled layer, whichever engine holds it (the chain model's
+ * layers, a graph model's sampled head, net_run.c): its hash tables,
+ * sampling, sparse Adam and rebuild schedule.  The engine owns the rows
+ * and the planned buffers; ar_sampled points into them. */
+typedef struct ar__sampled_ptrs {
+  float *w, *b, *gw, *gb;   /* (neurons, in), (neurons): rows and gradient rows
+                               (the gradients persist: zeroed row by row by
+                               the sparse Adam step) */
+  uint32_t *active, *n_active; /* (batch, cap), (batch) */
+  float *out, *dout;        /* (batch, cap) */
+  uint32_t *sids;           /* the shared negatives (NULL without room):
+                               (scap) ids, */
+  float *sw, *sgw, *sb, *sgb, *sz; /* (scap, in) rows and gradients, (scap)
+                                      biases and gradients, (batch, scap) */
+} ar__sampled_ptrs;
+typedef struct ar__sampled_cfg {
+  const ar_spec *spec; /* borrowed while the layer lives: spec->layers[l] */
+  int l;               /* settings (sparse:) and seeds */
+  const char *name;    /* borrowed */
+  ar_device *dev;      /* borrowed */
+  int64_t in, neurons, max_labels;
+  int64_t step;        /* iterations done (the rebuild schedule's point) */
+  bool shared;         /* runs the shared path even without shared room */
+  bool all_ids;        /* keeps 0..neurons-1 (scoring from a sparse input) */
+  ar__sampled_ptrs ptrs;
+  float *s1w, *s2w, *s1b, *s2b; /* Adam's moments, shapes of w and b */
+  uint64_t *last;      /* (neurons) each row's last update step */
+} ar__sampled_cfg;
+/* Makes the layer (*out, to ar__sampled_destroy even on failure) with
+ * empty tables; ar__sampled_reset builds them.  Only Adam without weight
+ * decay trains it (AR_UNSUPPORTED otherwise, with what to change). */
+ar_status ar__sampled_new(const ar__sampled_cfg *c, ar_sampled **out, ar_err *err);
+/* The engine's blocks moved. */
+void ar__sampled_set_mem(ar_sampled *s, const ar__sampled_ptrs *p);
+/* Hash functions and tables for the rows as they are at `step` (a new
+ * model or one resumed from a checkpoint: tables are never stored). */
+ar_status ar__sampled_reset(ar_sampled *s, int64_t step, ar_trace *trace, ar_err *err);
+/* One batch as an output layer with a dense input sees it. */
+typedef struct ar__sbatch {
+  int64_t rows;
+  float inv_rows;         /* the loss is a mean over 1 / inv_rows rows */
+  const float *X;         /* (rows, in) */
+  float *dX;              /* (rows, in) written by backward, or NULL */
+  const int32_t *lab;     /* labels of row r: lab[lab_ptr[r] .. lab_ptr[r+1]) */
+  const int64_t *lab_ptr; /* (rows + 1) */
+  int64_t step;           /* iterations done: the shared negatives' stream */
+  float *row_loss;        /* (rows) each row's loss, or NULL */
+} ar__sbatch;
+/* The sampled softmax output layer (SLIDE with the batch's shared
+ * negatives, sampled.c): forward and loss (*loss_sum, summed over rows),
+ * then backward into the touched gradient rows and dX; then the sparse
+ * Adam step on the touched rows (step: iterations done, this one counted)
+ * and the rebuild schedule. */
+ar_status ar__sampled_head_forward(ar_sampled *s, const ar__sbatch *b, double *loss_sum,
+                                   ar_err *err);
+ar_status ar__sampled_head_backward(ar_sampled *s, const ar__sbatch *b, ar_err *err);
+ar_status ar__sampled_step(ar_sampled *s, int64_t step, ar_err *err);
+ar_status ar__sampled_rehash(ar_sampled *s, int64_t step, ar_trace *trace, ar_err *err);
+
+/* The layer's statistics since the start (or the last reset of them). */
+void ar__sampled_stats(const ar_sampled *s, ar_sampled_stats *out);
+/* net_sampled.c: a started graph model's sampled head, its statistics into
+ * *out; its node's name (borrowed), or NULL without one. */
+const char *ar__net_head_stats(const ar_net *n, ar_sampled_stats *out);
 
 ar_status ar__sampled_create(ar_model *m, int l); /* after the layers exist */
 ar_status ar__sampled_init(ar_model *m);          /* after init_params */

@@ -210,6 +210,12 @@ static ar_status build_item(build_ctx *b, const ar_layer_spec *ls, const char *p
   }
   int in[AR_NN_MAX_IO], n_in = 0, out = -1;
   AR_CHECK(item_inputs(b, ls, path, prefix, *cur, block_in, in, &n_in));
+  const bool top = !prefix[0] && block_in < 0;
+  if (ls->sparse.mode != AR_SPARSE_NONE && !(last && top))
+    return build_err(b, ls, path,
+                     "sparse: only the last item of a graph model (the dense classifier "
+                     "before the softmax cross-entropy) can be LSH-sampled; remove this "
+                     "item's sparse section");
   ar_nn_attr a = ls->attr;
   if (ls->op == AR_NN_EMBEDDING && a.vocab == 0)
     a.vocab = b->net->spec->input.vocab;
@@ -221,6 +227,22 @@ static ar_status build_item(build_ctx *b, const ar_layer_spec *ls, const char *p
     a.act = AR_ACT_NONE;
   }
   AR_CHECK(add_node(b, ls, path, name, (ar_nn_op)ls->op, &a, in, n_in, &out));
+  if (last && top && ar_layer_sampled(b->net->spec, b->net->spec->n_layers - 1, true)) {
+    /* Its input must be one row per example (the chain's rows). */
+    if (b->net->tensors[in[0]].shape.nd != 2)
+      return build_err(b, ls, path,
+                       "sparse: an LSH-sampled head reads (batch, features); flatten its "
+                       "input first");
+    const ar_spec *sp = b->net->spec;
+    if (sp->train.optimizer != AR_OPT_ADAM || sp->train.weight_decay > 0)
+      return build_err(b, ls, path,
+                       "sparse: an LSH-sampled head trains with Adam without weight decay "
+                       "(sparse Adam on the touched rows); set train.optimizer to adam with "
+                       "weight_decay 0, or this item's sparse.mode to dense");
+    b->net->head = b->net->n_nodes - 1;
+    b->net->head_l = sp->n_layers - 1;
+    b->net->hspec = sp;
+  }
   *cur = out;
   return bind_name(b, name, out);
 }
@@ -299,6 +321,9 @@ static ar_status add_grads(ar_net *n, ar_err *err) {
       if (n->tensors[d->in[k]].needs_grad && !(d->sig.no_grad & (1u << k)))
         any = true;
     d->trains = any || d->op == AR_NN_XENT;
+    /* The loss after a sampled head: the head computes it in training. */
+    if (d->op == AR_NN_XENT && n->head >= 0 && d->in[0] == n->nodes[n->head].out[0])
+      d->trains = false;
     for (int k = 0; k < d->sig.n_out; k++)
       n->tensors[d->out[k]].needs_grad = any && d->sig.out_dtype[k] == AR_DT_F32;
   }
@@ -420,6 +445,15 @@ static void lifetimes(ar_net *n) {
   }
   if (n->loss >= 0)
     live(&n->tensors[n->loss], end); /* read back after the step */
+  /* A sampled head's buffers: from its forward to its backward; it writes
+   * the loss rows in its forward. */
+  if (n->head >= 0 && n->loss >= 0)
+    live(&n->tensors[n->loss], n->head);
+  for (int k = 0; n->head >= 0 && k < HS_COUNT; k++)
+    if (n->hs[k] >= 0) {
+      live(&n->tensors[n->hs[k]], n->head);
+      live(&n->tensors[n->hs[k]], 2 * N - 1 - n->head);
+    }
   /* Parameters' gradients wait for the optimizer (those of parameters read
    * as data inputs too). */
   for (int i = 0; i < n->n_tensors; i++)
@@ -516,8 +550,8 @@ static ar_status make_plan(ar_net *n, ar_err *err) {
   size_t pers = 0;
   for (int i = 0; i < n->n_tensors; i++) {
     ntensor *t = &n->tensors[i];
-    bool persistent =
-        t->kind == T_PARAM || t->kind == T_STATE || t->kind == T_OPT || t->kind == T_CONST;
+    bool persistent = t->kind == T_PARAM || t->kind == T_STATE || t->kind == T_OPT ||
+                      t->kind == T_CONST || t->kind == T_SGRAD;
     t->cls = persistent ? AR_MEM_PERSISTENT : AR_MEM_EPHEMERAL;
     if (persistent) {
       t->offset = pers;
@@ -530,7 +564,8 @@ static ar_status make_plan(ar_net *n, ar_err *err) {
   }
   n->plan.persistent_bytes = pers;
   AR_CHECK(place(n, err));
-  n->plan.entries = ar_calloc((size_t)n->n_tensors + 2, sizeof *n->plan.entries);
+  /* + staging and a sampled head's host entries (ar__net_head_host). */
+  n->plan.entries = ar_calloc((size_t)n->n_tensors + 8, sizeof *n->plan.entries);
   if (!n->plan.entries)
     return ar_errf(err, AR_NOMEM, "out of memory planning the graph");
   for (int i = 0; i < n->n_tensors; i++) {
@@ -560,6 +595,7 @@ ar_status ar_net_build(const ar_spec *spec, int64_t batch, ar_net **out, ar_err 
     return ar_errf(err, AR_NOMEM, "out of memory building the graph");
   n->spec = spec;
   n->batch = batch;
+  n->head = -1;
   n->seed = spec->seed;
   n->threads = ar_job_threads(spec);
   build_ctx b = {n, err, NULL, 0, 0};
@@ -585,6 +621,10 @@ static ar_status finish(ar_net *n, bool training, ar_err *err) {
     st = add_grads(n, err);
   if (st == AR_OK && training)
     st = add_optimizer(n, err);
+  if (st == AR_OK && training)
+    st = ar__net_head_plan(n, err);
+  else if (st == AR_OK)
+    n->head = -1; /* an inference graph scores every class */
   if (st == AR_OK)
     st = ar__net_workspace(n, err);
   if (st == AR_OK)
@@ -598,6 +638,7 @@ static ar_status finish(ar_net *n, bool training, ar_err *err) {
       e->bytes = n->staging_bytes;
       e->last_use = INT64_MAX;
     }
+    st = ar__net_head_host(n, err);
     n->plan.total_bytes =
         n->plan.persistent_bytes + n->plan.ephemeral_bytes + n->plan.host_bytes;
   }

@@ -117,7 +117,7 @@ ar_status ar_net_build_graph(const ar_nn_graph *g, const ar_net_graph_opts *opts
   if (!n)
     return nomem(err);
   n->batch = 1;
-  n->x = n->y = n->logits = n->loss = -1;
+  n->x = n->y = n->logits = n->loss = n->head = -1;
   n->seed = o.seed;
   n->threads = o.threads > 0 ? o.threads : 1;
   return ar__net_done(n, build(n, g, err), false, out, err);
@@ -175,7 +175,7 @@ ar_status ar_net_build_graph_train(const ar_nn_graph *g, const ar_spec *spec, ar
     return nomem(err);
   n->spec = spec;
   n->batch = x->shape.d[0];
-  n->x = n->y = n->logits = n->loss = -1;
+  n->x = n->y = n->logits = n->loss = n->head = -1;
   n->seed = spec->seed;
   n->threads = ar_job_threads(spec);
   ar_status st = build(n, g, err);
@@ -187,6 +187,8 @@ ar_status ar_net_build_graph_train(const ar_nn_graph *g, const ar_spec *spec, ar
     n->n_inputs = n->n_outputs = 0; /* trained through ar_net_x / ar_net_y, not infer */
     st = add_loss(n, err);
   }
+  if (st == AR_OK)
+    st = ar__net_head_onnx(n, err);
   return ar__net_done(n, st, true, out, err);
 }
 

@@ -7,7 +7,15 @@
 
 /* T_CONST: fixed values of a graph built by a program (net_graph.c),
  * persistent and never trained. */
-enum { T_INPUT = 0, T_ACT, T_AUX, T_PARAM, T_STATE, T_GRAD, T_OPT, T_WORK, T_CONST };
+/* T_SGRAD: a sampled head's gradient rows, persistent (zeroed row by row
+ * by its sparse Adam); T_SAMP: its per-batch buffers, live from its
+ * forward to its backward. */
+enum { T_INPUT = 0, T_ACT, T_AUX, T_PARAM, T_STATE, T_GRAD, T_OPT, T_WORK, T_CONST, T_SGRAD,
+       T_SAMP };
+
+/* A sampled head's buffers (tensors), in this order. */
+enum { HS_ACTIVE = 0, HS_N, HS_OUT, HS_DOUT, HS_SIDS, HS_SW, HS_SGW, HS_SB, HS_SGB, HS_SZ,
+       HS_LAB, HS_LABPTR, HS_COUNT };
 
 typedef struct ntensor {
   char name[200];
@@ -80,6 +88,19 @@ struct ar_net {
    * batch) and the hooks around each node (ar_net_set_hooks). */
   int64_t grad_rows;
   ar_job_hooks hooks;
+  /* An LSH-sampled head (the last dense node with a sparse: section that
+   * samples on this device; net_sampled.c): its node (-1: none), its
+   * index in spec->layers (settings, seeds), its buffers (HS_*; -1: not
+   * planned), its rows' last-update steps (a state tensor), and the layer
+   * once started. */
+  int head, head_l, hs[HS_COUNT], head_last;
+  struct ar_sampled *smp;
+  /* The spec whose layers[head_l] holds the head's settings: spec, or for
+   * an imported model hspec_own, spec with one layer, hlayer (a copy of
+   * model.sparse's entry with the graph's width). */
+  const ar_spec *hspec;
+  ar_spec hspec_own;
+  ar_layer_spec hlayer;
 };
 
 typedef struct named {
@@ -113,5 +134,26 @@ void ar__net_stop(ar_net *n);
 /* After node d's backward: its temporary gradients added into the
  * gradients they belong to (a tensor or parameter several nodes read). */
 void ar__net_add_temps(ar_net *n, const nnode *d, int threads);
+
+/* net_sampled.c: the sampled head (docs/graph.md, "An LSH-sampled head").
+ * ar__net_head_plan: after add_grads, its buffers, persistent gradients
+ * and last-update steps; ar__net_head_host: its host entries of the plan
+ * (lsh tables, hash, scratch, touched sets) added to n->plan. */
+ar_status ar__net_head_plan(ar_net *n, ar_err *err);
+/* An imported model's model.sparse: the named node becomes the head (it
+ * must be the Gemm producing the logits: AR_SPEC naming it otherwise). */
+ar_status ar__net_head_onnx(ar_net *n, ar_err *err);
+ar_status ar__net_head_host(ar_net *n, ar_err *err);
+/* After start (or a checkpoint's load: tables are rebuilt, never stored):
+ * the layer with its tables for the rows as they are. */
+ar_status ar__net_head_start(ar_net *n, ar_err *err);
+void ar__net_head_bind(ar_net *n);
+void ar__net_head_stop(ar_net *n);
+/* A training iteration's forward (loss rows into the loss tensor) and
+ * backward of the head node d, and its sparse step after the optimizer's
+ * (n->step already counts this iteration). */
+ar_status ar__net_head_forward(ar_net *n, const nnode *d, ar_err *err);
+ar_status ar__net_head_backward(ar_net *n, const nnode *d, ar_err *err);
+ar_status ar__net_head_step(ar_net *n, ar_err *err);
 
 #endif

@@ -66,10 +66,16 @@ static ar_status generate_tokens(run_ctx *c, const char **train, const char **te
   const ar_fs *fs = c->opts.fs;
   const ar_gen_spec *g = &s->data.gen;
   char stamp[256];
+  /* labels > 2: the digit rule (tdata.h); the stamp of the two-class set
+   * is unchanged, so existing data stays valid. */
+  const int64_t labels = g->labels > 2 ? g->labels : 0;
+  char lab[48] = "";
+  if (labels)
+    snprintf(lab, sizeof lab, " labels=%lld", (long long)labels);
   snprintf(stamp, sizeof stamp, "tokens train_points=%lld test_points=%lld seq=%lld vocab=%lld "
-           "seed=%llu\n", (long long)g->train_points, (long long)g->test_points,
+           "seed=%llu%s\n", (long long)g->train_points, (long long)g->test_points,
            (long long)s->input.features, (long long)s->input.vocab,
-           (unsigned long long)s->seed);
+           (unsigned long long)s->seed, lab);
   char *dir = ar_path_join(s->output.dir, "data");
   if (!dir)
     return ar_errf(c->err, AR_NOMEM, "out of memory");
@@ -88,7 +94,8 @@ static ar_status generate_tokens(run_ctx *c, const char **train, const char **te
   if (st == AR_OK && !fresh) {
     ar_fs_unlink(fs, stp, false, NULL);
     ar_log(AR_LOG_INFO, "generating a token dataset into %s/", dir);
-    ar_tokens_spec ts = {g->train_points, g->test_points, s->input.features, s->input.vocab};
+    ar_tokens_spec ts = {g->train_points, g->test_points, s->input.features, s->input.vocab,
+                         labels};
     st = ar_tdata_generate_tokens(&ts, s->seed, dir, fs, c->err);
     if (st == AR_OK)
       st = ar_fs_write_atomic(fs, stp, stamp, strlen(stamp), c->err);
@@ -293,8 +300,10 @@ ar_status ar__netjob_load(run_ctx *c) {
   if (st == AR_OK)
     st = ar__checkpoint_load_tensors(&t, &step, &c->st, c->opts.fs, c->ckpt_path, c->err);
   ckpt_free(&t);
-  if (st == AR_OK)
+  if (st == AR_OK) {
     ar_net_set_step(c->net, step);
+    st = ar_net_resumed(c->net, c->err); /* a sampled head's tables, rebuilt */
+  }
   return st;
 }
 

@@ -82,6 +82,7 @@ static void bind(ar_net *n) {
   }
   for (int i = 0; i < n->n_nodes; i++)
     fill_args(n, &n->nodes[i], true);
+  ar__net_head_bind(n);
 }
 
 static float gauss(ar_rng *r) {
@@ -167,7 +168,7 @@ ar_status ar_net_start(ar_net *n, ar_device *dev, void *persistent, void *epheme
   n->started = true;
   bind(n);
   init_tensors(n);
-  return AR_OK;
+  return ar__net_head_start(n, err);
 }
 
 void ar_net_rebase(ar_net *n, void *persistent, void *ephemeral) {
@@ -179,6 +180,7 @@ void ar_net_rebase(ar_net *n, void *persistent, void *ephemeral) {
 }
 
 void ar__net_stop(ar_net *n) {
+  ar__net_head_stop(n);
   for (int i = 0; i < n->n_nodes; i++) {
     ar_device_nn_release(n->dev, n->nodes[i].ptrain);
     ar_device_nn_release(n->dev, n->nodes[i].peval);
@@ -240,7 +242,7 @@ static ar_status node_hook(ar_net *n, bool after, ar_job_phase ph, int i) {
 /* A training step's forward (detailed iterations of a trace: a span per
  * op; host ops are synchronous, so the span is the op's time), with the
  * hooks around each node when training. */
-static ar_status forward(ar_net *n, bool training) {
+static ar_status forward(ar_net *n, bool training, ar_err *err) {
   bool det = training && ar_trace_detail(n->trace);
   for (int i = 0; i < n->n_nodes; i++) {
     nnode *d = &n->nodes[i];
@@ -249,7 +251,12 @@ static ar_status forward(ar_net *n, bool training) {
     double t0 = det ? ar_now() : 0.0;
     d->args.training = training;
     d->args.seed = n->spec->seed ^ ((uint64_t)n->step * 0x9e3779b97f4a7c15ull) ^ (uint64_t)i;
-    ar_device_nn_forward(n->dev, training ? d->ptrain : d->peval, &d->args);
+    if (training && n->smp && i == n->head)
+      AR_CHECK(ar__net_head_forward(n, d, err)); /* the loss rows too */
+    else if (training && n->smp && d->op == AR_NN_XENT && !d->trains)
+      continue; /* computed by the sampled head */
+    else
+      ar_device_nn_forward(n->dev, training ? d->ptrain : d->peval, &d->args);
     if (det)
       ar_trace_add_span(n->trace, AR_TRACE_STEPS, "forward", "forward", d->name, t0, ar_now(),
                         true);
@@ -266,7 +273,7 @@ static void add_into(float *dst, const float *src, int64_t cnt, int threads) {
     dst[i] += src[i];
 }
 
-static ar_status backward(ar_net *n) {
+static ar_status backward(ar_net *n, ar_err *err) {
   int threads = ar_device_threads(n->dev);
   bool det = ar_trace_detail(n->trace);
   for (int i = n->n_nodes - 1; i >= 0; i--) {
@@ -275,7 +282,10 @@ static ar_status backward(ar_net *n) {
       continue;
     AR_CHECK(node_hook(n, false, AR_JOB_BACKWARD, i));
     double t0 = det ? ar_now() : 0.0;
-    ar_device_nn_backward(n->dev, d->ptrain, &d->args);
+    if (n->smp && i == n->head)
+      AR_CHECK(ar__net_head_backward(n, d, err));
+    else
+      ar_device_nn_backward(n->dev, d->ptrain, &d->args);
     ar__net_add_temps(n, d, threads);
     if (det)
       ar_trace_add_span(n->trace, AR_TRACE_STEPS, "backward", "backward", d->name, t0, ar_now(),
@@ -317,6 +327,15 @@ static double schedule_lr(const ar_net *n, int64_t t) {
   }
 }
 
+/* Whether tensor t is a parameter of the started sampled head (an
+ * imported graph's parameters have no producer: compared by id). */
+static bool head_param(const ar_net *n, int t) {
+  if (!n->smp)
+    return false;
+  const nnode *d = &n->nodes[n->head];
+  return t == d->param[0] || t == d->param[1];
+}
+
 double ar_net_opt_begin(ar_net *n) {
   n->step++;
   return schedule_lr(n, n->step);
@@ -348,8 +367,8 @@ void ar_net_opt_param(ar_net *n, int tensor, double lr) {
 static double optimizer(ar_net *n) {
   double lr = ar_net_opt_begin(n);
   for (int i = 0; i < n->n_tensors; i++)
-    if (n->tensors[i].kind == T_PARAM)
-      ar_net_opt_param(n, i, lr);
+    if (n->tensors[i].kind == T_PARAM && !head_param(n, i))
+      ar_net_opt_param(n, i, lr); /* a sampled head's rows: its sparse Adam (ar__net_head_step) */
   return lr;
 }
 
@@ -364,15 +383,15 @@ static ar_status read_loss(ar_net *n, double *loss, ar_err *err);
 
 ar_status ar__net_grad(ar_net *n, double *loss, ar_err *err) {
   AR_CHECK(load(n, err));
-  AR_CHECK(forward(n, true));
-  AR_CHECK(backward(n));
+  AR_CHECK(forward(n, true, err));
+  AR_CHECK(backward(n, err));
   return read_loss(n, loss, err);
 }
 
 ar_status ar_net_train(ar_net *n, double *loss, double *lr, ar_err *err) {
   AR_CHECK(load(n, err));
-  AR_CHECK(forward(n, true));
-  AR_CHECK(backward(n));
+  AR_CHECK(forward(n, true, err));
+  AR_CHECK(backward(n, err));
   double t0 = n->trace ? ar_now() : 0.0;
   if (n->hooks.step) { /* the servers step: the step still counts */
     n->step++;
@@ -380,6 +399,8 @@ ar_status ar_net_train(ar_net *n, double *loss, double *lr, ar_err *err) {
     AR_CHECK(n->hooks.step(n->hooks.ctx));
   } else {
     *lr = optimizer(n);
+    if (n->smp)
+      AR_CHECK(ar__net_head_step(n, err));
   }
   if (n->trace)
     ar_trace_add_span(n->trace, AR_TRACE_STEPS, "optimizer",
@@ -402,7 +423,7 @@ static ar_status read_loss(ar_net *n, double *loss, ar_err *err) {
 
 ar_status ar_net_eval(ar_net *n, int64_t rows, ar_eval_acc *acc, ar_err *err) {
   AR_CHECK(load(n, err));
-  AR_CHECK(forward(n, false));
+  AR_CHECK(forward(n, false, err));
   const ntensor *l = &n->tensors[n->loss], *lg = &n->tensors[n->logits];
   int k = n->classes < 5 ? (int)n->classes : 5;
   int32_t *top_dev = n->tensors[n->work + 1].p;
@@ -434,6 +455,10 @@ ar_status ar_net_eval(ar_net *n, int64_t rows, ar_eval_acc *acc, ar_err *err) {
 void ar_net_set_total(ar_net *n, int64_t total) { n->total = total; }
 int64_t ar_net_step(const ar_net *n) { return n->step; }
 void ar_net_set_step(ar_net *n, int64_t step) { n->step = step; }
+
+ar_status ar_net_resumed(ar_net *n, ar_err *err) {
+  return n->started ? ar__net_head_start(n, err) : AR_OK;
+}
 ar_device *ar_net_device(const ar_net *n) { return n->dev; }
 void ar_net_set_trace(ar_net *n, ar_trace *t) { n->trace = t; }
 

@@ -22,6 +22,12 @@
  * path); ar_model_eval_batch_lsh retrieves the output candidates by LSH
  * instead (inference, `accelrt eval --lsh`).
  *
+ * Both engines use this code: a chain model's layers through the
+ * ar_model_* functions below, a graph model's sampled head (net_sampled.c)
+ * through ar__sampled_new and the output layer's shared path on an
+ * ar__sbatch (ar__sampled_head_forward/backward, engine_impl.h); the layer
+ * keeps pointers to the rows and buffers its engine planned.
+ *
  * Determinism: each sample draws from its own stream (seed, layer,
  * iteration, row), so the active sets do not depend on the thread count;
  * with one thread a run repeats bit for bit.  With several threads the
@@ -37,7 +43,12 @@
 #include <string.h>
 
 struct ar_sampled {
-  int l;
+  int l;                /* its index in spec->layers: settings and seeds */
+  const ar_spec *spec;  /* borrowed */
+  const char *name;     /* borrowed, for messages */
+  ar_device *dev;       /* borrowed: the shared negatives' GEMMs */
+  float *w, *b, *gw, *gb; /* (neurons, in), (neurons): the layer's rows and
+                             their gradients, bound by the engine */
   uint32_t neurons, in;
   uint32_t cap;     /* active ids per sample, room */
   uint32_t budget;  /* ids retrieved per sample */
@@ -75,10 +86,39 @@ struct ar_sampled {
 };
 
 /* The layer's rows as the lsh kernels see them. */
-static ar_lsh_rows rows_of(const ar_layer *L, bool grad) {
-  ar_lsh_rows r = {grad ? L->gw : L->w, grad ? L->gb : L->b, (uint32_t)L->out,
-                   (uint32_t)L->in, (size_t)L->in};
+static ar_lsh_rows rows_of(const ar_sampled *s, bool grad) {
+  ar_lsh_rows r = {grad ? s->gw : s->w, grad ? s->gb : s->b, s->neurons, s->in, (size_t)s->in};
   return r;
+}
+
+void ar__sampled_set_mem(ar_sampled *s, const ar__sampled_ptrs *p) {
+  AR_ASSERT(p->w && p->b && p->gw && p->gb && p->active && p->n_active && p->out && p->dout);
+  s->w = p->w;
+  s->b = p->b;
+  s->gw = p->gw;
+  s->gb = p->gb;
+  s->active = p->active;
+  s->n_active = p->n_active;
+  s->out = p->out;
+  s->dout = p->dout;
+  s->sids = p->sids;
+  s->sw = p->sw;
+  s->sgw = p->sgw;
+  s->sb = p->sb;
+  s->sgb = p->sgb;
+  s->sz = p->sz;
+}
+
+/* Chain models: the layer's planned entries by name (plan.c). */
+static void chain_ptrs(ar_model *m, int l, ar__sampled_ptrs *p) {
+  const ar_layer *L = &m->layers[l];
+  const char *n = L->name;
+  *p = (ar__sampled_ptrs){L->w, L->b, L->gw, L->gb,
+                          ar__plan_ptr(m, n, "lsh.active"), ar__plan_ptr(m, n, "lsh.n"),
+                          ar__plan_ptr(m, n, "lsh.out"), ar__plan_ptr(m, n, "lsh.dout"),
+                          ar__plan_ptr(m, n, "lsh.shared_ids"), ar__plan_ptr(m, n, "lsh.shared_w"),
+                          ar__plan_ptr(m, n, "lsh.shared_gw"), ar__plan_ptr(m, n, "lsh.shared_b"),
+                          ar__plan_ptr(m, n, "lsh.shared_gb"), ar__plan_ptr(m, n, "lsh.shared_z")};
 }
 
 void ar__sampled_bind(ar_model *m) {
@@ -86,27 +126,19 @@ void ar__sampled_bind(ar_model *m) {
     ar_sampled *s = m->layers[l].smp;
     if (!s)
       continue;
-    const char *n = m->layers[l].name;
-    s->active = ar__plan_ptr(m, n, "lsh.active");
-    s->n_active = ar__plan_ptr(m, n, "lsh.n");
-    s->out = ar__plan_ptr(m, n, "lsh.out");
-    s->dout = ar__plan_ptr(m, n, "lsh.dout");
-    s->last = ar__plan_ptr(m, n, "lsh.last");
-    AR_ASSERT(s->active && s->n_active && s->out && s->dout && s->last);
-    s->sids = ar__plan_ptr(m, n, "lsh.shared_ids");
-    s->sw = ar__plan_ptr(m, n, "lsh.shared_w");
-    s->sgw = ar__plan_ptr(m, n, "lsh.shared_gw");
-    s->sb = ar__plan_ptr(m, n, "lsh.shared_b");
-    s->sgb = ar__plan_ptr(m, n, "lsh.shared_gb");
-    s->sz = ar__plan_ptr(m, n, "lsh.shared_z");
+    ar__sampled_ptrs p;
+    chain_ptrs(m, l, &p);
+    ar__sampled_set_mem(s, &p);
+    s->last = ar__plan_ptr(m, m->layers[l].name, "lsh.last");
+    AR_ASSERT(s->last);
   }
 }
 
-static ar_status make_hash(ar_model *m, ar_sampled *s) {
+static ar_status make_hash(ar_sampled *s, ar_err *err) {
   ar_lsh_hash_destroy(s->hash);
   s->hash = NULL;
-  s->hopts.seed = m->spec->seed * 1000003u + (uint64_t)s->l * 7919u + s->generation;
-  return ar_lsh_hash_create(&s->hopts, &s->hash, &m->err);
+  s->hopts.seed = s->spec->seed * 1000003u + (uint64_t)s->l * 7919u + s->generation;
+  return ar_lsh_hash_create(&s->hopts, &s->hash, err);
 }
 
 void ar__sampled_opts(const ar_spec *spec, int l, int64_t in, int K, ar_lsh_hash_opts *ho,
@@ -150,7 +182,7 @@ ar_status ar__sampled_bytes(const ar_spec *spec, int l, int64_t in, int K, int t
   const uint64_t n = (uint64_t)ls->width, T = (uint64_t)(threads > 0 ? threads : 1);
   uint64_t scratch = T * (ar_lsh_scratch_bytes(res.K * res.L, (uint32_t)n) +
                           (uint64_t)res.L * sizeof(uint32_t));
-  uint64_t ids = (shared_cap ? n * sizeof(int32_t) : 0) +
+  uint64_t ids = (shared_cap != 0 ? n * sizeof(int32_t) : 0) +
                  (l == 0 && spec->input.sparse ? n * sizeof(uint32_t) : 0);
   if (scratch > SIZE_MAX)
     return ar_errf(err, AR_RANGE, "layer %s: scratch for %llu threads does not fit in memory; "
@@ -161,10 +193,10 @@ ar_status ar__sampled_bytes(const ar_spec *spec, int l, int64_t in, int K, int t
   return AR_OK;
 }
 
-static ar_lsh_tables_opts tables_opts(const ar_model *m, const ar_sampled *s) {
+static ar_lsh_tables_opts tables_opts(const ar_sampled *s) {
   ar_lsh_hash_opts ho;
   ar_lsh_tables_opts to;
-  ar__sampled_opts(m->spec, s->l, s->in, (int)s->hopts.K, &ho, &to);
+  ar__sampled_opts(s->spec, s->l, s->in, (int)s->hopts.K, &ho, &to);
   to.threads = s->nt;
   return to;
 }
@@ -175,9 +207,8 @@ static ar_lsh_tables_opts tables_opts(const ar_model *m, const ar_sampled *s) {
  * moved (ar_lsh_tables_reinsert); otherwise every row is.  (Re-hashing
  * only the most-updated tenth was tried: on Delicious the tables went stale
  * and P@1 fell from 66 to 38.) */
-static ar_status rebuild(ar_model *m, ar_sampled *s, bool full, bool first) {
+static ar_status rebuild(ar_sampled *s, bool full, bool first, ar_trace *trace, ar_err *err) {
   double t0 = ar_now();
-  ar_layer *L = &m->layers[s->l];
   size_t n = 0;
   const uint32_t *ids = ar_lsh_touched_ids(s->changed, &n);
   ar_status st;
@@ -185,14 +216,14 @@ static ar_status rebuild(ar_model *m, ar_sampled *s, bool full, bool first) {
   ar_lsh_tables_stats_get(s->tables, &ts);
   bool in_place = !full && ts.neurons_built == s->neurons && n < s->neurons / 2;
   if (in_place) {
-    st = ar_lsh_tables_reinsert(s->tables, s->hash, L->w, (size_t)L->in, ids, n);
+    st = ar_lsh_tables_reinsert(s->tables, s->hash, s->w, (size_t)s->in, ids, n);
     s->st.reinserted += (int64_t)n;
   } else {
-    st = ar_lsh_tables_build(s->tables, s->hash, L->w, s->neurons, (size_t)L->in);
+    st = ar_lsh_tables_build(s->tables, s->hash, s->w, s->neurons, (size_t)s->in);
   }
   ar_lsh_touched_clear(s->changed);
   if (st != AR_OK)
-    return ar_errf(&m->err, st, "layer %s: rebuilding the hash tables: %s", L->name,
+    return ar_errf(err, st, "layer %s: rebuilding the hash tables: %s", s->name,
                    ar_lsh_tables_errmsg(s->tables));
   double t1 = ar_now();
   if (first)
@@ -201,11 +232,11 @@ static ar_status rebuild(ar_model *m, ar_sampled *s, bool full, bool first) {
     s->st.rehash_s += t1 - t0;
     s->st.rehashes++;
   }
-  if (m->trace) {
+  if (trace) {
     static const char *const keys[] = {"rows"};
-    ar_trace_span sp = {AR_TRACE_LSH, "lsh", in_place ? "lsh reinsert" : "lsh rebuild", L->name,
+    ar_trace_span sp = {AR_TRACE_LSH, "lsh", in_place ? "lsh reinsert" : "lsh rebuild", s->name,
                         t0, t1, false, keys, {in_place ? (int64_t)n : s->neurons}, 1};
-    ar_trace_add(m->trace, &sp);
+    ar_trace_add(trace, &sp);
   }
   return AR_OK;
 }
@@ -213,53 +244,64 @@ static ar_status rebuild(ar_model *m, ar_sampled *s, bool full, bool first) {
 /* Replays the rebuild schedule up to the model's step (after a resume) so
  * later rebuilds fall where they would have, and the hash generation
  * matches. */
-static ar_status schedule_to(ar_model *m, ar_sampled *s) {
-  const ar_sparse_spec *sp = &m->spec->layers[s->l].sparse;
+static ar_status schedule_to(ar_sampled *s, int64_t step, ar_err *err) {
+  const ar_sparse_spec *sp = &s->spec->layers[s->l].sparse;
   ar_lsh_rehash_opts ro = {(uint64_t)sp->rehash_every, sp->rehash_growth,
                            (uint64_t)sp->new_hash_every};
-  AR_CHECK(ar_lsh_rehash_init(&s->sched, &ro, &m->err));
+  AR_CHECK(ar_lsh_rehash_init(&s->sched, &ro, err));
   s->generation = 0;
-  for (int64_t it = 1; it <= m->step; it++)
+  for (int64_t it = 1; it <= step; it++)
     if (ar_lsh_rehash_check(&s->sched, (uint64_t)it) == AR_LSH_REHASH_NEW_HASH)
       s->generation++;
   return AR_OK;
 }
 
-ar_status ar__sampled_create(ar_model *m, int l) {
-  const ar_spec *spec = m->spec;
-  const ar_sparse_spec *sp = &spec->layers[l].sparse;
-  ar_layer *L = &m->layers[l];
+/* The checks a sampled layer's training settings must pass. */
+static ar_status check_train(const ar_spec *spec, const char *name, ar_err *err) {
   if (spec->train.optimizer != AR_OPT_ADAM)
-    return ar_errf(&m->err, AR_UNSUPPORTED, "layer %s is LSH-sampled, which trains with "
+    return ar_errf(err, AR_UNSUPPORTED, "layer %s is LSH-sampled, which trains with "
                    "Adam only; set train.optimizer to adam or the layer's sparse.mode to "
-                   "dense", L->name);
+                   "dense", name);
   if (spec->train.weight_decay > 0)
-    return ar_errf(&m->err, AR_UNSUPPORTED, "layer %s is LSH-sampled, whose sparse Adam has "
+    return ar_errf(err, AR_UNSUPPORTED, "layer %s is LSH-sampled, whose sparse Adam has "
                    "no weight decay; set train.optimizer's weight_decay to 0 or the layer's "
-                   "sparse.mode to dense", L->name);
-  if (L->out > UINT32_MAX || L->in > UINT32_MAX)
-    return ar_errf(&m->err, AR_RANGE, "layer %s is too large to sample", L->name);
+                   "sparse.mode to dense", name);
+  return AR_OK;
+}
+
+ar_status ar__sampled_new(const ar__sampled_cfg *c, ar_sampled **out, ar_err *err) {
+  *out = NULL;
+  const ar_spec *spec = c->spec;
+  const int l = c->l;
+  const ar_sparse_spec *sp = &spec->layers[l].sparse;
+  AR_CHECK(check_train(spec, c->name, err));
+  if (c->neurons > UINT32_MAX || c->in > UINT32_MAX)
+    return ar_errf(err, AR_RANGE, "layer %s is too large to sample", c->name);
   ar_sampled *s = ar_calloc(1, sizeof *s);
   if (!s)
-    return ar_errf(&m->err, AR_NOMEM, "out of host memory for layer %s's hash tables",
-                   L->name);
-  L->smp = s;
+    return ar_errf(err, AR_NOMEM, "out of host memory for layer %s's hash tables", c->name);
+  *out = s;
   s->l = l;
-  s->neurons = (uint32_t)L->out;
-  s->in = (uint32_t)L->in;
+  s->spec = spec;
+  s->name = c->name;
+  s->dev = c->dev;
+  s->neurons = (uint32_t)c->neurons;
+  s->in = (uint32_t)c->in;
+  s->last = c->last;
+  ar__sampled_set_mem(s, &c->ptrs);
   s->budget = (uint32_t)ar_layer_budget(spec, l);
-  s->cap = (uint32_t)ar_layer_active_cap(spec, l, m->max_labels);
+  s->cap = (uint32_t)ar_layer_active_cap(spec, l, c->max_labels);
   /* Scratch for the plan's threads (what it counts); iterations use at
    * most the device's. */
   s->nscratch = ar_plan_threads(spec);
-  const int dev_threads = ar_device_threads(m->dev);
+  const int dev_threads = ar_device_threads(c->dev);
   s->nt = dev_threads > 0 && dev_threads < s->nscratch ? dev_threads : s->nscratch;
   ar_lsh_tables_opts to;
-  ar__sampled_opts(spec, l, L->in, 0, &s->hopts, &to);
-  AR_CHECK(schedule_to(m, s));
-  AR_CHECK(make_hash(m, s));
-  to = tables_opts(m, s);
-  AR_CHECK(ar_lsh_tables_create(s->hash, &to, &s->tables, &m->err));
+  ar__sampled_opts(spec, l, c->in, 0, &s->hopts, &to);
+  AR_CHECK(schedule_to(s, c->step, err));
+  AR_CHECK(make_hash(s, err));
+  to = tables_opts(s);
+  AR_CHECK(ar_lsh_tables_create(s->hash, &to, &s->tables, err));
   static const ar_lsh_strategy strat[] = {AR_LSH_UNION, AR_LSH_TOPK, AR_LSH_THRESHOLD};
   s->so.strategy = strat[sp->sampling];
   s->so.budget = s->budget;
@@ -268,37 +310,49 @@ ar_status ar__sampled_create(ar_model *m, int l) {
   s->so.max_active = s->cap;
   s->so_own = s->so;
   s->so_own.min_active = 0;
-  s->scap = (uint32_t)ar_layer_shared_cap(spec, l, m->max_labels);
-  if (s->scap) {
+  s->scap = (uint32_t)ar_layer_shared_cap(spec, l, c->max_labels);
+  if (s->scap || c->shared) {
     s->spos = ar_malloc((size_t)s->neurons * sizeof *s->spos);
     if (!s->spos)
-      return ar_errf(&m->err, AR_NOMEM, "out of host memory for layer %s", L->name);
+      return ar_errf(err, AR_NOMEM, "out of host memory for layer %s", c->name);
     for (uint32_t i = 0; i < s->neurons; i++)
       s->spos[i] = -1;
   }
-  if (l == 0 && spec->input.sparse) {
+  if (c->all_ids) {
     /* Every id, for scoring all neurons from the sparse input (sampled_full). */
     s->all = ar_malloc((size_t)s->neurons * sizeof *s->all);
     if (!s->all)
-      return ar_errf(&m->err, AR_NOMEM, "out of host memory for layer %s", L->name);
+      return ar_errf(err, AR_NOMEM, "out of host memory for layer %s", c->name);
     for (uint32_t i = 0; i < s->neurons; i++)
       s->all[i] = i;
   }
   ar_lsh_adam_opts ao = {(float)spec->train.lr, (float)spec->train.beta1,
                          (float)spec->train.beta2, (float)spec->train.eps, s->nt};
-  ar__sampled_bind(m);
-  AR_CHECK(ar_lsh_adam_attach(s->neurons, s->in, &ao, L->s1w, L->s2w, L->s1b, L->s2b, s->last,
-                              &s->adam, &m->err));
-  AR_CHECK(ar_lsh_touched_create(s->neurons, &s->touched, &m->err));
-  AR_CHECK(ar_lsh_touched_create(s->neurons, &s->changed, &m->err));
+  AR_CHECK(ar_lsh_adam_attach(s->neurons, s->in, &ao, c->s1w, c->s2w, c->s1b, c->s2b, s->last,
+                              &s->adam, err));
+  AR_CHECK(ar_lsh_touched_create(s->neurons, &s->touched, err));
+  AR_CHECK(ar_lsh_touched_create(s->neurons, &s->changed, err));
 
   s->scratch = ar_calloc((size_t)s->nscratch, sizeof *s->scratch);
   s->buckets = ar_malloc((size_t)s->nscratch * (size_t)sp->L * sizeof *s->buckets);
   if (!s->scratch || !s->buckets)
-    return ar_errf(&m->err, AR_NOMEM, "out of host memory for layer %s's scratch", L->name);
+    return ar_errf(err, AR_NOMEM, "out of host memory for layer %s's scratch", c->name);
   for (int t = 0; t < s->nscratch; t++)
-    AR_CHECK(ar_lsh_scratch_create(s->hash, s->tables, &s->scratch[t], &m->err));
+    AR_CHECK(ar_lsh_scratch_create(s->hash, s->tables, &s->scratch[t], err));
   return AR_OK;
+}
+
+ar_status ar__sampled_create(ar_model *m, int l) {
+  const ar_spec *spec = m->spec;
+  ar_layer *L = &m->layers[l];
+  AR_CHECK(check_train(spec, L->name, &m->err));
+  ar__sampled_cfg c = {spec, l, L->name, m->dev, L->in, L->out, m->max_labels, m->step,
+                       false, l == 0 && spec->input.sparse, {0},
+                       L->s1w, L->s2w, L->s1b, L->s2b,
+                       ar__plan_ptr(m, L->name, "lsh.last")};
+  chain_ptrs(m, l, &c.ptrs);
+  AR_ASSERT(c.last);
+  return ar__sampled_new(&c, &L->smp, &m->err);
 }
 
 int ar_model_sampled_K(const ar_model *m, int l) {
@@ -324,8 +378,8 @@ ar_status ar_model_sampled_set_K(ar_model *m, int l, int K) {
                    want.tables + want.hash + want.scratch, now.tables + now.hash + now.scratch,
                    s->hopts.K, s->hopts.K);
   s->hopts.K = (uint32_t)K;
-  AR_CHECK(make_hash(m, s));
-  ar_lsh_tables_opts to = tables_opts(m, s);
+  AR_CHECK(make_hash(s, &m->err));
+  ar_lsh_tables_opts to = tables_opts(s);
   ar_lsh_tables *t = NULL;
   AR_CHECK(ar_lsh_tables_create(s->hash, &to, &t, &m->err));
   ar_lsh_tables_destroy(s->tables);
@@ -335,7 +389,7 @@ ar_status ar_model_sampled_set_K(ar_model *m, int l, int K) {
     s->scratch[i] = NULL;
     AR_CHECK(ar_lsh_scratch_create(s->hash, s->tables, &s->scratch[i], &m->err));
   }
-  return rebuild(m, s, true, true);
+  return rebuild(s, true, true, m->trace, &m->err);
 }
 
 ar_status ar__sampled_init(ar_model *m) {
@@ -351,17 +405,19 @@ ar_status ar__sampled_init(ar_model *m) {
   return ar_model_sampled_rebuild(m);
 }
 
+ar_status ar__sampled_reset(ar_sampled *s, int64_t step, ar_trace *trace, ar_err *err) {
+  AR_CHECK(schedule_to(s, step, err));
+  AR_CHECK(make_hash(s, err));
+  AR_CHECK(rebuild(s, true, true, trace, err));
+  ar_lsh_adam_set_t(s->adam, (uint64_t)step);
+  s->rehash_step = step;
+  return AR_OK;
+}
+
 ar_status ar_model_sampled_rebuild(ar_model *m) {
-  for (int l = 0; l < m->n_layers; l++) {
-    ar_sampled *s = m->layers[l].smp;
-    if (!s)
-      continue;
-    AR_CHECK(schedule_to(m, s));
-    AR_CHECK(make_hash(m, s));
-    AR_CHECK(rebuild(m, s, true, true));
-    ar_lsh_adam_set_t(s->adam, (uint64_t)m->step);
-    s->rehash_step = m->step;
-  }
+  for (int l = 0; l < m->n_layers; l++)
+    if (m->layers[l].smp)
+      AR_CHECK(ar__sampled_reset(m->layers[l].smp, m->step, m->trace, &m->err));
   return AR_OK;
 }
 
@@ -442,7 +498,7 @@ static ar_status sampled_forward(ar_model *m, int l, bool training, double *loss
   const ar_lsh_act act = lsh_act(L, last);
   const int64_t rows = m->rows;
   const float inv_rows = 1.0f / (float)(m->grad_rows > 0 ? m->grad_rows : rows);
-  const ar_lsh_rows W = rows_of(L, false);
+  const ar_lsh_rows W = rows_of(s, false);
   const uint32_t Lt = ar_lsh_hash_L(s->hash);
   fail_box fb = {AR_OK, ""};
   double tq = 0, tc = 0, lsum = 0;
@@ -528,7 +584,7 @@ static ar_status sampled_backward(ar_model *m, int l) {
   const bool last = l + 1 == m->n_layers;
   const ar_lsh_act act = lsh_act(L, last);
   const int64_t rows = m->rows;
-  const ar_lsh_rows W = rows_of(L, false), G = rows_of(L, true);
+  const ar_lsh_rows W = rows_of(s, false), G = rows_of(s, true);
   ar_layer *P = l > 0 ? &m->layers[l - 1] : NULL;
   ar_sampled *ps = P ? P->smp : NULL;
   if (P && !ps)
@@ -590,14 +646,10 @@ static bool shared_path(const ar_model *m, int l) {
   return l == 0 ? !m->spec->input.sparse : m->layers[l - 1].smp == NULL;
 }
 
-static const float *dense_input(const ar_model *m, int l) {
-  return l == 0 ? m->x : m->layers[l - 1].y;
-}
-
 /* Draws this batch's shared ids: want distinct ids from the batch stream,
  * or the whole layer when want reaches the room (ar_layer_shared_cap is the
  * width when the top-up target is half the layer or more). */
-static void draw_shared(ar_model *m, ar_sampled *s, int l, uint32_t want) {
+static void draw_shared(ar_sampled *s, int64_t step, uint32_t want) {
   /* spos is all -1 here: shared_backward resets it while sids (ephemeral,
    * its bytes reused between iterations) still holds this batch's ids. */
   s->ns = 0;
@@ -607,7 +659,7 @@ static void draw_shared(ar_model *m, ar_sampled *s, int l, uint32_t want) {
     s->ns = s->scap;
   } else {
     ar_rng rng;
-    ar_rng_seed3(&rng, m->spec->seed ^ 0x5a3d1e5bu, (uint64_t)m->step * 4096u + (uint64_t)l,
+    ar_rng_seed3(&rng, s->spec->seed ^ 0x5a3d1e5bu, (uint64_t)step * 4096u + (uint64_t)s->l,
                  1u << 20);
     while (s->ns < want) {
       uint32_t id = (uint32_t)ar_rng_below(&rng, s->neurons);
@@ -624,12 +676,10 @@ static void draw_shared(ar_model *m, ar_sampled *s, int l, uint32_t want) {
 /* Step 1 of shared_forward: each row's own ids -- its labels, then what
  * the tables retrieve -- and their logits.  Query and compute seconds
  * (summed over threads) and the ids' total go to *tq, *tc, *own_sum. */
-static ar_status own_ids(ar_model *m, int l, const float *X, double *tq_out, double *tc_out,
-                         int64_t *own_out) {
-  ar_layer *L = &m->layers[l];
-  ar_sampled *s = L->smp;
-  const int64_t rows = m->rows, in = L->in;
-  const ar_lsh_rows W = rows_of(L, false);
+static ar_status own_ids(ar_sampled *s, const ar__sbatch *b, double *tq_out, double *tc_out,
+                         int64_t *own_out, ar_err *err) {
+  const int64_t rows = b->rows, in = s->in;
+  const ar_lsh_rows W = rows_of(s, false);
   const uint32_t Lt = ar_lsh_hash_L(s->hash);
   fail_box fb = {AR_OK, ""};
   double tq = 0, tc = 0;
@@ -640,10 +690,10 @@ static ar_status own_ids(ar_model *m, int l, const float *X, double *tq_out, dou
     ar_lsh_scratch *scr = s->scratch[t];
     uint32_t *buckets = s->buckets + (size_t)t * Lt;
     uint32_t *active = s->active + (size_t)r * s->cap;
-    ar_lsh_input x = {X + r * in, NULL, NULL, 0};
+    ar_lsh_input x = {b->X + r * in, NULL, NULL, 0};
     double t0 = ar_now();
-    const uint32_t *lab = (const uint32_t *)(m->lab + m->lab_ptr[r]);
-    size_t nlab = (size_t)(m->lab_ptr[r + 1] - m->lab_ptr[r]), n = 0;
+    const uint32_t *lab = (const uint32_t *)(b->lab + b->lab_ptr[r]);
+    size_t nlab = (size_t)(b->lab_ptr[r + 1] - b->lab_ptr[r]), n = 0;
     ar_status st = hash_input(s, &x, scr, buckets);
     if (st == AR_OK)
       st = ar_lsh_sample(s->tables, buckets, &s->so_own, lab, nlab, scr, NULL, active, s->cap,
@@ -666,17 +716,18 @@ static ar_status own_ids(ar_model *m, int l, const float *X, double *tq_out, dou
   *tc_out = tc;
   *own_out = own_sum;
   if (fb.st != AR_OK)
-    return ar_errf(&m->err, fb.st, "layer %s: %s", L->name, fb.msg);
+    return ar_errf(err, fb.st, "layer %s: %s", s->name, fb.msg);
   return AR_OK;
 }
 
 /* Step 3 of shared_forward: softmax over each row's own ids and the
  * shared ids it did not retrieve (those are masked out of the shared
- * part); the loss summed over rows to *loss, the ids scored to *scored. */
-static void shared_softmax(ar_model *m, int l, float inv_rows, double *loss, int64_t *scored) {
-  ar_sampled *s = m->layers[l].smp;
-  const int64_t rows = m->rows;
+ * part); the loss summed over rows to *loss (each row's to b->row_loss
+ * when given), the ids scored to *scored. */
+static void shared_softmax(ar_sampled *s, const ar__sbatch *b, double *loss, int64_t *scored) {
+  const int64_t rows = b->rows;
   const uint32_t ns = s->ns;
+  const float inv_rows = b->inv_rows;
   double lsum = 0;
   int64_t asum = 0;
 #pragma omp parallel for num_threads(s->nt) schedule(static) reduction(+ : lsum, asum)
@@ -686,8 +737,8 @@ static void shared_softmax(ar_model *m, int l, float inv_rows, double *loss, int
     float *out = s->out + (size_t)r * s->cap, *dout = s->dout + (size_t)r * s->cap;
     float *z = s->sz + (size_t)r * ns;
     /* The sampler put the distinct labels first. */
-    const int32_t *lab = m->lab + m->lab_ptr[r];
-    const size_t nl_all = (size_t)(m->lab_ptr[r + 1] - m->lab_ptr[r]);
+    const int32_t *lab = b->lab + b->lab_ptr[r];
+    const size_t nl_all = (size_t)(b->lab_ptr[r + 1] - b->lab_ptr[r]);
     size_t nlab = 0;
     for (size_t i = 0; i < nl_all; i++) {
       bool again = false;
@@ -704,6 +755,8 @@ static void shared_softmax(ar_model *m, int l, float inv_rows, double *loss, int
       }
     }
     asum += (int64_t)(n + ns - dup);
+    if (b->row_loss)
+      b->row_loss[r] = 0.0f;
     if (nlab == 0) { /* no labels: no loss, no gradient */
       memset(dout, 0, n * sizeof(float));
       for (uint32_t j = 0; j < ns; j++)
@@ -726,6 +779,8 @@ static void shared_softmax(ar_model *m, int l, float inv_rows, double *loss, int
     for (size_t i = 0; i < nlab && i < n; i++)
       ce -= (double)out[i] - lse;
     lsum += ce / (double)nlab;
+    if (b->row_loss)
+      b->row_loss[r] = (float)(ce / (double)nlab);
     const float tgt = (float)(1.0 / (double)nlab);
     for (size_t i = 0; i < n; i++)
       dout[i] = ((float)(exp((double)out[i] - mx) * inv) - (i < nlab ? tgt : 0.0f)) * inv_rows;
@@ -736,35 +791,29 @@ static void shared_softmax(ar_model *m, int l, float inv_rows, double *loss, int
   *scored = asum;
 }
 
-/* One sampled layer's forward and loss for the batch, with a pool of
- * shared negatives: 1. each row's own ids, 2. the shared ids' logits for
- * every row in one GEMM, 3. the softmax over both. */
-static ar_status shared_forward(ar_model *m, int l, double *loss_sum) {
-  ar_layer *L = &m->layers[l];
-  ar_sampled *s = L->smp;
-  ar_device *d = m->dev;
-  const int64_t rows = m->rows, in = L->in;
-  const float inv_rows = 1.0f / (float)(m->grad_rows > 0 ? m->grad_rows : rows);
-  const float *X = dense_input(m, l);
+ar_status ar__sampled_head_forward(ar_sampled *s, const ar__sbatch *b, double *loss_sum,
+                                   ar_err *err) {
+  const int64_t rows = b->rows, in = s->in;
   double tq = 0, tc = 0, lsum = 0;
   int64_t own_sum = 0, asum = 0;
-  AR_CHECK(own_ids(m, l, X, &tq, &tc, &own_sum));
+  AR_CHECK(own_ids(s, b, &tq, &tc, &own_sum, err));
   /* 2. The shared ids and their logits for every row: one GEMM. */
   double t0 = ar_now();
   uint32_t target = s->so.min_active, mean_own = (uint32_t)(own_sum / rows);
-  draw_shared(m, s, l, s->scap == s->neurons ? s->neurons
-                       : target > mean_own      ? target - mean_own
+  draw_shared(s, b->step, s->scap == s->neurons ? s->neurons
+                          : target > mean_own   ? target - mean_own
                                                 : 0);
   const uint32_t ns = s->ns;
   for (uint32_t k = 0; k < ns; k++) {
-    memcpy(s->sw + (size_t)k * in, L->w + (size_t)s->sids[k] * in, (size_t)in * sizeof(float));
-    s->sb[k] = L->b[s->sids[k]];
+    memcpy(s->sw + (size_t)k * in, s->w + (size_t)s->sids[k] * in, (size_t)in * sizeof(float));
+    s->sb[k] = s->b[s->sids[k]];
   }
   if (ns) {
-    ar_device_gemm(d, false, true, rows, ns, in, 1.0f, X, in, s->sw, in, 0.0f, s->sz, ns);
-    ar_device_bias_act(d, rows, ns, s->sb, AR_ACT_NONE, s->sz);
+    ar_device_gemm(s->dev, false, true, rows, ns, in, 1.0f, b->X, in, s->sw, in, 0.0f, s->sz,
+                   ns);
+    ar_device_bias_act(s->dev, rows, ns, s->sb, AR_ACT_NONE, s->sz);
   }
-  shared_softmax(m, l, inv_rows, &lsum, &asum);
+  shared_softmax(s, b, &lsum, &asum);
   s->st.compute_s += (ar_now() - t0) * s->nt + tc;
   s->st.query_s += tq;
   s->st.active_sum += asum;
@@ -773,59 +822,78 @@ static ar_status shared_forward(ar_model *m, int l, double *loss_sum) {
   return AR_OK;
 }
 
-static ar_status shared_backward(ar_model *m, int l) {
-  ar_layer *L = &m->layers[l];
-  ar_sampled *s = L->smp;
-  ar_device *d = m->dev;
-  const int64_t rows = m->rows, in = L->in;
-  const float *X = dense_input(m, l);
-  const ar_lsh_rows W = rows_of(L, false), G = rows_of(L, true);
-  ar_layer *P = l > 0 ? &m->layers[l - 1] : NULL;
-  if (P)
-    memset(P->dy, 0, (size_t)rows * (size_t)P->out * sizeof(float));
+ar_status ar__sampled_head_backward(ar_sampled *s, const ar__sbatch *b, ar_err *err) {
+  const int64_t rows = b->rows, in = s->in;
+  const ar_lsh_rows W = rows_of(s, false), G = rows_of(s, true);
+  float *dX = b->dX;
+  if (dX)
+    memset(dX, 0, (size_t)rows * (size_t)in * sizeof(float));
   fail_box fb = {AR_OK, ""};
   double tc = 0;
   /* Own ids: per row, into the shared gradient rows (HOGWILD) and dX. */
 #pragma omp parallel for num_threads(s->nt) schedule(static) reduction(+ : tc)
   for (int64_t r = 0; r < rows; r++) {
     double t0 = ar_now();
-    ar_lsh_input x = {X + r * in, NULL, NULL, 0};
+    ar_lsh_input x = {b->X + r * in, NULL, NULL, 0};
     ar_err e = AR_ERR_INIT;
     ar_status st = ar_lsh_backward(&W, &x, s->active + (size_t)r * s->cap, s->n_active[r],
                                    AR_LSH_ACT_NONE, s->out + (size_t)r * s->cap,
-                                   s->dout + (size_t)r * s->cap, &G, P ? P->dy + r * P->out : NULL,
+                                   s->dout + (size_t)r * s->cap, &G, dX ? dX + r * in : NULL,
                                    s->touched, &e);
     if (st != AR_OK)
       fail_note(&fb, st, e.msg);
     tc += ar_now() - t0;
   }
   if (fb.st != AR_OK)
-    return ar_errf(&m->err, fb.st, "layer %s: %s", L->name, fb.msg);
+    return ar_errf(err, fb.st, "layer %s: %s", s->name, fb.msg);
   /* Shared ids: gW_S = G^T X, gb_S = column sums, dX += G W_S. */
   double t0 = ar_now();
   const uint32_t ns = s->ns;
   if (ns) {
-    ar_device_gemm(d, true, false, ns, in, rows, 1.0f, s->sz, ns, X, in, 0.0f, s->sgw, in);
-    ar_device_col_sum(d, rows, ns, s->sz, false, s->sgb);
-    if (P)
-      ar_device_gemm(d, false, false, rows, in, ns, 1.0f, s->sz, ns, s->sw, in, 1.0f, P->dy,
-                     P->out);
+    ar_device_gemm(s->dev, true, false, ns, in, rows, 1.0f, s->sz, ns, b->X, in, 0.0f, s->sgw,
+                   in);
+    ar_device_col_sum(s->dev, rows, ns, s->sz, false, s->sgb);
+    if (dX)
+      ar_device_gemm(s->dev, false, false, rows, in, ns, 1.0f, s->sz, ns, s->sw, in, 1.0f, dX,
+                     in);
   }
 #pragma omp parallel for num_threads(s->nt) schedule(static)
   for (uint32_t k = 0; k < ns; k++) {
     const uint32_t id = s->sids[k];
-    float *g = L->gw + (size_t)id * in;
+    float *g = s->gw + (size_t)id * in;
     const float *sg = s->sgw + (size_t)k * in;
     for (int64_t j = 0; j < in; j++)
       g[j] += sg[j];
-    L->gb[id] += s->sgb[k];
+    s->gb[id] += s->sgb[k];
     ar_lsh_touched_mark(s->touched, id);
     s->spos[id] = -1;
   }
   s->ns = 0;
   s->st.compute_s += (ar_now() - t0) * s->nt + tc;
-  if (P)
-    ar_device_act_grad(d, rows * P->out, P->act, P->y, P->dy);
+  return AR_OK;
+}
+
+/* The chain model's batch as the shared path reads it: layer l's dense
+ * input, the previous layer's gradient rows. */
+static ar__sbatch chain_batch(ar_model *m, int l) {
+  ar__sbatch b = {m->rows, 1.0f / (float)(m->grad_rows > 0 ? m->grad_rows : m->rows),
+                  l == 0 ? m->x : m->layers[l - 1].y, l > 0 ? m->layers[l - 1].dy : NULL,
+                  m->lab, m->lab_ptr, m->step, NULL};
+  return b;
+}
+
+static ar_status shared_forward(ar_model *m, int l, double *loss_sum) {
+  ar__sbatch b = chain_batch(m, l);
+  return ar__sampled_head_forward(m->layers[l].smp, &b, loss_sum, &m->err);
+}
+
+static ar_status shared_backward(ar_model *m, int l) {
+  ar__sbatch b = chain_batch(m, l);
+  AR_CHECK(ar__sampled_head_backward(m->layers[l].smp, &b, &m->err));
+  if (l > 0) {
+    ar_layer *P = &m->layers[l - 1];
+    ar_device_act_grad(m->dev, m->rows * P->out, P->act, P->y, P->dy);
+  }
   return AR_OK;
 }
 
@@ -884,37 +952,42 @@ void ar_model_rows_changed(ar_model *m, int l, const uint32_t *ids, size_t n) {
     ar_lsh_touched_mark(s->changed, ids[k]);
 }
 
-ar_status ar_model_sampled_step(ar_model *m, int l) {
-  ar_layer *L = &m->layers[l];
-  ar_sampled *s = L->smp;
-  AR_ASSERT(s);
+ar_status ar__sampled_step(ar_sampled *s, int64_t step, ar_err *err) {
   double t0 = ar_now();
-  ar_lsh_rows W = rows_of(L, false), G = rows_of(L, true);
+  ar_lsh_rows W = rows_of(s, false), G = rows_of(s, true);
   size_t touched = 0;
   const uint32_t *tids = ar_lsh_touched_ids(s->touched, &touched);
   s->st.touched_sum += (int64_t)touched;
   for (size_t k = 0; k < touched; k++)
     ar_lsh_touched_mark(s->changed, tids[k]);
-  ar_lsh_adam_set_t(s->adam, (uint64_t)m->step - 1);
-  AR_CHECK(ar_lsh_adam_step(s->adam, &W, &G, s->touched, &m->err));
+  ar_lsh_adam_set_t(s->adam, (uint64_t)step - 1);
+  AR_CHECK(ar_lsh_adam_step(s->adam, &W, &G, s->touched, err));
   s->st.update_s += ar_now() - t0;
   return AR_OK;
 }
 
-ar_status ar_model_sampled_rehash(ar_model *m, int l) {
-  ar_sampled *s = m->layers[l].smp;
-  AR_ASSERT(s);
-  if (m->step <= s->rehash_step)
+ar_status ar_model_sampled_step(ar_model *m, int l) {
+  AR_ASSERT(m->layers[l].smp);
+  return ar__sampled_step(m->layers[l].smp, m->step, &m->err);
+}
+
+ar_status ar__sampled_rehash(ar_sampled *s, int64_t step, ar_trace *trace, ar_err *err) {
+  if (step <= s->rehash_step)
     return AR_OK; /* this step's point of the schedule is already checked */
-  s->rehash_step = m->step;
-  ar_lsh_rehash_action a = ar_lsh_rehash_check(&s->sched, (uint64_t)m->step);
+  s->rehash_step = step;
+  ar_lsh_rehash_action a = ar_lsh_rehash_check(&s->sched, (uint64_t)step);
   if (a == AR_LSH_REHASH_NEW_HASH) {
     s->generation++;
-    AR_CHECK(make_hash(m, s));
+    AR_CHECK(make_hash(s, err));
   }
   if (a != AR_LSH_REHASH_NONE)
-    AR_CHECK(rebuild(m, s, a == AR_LSH_REHASH_NEW_HASH, false));
+    AR_CHECK(rebuild(s, a == AR_LSH_REHASH_NEW_HASH, false, trace, err));
   return AR_OK;
+}
+
+ar_status ar_model_sampled_rehash(ar_model *m, int l) {
+  AR_ASSERT(m->layers[l].smp);
+  return ar__sampled_rehash(m->layers[l].smp, m->step, m->trace, &m->err);
 }
 
 ar_status ar_model_train_batch(ar_model *m, const ar_batch *b, float *loss_out) {
@@ -969,7 +1042,7 @@ static ar_status sampled_full(ar_model *m, int l) {
     return AR_OK;
   }
   const bool last = l + 1 == m->n_layers;
-  const ar_lsh_rows W = rows_of(L, false);
+  const ar_lsh_rows W = rows_of(s, false);
   fail_box fb = {AR_OK, ""};
 #pragma omp parallel for num_threads(s->nt) schedule(dynamic, 4)
   for (int64_t r = 0; r < m->rows; r++) {
@@ -1051,9 +1124,11 @@ ar_status ar_model_eval_batch_lsh(ar_model *m, const ar_batch *b, ar_eval_acc *a
 
 void ar_model_sampled_stats(const ar_model *m, int l, ar_sampled_stats *out) {
   memset(out, 0, sizeof *out);
-  const ar_sampled *s = m->layers[l].smp;
-  if (!s)
-    return;
+  if (m->layers[l].smp)
+    ar__sampled_stats(m->layers[l].smp, out);
+}
+
+void ar__sampled_stats(const ar_sampled *s, ar_sampled_stats *out) {
   *out = s->st;
   ar_lsh_tables_stats ts;
   ar_lsh_tables_stats_get(s->tables, &ts);

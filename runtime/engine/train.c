@@ -21,18 +21,13 @@
 /* The sampled layers' statistics since the start (or resume) of the run:
  * "LAYER.lsh_active_mean", the time split of the sampled work, rebuilds,
  * and the tables' memory. */
-static void json_sampled(ar_json *j, const ar_model *m) {
-  for (int l = 0; m && l < m->n_layers; l++) {
-    if (!m->layers[l].smp)
-      continue;
-    ar_sampled_stats st;
-    ar_model_sampled_stats(m, l, &st);
-    char key[96];
-    const char *n = m->layers[l].name;
+static void json_sampled_one(ar_json *j, const char *n, const ar_sampled_stats *s, int64_t step) {
+  const ar_sampled_stats st = *s;
+  char key[96];
 #define KEY(what) (snprintf(key, sizeof key, "%s.lsh_%s", n, what), key)
+  {
     ar_json_num(j, KEY("active_mean"), st.samples ? (double)st.active_sum / (double)st.samples : 0);
-    ar_json_num(j, KEY("touched_mean"),
-                m->step ? (double)st.touched_sum / (double)m->step : 0);
+    ar_json_num(j, KEY("touched_mean"), step ? (double)st.touched_sum / (double)step : 0);
     /* query and compute are summed over the threads that ran them (CPU
      * seconds); update and rehash are wall seconds of the step. */
     ar_json_num(j, KEY("query_cpu_s"), st.query_s);
@@ -43,8 +38,24 @@ static void json_sampled(ar_json *j, const ar_model *m) {
     ar_json_num(j, KEY("first_build_s"), st.first_build_s);
     ar_json_int(j, KEY("reinserted_rows"), st.reinserted);
     ar_json_int(j, KEY("tables_bytes"), (int64_t)st.tables_bytes);
-#undef KEY
   }
+#undef KEY
+}
+
+/* The sampled layers of a chain model, or a graph model's sampled head. */
+static void json_sampled(ar_json *j, const run_ctx *c) {
+  const ar_model *m = c->model;
+  for (int l = 0; m && l < m->n_layers; l++) {
+    if (!m->layers[l].smp)
+      continue;
+    ar_sampled_stats st;
+    ar_model_sampled_stats(m, l, &st);
+    json_sampled_one(j, m->layers[l].name, &st, m->step);
+  }
+  ar_sampled_stats st;
+  const char *name = c->net ? ar__net_head_stats(c->net, &st) : NULL;
+  if (name)
+    json_sampled_one(j, name, &st, ar_net_step(c->net));
 }
 
 static ar_status append_line(run_ctx *c, ar_json *j) {
@@ -98,7 +109,7 @@ static ar_status eval_and_log(run_ctx *c) {
   ar_json_num(j, "train_s", c->st.train_s);
   ar_json_num(j, "eval_s", eval_s);
   if (!c->jo.remote)
-    json_sampled(j, c->model);
+    json_sampled(j, c);
   AR_CHECK(append_line(c, j));
   if (acc.rows && c->net) {
     char line[256];
@@ -149,7 +160,7 @@ static ar_status write_summary(run_ctx *c, ar_summary *s) {
   ar_json_int(j, "batch", c->spec->train.batch);
   ar_json_bool(j, "interrupted", s->interrupted);
   if (!c->jo.remote)
-    json_sampled(j, c->model);
+    json_sampled(j, c);
   if (c->jo.keys)
     c->jo.keys(c->jo.keys_ctx, AR_JOB_OUT_SUMMARY, j);
   const char *text = ar_json_end(j);

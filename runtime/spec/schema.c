@@ -308,6 +308,11 @@ static const ar_schema model_keys[] = {
             "its one input takes `model.input` with the batch first, its one output "
             "is the logits, its initializers are the exact initial parameters. A "
             "relative path is taken from the job file's folder."},
+    {.key = "sparse",
+     .type = AR_SCHEMA_ANY,
+     .doc = "With `onnx`: `{NODE: {...}}` gives the imported model's node NODE (its last "
+            "Gemm, PyTorch's Linear producing the logits) a `sparse` section exactly as a "
+            "layer's (`model.layers[].sparse`): it trains LSH-sampled (docs/graph.md)."},
     {.key = "loss",
      .type = AR_SCHEMA_ENUM,
      .values = onnx_loss_values,

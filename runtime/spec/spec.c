@@ -1291,9 +1291,20 @@ static void check_unique_names(ctx *c, const ar_spec *sp,
   ar_free(refs);
 }
 
+static void convert_sparse_at(ctx *c, const ar_ynode *m, const ar_schema *ss, const char *path,
+                              ar_layer_spec *ls);
+
 /* layers[i].sparse; the layer's activation is already converted. */
 static void convert_sparse(ctx *c, const ar_ynode *m, const ar_schema *ss,
                            int i, ar_layer_spec *ls) {
+  char path[64];
+  snprintf(path, sizeof path, "model.layers[%d].sparse", i);
+  convert_sparse_at(c, m, ss, path, ls);
+}
+
+/* A sparse section at path (model.layers[i].sparse, model.sparse.NODE). */
+static void convert_sparse_at(ctx *c, const ar_ynode *m, const ar_schema *ss, const char *path,
+                              ar_layer_spec *ls) {
   ar_sparse_spec *sp = &ls->sparse;
   if (!m)
     return; /* absent (or invalid, reported): a dense layer */
@@ -1322,8 +1333,6 @@ static void convert_sparse(ctx *c, const ar_ynode *m, const ar_schema *ss,
   sp->rehash_every = get_int(r, rs, "every", &ok);
   sp->rehash_growth = get_float(r, rs, "growth");
   sp->new_hash_every = get_int(r, rs, "new_hash_every", &ok);
-  char path[64];
-  snprintf(path, sizeof path, "model.layers[%d].sparse", i);
   /* The sampled kernels compute relu or identity layers and softmax
    * output layers (SLIDE's network); sigmoid needs every neuron. */
   if (ls->act == AR_ACT_SIGMOID && sp->mode != AR_SPARSE_DENSE)
@@ -1602,8 +1611,17 @@ static void convert_items(ctx *c, const ar_ynode *layers, const ar_schema *item,
     convert_item(c, L, item, path, i, top && i == layers->n - 1, sp, &ls[i]);
     if (ls[i].graph_only)
       sp->graph = true;
-    if (ls[i].op != AR_NN_DENSE || !top)
+    if (ls[i].op != AR_NN_DENSE || !top) {
+      /* Only a top-level dense item samples (a graph model: its last). */
+      const ar_ynode *sk = ar_ynode_get(L, "sparse");
+      char p2[160];
+      snprintf(p2, sizeof p2, "%s.sparse", path);
+      if (sk)
+        diag_path(c, sk, p2,
+                  "only a dense item at the top of model.layers can be LSH-sampled (in a "
+                  "graph model, the last one); remove this sparse section");
       convert_sparse(c, NULL, kid(item, "sparse"), i, &ls[i]);
+    }
     else
       convert_sparse(c, get_map(L, "sparse"), kid(item, "sparse"), i, &ls[i]);
   }
@@ -1649,6 +1667,60 @@ static void convert_input(ctx *c, const ar_ynode *model, ar_spec *sp) {
     diag_path(c, ar_ynode_get(input, "vocab"), "model.input.vocab", "`vocab` goes with `tokens`");
 }
 
+/* Whether a graph model has a head that may train LSH-sampled. */
+static bool graph_samples(const ar_spec *sp) {
+  for (int i = 0; i < sp->n_layers; i++)
+    if (sp->layers[i].sparse.mode == AR_SPARSE_LSH || sp->layers[i].sparse.mode == AR_SPARSE_AUTO)
+      return true;
+  for (int i = 0; i < sp->n_onnx_sparse; i++)
+    if (sp->onnx_sparse[i].sparse.mode == AR_SPARSE_LSH ||
+        sp->onnx_sparse[i].sparse.mode == AR_SPARSE_AUTO)
+      return true;
+  return false;
+}
+
+/* model.sparse: {NODE: {sparse section}} for an imported model, each
+ * section checked against a layer's sparse entry of the schema. */
+static void convert_onnx_sparse(ctx *c, const ar_ynode *model, ar_spec *sp) {
+  const ar_ynode *m = ar_ynode_get(model, "sparse");
+  if (!m)
+    return;
+  if (m->kind != AR_YNODE_MAP || m->n == 0) {
+    diag_path(c, m, "model.sparse",
+              "expected a mapping of node names to sparse sections ({NODE: {mode: lsh, "
+              "...}}), naming the imported model's last Gemm");
+    return;
+  }
+  const ar_schema *ms = kid(ar__schema_root(), "model");
+  const ar_schema *ss = kid(&kid(ms, "layers")->kids[0], "sparse");
+  sp->onnx_sparse = ar_calloc((size_t)m->n, sizeof *sp->onnx_sparse);
+  if (!sp->onnx_sparse) {
+    c->nomem = true;
+    return;
+  }
+  for (int i = 0; i < m->n; i++) {
+    const ar_ynode *k = m->keys[i], *v = m->vals[i];
+    ar_layer_spec *ls = &sp->onnx_sparse[sp->n_onnx_sparse++];
+    ls->name = dup_text(c, k->text);
+    ls->act = AR_ACT_SOFTMAX;
+    ls->op = AR_NN_DENSE;
+    ls->repeat = 1;
+    if (k->set < 0)
+      ls->pos = (ar_srcpos){k->line, k->col};
+    /* The walk's key path while checking: model.sparse.NODE. */
+    size_t old = c->plen;
+    snprintf(c->path + c->plen, sizeof c->path - c->plen, "%smodel.sparse", c->plen ? "." : "");
+    c->plen = strlen(c->path);
+    push_key(c, k);
+    check(c, ss, v, k);
+    pop(c, old);
+    char path[200];
+    snprintf(path, sizeof path, "model.sparse.%.150s", k->text);
+    if (v->kind == AR_YNODE_MAP)
+      convert_sparse_at(c, v, ss, path, ls);
+  }
+}
+
 /* model.onnx: the model file instead of layers (exactly one of the two). */
 static void convert_onnx(ctx *c, const ar_ynode *root, const ar_ynode *model, ar_spec *sp) {
   const ar_ynode *onnx = ar_ynode_get(model, "onnx"), *layers = ar_ynode_get(model, "layers");
@@ -1667,6 +1739,7 @@ static void convert_onnx(ctx *c, const ar_ynode *root, const ar_ynode *model, ar
   sp->onnx = resolve(c, onnx);
   if (c->check_files && sp->onnx)
     check_file(c, onnx, "model.onnx", sp->onnx, false);
+  convert_onnx_sparse(c, model, sp);
 }
 
 static void convert_model(ctx *c, const ar_ynode *root, ar_spec *sp) {
@@ -1740,9 +1813,10 @@ static void convert_data(ctx *c, const ar_ynode *root, ar_spec *sp) {
     diag_path(c, gen, "data.generate",
               "the generator makes token datasets (model.input.tokens) and extreme-"
               "classification sets; images come from files (data.format idx or npy)");
-  if (sp->input.kind == AR_INPUT_TOKENS && lok && g->labels != 2)
+  if (sp->input.kind == AR_INPUT_TOKENS && lok && g->labels < 2)
     diag_path(c, ar_ynode_get(gen, "labels"), "data.generate.labels",
-              "a generated token set has 2 classes (which marker comes first); set 2");
+              "a generated token set has 2 classes (which marker comes first) or more "
+              "(a class's digits at fixed positions); set 2 or more");
   if (sp->input.kind == AR_INPUT_TOKENS && sp->data.format != AR_FMT_NPY)
     diag_path(c, gen, "data.generate",
               "a generated token set is written as npy: set data.format: npy");
@@ -2059,6 +2133,11 @@ static ar_spec *convert(ctx *c, const ar_ynode *root, const char *file) {
                 "graph models (image or token inputs, or items with op/conv/inputs) run "
                 "distributed on their own workers, not as tenants of a shared device yet; "
                 "remove distributed.share");
+    if (sp->distributed.enabled && sp->graph && graph_samples(sp))
+      diag_path(c, get_map(root, "distributed"), "distributed",
+                "a graph model with an LSH-sampled head (a sparse: section with mode lsh or "
+                "auto) does not run distributed yet: its rows would need the servers' sparse "
+                "Adam; set the head's sparse.mode to dense or run it in one process");
   }
 
   const ar_ynode *out = get_map(root, "output");
@@ -2123,6 +2202,7 @@ void ar_spec_destroy(ar_spec *sp) {
     ar_free(sp->distributed.workers[i].device);
   ar_free(sp->distributed.workers);
   free_layers(sp->layers, sp->n_layers);
+  free_layers(sp->onnx_sparse, sp->n_onnx_sparse);
   ar_free(sp->file);
   ar_free(sp->name);
   ar_free(sp->device);

@@ -625,10 +625,47 @@ static void test_order(void **state) {
 
 /* ---- tokens --------------------------------------------------------------- */
 
+/* labels > 2: the class's digits base vocab - 4 at positions 1..D, filler
+ * after them, padding after the row's length; a seq too short for D
+ * digits is refused. */
+static void test_tokens_many_labels(void **state) {
+  (void)state;
+  enum { seq = 6, vocab = 14, train = 2000, labels = 1000 };
+  ar_tokens_spec spec = {train, 0, seq, vocab, labels};
+  ar_err err = AR_ERR_INIT;
+  ar_status st = ar_tdata_generate_tokens(&spec, 7, path("many"), NULL, &err);
+  if (st != AR_OK)
+    fail_msg("generate: %s", err.msg);
+  ar_tdata *d = open_npy_ok("many/train");
+  static int64_t ids[train * seq], y[train], idx[train];
+  static bool seen[labels];
+  ar_tdata_order(train, false, 0, 0, idx);
+  ar_tdata_batch(d, idx, train, NULL, 0, 2, NULL, ids, y);
+  int distinct = 0;
+  for (int r = 0; r < train; r++) {
+    const int64_t *t = ids + r * seq;
+    assert_int_equal(t[0], 1);
+    assert_in_range(y[r], 0, labels - 1);
+    int64_t c = 0;
+    for (int j = 1; j <= 3; j++) { /* 999 takes 3 digits base 10 */
+      assert_in_range(t[j], 4, vocab - 1);
+      c = c * 10 + (t[j] - 4);
+    }
+    assert_int_equal(c, y[r]);
+    distinct += !seen[y[r]];
+    seen[y[r]] = true;
+  }
+  assert_true(distinct > 800); /* uniform over 1000 classes */
+  ar_tdata_close(d);
+  ar_tokens_spec bad = {10, 0, 3, vocab, labels};
+  assert_int_equal(ar_tdata_generate_tokens(&bad, 1, path("many_bad"), NULL, &err), AR_INVALID);
+  assert_non_null(strstr(err.msg, "need seq of at least 4"));
+}
+
 static void test_tokens(void **state) {
   (void)state;
   enum { seq = 16, vocab = 12, train = 3000, test = 400 };
-  ar_tokens_spec spec = {train, test, seq, vocab};
+  ar_tokens_spec spec = {train, test, seq, vocab, 0};
   ar_err err = AR_ERR_INIT;
   ar_status st = ar_tdata_generate_tokens(&spec, 42, path("tok"), NULL, &err);
   if (st != AR_OK)
@@ -710,12 +747,12 @@ static void test_tokens(void **state) {
   assert_memory_equal(buf[0], buf[1], sizeof buf[0]);
   assert_memory_not_equal(buf[0], buf[2], sizeof buf[0]);
 
-  ar_tokens_spec bad = {10, 10, 2, 100};
+  ar_tokens_spec bad = {10, 10, 2, 100, 0};
   assert_int_equal(ar_tdata_generate_tokens(&bad, 1, path("bad"), NULL, &err), AR_INVALID);
-  bad = (ar_tokens_spec){10, 10, 8, 4};
+  bad = (ar_tokens_spec){10, 10, 8, 4, 0};
   assert_int_equal(ar_tdata_generate_tokens(&bad, 1, path("bad"), NULL, &err), AR_INVALID);
   /* The shortest legal rows: seq 3 puts both markers after the class token. */
-  ar_tokens_spec tiny = {50, 0, 3, 5};
+  ar_tokens_spec tiny = {50, 0, 3, 5, 0};
   assert_int_equal(ar_tdata_generate_tokens(&tiny, 1, path("tiny"), NULL, &err), AR_OK);
   d = open_npy_ok("tiny/train");
   int64_t t[50 * 3], ty[50];
@@ -771,7 +808,7 @@ int main(void) {
       cmocka_unit_test(test_idx_errors),      cmocka_unit_test(test_npy_dtypes),
       cmocka_unit_test(test_npy_refused),     cmocka_unit_test(test_batch_normalise),
       cmocka_unit_test(test_batch_augment),   cmocka_unit_test(test_order),
-      cmocka_unit_test(test_tokens),          cmocka_unit_test(test_fashion_mnist),
+      cmocka_unit_test(test_tokens),          cmocka_unit_test(test_tokens_many_labels),          cmocka_unit_test(test_fashion_mnist),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

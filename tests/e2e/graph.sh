@@ -74,6 +74,81 @@ assert a[:16] == b[:16] and a[16:56] == b[16:56], "positions differ"
 assert a[64:-4] == b[64:-4], "tensors differ"
 PY
   ;;
+sampled)
+  # An LSH-sampled head (the last dense item's sparse section) on a 50-class
+  # token set whose class is written as two digits at positions 1-2: the
+  # plan lists its tables, training lowers the loss and reaches well above
+  # chance (2%), evaluation scores every class, and a resume rebuilds the
+  # tables from the checkpoint's rows (they are not stored).
+  "$bin" gen-data --out "$work/tok" --shape tokens --seq 8 --vocab 12 --labels 50 \
+    --train-points 4096 --test-points 512 --seed 5 >/dev/null || fail "gen-data --labels 50"
+  python3 - "$work/tok/train/y.npy" <<'PY' || fail "gen-data --labels 50 wrote other classes"
+import sys
+b = open(sys.argv[1], "rb").read()
+n = int.from_bytes(b[8:10], "little")
+ys = [int.from_bytes(b[10 + n + 8 * i:18 + n + 8 * i], "little", signed=True)
+      for i in range((len(b) - 10 - n) // 8)]
+assert min(ys) >= 0 and max(ys) < 50 and len(set(ys)) == 50, (min(ys), max(ys), len(set(ys)))
+PY
+  cat > "$work/s.yaml" <<YAML
+name: s
+device: host
+seed: 3
+model:
+  input: {tokens: 8, vocab: 12}
+  layers:
+    - {name: emb, op: embedding, width: 16}
+    - {name: pos, op: posembed}
+    - {name: att, op: attention, heads: 2, inputs: [pos]}
+    - {name: res, op: add, inputs: [pos, att]}
+    - {name: flat, op: flatten}
+    - {name: hid, dense: 64, activation: relu}
+    - name: out
+      dense: 50
+      activation: softmax
+      sparse: {mode: lsh, hash: srp, K: 3, L: 8, active: 0.2, rehash: {every: 20, growth: 1.2}}
+data: {format: npy, train: tok/train, test: tok/test}
+train: {batch: 32, iterations: 200, optimizer: {adam: {lr: 0.005}}, log_every: 25,
+        checkpoint_every: 100, threads: 2}
+output: {dir: out}
+YAML
+  cd "$work" || exit 1
+  "$bin" check s.yaml > check.txt || fail "check of a sampled graph job"
+  grep -q "out.lsh.tables" check.txt || { cat check.txt; fail "the plan lists no hash tables"; }
+  "$bin" run s.yaml --quiet || fail "training a sampled head"
+  python3 - <<'PY' || fail "the sampled head did not learn"
+import json
+lines = [json.loads(l) for l in open("out/metrics.jsonl")]
+train = [l["train_loss"] for l in lines if l.get("kind") == "train"]
+assert len(train) >= 4 and train[-1] < 0.5 * train[0], train
+s = json.load(open("out/summary.json"))
+assert s["top1"] > 20, s["top1"]  # chance is 2
+# a budget of 10 of 50 classes (active 0.2) plus the label: far from all 50
+assert 5 <= s["out.lsh_active_mean"] <= 25, s["out.lsh_active_mean"]
+assert s["out.lsh_rehashes"] >= 1 and s["out.lsh_tables_bytes"] > 0, s
+PY
+  "$bin" eval s.yaml > eval.txt || fail "accelrt eval of a sampled head"
+  [ "$(json out/eval.json top1)" = "$(json out/summary.json top1)" ] || fail "eval top1 differs"
+  "$bin" run s.yaml --quiet --resume --set train.iterations=240 || fail "resume of a sampled head"
+  [ "$(json out/summary.json iterations)" = 240 ] || fail "resumed run did not reach 240"
+  python3 -c "import json,sys; t=json.load(open('out/summary.json'))['top1']; sys.exit(0 if t > 20 else 1)" \
+    || fail "the resumed run lost what it learned"
+  # A sparse section on any other item, and a bad value in one, are refused
+  # where they are written (exit 2, FILE:LINE:COL and the key).
+  refused() { # refused NAME SED-EXPRESSION PATTERN
+    sed "$2" s.yaml > "$1.yaml"
+    "$bin" check "$1.yaml" > "$1.txt" 2>&1
+    [ $? = 2 ] || { cat "$1.txt"; fail "$1: not a job-file error"; }
+    grep -q "$3" "$1.txt" || { cat "$1.txt"; fail "$1: the error is not located"; }
+  }
+  refused hidden 's/- {name: hid, dense: 64, activation: relu}/- {name: hid, dense: 64, activation: relu, sparse: {mode: lsh}}/' \
+    "hidden.yaml:12:7: error: model.layers\[5\]: sparse: only the last item"
+  refused add 's/- {name: res, op: add, inputs: \[pos, att\]}/- {name: res, op: add, inputs: [pos, att], sparse: {mode: lsh}}/' \
+    "add.yaml:10:.*model.layers\[3\].sparse: only a dense item"
+  refused badk 's/hash: srp, K: 3/hash: srp, K: 99/' "badk.yaml:16:.*model.layers\[6\].sparse.K"
+  refused sgd 's/optimizer: {adam: {lr: 0.005}}/optimizer: {sgd: {lr: 0.1}}/' \
+    "sgd.yaml:13:7: error: model.layers\[6\]: sparse: an LSH-sampled head trains with Adam"
+  ;;
 serve)
   # A graph job through accelrt serve (a user server on its own socket and
   # state): admitted on its plan into a lane, trained, its outputs where the
@@ -190,6 +265,14 @@ errors)
   [ $rc -eq 2 ] || { cat err5.txt; fail "graph model with distributed.share: check rc $rc"; }
   grep -q "bad5.yaml:[0-9]*:[0-9]*: error: distributed.share: graph models .* not as tenants" \
     err5.txt || { cat err5.txt; fail "graph model with distributed.share: message"; }
+  # A sampled head's rows would need the servers' sparse Adam: refused.
+  sed 's/dense: 2, activation: softmax}/dense: 2, activation: softmax, sparse: {mode: lsh}}/' \
+    dist5.yaml > bad8.yaml
+  grep -q 'sparse: {mode: lsh}' bad8.yaml || fail "bad8.yaml: the sed did not apply"
+  "$bin" check bad8.yaml > /dev/null 2> err8.txt; rc=$?
+  [ $rc -eq 2 ] || { cat err8.txt; fail "distributed graph model with a sampled head: rc $rc"; }
+  grep -q "bad8.yaml:[0-9]*:[0-9]*: error: distributed: a graph model with an LSH-sampled head" \
+    err8.txt || { cat err8.txt; fail "distributed sampled head: message"; }
   ;;
 jobs)
   # A jobs: file mixing two graph models and a chain model shares the host

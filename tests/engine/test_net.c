@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include "accelrt/net.h"
 
+#include "net_fixture.h"
 #include "net_impl.h"
 
 #include <math.h>
@@ -20,17 +21,8 @@
 
 #include <cmocka.h>
 
-static ar_spec *parse(const char *yaml) {
-  ar_spec *spec = NULL;
-  ar_diags d;
-  ar_status st = ar_spec_parse(yaml, strlen(yaml), "net.yaml", NULL, NULL, 0, false, &spec, &d);
-  if (st != AR_OK)
-    ar_diags_print(&d, "net.yaml", stdout);
-  ar_diags_fini(&d);
-  assert_int_equal(st, AR_OK);
-  assert_true(spec->graph);
-  return spec;
-}
+#define parse net_parse
+#define edit net_edit
 
 /* a is read by relu, tanh and mul: its gradient is the sum of three. */
 static const char *const BRANCHY =
@@ -68,27 +60,8 @@ static const char *const CONVY =
     "data: {format: idx, train: x}\n"
     "train: {batch: 4, iterations: 1, threads: 1}\n";
 
-typedef struct net_fix {
-  ar_spec *spec;
-  ar_net *net;
-  ar_device *dev;
-} net_fix;
-
 static void fix_open(net_fix *f, const char *yaml) {
-  ar_err err = AR_ERR_INIT;
-  f->spec = parse(yaml);
-  ar_status st = ar_net_build(f->spec, f->spec->train.batch, &f->net, &err);
-  if (st != AR_OK)
-    printf("# %s\n", err.msg);
-  assert_int_equal(st, AR_OK);
-  ar_device_opts o = AR_DEVICE_OPTS_INIT;
-  o.threads = 1;
-  o.pin = false;
-  assert_int_equal(ar_device_open("host", &o, &f->dev, &err), AR_OK);
-  st = ar_net_start(f->net, f->dev, NULL, NULL, &err);
-  if (st != AR_OK)
-    printf("# %s\n", err.msg);
-  assert_int_equal(st, AR_OK);
+  net_start(f, yaml);
   /* A batch: values in [-1, 1), classes 0..2. */
   const ar_shape *xs = ar_net_input_shape(f->net);
   int64_t n = ar_shape_count(xs);
@@ -103,11 +76,7 @@ static void fix_open(net_fix *f, const char *yaml) {
     y[r] = r % 3;
 }
 
-static void fix_close(net_fix *f) {
-  ar_net_destroy(f->net);
-  ar_device_close(f->dev);
-  ar_spec_destroy(f->spec);
-}
+#define fix_close net_close
 
 /* Every parameter's gradient against central differences of the mean
  * loss (in double over f32 forwards, h = 1e-2). */
@@ -238,27 +207,7 @@ static void test_plan_placement_and_exactness(void **state) {
   fix_close(&f);
 }
 
-static void expect_build_error(const char *yaml, const char *want) {
-  ar_spec *spec = parse(yaml);
-  ar_net *net = NULL;
-  ar_err err = AR_ERR_INIT;
-  assert_int_equal(ar_net_build(spec, spec->train.batch, &net, &err), AR_SPEC);
-  assert_null(net);
-  if (!strstr(err.msg, want))
-    printf("# got: %s\n# want: %s\n", err.msg, want);
-  assert_non_null(strstr(err.msg, want));
-  ar_spec_destroy(spec);
-}
-
-/* yaml with the first `from` replaced by `to` (free it). */
-static char *edit(const char *yaml, const char *from, const char *to) {
-  const char *at = strstr(yaml, from);
-  assert_non_null(at);
-  size_t n = strlen(yaml) - strlen(from) + strlen(to) + 1;
-  char *out = malloc(n);
-  snprintf(out, n, "%.*s%s%s", (int)(at - yaml), yaml, to, at + strlen(from));
-  return out;
-}
+#define expect_build_error net_expect_error
 
 static void test_errors(void **state) {
   (void)state;
@@ -324,16 +273,7 @@ static void test_training_lowers_loss(void **state) {
   net_fix f;
   fix_open(&f, CONVY);
   f.spec->train.lr = 0.02; /* the schedule reads it at each step */
-  ar_err err = AR_ERR_INIT;
-  double first = 0, loss = 0, lr = 0;
-  for (int i = 0; i < 20; i++) {
-    assert_int_equal(ar_net_train(f.net, &loss, &lr, &err), AR_OK);
-    if (i == 0)
-      first = loss;
-  }
-  if (!(loss < 0.5 * first))
-    printf("# loss %g after 20 steps, %g at the first\n", loss, first);
-  assert_true(loss < 0.5 * first);
+  net_train_halves(f.net, 20);
   assert_int_equal(ar_net_step(f.net), 20);
   fix_close(&f);
 }

@@ -1,0 +1,245 @@
+/* A graph model's LSH-sampled head (SLIDE, Chen et al., MLSys 2020): the
+ * last dense node, the one before the softmax cross-entropy, when its job
+ * file item carries a `sparse:` section that samples on this device
+ * (ar_layer_sampled, the chain's rule).  Training runs the chain engine's
+ * sampled output layer (sampled.c, ar__sampled_head_*): hash the node's
+ * input, retrieve the active neurons (the true label always added, the
+ * batch's shared random negatives topping up), compute only those, the
+ * softmax cross-entropy over the active set, then backward into only the
+ * touched gradient rows and the input's gradient; the sparse Adam step
+ * updates only those rows and the tables are rebuilt on the layer's
+ * schedule.  Evaluation runs the node's dense op: every class is scored.
+ *
+ * Memory: the rows' gradients are persistent (T_SGRAD), the per-batch
+ * buffers ephemeral (T_SAMP, live from the node's forward to its
+ * backward), the rows' last-update steps a state tensor (checkpointed
+ * with Adam's moments), and the lsh library's tables, hash functions,
+ * scratch and touched sets host entries of the plan: start allocates
+ * them once, an iteration allocates nothing. */
+#include "engine_impl.h"
+#include "net_impl.h"
+
+#include <string.h>
+
+static int64_t head_in(const ar_net *n) {
+  const nnode *d = &n->nodes[n->head];
+  return n->tensors[d->param[0]].shape.d[1];
+}
+
+static int64_t head_out(const ar_net *n) {
+  return n->tensors[n->nodes[n->head].param[0]].shape.d[0];
+}
+
+/* The shared negatives' room; -1 (ar__sampled_bytes): the shared path
+ * without room. */
+static int64_t shared_cap(const ar_net *n) {
+  int64_t c = ar_layer_shared_cap(n->hspec, n->head_l, 1);
+  return c ? c : -1;
+}
+
+static ar_status add_buf(ar_net *n, int which, const char *what, int64_t count, ar_dtype t,
+                         ar_err *err) {
+  char tn[400];
+  snprintf(tn, sizeof tn, "%.190s.lsh.%s", n->nodes[n->head].name, what);
+  ar_shape s = {1, {count > 0 ? count : 1}};
+  int id = ar__net_tensor(n, tn, &s, t, T_SAMP);
+  if (id < 0)
+    return ar_errf(err, AR_NOMEM, "out of memory planning the graph");
+  n->hs[which] = id;
+  return AR_OK;
+}
+
+ar_status ar__net_head_plan(ar_net *n, ar_err *err) {
+  for (int k = 0; k < HS_COUNT; k++)
+    n->hs[k] = -1;
+  n->head_last = -1;
+  if (n->head < 0)
+    return AR_OK;
+  nnode *d = &n->nodes[n->head];
+  if (d->sig.n_param != 2)
+    return ar_errf(err, AR_SPEC, "%s: a sampled head needs a bias (the chain's layer has one)",
+                   d->path);
+  const int64_t B = n->batch, in = head_in(n), out = head_out(n);
+  const int64_t cap = ar_layer_active_cap(n->hspec, n->head_l, 1);
+  const int64_t sc = ar_layer_shared_cap(n->hspec, n->head_l, 1);
+  AR_CHECK(add_buf(n, HS_ACTIVE, "active", B * cap, AR_DT_I32, err));
+  AR_CHECK(add_buf(n, HS_N, "n", B, AR_DT_I32, err));
+  AR_CHECK(add_buf(n, HS_OUT, "out", B * cap, AR_DT_F32, err));
+  AR_CHECK(add_buf(n, HS_DOUT, "dout", B * cap, AR_DT_F32, err));
+  if (sc) {
+    AR_CHECK(add_buf(n, HS_SIDS, "shared_ids", sc, AR_DT_I32, err));
+    AR_CHECK(add_buf(n, HS_SW, "shared_w", sc * in, AR_DT_F32, err));
+    AR_CHECK(add_buf(n, HS_SGW, "shared_gw", sc * in, AR_DT_F32, err));
+    AR_CHECK(add_buf(n, HS_SB, "shared_b", sc, AR_DT_F32, err));
+    AR_CHECK(add_buf(n, HS_SGB, "shared_gb", sc, AR_DT_F32, err));
+    AR_CHECK(add_buf(n, HS_SZ, "shared_z", B * sc, AR_DT_F32, err));
+  }
+  AR_CHECK(add_buf(n, HS_LAB, "labels", B, AR_DT_I32, err));
+  AR_CHECK(add_buf(n, HS_LABPTR, "label_ptr", B + 1, AR_DT_I64, err));
+  /* Each row's last update step (u64, as two floats' bytes): state. */
+  char tn[400];
+  snprintf(tn, sizeof tn, "%.190s.lsh_last", d->name);
+  ar_shape ls = {1, {2 * out}};
+  n->head_last = ar__net_tensor(n, tn, &ls, AR_DT_F32, T_STATE);
+  if (n->head_last < 0)
+    return ar_errf(err, AR_NOMEM, "out of memory planning the graph");
+  n->tensors[n->head_last].init = AR_NN_INIT_ZEROS;
+  d = &n->nodes[n->head];
+  /* The rows' gradients persist between iterations. */
+  for (int k = 0; k < d->sig.n_param; k++)
+    if (d->trains && d->gparam[k] >= 0 && d->gptmp[k] < 0)
+      n->tensors[d->gparam[k]].kind = T_SGRAD;
+  return AR_OK;
+}
+
+ar_status ar__net_head_onnx(ar_net *n, ar_err *err) {
+  const ar_spec *s = n->spec;
+  if (!s || s->n_onnx_sparse == 0)
+    return AR_OK;
+  const char *file = s->file ? s->file : "<string>";
+  const ar_layer_spec *e = &s->onnx_sparse[0];
+  char at[64] = "";
+  if (e->pos.line > 0)
+    snprintf(at, sizeof at, ":%d:%d", e->pos.line, e->pos.col);
+  if (s->n_onnx_sparse > 1)
+    return ar_errf(err, AR_SPEC, "%s%s: error: model.sparse: %d nodes named; only the last "
+                   "Gemm (producing the logits) can be LSH-sampled: keep one", file, at,
+                   s->n_onnx_sparse);
+  int node = -1;
+  for (int i = 0; i < n->n_nodes && node < 0; i++)
+    if (!strcmp(n->nodes[i].name, e->name))
+      node = i;
+  const nnode *prod = &n->nodes[n->tensors[n->logits].producer];
+  if (node < 0)
+    return ar_errf(err, AR_SPEC, "%s%s: error: model.sparse.%s: %s has no node '%s'; the node "
+                   "producing the logits is '%s'", file, at, e->name, s->onnx, e->name,
+                   prod->name);
+  const nnode *d = &n->nodes[node];
+  if (d->op != AR_NN_DENSE || d->sig.n_param != 2 || d->out[0] != n->logits ||
+      n->tensors[d->in[0]].shape.nd != 2)
+    return ar_errf(err, AR_SPEC, "%s%s: error: model.sparse.%s: node '%s' of %s is not a Gemm "
+                   "with a bias producing the logits from (batch, features) (PyTorch's last "
+                   "Linear); the node producing the logits is '%s'", file, at, e->name,
+                   e->name, s->onnx, prod->name);
+  if (s->train.optimizer != AR_OPT_ADAM || s->train.weight_decay > 0)
+    return ar_errf(err, AR_SPEC, "%s%s: error: model.sparse.%s: an LSH-sampled head trains "
+                   "with Adam without weight decay (sparse Adam on the touched rows); set "
+                   "train.optimizer to adam with weight_decay 0", file, at, e->name);
+  n->hspec_own = *s;
+  n->hlayer = *e;
+  n->hlayer.width = n->tensors[d->param[0]].shape.d[0];
+  n->hspec_own.layers = &n->hlayer;
+  n->hspec_own.n_layers = 1;
+  n->hspec = &n->hspec_own;
+  if (ar_layer_sampled(n->hspec, 0, true)) {
+    n->head = node;
+    n->head_l = 0;
+  }
+  return AR_OK;
+}
+
+ar_status ar__net_head_host(ar_net *n, ar_err *err) {
+  if (n->head < 0)
+    return AR_OK;
+  ar__sampled_mem sb;
+  AR_CHECK(ar__sampled_bytes(n->hspec, n->head_l, head_in(n), 0, ar_plan_threads(n->hspec),
+                             shared_cap(n), &sb, err));
+  static const char *const what[] = {"lsh.tables", "lsh.hash", "lsh.scratch", "lsh.touched",
+                                     "lsh.ids"};
+  const size_t bytes[] = {sb.tables, sb.hash, sb.scratch, sb.touched, sb.ids};
+  for (int k = 0; k < 5; k++) {
+    if (!bytes[k])
+      continue;
+    ar_plan_entry *e = &n->plan.entries[n->plan.count++];
+    snprintf(e->name, sizeof e->name, "%.40s.%s", n->nodes[n->head].name, what[k]);
+    e->cls = AR_MEM_HOST;
+    e->bytes = bytes[k];
+    e->last_use = INT64_MAX;
+    n->plan.host_bytes += bytes[k];
+  }
+  return AR_OK;
+}
+
+static void *tp(const ar_net *n, int t) { return t >= 0 ? n->tensors[t].p : NULL; }
+
+static ar__sampled_ptrs head_ptrs(const ar_net *n) {
+  const nnode *d = &n->nodes[n->head];
+  const int *h = n->hs;
+  ar__sampled_ptrs p = {tp(n, d->param[0]),     tp(n, d->param[1]),    tp(n, d->gparam[0]),
+                        tp(n, d->gparam[1]),    tp(n, h[HS_ACTIVE]),   tp(n, h[HS_N]),
+                        tp(n, h[HS_OUT]),       tp(n, h[HS_DOUT]),     tp(n, h[HS_SIDS]),
+                        tp(n, h[HS_SW]),        tp(n, h[HS_SGW]),      tp(n, h[HS_SB]),
+                        tp(n, h[HS_SGB]),       tp(n, h[HS_SZ])};
+  return p;
+}
+
+ar_status ar__net_head_start(ar_net *n, ar_err *err) {
+  if (n->head < 0)
+    return AR_OK;
+  if (!n->smp) {
+    const nnode *d = &n->nodes[n->head];
+    const ntensor *w = &n->tensors[d->param[0]], *b = &n->tensors[d->param[1]];
+    ar__sampled_cfg c = {n->hspec, n->head_l, d->name, n->dev, head_in(n), head_out(n), 1,
+                         n->step, true, false, head_ptrs(n),
+                         tp(n, w->opt1), tp(n, w->opt2), tp(n, b->opt1), tp(n, b->opt2),
+                         tp(n, n->head_last)};
+    if (!c.s1w || !c.s2w)
+      return ar_errf(err, AR_UNSUPPORTED, "%s is LSH-sampled, which trains with Adam only; "
+                     "set train.optimizer to adam or the item's sparse.mode to dense", d->path);
+    ar_status st = ar__sampled_new(&c, &n->smp, err);
+    if (st != AR_OK)
+      return st;
+  }
+  return ar__sampled_reset(n->smp, n->step, n->trace, err);
+}
+
+void ar__net_head_bind(ar_net *n) {
+  if (n->smp) {
+    ar__sampled_ptrs p = head_ptrs(n);
+    ar__sampled_set_mem(n->smp, &p);
+  }
+}
+
+void ar__net_head_stop(ar_net *n) {
+  ar__sampled_destroy(n->smp);
+  n->smp = NULL;
+}
+
+/* The staged batch's labels (one per row) as the layer reads them. */
+static ar__sbatch head_batch(ar_net *n, const nnode *d) {
+  int32_t *lab = tp(n, n->hs[HS_LAB]);
+  int64_t *ptr = tp(n, n->hs[HS_LABPTR]);
+  const int64_t *y = tp(n, n->y);
+  for (int64_t r = 0; r < n->batch; r++) {
+    lab[r] = (int32_t)y[r];
+    ptr[r] = r;
+  }
+  ptr[n->batch] = n->batch;
+  ar__sbatch b = {n->batch, 1.0f / (float)n->batch, tp(n, d->in[0]),
+                  d->gin[0] >= 0 ? tp(n, d->gin[0]) : NULL, lab, ptr, n->step,
+                  tp(n, n->loss)};
+  return b;
+}
+
+ar_status ar__net_head_forward(ar_net *n, const nnode *d, ar_err *err) {
+  ar__sbatch b = head_batch(n, d);
+  double sum = 0;
+  return ar__sampled_head_forward(n->smp, &b, &sum, err);
+}
+
+ar_status ar__net_head_backward(ar_net *n, const nnode *d, ar_err *err) {
+  ar__sbatch b = head_batch(n, d);
+  return ar__sampled_head_backward(n->smp, &b, err);
+}
+
+ar_status ar__net_head_step(ar_net *n, ar_err *err) {
+  AR_CHECK(ar__sampled_step(n->smp, n->step, err));
+  return ar__sampled_rehash(n->smp, n->step, n->trace, err);
+}
+
+const char *ar__net_head_stats(const ar_net *n, ar_sampled_stats *out) {
+  if (!n->smp)
+    return NULL;
+  ar__sampled_stats(n->smp, out);
+  return n->nodes[n->head].name;
+}

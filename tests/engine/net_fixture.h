@@ -1,0 +1,114 @@
+/* Shared by the graph engine's tests (test_net.c, test_net_sampled.c): a
+ * job file's text parsed, edited, and built into a started model on a
+ * one-thread host device. */
+#ifndef ACCELRT_TEST_NET_FIXTURE_H
+#define ACCELRT_TEST_NET_FIXTURE_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* open_memstream */
+#endif
+#include "accelrt/net.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+static inline ar_spec *net_parse(const char *yaml) {
+  ar_spec *spec = NULL;
+  ar_diags d;
+  ar_status st = ar_spec_parse(yaml, strlen(yaml), "net.yaml", NULL, NULL, 0, false, &spec, &d);
+  if (st != AR_OK)
+    ar_diags_print(&d, "net.yaml", stdout);
+  ar_diags_fini(&d);
+  assert_int_equal(st, AR_OK);
+  assert_true(spec->graph);
+  return spec;
+}
+
+/* yaml with the first `from` replaced by `to` (free it). */
+static inline char *net_edit(const char *yaml, const char *from, const char *to) {
+  const char *at = strstr(yaml, from);
+  assert_non_null(at);
+  size_t n = strlen(yaml) - strlen(from) + strlen(to) + 1;
+  char *out = malloc(n);
+  snprintf(out, n, "%.*s%s%s", (int)(at - yaml), yaml, to, at + strlen(from));
+  return out;
+}
+
+typedef struct net_fix {
+  ar_spec *spec;
+  ar_net *net;
+  ar_device *dev;
+} net_fix;
+
+/* Parses yaml, builds its model and starts it on a new host device. */
+static inline void net_start(net_fix *f, const char *yaml) {
+  ar_err err = AR_ERR_INIT;
+  f->spec = net_parse(yaml);
+  ar_status st = ar_net_build(f->spec, f->spec->train.batch, &f->net, &err);
+  if (st != AR_OK)
+    printf("# %s\n", err.msg);
+  assert_int_equal(st, AR_OK);
+  ar_device_opts o = AR_DEVICE_OPTS_INIT;
+  o.threads = 1;
+  o.pin = false;
+  assert_int_equal(ar_device_open("host", &o, &f->dev, &err), AR_OK);
+  st = ar_net_start(f->net, f->dev, NULL, NULL, &err);
+  if (st != AR_OK)
+    printf("# %s\n", err.msg);
+  assert_int_equal(st, AR_OK);
+}
+
+/* `steps` training steps on the staged batch halve its loss. */
+static inline void net_train_halves(ar_net *n, int steps) {
+  ar_err err = AR_ERR_INIT;
+  double first = 0, loss = 0, lr = 0;
+  for (int i = 0; i < steps; i++) {
+    assert_int_equal(ar_net_train(n, &loss, &lr, &err), AR_OK);
+    if (i == 0)
+      first = loss;
+  }
+  if (!(loss < 0.5 * first))
+    printf("# loss %g after %d steps, %g at the first\n", loss, steps, first);
+  assert_true(loss < 0.5 * first);
+}
+
+/* yaml is refused with `want` in the message: by the parser (its located
+ * diagnostics), or else by the graph's build (AR_SPEC, no model). */
+static inline void net_expect_error(const char *yaml, const char *want) {
+  ar_spec *spec = NULL;
+  ar_diags d;
+  ar_status st = ar_spec_parse(yaml, strlen(yaml), "net.yaml", NULL, NULL, 0, false, &spec, &d);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *m = open_memstream(&text, &len);
+  ar_diags_print(&d, "net.yaml", m);
+  fclose(m);
+  ar_diags_fini(&d);
+  if (st == AR_OK) {
+    ar_net *net = NULL;
+    ar_err err = AR_ERR_INIT;
+    assert_int_equal(ar_net_build(spec, spec->train.batch, &net, &err), AR_SPEC);
+    assert_null(net);
+    free(text);
+    text = strdup(err.msg);
+    ar_spec_destroy(spec);
+  }
+  if (!strstr(text, want))
+    printf("# got: %s\n# want: %s\n", text, want);
+  assert_non_null(strstr(text, want));
+  free(text);
+}
+
+static inline void net_close(net_fix *f) {
+  ar_net_destroy(f->net);
+  ar_device_close(f->dev);
+  ar_spec_destroy(f->spec);
+}
+
+#endif
