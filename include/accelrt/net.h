@@ -93,6 +93,20 @@ ar_status ar_net_train(ar_net *n, double *loss, double *lr, ar_err *err);
  * hits[2] top 5; hits[1] top 3). */
 ar_status ar_net_eval(ar_net *n, int64_t rows, ar_eval_acc *acc, ar_err *err);
 
+/* Forward in evaluation mode on the staged batch; out (batch x classes)
+ * receives the logits.  AR_OK; device statuses. */
+ar_status ar_net_eval_logits(ar_net *n, float *out, ar_err *err);
+
+/* The inference graph of a graph model's net (runtime/engine/net_export.c;
+ * the ONNX exporter writes it, onnx.h: ar_onnx_export): its input, every
+ * node but the loss, its output the logits; parameters, state and
+ * constants hold the net's values when `values` and the net is started
+ * (read from its device), else their initial values or zeros.  Names are
+ * the net's (an imported model's are its file's).  *out: the caller's
+ * (ar_nn_graph_destroy).  AR_OK; AR_UNSUPPORTED for a job file's chain
+ * model; AR_NOMEM; device statuses. */
+ar_status ar_net_graph(const ar_net *n, bool values, ar_nn_graph **out, ar_err *err);
+
 /* The optimizer's step count (checkpoints) and the tensors a checkpoint
  * keeps: parameters, optimizer state, running statistics, in plan order,
  * f32.  names/ptrs/counts (and shapes, which may be NULL) have room for

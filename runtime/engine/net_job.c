@@ -187,6 +187,15 @@ static void stage(run_ctx *c, ar_tdata *d, const int64_t *idx, int64_t n, bool t
                  tokens ? x : NULL, ar_net_y(c->net));
 }
 
+void ar__netjob_stage_first(run_ctx *c) {
+  ar_tdata *d = c->ttest ? c->ttest : c->ttrain;
+  ar_tdata_info ti;
+  ar_tdata_get_info(d, &ti);
+  for (int64_t r = 0; r < c->spec->train.batch; r++)
+    c->eval_idx[r] = r < ti.count ? r : 0;
+  stage(c, d, c->eval_idx, c->spec->train.batch, false, 0);
+}
+
 ar_status ar__netjob_step(run_ctx *c) {
   const ar_spec *s = c->spec;
   int64_t B = s->train.batch;
@@ -351,11 +360,15 @@ ar_status ar__netjob_eval_checkpoint(const ar_spec *spec, const char *ckpt, int6
     out->threads = ar_device_threads(c->dev);
     snprintf(out->device, sizeof out->device, "%s", ar_device_name(c->dev));
   }
+  ar__netjob_free(c);
+  return st;
+}
+
+void ar__netjob_free(run_ctx *c) {
   ar__netjob_close(c);
   ar_device_close(c->dev);
   ar_plan_fini(&c->plan);
   ar_free(c->data_storage);
   ar_free(c->ckpt_path);
   ar_free(c);
-  return st;
 }

@@ -404,6 +404,16 @@ ar_status ar_net_eval(ar_net *n, int64_t rows, ar_eval_acc *acc, ar_err *err) {
   return device_status(n, err);
 }
 
+ar_status ar_net_eval_logits(ar_net *n, float *out, ar_err *err) {
+  AR_CHECK(load(n, err));
+  forward(n, false);
+  const ntensor *lg = &n->tensors[n->logits];
+  ar_status st = ar_device_copy_out(n->dev, out, lg->p, lg->bytes);
+  if (st != AR_OK)
+    return ar_errf(err, st, "reading the logits: %s", ar_device_errmsg(n->dev));
+  return device_status(n, err);
+}
+
 void ar_net_set_total(ar_net *n, int64_t total) { n->total = total; }
 int64_t ar_net_step(const ar_net *n) { return n->step; }
 void ar_net_set_step(ar_net *n, int64_t step) { n->step = step; }

@@ -382,9 +382,11 @@ static ar_status l_batchnorm(lower *L, val *const *in, int n_in) {
   ar_nn_attr a = attr0();
   a.eps = ar__onnx_attr_f(n, "epsilon", 1e-5f);
   /* ONNX: running = momentum running + (1 - momentum) batch, with the
-   * biased batch variance; nn's momentum is the batch's weight. */
+   * biased batch variance; nn's momentum is the batch's weight.  A model
+   * PyTorch (or accelrt) exported was trained with PyTorch's rule, the
+   * unbiased batch variance, and keeps it here (ar__onnx_pytorch_rules). */
   a.momentum = 1.0f - ar__onnx_attr_f(n, "momentum", 0.9f);
-  a.var_biased = true;
+  a.var_biased = !ar__onnx_pytorch_rules(L->m);
   const ar_nn_mode mode = L->o->training ? AR_NN_MODE_RUN
                           : train_mode   ? AR_NN_MODE_TRAIN
                                          : AR_NN_MODE_EVAL;

@@ -70,6 +70,11 @@ bool ar__onnx_depth_ok(const ProtobufCMessageDescriptor *d, const uint8_t *buf, 
 /* protobuf-c's allocator over ar_malloc (tests inject failures there). */
 extern ProtobufCAllocator ar__onnx_alloc;
 
+/* Whether the model's producer trains batch normalisation by PyTorch's
+ * rules (producer_name "pytorch", or "accelrt": the running variance moves
+ * by the unbiased batch variance), not by ONNX's (the biased one). */
+bool ar__onnx_pytorch_rules(const ar_onnx_model *m);
+
 /* "node 'name' (Op)" or "node 12 (Op)" into buf. */
 const char *ar__onnx_node_str(const Onnx__NodeProto *n, int index, char *buf, size_t size);
 
