@@ -81,6 +81,9 @@ void ar_net_rebase(ar_net *n, void *persistent, void *ephemeral);
  * call train or eval. */
 void *ar_net_x(ar_net *n);
 int64_t *ar_net_y(ar_net *n);
+/* With model.loss sigmoid_bce, the targets (batch x classes f32) instead
+ * of y: the same staging. */
+float *ar_net_targets(ar_net *n);
 
 /* One training step on the staged batch: forward, loss, backward, the
  * optimizer.  *loss: the batch's mean loss; *lr: the rate used.  AR_OK;
@@ -146,7 +149,8 @@ ar_status ar_net_build_graph(const ar_nn_graph *g, const ar_net_graph_opts *opts
  * f32, or i64 token ids), g's one output the logits (batch, classes); the
  * loss is softmax cross-entropy against class ids, and gradients reach
  * every parameter of g, also those nodes read as data inputs (summed where
- * several read one).  Then as ar_net_build: ar_net_x/ar_net_y, train,
+ * several read one).  With spec->bce the loss is BCE (nn.h) against targets
+ * (ar_net_targets) instead.  Then as ar_net_build: ar_net_x/ar_net_y, train,
  * eval, checkpoints.  spec must outlive the net; g may be destroyed.
  * AR_SPEC naming what does not fit (inputs, outputs, shapes); AR_NOMEM. */
 ar_status ar_net_build_graph_train(const ar_nn_graph *g, const ar_spec *spec, ar_net **out,

@@ -160,6 +160,10 @@ typedef struct ar_spec {
    * initializers are the initial parameters and the loss is softmax
    * cross-entropy (model.loss). */
   char *onnx;
+  /* model.loss: sigmoid_bce (model.onnx only): one sigmoid cross-entropy
+   * per class against multi-hot targets (y.npy of shape (N, C)); false:
+   * softmax_ce against class ids. */
+  bool bce;
   int n_layers;
   ar_layer_spec *layers; /* (n_layers); the last one is the output layer */
 

@@ -65,7 +65,7 @@ static ar_status add_node(gctx *c, const nnode *d) {
 static ar_status build(gctx *c) {
   const ar_net *n = c->n;
   for (int i = 0; i < n->n_nodes; i++)
-    if (n->nodes[i].op != AR_NN_XENT)
+    if (n->nodes[i].op != AR_NN_XENT && n->nodes[i].op != AR_NN_BCE) /* the losses */
       AR_CHECK(add_node(c, &n->nodes[i]));
   int in, lg = c->map[n->logits];
   AR_CHECK(tensor_of(c, n->x, &in)); /* an input no node reads is still the input */

@@ -519,6 +519,7 @@ ar_status ar__onnx_export_node(ar__onnx_ex *e, int i) {
     return refuse(e, "the fused attention op has no ONNX form in this version; write it from "
                      "matmul, softmax and reshape items to export the model");
   case AR_NN_XENT:
+  case AR_NN_BCE:
   case AR_NN_OP_COUNT:
     break;
   }

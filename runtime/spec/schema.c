@@ -277,7 +277,7 @@ static const ar_schema layer_keys[] = {
             "devices only; see `mode`."},
     {0}};
 
-static const char *const onnx_loss_values[] = {"softmax_ce", NULL};
+static const char *const onnx_loss_values[] = {"softmax_ce", "sigmoid_bce", NULL};
 
 static const ar_schema layer_item[2] = {{.key = "item",
                                          .type = AR_SCHEMA_MAP,
@@ -311,7 +311,9 @@ static const ar_schema model_keys[] = {
      .values = onnx_loss_values,
      .def = "softmax_ce",
      .doc = "With `onnx`: the loss on the model's output; `softmax_ce` (softmax "
-            "cross-entropy against one class id per point) in this version."},
+            "cross-entropy against one class id per point) or `sigmoid_bce` (one "
+            "sigmoid cross-entropy per class, averaged, against multi-hot targets: "
+            "`data.format: npy` with y.npy of shape (N, C), u8 or f32)."},
     {0}};
 
 /* ---- data -------------------------------------------------------------- */

@@ -5,8 +5,10 @@ file (`model: {onnx: ...}`), against PyTorch's own training of the same model
     /usr/bin/python3 torch_train.py ACCELRT MODEL [WORKDIR]
 
 MODEL is `cnn` (conv, batch norm in training mode, relu, max pool, a residual
-add, flatten, linear), `mlp` (linear, tanh, layer norm, linear), `bnmlp`
-(linear, batch norm over rows, relu, linear), `resnet` (a
+add, flatten, linear), `mlp` (linear, tanh, layer norm, linear), `bce` (the
+mlp trained with `model.loss: sigmoid_bce` on multi-hot u8 targets, against
+PyTorch's BCEWithLogitsLoss), `bnmlp` (linear, batch norm over rows, relu,
+linear), `resnet` (a
 small ResNet: two residual blocks of conv and batch norm, global average
 pooling) or `transformer` (a token embedding, learned positions, one
 encoder layer with multi-head attention, gelu and layer norm, dropout 0,
@@ -129,6 +131,7 @@ class Transformer(nn.Module):
 MODELS = {"cnn": (Cnn, (1, 8, 8), "{image: [1, 8, 8]}"),
           "mlp": (Mlp, (12,), "{dense: 12}"),
           "bnmlp": (BnMlp, (12,), "{dense: 12}"),
+          "bce": (Mlp, (12,), "{dense: 12}"),
           "resnet": (ResNet, (1, 8, 8), "{image: [1, 8, 8]}"),
           "transformer": (Transformer, None, "{tokens: 6, vocab: 16}")}
 
@@ -242,11 +245,13 @@ def train(accelrt, which, work):
     model = make()
     n = STEPS * BATCH
     x = torch.randn(n, *point) if point else torch.randint(0, VOCAB, (n, SEQ))
-    y = torch.randint(0, CLASSES, (n,))
+    multi = which == "bce"  # multi-label: u8 multi-hot targets (N, C), sigmoid_bce
+    y = (torch.rand(n, CLASSES) < 0.3).float() if multi else torch.randint(0, CLASSES, (n,))
     os.makedirs(os.path.join(work, "data"), exist_ok=True)
     np.save(os.path.join(work, "data", "x.npy"),
             x.numpy().astype(np.float32 if point else np.int64))
-    np.save(os.path.join(work, "data", "y.npy"), y.numpy().astype(np.int64))
+    np.save(os.path.join(work, "data", "y.npy"),
+            y.numpy().astype(np.uint8 if multi else np.int64))
 
     # The export runs the model once in training mode: keep the state it
     # had, so that PyTorch trains from what the file holds.
@@ -271,11 +276,12 @@ def train(accelrt, which, work):
     job = os.path.join(work, "job.yaml")
     with open(job, "w") as f:
         f.write("name: onnx-%s\ndevice: host\nseed: 1\n"
-                "model: {input: %s, onnx: model.onnx}\n"
+                "model: {input: %s, onnx: model.onnx%s}\n"
                 "data: {format: npy, train: data, shuffle_window: 0, normalize: false}\n"
                 "train: {batch: %d, iterations: %d, threads: 1, log_every: 1,\n"
                 "        optimizer: {sgd: {lr: %g, momentum: 0}}}\n"
-                "output: {dir: out}\n" % (which, inp, BATCH, STEPS, LR))
+                "output: {dir: out}\n" % (which, inp, ", loss: sigmoid_bce" if multi else "",
+                                           BATCH, STEPS, LR))
 
     check = subprocess.run([accelrt, "check", job], capture_output=True, text=True)
     if check.returncode != 0 or "memory plan" not in check.stdout or "graph model" not in check.stdout:
@@ -297,7 +303,7 @@ def train(accelrt, which, work):
                 ours.append(r["train_loss"])
 
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0)
-    lossf = nn.CrossEntropyLoss()
+    lossf = nn.BCEWithLogitsLoss() if multi else nn.CrossEntropyLoss()
     ref = []
     for s in range(STEPS):
         opt.zero_grad()
