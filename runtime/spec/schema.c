@@ -408,8 +408,9 @@ static const ar_schema data_keys[] = {
             "0-based ids). `libsvm`: no header, feature ids 1-based. `idx`: "
             "the MNIST family's images file (`.gz` allowed), labels by "
             "`train_labels` or the naming rule. `npy`: a folder with `x.npy` "
-            "and `y.npy` (class ids). idx and npy train graph models with "
-            "one class per point."},
+            "and `y.npy` (class ids; or (N, C) u8/f32 targets for `model.loss: "
+            "sigmoid_bce`). idx and npy train graph models with "
+            "one class per point (npy targets: several)."},
     {.key = "shuffle_window",
      INT_RANGE(0, INT64_MAX),
      .def = "65536",
