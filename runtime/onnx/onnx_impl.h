@@ -6,10 +6,12 @@
  *   tensor.c     TensorProto to a host tensor (raw or typed fields,
  *                external data from the model's folder), tensor files;
  *   names.c      a string-to-index map (graph names);
- *   fold.c       ops evaluated on host tensors of any element type: what
- *                is constant for the input shapes is folded with these;
+ *   fold*.c      ops evaluated on host tensors of any element type: what
+ *                is constant for the input shapes is folded with these
+ *                (fold_impl.h);
  *   lower.c      the walk over the nodes: fold, or lower to nn ops;
- *   lower_*.c    each ONNX op's lowering (lower_impl.h).
+ *   lower_*.c    each ONNX op's lowering (lower_impl.h);
+ *   export*.c    nn graphs written as ONNX (export_impl.h).
  *
  * include/accelrt/onnx.h states the contracts.
  */
