@@ -1653,9 +1653,11 @@ static void convert_input(ctx *c, const ar_ynode *model, ar_spec *sp) {
 static void convert_onnx(ctx *c, const ar_ynode *root, const ar_ynode *model, ar_spec *sp) {
   const ar_ynode *onnx = ar_ynode_get(model, "onnx"), *layers = ar_ynode_get(model, "layers");
   const ar_ynode *loss = ar_ynode_get(model, "loss");
-  if (!onnx && loss)
+  bool bce = loss && loss->kind == AR_YNODE_SCALAR && loss->len == 11 &&
+             !memcmp(loss->text, "sigmoid_bce", 11);
+  if (!onnx && bce) /* softmax_ce, the default, is what a written model has */
     diag_path(c, loss, "model.loss",
-              "the loss is chosen for `onnx` models only; a written model's loss is its last "
+              "sigmoid_bce is for `onnx` models only; a written model's loss is its last "
               "layer's (remove model.loss)");
   if (!onnx) {
     if (!layers) /* reported at the key, as a missing required key is */
@@ -1669,8 +1671,7 @@ static void convert_onnx(ctx *c, const ar_ynode *root, const ar_ynode *model, ar
   if (onnx->kind != AR_YNODE_SCALAR)
     return; /* reported by the schema */
   sp->graph = true;
-  sp->bce = loss && loss->kind == AR_YNODE_SCALAR && loss->len == 11 &&
-            !memcmp(loss->text, "sigmoid_bce", 11);
+  sp->bce = bce;
   sp->onnx = resolve(c, onnx);
   if (c->check_files && sp->onnx)
     check_file(c, onnx, "model.onnx", sp->onnx, false);
