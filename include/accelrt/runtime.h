@@ -333,8 +333,10 @@ ar_status ar_eval_checkpoint(const ar_spec *spec, const char *ckpt, int64_t max_
  * test_data_set_0/input_0.pb, output_0.pb, the first evaluation batch as
  * the net sees it (after data.normalize) and the net's logits for it: an
  * ONNX backend-test folder (accelrt onnx-test).  version: the producer
- * version written.  AR_OK; AR_UNSUPPORTED (a chain model; a node with no
- * ONNX form, named); AR_NOTFOUND (no checkpoint); the checkpoint's
+ * version written.  A chain model (sparse or dense rows through dense
+ * layers) exports as Gemm layers taking the rows as dense (batch,
+ * features) f32; test_dir is for graph models.  AR_OK; AR_UNSUPPORTED (a
+ * node with no ONNX form, named; test_dir with a chain model); AR_NOTFOUND (no checkpoint); the checkpoint's
  * statuses (another model's); AR_IO; AR_NOMEM. */
 typedef struct ar_export_opts {
   const char *checkpoint, *out, *test_dir, *version;

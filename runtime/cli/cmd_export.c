@@ -14,14 +14,15 @@ static void usage(FILE *to) {
   fprintf(to,
           "usage: accelrt export JOB.yaml --onnx OUT.onnx [--checkpoint PATH] [--opset N]\n"
           "                      [--test-data DIR] [--set KEY=VALUE]...\n"
-          "  Writes the job's trained graph model (model.layers or model.onnx) as an ONNX\n"
+          "  Writes the job's trained model (model.layers or model.onnx) as an ONNX\n"
           "  inference graph: the parameters and running statistics of PATH (default\n"
           "  OUTPUT_DIR/checkpoint.bin) as initializers, batch normalisation in\n"
           "  evaluation form, dropout removed, the batch axis symbolic ('N').  The input\n"
-          "  is what the model sees: images after data.normalize.\n"
+          "  is what the model sees: images after data.normalize; a chain model's sparse\n"
+          "  rows as dense (N, features) f32.\n"
           "  --opset: 13 (default) to 17.  --test-data: also writes DIR/model.onnx and\n"
           "  DIR/test_data_set_0/{input_0,output_0}.pb (the first test batch and this\n"
-          "  model's logits for it) for `accelrt onnx-test DIR`.\n"
+          "  model's logits for it) for `accelrt onnx-test DIR` (graph models).\n"
           "  OUT.onnx is written whole or not at all.  Exit 2 when the job, the\n"
           "  checkpoint or the model cannot be exported (the message says why).\n");
 }

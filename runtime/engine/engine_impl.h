@@ -121,6 +121,11 @@ ar_status ar__netjob_eval(run_ctx *c, ar_eval_acc *acc);
 ar_status ar__netjob_save(run_ctx *c);
 ar_status ar__netjob_load(run_ctx *c);
 void ar__netjob_close(run_ctx *c);
+/* export_chain.c: the inference graph of chain model m for batches of
+ * `batch` rows (its parameters when values, else zeros).  *out: the
+ * caller's (ar_nn_graph_destroy).  AR_NOMEM; device statuses. */
+ar_status ar__chain_graph(const ar_model *m, int64_t batch, bool values, ar_nn_graph **out,
+                          ar_err *err);
 /* A context of its own (accelrt eval, export) closed: the net, the device
  * it opened, the plan, the data and checkpoint paths, c itself. */
 void ar__netjob_free(run_ctx *c);

@@ -4,7 +4,8 @@
  * checks it is this model's), its inference graph taken (net.h:
  * ar_net_graph) and a second one of the net built for one more row, which
  * tells the exporter which dims follow the batch; the file is written
- * atomically, so a failure never leaves a partial OUT.onnx. */
+ * atomically, so a failure never leaves a partial OUT.onnx.  A chain
+ * model's graph is export_chain.c's. */
 #include "engine_impl.h"
 #include "accelrt/net.h"
 #include "accelrt/onnx.h"
@@ -68,6 +69,51 @@ static ar_status write_test_data(run_ctx *c, const char *dir, const ar_nn_graph 
   return st;
 }
 
+/* The graph and its probe written as ONNX at o->out (atomically); the
+ * packed model is kept in *bytes for the test folder (ar_free). */
+static ar_status write_model(const ar_nn_graph *g, const ar_nn_graph *probe,
+                             const ar_export_opts *o, void **bytes, size_t *len, ar_err *err) {
+  ar_onnx_export_opts eo = AR_ONNX_EXPORT_OPTS_INIT;
+  eo.opset = o->opset;
+  eo.probe = probe;
+  eo.version = o->version;
+  AR_CHECK(ar_onnx_export(g, &eo, bytes, len, err));
+  return ar_write_file_atomic(o->out, *bytes, *len, err);
+}
+
+/* A chain model (export_chain.c) from its checkpoint. */
+static ar_status export_chain(const ar_spec *spec, const char *ckpt, const ar_export_opts *o,
+                              ar_err *err) {
+  if (o->test_dir)
+    return ar_errf(err, AR_UNSUPPORTED,
+                   "--test-data is written for graph models only; this job's chain model reads "
+                   "sparse rows (export without it)");
+  ar_device_opts dopts = ar_job_device_opts(spec);
+  ar_device *dev = NULL;
+  ar_model *m = NULL;
+  ar_nn_graph *g = NULL, *probe = NULL;
+  void *bytes = NULL;
+  size_t len = 0;
+  ar_ckpt_state cs;
+  ar_status st = ar_device_open("host", &dopts, &dev, err);
+  if (st == AR_OK)
+    st = ar_model_create(dev, spec, 1, 1, &m, err);
+  if (st == AR_OK)
+    st = ar_checkpoint_load(m, &cs, NULL, ckpt, err);
+  if (st == AR_OK)
+    st = ar__chain_graph(m, spec->train.batch, true, &g, err);
+  if (st == AR_OK)
+    st = ar__chain_graph(m, spec->train.batch + 1, false, &probe, err);
+  if (st == AR_OK)
+    st = write_model(g, probe, o, &bytes, &len, err);
+  ar_free(bytes);
+  ar_nn_graph_destroy(probe);
+  ar_nn_graph_destroy(g);
+  ar_model_destroy(m);
+  ar_device_close(dev);
+  return st;
+}
+
 static ar_status export_net(run_ctx *c, const ar_export_opts *o) {
   AR_CHECK(ar__netjob_open_data(c));
   ar_device_opts dopts = ar_job_device_opts(c->spec);
@@ -80,15 +126,8 @@ static ar_status export_net(run_ctx *c, const ar_export_opts *o) {
   ar_status st = ar_net_graph(c->net, true, &g, c->err);
   if (st == AR_OK)
     st = probe_graph(c, &probe);
-  if (st == AR_OK) {
-    ar_onnx_export_opts eo = AR_ONNX_EXPORT_OPTS_INIT;
-    eo.opset = o->opset;
-    eo.probe = probe;
-    eo.version = o->version;
-    st = ar_onnx_export(g, &eo, &bytes, &len, c->err);
-  }
   if (st == AR_OK)
-    st = ar_write_file_atomic(o->out, bytes, len, c->err);
+    st = write_model(g, probe, o, &bytes, &len, c->err);
   if (st == AR_OK && o->test_dir)
     st = write_test_data(c, o->test_dir, g, bytes, len);
   ar_free(bytes);
@@ -98,11 +137,6 @@ static ar_status export_net(run_ctx *c, const ar_export_opts *o) {
 }
 
 ar_status ar_export_onnx(const ar_spec *spec, const ar_export_opts *o, ar_err *err) {
-  if (!spec->graph)
-    return ar_errf(err, AR_UNSUPPORTED,
-                   "accelrt export writes graph models (model.onnx, or model.layers with an "
-                   "image, token or npy/idx input); this job's chain model reads sparse rows, "
-                   "which ONNX has no input for");
   if (o->opset < AR_ONNX_EXPORT_OPSET_MIN || o->opset > AR_ONNX_EXPORT_OPSET_MAX)
     return ar_errf(err, AR_INVALID, "--opset %d is not exported; choose %d to %d", o->opset,
                    AR_ONNX_EXPORT_OPSET_MIN, AR_ONNX_EXPORT_OPSET_MAX);
@@ -113,6 +147,11 @@ ar_status ar_export_onnx(const ar_spec *spec, const ar_export_opts *o, ar_err *e
   if (!ar_fs_readable(NULL, ckpt)) {
     ar_status st = ar_errf(err, AR_NOTFOUND, "no checkpoint at '%s'; train the job first "
                            "(accelrt run) or pass --checkpoint PATH", ckpt);
+    ar_free(ckpt);
+    return st;
+  }
+  if (!spec->graph) {
+    ar_status st = export_chain(spec, ckpt, o, err);
     ar_free(ckpt);
     return st;
   }

@@ -16,6 +16,10 @@ rows cut from it (another batch size through the symbolic axis).  The
 import tolerance is onnx-test's, ONNX's backend runner's (rtol 1e-3,
 atol 1e-7).
 
+A chain model (sparse input, dense layers) exports as Gemm layers on dense
+rows: onnx-test of the export against NumPy's forward with the checkpoint's
+weights on 5 rows.
+
 Then the errors: no checkpoint, another model's checkpoint, an unwritable
 path, an opset outside 13..17, a model with the fused attention op: each
 exits 2 with a message and leaves no file at OUT.onnx (nor a temporary
@@ -92,6 +96,57 @@ data: {format: npy, train: data, shuffle_window: 0}
 train: {batch: 8, iterations: 2, threads: 1, optimizer: {sgd: {lr: 0.1}}}
 output: {dir: out}
 """
+
+
+CHAIN = """name: export-chain
+device: host
+model:
+  input: {sparse: 200}
+  layers:
+    - {name: hidden, dense: 16, activation: relu}
+    - {name: out, dense: 30, activation: softmax}
+data:
+  generate: {train_points: 300, test_points: 0, features: 200, labels: 30,
+             nnz: 10, labels_per_point: 2, noise: 0.2}
+train: {batch: 32, iterations: 10, threads: 1, optimizer: {adam: {lr: 0.01}}}
+output: {dir: out}
+"""
+
+
+def check_chain(accelrt, work):
+    """A chain model (sparse input, dense layers): exported as Gemm layers on
+    dense rows; the ONNX graph must compute what the checkpoint's weights
+    compute (NumPy, accelrt's layouts: the layer behind the sparse input
+    keeps (in, out)) on 5 random rows, through accelrt onnx-test."""
+    d = os.path.join(work, "chain")
+    os.makedirs(d)
+    with open(os.path.join(d, "job.yaml"), "w") as f:
+        f.write(CHAIN)
+    run([accelrt, "run", "job.yaml", "--quiet"], d)
+    tdir = os.path.join(d, "t")
+    os.makedirs(os.path.join(tdir, "test_data_set_0"))
+    out = os.path.join(tdir, "model.onnx")
+    run([accelrt, "export", "job.yaml", "--onnx", out], d)
+    m = onnx.load(out)
+    onnx.checker.check_model(m, full_check=True)
+    ck = accelrt_py.read_checkpoint(os.path.join(d, "out", "checkpoint.bin"), numpy=True)
+    x = np.random.default_rng(2).random((5, 200)).astype(np.float32)
+    h = np.maximum(x @ ck["hidden.w"] + ck["hidden.b"], 0)
+    y = (h @ ck["out.w"].T + ck["out.b"]).astype(np.float32)
+    for name, a in (("input_0.pb", x), ("output_0.pb", y)):
+        with open(os.path.join(tdir, "test_data_set_0", name), "wb") as fh:
+            fh.write(numpy_helper.from_array(a).SerializeToString())
+    p = run([accelrt, "onnx-test", tdir], d, want=None)
+    print(p.stdout.strip())
+    bad = 0
+    if p.returncode != 0 or "1 passed" not in p.stdout:
+        print("FAIL: the chain model's export does not compute its checkpoint's function")
+        bad += 1
+    if [n.op_type for n in m.graph.node] != ["Gemm", "Relu", "Gemm"]:
+        print("FAIL: the chain model's nodes: %s" % [n.op_type for n in m.graph.node])
+        bad += 1
+    return bad + expect_refused(accelrt, d, ["--test-data", os.path.join(d, "td")],
+                                "--test-data of a chain model")
 
 
 def run(args, cwd, want=0):
@@ -204,6 +259,7 @@ def main(accelrt, work):
                           "another model's checkpoint")
     bad += expect_refused(accelrt, cnn, ["--opset", "12"], "opset 12")
     bad += expect_refused(accelrt, att, [], "fused attention")
+    bad += check_chain(accelrt, work)
     p = run([accelrt, "export", "job.yaml", "--onnx", "/nonexistent-dir/m.onnx"], cnn, want=None)
     if p.returncode != 2:
         print("FAIL: an unwritable path exited %d:\n%s" % (p.returncode, p.stderr))
