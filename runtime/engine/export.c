@@ -13,17 +13,22 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The graph of the same model for batch + 1 rows, shapes only. */
+/* The graph of the same model for batch + 1 rows, shapes only.  An
+ * imported model whose input has a fixed batch axis cannot be built so:
+ * *out stays NULL and the export keeps that batch (AR_OK). */
 static ar_status probe_graph(run_ctx *c, ar_nn_graph **out) {
   ar_spec s = c->mspec;
   s.train.batch = c->mspec.train.batch + 1;
   ar_net *n = NULL;
-  ar_status st = s.onnx ? ar_net_build_onnx(&s, s.train.batch, c->opts.fs, &n, c->err)
-                        : ar_net_build(&s, s.train.batch, &n, c->err);
+  ar_err e = AR_ERR_INIT;
+  ar_status st = s.onnx ? ar_net_build_onnx(&s, s.train.batch, c->opts.fs, &n, &e)
+                        : ar_net_build(&s, s.train.batch, &n, &e);
+  if (st == AR_SPEC && s.onnx)
+    return AR_OK;
   if (st == AR_OK)
-    st = ar_net_graph(n, false, out, c->err);
+    st = ar_net_graph(n, false, out, &e);
   ar_net_destroy(n);
-  return st;
+  return st == AR_OK ? AR_OK : ar_errf(c->err, st, "%s", e.msg);
 }
 
 static ar_status write_pb(const char *dir, const char *name, const ar_onnx_tensor *t,

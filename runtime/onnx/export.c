@@ -132,7 +132,8 @@ ar_status ar__onnx_ex_node(ar__onnx_ex *e, const char *op_type, int n_in, const 
   char **ins = ar__onnx_ex_alloc(e, (size_t)(n_in ? n_in : 1) * sizeof *ins);
   char **outs = ar__onnx_ex_alloc(e, (size_t)(n_out ? n_out : 1) * sizeof *outs);
   char name[256];
-  snprintf(name, sizeof name, "%s/%s", e->g->nodes[e->cur].name, op_type);
+  const bool in_node = e->cur >= 0 && e->cur < e->g->n_nodes;
+  snprintf(name, sizeof name, "%s/%s", in_node ? e->g->nodes[e->cur].name : "graph", op_type);
   const char *nm = n && ins && outs ? ex_strdup(e, name) : NULL;
   const char *op = nm ? ex_strdup(e, op_type) : NULL;
   if (!op || !push((void ***)&e->nodes, &e->n_nodes, &e->cap_nodes, n))
@@ -301,7 +302,7 @@ static ar_status graph_io(ar__onnx_ex *e, Onnx__GraphProto *gp) {
     if (name && (e->aliased[t] || x->kind != AR_NN_T_VALUE)) {
       const char *src = name;
       name = ar__onnx_ex_fresh(e, x->name);
-      e->cur = x->producer >= 0 ? x->producer : 0;
+      e->cur = x->producer; /* -1: an input or a constant, named "graph/Identity" */
       if (name && ar__onnx_ex_node(e, "Identity", 1, &src, 1, &name, NULL) != AR_OK)
         return AR_NOMEM;
     }
