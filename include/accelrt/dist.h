@@ -131,14 +131,21 @@ typedef struct ar_dist_opts {
    * variable ACCELRT_DIST_PIECE, else INT_MAX rounded down to 64 bytes, so
    * that messages under 2 GiB are one piece; tests set a few KiB. */
   size_t piece_bytes;
+  /* (may be NULL) Called on every rank whose run ends with a status other
+   * than AR_OK (a stop, an error), with err's message, before the ranks'
+   * last barrier: a line written here is out before any rank exits (under
+   * mpiexec the first rank to exit non-zero gets the others killed). */
+  void (*on_end)(void *ctx, ar_status st, const ar_err *err);
 } ar_dist_opts;
 
-#define AR_DIST_OPTS_INIT {0.0, -1, -1, NULL, NULL, NULL, NULL, false, 0}
+#define AR_DIST_OPTS_INIT {0.0, -1, -1, NULL, NULL, NULL, NULL, false, 0, NULL}
 
 /* Runs spec (distributed.enabled) as this MPI rank's part of the job.
  * Initialises MPI when it is not initialised yet and then finalises it
  * (on success; after a failure MPI is left as is, since finalising with a
- * dead peer can hang: the process should exit).  Rank 0 writes the
+ * dead peer can hang: the process should exit).  Before returning, the
+ * ranks meet at a last barrier (dopts->on_end, if set, runs just before
+ * it); a rank that does not come (dead) is waited for a bounded time.  Rank 0 writes the
  * outputs and fills *summary (other ranks leave it untouched).  AR_OK;
  * AR_INTERRUPTED when a signal stopped the ranks together (checkpoint
  * written; MPI finalised, as all ranks agreed); or another status with

@@ -420,8 +420,22 @@ typedef struct ar_progress ar_progress;
 /* total_iters 0 = unknown.  On a terminal: a bar redrawn in place; off a
  * terminal: one plain line every few seconds; quiet: nothing. */
 ar_progress *ar_progress_create(FILE *to, bool quiet, int64_t total_iters);
+/* After iteration iter (of the whole run, a resumed one's earlier ones
+ * included), samples the run's samples so far.  The samples/s and ETA
+ * shown are this process's pace since its first update ("--" until a
+ * later one): a resumed run's earlier process does not enter them. */
 void ar_progress_update(ar_progress *p, int64_t iter, int64_t epoch,
-                        double loss, double samples_per_s);
+                        double loss, int64_t samples);
+/* A point of a run: clock (seconds), iterations and samples so far. */
+typedef struct ar_progress_mark {
+  double t;
+  int64_t iter, samples;
+} ar_progress_mark;
+/* The pace between two marks: samples per second, and the seconds left
+ * to reach iteration total (0 = unknown total) at that pace.  Each is -1
+ * when unknown (no iteration or no time between the marks, no total). */
+void ar_progress_pace(const ar_progress_mark *from, const ar_progress_mark *now, int64_t total,
+                      double *samples_per_s, double *eta_s);
 void ar_progress_note(ar_progress *p, const char *line); /* a line that stays */
 void ar_progress_finish(ar_progress *p);
 void ar_progress_destroy(ar_progress *p);

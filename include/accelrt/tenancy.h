@@ -78,8 +78,8 @@ typedef struct ar_tjob_fns {
   void (*close)(void *job);
   /* (optional) The last iteration's training loss and the samples trained
    * so far (a resumed job's earlier ones included), for the job's
-   * progress; called by the worker right after each step, so it must be
-   * cheap.  NULL: the job reports neither (progress.loss and
+   * progress; called by the worker once after the job's start and once
+   * right after each step, so it must be cheap.  NULL: the job reports neither (progress.loss and
    * samples_per_s stay unknown). */
   void (*progress)(void *job, double *loss, uint64_t *samples);
 } ar_tjob_fns;

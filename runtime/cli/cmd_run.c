@@ -213,6 +213,17 @@ static void print_summary(const ar_spec *spec, const ar_summary *s) {
          "run.json}\n", spec->output.dir);
 }
 
+static void say_error(ar_status st, const ar_err *err) {
+  fprintf(stderr, "accelrt run: error: %s\n", err->msg[0] ? err->msg : ar_status_str(st));
+  fflush(stderr);
+}
+
+/* ar_dist_opts.on_end: the rank's line, said while every rank still runs. */
+static void say_dist_end(void *ctx, ar_status st, const ar_err *err) {
+  say_error(st, err);
+  *(bool *)ctx = true;
+}
+
 int cli_run(int argc, char **argv) {
   cli_job_args a;
   int rc = cli_parse_job_args(argc, argv, "run", true, &a);
@@ -237,7 +248,7 @@ int cli_run(int argc, char **argv) {
       ar_log_set_level(AR_LOG_WARN);
     ar_summary s;
     ar_status st;
-    bool single = true;
+    bool single = true, said = false;
     if (spec->n_jobs > 0) {
       cli_passive_threads();
       st = ar_tenancy_run(spec, &opts, &err);
@@ -245,7 +256,10 @@ int cli_run(int argc, char **argv) {
     } else if (spec->distributed.enabled) {
       memset(&s, 0, sizeof s);
       s.iterations = -1; /* ranks other than 0 leave it: nothing to print */
-      st = ar_dist_run(spec, &opts, &s, &err);
+      ar_dist_opts dopts = AR_DIST_OPTS_INIT;
+      dopts.on_end = say_dist_end; /* every rank's line before the last barrier */
+      dopts.ctx = &said;
+      st = ar_dist_run_ex(spec, &opts, &dopts, &s, &err);
       single = s.iterations >= 0;
     } else {
       st = ar_run(spec, &opts, &s, &err);
@@ -255,7 +269,8 @@ int cli_run(int argc, char **argv) {
         print_summary(spec, &s);
       rc = CLI_OK;
     } else {
-      fprintf(stderr, "accelrt run: error: %s\n", err.msg[0] ? err.msg : ar_status_str(st));
+      if (!said)
+        say_error(st, &err);
       rc = CLI_FAIL;
     }
   }

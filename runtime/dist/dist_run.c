@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static void read_env(ar_dist_opts *o) {
@@ -625,6 +626,32 @@ static void write_timeline(ar__dist *c) {
   c->err = keep;
 }
 
+/* The last barrier, on MPI_COMM_WORLD (after set-up nothing else uses it,
+ * so only ranks at their end meet there).  A rank that died never comes:
+ * the wait is bounded like any wait on a peer, by the dead-peer timeout
+ * after a stop (every rank agreed, so all are alive and near) and by a few
+ * seconds after a failure (a peer may be dead).  false when it timed out
+ * (the request is left: MPI is not finalised then). */
+#define END_GRACE_S 5.0
+static bool end_barrier(ar__dist *c, bool failed) {
+  MPI_Request q;
+  if (MPI_Ibarrier(MPI_COMM_WORLD, &q) != MPI_SUCCESS)
+    return false;
+  double wait = failed && c->timeout_s > END_GRACE_S ? END_GRACE_S : c->timeout_s;
+  double until = ar_now() + wait;
+  for (;;) {
+    int flag = 0;
+    if (MPI_Test(&q, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      return false;
+    if (flag)
+      return true;
+    if (ar_now() > until)
+      return false;
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+}
+
 ar_status ar_dist_run_ex(const ar_spec *spec, const ar_run_opts *opts_in,
                          const ar_dist_opts *dopts, ar_summary *summary, ar_err *err) {
   ar_run_opts opts = opts_in ? *opts_in : (ar_run_opts)AR_RUN_OPTS_INIT;
@@ -656,9 +683,23 @@ ar_status ar_dist_run_ex(const ar_spec *spec, const ar_run_opts *opts_in,
   c.failed = st != AR_OK;
   teardown(&c);
   ar__dist_restore_signals();
-  if (st != AR_OK) {
+  if (st == AR_OK && c.stopped && c.rank == 0)
+    st = ar_errf(err, AR_INTERRUPTED,
+                 "interrupted at iteration %lld, every rank with it; checkpoint written to "
+                 "'%s/checkpoint.bin': continue with --resume",
+                 (long long)stopped_at, spec->output.dir);
+  else if (st == AR_OK && c.stopped)
+    st = ar_errf(err, AR_INTERRUPTED,
+                 "rank %d stopped at iteration %lld with the other ranks; rank 0 wrote the "
+                 "checkpoint", c.rank, (long long)stopped_at);
+  /* Each rank says how it ended before any exits: mpiexec kills the other
+   * ranks as soon as one exits non-zero, which cut their lines. */
+  if (st != AR_OK && c.o.on_end)
+    c.o.on_end(c.o.ctx, st, err);
+  bool in_step = c.cctl != MPI_COMM_NULL && end_barrier(&c, c.failed);
+  if (c.failed || !in_step) {
     /* Leave MPI as it is: finalising with a dead peer can hang, and the
-     * caller is about to exit non-zero (cmd_run prints err on every rank). */
+     * caller is about to exit non-zero. */
     return st;
   }
   if (c.abort_req != MPI_REQUEST_NULL) {
@@ -671,16 +712,7 @@ ar_status ar_dist_run_ex(const ar_spec *spec, const ar_run_opts *opts_in,
       MPI_Comm_free(comms[i]);
   if (we_init)
     MPI_Finalize();
-  if (c.stopped && c.rank == 0)
-    return ar_errf(err, AR_INTERRUPTED,
-                   "interrupted at iteration %lld, every rank with it; checkpoint written to "
-                   "'%s/checkpoint.bin': continue with --resume",
-                   (long long)stopped_at, spec->output.dir);
-  if (c.stopped)
-    return ar_errf(err, AR_INTERRUPTED,
-                   "rank %d stopped at iteration %lld with the other ranks; rank 0 wrote the "
-                   "checkpoint", c.rank, (long long)stopped_at);
-  return AR_OK;
+  return st;
 }
 
 ar_status ar_dist_run(const ar_spec *spec, const ar_run_opts *opts, ar_summary *summary,

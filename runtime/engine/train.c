@@ -521,8 +521,7 @@ static void count_iteration(run_ctx *c, int64_t rows, double loss, double second
   c->loss_window_n++;
   c->last_train_loss = loss;
   c->last_iter_loss = loss;
-  ar_progress_update(c->progress, c->st.iteration, c->st.epoch, loss,
-                     c->st.train_s > 0 ? (double)c->st.samples / c->st.train_s : 0.0);
+  ar_progress_update(c->progress, c->st.iteration, c->st.epoch, loss, c->st.samples);
 }
 
 static ar_status loss_err(run_ctx *c, double loss) {

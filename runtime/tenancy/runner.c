@@ -81,6 +81,10 @@ typedef struct tjob {
     uint64_t it, samples;
   } mark[2];
   double last_report; /* runner clock of the last on_progress */
+  /* The samples fns->progress reported after the job's last step (at its
+   * start, before the first), so a step's samples are the difference: one
+   * progress call a step.  Touched only by the worker that holds the job. */
+  uint64_t samples_seen;
 } tjob;
 
 /* A lane handle.  Its struct never moves (workers keep a pointer to it
@@ -1277,6 +1281,9 @@ static void run_task(ar_runner *r, worker *w, tjob *j) {
       j->started = true;
       j->pers = w->pers;
       j->eph = w->eph;
+      double loss0;
+      if (fns->progress) /* a resumed job's earlier samples */
+        fns->progress(j->d.job, &loss0, &j->samples_seen);
     }
   } else if (w->eph != j->eph) {
     fns->rebase(j->d.job, NULL, w->eph);
@@ -1291,18 +1298,16 @@ static void run_task(ar_runner *r, worker *w, tjob *j) {
     return;
   }
   if (st == AR_OK) {
-    double loss0;
-    uint64_t s0 = 0;
-    if (fns->progress)
-      fns->progress(j->d.job, &loss0, &s0);
     w->t_start = ar_now();
     st = fns->step(j->d.job, &w->err);
     w->t_end = ar_now();
     w->stepped = true;
     w->reported = st == AR_OK && fns->progress;
-    if (w->reported)
+    if (w->reported) {
       fns->progress(j->d.job, &w->loss, &w->samples);
-    w->stepped_samples = w->reported && w->samples > s0 ? w->samples - s0 : 0;
+      w->stepped_samples = w->samples > j->samples_seen ? w->samples - j->samples_seen : 0;
+      j->samples_seen = w->samples;
+    }
   }
   if (st == AR_OK &&
       (fns->done(j->d.job) || j->res.iterations + 1 >= j->d.iterations)) {

@@ -18,10 +18,12 @@
  *
  * The PyTorch check writes the case to a folder (meta.json: op, attributes,
  * shapes; in<i>.bin, param<i>.bin, state<i>.bin, gout<i>.bin, raw little-
- * endian), runs `python3 SCRIPT FOLDER`, which writes out<i>.bin,
- * gin<i>.bin, gparam<i>.bin (and state<i>.bin after the forward) with
- * torch, and compares.  Skipped (returns 1, prints why) when python3 or
- * torch is missing.  The interpreter is $ACCELRT_PYTHON (CMake sets it to
+ * endian), has SCRIPT's OPS compute it (one torch process for the whole
+ * program, tests/device/nn_torch_io.py --serve; `python3 SCRIPT FOLDER`
+ * does one case by hand), which writes out<i>.bin, gin<i>.bin,
+ * gparam<i>.bin (and state<i>.bin after the forward) with torch, and
+ * compares.  Skipped (returns 1, prints why) when python3 or torch is
+ * missing.  The interpreter is $ACCELRT_PYTHON (CMake sets it to
  * Debian's /usr/bin/python3, where python3-torch installs), else python3.  The scripts share tests/device/nn_torch_io.py.
  */
 #ifndef ACCELRT_TESTS_NN_CHECK_H
@@ -41,7 +43,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -331,17 +336,78 @@ static inline const char *nn_python(void) {
   return p && p[0] ? p : "python3";
 }
 
+/* The PyTorch side: one `python3 tests/device/nn_torch_io.py --serve`
+ * for the whole test program (torch takes ~2 s to start), fed one case a
+ * line; its stdin closes at exit, and it ends.  nn_torch.ok is 1 when it
+ * said "ready", 0 when it could not (no python3, no torch). */
+static struct {
+  int ok; /* -1: not started */
+  FILE *to, *from;
+  pid_t pid;
+} nn_torch = {-1, NULL, NULL, 0};
+
+static inline void nn__torch_stop(void) {
+  if (nn_torch.to)
+    fclose(nn_torch.to);
+  if (nn_torch.from)
+    fclose(nn_torch.from);
+  if (nn_torch.pid > 0)
+    waitpid(nn_torch.pid, NULL, 0);
+  nn_torch.to = nn_torch.from = NULL;
+  nn_torch.pid = 0;
+}
+
+static inline void nn__torch_start(void) {
+  nn_torch.ok = 0;
+  int in[2], out[2];
+  if (pipe(in) != 0 || pipe(out) != 0)
+    return;
+  /* Later children (system() below) must not hold the server's stdin. */
+  fcntl(in[1], F_SETFD, FD_CLOEXEC);
+  fcntl(out[0], F_SETFD, FD_CLOEXEC);
+  pid_t pid = fork();
+  if (pid < 0)
+    return;
+  if (pid == 0) {
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    close(in[0]);
+    close(out[1]);
+    execlp(nn_python(), nn_python(), "tests/device/nn_torch_io.py", "--serve", (char *)NULL);
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  signal(SIGPIPE, SIG_IGN); /* a dead server reads as a failed case */
+  nn_torch.pid = pid;
+  nn_torch.to = fdopen(in[1], "w");
+  nn_torch.from = fdopen(out[0], "r");
+  atexit(nn__torch_stop);
+  char line[512];
+  if (nn_torch.to && nn_torch.from && fgets(line, sizeof line, nn_torch.from) &&
+      !strcmp(line, "ready\n"))
+    nn_torch.ok = 1;
+  else
+    nn__torch_stop();
+}
+
 static inline bool nn_torch_available(void) {
-  static int have = -1;
   const char *off = getenv("ACCELRT_TORCH_CHECKS");
   if (off && !strcmp(off, "0"))
     return false; /* ci/sanitize: the release suite compares with torch */
-  if (have < 0) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "%s -c 'import torch' >/dev/null 2>&1", nn_python());
-    have = system(cmd) == 0;
-  }
-  return have == 1;
+  if (nn_torch.ok < 0)
+    nn__torch_start();
+  return nn_torch.ok == 1;
+}
+
+/* SCRIPT's reference for the case in dir; false (the reason on stderr) if
+ * the script failed or the server is gone. */
+static inline bool nn__torch_case(const char *script, const char *dir) {
+  char line[64];
+  if (!nn_torch.to || fprintf(nn_torch.to, "%s\t%s\n", script, dir) < 0 ||
+      fflush(nn_torch.to) != 0 || !fgets(line, sizeof line, nn_torch.from))
+    return false;
+  return !strcmp(line, "ok\n");
 }
 
 static inline void nn__write(const char *dir, const char *name, int i, const ar_tref *t) {
@@ -480,10 +546,10 @@ static inline int nn_check_torch(nn_case *c, const char *script, double atol, do
   nn_case_forward(c);
   if (c->training)
     nn_case_backward(c);
-  char cmd[1200];
-  snprintf(cmd, sizeof cmd, "%s %s %s", nn_python(), script, dir);
-  int rc = system(cmd);
-  assert_int_equal(rc, 0);
+  if (!nn__torch_case(script, dir)) {
+    printf("# torch: %s failed on %s's case in %s (kept)\n", script, ar_nn_op_name(c->op), dir);
+    fail();
+  }
   int bad = 0;
   for (int i = 0; i < a->n_out; i++) {
     if (a->out[i].dtype != AR_DT_F32)
@@ -518,9 +584,13 @@ static inline int nn_check_torch(nn_case *c, const char *script, double atol, do
     bad += nn__compare("gparam", i, a->gparam[i].p, ref, n, atol, rtol);
     free(ref);
   }
+  char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd) != 0)
     printf("# could not remove %s\n", dir);
+  if (bad)
+    printf("# torch: %d values of %s's case differ from %s's\n", bad, ar_nn_op_name(c->op),
+           script);
   assert_int_equal(bad, 0);
   return 0;
 }

@@ -50,6 +50,8 @@ def batchnorm(meta, ins, params, states):
     return [F.relu(y) if a["act"] == RELU else y]
 
 
+OPS = {"conv": conv, "maxpool": maxpool, "avgpool": avgpool,
+       "global_avgpool": global_avgpool, "batchnorm": batchnorm}
+
 if __name__ == "__main__":
-    nn_torch_io.run({"conv": conv, "maxpool": maxpool, "avgpool": avgpool,
-                     "global_avgpool": global_avgpool, "batchnorm": batchnorm})
+    nn_torch_io.run(OPS)

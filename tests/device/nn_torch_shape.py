@@ -123,8 +123,11 @@ def gather(meta, ins, params, states):
     return [out.reshape(shape)]
 
 
-nn_torch_io.run({
+OPS = {
     "concat": concat, "split": split, "slice": slice_, "pad": pad, "reshape": reshape,
     "flatten": flatten, "transpose": transpose, "embedding": embedding,
     "posembed": posembed, "mask": mask, "attention": attention, "gather": gather,
-})
+}
+
+if __name__ == "__main__":
+    nn_torch_io.run(OPS)

@@ -7,29 +7,10 @@
 #      exits non-zero with an error naming rank 2 and the iteration.
 # usage: killed_rank.sh MPIEXEC ACCELRT
 set -u
-MPIEXEC=$1
-ACCELRT=$2
-dir=$(mktemp -d /tmp/accelrt_killed_XXXXXX)
-fail() {
-  echo "FAIL: $*"
-  echo "---- output ----"
-  cat "$dir"/out*.txt 2>/dev/null
-  exit 1
-}
-cat > "$dir/job.yaml" <<EOF
-name: killed
-seed: 2
-device: host
-model:
-  input: {dense: 32}
-  layers:
-    - {name: h, dense: 64, activation: relu}
-    - {name: out, dense: 16, activation: softmax}
-data: {generate: {train_points: 400, test_points: 0, features: 32, labels: 16, nnz: 6, labels_per_point: 2}}
-train: {batch: 32, iterations: 12, threads: 1, checkpoint_every: 2, optimizer: {adam: {lr: 0.01}}}
-output: {dir: '$dir/run'}
-distributed: {servers: 1, order: tac, trace_iterations: 2}
-EOF
+name=killed
+. "$(dirname "$0")/lib.sh"
+dist_job killed 2 64 \
+  "{batch: 32, iterations: 12, threads: 1, checkpoint_every: 2, optimizer: {adam: {lr: 0.01}}}"
 
 # 1. Plain mpiexec.
 ACCELRT_DIST_FAULT=2:5 ACCELRT_DIST_TIMEOUT=10 timeout 120 \

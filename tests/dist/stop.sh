@@ -8,32 +8,9 @@
 # ranks at set-up: the workers alone used to wait for the servers there).
 # usage: stop.sh MPIEXEC ACCELRT
 set -u
-MPIEXEC=$1
-ACCELRT=$2
-dir=$(mktemp -d /tmp/accelrt_stop_XXXXXX)
-[ -d "$dir" ] || { echo "FAIL: mktemp"; exit 1; }
-mp=
-fail() {
-  echo "FAIL: $*"
-  echo "---- output ----"
-  cat "$dir"/out*.txt 2>/dev/null
-  [ -n "$mp" ] && kill -KILL "$mp" 2>/dev/null
-  exit 1
-}
-cat > "$dir/job.yaml" <<YAML
-name: stop
-seed: 3
-device: host
-model:
-  input: {dense: 32}
-  layers:
-    - {name: h, dense: 48, activation: relu}
-    - {name: out, dense: 16, activation: softmax}
-data: {generate: {train_points: 400, test_points: 0, features: 32, labels: 16, nnz: 6, labels_per_point: 2}}
-train: {batch: 32, iterations: 10000000, optimizer: {adam: {lr: 0.01}}}
-output: {dir: '$dir/run'}
-distributed: {servers: 1, order: tac, trace_iterations: 2}
-YAML
+name=stop
+. "$(dirname "$0")/lib.sh"
+dist_job stop 3 48 "{batch: 32, iterations: 10000000, optimizer: {adam: {lr: 0.01}}}"
 lines() { n=$(grep -c '"kind": "iteration"' "$dir/run/metrics.jsonl" 2>/dev/null); echo "${n:-0}"; }
 
 # train.threads 0 (the default): sets up and trains.
@@ -59,16 +36,17 @@ wait "$mp"
 rc=$?
 mp=
 [ "$rc" -ne 0 ] || fail "exit status 0 after SIGTERM"
-# Every rank says where it stopped, but mpiexec kills the others as soon as
-# one exits non-zero, so any of these lines may be cut: the stop itself is
-# proved by the files (the checkpoint, the summary and the metrics at one
-# N); each line that did come out must name that N.
+# Every rank says where it stopped before the ranks' last barrier (so
+# before any exits and mpiexec kills the rest): rank 0's line is required,
+# and each line that came out must name the summary's N.  The workers'
+# lines are not required: rank 0 may exit first, and mpiexec may drop a
+# killed rank's output that it had not forwarded yet.
 n=$(grep -o '"iterations": [0-9]*' "$dir/run/summary.json" | grep -o '[0-9]*$')
 [ -n "$n" ] || fail "no summary.json with the iterations"
-said=$(sed -n -e "s/.*interrupted at iteration \([0-9]*\), every rank with it; checkpoint written to '.*checkpoint.bin'.*/\1/p" \
-  -e "s/.*rank [12] stopped at iteration \([0-9]*\) with the other ranks.*/\1/p" "$dir/out1.txt")
-[ -n "$said" ] || fail "no rank said where it stopped"
-for m in $said; do
+said0=$(sed -n "s/.*interrupted at iteration \([0-9]*\), every rank with it; checkpoint written to '.*checkpoint.bin'.*/\1/p" "$dir/out1.txt")
+[ -n "$said0" ] || fail "rank 0 did not say where it stopped"
+said=$(sed -n "s/.*rank [12] stopped at iteration \([0-9]*\) with the other ranks.*/\1/p" "$dir/out1.txt")
+for m in $said0 $said; do
   [ "$m" = "$n" ] || fail "a rank said it stopped at iteration $m, the summary says $n"
 done
 [ -f "$dir/run/checkpoint.bin" ] || fail "no checkpoint.bin"

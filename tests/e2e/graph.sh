@@ -136,10 +136,10 @@ ready)
     case $cfg in
       fashion-*) [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || continue ;;
     esac
-    "$bin" run "$src/configs/$cfg.yaml" --quiet --set train.iterations=4 \
+    "$bin" run "$src/configs/$cfg.yaml" --quiet --set train.iterations=4 --set train.batch=16 \
       --set train.eval_points=256 --set output.dir="$cfg" \
       --set data.generate.train_points=2000 2> "$cfg.err" ||
-    "$bin" run "$src/configs/$cfg.yaml" --quiet --set train.iterations=4 \
+    "$bin" run "$src/configs/$cfg.yaml" --quiet --set train.iterations=4 --set train.batch=16 \
       --set train.eval_points=256 --set output.dir="$cfg" 2> "$cfg.err" ||
       { cat "$cfg.err"; fail "$cfg did not run"; }
     python3 -c "import json,math,sys; s=json.load(open(sys.argv[1])); \
@@ -237,13 +237,13 @@ fashion)
   d=/usr/share/datasets/fashion-mnist
   [ -f "$d/train-images-idx3-ubyte.gz" ] || { echo "skipped: $d is not installed"; exit 77; }
   cd "$work" || exit 1
-  "$bin" run "$src/configs/fashion-cnn.yaml" --quiet --set train.iterations=60 \
+  "$bin" run "$src/configs/fashion-cnn.yaml" --quiet --set train.iterations=30 \
     --set train.eval_points=1000 --set output.dir=fc || fail "fashion-cnn on a slice"
   top1=$(json fc/summary.json top1)
-  # 60 Adam steps of the CNN reach about 80% (78.8 after 30 on the
-  # development machine); a broken gradient stays near 10%.
+  # 30 Adam steps of the CNN reach about 79% (60 reach about 80%: the test
+  # ran those, at twice the time); a broken gradient stays near 10%.
   python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) > 60 else 1)" "$top1" \
-    || fail "fashion-cnn top-1 after 60 iterations is $top1, expected > 60"
+    || fail "fashion-cnn top-1 after 30 iterations is $top1, expected > 60"
   ;;
 *) fail "unknown case $case" ;;
 esac

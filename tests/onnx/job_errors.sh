@@ -9,11 +9,8 @@
 #     targets of another width than the output; softmax_ce on targets.
 #   job_errors.sh ACCELRT PYTHON
 set -uo pipefail
-bin=$1 py=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-"$py" -c 'import onnx' 2>/dev/null || { echo "skipped: python3-onnx is not installed"; exit 77; }
+. "$(dirname "$0")/lib.sh" "$@"
+need_python onnx
 "$py" - "$work" <<'PY' || fail "could not write the models"
 import sys
 import onnx

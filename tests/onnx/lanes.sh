@@ -6,11 +6,8 @@
 # twice, log the same loss at every step, and the loss falls.
 #   lanes.sh ACCELRT PYTHON
 set -uo pipefail
-bin=$1 py=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-"$py" -c 'import onnx, numpy' 2>/dev/null || { echo "skipped: python3-onnx or numpy missing"; exit 77; }
+. "$(dirname "$0")/lib.sh" "$@"
+need_python onnx numpy
 "$py" - "$work" <<'PY' || fail "could not write the model and the data"
 import os, sys
 import numpy as np

@@ -16,18 +16,11 @@ import accelrt
 BIN = os.environ.get("ACCELRT_BIN", "")
 PYTHON = sys.executable
 
-# The model and data of the jobs here: sparse 2000 -> 32 relu -> 300
-# softmax, on generated data (no file to fetch).
-MODEL_AND_DATA = """\
-model:
-  input: {sparse: 2000}
-  layers:
-    - {name: hidden, dense: 32, activation: relu}
-    - {name: out, dense: 300, activation: softmax}
-data:
-  generate: {train_points: 1000, test_points: 100, features: 2000, labels: 300,
-             nnz: 10, labels_per_point: 2, noise: 0.2}
-"""
+# The model and data of the jobs here, shared with the shell tests:
+# sparse 2000 -> 32 relu -> 300 softmax, on generated data.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "jobs",
+                       "small.yaml")) as _f:
+    MODEL_AND_DATA = _f.read()
 # A job that trains in well under a second on one thread: 30 iterations, an
 # evaluation and a checkpoint every 10.
 SMALL_JOB = "name: small\ndevice: host\nseed: 1\n" + MODEL_AND_DATA + """\

@@ -26,21 +26,14 @@ until_state() {
   for _ in $(seq 600); do [ "$(state_of "$1")" = "$2" ] && return 0; sleep 0.1; done
   fail "job $1 is $(state_of "$1"), not $2"
 }
-# svc_job FILE NAME [TRAIN_KEYS]: a small generated job of 30 iterations on
-# one thread (a few hundred ms), TRAIN_KEYS added to its train: mapping.
+# svc_job FILE NAME [TRAIN_KEYS]: the small generated job of
+# tests/jobs/small.yaml for 30 iterations on one thread (a few hundred ms),
+# TRAIN_KEYS added to its train: mapping.
 svc_job() {
-  cat >"$1" <<YAML
-name: $2
-device: host
-model:
-  input: {sparse: 2000}
-  layers:
-    - {name: hidden, dense: 32, activation: relu}
-    - {name: out, dense: 300, activation: softmax}
-data:
-  generate: {train_points: 1000, test_points: 0, features: 2000, labels: 300,
-             nnz: 10, labels_per_point: 2, noise: 0.2}
-train: {batch: 32, iterations: 30, threads: 1, optimizer: {adam: {lr: 0.001}}${3:+, $3}}
-YAML
+  {
+    printf 'name: %s\ndevice: host\n' "$2"
+    cat "$(dirname "$0")/../jobs/small.yaml"
+    echo "train: {batch: 32, iterations: 30, threads: 1, optimizer: {adam: {lr: 0.001}}${3:+, $3}}"
+  } >"$1"
   chmod 644 "$1"
 }

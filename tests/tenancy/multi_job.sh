@@ -7,6 +7,8 @@ set -euo pipefail
 bin=$1
 t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
+# Two jobs of tests/jobs/small.yaml's model and data (indented under jobs:).
+small=$(sed 's/^/    /' "$(dirname "$0")/../jobs/small.yaml")
 cat >"$t/mj.yaml" <<YAML
 name: mj
 device: host
@@ -14,25 +16,11 @@ runtime: {policy: srtf, memory: 256MiB}
 output: {dir: $t/out}
 jobs:
   - name: ok
-    model:
-      input: {sparse: 2000}
-      layers:
-        - {name: hidden, dense: 32, activation: relu}
-        - {name: out, dense: 300, activation: softmax}
-    data:
-      generate: {train_points: 1000, test_points: 100, features: 2000, labels: 300,
-                 nnz: 10, labels_per_point: 2, noise: 0.2}
+$small
     train: {batch: 32, iterations: 40, optimizer: {adam: {lr: 0.001}}}
     repeat: 2
   - name: diverges
-    model:
-      input: {sparse: 2000}
-      layers:
-        - {name: hidden, dense: 32, activation: relu}
-        - {name: out, dense: 300, activation: softmax}
-    data:
-      generate: {train_points: 1000, test_points: 100, features: 2000, labels: 300,
-                 nnz: 10, labels_per_point: 2, noise: 0.2}
+$small
     train: {batch: 32, iterations: 40, optimizer: {sgd: {lr: 1.0e+30, momentum: 0.9}}}
     arrival: 0.01
 YAML

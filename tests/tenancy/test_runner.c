@@ -40,6 +40,7 @@ typedef struct fake {
   unsigned char *pers, *eph;
   ar_device *dev; /* the handle it was started on */
   int starts, finishes, interrupted, closes, rebases, corrupt;
+  int progress_calls; /* f_progress */
 } fake;
 
 /* ---- iterations at once per device handle ------------------------------ */
@@ -213,6 +214,7 @@ static void f_close(void *job) {
 #define FAKE_BATCH 10
 static void f_progress(void *job, double *loss, uint64_t *samples) {
   fake *f = job;
+  f->progress_calls++;
   *loss = f->done ? 1.0 / (double)f->done : NAN;
   *samples = FAKE_BATCH * (uint64_t)f->done;
 }
@@ -645,6 +647,9 @@ static void test_stats(void **state) {
       assert_int_equal(result(r, (size_t)i).state, AR_TJ_DONE);
     assert_int_equal(st.iterations, iters);
     assert_int_equal(st.samples, iters * FAKE_BATCH);
+    /* One progress call a step, and one at the start for the baseline. */
+    for (int i = 0; i < 5; i++)
+      assert_int_equal(f[i].progress_calls, f[i].iters + 1);
     assert_int_equal(st.switches, sum.switches);
     uint64_t in_buckets = 0;
     for (int b = 0; b <= AR_RUNNER_SWITCH_BOUNDS; b++)
@@ -662,6 +667,27 @@ static void test_stats(void **state) {
     assert_true(st.busy_s > 0 && st.busy_s <= st.uptime_s);
     ar_runner_destroy(r);
   }
+}
+
+/* A resumed job (5 of its 8 iterations done before): the samples counted
+ * are the 3 iterations trained here, not the earlier ones. */
+static void test_stats_resumed(void **state) {
+  (void)state;
+  ar_runner *r = make_runner("fifo", 24 * KiB, 1, NULL);
+  fake f = {.id = 1, .P = 4 * KiB, .E = 4 * KiB, .iters = 8, .done = 5};
+  ar_tjob_desc d = {"resumed", NULL, f.P, f.E, 3, 5, 0, 0, 0, &f, &fake_fns, NULL};
+  f.r = r;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_runner_add(r, &d, &f.index, &err), AR_OK);
+  run(r);
+  ar_runner_stats st;
+  ar_runner_stats_get(r, &st);
+  assert_int_equal(result(r, 0).state, AR_TJ_DONE);
+  assert_int_equal(f.done, 8);
+  assert_int_equal(st.iterations, 3);
+  assert_int_equal(st.samples, 3 * FAKE_BATCH);
+  assert_int_equal(f.progress_calls, 3 + 1);
+  ar_runner_destroy(r);
 }
 
 static char *slurp(const char *path) {
@@ -903,6 +929,7 @@ int main(void) {
       cmocka_unit_test(test_progress),
       cmocka_unit_test(test_never_fits),     cmocka_unit_test(test_outputs),
       cmocka_unit_test(test_stats),
+      cmocka_unit_test(test_stats_resumed),
       cmocka_unit_test(test_one_device_lane_handles),
       cmocka_unit_test(test_shared_lane_handle),
   };
