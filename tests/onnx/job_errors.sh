@@ -10,7 +10,7 @@
 #   job_errors.sh ACCELRT PYTHON
 set -uo pipefail
 . "$(dirname "$0")/lib.sh" "$@"
-need_python onnx
+need_python onnx numpy
 "$py" - "$work" <<'PY' || fail "could not write the models"
 import sys
 import onnx
