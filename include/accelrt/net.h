@@ -81,6 +81,9 @@ void ar_net_rebase(ar_net *n, void *persistent, void *ephemeral);
  * call train or eval. */
 void *ar_net_x(ar_net *n);
 int64_t *ar_net_y(ar_net *n);
+/* With model.loss sigmoid_bce, the targets (batch x classes f32) instead
+ * of y: the same staging. */
+float *ar_net_targets(ar_net *n);
 
 /* One training step on the staged batch: forward, loss, backward, the
  * optimizer.  *loss: the batch's mean loss; *lr: the rate used.  AR_OK;
@@ -92,6 +95,20 @@ ar_status ar_net_train(ar_net *n, double *loss, double *lr, ar_err *err);
  * count: adds their loss and top-1/top-5 hits into acc (hits[0] top 1,
  * hits[2] top 5; hits[1] top 3). */
 ar_status ar_net_eval(ar_net *n, int64_t rows, ar_eval_acc *acc, ar_err *err);
+
+/* Forward in evaluation mode on the staged batch; out (batch x classes)
+ * receives the logits.  AR_OK; device statuses. */
+ar_status ar_net_eval_logits(ar_net *n, float *out, ar_err *err);
+
+/* The inference graph of a graph model's net (runtime/engine/net_export.c;
+ * the ONNX exporter writes it, onnx.h: ar_onnx_export): its input, every
+ * node but the loss, its output the logits; parameters, state and
+ * constants hold the net's values when `values` and the net is started
+ * (read from its device), else their initial values or zeros.  Names are
+ * the net's (an imported model's are its file's).  *out: the caller's
+ * (ar_nn_graph_destroy).  AR_OK; AR_UNSUPPORTED for a job file's chain
+ * model; AR_NOMEM; device statuses. */
+ar_status ar_net_graph(const ar_net *n, bool values, ar_nn_graph **out, ar_err *err);
 
 /* The optimizer's step count (checkpoints) and the tensors a checkpoint
  * keeps: parameters, optimizer state, running statistics, in plan order,
@@ -185,7 +202,8 @@ ar_status ar_net_build_graph(const ar_nn_graph *g, const ar_net_graph_opts *opts
  * f32, or i64 token ids), g's one output the logits (batch, classes); the
  * loss is softmax cross-entropy against class ids, and gradients reach
  * every parameter of g, also those nodes read as data inputs (summed where
- * several read one).  Then as ar_net_build: ar_net_x/ar_net_y, train,
+ * several read one).  With spec->bce the loss is BCE (nn.h) against targets
+ * (ar_net_targets) instead.  Then as ar_net_build: ar_net_x/ar_net_y, train,
  * eval, checkpoints.  spec must outlive the net; g may be destroyed.
  * AR_SPEC naming what does not fit (inputs, outputs, shapes); AR_NOMEM. */
 ar_status ar_net_build_graph_train(const ar_nn_graph *g, const ar_spec *spec, ar_net **out,

@@ -138,7 +138,8 @@ typedef struct ar_tref {
   X(WHERE, "where", math)                                                      \
   X(EXPAND, "expand", math)                                                    \
   X(CAST, "cast", math)                                                        \
-  X(GATHER, "gather", shape)
+  X(GATHER, "gather", shape)                                                   \
+  X(BCE, "bce", math)
 
 typedef enum ar_nn_op {
 #define AR__NN_ENUM(e, name, group) AR_NN_##e,
@@ -199,6 +200,12 @@ int ar_nn_op_from_name(const char *name);
  *            writes dlogits = scale * (softmax - onehot) (the engine's
  *            scale: 1 / rows); a label outside [0, C) is a forward error
  *            the engine checks on the host beforehand.  aux: softmax (N,C).
+ * BCE        logits (N, C) f32, targets (N, C) f32 (multi-hot, or any
+ *            values in [0, 1]) -> loss (N) f32: the row's mean over its C
+ *            classes of the sigmoid cross-entropy, max(x, 0) - x t +
+ *            log(1 + exp(-|x|)), so that the engine's mean over rows is
+ *            PyTorch's BCEWithLogitsLoss.  Backward ignores gout and writes
+ *            dlogits = scale * (sigmoid(x) - t) / C.
  * CONCAT     n inputs -> one, along axis; SPLIT one input -> n_sizes
  *            outputs of sizes[i] along axis.
  * SLICE      axis, begin, end (end clamped; step 1).

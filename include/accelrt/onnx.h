@@ -142,6 +142,44 @@ typedef struct ar_onnx_lower_opts {
 ar_status ar_onnx_lower(const ar_onnx_model *m, const ar_onnx_lower_opts *o, ar_nn_graph **out,
                         ar_err *err);
 
+
+/* ---- export ----------------------------------------------------------------
+ * ar_onnx_export writes an nn graph (nn.h; the engine makes one of a
+ * trained net: net.h, ar_net_graph) as an ONNX inference graph: each op as
+ * ONNX nodes (batch normalisation in evaluation form with its running
+ * statistics, dropout removed, fused activations, GELU and, before opset
+ * 17, layer normalisation as their decompositions), every constant,
+ * parameter and state tensor an initializer of its name and values.
+ * Tests: tests/onnx/export.sh, tests/onnx/torch_train.py. */
+#define AR_ONNX_EXPORT_OPSET_MIN 13
+#define AR_ONNX_EXPORT_OPSET_MAX 17
+
+typedef struct ar_onnx_export_opts {
+  int64_t opset; /* AR_ONNX_EXPORT_OPSET_MIN..MAX */
+  /* The same model's graph built for another batch size (the same nodes
+   * and tensors), or NULL: the dims and shape attributes that differ
+   * between the two follow the batch, so the inputs' and outputs' first
+   * axis is written symbolic ("N") and a Reshape's target gets -1 there.
+   * NULL: every dim as in g. */
+  const ar_nn_graph *probe;
+  const char *producer; /* producer_name; NULL: "accelrt" */
+  const char *version;  /* producer_version; NULL: none */
+} ar_onnx_export_opts;
+#define AR_ONNX_EXPORT_OPTS_INIT                                                                   \
+  { 13, NULL, NULL, NULL }
+
+/* The ModelProto of g packed into *bytes (n of them; ar_free).  AR_OK;
+ * AR_UNSUPPORTED naming the node and its op when it has no ONNX form here
+ * (the fused attention op; a loss), or when a constant or a shape
+ * attribute follows the batch where ONNX needs it fixed; AR_INVALID (an
+ * opset outside 13..17, a probe of another graph); AR_NOMEM. */
+ar_status ar_onnx_export(const ar_nn_graph *g, const ar_onnx_export_opts *o, void **bytes,
+                         size_t *n, ar_err *err);
+/* One TensorProto of t (its name, dims, type, raw data) packed into *bytes
+ * (ar_free): the input_K.pb and output_K.pb of a backend-test folder.
+ * AR_NOMEM. */
+ar_status ar_onnx_pack_tensor(const ar_onnx_tensor *t, void **bytes, size_t *n, ar_err *err);
+
 #ifdef __cplusplus
 }
 #endif

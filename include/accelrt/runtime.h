@@ -368,6 +368,24 @@ ar_status ar_eval_checkpoint(const ar_spec *spec, const char *ckpt, int64_t max_
                              int reps, const ar_eval_opts *opts, ar_eval_report *out,
                              ar_err *err);
 
+/* accelrt export: the model of checkpoint `checkpoint` (NULL:
+ * output.dir/checkpoint.bin) as an ONNX inference graph at `out` (written
+ * atomically: a failure leaves no file), opset 13..17, the batch axis
+ * symbolic.  test_dir (NULL: none): also writes there model.onnx and
+ * test_data_set_0/input_0.pb, output_0.pb, the first evaluation batch as
+ * the net sees it (after data.normalize) and the net's logits for it: an
+ * ONNX backend-test folder (accelrt onnx-test).  version: the producer
+ * version written.  A chain model (sparse or dense rows through dense
+ * layers) exports as Gemm layers taking the rows as dense (batch,
+ * features) f32; test_dir is for graph models.  AR_OK; AR_UNSUPPORTED (a
+ * node with no ONNX form, named; test_dir with a chain model); AR_NOTFOUND (no checkpoint); the checkpoint's
+ * statuses (another model's); AR_IO; AR_NOMEM. */
+typedef struct ar_export_opts {
+  const char *checkpoint, *out, *test_dir, *version;
+  int opset;
+} ar_export_opts;
+ar_status ar_export_onnx(const ar_spec *spec, const ar_export_opts *o, ar_err *err);
+
 /* Data a job will train on: generates data.generate into
  * output.dir/data/ when needed (reused when the same parameters and seed
  * were generated before) and returns the train and test paths (test may be

@@ -165,6 +165,10 @@ typedef struct ar_spec {
    * layer's section; width 0 (the graph gives it), act softmax. */
   int n_onnx_sparse;
   ar_layer_spec *onnx_sparse;
+  /* model.loss: sigmoid_bce (model.onnx only): one sigmoid cross-entropy
+   * per class against multi-hot targets (y.npy of shape (N, C)); false:
+   * softmax_ce against class ids. */
+  bool bce;
   int n_layers;
   ar_layer_spec *layers; /* (n_layers); the last one is the output layer */
 

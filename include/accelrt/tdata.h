@@ -13,7 +13,8 @@
  *        ".gz" (zlib).  Examples are (1, H, W) u8.
  *   npy  A folder with x.npy (f32, u8 or i64, C order, little-endian;
  *        first axis = examples) and y.npy (i64 class ids, one axis of the
- *        same length), read with mmap (no copy).
+ *        same length; or targets of shape (N, C), u8 or f32, multi-hot for
+ *        model.loss sigmoid_bce), read with mmap (no copy).
  *
  * Every file is opened through an ar_fs (fs.h).  Malformed input is an
  * AR_PARSE error naming the file, the offset or header field, what was
@@ -60,12 +61,18 @@ typedef struct ar_tdata_info {
   int nd;                         /* dims of one example */
   int64_t dims[AR_TDATA_MAX_DIMS]; /* idx: (1, H, W) */
   ar_tdata_type type;
-  int64_t classes;                /* the largest class id + 1 */
+  int64_t classes;                /* the largest class id + 1; targets: C */
+  int64_t targets;                /* npy y.npy of shape (N, C): C per example
+                                     (multi-hot, u8 or f32), else 0 (class ids) */
+  ar_tdata_type target_type;
   size_t bytes;                   /* memory the dataset holds (mapped or
                                      decompressed), for the memory plan */
 } ar_tdata_info;
 void ar_tdata_get_info(const ar_tdata *d, ar_tdata_info *out);
-/* The class id of example i (0 <= i < count). */
+/* The targets of examples idx[0..n-1] as floats into t (n x info.targets;
+ * a dataset of targets only). */
+void ar_tdata_targets(const ar_tdata *d, const int64_t *idx, int64_t n, float *t);
+/* The class id of example i (0 <= i < count; a dataset of class ids). */
 int64_t ar_tdata_label(const ar_tdata *d, int64_t i);
 
 /* Per-channel mean and standard deviation of the examples (channel = the

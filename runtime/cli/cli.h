@@ -5,6 +5,7 @@
 
 #include <getopt.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "accelrt/spec.h"
 
@@ -42,6 +43,13 @@ typedef struct cli_job_args {
 int cli_parse_job_args(int argc, char **argv, const char *cmd, bool run_flags,
                        cli_job_args *a);
 
+/* --set KEY=VALUE of command cmd: arg appended to sets; -1 to go on, else
+ * the exit status (the message printed).  options.c. */
+int cli_set_arg(const char *cmd, const char *arg, const char **sets, int *n_sets);
+/* After the options (getopt's optind): -1 when one job file is left, else
+ * the message, usage(stderr) and the exit status. */
+int cli_one_job(const char *cmd, int argc, void (*usage)(FILE *to));
+
 /* Prints why a job file did not load (its diagnostics, or the status) and
  * returns the exit status: 2, or 1 when out of memory. */
 int cli_load_failed(const char *file, ar_status st, const ar_diags *diags);
@@ -64,6 +72,7 @@ int cli_eval(int argc, char **argv);     /* cmd_eval.c */
 int cli_simulate(int argc, char **argv); /* cmd_simulate.c */
 int cli_study(int argc, char **argv);    /* cmd_study.c */
 int cli_onnx_test(int argc, char **argv); /* cmd_onnx.c */
+int cli_export(int argc, char **argv);    /* cmd_export.c */
 /* cmd_service.c: serve, submit, ps, logs, cancel (argv[0] is the command) */
 int cli_service(int argc, char **argv);
 

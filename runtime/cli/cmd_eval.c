@@ -244,11 +244,7 @@ int cli_eval(int argc, char **argv) {
       break;
     }
     case 's':
-      if (!strchr(optarg, '=')) {
-        fprintf(stderr, "accelrt eval: --set needs KEY=VALUE, got '%s'\n", optarg);
-        rc = CLI_USAGE;
-      }
-      sets[n_sets++] = optarg;
+      rc = cli_set_arg("eval", optarg, sets, &n_sets);
       break;
     case 'h':
       usage(stdout);
@@ -258,11 +254,8 @@ int cli_eval(int argc, char **argv) {
       rc = CLI_USAGE;
     }
   }
-  if (rc < 0 && optind != argc - 1) {
-    fprintf(stderr, "accelrt eval: expected one job file\n");
-    usage(stderr);
-    rc = CLI_USAGE;
-  }
+  if (rc < 0)
+    rc = cli_one_job("eval", argc, usage);
   ar_spec *spec = NULL;
   if (rc < 0)
     rc = load_job(argv[optind], sets, n_sets, &spec);

@@ -27,6 +27,8 @@ static const command commands[] = {
      "instead); writes nothing"},
     {"eval", cli_eval, "JOB.yaml [--checkpoint PATH] [--set KEY=VALUE]...",
      "score a checkpoint on the test split (all labels, and by LSH)"},
+    {"export", cli_export, "JOB.yaml --onnx OUT.onnx [--checkpoint PATH] [--opset N]",
+     "write the trained model as an ONNX inference graph"},
     {"info", cli_info, "", "build features, machine topology, devices"},
     {"gen-data", cli_gen_data, "--out DIR [options]",
      "write a synthetic dataset: XC format, or token sequences\n(--shape tokens)"},

@@ -90,3 +90,19 @@ int cli_no_args(int argc, char **argv, const char *help) {
   }
   return -1;
 }
+
+int cli_set_arg(const char *cmd, const char *arg, const char **sets, int *n_sets) {
+  sets[(*n_sets)++] = arg;
+  if (strchr(arg, '='))
+    return -1;
+  fprintf(stderr, "accelrt %s: --set needs KEY=VALUE, got '%s'\n", cmd, arg);
+  return CLI_USAGE;
+}
+
+int cli_one_job(const char *cmd, int argc, void (*usage)(FILE *to)) {
+  if (optind == argc - 1)
+    return -1;
+  fprintf(stderr, "accelrt %s: expected one job file\n", cmd);
+  usage(stderr);
+  return CLI_USAGE;
+}

@@ -53,8 +53,20 @@ void ar_tdata_close(ar_tdata *d) {
 
 void ar_tdata_get_info(const ar_tdata *d, ar_tdata_info *out) { *out = d->info; }
 
+void ar_tdata_targets(const ar_tdata *d, const int64_t *idx, int64_t n, float *t) {
+  const int64_t C = d->info.targets;
+  AR_ASSERT(d->yt);
+  for (int64_t b = 0; b < n; b++) {
+    AR_ASSERT(idx[b] >= 0 && idx[b] < d->info.count);
+    for (int64_t j = 0; j < C; j++)
+      t[b * C + j] = d->info.target_type == AR_TDATA_U8
+                         ? (float)((const uint8_t *)d->yt)[idx[b] * C + j]
+                         : ((const float *)d->yt)[idx[b] * C + j];
+  }
+}
+
 int64_t ar_tdata_label(const ar_tdata *d, int64_t i) {
-  AR_ASSERT(i >= 0 && i < d->info.count);
+  AR_ASSERT(i >= 0 && i < d->info.count && !d->yt);
   return d->y8 ? (int64_t)d->y8[i] : d->y64[i];
 }
 
@@ -172,8 +184,8 @@ void ar_tdata_batch(const ar_tdata *d, const int64_t *idx, int64_t n, const ar_t
   for (int64_t b = 0; b < n; b++) {
     int64_t i = idx[b];
     AR_ASSERT(i >= 0 && i < d->info.count);
-    if (y)
-      y[b] = d->y8 ? (int64_t)d->y8[i] : d->y64[i];
+    if (y) /* class ids (a dataset of targets gives them by ar_tdata_targets) */
+      y[b] = d->y8 ? (int64_t)d->y8[i] : d->y64 ? d->y64[i] : 0;
     if (d->info.type == AR_TDATA_I64) {
       memcpy(ids + b * E, (const int64_t *)d->x + i * E, (size_t)E * sizeof *ids);
       continue;

@@ -24,6 +24,7 @@ struct ar_tdata {
   const void *x;      /* (count, elems) of info.type */
   const uint8_t *y8;  /* (count) idx class ids, or NULL */
   const int64_t *y64; /* (count) npy class ids, or NULL */
+  const void *yt;     /* (count, info.targets) npy targets of info.target_type, or NULL */
   void *heap[AR__TDATA_HOLD];
   void *map[AR__TDATA_HOLD];
   size_t map_len[AR__TDATA_HOLD];

@@ -308,10 +308,12 @@ ar_status ar_tdata_open_npy(const char *folder, const ar_fs *fs, ar_tdata **out,
                  fx.path);
     goto fail;
   }
-  if (fy.type != AR_TDATA_I64 || fy.h.axes != 1) {
+  bool targets = fy.h.axes == 2 && fy.type != AR_TDATA_I64;
+  if (!targets && (fy.type != AR_TDATA_I64 || fy.h.axes != 1)) {
     st = ar_errf(err, AR_PARSE,
                  "%s: header: descr '%s' with %d axes, expected '<i8' with one axis (class "
-                 "ids; save y.astype(numpy.int64))",
+                 "ids; save y.astype(numpy.int64)) or '|u1' or '<f4' with two (multi-hot "
+                 "targets (N, C), for model.loss sigmoid_bce)",
                  fy.path, fy.h.descr, fy.h.axes);
     goto fail;
   }
@@ -335,8 +337,14 @@ ar_status ar_tdata_open_npy(const char *folder, const ar_fs *fs, ar_tdata **out,
   const void *y = NULL;
   if ((st = values(d, 0, &fx, &d->x, err)) != AR_OK || (st = values(d, 1, &fy, &y, err)) != AR_OK)
     goto fail;
-  d->y64 = y;
-  for (int64_t i = 0; i < d->info.count; i++) {
+  if (targets) {
+    d->yt = y;
+    d->info.targets = d->info.classes = fy.h.shape[1];
+    d->info.target_type = fy.type;
+  } else {
+    d->y64 = y;
+  }
+  for (int64_t i = 0; !targets && i < d->info.count; i++) {
     int64_t v = d->y64[i];
     if (v < 0) {
       st = ar_errf(err, AR_PARSE,

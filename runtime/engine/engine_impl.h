@@ -197,10 +197,21 @@ typedef struct ar_job run_ctx;
 ar_status ar__netjob_open_data(run_ctx *c);
 ar_status ar__netjob_start(run_ctx *c, ar_device *dev, void *persistent, void *ephemeral);
 ar_status ar__netjob_step(run_ctx *c);
+/* Stages the first batch of the test split (the training split when the
+ * job has none) as evaluation sees it (accelrt export's test data). */
+void ar__netjob_stage_first(run_ctx *c);
 ar_status ar__netjob_eval(run_ctx *c, ar_eval_acc *acc);
 ar_status ar__netjob_save(run_ctx *c);
 ar_status ar__netjob_load(run_ctx *c);
 void ar__netjob_close(run_ctx *c);
+/* export_chain.c: the inference graph of chain model m for batches of
+ * `batch` rows (its parameters when values, else zeros).  *out: the
+ * caller's (ar_nn_graph_destroy).  AR_NOMEM; device statuses. */
+ar_status ar__chain_graph(const ar_model *m, int64_t batch, bool values, ar_nn_graph **out,
+                          ar_err *err);
+/* A context of its own (accelrt eval, export) closed: the net, the device
+ * it opened, the plan, the data and checkpoint paths, c itself. */
+void ar__netjob_free(run_ctx *c);
 /* The device a job opens: spec->device, but `auto` is the host for a
  * graph model (its ops run there in this version). */
 const char *ar__job_device_name(const ar_spec *spec);

@@ -123,31 +123,43 @@ ar_status ar_net_build_graph(const ar_nn_graph *g, const ar_net_graph_opts *opts
   return ar__net_done(n, build(n, g, err), false, out, err);
 }
 
-/* The labels and the loss node: XENT of the logits against y. */
-static ar_status add_loss(ar_net *n, ar_err *err) {
+/* The labels and the loss node: XENT of the logits against y (class
+ * ids), or BCE against y (batch, classes) of targets (model.loss
+ * sigmoid_bce). */
+static ar_status add_loss(ar_net *n, bool bce, ar_err *err) {
   ar_shape ys = {1, {n->batch}};
-  n->y = ar__net_tensor(n, "batch.y", &ys, AR_DT_I64, T_INPUT);
+  if (bce)
+    ys = n->tensors[n->logits].shape;
+  const ar_dtype yt = bce ? AR_DT_F32 : AR_DT_I64;
+  n->y = ar__net_tensor(n, "batch.y", &ys, yt, T_INPUT);
   nnode *d = n->y >= 0 ? ar__net_new_node(n) : NULL;
   if (!d)
     return nomem(err);
   const int id = n->n_nodes - 1;
   snprintf(d->name, sizeof d->name, "loss");
   snprintf(d->path, sizeof d->path, "model");
-  d->op = AR_NN_XENT;
+  d->op = bce ? AR_NN_BCE : AR_NN_XENT;
   ar_nn_attr_defaults(&d->attr);
   d->n_in = 2;
   d->in[0] = n->logits;
   d->in[1] = n->y;
   ar_shape in[2] = {n->tensors[n->logits].shape, ys};
-  ar_dtype dt[2] = {AR_DT_F32, AR_DT_I64};
-  AR_CHECK(ar_nn_infer(AR_NN_XENT, &d->attr, 2, in, dt, &d->sig, err));
+  ar_dtype dt[2] = {AR_DT_F32, yt};
+  AR_CHECK(ar_nn_infer(d->op, &d->attr, 2, in, dt, &d->sig, err));
   n->loss = ar__net_tensor(n, "loss", &d->sig.out[0], AR_DT_F32, T_ACT);
-  int aux = ar__net_tensor(n, "loss.aux0", &d->sig.aux[0], AR_DT_F32, T_AUX);
-  if (n->loss < 0 || aux < 0)
+  if (n->loss < 0)
     return nomem(err);
   n->nodes[id].out[0] = n->loss;
-  n->nodes[id].aux[0] = aux;
-  n->tensors[n->loss].producer = n->tensors[aux].producer = id;
+  n->tensors[n->loss].producer = id;
+  for (int k = 0; k < d->sig.n_aux; k++) {
+    char name[32];
+    snprintf(name, sizeof name, "loss.aux%d", k);
+    int aux = ar__net_tensor(n, name, &d->sig.aux[k], d->sig.aux_dtype[k], T_AUX);
+    if (aux < 0)
+      return nomem(err);
+    n->nodes[id].aux[k] = aux;
+    n->tensors[aux].producer = id;
+  }
   return AR_OK;
 }
 
@@ -185,7 +197,7 @@ ar_status ar_net_build_graph_train(const ar_nn_graph *g, const ar_spec *spec, ar
     n->tensors[n->logits].keep = false; /* the loss reads it; eval reads it in the forward */
     n->classes = lg->shape.d[1];
     n->n_inputs = n->n_outputs = 0; /* trained through ar_net_x / ar_net_y, not infer */
-    st = add_loss(n, err);
+    st = add_loss(n, spec->bce, err);
   }
   if (st == AR_OK)
     st = ar__net_head_onnx(n, err);

@@ -41,6 +41,13 @@ static ar_status check_shape(run_ctx *c, const ar_tdata *d, const char *path) {
                    in.type == AR_TDATA_I64 ? "token ids (i64)" : "values (u8 or f32)",
                    tokens ? "tokens" : "not tokens",
                    tokens ? "give a token dataset" : "use model.input.tokens");
+  if (s->bce != (in.targets > 0))
+    return ar_errf(c->err, AR_SPEC,
+                   "%s: the labels are %s, but model.loss is %s; %s", path,
+                   in.targets ? "multi-hot targets (y.npy of shape (N, C))" : "class ids",
+                   s->bce ? "sigmoid_bce" : "softmax_ce",
+                   s->bce ? "give y.npy of shape (N, C), u8 or f32 (format npy)"
+                          : "set model.loss: sigmoid_bce for multi-label targets");
   bool same = elems == s->input.features;
   if (s->input.kind == AR_INPUT_IMAGE)
     same = in.nd == 3 && in.dims[0] == s->input.image[0] && in.dims[1] == s->input.image[1] &&
@@ -136,6 +143,11 @@ ar_status ar__netjob_open_data(run_ctx *c) {
     AR_CHECK(ar_net_build(&c->mspec, rows, &c->net, c->err));
   if (c->jo.parts > 1) /* the parts' gradients sum to the batch mean */
     ar_net_set_grad_rows(c->net, s->train.batch);
+  if (s->bce && ti.targets != ar_net_classes(c->net))
+    return ar_errf(c->err, AR_SPEC,
+                   "%s: y.npy holds %lld targets per point, but the model's output has %lld "
+                   "classes; they must match",
+                   train, (long long)ti.targets, (long long)ar_net_classes(c->net));
   const ar_plan *p = ar_net_plan(c->net);
   c->plan = *p;
   c->plan.entries = ar_malloc((size_t)(p->count ? p->count : 1) * sizeof *p->entries);
@@ -194,7 +206,18 @@ static void stage(run_ctx *c, ar_tdata *d, const int64_t *idx, int64_t n, bool t
   bool tokens = c->spec->input.kind == AR_INPUT_TOKENS;
   void *x = ar_net_x(c->net);
   ar_tdata_batch(d, idx, n, &aug, epoch, ar_device_threads(c->dev), tokens ? NULL : x,
-                 tokens ? x : NULL, ar_net_y(c->net));
+                 tokens ? x : NULL, c->spec->bce ? NULL : ar_net_y(c->net));
+  if (c->spec->bce)
+    ar_tdata_targets(d, idx, n, ar_net_targets(c->net));
+}
+
+void ar__netjob_stage_first(run_ctx *c) {
+  ar_tdata *d = c->ttest ? c->ttest : c->ttrain;
+  ar_tdata_info ti;
+  ar_tdata_get_info(d, &ti);
+  for (int64_t r = 0; r < c->spec->train.batch; r++)
+    c->eval_idx[r] = r < ti.count ? r : 0;
+  stage(c, d, c->eval_idx, c->spec->train.batch, false, 0);
 }
 
 ar_status ar__netjob_step(run_ctx *c) {
@@ -364,11 +387,15 @@ ar_status ar__netjob_eval_checkpoint(const ar_spec *spec, const char *ckpt, int6
     out->threads = ar_device_threads(c->dev);
     snprintf(out->device, sizeof out->device, "%s", ar_device_name(c->dev));
   }
+  ar__netjob_free(c);
+  return st;
+}
+
+void ar__netjob_free(run_ctx *c) {
   ar__netjob_close(c);
   ar_device_close(c->dev);
   ar_plan_fini(&c->plan);
   ar_free(c->data_storage);
   ar_free(c->ckpt_path);
   ar_free(c);
-  return st;
 }

@@ -67,8 +67,9 @@ ar_status ar__net_workspace(ar_net *n, ar_err *err) {
   int topk = ar__net_tensor(n, "eval.topk", &ts, AR_DT_I32, T_WORK);
   if (n->work < 0 || topk < 0)
     return ar_errf(err, AR_NOMEM, "out of memory planning the graph");
-  if (n->x >= 0)
-    n->staging_bytes = n->tensors[n->x].bytes + (size_t)n->batch * (8 + 4 + 5 * 4);
+  if (n->x >= 0) /* x, y (ids or targets), the loss's rows, the top 5 */
+    n->staging_bytes = n->tensors[n->x].bytes + n->tensors[n->y].bytes +
+                       (size_t)n->batch * (4 + 5 * 4);
   return AR_OK;
 }
 
@@ -202,12 +203,16 @@ void *ar_net_x(ar_net *n) { return n->staging; }
 int64_t *ar_net_y(ar_net *n) {
   return (int64_t *)((char *)n->staging + n->tensors[n->x].bytes);
 }
-static float *staged_loss(ar_net *n) { return (float *)(ar_net_y(n) + n->batch); }
+float *ar_net_targets(ar_net *n) { return (float *)ar_net_y(n); }
+static float *staged_loss(ar_net *n) {
+  return (float *)((char *)ar_net_y(n) + n->tensors[n->y].bytes);
+}
+static bool bce(const ar_net *n) { return n->tensors[n->y].dtype == AR_DT_F32; }
 static int32_t *staged_top(ar_net *n) { return (int32_t *)(staged_loss(n) + n->batch); }
 
 static ar_status load(ar_net *n, ar_err *err) {
   const int64_t *y = ar_net_y(n);
-  for (int64_t r = 0; r < n->batch; r++)
+  for (int64_t r = 0; !bce(n) && r < n->batch; r++)
     if (y[r] < 0 || y[r] >= n->classes)
       return ar_errf(err, AR_RANGE,
                      "a point has class id %lld, but the model's last layer has %lld outputs "
@@ -436,11 +441,13 @@ ar_status ar_net_eval(ar_net *n, int64_t rows, ar_eval_acc *acc, ar_err *err) {
   if (st != AR_OK)
     return ar_errf(err, st, "reading the evaluation: %s", ar_device_errmsg(n->dev));
   const int64_t *y = ar_net_y(n);
+  const float *t = ar_net_targets(n);
   for (int64_t r = 0; r < rows && r < n->batch; r++) {
     acc->loss_sum += loss[r];
     acc->rows++;
+    /* A hit: the point's class, or (targets) any of its labels. */
     for (int j = 0; j < k; j++)
-      if (top[r * k + j] == y[r]) {
+      if (bce(n) ? t[r * n->classes + top[r * k + j]] > 0.5f : top[r * k + j] == y[r]) {
         if (j == 0)
           acc->hits[0] += 1;
         if (j < 3)
@@ -449,6 +456,16 @@ ar_status ar_net_eval(ar_net *n, int64_t rows, ar_eval_acc *acc, ar_err *err) {
         break;
       }
   }
+  return device_status(n, err);
+}
+
+ar_status ar_net_eval_logits(ar_net *n, float *out, ar_err *err) {
+  AR_CHECK(load(n, err));
+  AR_CHECK(forward(n, false, err));
+  const ntensor *lg = &n->tensors[n->logits];
+  ar_status st = ar_device_copy_out(n->dev, out, lg->p, lg->bytes);
+  if (st != AR_OK)
+    return ar_errf(err, st, "reading the logits: %s", ar_device_errmsg(n->dev));
   return device_status(n, err);
 }
 

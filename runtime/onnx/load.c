@@ -127,6 +127,11 @@ int ar__onnx_attr_ints(const Onnx__NodeProto *n, const char *name, const int64_t
   return (int)(a->n_ints > 64 ? 64 : a->n_ints);
 }
 
+bool ar__onnx_pytorch_rules(const ar_onnx_model *m) {
+  const char *p = m->mp->producer_name;
+  return p && (!strcmp(p, "pytorch") || !strcmp(p, "accelrt"));
+}
+
 const char *ar__onnx_node_str(const Onnx__NodeProto *n, int index, char *buf, size_t size) {
   const char *op = n->op_type ? n->op_type : "?";
   if (n->name && *n->name)

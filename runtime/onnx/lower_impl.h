@@ -1,13 +1,15 @@
 /*
  * Inside the lowering of ONNX ops (private to runtime/onnx/lower_*.c): the
- * helpers the three files of op lowerings share, and their tables.
+ * helpers the four files of op lowerings share, and their tables.
  *
  *   lower_math.c   constants and shapes of values, element-wise ops, Cast,
  *                  Clip, Expand, Where, MatMul, Gemm;
- *   lower_image.c  Conv, the pools, the normalisations, Softmax, Dropout;
+ *   lower_image.c  Conv, the pools, GlobalAveragePool;
+ *   lower_norm.c   BatchNormalization, LayerNormalization, Softmax,
+ *                  LogSoftmax, Dropout;
  *   lower_shape.c  Reshape and its kin, Transpose, Concat, Split, Slice,
  *                  Pad, Gather, the reductions; and ar__onnx_lower_node,
- *                  which looks an op up in the three tables.
+ *                  which looks an op up in the four tables.
  *
  * Each lowering gets the node's inputs (NULL where omitted); arguments that
  * must be static come from constants, or in `accelrt onnx-test` from the
@@ -110,13 +112,14 @@ static inline ar_status cast_to(lower *L, int t, ar_dtype to, int *out) {
   return AR_OK;
 }
 
-/* One op's lowering, and the tables of the three files. */
+/* One op's lowering, and the tables of the four files (lower_math.c,
+ * lower_image.c, lower_norm.c, lower_shape.c's own). */
 typedef ar_status (*ar__onnx_lower_fn)(lower *L, val *const *in, int n_in);
 typedef struct ar__onnx_lowering {
   const char *op;
   ar__onnx_lower_fn f;
 } ar__onnx_lowering;
-extern const ar__onnx_lowering ar__onnx_math_ops[], ar__onnx_image_ops[];
-extern const int ar__onnx_n_math_ops, ar__onnx_n_image_ops;
+extern const ar__onnx_lowering ar__onnx_math_ops[], ar__onnx_image_ops[], ar__onnx_norm_ops[];
+extern const int ar__onnx_n_math_ops, ar__onnx_n_image_ops, ar__onnx_n_norm_ops;
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * ONNX ops lowered to nn ops: constants and the shapes of values, element-wise
  * ops, Cast, Clip, Expand, Where, and the matrix products MatMul and Gemm.
- * (lower_impl.h lists the three files of op lowerings.)
+ * (lower_impl.h lists the four files of op lowerings.)
  */
 #include "lower_impl.h"
 

@@ -2,8 +2,8 @@
  * ONNX ops lowered to nn ops: Reshape, Flatten, Squeeze, Unsqueeze,
  * Transpose, Concat, Split, Slice (steps by gathering), Pad (edge and
  * reflect by gathering), Gather, ReduceMean and ReduceSum; and the lookup
- * of an op in the three files' tables.
- * (lower_impl.h lists the three files of op lowerings.)
+ * of an op in the four files' tables.
+ * (lower_impl.h lists the four files of op lowerings.)
  */
 #include "lower_impl.h"
 
@@ -339,6 +339,7 @@ ar_status ar__onnx_lower_node(ar__onnx_lower *L, ar__onnx_val *const *ins, int n
     int n;
   } tables[] = {{ar__onnx_math_ops, ar__onnx_n_math_ops},
                 {ar__onnx_image_ops, ar__onnx_n_image_ops},
+                {ar__onnx_norm_ops, ar__onnx_n_norm_ops},
                 {shape_ops, (int)(sizeof shape_ops / sizeof shape_ops[0])}};
   for (size_t k = 0; k < sizeof tables / sizeof tables[0]; k++)
     for (int i = 0; i < tables[k].n; i++)

@@ -6,10 +6,12 @@
  *   tensor.c     TensorProto to a host tensor (raw or typed fields,
  *                external data from the model's folder), tensor files;
  *   names.c      a string-to-index map (graph names);
- *   fold.c       ops evaluated on host tensors of any element type: what
- *                is constant for the input shapes is folded with these;
+ *   fold*.c      ops evaluated on host tensors of any element type: what
+ *                is constant for the input shapes is folded with these
+ *                (fold_impl.h);
  *   lower.c      the walk over the nodes: fold, or lower to nn ops;
- *   lower_*.c    each ONNX op's lowering (lower_impl.h).
+ *   lower_*.c    each ONNX op's lowering (lower_impl.h);
+ *   export*.c    nn graphs written as ONNX (export_impl.h).
  *
  * include/accelrt/onnx.h states the contracts.
  */
@@ -69,6 +71,11 @@ bool ar__onnx_depth_ok(const ProtobufCMessageDescriptor *d, const uint8_t *buf, 
                        int max_depth);
 /* protobuf-c's allocator over ar_malloc (tests inject failures there). */
 extern ProtobufCAllocator ar__onnx_alloc;
+
+/* Whether the model's producer trains batch normalisation by PyTorch's
+ * rules (producer_name "pytorch", or "accelrt": the running variance moves
+ * by the unbiased batch variance), not by ONNX's (the biased one). */
+bool ar__onnx_pytorch_rules(const ar_onnx_model *m);
 
 /* "node 'name' (Op)" or "node 12 (Op)" into buf. */
 const char *ar__onnx_node_str(const Onnx__NodeProto *n, int index, char *buf, size_t size);

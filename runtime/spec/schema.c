@@ -279,7 +279,7 @@ static const ar_schema layer_keys[] = {
             "devices only; see `mode`."},
     {0}};
 
-static const char *const onnx_loss_values[] = {"softmax_ce", NULL};
+static const char *const onnx_loss_values[] = {"softmax_ce", "sigmoid_bce", NULL};
 
 static const ar_schema layer_item[2] = {{.key = "item",
                                          .type = AR_SCHEMA_MAP,
@@ -318,7 +318,9 @@ static const ar_schema model_keys[] = {
      .values = onnx_loss_values,
      .def = "softmax_ce",
      .doc = "With `onnx`: the loss on the model's output; `softmax_ce` (softmax "
-            "cross-entropy against one class id per point) in this version."},
+            "cross-entropy against one class id per point) or `sigmoid_bce` (one "
+            "sigmoid cross-entropy per class, averaged, against multi-hot targets: "
+            "`data.format: npy` with y.npy of shape (N, C), u8 or f32)."},
     {0}};
 
 /* ---- data -------------------------------------------------------------- */
@@ -413,8 +415,9 @@ static const ar_schema data_keys[] = {
             "0-based ids). `libsvm`: no header, feature ids 1-based. `idx`: "
             "the MNIST family's images file (`.gz` allowed), labels by "
             "`train_labels` or the naming rule. `npy`: a folder with `x.npy` "
-            "and `y.npy` (class ids). idx and npy train graph models with "
-            "one class per point."},
+            "and `y.npy` (class ids; or (N, C) u8/f32 targets for `model.loss: "
+            "sigmoid_bce`). idx and npy train graph models with "
+            "one class per point (npy targets: several)."},
     {.key = "shuffle_window",
      INT_RANGE(0, INT64_MAX),
      .def = "65536",

@@ -1724,6 +1724,13 @@ static void convert_onnx_sparse(ctx *c, const ar_ynode *model, ar_spec *sp) {
 /* model.onnx: the model file instead of layers (exactly one of the two). */
 static void convert_onnx(ctx *c, const ar_ynode *root, const ar_ynode *model, ar_spec *sp) {
   const ar_ynode *onnx = ar_ynode_get(model, "onnx"), *layers = ar_ynode_get(model, "layers");
+  const ar_ynode *loss = ar_ynode_get(model, "loss");
+  bool bce = loss && loss->kind == AR_YNODE_SCALAR && loss->len == 11 &&
+             !memcmp(loss->text, "sigmoid_bce", 11);
+  if (!onnx && bce) /* softmax_ce, the default, is what a written model has */
+    diag_path(c, loss, "model.loss",
+              "sigmoid_bce is for `onnx` models only; a written model's loss is its last "
+              "layer's (remove model.loss)");
   if (!onnx) {
     if (!layers) /* reported at the key, as a missing required key is */
       diag_path(c, root->keys[ar__ymap_find(root, "model")], "model",
@@ -1736,6 +1743,7 @@ static void convert_onnx(ctx *c, const ar_ynode *root, const ar_ynode *model, ar
   if (onnx->kind != AR_YNODE_SCALAR)
     return; /* reported by the schema */
   sp->graph = true;
+  sp->bce = bce;
   sp->onnx = resolve(c, onnx);
   if (c->check_files && sp->onnx)
     check_file(c, onnx, "model.onnx", sp->onnx, false);

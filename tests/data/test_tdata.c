@@ -431,6 +431,41 @@ static void test_npy_refused(void **state) {
   expect_npy_err("yf", "yf/y.npy", "'<i8'");
 }
 
+/* Targets (N, C) for model.loss sigmoid_bce: u8 multi-hot and f32 read as
+ * floats per example in the order asked; i64 of two axes is refused. */
+static void test_npy_targets(void **state) {
+  (void)state;
+  float xf[3 * 2] = {0}, tf[3 * 4] = {0, 0.5f, 1, 0, 1, 1, 0, 0, 0.25f, 0, 0, 1};
+  uint8_t tu[3 * 4] = {1, 0, 0, 1, 0, 1, 1, 0, 0, 0, 0, 1};
+  const char *ok = "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }";
+  put_npy("tu8", "x.npy", 1, ok, xf, sizeof xf, 0);
+  put_npy("tu8", "y.npy", 1, "{'descr': '|u1', 'fortran_order': False, 'shape': (3, 4), }", tu,
+          sizeof tu, 0);
+  put_npy("tf32", "x.npy", 1, ok, xf, sizeof xf, 0);
+  put_npy("tf32", "y.npy", 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }", tf,
+          sizeof tf, 0);
+  const int64_t idx[2] = {2, 0};
+  for (int k = 0; k < 2; k++) {
+    ar_tdata *d = open_npy_ok(k ? "tf32" : "tu8");
+    ar_tdata_info in;
+    ar_tdata_get_info(d, &in);
+    assert_int_equal(in.targets, 4);
+    assert_int_equal(in.classes, 4);
+    float t[2 * 4];
+    ar_tdata_targets(d, idx, 2, t);
+    for (int j = 0; j < 4; j++) {
+      assert_float_equal(t[j], k ? tf[8 + j] : (float)tu[8 + j], 0);
+      assert_float_equal(t[4 + j], k ? tf[j] : (float)tu[j], 0);
+    }
+    ar_tdata_close(d);
+  }
+  int64_t y2[3 * 4] = {0};
+  put_npy("ti64", "x.npy", 1, ok, xf, sizeof xf, 0);
+  put_npy("ti64", "y.npy", 1, "{'descr': '<i8', 'fortran_order': False, 'shape': (3, 4), }", y2,
+          sizeof y2, 0);
+  expect_npy_err("ti64", "ti64/y.npy", "'|u1' or '<f4' with two");
+}
+
 /* ---- batches -------------------------------------------------------------- */
 
 #define C 2
@@ -806,7 +841,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_idx_plain),       cmocka_unit_test(test_idx_gz_and_naming),
       cmocka_unit_test(test_idx_errors),      cmocka_unit_test(test_npy_dtypes),
-      cmocka_unit_test(test_npy_refused),     cmocka_unit_test(test_batch_normalise),
+      cmocka_unit_test(test_npy_refused),     cmocka_unit_test(test_npy_targets),
+      cmocka_unit_test(test_batch_normalise),
       cmocka_unit_test(test_batch_augment),   cmocka_unit_test(test_order),
       cmocka_unit_test(test_tokens),          cmocka_unit_test(test_tokens_many_labels),          cmocka_unit_test(test_fashion_mnist),
   };

@@ -269,7 +269,7 @@ static inline double nn__objective(nn_case *c) {
     for (int64_t j = 0; j < n; j++)
       s += (double)o[j] * (double)g[j];
   }
-  return s * (c->op == AR_NN_XENT ? (double)c->a.scale : 1.0);
+  return s * (c->op == AR_NN_XENT || c->op == AR_NN_BCE ? (double)c->a.scale : 1.0);
 }
 
 /* Compares backward's gradient of one tensor with central differences;

@@ -355,6 +355,55 @@ static void test_xent(void **state) {
   }
 }
 
+/* BCE: the row's mean sigmoid cross-entropy against multi-hot targets
+ * (by hand in double), its gradient by finite differences, gout ignored. */
+static void test_bce(void **state) {
+  (void)state;
+  spec s = spec2(AR_NN_BCE, NN_SHAPE(4, 6), NN_SHAPE(4, 6));
+  s.scale = 0.25f;
+  nn_case c;
+  setup(&c, &s, NULL);
+  assert_int_equal(c.sig.no_grad, 2u);
+  float *x = c.a.in[0].p, *t = c.a.in[1].p;
+  for (int j = 0; j < 24; j++) {
+    t[j] = (float)((j * 7) % 3 == 0);
+    x[j] *= 4.0f; /* both tails of the sigmoid */
+  }
+  x[0] = 60.0f; /* exp would overflow in a naive log(1 + exp(x)) */
+  x[1] = -60.0f;
+  nn_case_forward(&c);
+  const float *loss = c.a.out[0].p;
+  for (int r = 0; r < 4; r++) {
+    double want = 0;
+    for (int j = r * 6; j < r * 6 + 6; j++)
+      want += fmax(x[j], 0.0) - (double)x[j] * t[j] + log1p(exp(-fabs((double)x[j])));
+    assert_float_equal(loss[r], want / 6.0, 1e-5 * fmax(1.0, want / 6.0));
+  }
+  for (int j = 0; j < 4; j++)
+    ((float *)c.a.gout[0].p)[j] = 1.0f;
+  nn_case_backward(&c);
+  float g0[24];
+  memcpy(g0, c.a.gin[0].p, sizeof g0);
+  for (int j = 0; j < 4; j++)
+    ((float *)c.a.gout[0].p)[j] = 2.0f * (float)j - 3.0f;
+  nn_case_backward(&c);
+  assert_memory_equal(g0, c.a.gin[0].p, sizeof g0);
+  for (int j = 0; j < 4; j++)
+    ((float *)c.a.gout[0].p)[j] = 1.0f;
+  x[0] = 2.0f; /* finite differences need the smooth middle */
+  x[1] = -2.0f;
+  nn_check_grad(&c, &tol_smooth);
+  nn_case_fini(&c);
+  /* Targets must be logits' shape and f32. */
+  ar_shape bad[2] = {NN_SHAPE(4, 6), NN_SHAPE(4)};
+  ar_dtype dt[2] = {AR_DT_F32, AR_DT_F32};
+  ar_nn_sig sig;
+  ar_err err = AR_ERR_INIT;
+  ar_nn_attr a = attr_def();
+  assert_int_equal(ar_nn_infer(AR_NN_BCE, &a, 2, bad, dt, &sig, &err), AR_INVALID);
+  assert_non_null(strstr(err.msg, "4x6"));
+}
+
 static void test_xent_stable(void **state) {
   (void)state;
   spec s = spec2(AR_NN_XENT, NN_SHAPE(2, 3), NN_SHAPE(2));
@@ -698,6 +747,7 @@ int main(void) {
       cmocka_unit_test(test_softmax),         cmocka_unit_test(test_softmax_stable),
       cmocka_unit_test(test_layernorm),       cmocka_unit_test(test_layernorm_aux),
       cmocka_unit_test(test_xent),            cmocka_unit_test(test_xent_stable),
+      cmocka_unit_test(test_bce),
       cmocka_unit_test(test_binary_same),     cmocka_unit_test(test_binary_broadcast),
       cmocka_unit_test(test_binary_scalar),   cmocka_unit_test(test_reduce),
       cmocka_unit_test(test_errors),          cmocka_unit_test(test_needed),

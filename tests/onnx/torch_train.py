@@ -5,7 +5,10 @@ file (`model: {onnx: ...}`), against PyTorch's own training of the same model
     /usr/bin/python3 torch_train.py ACCELRT MODEL [WORKDIR]
 
 MODEL is `cnn` (conv, batch norm in training mode, relu, max pool, a residual
-add, flatten, linear), `mlp` (linear, tanh, layer norm, linear), `resnet` (a
+add, flatten, linear), `mlp` (linear, tanh, layer norm, linear), `bce` (the
+mlp trained with `model.loss: sigmoid_bce` on multi-hot u8 targets, against
+PyTorch's BCEWithLogitsLoss), `bnmlp` (linear, batch norm over rows, relu,
+linear), `resnet` (a
 small ResNet: two residual blocks of conv and batch norm, global average
 pooling) or `transformer` (a token embedding, learned positions, one
 encoder layer with multi-head attention, gelu and layer norm, dropout 0,
@@ -73,6 +76,20 @@ class Mlp(nn.Module):
         return self.fc2(self.ln(torch.tanh(self.fc1(x))))
 
 
+class BnMlp(nn.Module):
+    """Batch norm over (N, C) rows: 16 values per channel in a batch, so
+    the running variance's rule (unbiased, PyTorch's; biased, ONNX's)
+    shows as 1/15 of each step's update."""
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(12, 16)
+        self.bn = nn.BatchNorm1d(16)
+        self.fc2 = nn.Linear(16, CLASSES)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.bn(self.fc1(x))))
+
+
 class Block(nn.Module):
     def __init__(self, c):
         super().__init__()
@@ -113,6 +130,8 @@ class Transformer(nn.Module):
 
 MODELS = {"cnn": (Cnn, (1, 8, 8), "{image: [1, 8, 8]}"),
           "mlp": (Mlp, (12,), "{dense: 12}"),
+          "bnmlp": (BnMlp, (12,), "{dense: 12}"),
+          "bce": (Mlp, (12,), "{dense: 12}"),
           "resnet": (ResNet, (1, 8, 8), "{image: [1, 8, 8]}"),
           "transformer": (Transformer, None, "{tokens: 6, vocab: 16}")}
 
@@ -127,14 +146,15 @@ def read_checkpoint(path):
 
 
 def compare_parameters(path, model):
-    """Every parameter after the run (and the running means) against
+    """Every parameter after the run and the running statistics against
     PyTorch's: within 1e-3 of the tensor's largest value.  The running
-    variances differ by design (ONNX's biased batch variance, PyTorch's
-    unbiased) and are not compared."""
+    variances follow PyTorch's rule (the unbiased batch variance) for a
+    model PyTorch exported; ONNX's biased one would put them off by
+    m/(m-1), m the values per channel in a batch (tens of percent here)."""
     ck = read_checkpoint(path)
     bad = 0
     for name, t in model.state_dict().items():
-        if name.endswith("num_batches_tracked") or name.endswith("running_var"):
+        if name.endswith("num_batches_tracked"):
             continue
         if name not in ck:
             print("FAIL: parameter %s is not in accelrt's checkpoint (%s)" % (name, sorted(ck)))
@@ -153,6 +173,64 @@ def compare_parameters(path, model):
     return bad
 
 
+def read_pb(path):
+    from onnx import numpy_helper
+    t = onnx.TensorProto()
+    with open(path, "rb") as f:
+        t.ParseFromString(f.read())
+    return numpy_helper.to_array(t)
+
+
+def check_export(accelrt, work, make):
+    """`accelrt export` of the 5-step checkpoint: onnx.checker accepts it;
+    its initializers, loaded into a fresh PyTorch module through
+    onnx.numpy_helper, give accelrt's own logits for the first batch (the
+    --test-data folder) within 1e-4 of their largest value in eval mode;
+    and accelrt onnx-test imports the export back with the same outputs
+    (ONNX's backend tolerance: rtol 1e-3, atol 1e-7)."""
+    import onnx
+    from onnx import numpy_helper
+    out, tdir = os.path.join(work, "exported.onnx"), os.path.join(work, "exported")
+    p = subprocess.run([accelrt, "export", "job.yaml", "--checkpoint",
+                        os.path.join("out_params", "checkpoint.bin"), "--onnx", out,
+                        "--test-data", tdir], capture_output=True, text=True, cwd=work)
+    if p.returncode != 0:
+        print("FAIL: accelrt export: %s%s" % (p.stdout, p.stderr))
+        return 1
+    m = onnx.load(out)
+    onnx.checker.check_model(m, full_check=True)
+    inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    fresh = make()
+    state = fresh.state_dict()
+    bad = 0
+    for name, t in state.items():
+        if name.endswith("num_batches_tracked"):
+            continue
+        if name not in inits or inits[name].size != t.numel():
+            print("FAIL: %s is not an initializer of the export" % name)
+            bad += 1
+            continue
+        state[name] = torch.from_numpy(inits[name].copy()).reshape(t.shape)
+    if bad:
+        return bad
+    fresh.load_state_dict(state)
+    fresh.eval()
+    x = read_pb(os.path.join(tdir, "test_data_set_0", "input_0.pb"))
+    ours = read_pb(os.path.join(tdir, "test_data_set_0", "output_0.pb"))
+    with torch.no_grad():
+        ref = fresh(torch.from_numpy(x.copy())).numpy()
+    d = np.abs(ref - ours).max() / max(np.abs(ref).max(), 1e-12)
+    print("export: PyTorch with the exported weights vs accelrt's logits: max diff %.2e of "
+          "the largest%s" % (d, "" if d <= 1e-4 else "  <-- more than 1e-4"))
+    bad += d > 1e-4
+    t = subprocess.run([accelrt, "onnx-test", tdir], capture_output=True, text=True)
+    print(t.stdout.strip())
+    if t.returncode != 0 or "1 passed" not in t.stdout:
+        print("FAIL: accelrt onnx-test of the export:\n%s%s" % (t.stdout, t.stderr))
+        bad += 1
+    return bad
+
+
 def main():
     accelrt, which = sys.argv[1], sys.argv[2]
     if len(sys.argv) > 3:
@@ -167,11 +245,13 @@ def train(accelrt, which, work):
     model = make()
     n = STEPS * BATCH
     x = torch.randn(n, *point) if point else torch.randint(0, VOCAB, (n, SEQ))
-    y = torch.randint(0, CLASSES, (n,))
+    multi = which == "bce"  # multi-label: u8 multi-hot targets (N, C), sigmoid_bce
+    y = (torch.rand(n, CLASSES) < 0.3).float() if multi else torch.randint(0, CLASSES, (n,))
     os.makedirs(os.path.join(work, "data"), exist_ok=True)
     np.save(os.path.join(work, "data", "x.npy"),
             x.numpy().astype(np.float32 if point else np.int64))
-    np.save(os.path.join(work, "data", "y.npy"), y.numpy().astype(np.int64))
+    np.save(os.path.join(work, "data", "y.npy"),
+            y.numpy().astype(np.uint8 if multi else np.int64))
 
     # The export runs the model once in training mode: keep the state it
     # had, so that PyTorch trains from what the file holds.
@@ -196,11 +276,12 @@ def train(accelrt, which, work):
     job = os.path.join(work, "job.yaml")
     with open(job, "w") as f:
         f.write("name: onnx-%s\ndevice: host\nseed: 1\n"
-                "model: {input: %s, onnx: model.onnx}\n"
+                "model: {input: %s, onnx: model.onnx%s}\n"
                 "data: {format: npy, train: data, shuffle_window: 0, normalize: false}\n"
                 "train: {batch: %d, iterations: %d, threads: 1, log_every: 1,\n"
                 "        optimizer: {sgd: {lr: %g, momentum: 0}}}\n"
-                "output: {dir: out}\n" % (which, inp, BATCH, STEPS, LR))
+                "output: {dir: out}\n" % (which, inp, ", loss: sigmoid_bce" if multi else "",
+                                           BATCH, STEPS, LR))
 
     check = subprocess.run([accelrt, "check", job], capture_output=True, text=True)
     if check.returncode != 0 or "memory plan" not in check.stdout or "graph model" not in check.stdout:
@@ -222,7 +303,7 @@ def train(accelrt, which, work):
                 ours.append(r["train_loss"])
 
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0)
-    lossf = nn.CrossEntropyLoss()
+    lossf = nn.BCEWithLogitsLoss() if multi else nn.CrossEntropyLoss()
     ref = []
     for s in range(STEPS):
         opt.zero_grad()
@@ -232,6 +313,7 @@ def train(accelrt, which, work):
         ref.append(loss.item())
         if s + 1 == CHECKED:
             bad = compare_parameters(os.path.join(work, "out_params", "checkpoint.bin"), model)
+    bad += check_export(accelrt, work, make)
     if len(ours) != STEPS:
         print("FAIL: %d train lines in metrics.jsonl, expected %d" % (len(ours), STEPS))
         return 1

@@ -1,6 +1,6 @@
 /*
  * Host kernels of the row-wise nn ops over the last axis
- * (include/accelrt/nn.h): SOFTMAX, LOG_SOFTMAX, LAYERNORM and XENT.  Each
+ * (include/accelrt/nn.h): SOFTMAX, LOG_SOFTMAX, LAYERNORM, XENT and BCE.  Each
  * row is one thread's; sums over a row are taken in double, so rows of
  * thousands of classes keep float accuracy, and exponentials always see
  * x - max(x) <= 0 (no overflow for any finite input).
@@ -331,7 +331,66 @@ static void xent_backward(void *state, ar_nn_args *a) {
   }
 }
 
+/* ---- BCE --------------------------------------------------------------------------
+ * logits (N, C), targets (N, C) -> loss (N) = mean_j softplus(x) - x t, in
+ * the stable form max(x, 0) - x t + log1p(exp(-|x|)); backward: dlogits =
+ * scale (sigmoid(x) - t) / C. */
+
+static ar_status bce_infer(const ar_nn_attr *attr, int n_in, const ar_shape *in,
+                           const ar_dtype *in_dtype, ar_nn_sig *sig, ar_err *err) {
+  (void)attr;
+  char sx[64], st[64];
+  AR_CHECK(ar__nn_want_inputs(AR_NN_BCE, n_in, 2, 2, err));
+  AR_CHECK(ar__nn_want_f32(AR_NN_BCE, n_in, in_dtype, 3u, err));
+  if (in[0].nd != 2 || !ar_shape_eq(&in[0], &in[1]) || in[0].d[1] <= 0)
+    return ar_errf(err, AR_INVALID,
+                   "bce: logits %s and targets %s: want both (N, C), C > 0",
+                   ar_shape_str(&in[0], sx, sizeof sx), ar_shape_str(&in[1], st, sizeof st));
+  ar__nn_sig_init(sig, n_in);
+  ar_shape loss = ar__nn_shape(1, (int64_t[]){in[0].d[0]});
+  ar__nn_sig_out(sig, &loss, AR_DT_F32);
+  sig->no_grad = 2u;
+  sig->in_needed = 3u; /* logits and targets */
+  sig->out_needed = false;
+  sig->flops = 6.0 * (double)ar_shape_count(&in[0]);
+  return AR_OK;
+}
+
+static void bce_forward(void *state, ar_nn_args *a) {
+  (void)state;
+  const int64_t rows = a->in[0].shape.d[0], n = a->in[0].shape.d[1];
+  const float *x = a->in[0].p, *t = a->in[1].p;
+  float *loss = a->out[0].p;
+  const int nt = ar__nn_team(a, rows * n);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (int64_t r = 0; r < rows; r++) {
+    double sum = 0.0;
+    for (int64_t j = r * n; j < (r + 1) * n; j++) {
+      const float v = x[j];
+      sum += (double)(v > 0 ? v : 0.0f) - (double)v * (double)t[j] +
+             log1p(exp(-(double)fabsf(v)));
+    }
+    loss[r] = (float)(sum / (double)n);
+  }
+}
+
+static void bce_backward(void *state, ar_nn_args *a) {
+  (void)state;
+  float *gx = a->gin[0].p;
+  if (!gx)
+    return;
+  const int64_t rows = a->in[0].shape.d[0], n = a->in[0].shape.d[1];
+  const float *x = a->in[0].p, *t = a->in[1].p;
+  const float scale = a->scale / (float)n;
+  const int nt = ar__nn_team(a, rows * n);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (int64_t i = 0; i < rows * n; i++)
+    gx[i] = scale * (1.0f / (1.0f + expf(-x[i])) - t[i]);
+}
+
 void ar__nn_host_norm_register(ar_nn_kernel *table) {
+  table[AR_NN_BCE] =
+      (ar_nn_kernel){.infer = bce_infer, .forward = bce_forward, .backward = bce_backward};
   table[AR_NN_SOFTMAX] = (ar_nn_kernel){
       .infer = softmax_infer, .forward = softmax_forward, .backward = softmax_backward};
   table[AR_NN_LOG_SOFTMAX] = (ar_nn_kernel){
