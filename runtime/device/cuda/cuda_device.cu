@@ -22,6 +22,7 @@
  * them; the engine copies once per batch in and once per loss out.
  */
 #include "cuda/cuda_impl.h"
+#include "cuda/cuda_nn.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -447,7 +448,7 @@ static const ar_device_ops cuda_ops = {
     /* copy */ cuda_copy_d2d,
     /* host_alloc */ cuda_host_alloc,
     /* host_free */ cuda_host_free,
-    /* nn_table: graph ops on CUDA are their own issue */ NULL,
+    /* nn_table */ ar__cuda_nn_table,
 };
 
 static ar__cuda_device *new_handle(int ordinal) {

@@ -74,6 +74,31 @@ const char *ar__cublas_text(cublasStatus_t s);
       return ar__cuda_status(ar__e, (err), #call, (d)->ordinal);               \
   } while (0)
 
+/* ---- launch helpers (every kernel file) ---- */
+
+/* True when an op should run: no earlier failure, and the device current. */
+static inline bool ar__cuda_enter(ar__cuda_device *d) {
+  if (d->base.failed != AR_OK)
+    return false;
+  return ar__cuda_note(d, cudaSetDevice(d->ordinal), "cudaSetDevice");
+}
+
+/* Records a failed launch of `kernel` (bad configuration, lost device). */
+static inline void ar__cuda_launched(ar__cuda_device *d, const char *kernel) {
+  ar__cuda_note(d, cudaGetLastError(), kernel);
+}
+
+/* Blocks for a grid-stride loop over n items, block threads each: at most
+ * 16 blocks per SM. */
+static inline unsigned ar__cuda_grid(const ar__cuda_device *d, int64_t n,
+                                     int block) {
+  int64_t g = (n + block - 1) / block;
+  int64_t cap = (int64_t)(d->sm_count > 0 ? d->sm_count : 1) * 16;
+  if (g > cap)
+    g = cap;
+  return (unsigned)(g < 1 ? 1 : g);
+}
+
 /* ---- the op launchers (cuda_kernels.cu); contracts in accelrt/device.h ---- */
 void ar__cuda_fill(ar_device *dev, float *x, int64_t n, float value);
 void ar__cuda_gemm(ar_device *dev, bool trans_a, bool trans_b, int64_t m,
