@@ -338,7 +338,9 @@ typedef struct ar_nn_args {
   float scale;     /* XENT's gradient scale */
   uint64_t seed;   /* DROPOUT: the engine gives seed ^ step per call */
   void *work;      /* the workspace prepare asked for */
-  size_t work_bytes;
+  size_t work_bytes; /* at prepare: the most the caller can give (0: not
+                        known; a backend then asks for no more than the
+                        host's kernel would) */
   int threads;     /* set by the device wrapper from the handle */
   ar_device *dev;  /* set by the device wrappers (prepare, forward,
                       backward): the handle the call runs on, whose queue

@@ -8,6 +8,9 @@
  * writes starts as NaN (all bits set), so an element it forgets to write
  * fails the comparison.
  *
+ * The convolutions run twice: through cuDNN (when the build and the
+ * machine have it) and through the direct kernels.
+ *
  * Tolerances, per op, |cuda - host| <= atol + rtol |host|:
  *   - exact (0, 0): the ops that only move data or draw the same bits
  *     (reshape, flatten, slice, concat, split, transpose, embedding,
@@ -28,6 +31,7 @@
  * compares the host with a one-thread host device instead: the test's own
  * bookkeeping runs on every machine, so a GPU run checks kernels only.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include "op_fixtures.h"
 
 #include "accelrt/nn.h"
@@ -331,6 +335,20 @@ static nn_case one(const char *name, ar_nn_op op, ar_shape s, float lo, float hi
 
 /* ---- the cases, in the order the ready graph jobs need the ops ---------------------- */
 
+/* A conv case through both CUDA paths: cuDNN (when the build and the
+ * machine have it) and the direct kernels (ACCELRT_CUDA_CONV=direct). */
+static void check_conv(nn_case *k, const ar_nn_attr *a) {
+  char name[80];
+  const char *base = k->name;
+  snprintf(name, sizeof name, "%s (direct)", base);
+  k->name = name;
+  setenv("ACCELRT_CUDA_CONV", "direct", 1);
+  check(k, a);
+  unsetenv("ACCELRT_CUDA_CONV");
+  k->name = base;
+  check(k, a);
+}
+
 static void test_conv(void **state) {
   (void)state;
   ar_nn_attr a;
@@ -339,7 +357,7 @@ static void test_conv(void **state) {
   a.kernel[0] = a.kernel[1] = 3;
   a.pad[0] = a.pad[1] = a.pad[2] = a.pad[3] = 1;
   nn_case k = one("conv 3x3 pad 1", AR_NN_CONV2D, shp(4, 2, 3, 7, 6), -1, 1, SUMS);
-  check(&k, &a);
+  check_conv(&k, &a);
   /* Strided, dilated, grouped, asymmetric padding, fused relu, no bias. */
   ar_nn_attr_defaults(&a);
   a.out = 6;
@@ -356,7 +374,7 @@ static void test_conv(void **state) {
   a.bias = false;
   a.act = AR_ACT_RELU;
   k = one("conv strided grouped relu", AR_NN_CONV2D, shp(4, 3, 4, 11, 10), -1, 1, SUMS);
-  check(&k, &a);
+  check_conv(&k, &a);
 }
 
 static void test_batchnorm(void **state) {
