@@ -33,6 +33,57 @@ output: {dir: out}
 YAML
 }
 
+# A jobs: file on device $1 mixing two graph models and a chain model,
+# run and checked: each is admitted on its plan and runs to the end.
+jobs_run() {
+  cat > jobs.yaml <<YAML
+name: jt
+device: $1
+seed: 7
+runtime: {policy: fair, memory: 1GiB}
+output: {dir: out}
+jobs:
+  - name: a
+    model:
+      input: {tokens: 12, vocab: 16}
+      layers:
+        - {name: emb, op: embedding, width: 16}
+        - {name: bag, op: mean, axis: 1}
+        - {name: out, dense: 2, activation: softmax}
+    data: {format: npy, generate: {train_points: 512, test_points: 128, features: 12, labels: 2}}
+    train: {batch: 32, iterations: 30}
+  - name: b
+    model:
+      input: {tokens: 12, vocab: 16}
+      layers:
+        - {name: emb, op: embedding, width: 16}
+        - {name: att, op: attention, heads: 2}
+        - {name: pool, op: mean, axis: 1}
+        - {name: out, dense: 2, activation: softmax}
+    data: {format: npy, generate: {train_points: 512, test_points: 128, features: 12, labels: 2}}
+    train: {batch: 32, iterations: 30}
+  - name: c
+    model:
+      input: {sparse: 100}
+      layers:
+        - {name: out, dense: 10, activation: softmax}
+    data: {generate: {train_points: 512, test_points: 64, features: 100, labels: 10}}
+    train: {batch: 32, iterations: 30}
+YAML
+  "$bin" run jobs.yaml --quiet || fail "a jobs: file with graph models"
+  python3 - <<'PY' || fail "jobs summary"
+import json
+d = json.load(open("out/summary.json"))
+assert d["failed"] == 0, d
+assert [j["status"] for j in d["jobs"]] == ["done"] * 3, d["jobs"]
+assert all(j["iterations"] == 30 for j in d["jobs"]), d["jobs"]
+for name in ("a", "b"):
+    s = json.load(open("out/%s/summary.json" % name))
+    assert "top1" in s and s["iterations"] == 30, s
+assert "p_at_3" in json.load(open("out/c/summary.json"))
+PY
+}
+
 case $case in
 tokens)
   "$bin" gen-data --out "$work/tok" --shape tokens --seq 12 --vocab 16 --train-points 1024 \
@@ -182,6 +233,9 @@ PY
     ran=$((ran + 1))
   done
   [ "$ran" -gt 0 ] || { echo "no ready graph job could run here: skipped"; exit 77; }
+  # Lanes on the GPU: the graph and chain models of a jobs: file share one
+  # arena, each lane a stream with its cuBLAS and cuDNN handles.
+  jobs_run cuda:0
   ;;
 errors)
   "$bin" gen-data --out "$work/tok" --shape tokens --seq 12 --vocab 16 --train-points 256 \
@@ -219,55 +273,9 @@ errors)
     err5.txt || { cat err5.txt; fail "distributed graph model: message"; }
   ;;
 jobs)
-  # A jobs: file mixing two graph models and a chain model shares the host
-  # through lanes: each is admitted on its plan and runs to the end.
+  # Two graph models and a chain model share the host through lanes.
   cd "$work" || exit 1
-  cat > jobs.yaml <<'YAML'
-name: jt
-device: host
-seed: 7
-runtime: {policy: fair, memory: 1GiB}
-output: {dir: out}
-jobs:
-  - name: a
-    model:
-      input: {tokens: 12, vocab: 16}
-      layers:
-        - {name: emb, op: embedding, width: 16}
-        - {name: bag, op: mean, axis: 1}
-        - {name: out, dense: 2, activation: softmax}
-    data: {format: npy, generate: {train_points: 512, test_points: 128, features: 12, labels: 2}}
-    train: {batch: 32, iterations: 30}
-  - name: b
-    model:
-      input: {tokens: 12, vocab: 16}
-      layers:
-        - {name: emb, op: embedding, width: 16}
-        - {name: att, op: attention, heads: 2}
-        - {name: pool, op: mean, axis: 1}
-        - {name: out, dense: 2, activation: softmax}
-    data: {format: npy, generate: {train_points: 512, test_points: 128, features: 12, labels: 2}}
-    train: {batch: 32, iterations: 30}
-  - name: c
-    model:
-      input: {sparse: 100}
-      layers:
-        - {name: out, dense: 10, activation: softmax}
-    data: {generate: {train_points: 512, test_points: 64, features: 100, labels: 10}}
-    train: {batch: 32, iterations: 30}
-YAML
-  "$bin" run jobs.yaml --quiet || fail "a jobs: file with graph models"
-  python3 - <<'PY' || fail "jobs summary"
-import json
-d = json.load(open("out/summary.json"))
-assert d["failed"] == 0, d
-assert [j["status"] for j in d["jobs"]] == ["done"] * 3, d["jobs"]
-assert all(j["iterations"] == 30 for j in d["jobs"]), d["jobs"]
-for name in ("a", "b"):
-    s = json.load(open("out/%s/summary.json" % name))
-    assert "top1" in s and s["iterations"] == 30, s
-assert "p_at_3" in json.load(open("out/c/summary.json"))
-PY
+  jobs_run host
   ;;
 fashion)
   d=/usr/share/datasets/fashion-mnist
