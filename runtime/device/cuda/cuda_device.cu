@@ -699,4 +699,16 @@ extern "C" void ar__cuda_describe(FILE *to) {
             prop.major, prop.minor, prop.multiProcessorCount, drv / 1000,
             (drv % 1000) / 10, rt / 1000, (rt % 1000) / 10);
   }
+  /* Which convolutions the graph ops run there. */
+#ifdef ACCELRT_HAVE_CUDNN
+  ar_err dnn_why = AR_ERR_INIT;
+  if (ar__cudnn_load(&dnn_why) == AR_OK)
+    fprintf(to, "cudnn: libcudnn.so.%d loaded (the graph ops' convolutions)\n",
+            CUDNN_MAJOR);
+  else
+    fprintf(to, "cudnn: none (%s)\n", dnn_why.msg);
+#else
+  fprintf(to, "cudnn: not built (ACCELRT_CUDNN); the graph ops' convolutions "
+              "run accelrt's own kernels\n");
+#endif
 }
