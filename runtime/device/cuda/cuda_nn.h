@@ -1,7 +1,8 @@
 /*
  * Inside the CUDA backend's graph ops (private to runtime/device/cuda;
- * CUDA C++ only): what the kernel files cuda_nn_conv.cu, cuda_nn_math.cu,
- * cuda_nn_shape.cu and cuda_nn_attention.cu share, and the registration of their entries in the
+ * CUDA C++ only): what the kernel files cuda_nn_conv.cu, cuda_nn_pool.cu,
+ * cuda_nn_bnorm.cu, cuda_nn_math.cu, cuda_nn_shape.cu and
+ * cuda_nn_attention.cu share, and the registration of their entries in the
  * CUDA table (cuda_nn.cu).
  *
  * Every op keeps include/accelrt/nn.h's contract, with the host kernels
@@ -93,7 +94,9 @@ void ar__cuda_nn_copy(ar_nn_args *a, void *dst, const void *src, size_t bytes,
                       const char *what);
 
 /* Each kernel file fills its ops' entries of the CUDA table. */
-void ar__cuda_nn_conv_register(ar_nn_kernel *table);
+void ar__cuda_nn_conv_register(ar_nn_kernel *table); /* and the two below */
+void ar__cuda_nn_pool_register(ar_nn_kernel *table);
+void ar__cuda_nn_bnorm_register(ar_nn_kernel *table);
 void ar__cuda_nn_math_register(ar_nn_kernel *table);
 void ar__cuda_nn_shape_register(ar_nn_kernel *table);
 void ar__cuda_nn_attention_register(ar_nn_kernel *table);
