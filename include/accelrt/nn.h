@@ -345,8 +345,13 @@ typedef struct ar_nn_args {
   float scale;     /* XENT's gradient scale */
   uint64_t seed;   /* DROPOUT: the engine gives seed ^ step per call */
   void *work;      /* the workspace prepare asked for */
-  size_t work_bytes;
+  size_t work_bytes; /* at prepare: the most the caller can give (0: not
+                        known; a backend then asks for no more than the
+                        host's kernel would) */
   int threads;     /* set by the device wrapper from the handle */
+  ar_device *dev;  /* set by the device wrappers (prepare, forward,
+                      backward): the handle the call runs on, whose queue
+                      and error record a GPU backend's kernels use */
 } ar_nn_args;
 /* Empty args for op with attr (counts 0, pointers NULL). */
 void ar_nn_args_init(ar_nn_args *a, ar_nn_op op, const ar_nn_attr *attr);

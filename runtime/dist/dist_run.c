@@ -163,10 +163,15 @@ static ar_status worker_device(ar__dist *c) {
   else
     snprintf(key, sizeof key, "device (or distributed.workers[%d].device)", c->widx);
   snprintf(c->dev_name, sizeof c->dev_name, "host");
-  /* Graph models run on the host in this version (issue 15); an explicit
-   * cuda:N is refused by the net, naming the device. */
+  /* A graph model's distributed workers run on the host in this version:
+   * its tensors would move between MPI and device memory unstaged. */
   if (strcmp(dev, "host") == 0 || (c->spec->graph && strcmp(dev, "auto") == 0))
     return AR_OK;
+  if (c->spec->graph)
+    return ar_errf(c->err, AR_SPEC,
+                   "worker %d (rank %d): device %s: a graph model's distributed workers run on "
+                   "the host in this version; set %s to host or auto", c->widx, c->rank, dev,
+                   key);
   char why[256] = "";
   int gpus = ar_cuda_device_count(why, sizeof why);
   if (strcmp(dev, "auto") == 0) {

@@ -8,8 +8,8 @@
 #include <string.h>
 
 const char *ar__job_device_name(const ar_spec *spec) {
-  /* `auto` means the host for graph models until their ops run on CUDA
-   * (issue 15): a GPU would refuse them. */
+  /* `auto` means the host for graph models: their CUDA kernels (issue 15)
+   * have not run on a GPU yet; `cuda:N` asks for them. */
   if (spec->graph && !strcmp(spec->device, "auto"))
     return "host";
   return spec->device;

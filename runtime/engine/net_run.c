@@ -1,7 +1,12 @@
 /* Graph models (include/accelrt/net.h): preparing the kernels, the blocks,
  * initialisation, a training step, evaluation, the optimizer and the
- * learning-rate schedule.  In this version graph models run on the host
- * device (the ops on CUDA are their own issue): start refuses another. */
+ * learning-rate schedule.  The plan and its workspace come from the host's
+ * kernels (ar__net_workspace); on another device (CUDA) start prepares
+ * that device's kernels in their place, each within the planned
+ * workspace, initialises the parameters in a host image of the persistent
+ * block and copies it in, and the few steps the engine does itself between
+ * ops (summing the gradients of a tensor with several consumers, AdamW's
+ * decay) go through device ops; on the host they stay plain loops. */
 #include "net_impl.h"
 
 #include <math.h>
@@ -142,15 +147,63 @@ static void init_tensors(ar_net *n) {
   }
 }
 
+static bool on_host(const ar_net *n) { return !strcmp(ar_device_name(n->dev), "host"); }
+
+/* The device's kernels in place of the host's that planned the workspace:
+ * each must fit the plan's workspace (the CUDA kernels never ask for more
+ * than the host's for the same op), or the plan would not be exact. */
+static ar_status prepare_device(ar_net *n, ar_err *err) {
+  for (int i = 0; i < n->n_nodes; i++) {
+    nnode *d = &n->nodes[i];
+    ar_nn_prim *pt = NULL, *pe = NULL;
+    size_t w1 = 0, w2 = 0;
+    ar_status st = ar_device_nn_prepare(n->dev, &d->args, true, &pt, &w1, err);
+    if (st == AR_OK)
+      st = ar_device_nn_prepare(n->dev, &d->args, false, &pe, &w2, err);
+    if (st == AR_OK && (w1 > n->work_bytes || w2 > n->work_bytes))
+      st = ar_errf(err, AR_UNSUPPORTED,
+                   "the %s kernel of '%s' asks for a workspace of %zu bytes, more than the "
+                   "%zu the plan holds (a bug: run the job with device: host)",
+                   ar_device_name(n->dev), ar_nn_op_name(d->op), w1 > w2 ? w1 : w2,
+                   n->work_bytes);
+    if (st != AR_OK) {
+      ar_device_nn_release(n->dev, pt);
+      ar_device_nn_release(n->dev, pe);
+      return ar_err_wrap(err, "%s", d->path);
+    }
+    ar_device_nn_release(n->dev, d->ptrain);
+    ar_device_nn_release(n->dev, d->peval);
+    d->ptrain = pt;
+    d->peval = pe;
+  }
+  return AR_OK;
+}
+
+/* init_tensors into a host image of the persistent block (every tensor it
+ * writes is persistent), then one copy to the device. */
+static ar_status init_device(ar_net *n, ar_err *err) {
+  void *img = ar_malloc(n->plan.persistent_bytes ? n->plan.persistent_bytes : 1);
+  if (!img)
+    return ar_errf(err, AR_NOMEM, "out of host memory initialising the parameters (%zu bytes)",
+                   n->plan.persistent_bytes);
+  void *base = n->persistent;
+  n->persistent = img;
+  bind(n);
+  init_tensors(n);
+  n->persistent = base;
+  bind(n);
+  ar_status st = ar_device_copy_in(n->dev, base, img, n->plan.persistent_bytes);
+  ar_free(img);
+  if (st != AR_OK)
+    return ar_errf(err, st, "copying the initial parameters to %s: %s", ar_device_name(n->dev),
+                   ar_device_errmsg(n->dev));
+  return AR_OK;
+}
+
 ar_status ar_net_start(ar_net *n, ar_device *dev, void *persistent, void *ephemeral,
                        ar_err *err) {
   if (n->started)
     return ar_errf(err, AR_STATE, "the model is already started");
-  if (strcmp(ar_device_name(dev), "host") != 0)
-    return ar_errf(err, AR_UNSUPPORTED,
-                   "graph models run on the host device in this version (%s has no kernels "
-                   "for their ops yet); set device: host",
-                   ar_device_name(dev));
   n->dev = dev;
   if (persistent) {
     n->persistent = persistent;
@@ -168,7 +221,12 @@ ar_status ar_net_start(ar_net *n, ar_device *dev, void *persistent, void *epheme
   AR_CHECK(ar_device_host_alloc(dev, n->staging_bytes, &n->staging));
   n->started = true;
   bind(n);
-  init_tensors(n);
+  if (on_host(n)) {
+    init_tensors(n);
+  } else {
+    AR_CHECK(prepare_device(n, err));
+    AR_CHECK(init_device(n, err));
+  }
   return ar__net_head_start(n, err);
 }
 
@@ -271,7 +329,7 @@ static ar_status forward(ar_net *n, bool training, ar_err *err) {
   return AR_OK;
 }
 
-/* dst += src (host memory: graph models run there). */
+/* dst += src (host memory). */
 static void add_into(float *dst, const float *src, int64_t cnt, int threads) {
 #pragma omp parallel for num_threads(threads) if (cnt > 65536) schedule(static)
   for (int64_t i = 0; i < cnt; i++)
@@ -300,15 +358,24 @@ static ar_status backward(ar_net *n, ar_err *err) {
   return AR_OK;
 }
 
+/* dst += src on the net's device: the host's loop, or the device's column
+ * sum of one row (which accumulates into dst). */
+static void add_on(ar_net *n, float *dst, const float *src, int64_t cnt, int threads) {
+  if (on_host(n))
+    add_into(dst, src, cnt, threads);
+  else
+    ar_device_col_sum(n->dev, 1, cnt, src, true, dst);
+}
+
 void ar__net_add_temps(ar_net *n, const nnode *d, int threads) {
   for (int k = 0; k < d->n_in; k++)
     if (d->gtmp[k] >= 0)
-      add_into(n->tensors[d->gtmp[k]].p, n->tensors[d->gin[k]].p,
-               ar_shape_count(&n->tensors[d->in[k]].shape), threads);
+      add_on(n, n->tensors[d->gtmp[k]].p, n->tensors[d->gin[k]].p,
+             ar_shape_count(&n->tensors[d->in[k]].shape), threads);
   for (int k = 0; k < d->sig.n_param; k++)
     if (d->gptmp[k] >= 0)
-      add_into(n->tensors[d->gptmp[k]].p, n->tensors[d->gparam[k]].p,
-               ar_shape_count(&d->sig.param[k]), threads);
+      add_on(n, n->tensors[d->gptmp[k]].p, n->tensors[d->gparam[k]].p,
+             ar_shape_count(&d->sig.param[k]), threads);
 }
 
 static double schedule_lr(const ar_net *n, int64_t t) {
@@ -353,11 +420,15 @@ void ar_net_opt_param(ar_net *n, int tensor, double lr) {
   float wd = t->decay ? (float)s->train.weight_decay : 0.0f;
   float *g = n->tensors[t->grad].p;
   if (s->train.optimizer == AR_OPT_ADAM && s->train.decoupled) {
-    /* AdamW: the weights shrink, the gradient stays the loss's (host
-     * memory: graph models run there). */
+    /* AdamW: the weights shrink, the gradient stays the loss's.  On a
+     * device: a GEMM with k = 0, which scales C (the weights, one row) by
+     * beta. */
     float keep = 1.0f - (float)lr * wd, *w = t->p;
-    for (int64_t j = 0; wd > 0 && j < cnt; j++)
-      w[j] *= keep;
+    if (on_host(n))
+      for (int64_t j = 0; wd > 0 && j < cnt; j++)
+        w[j] *= keep;
+    else if (wd > 0)
+      ar_device_gemm(n->dev, false, false, 1, cnt, 0, 1.0f, w, 1, w, cnt, keep, w, cnt);
     wd = 0.0f;
   }
   if (s->train.optimizer == AR_OPT_ADAM)

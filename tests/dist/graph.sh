@@ -226,6 +226,12 @@ orders)
     fail "train.batch 33 over 2 workers was accepted"
   grep -q "train.batch 33 does not divide among the 2 workers" out_u.txt ||
     fail "uneven batch: no message naming the batch and the workers"
+  # A graph model's workers are host-only under distributed: (MPI would read
+  # device memory unstaged): cuda:N is refused at set-up, named.
+  mpi 3 run d1.yaml --quiet --set output.dir=gpu --set device=cuda:0 > out_g.txt 2>&1 &&
+    fail "a graph job on cuda:0 workers was accepted"
+  grep -q "device cuda:0: a graph model's distributed workers run on the host" out_g.txt ||
+    { cat out_g.txt; fail "graph job on cuda workers: no message"; }
   "$py" - o_tac/trace.json <<'PY' || fail "trace.json of a graph job"
 import json, sys
 ev = json.load(open(sys.argv[1]))["traceEvents"]

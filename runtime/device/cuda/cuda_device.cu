@@ -22,6 +22,7 @@
  * them; the engine copies once per batch in and once per loss out.
  */
 #include "cuda/cuda_impl.h"
+#include "cuda/cuda_nn.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -92,6 +93,78 @@ done:
   pthread_mutex_unlock(&blas_lock);
   return st;
 }
+
+#ifdef ACCELRT_HAVE_CUDNN
+/* ---- cuDNN, loaded on first use --------------------------------------------- */
+
+ar__cudnn_api ar__dnn;
+static void *dnn_lib;
+
+ar_status ar__cudnn_load(ar_err *err) {
+  static const char *name = "libcudnn.so." AR__STR(CUDNN_MAJOR);
+  ar_status st = AR_OK;
+  pthread_mutex_lock(&blas_lock);
+  if (!dnn_lib) {
+    void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      st = ar_errf(err, AR_NODEVICE,
+                   "cannot load cuDNN (%s: %s); the graph ops use accelrt's own "
+                   "convolution kernels instead",
+                   name, dlerror());
+    } else {
+      ar__cudnn_api api;
+      bool ok = true;
+#define SYM(field, sym)                                                        \
+  api.field = (decltype(api.field))dlsym(lib, #sym);                           \
+  ok = ok && api.field != NULL
+      SYM(create, cudnnCreate);
+      SYM(destroy, cudnnDestroy);
+      SYM(set_stream, cudnnSetStream);
+      SYM(error_string, cudnnGetErrorString);
+      SYM(create_tensor, cudnnCreateTensorDescriptor);
+      SYM(set_tensor4d, cudnnSetTensor4dDescriptor);
+      SYM(destroy_tensor, cudnnDestroyTensorDescriptor);
+      SYM(create_filter, cudnnCreateFilterDescriptor);
+      SYM(set_filter4d, cudnnSetFilter4dDescriptor);
+      SYM(destroy_filter, cudnnDestroyFilterDescriptor);
+      SYM(create_conv, cudnnCreateConvolutionDescriptor);
+      SYM(set_conv2d, cudnnSetConvolution2dDescriptor);
+      SYM(set_groups, cudnnSetConvolutionGroupCount);
+      SYM(set_math, cudnnSetConvolutionMathType);
+      SYM(destroy_conv, cudnnDestroyConvolutionDescriptor);
+      SYM(fwd_algos, cudnnGetConvolutionForwardAlgorithm_v7);
+      SYM(bwd_data_algos, cudnnGetConvolutionBackwardDataAlgorithm_v7);
+      SYM(bwd_filter_algos, cudnnGetConvolutionBackwardFilterAlgorithm_v7);
+      SYM(fwd, cudnnConvolutionForward);
+      SYM(bwd_data, cudnnConvolutionBackwardData);
+      SYM(bwd_filter, cudnnConvolutionBackwardFilter);
+#undef SYM
+      if (!ok) {
+        dlclose(lib);
+        st = ar_errf(err, AR_NODEVICE,
+                     "%s lacks a function accelrt needs (older than the cuDNN %d "
+                     "headers it was built with); the graph ops use accelrt's own "
+                     "convolution kernels instead",
+                     name, CUDNN_MAJOR);
+      } else {
+        ar__dnn = api;
+        dnn_lib = lib;
+      }
+    }
+  }
+  pthread_mutex_unlock(&blas_lock);
+  return st;
+}
+
+bool ar__cudnn_note(ar__cuda_device *d, cudnnStatus_t s, const char *call) {
+  if (s == CUDNN_STATUS_SUCCESS)
+    return true;
+  if (d->base.failed == AR_OK)
+    d->base.failed = ar_errf(&d->base.err, AR_DEVICE, "cuda:%d: %s failed: %s",
+                             d->ordinal, call, ar__dnn.error_string(s));
+  return false;
+}
+#endif
 
 /* ---- errors ------------------------------------------------------------------ */
 
@@ -370,6 +443,10 @@ static ar_status cuda_mem_info(ar_device *dev, ar_device_mem *out) {
 static void teardown(ar__cuda_device *d) {
   if (d->stream)
     (void)cudaStreamSynchronize(d->stream);
+#ifdef ACCELRT_HAVE_CUDNN
+  if (d->dnn)
+    ar__dnn.destroy((cudnnHandle_t)d->dnn);
+#endif
   if (d->blas)
     ar__blas.destroy(d->blas);
   if (d->blas_ws)
@@ -390,7 +467,34 @@ static void cuda_destroy(ar_device *dev) {
   teardown(d);
 }
 
-/* A stream, a cuBLAS handle on it, and its workspace from the arena. */
+/* A cuDNN handle on the stream when the build has cuDNN and the machine
+ * loads it; without, d->dnn stays NULL and the graph ops run their own
+ * kernels (not an error).  A handle that cannot be made where the library
+ * loads is an error: the GPU is then not usable. */
+static ar_status setup_dnn(ar__cuda_device *d, ar_err *err) {
+#ifdef ACCELRT_HAVE_CUDNN
+  ar_err why = AR_ERR_INIT;
+  if (ar__cudnn_load(&why) != AR_OK)
+    return AR_OK;
+  cudnnHandle_t h = NULL;
+  cudnnStatus_t s = ar__dnn.create(&h);
+  if (s != CUDNN_STATUS_SUCCESS)
+    return ar_errf(err, AR_DEVICE, "cuda:%d: cudnnCreate failed: %s", d->ordinal,
+                   ar__dnn.error_string(s));
+  d->dnn = h;
+  s = ar__dnn.set_stream(h, d->stream);
+  if (s != CUDNN_STATUS_SUCCESS)
+    return ar_errf(err, AR_DEVICE, "cuda:%d: cudnnSetStream failed: %s", d->ordinal,
+                   ar__dnn.error_string(s));
+#else
+  (void)d;
+  (void)err;
+#endif
+  return AR_OK;
+}
+
+/* A stream, a cuBLAS handle on it, and its workspace from the arena; a
+ * cuDNN handle on it too when there is cuDNN. */
 static ar_status setup_queue(ar__cuda_device *d, ar_err *err) {
   AR_CUDA_CHECK(d, cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking),
                 err);
@@ -417,7 +521,7 @@ static ar_status setup_queue(ar__cuda_device *d, ar_err *err) {
       return ar_errf(err, AR_DEVICE, "cuda:%d: cublasSetWorkspace failed: %s",
                      d->ordinal, ar__cublas_text(s));
   }
-  return AR_OK;
+  return setup_dnn(d, err);
 }
 
 static ar_status cuda_open_lane(ar_device *dev, ar_device **out);
@@ -447,7 +551,7 @@ static const ar_device_ops cuda_ops = {
     /* copy */ cuda_copy_d2d,
     /* host_alloc */ cuda_host_alloc,
     /* host_free */ cuda_host_free,
-    /* nn_table: graph ops on CUDA are their own issue */ NULL,
+    /* nn_table */ ar__cuda_nn_table,
 };
 
 static ar__cuda_device *new_handle(int ordinal) {
@@ -595,4 +699,16 @@ extern "C" void ar__cuda_describe(FILE *to) {
             prop.major, prop.minor, prop.multiProcessorCount, drv / 1000,
             (drv % 1000) / 10, rt / 1000, (rt % 1000) / 10);
   }
+  /* Which convolutions the graph ops run there. */
+#ifdef ACCELRT_HAVE_CUDNN
+  ar_err dnn_why = AR_ERR_INIT;
+  if (ar__cudnn_load(&dnn_why) == AR_OK)
+    fprintf(to, "cudnn: libcudnn.so.%d loaded (the graph ops' convolutions)\n",
+            CUDNN_MAJOR);
+  else
+    fprintf(to, "cudnn: none (%s)\n", dnn_why.msg);
+#else
+  fprintf(to, "cudnn: not built (ACCELRT_CUDNN); the graph ops' convolutions "
+              "run accelrt's own kernels\n");
+#endif
 }

@@ -31,6 +31,9 @@ typedef struct ar__cuda_device {
   size_t blas_ws_bytes;
   ar__arena *arena;      /* shared with the lane handles; refcounted */
   void *arena_base;      /* the one cudaMalloc; freed with the last owner */
+  void *dnn;             /* owned: cudnnHandle_t bound to `stream`, or NULL
+                            (a build or machine without cuDNN: the graph
+                            ops' own kernels run instead) */
   int sm_count;          /* multiprocessors, for grid sizes */
   char name[256];        /* from cudaGetDeviceProperties */
 } ar__cuda_device;
@@ -51,6 +54,45 @@ typedef struct ar__cublas_api {
   decltype(&cublasSgemm_v2_64) sgemm_64;
 } ar__cublas_api;
 extern ar__cublas_api ar__blas;
+
+#ifdef ACCELRT_HAVE_CUDNN
+#include <cudnn.h>
+/* cuDNN, loaded with dlopen like cuBLAS when the first CUDA device opens
+ * (ACCELRT_CUDNN): the legacy convolution API of cuDNN 9 (deprecated
+ * there, still shipped; CUDNN_WARN_DEPRECATED is not defined, so it
+ * compiles without warnings).  Filled by ar__cudnn_load. */
+typedef struct ar__cudnn_api {
+  decltype(&cudnnCreate) create;
+  decltype(&cudnnDestroy) destroy;
+  decltype(&cudnnSetStream) set_stream;
+  decltype(&cudnnGetErrorString) error_string;
+  decltype(&cudnnCreateTensorDescriptor) create_tensor;
+  decltype(&cudnnSetTensor4dDescriptor) set_tensor4d;
+  decltype(&cudnnDestroyTensorDescriptor) destroy_tensor;
+  decltype(&cudnnCreateFilterDescriptor) create_filter;
+  decltype(&cudnnSetFilter4dDescriptor) set_filter4d;
+  decltype(&cudnnDestroyFilterDescriptor) destroy_filter;
+  decltype(&cudnnCreateConvolutionDescriptor) create_conv;
+  decltype(&cudnnSetConvolution2dDescriptor) set_conv2d;
+  decltype(&cudnnSetConvolutionGroupCount) set_groups;
+  decltype(&cudnnSetConvolutionMathType) set_math;
+  decltype(&cudnnDestroyConvolutionDescriptor) destroy_conv;
+  decltype(&cudnnGetConvolutionForwardAlgorithm_v7) fwd_algos;
+  decltype(&cudnnGetConvolutionBackwardDataAlgorithm_v7) bwd_data_algos;
+  decltype(&cudnnGetConvolutionBackwardFilterAlgorithm_v7) bwd_filter_algos;
+  decltype(&cudnnConvolutionForward) fwd;
+  decltype(&cudnnConvolutionBackwardData) bwd_data;
+  decltype(&cudnnConvolutionBackwardFilter) bwd_filter;
+} ar__cudnn_api;
+extern ar__cudnn_api ar__dnn;
+
+/* Loads libcudnn.so.<major of the headers> once (thread-safe).  AR_OK, or
+ * AR_NODEVICE with the reason in err (the caller then runs without it). */
+ar_status ar__cudnn_load(ar_err *err);
+
+/* Records a failed cuDNN call of an op, as ar__cublas_note. */
+bool ar__cudnn_note(ar__cuda_device *d, cudnnStatus_t s, const char *call);
+#endif
 
 /* Loads libcublas.so.<major of the headers> once (thread-safe).
  * AR_NODEVICE with the library name and what to do when it is missing. */
@@ -73,6 +115,31 @@ const char *ar__cublas_text(cublasStatus_t s);
     if (ar__e != cudaSuccess)                                                  \
       return ar__cuda_status(ar__e, (err), #call, (d)->ordinal);               \
   } while (0)
+
+/* ---- launch helpers (every kernel file) ---- */
+
+/* True when an op should run: no earlier failure, and the device current. */
+static inline bool ar__cuda_enter(ar__cuda_device *d) {
+  if (d->base.failed != AR_OK)
+    return false;
+  return ar__cuda_note(d, cudaSetDevice(d->ordinal), "cudaSetDevice");
+}
+
+/* Records a failed launch of `kernel` (bad configuration, lost device). */
+static inline void ar__cuda_launched(ar__cuda_device *d, const char *kernel) {
+  ar__cuda_note(d, cudaGetLastError(), kernel);
+}
+
+/* Blocks for a grid-stride loop over n items, block threads each: at most
+ * 16 blocks per SM. */
+static inline unsigned ar__cuda_grid(const ar__cuda_device *d, int64_t n,
+                                     int block) {
+  int64_t g = (n + block - 1) / block;
+  int64_t cap = (int64_t)(d->sm_count > 0 ? d->sm_count : 1) * 16;
+  if (g > cap)
+    g = cap;
+  return (unsigned)(g < 1 ? 1 : g);
+}
 
 /* ---- the op launchers (cuda_kernels.cu); contracts in accelrt/device.h ---- */
 void ar__cuda_fill(ar_device *dev, float *x, int64_t n, float value);

@@ -31,26 +31,6 @@
 
 /* ---- launch helpers ------------------------------------------------------------- */
 
-/* True when the op should run: no earlier failure, and the device current. */
-static bool enter(ar__cuda_device *d) {
-  if (d->base.failed != AR_OK)
-    return false;
-  return ar__cuda_note(d, cudaSetDevice(d->ordinal), "cudaSetDevice");
-}
-
-static void launched(ar__cuda_device *d, const char *kernel) {
-  ar__cuda_note(d, cudaGetLastError(), kernel);
-}
-
-/* Blocks for a grid-stride loop over n items, block threads each. */
-static unsigned grid_for(const ar__cuda_device *d, int64_t n, int block) {
-  int64_t g = (n + block - 1) / block;
-  int64_t cap = (int64_t)(d->sm_count > 0 ? d->sm_count : 1) * 16;
-  if (g > cap)
-    g = cap;
-  return (unsigned)(g < 1 ? 1 : g);
-}
-
 /* One block per row, up to the grid limit; kernels loop over the rest. */
 static unsigned grid_rows(int64_t rows) {
   return (unsigned)(rows < INT_MAX ? (rows < 1 ? 1 : rows) : INT_MAX);
@@ -103,10 +83,10 @@ __global__ void fill_k(float *x, int64_t n, float v) {
 
 void ar__cuda_fill(ar_device *dev, float *x, int64_t n, float value) {
   ar__cuda_device *d = ar__cuda(dev);
-  if (n <= 0 || !enter(d))
+  if (n <= 0 || !ar__cuda_enter(d))
     return;
-  fill_k<<<grid_for(d, n, EW_BLOCK), EW_BLOCK, 0, d->stream>>>(x, n, value);
-  launched(d, "fill kernel");
+  fill_k<<<ar__cuda_grid(d, n, EW_BLOCK), EW_BLOCK, 0, d->stream>>>(x, n, value);
+  ar__cuda_launched(d, "fill kernel");
 }
 
 /* ---- gemm -------------------------------------------------------------------------- */
@@ -131,12 +111,12 @@ void ar__cuda_gemm(ar_device *dev, bool trans_a, bool trans_b, int64_t m,
                    int64_t lda, const float *b, int64_t ldb, float beta,
                    float *c, int64_t ldc) {
   ar__cuda_device *d = ar__cuda(dev);
-  if (m <= 0 || n <= 0 || !enter(d))
+  if (m <= 0 || n <= 0 || !ar__cuda_enter(d))
     return;
   if (k <= 0) {
-    scale_k<<<grid_for(d, m * n, EW_BLOCK), EW_BLOCK, 0, d->stream>>>(c, m, n,
+    scale_k<<<ar__cuda_grid(d, m * n, EW_BLOCK), EW_BLOCK, 0, d->stream>>>(c, m, n,
                                                                       ldc, beta);
-    launched(d, "gemm scale kernel (k = 0)");
+    ar__cuda_launched(d, "gemm scale kernel (k = 0)");
     return;
   }
   const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -195,24 +175,24 @@ void ar__cuda_spmm(ar_device *dev, int64_t rows, const int64_t *row_ptr,
                    const int32_t *idx, const float *val, const float *w,
                    int64_t out, float *y) {
   ar__cuda_device *d = ar__cuda(dev);
-  if (rows <= 0 || out <= 0 || !enter(d))
+  if (rows <= 0 || out <= 0 || !ar__cuda_enter(d))
     return;
   const int bs = col_block(out);
   spmm_k<<<grid_2d(rows, out, bs), bs, 0, d->stream>>>(rows, row_ptr, idx, val,
                                                        w, out, y);
-  launched(d, "spmm kernel");
+  ar__cuda_launched(d, "spmm kernel");
 }
 
 void ar__cuda_spmm_t(ar_device *dev, int64_t rows, const int64_t *row_ptr,
                      const int32_t *idx, const float *val, const float *dy,
                      int64_t out, float *dw) {
   ar__cuda_device *d = ar__cuda(dev);
-  if (rows <= 0 || out <= 0 || !enter(d))
+  if (rows <= 0 || out <= 0 || !ar__cuda_enter(d))
     return;
   const int bs = col_block(out);
   spmm_t_k<<<grid_2d(rows, out, bs), bs, 0, d->stream>>>(rows, row_ptr, idx,
                                                          val, dy, out, dw);
-  launched(d, "spmm_t kernel");
+  ar__cuda_launched(d, "spmm_t kernel");
 }
 
 /* ---- elementwise and reductions ------------------------------------------------------ */
@@ -249,12 +229,12 @@ void ar__cuda_bias_act(ar_device *dev, int64_t rows, int64_t cols,
     return;
   if (!bias && (act == AR_ACT_NONE || act == AR_ACT_SOFTMAX))
     return;
-  if (!enter(d))
+  if (!ar__cuda_enter(d))
     return;
   const int a = act == AR_ACT_SOFTMAX ? (int)AR_ACT_NONE : (int)act;
   bias_act_k<<<grid_2d(rows, cols, EW_BLOCK), EW_BLOCK, 0, d->stream>>>(
       rows, cols, bias, a, y);
-  launched(d, "bias_act kernel");
+  ar__cuda_launched(d, "bias_act kernel");
 }
 
 __global__ void act_grad_k(int64_t n, int act, const float *y, float *dy) {
@@ -270,11 +250,11 @@ __global__ void act_grad_k(int64_t n, int act, const float *y, float *dy) {
 void ar__cuda_act_grad(ar_device *dev, int64_t n, ar_act act, const float *y,
                        float *dy) {
   ar__cuda_device *d = ar__cuda(dev);
-  if (n <= 0 || act == AR_ACT_NONE || act == AR_ACT_SOFTMAX || !enter(d))
+  if (n <= 0 || act == AR_ACT_NONE || act == AR_ACT_SOFTMAX || !ar__cuda_enter(d))
     return;
-  act_grad_k<<<grid_for(d, n, EW_BLOCK), EW_BLOCK, 0, d->stream>>>(n, (int)act,
+  act_grad_k<<<ar__cuda_grid(d, n, EW_BLOCK), EW_BLOCK, 0, d->stream>>>(n, (int)act,
                                                                    y, dy);
-  launched(d, "act_grad kernel");
+  ar__cuda_launched(d, "act_grad kernel");
 }
 
 /* db = (accumulate ? db : 0) + sum_r dY[r, :]: one thread per column adds
@@ -295,13 +275,13 @@ __global__ void col_sum_k(int64_t rows, int64_t cols, const float *dy,
 void ar__cuda_col_sum(ar_device *dev, int64_t rows, int64_t cols,
                       const float *dy, bool accumulate, float *db) {
   ar__cuda_device *d = ar__cuda(dev);
-  if (cols <= 0 || !enter(d))
+  if (cols <= 0 || !ar__cuda_enter(d))
     return;
   const int bs = col_block(cols) < 128 ? col_block(cols) : 128;
   int64_t g = (cols + bs - 1) / bs;
   col_sum_k<<<(unsigned)(g < INT_MAX ? g : INT_MAX), bs, 0, d->stream>>>(
       rows, cols, dy, accumulate, db);
-  launched(d, "col_sum kernel");
+  ar__cuda_launched(d, "col_sum kernel");
 }
 
 /* ---- losses ------------------------------------------------------------------------- */
@@ -403,11 +383,11 @@ void ar__cuda_softmax_xent(ar_device *dev, int64_t rows, int64_t cols,
                            const int32_t *lab, float scale, float *grad,
                            float *loss_rows) {
   ar__cuda_device *d = ar__cuda(dev);
-  if (rows <= 0 || cols <= 0 || !enter(d))
+  if (rows <= 0 || cols <= 0 || !ar__cuda_enter(d))
     return;
   softmax_xent_k<<<grid_rows(rows), ROW_BLOCK, 0, d->stream>>>(
       rows, cols, logits, lab_ptr, lab, scale, grad, loss_rows);
-  launched(d, "softmax_xent kernel");
+  ar__cuda_launched(d, "softmax_xent kernel");
 }
 
 /* Binary cross-entropy of sigmoid(x) against the row's 0/1 targets, in the
@@ -458,11 +438,11 @@ void ar__cuda_sigmoid_bce(ar_device *dev, int64_t rows, int64_t cols,
                           const int32_t *lab, float scale, float *grad,
                           float *loss_rows) {
   ar__cuda_device *d = ar__cuda(dev);
-  if (rows <= 0 || cols <= 0 || !enter(d))
+  if (rows <= 0 || cols <= 0 || !ar__cuda_enter(d))
     return;
   sigmoid_bce_k<<<grid_rows(rows), ROW_BLOCK, 0, d->stream>>>(
       rows, cols, logits, lab_ptr, lab, scale, grad, loss_rows);
-  launched(d, "sigmoid_bce kernel");
+  ar__cuda_launched(d, "sigmoid_bce kernel");
 }
 
 /* ---- top-k --------------------------------------------------------------------------- */
@@ -545,11 +525,11 @@ void ar__cuda_topk(ar_device *dev, int64_t rows, int64_t cols,
   ar__cuda_device *d = ar__cuda(dev);
   if (rows <= 0 || k <= 0)
     return;
-  if (!enter(d))
+  if (!ar__cuda_enter(d))
     return;
   topk_k<<<grid_rows(rows), ROW_BLOCK, 0, d->stream>>>(rows, cols, scores, k,
                                                        idx);
-  launched(d, "topk kernel");
+  ar__cuda_launched(d, "topk kernel");
 }
 
 /* ---- optimizers --------------------------------------------------------------------- */
@@ -579,16 +559,16 @@ void ar__cuda_adam(ar_device *dev, int64_t n, float *p, const float *g,
   ar__cuda_device *d = ar__cuda(dev);
   if (n <= 0)
     return;
-  if (!enter(d))
+  if (!ar__cuda_enter(d))
     return;
   const double bc1 = 1.0 - pow((double)beta1, (double)t);
   const double bc2 = 1.0 - pow((double)beta2, (double)t);
   const float step = (float)((double)lr / bc1);
   const float inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
-  adam_k<<<grid_for(d, n, EW_BLOCK), EW_BLOCK, 0, d->stream>>>(
+  adam_k<<<ar__cuda_grid(d, n, EW_BLOCK), EW_BLOCK, 0, d->stream>>>(
       n, p, g, m, v, step, inv_sqrt_bc2, beta1, beta2, 1.0f - beta1,
       1.0f - beta2, eps, weight_decay);
-  launched(d, "adam kernel");
+  ar__cuda_launched(d, "adam kernel");
 }
 
 /* SGD as torch.optim.SGD (dampening 0, no Nesterov), as the host. */
@@ -612,9 +592,9 @@ void ar__cuda_sgd(ar_device *dev, int64_t n, float *p, const float *g,
   ar__cuda_device *d = ar__cuda(dev);
   if (n <= 0)
     return;
-  if (!enter(d))
+  if (!ar__cuda_enter(d))
     return;
-  sgd_k<<<grid_for(d, n, EW_BLOCK), EW_BLOCK, 0, d->stream>>>(
+  sgd_k<<<ar__cuda_grid(d, n, EW_BLOCK), EW_BLOCK, 0, d->stream>>>(
       n, p, g, vel, lr, momentum, weight_decay);
-  launched(d, "sgd kernel");
+  ar__cuda_launched(d, "sgd kernel");
 }

@@ -271,6 +271,7 @@ ar_status ar_device_nn_prepare(ar_device *dev, const ar_nn_args *a, bool trainin
      * scratchpad and splits its work by the thread count at creation. */
     ar_nn_args ac = *a;
     ac.threads = dev->threads > 1 ? dev->threads : 1;
+    ac.dev = dev;
     ar_status st = k->prepare(&ac, training, &p->state, work_bytes, err);
     if (st != AR_OK) {
       ar_free(p);
@@ -286,6 +287,7 @@ void ar_device_nn_forward(ar_device *dev, ar_nn_prim *prim, ar_nn_args *a) {
   if (dev->failed != AR_OK)
     return;
   a->threads = call_threads(dev, prim);
+  a->dev = dev;
   prim->k->forward(prim->state, a);
 }
 
@@ -294,6 +296,7 @@ void ar_device_nn_backward(ar_device *dev, ar_nn_prim *prim, ar_nn_args *a) {
   if (dev->failed != AR_OK)
     return;
   a->threads = call_threads(dev, prim);
+  a->dev = dev;
   AR_ASSERT(prim->k->backward);
   prim->k->backward(prim->state, a);
 }

@@ -12,6 +12,10 @@
 
 #include "accelrt/nn.h"
 
+#ifdef __cplusplus
+extern "C" { /* the CUDA backend's kernels (C++) use the host table too */
+#endif
+
 typedef struct ar_nn_kernel {
   ar_status (*infer)(const ar_nn_attr *attr, int n_in, const ar_shape *in,
                      const ar_dtype *in_dtype, ar_nn_sig *sig, ar_err *err);
@@ -44,4 +48,7 @@ void ar__nn_sig_aux(ar_nn_sig *sig, const ar_shape *s, ar_dtype t);
 /* A shape from dims: ar__nn_shape(3, (int64_t[]){a, b, c}). */
 ar_shape ar__nn_shape(int nd, const int64_t *d);
 
+#ifdef __cplusplus
+}
+#endif
 #endif
