@@ -15,7 +15,7 @@ enum { T_INPUT = 0, T_ACT, T_AUX, T_PARAM, T_STATE, T_GRAD, T_OPT, T_WORK, T_CON
 
 /* A sampled head's buffers (tensors), in this order. */
 enum { HS_ACTIVE = 0, HS_N, HS_OUT, HS_DOUT, HS_SIDS, HS_SW, HS_SGW, HS_SB, HS_SGB, HS_SZ,
-       HS_LAB, HS_LABPTR, HS_COUNT };
+       HS_LAB, HS_LABPTR, HS_ZB, HS_ZGB, HS_ZM1, HS_ZM2, HS_COUNT };
 
 typedef struct ntensor {
   char name[200];

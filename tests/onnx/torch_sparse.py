@@ -5,7 +5,11 @@ lists the head's hash tables, the loss falls and top-1 ends well above
 chance (0.5%) on a learnable set (the class is the argmax of a fixed linear
 map of the point), and job-file errors (exit 2) name the file and the node
 for an unknown node and for a node that is not the Gemm producing the
-logits.  Skips (77) without python3-torch or python3-onnx.
+logits.  The same for a last Linear without a bias written as a Gemm
+without C (the head's zero bias must stay zero): sampled with 10% active
+it learns, and sampled with every class active (active: 1.0) its logged
+losses follow the dense head's (mode: dense) within 1%.
+Skips (77) without python3-torch or python3-onnx.
     torch_sparse.py ACCELRT
 """
 import json
@@ -31,17 +35,87 @@ def main():
         return run(accelrt, work)
 
 
-def job(work, name, node, extra=""):
+def job(work, name, node, extra="", onnx_file="model.onnx", section=None):
     path = os.path.join(work, name + ".yaml")
+    if section is None:
+        section = "{mode: lsh, hash: srp, K: 4, L: 10, active: 0.1%s}" % extra
     with open(path, "w") as f:
         f.write("name: %s\ndevice: host\nseed: 1\n"
-                "model:\n  input: {dense: %d}\n  onnx: model.onnx\n"
-                "  sparse:\n    '%s': {mode: lsh, hash: srp, K: 4, L: 10, active: 0.1%s}\n"
+                "model:\n  input: {dense: %d}\n  onnx: %s\n"
+                "  sparse:\n    '%s': %s\n"
                 "data: {format: npy, train: data, test: test}\n"
                 "train: {batch: 64, iterations: 300, threads: 2, log_every: 50, eval_points: 1024,\n"
                 "        optimizer: {adam: {lr: 0.003}}}\n"
-                "output: {dir: %s}\n" % (name, FEATURES, node, extra, name))
+                "output: {dir: %s}\n" % (name, FEATURES, onnx_file, node, section, name))
     return path
+
+
+def train(accelrt, work, path, name):
+    """Runs job path; (train losses, top-1) or None after saying why."""
+    r = subprocess.run([accelrt, "run", path, "--quiet"], capture_output=True, text=True, cwd=work)
+    if r.returncode != 0:
+        print("FAIL: accelrt run %s: %s%s" % (name, r.stdout, r.stderr))
+        return None
+    lines = [json.loads(l) for l in open(os.path.join(work, name, "metrics.jsonl"))]
+    losses = [l["train_loss"] for l in lines if l.get("kind") == "train"]
+    summary = json.load(open(os.path.join(work, name, "summary.json")))
+    print("%s: train losses %s, top-1 %.2f" % (name, ["%.4f" % v for v in losses], summary["top1"]))
+    return losses, summary["top1"]
+
+
+def learns(res, name):
+    """The loss fell and top-1 is well above chance (0.5%)."""
+    if res is None:
+        return False
+    losses, top1 = res
+    if not (len(losses) >= 4 and losses[-1] < 0.7 * losses[0]):
+        print("FAIL: %s: the loss did not fall: %s" % (name, losses))
+        return False
+    if not top1 > 10:
+        print("FAIL: %s: top-1 %.2f is not well above chance (0.5)" % (name, top1))
+        return False
+    return True
+
+
+def follows(res, dense, name):
+    """Every class active: the logged losses follow the dense head's."""
+    if res is None or dense is None:
+        return False
+    a, b = res[0], dense[0]
+    worst = max(abs(x - y) / abs(y) for x, y in zip(a, b)) if len(a) == len(b) and a else None
+    if worst is None or worst > 0.01:
+        print("FAIL: %s: losses %s do not follow the dense head's %s (worst rel %s)"
+              % (name, a, b, worst))
+        return False
+    print("%s follows the dense head: worst relative difference %.2e" % (name, worst))
+    return True
+
+
+def nobias_gemm(work):
+    """The MLP with a last Linear(bias=False), its Transpose+MatMul (as
+    PyTorch writes it) replaced by a Gemm(transB=1) without C, as other
+    exporters write that layer.  Returns the file name and the node."""
+    torch.manual_seed(6)
+    model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, CLASSES, bias=False))
+    path = os.path.join(work, "nobias.onnx")
+    torch.onnx.export(model, torch.randn(64, FEATURES), path, opset_version=13,
+                      do_constant_folding=False, input_names=["x"], output_names=["logits"],
+                      dynamic_axes={"x": {0: "N"}, "logits": {0: "N"}})
+    m = onnx.load(path)
+    g = m.graph
+    tr = [nd for nd in g.node if nd.op_type == "Transpose"]
+    mm = [nd for nd in g.node if nd.op_type == "MatMul"]
+    if len(tr) != 1 or len(mm) != 1 or mm[0].input[1] != tr[0].output[0]:
+        raise RuntimeError("unexpected export %s" % [nd.op_type for nd in g.node])
+    gemm = onnx.helper.make_node("Gemm", [mm[0].input[0], tr[0].input[0]], [mm[0].output[0]],
+                                 name="/2/Gemm", transB=1)
+    nodes = [nd for nd in g.node if nd.op_type not in ("Transpose", "MatMul")] + [gemm]
+    del g.node[:]
+    g.node.extend(nodes)
+    onnx.checker.check_model(m)
+    onnx.save(m, path)
+    return "nobias.onnx", "/2/Gemm"
 
 
 def run(accelrt, work):
@@ -71,22 +145,26 @@ def run(accelrt, work):
     if check.returncode != 0 or (last + ".lsh.tables") not in check.stdout:
         print("FAIL: accelrt check of the sampled import:\n%s%s" % (check.stdout, check.stderr))
         return 1
-    r = subprocess.run([accelrt, "run", good, "--quiet"], capture_output=True, text=True, cwd=work)
-    if r.returncode != 0:
-        print("FAIL: accelrt run: %s%s" % (r.stdout, r.stderr))
-        return 1
-    lines = [json.loads(l) for l in open(os.path.join(work, "good", "metrics.jsonl"))]
-    train = [l["train_loss"] for l in lines if l.get("kind") == "train"]
-    summary = json.load(open(os.path.join(work, "good", "summary.json")))
-    print("train losses %s, top-1 %.2f" % (["%.3f" % v for v in train], summary["top1"]))
-    if not (len(train) >= 4 and train[-1] < 0.7 * train[0]):
-        print("FAIL: the loss did not fall: %s" % train)
-        return 1
-    if not summary["top1"] > 10:  # chance is 0.5
-        print("FAIL: top-1 %.2f is not well above chance (0.5)" % summary["top1"])
+    if not learns(train(accelrt, work, good, "good"), "good"):
         return 1
 
     bad = 0
+    # Heads without a bias, and (later) MatMul heads: each sampled with
+    # 10% active (learns), with all active and dense (the losses agree).
+    cases = [("nobias",) + nobias_gemm(work)]
+    for name, onnx_file, node in cases:
+        ok = learns(train(accelrt, work, job(work, name, node, onnx_file=onnx_file), name), name)
+        all_job = job(work, name + "_all", node, onnx_file=onnx_file,
+                      section="{mode: lsh, hash: srp, K: 4, L: 10, active: 1.0}")
+        check = subprocess.run([accelrt, "check", all_job], capture_output=True, text=True)
+        if check.returncode != 0 or (node + ".lsh.tables") not in check.stdout:
+            print("FAIL: %s_all is not sampled:\n%s%s" % (name, check.stdout, check.stderr))
+            bad += 1
+        full = train(accelrt, work, all_job, name + "_all")
+        dense = train(accelrt, work, job(work, name + "_dense", node, onnx_file=onnx_file,
+                                         section="{mode: dense}"), name + "_dense")
+        if not (ok and follows(full, dense, name + "_all")):
+            bad += 1
     for name, node, want in (("unknown", "no_such_node", ["has no node 'no_such_node'", last]),
                              ("first", first, ["node '%s'" % first, "not a Gemm", last]),
                              ("badk", last, ["model.sparse.%s.K" % last])):
