@@ -531,6 +531,7 @@ static ar_status add_optimizer(ar_net *n, ar_err *err) {
       int t = ar__net_tensor(n, tn, &p.shape, AR_DT_F32, T_OPT);
       if (t < 0)
         return ar_errf(err, AR_NOMEM, "out of memory planning the graph");
+      n->tensors[t].tr = p.tr;
       if (k == 0)
         n->tensors[i].opt1 = t;
       else

@@ -36,6 +36,9 @@ typedef struct ntensor {
   void *init_data;  /* initial values given by the graph's builder (owned;
                        freed once start has copied them), or NULL */
   bool keep;        /* read after the iteration (a graph's output) */
+  bool tr;          /* 2-D, held (d0, d1) of the model's (d1, d0) tensor of
+                       its name (ar_nn_gtensor transposed; its optimizer
+                       state too): checkpoints hold the model's layout */
 } ntensor;
 
 typedef struct nnode {

@@ -117,7 +117,7 @@ ar_status ar__net_head_onnx(ar_net *n, ar_err *err) {
     snprintf(at, sizeof at, ":%d:%d", e->pos.line, e->pos.col);
   if (s->n_onnx_sparse > 1)
     return ar_errf(err, AR_SPEC, "%s%s: error: model.sparse: %d nodes named; only the last "
-                   "Gemm (producing the logits) can be LSH-sampled: keep one", file, at,
+                   "Gemm or MatMul (producing the logits) can be LSH-sampled: keep one", file, at,
                    s->n_onnx_sparse);
   int node = -1;
   for (int i = 0; i < n->n_nodes && node < 0; i++)
@@ -132,9 +132,11 @@ ar_status ar__net_head_onnx(ar_net *n, ar_err *err) {
   if (d->op != AR_NN_DENSE || d->out[0] != n->logits ||
       n->tensors[d->in[0]].shape.nd != 2)
     return ar_errf(err, AR_SPEC, "%s%s: error: model.sparse.%s: node '%s' of %s is not a Gemm "
-                   "(transB=1, with or without a bias) producing the logits from (batch, "
-                   "features) (PyTorch's last Linear on a 2-D input); the node producing the logits is '%s'", file, at, e->name,
-                   e->name, s->onnx, prod->name);
+                   "or MatMul (with or without a bias) whose weight is an initializer read only "
+                   "there, producing the logits (PyTorch's last Linear; export with "
+                   "do_constant_folding=True so that a MatMul's weight is one); the node "
+                   "producing the logits is '%s'", file, at, e->name, e->name, s->onnx,
+                   prod->name);
   if (s->train.optimizer != AR_OPT_ADAM || s->train.weight_decay > 0)
     return ar_errf(err, AR_SPEC, "%s%s: error: model.sparse.%s: an LSH-sampled head trains "
                    "with Adam without weight decay (sparse Adam on the touched rows); set "
