@@ -57,6 +57,9 @@ typedef struct nnode {
   int gptmp[AR_NN_MAX_IO]; /* >= 0: gparam is a temporary to add into this
                               (a parameter several nodes use) */
   bool trains;             /* backward runs */
+  bool after_head;         /* a reshape between a sampled head and the logits
+                              (an imported MatMul's rows back to the batch's
+                              shape): skipped in training like the loss */
   ar_nn_mode mode;         /* graphs built by a program: when it trains */
   ar_nn_prim *ptrain, *peval;
   ar_nn_args args;

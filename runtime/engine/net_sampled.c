@@ -106,6 +106,31 @@ ar_status ar__net_head_plan(ar_net *n, ar_err *err) {
   return AR_OK;
 }
 
+/* The reshapes (at most cap, into chain) that take tensor t to the logits
+ * of the same shape, each tensor on the way read by the next alone (a
+ * MatMul head's (rows, out) back to the batch's shape and out again); -1
+ * when t does not reach the logits so. */
+static int reshapes_to_logits(const ar_net *n, int t, int *chain, int cap) {
+  const ntensor *lg = &n->tensors[n->logits];
+  if (!ar_shape_eq(&n->tensors[t].shape, &lg->shape))
+    return -1;
+  int c = 0;
+  while (t != n->logits) {
+    int reader = -1, readers = 0;
+    for (int i = 0; i < n->n_nodes; i++)
+      for (int k = 0; k < n->nodes[i].n_in; k++)
+        if (n->nodes[i].in[k] == t) {
+          reader = i;
+          readers++;
+        }
+    if (readers != 1 || n->nodes[reader].op != AR_NN_RESHAPE || c == cap)
+      return -1;
+    chain[c++] = reader;
+    t = n->nodes[reader].out[0];
+  }
+  return c;
+}
+
 ar_status ar__net_head_onnx(ar_net *n, ar_err *err) {
   const ar_spec *s = n->spec;
   if (!s || s->n_onnx_sparse == 0)
@@ -129,8 +154,10 @@ ar_status ar__net_head_onnx(ar_net *n, ar_err *err) {
                    "producing the logits is '%s'", file, at, e->name, s->onnx, e->name,
                    prod->name);
   const nnode *d = &n->nodes[node];
-  if (d->op != AR_NN_DENSE || d->out[0] != n->logits ||
-      n->tensors[d->in[0]].shape.nd != 2)
+  int chain[8], n_chain = 0; /* reshapes from the node's rows to the logits */
+  if (d->op == AR_NN_DENSE)
+    n_chain = reshapes_to_logits(n, d->out[0], chain, 8);
+  if (d->op != AR_NN_DENSE || n_chain < 0 || n->tensors[d->in[0]].shape.nd != 2)
     return ar_errf(err, AR_SPEC, "%s%s: error: model.sparse.%s: node '%s' of %s is not a Gemm "
                    "or MatMul (with or without a bias) whose weight is an initializer read only "
                    "there, producing the logits (PyTorch's last Linear; export with "
@@ -150,6 +177,8 @@ ar_status ar__net_head_onnx(ar_net *n, ar_err *err) {
   if (ar_layer_sampled(n->hspec, 0, true)) {
     n->head = node;
     n->head_l = 0;
+    for (int k = 0; k < n_chain; k++)
+      n->nodes[chain[k]].after_head = true;
   }
   return AR_OK;
 }
