@@ -148,6 +148,11 @@ ar_status ar__net_head_onnx(ar_net *n, ar_err *err) {
   for (int i = 0; i < n->n_nodes && node < 0; i++)
     if (!strcmp(n->nodes[i].name, e->name))
       node = i;
+  /* An ONNX node lowered to several (NODE/part...): one of them. */
+  const size_t len = strlen(e->name);
+  for (int i = 0; i < n->n_nodes && node < 0; i++)
+    if (!strncmp(n->nodes[i].name, e->name, len) && n->nodes[i].name[len] == '/')
+      node = i;
   const nnode *prod = &n->nodes[n->tensors[n->logits].producer];
   if (node < 0)
     return ar_errf(err, AR_SPEC, "%s%s: error: model.sparse.%s: %s has no node '%s'; the node "
