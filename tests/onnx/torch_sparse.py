@@ -11,9 +11,12 @@ stored (in, out) and transB=0, PyTorch's Linear(bias=False) as a MatMul of
 a folded (in, out) initializer, and a Linear on a 3-D input as MatMul + Add
 (rows reshaped back to the logits).  Each, sampled with 10% active, learns;
 sampled with every class active (active: 1.0) its logged losses follow the
-dense head's (mode: dense) within 1%; for the MatMuls, accelrt export after
+dense head's (mode: dense) within 1%; for the MatMuls and the Gemm without
+C, accelrt export after
 the sampled run keeps the model's initializer names and shapes, and the
-exported weights loaded into the PyTorch module score accelrt's top-1.  A
+exported weights loaded into the PyTorch module score accelrt's top-1 (a
+weight written back in the wrong layout scores chance), and for those a
+run resumed from its checkpoint keeps following the uninterrupted one.  A
 MatMul whose weight is a Transpose's output (exported without constant
 folding) is refused, naming the node.
 Skips (77) without python3-torch or python3-onnx.
@@ -102,7 +105,8 @@ def follows(res, dense, name):
 def nobias_gemm(work):
     """The MLP with a last Linear(bias=False), its Transpose+MatMul (as
     PyTorch writes it) replaced by a Gemm(transB=1) without C, as other
-    exporters write that layer.  Returns the file name and the node."""
+    exporters write that layer.  Returns the file name, the node and the
+    module."""
     torch.manual_seed(6)
     model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 64), torch.nn.ReLU(),
                                 torch.nn.Linear(64, CLASSES, bias=False))
@@ -123,7 +127,7 @@ def nobias_gemm(work):
     g.node.extend(nodes)
     onnx.checker.check_model(m)
     onnx.save(m, path)
-    return "nobias.onnx", "/2/Gemm"
+    return "nobias.onnx", "/2/Gemm", model
 
 
 def export(model, path, fold):
@@ -289,7 +293,7 @@ def run(accelrt, work):
     bad = 0
     # Heads without a bias, and (later) MatMul heads: each sampled with
     # 10% active (learns), with all active and dense (the losses agree).
-    cases = [("nobias",) + nobias_gemm(work) + (None,), ("tb0",) + gemm_tb0(work) + (None,)]
+    cases = [("nobias",) + nobias_gemm(work), ("tb0",) + gemm_tb0(work) + (None,)]
     cases += matmul_models(work)
     for name, onnx_file, node, module in cases:
         ok = learns(train(accelrt, work, job(work, name, node, onnx_file=onnx_file), name), name)
