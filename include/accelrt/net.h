@@ -123,6 +123,12 @@ void ar_net_set_step(ar_net *n, int64_t step);
  * are not stored) and its rebuild schedule replayed to the step.  AR_OK,
  * or the lsh library's status with the reason in err. */
 ar_status ar_net_resumed(ar_net *n, ar_err *err);
+/* Tensors an imported model stores transposed (an LSH-sampled MatMul head's
+ * weight, held as (out, in) rows, and its optimizer state) put into the
+ * model's layout (model true: before writing a checkpoint, whose shapes
+ * ar_net_tensors gives as the model's) or back (false: after writing one,
+ * or after loading one).  AR_OK; AR_NOMEM; device statuses. */
+ar_status ar_net_model_layout(ar_net *n, bool model, ar_err *err);
 int ar_net_tensors(const ar_net *n, const char **names, float **ptrs, int64_t *counts,
                    ar_shape *shapes);
 ar_device *ar_net_device(const ar_net *n);

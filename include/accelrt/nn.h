@@ -407,6 +407,10 @@ typedef struct ar_nn_gtensor {
   ar_nn_init init; /* PARAM, STATE made by an op */
   float std;
   bool decay;      /* PARAM: weight decay applies */
+  bool transposed; /* PARAM (2-D): held as (d1, d0) of the model's (d0, d1)
+                      tensor of this name (an imported MatMul's weight made a
+                      sampled head's rows): checkpoints and export write the
+                      model's layout */
   int producer;    /* VALUE: its node, else -1 */
 } ar_nn_gtensor;
 

@@ -128,9 +128,16 @@ typedef struct ar_onnx_lower_opts {
    * become parameters (else constants), batch normalisation keeps its
    * running statistics as state. */
   bool training;
+  /* Nodes named in the job's model.sparse: a MatMul (with the Add of its
+   * bias after it) or a Gemm with transB=0 whose weight is an initializer
+   * used only there lowers to one dense node whose weight is held
+   * transposed, (out, in) rows as a sampled head needs (ar_nn_gtensor
+   * transposed).  NULL: none. */
+  const char *const *sparse_nodes;
+  int n_sparse_nodes;
 } ar_onnx_lower_opts;
 #define AR_ONNX_LOWER_OPTS_INIT                                                                    \
-  { NULL, NULL, false }
+  { NULL, NULL, false, NULL, 0 }
 
 /* Lowers m into a new graph (*out, ar_nn_graph_destroy): the graph's inputs
  * are the model's inputs that still reach the engine, named as in the file

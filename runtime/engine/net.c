@@ -322,7 +322,8 @@ static ar_status add_grads(ar_net *n, ar_err *err) {
         any = true;
     d->trains = any || d->op == AR_NN_XENT;
     /* The loss after a sampled head: the head computes it in training. */
-    if (d->op == AR_NN_XENT && n->head >= 0 && d->in[0] == n->nodes[n->head].out[0])
+    if (d->after_head || (d->op == AR_NN_XENT && n->head >= 0 &&
+                          (d->in[0] == n->nodes[n->head].out[0] || d->in[0] == n->logits)))
       d->trains = false;
     for (int k = 0; k < d->sig.n_out; k++)
       n->tensors[d->out[k]].needs_grad = any && d->sig.out_dtype[k] == AR_DT_F32;
@@ -531,6 +532,7 @@ static ar_status add_optimizer(ar_net *n, ar_err *err) {
       int t = ar__net_tensor(n, tn, &p.shape, AR_DT_F32, T_OPT);
       if (t < 0)
         return ar_errf(err, AR_NOMEM, "out of memory planning the graph");
+      n->tensors[t].tr = p.tr;
       if (k == 0)
         n->tensors[i].opt1 = t;
       else

@@ -43,6 +43,8 @@ static ar_status tensor_of(gctx *c, int t, int *out) {
   ar_status st = ar_nn_graph_tensor(c->g, x->name, kind_of[x->kind], &x->shape, x->dtype,
                                     x->kind == T_INPUT ? NULL : src, &c->map[t], c->err);
   ar_free(data);
+  if (st == AR_OK)
+    c->g->tensors[c->map[t]].transposed = x->tr && x->kind == T_PARAM;
   *out = c->map[t];
   return st;
 }

@@ -31,6 +31,7 @@ static ar_status add_tensors(ar_net *n, const ar_nn_graph *g, int *map, ar_err *
     nt->init = x->init;
     nt->std = x->std;
     nt->decay = x->decay && x->shape.nd > 1;
+    nt->tr = x->transposed && x->shape.nd == 2;
     if (x->data) {
       nt->init_data = ar_malloc(nt->bytes);
       if (!nt->init_data)

@@ -15,7 +15,7 @@ enum { T_INPUT = 0, T_ACT, T_AUX, T_PARAM, T_STATE, T_GRAD, T_OPT, T_WORK, T_CON
 
 /* A sampled head's buffers (tensors), in this order. */
 enum { HS_ACTIVE = 0, HS_N, HS_OUT, HS_DOUT, HS_SIDS, HS_SW, HS_SGW, HS_SB, HS_SGB, HS_SZ,
-       HS_LAB, HS_LABPTR, HS_COUNT };
+       HS_LAB, HS_LABPTR, HS_ZB, HS_ZGB, HS_ZM1, HS_ZM2, HS_COUNT };
 
 typedef struct ntensor {
   char name[200];
@@ -36,6 +36,9 @@ typedef struct ntensor {
   void *init_data;  /* initial values given by the graph's builder (owned;
                        freed once start has copied them), or NULL */
   bool keep;        /* read after the iteration (a graph's output) */
+  bool tr;          /* 2-D, held (d0, d1) of the model's (d1, d0) tensor of
+                       its name (ar_nn_gtensor transposed; its optimizer
+                       state too): checkpoints hold the model's layout */
 } ntensor;
 
 typedef struct nnode {
@@ -54,6 +57,9 @@ typedef struct nnode {
   int gptmp[AR_NN_MAX_IO]; /* >= 0: gparam is a temporary to add into this
                               (a parameter several nodes use) */
   bool trains;             /* backward runs */
+  bool after_head;         /* a reshape between a sampled head and the logits
+                              (an imported MatMul's rows back to the batch's
+                              shape): skipped in training like the loss */
   ar_nn_mode mode;         /* graphs built by a program: when it trains */
   ar_nn_prim *ptrain, *peval;
   ar_nn_args args;

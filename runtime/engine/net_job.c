@@ -310,8 +310,14 @@ ar_status ar__netjob_save(run_ctx *c) {
   ar__ckpt_tensors t = {0};
   ar_status st = ckpt_list(c, &t);
   if (st == AR_OK)
+    st = ar_net_model_layout(c->net, true, c->err);
+  if (st == AR_OK) {
     st = ar__checkpoint_save_tensors(&t, ar_net_step(c->net), &c->st, c->opts.fs, c->ckpt_path,
                                      c->err);
+    ar_status back = ar_net_model_layout(c->net, false, c->err);
+    if (st == AR_OK)
+      st = back;
+  }
   ckpt_free(&t);
   return st;
 }
@@ -322,6 +328,8 @@ ar_status ar__netjob_load(run_ctx *c) {
   ar_status st = ckpt_list(c, &t);
   if (st == AR_OK)
     st = ar__checkpoint_load_tensors(&t, &step, &c->st, c->opts.fs, c->ckpt_path, c->err);
+  if (st == AR_OK)
+    st = ar_net_model_layout(c->net, false, c->err);
   ckpt_free(&t);
   if (st == AR_OK) {
     ar_net_set_step(c->net, step);

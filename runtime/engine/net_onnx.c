@@ -74,6 +74,11 @@ ar_status ar_net_build_onnx(const ar_spec *spec, int64_t batch, const ar_fs *fs,
     ar_onnx_lower_opts o = AR_ONNX_LOWER_OPTS_INIT;
     o.input_shapes = &x;
     o.training = true;
+    /* model.sparse's nodes: a MatMul or transB=0 Gemm head gets (out, in)
+     * rows (ar__net_head_onnx checks the node). */
+    const char *names[1] = {spec->n_onnx_sparse ? spec->onnx_sparse[0].name : NULL};
+    o.sparse_nodes = names;
+    o.n_sparse_nodes = spec->n_onnx_sparse ? 1 : 0;
     st = ar_onnx_lower(m, &o, &g, &e);
     if (st == AR_UNSUPPORTED || st == AR_INVALID || st == AR_RANGE)
       st = ar_errf(err, AR_SPEC, "%s: error: model.onnx: %s", file, e.msg);

@@ -316,7 +316,7 @@ static ar_status forward(ar_net *n, bool training, ar_err *err) {
     d->args.seed = n->spec->seed ^ ((uint64_t)n->step * 0x9e3779b97f4a7c15ull) ^ (uint64_t)i;
     if (training && n->smp && i == n->head)
       AR_CHECK(ar__net_head_forward(n, d, err)); /* the loss rows too */
-    else if (training && n->smp && d->op == AR_NN_XENT && !d->trains)
+    else if (training && n->smp && (d->after_head || (d->op == AR_NN_XENT && !d->trains)))
       continue; /* computed by the sampled head */
     else
       ar_device_nn_forward(n->dev, training ? d->ptrain : d->peval, &d->args);
@@ -561,12 +561,43 @@ int ar_net_tensors(const ar_net *n, const char **names, float **ptrs, int64_t *c
       names[c] = t->name;
       ptrs[c] = t->p;
       counts[c] = ar_shape_count(&t->shape);
-      if (shapes)
+      if (shapes) {
         shapes[c] = t->shape;
+        if (t->tr) { /* the model's shape (ar_net_model_layout) */
+          shapes[c].d[0] = t->shape.d[1];
+          shapes[c].d[1] = t->shape.d[0];
+        }
+      }
     }
     c++;
   }
   return c;
+}
+
+ar_status ar_net_model_layout(ar_net *n, bool model, ar_err *err) {
+  for (int i = 0; i < n->n_tensors; i++) {
+    const ntensor *t = &n->tensors[i];
+    if (!t->tr || !t->p)
+      continue;
+    /* Held (R, C); the model's layout is (C, R). */
+    const int64_t R = model ? t->shape.d[0] : t->shape.d[1];
+    const int64_t C = model ? t->shape.d[1] : t->shape.d[0];
+    float *a = ar_malloc(t->bytes ? t->bytes : 1), *b = ar_malloc(t->bytes ? t->bytes : 1);
+    ar_status st = a && b ? ar_device_copy_out(n->dev, a, t->p, t->bytes) : AR_NOMEM;
+    if (st == AR_OK) {
+      for (int64_t r = 0; r < R; r++)
+        for (int64_t c = 0; c < C; c++)
+          b[c * R + r] = a[r * C + c];
+      st = ar_device_copy_in(n->dev, t->p, b, t->bytes);
+    }
+    ar_free(a);
+    ar_free(b);
+    if (st != AR_OK)
+      return ar_errf(err, st, "transposing '%s' to the %s layout: %s", t->name,
+                     model ? "model's" : "run's",
+                     st == AR_NOMEM ? "out of host memory" : ar_device_errmsg(n->dev));
+  }
+  return AR_OK;
 }
 
 /* ---- parameter servers (runtime/dist) -------------------------------------- */

@@ -15,7 +15,13 @@
  * backward), the rows' last-update steps a state tensor (checkpointed
  * with Adam's moments), and the lsh library's tables, hash functions,
  * scratch and touched sets host entries of the plan: start allocates
- * them once, an iteration allocates nothing. */
+ * them once, an iteration allocates nothing.
+ *
+ * A head without a bias (a Gemm without C, PyTorch's Linear(bias=False)):
+ * the sampled layer has a bias, so it gets a zero bias that does not train
+ * (HS_ZB with its gradient and Adam moments, persistent but neither a
+ * parameter nor checkpointed nor exported): the step puts it back to zero
+ * after each update, so every forward sees W x alone, as the model says. */
 #include "engine_impl.h"
 #include "net_impl.h"
 
@@ -37,16 +43,21 @@ static int64_t shared_cap(const ar_net *n) {
   return c ? c : -1;
 }
 
-static ar_status add_buf(ar_net *n, int which, const char *what, int64_t count, ar_dtype t,
-                         ar_err *err) {
+static ar_status add_kind(ar_net *n, int which, const char *what, int64_t count, ar_dtype t,
+                          int kind, ar_err *err) {
   char tn[400];
   snprintf(tn, sizeof tn, "%.190s.lsh.%s", n->nodes[n->head].name, what);
   ar_shape s = {1, {count > 0 ? count : 1}};
-  int id = ar__net_tensor(n, tn, &s, t, T_SAMP);
+  int id = ar__net_tensor(n, tn, &s, t, kind);
   if (id < 0)
     return ar_errf(err, AR_NOMEM, "out of memory planning the graph");
   n->hs[which] = id;
   return AR_OK;
+}
+
+static ar_status add_buf(ar_net *n, int which, const char *what, int64_t count, ar_dtype t,
+                         ar_err *err) {
+  return add_kind(n, which, what, count, t, T_SAMP, err);
 }
 
 ar_status ar__net_head_plan(ar_net *n, ar_err *err) {
@@ -56,10 +67,13 @@ ar_status ar__net_head_plan(ar_net *n, ar_err *err) {
   if (n->head < 0)
     return AR_OK;
   nnode *d = &n->nodes[n->head];
-  if (d->sig.n_param != 2)
-    return ar_errf(err, AR_SPEC, "%s: a sampled head needs a bias (the chain's layer has one)",
-                   d->path);
   const int64_t B = n->batch, in = head_in(n), out = head_out(n);
+  if (d->sig.n_param == 1) { /* no bias: a zero one that does not train */
+    static const char *const zw[] = {"zero_b", "zero_gb", "zero_b_m1", "zero_b_m2"};
+    for (int k = 0; k < 4; k++)
+      AR_CHECK(add_kind(n, HS_ZB + k, zw[k], out, AR_DT_F32, T_SGRAD, err));
+    d = &n->nodes[n->head];
+  }
   const int64_t cap = ar_layer_active_cap(n->hspec, n->head_l, 1);
   const int64_t sc = ar_layer_shared_cap(n->hspec, n->head_l, 1);
   AR_CHECK(add_buf(n, HS_ACTIVE, "active", B * cap, AR_DT_I32, err));
@@ -92,6 +106,31 @@ ar_status ar__net_head_plan(ar_net *n, ar_err *err) {
   return AR_OK;
 }
 
+/* The reshapes (at most cap, into chain) that take tensor t to the logits
+ * of the same shape, each tensor on the way read by the next alone (a
+ * MatMul head's (rows, out) back to the batch's shape and out again); -1
+ * when t does not reach the logits so. */
+static int reshapes_to_logits(const ar_net *n, int t, int *chain, int cap) {
+  const ntensor *lg = &n->tensors[n->logits];
+  if (!ar_shape_eq(&n->tensors[t].shape, &lg->shape))
+    return -1;
+  int c = 0;
+  while (t != n->logits) {
+    int reader = -1, readers = 0;
+    for (int i = 0; i < n->n_nodes; i++)
+      for (int k = 0; k < n->nodes[i].n_in; k++)
+        if (n->nodes[i].in[k] == t) {
+          reader = i;
+          readers++;
+        }
+    if (readers != 1 || n->nodes[reader].op != AR_NN_RESHAPE || c == cap)
+      return -1;
+    chain[c++] = reader;
+    t = n->nodes[reader].out[0];
+  }
+  return c;
+}
+
 ar_status ar__net_head_onnx(ar_net *n, ar_err *err) {
   const ar_spec *s = n->spec;
   if (!s || s->n_onnx_sparse == 0)
@@ -103,11 +142,16 @@ ar_status ar__net_head_onnx(ar_net *n, ar_err *err) {
     snprintf(at, sizeof at, ":%d:%d", e->pos.line, e->pos.col);
   if (s->n_onnx_sparse > 1)
     return ar_errf(err, AR_SPEC, "%s%s: error: model.sparse: %d nodes named; only the last "
-                   "Gemm (producing the logits) can be LSH-sampled: keep one", file, at,
+                   "Gemm or MatMul (producing the logits) can be LSH-sampled: keep one", file, at,
                    s->n_onnx_sparse);
   int node = -1;
   for (int i = 0; i < n->n_nodes && node < 0; i++)
     if (!strcmp(n->nodes[i].name, e->name))
+      node = i;
+  /* An ONNX node lowered to several (NODE/part...): one of them. */
+  const size_t len = strlen(e->name);
+  for (int i = 0; i < n->n_nodes && node < 0; i++)
+    if (!strncmp(n->nodes[i].name, e->name, len) && n->nodes[i].name[len] == '/')
       node = i;
   const nnode *prod = &n->nodes[n->tensors[n->logits].producer];
   if (node < 0)
@@ -115,12 +159,16 @@ ar_status ar__net_head_onnx(ar_net *n, ar_err *err) {
                    "producing the logits is '%s'", file, at, e->name, s->onnx, e->name,
                    prod->name);
   const nnode *d = &n->nodes[node];
-  if (d->op != AR_NN_DENSE || d->sig.n_param != 2 || d->out[0] != n->logits ||
-      n->tensors[d->in[0]].shape.nd != 2)
+  int chain[8], n_chain = 0; /* reshapes from the node's rows to the logits */
+  if (d->op == AR_NN_DENSE)
+    n_chain = reshapes_to_logits(n, d->out[0], chain, 8);
+  if (d->op != AR_NN_DENSE || n_chain < 0 || n->tensors[d->in[0]].shape.nd != 2)
     return ar_errf(err, AR_SPEC, "%s%s: error: model.sparse.%s: node '%s' of %s is not a Gemm "
-                   "with a bias producing the logits from (batch, features) (PyTorch's last "
-                   "Linear); the node producing the logits is '%s'", file, at, e->name,
-                   e->name, s->onnx, prod->name);
+                   "or MatMul (with or without a bias) whose weight is an initializer read only "
+                   "there, producing the logits (PyTorch's last Linear; export with "
+                   "do_constant_folding=True so that a MatMul's weight is one); the node "
+                   "producing the logits is '%s'", file, at, e->name, e->name, s->onnx,
+                   prod->name);
   if (s->train.optimizer != AR_OPT_ADAM || s->train.weight_decay > 0)
     return ar_errf(err, AR_SPEC, "%s%s: error: model.sparse.%s: an LSH-sampled head trains "
                    "with Adam without weight decay (sparse Adam on the touched rows); set "
@@ -134,6 +182,8 @@ ar_status ar__net_head_onnx(ar_net *n, ar_err *err) {
   if (ar_layer_sampled(n->hspec, 0, true)) {
     n->head = node;
     n->head_l = 0;
+    for (int k = 0; k < n_chain; k++)
+      n->nodes[chain[k]].after_head = true;
   }
   return AR_OK;
 }
@@ -165,8 +215,10 @@ static void *tp(const ar_net *n, int t) { return t >= 0 ? n->tensors[t].p : NULL
 static ar__sampled_ptrs head_ptrs(const ar_net *n) {
   const nnode *d = &n->nodes[n->head];
   const int *h = n->hs;
-  ar__sampled_ptrs p = {tp(n, d->param[0]),     tp(n, d->param[1]),    tp(n, d->gparam[0]),
-                        tp(n, d->gparam[1]),    tp(n, h[HS_ACTIVE]),   tp(n, h[HS_N]),
+  const bool nb = d->sig.n_param == 1;
+  ar__sampled_ptrs p = {tp(n, d->param[0]),     tp(n, nb ? h[HS_ZB] : d->param[1]),
+                        tp(n, d->gparam[0]),    tp(n, nb ? h[HS_ZGB] : d->gparam[1]),
+                        tp(n, h[HS_ACTIVE]),   tp(n, h[HS_N]),
                         tp(n, h[HS_OUT]),       tp(n, h[HS_DOUT]),     tp(n, h[HS_SIDS]),
                         tp(n, h[HS_SW]),        tp(n, h[HS_SGW]),      tp(n, h[HS_SB]),
                         tp(n, h[HS_SGB]),       tp(n, h[HS_SZ])};
@@ -178,11 +230,13 @@ ar_status ar__net_head_start(ar_net *n, ar_err *err) {
     return AR_OK;
   if (!n->smp) {
     const nnode *d = &n->nodes[n->head];
-    const ntensor *w = &n->tensors[d->param[0]], *b = &n->tensors[d->param[1]];
+    const ntensor *w = &n->tensors[d->param[0]];
+    const bool nb = d->sig.n_param == 1;
+    const ntensor *b = nb ? NULL : &n->tensors[d->param[1]];
     ar__sampled_cfg c = {n->hspec, n->head_l, d->name, n->dev, head_in(n), head_out(n), 1,
                          n->step, true, false, head_ptrs(n),
-                         tp(n, w->opt1), tp(n, w->opt2), tp(n, b->opt1), tp(n, b->opt2),
-                         tp(n, n->head_last)};
+                         tp(n, w->opt1), tp(n, w->opt2), tp(n, nb ? n->hs[HS_ZM1] : b->opt1),
+                         tp(n, nb ? n->hs[HS_ZM2] : b->opt2), tp(n, n->head_last)};
     if (!c.s1w || !c.s2w)
       return ar_errf(err, AR_UNSUPPORTED, "%s is LSH-sampled, which trains with Adam only; "
                      "set train.optimizer to adam or the item's sparse.mode to dense", d->path);
@@ -234,6 +288,8 @@ ar_status ar__net_head_backward(ar_net *n, const nnode *d, ar_err *err) {
 
 ar_status ar__net_head_step(ar_net *n, ar_err *err) {
   AR_CHECK(ar__sampled_step(n->smp, n->step, err));
+  if (n->hs[HS_ZB] >= 0)
+    ar_device_fill(n->dev, tp(n, n->hs[HS_ZB]), head_out(n), 0.0f);
   return ar__sampled_rehash(n->smp, n->step, n->trace, err);
 }
 

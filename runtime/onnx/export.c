@@ -118,9 +118,23 @@ const char *ar__onnx_ex_value(ar__onnx_ex *e, int t) {
   if (!name)
     return NULL;
   if (x->kind == AR_NN_T_CONST || x->kind == AR_NN_T_PARAM || x->kind == AR_NN_T_STATE) {
-    Onnx__TensorProto *tp = tensor_proto(e, name, x->dtype, &x->shape, x->data);
+    const bool tr = x->transposed && x->shape.nd == 2 && x->dtype == AR_DT_F32;
+    ar_shape s = x->shape;
+    if (tr) { /* held (R, C): the model's tensor is (C, R) */
+      s.d[0] = x->shape.d[1];
+      s.d[1] = x->shape.d[0];
+    }
+    Onnx__TensorProto *tp = tensor_proto(e, name, x->dtype, &s, tr ? NULL : x->data);
     if (!tp || !push((void ***)&e->inits, &e->n_inits, &e->cap_inits, tp))
       return NULL;
+    if (tr && x->data) {
+      const float *src = x->data;
+      float *dst = (float *)tp->raw_data.data;
+      const int64_t R = x->shape.d[0], C = x->shape.d[1];
+      for (int64_t r = 0; r < R; r++)
+        for (int64_t c = 0; c < C; c++)
+          dst[c * R + r] = src[r * C + c];
+    }
   }
   e->tname[t] = (char *)name;
   return name;

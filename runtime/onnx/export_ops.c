@@ -159,14 +159,19 @@ static ar_status dense(ar__onnx_ex *e) {
   if (d->sig.n_param > 1)
     AR_CHECK(slot(e, false, 1, &b));
   Onnx__NodeProto *n;
+  /* A weight the model stores (in, out) (an imported MatMul's) is written
+   * so: Gemm with transB=0, MatMul without the Transpose. */
+  const bool tr = e->g->tensors[d->param[0]].transposed;
   if (e->g->tensors[d->in[0]].shape.nd == 2) {
     const char *ins[3] = {x, w, b};
     AR_CHECK(op1(e, "Gemm", b ? 3 : 2, ins, y, &n));
-    AR_CHECK(ar__onnx_ex_attr_i(e, n, "transB", 1));
+    if (!tr)
+      AR_CHECK(ar__onnx_ex_attr_i(e, n, "transB", 1));
     return act_after(e, d->attr.act, y);
   }
-  const char *wt = tmp(e, "wT"), *mm = b ? tmp(e, "mm") : y;
-  AR_CHECK(op1(e, "Transpose", 1, &w, wt, NULL));
+  const char *wt = tr ? w : tmp(e, "wT"), *mm = b ? tmp(e, "mm") : y;
+  if (!tr)
+    AR_CHECK(op1(e, "Transpose", 1, &w, wt, NULL));
   const char *ins[2] = {x, wt};
   AR_CHECK(op1(e, "MatMul", 2, ins, mm, NULL));
   if (b) {

@@ -236,6 +236,8 @@ static ar_status walk(ar__onnx_lower *L) {
   const Onnx__GraphProto *g = L->m->g;
   for (size_t i = 0; i < g->n_node; i++) {
     const Onnx__NodeProto *n = g->node[i];
+    if ((int)i == L->skip)
+      continue;
     L->node = n;
     L->index = (int)i;
     L->helpers = 0;
@@ -284,6 +286,7 @@ ar_status ar_onnx_lower(const ar_onnx_model *m, const ar_onnx_lower_opts *o, ar_
   ar_onnx_lower_opts def = AR_ONNX_LOWER_OPTS_INIT;
   ar__onnx_lower L;
   memset(&L, 0, sizeof L);
+  L.skip = -1;
   L.m = m;
   L.o = o ? o : &def;
   L.err = err;

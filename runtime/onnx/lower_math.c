@@ -220,11 +220,129 @@ static ar_status l_expand(lower *L, val *const *in, int n_in) {
 
 /* t (B..., M, K) or (K): as a (rows, K) matrix when a 2-D right operand
  * lets the batch fold into the rows. */
+/* ---- a sampled head's weight (opts->sparse_nodes) ---------------------------- */
+
+/* How many inputs of the graph's nodes name `name`, and the last such node. */
+static int uses(const lower *L, const char *name, int *last) {
+  const Onnx__GraphProto *g = L->m->g;
+  int c = 0;
+  for (size_t i = 0; i < g->n_node; i++)
+    for (size_t k = 0; k < g->node[i]->n_input; k++)
+      if (g->node[i]->input[k] && !strcmp(g->node[i]->input[k], name)) {
+        c++;
+        *last = (int)i;
+      }
+  return c;
+}
+
+static bool named_sparse(const lower *L) {
+  const char *nm = L->node->name;
+  for (int i = 0; nm && i < L->o->n_sparse_nodes; i++)
+    if (!strcmp(L->o->sparse_nodes[i], nm))
+      return true;
+  return false;
+}
+
+/* A trained f32 initializer that this node alone reads, not yet a tensor. */
+static bool own_param(const lower *L, const val *v, int nd) {
+  int last;
+  return v && ar__onnx_trained(L, v) && v->t < 0 && v->shape.nd == nd && uses(L, v->name, &last) == 1;
+}
+
+/* B (K, N) as the parameter of its name held transposed, (N, K). */
+static ar_status param_t(lower *L, val *B, int *t) {
+  const int64_t K = B->shape.d[0], N = B->shape.d[1];
+  const int64_t count = K * N;
+  float *d = ar_malloc((size_t)(count > 0 ? count : 1) * sizeof *d);
+  if (!d)
+    return ar_errf(L->err, AR_NOMEM, "%s: out of memory transposing '%s'", L->where, B->name);
+  const float *src = B->c->data;
+  for (int64_t k = 0; k < K; k++)
+    for (int64_t n = 0; n < N; n++)
+      d[n * K + k] = src[k * N + n];
+  ar_shape s = {2, {N, K}};
+  ar_status st = ar_nn_graph_tensor(L->g, B->name, AR_NN_T_PARAM, &s, AR_DT_F32, d, t, L->err);
+  ar_free(d);
+  AR_CHECK(st);
+  L->g->tensors[*t].transposed = true;
+  B->t = *t;
+  return AR_OK;
+}
+
+/* The node named in model.sparse as one DENSE over A's rows when its weight
+ * B (K, N) is an initializer read only here: a MatMul (its bias from the
+ * one Add of an (N) initializer that alone reads its output, lowered with
+ * it), or a Gemm without transA, alpha 1 and C absent or an (N)
+ * initializer with beta 1.  *done false: lowered as usual (the head's
+ * check then says why the node cannot be sampled). */
+static ar_status sparse_dense(lower *L, val *const *in, int n_in, bool gemm, bool *done) {
+  *done = false;
+  const Onnx__NodeProto *n = L->node;
+  val *A = in[0], *B = in[1], *C = gemm && n_in > 2 ? in[2] : NULL;
+  if (!named_sparse(L) || !A || A->dtype != AR_DT_F32 || A->shape.nd < 2 || !own_param(L, B, 2) ||
+      A->shape.d[A->shape.nd - 1] != B->shape.d[0])
+    return AR_OK;
+  const int64_t K = B->shape.d[0], N = B->shape.d[1];
+  int add = -1;
+  if (gemm) {
+    if (A->shape.nd != 2 || ar__onnx_attr_i(n, "transA", 0) || ar__onnx_attr_i(n, "transB", 0) ||
+        ar__onnx_attr_f(n, "alpha", 1.0f) != 1.0f ||
+        (C && (!own_param(L, C, 1) || C->shape.d[0] != N ||
+               ar__onnx_attr_f(n, "beta", 1.0f) != 1.0f)))
+      return AR_OK;
+  } else if (n->n_output == 1 && uses(L, n->output[0], &add) == 1 &&
+             !strcmp(L->m->g->node[add]->op_type, "Add")) {
+    const Onnx__NodeProto *an = L->m->g->node[add];
+    const char *other = strcmp(an->input[0], n->output[0]) ? an->input[0] : an->input[1];
+    int v = ar__onnx_map_get(&L->val_of, other);
+    C = v >= 0 ? &L->vals[v] : NULL;
+    if (!own_param(L, C, 1) || C->shape.d[0] != N)
+      C = NULL, add = -1;
+  } else {
+    add = -1;
+  }
+  int t, tw, tc = -1, o[AR_NN_MAX_IO];
+  AR_CHECK(tensor(L, A, &t));
+  if (A->shape.nd != 2) {
+    ar_shape rows = {2, {ar_shape_count(&A->shape) / K, K}};
+    AR_CHECK(ar__onnx_reshape_to(L, "rows", t, &rows, &t));
+  }
+  AR_CHECK(param_t(L, B, &tw));
+  if (C)
+    AR_CHECK(tensor(L, C, &tc));
+  ar_nn_attr a = attr0();
+  a.out = N;
+  a.bias = C != NULL;
+  int params[2] = {tw, tc};
+  AR_CHECK(ar__onnx_emit(L, NULL, AR_NN_DENSE, &a, 1, &t, params, NULL, AR_NN_MODE_RUN, o));
+  t = o[0];
+  if (A->shape.nd != 2) {
+    ar_shape out = A->shape;
+    out.d[out.nd - 1] = N;
+    AR_CHECK(ar__onnx_reshape_to(L, "out", t, &out, &t));
+  }
+  AR_CHECK(ar__onnx_set_out(L, 0, t));
+  if (add >= 0) { /* the Add's output is this node's: the Add is done */
+    const Onnx__NodeProto *self = L->node;
+    L->node = L->m->g->node[add];
+    ar_status st = ar__onnx_set_out(L, 0, t);
+    L->node = self;
+    AR_CHECK(st);
+    L->skip = add;
+  }
+  *done = true;
+  return AR_OK;
+}
+
 static ar_status l_matmul(lower *L, val *const *in, int n_in) {
   AR_CHECK(need(L, in, n_in, 0));
   AR_CHECK(need(L, in, n_in, 1));
   AR_CHECK(want_f32(L, in[0], "input A"));
   AR_CHECK(want_f32(L, in[1], "input B"));
+  bool done;
+  AR_CHECK(sparse_dense(L, in, n_in, false, &done));
+  if (done)
+    return AR_OK;
   ar_shape sa = in[0]->shape, sb = in[1]->shape;
   if (sa.nd == 0 || sb.nd == 0)
     return ar__onnx_fail(L, AR_INVALID, "MatMul of a scalar");
@@ -308,6 +426,10 @@ static ar_status l_gemm(lower *L, val *const *in, int n_in) {
   AR_CHECK(want_f32(L, B, "input B"));
   if (A->shape.nd != 2 || B->shape.nd != 2)
     return ar__onnx_fail(L, AR_INVALID, "Gemm takes 2-D A and B");
+  bool done;
+  AR_CHECK(sparse_dense(L, in, n_in, true, &done));
+  if (done)
+    return AR_OK;
   const int64_t M = ta_ ? A->shape.d[1] : A->shape.d[0], K = ta_ ? A->shape.d[0] : A->shape.d[1];
   const int64_t N = tb_ ? B->shape.d[0] : B->shape.d[1];
   if ((tb_ ? B->shape.d[1] : B->shape.d[0]) != K)

@@ -153,6 +153,7 @@ typedef struct ar__onnx_lower {
   /* The node being lowered. */
   const Onnx__NodeProto *node;
   int index, helpers;
+  int skip;        /* a later node already lowered with this one (-1: none) */
   char where[320]; /* "FILE: node 'x' (Conv)" */
   ar_err *err;
 } ar__onnx_lower;
