@@ -45,6 +45,9 @@ int cli_parse_job_args(int argc, char **argv, const char *cmd, bool run_flags,
 
 /* --set KEY=VALUE of command cmd: arg appended to sets; -1 to go on, else
  * the exit status (the message printed).  options.c. */
+/* A whole number in [lo, hi] (all of s, base 10) into *out; false when s is
+ * not one (the caller says what the option takes). */
+bool cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 int cli_set_arg(const char *cmd, const char *arg, const char **sets, int *n_sets);
 /* After the options (getopt's optind): -1 when one job file is left, else
  * the message, usage(stderr) and the exit status. */

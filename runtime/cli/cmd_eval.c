@@ -29,16 +29,6 @@ static void usage(FILE *to) {
           "  --lsh-K (or sparse.K in the job), --lsh-L and --lsh-budget set them by hand.\n");
 }
 
-static bool parse_count(const char *s, int64_t lo, int64_t *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || *end || end == s || v < lo)
-    return false;
-  *out = v;
-  return true;
-}
-
 /* The report on the terminal. */
 static void print_report(const ar_spec *spec, const char *ckpt, const ar_eval_report *r) {
   printf("%s: %lld test points on %s, %d threads (checkpoint %s)\n", spec->name,
@@ -211,7 +201,7 @@ int cli_eval(int argc, char **argv) {
       break;
     case 'p':
     case 'r':
-      if (!parse_count(optarg, c == 'p' ? 0 : 1, c == 'p' ? &points : &reps)) {
+      if (!cli_parse_i64(optarg, c == 'p' ? 0 : 1, INT64_MAX, c == 'p' ? &points : &reps)) {
         fprintf(stderr, "accelrt eval: --%s needs a whole number%s, got '%s'\n",
                 c == 'p' ? "points" : "reps", c == 'p' ? "" : " >= 1", optarg);
         rc = CLI_USAGE;
@@ -221,7 +211,7 @@ int cli_eval(int argc, char **argv) {
     case 'L':
     case 'B':
     case 'P':
-      if (!parse_count(optarg, 1, &v) || (c == 'K' && v > 64) || (c == 'L' && v > 1024)) {
+      if (!cli_parse_i64(optarg, 1, INT64_MAX, &v) || (c == 'K' && v > 64) || (c == 'L' && v > 1024)) {
         fprintf(stderr, "accelrt eval: --%s needs a whole number %s, got '%s'\n",
                 c == 'K' ? "lsh-K" : c == 'L' ? "lsh-L" : c == 'B' ? "lsh-budget" : "lsh-probe",
                 c == 'K' ? "from 1 to 64" : c == 'L' ? "from 1 to 1024" : ">= 1", optarg);

@@ -69,7 +69,7 @@ int cli_export(int argc, char **argv) {
     return CLI_FAIL;
   optind = 1;
   while (rc < 0 && (c = cli_getopt(argc, argv, "h", longs)) != -1) {
-    char *end;
+    int64_t v = 0;
     switch (c) {
     case 'o':
       o.out = optarg;
@@ -81,9 +81,7 @@ int cli_export(int argc, char **argv) {
       o.test_dir = optarg;
       break;
     case 'p':
-      errno = 0;
-      long v = strtol(optarg, &end, 10);
-      if (errno || *end || end == optarg || v < 13 || v > 17) {
+      if (!cli_parse_i64(optarg, 13, 17, &v)) {
         fprintf(stderr, "accelrt export: --opset takes 13 to 17, got '%s'\n", optarg);
         rc = CLI_USAGE;
       }

@@ -14,15 +14,11 @@
 #include <string.h>
 
 static int parse_i64(const char *opt, const char *s, int64_t lo, int64_t *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || end == s || *end || v < lo) {
+  if (!cli_parse_i64(s, lo, INT64_MAX, out)) {
     fprintf(stderr, "accelrt gen-data: --%s needs an integer >= %lld, got '%s'\n", opt,
             (long long)lo, s);
     return -1;
   }
-  *out = v;
   return 0;
 }
 

@@ -3,6 +3,9 @@
 #define _GNU_SOURCE
 #include "cli/cli.h"
 
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The long option named exactly name (len bytes), or NULL. */
@@ -105,4 +108,14 @@ int cli_one_job(const char *cmd, int argc, void (*usage)(FILE *to)) {
   fprintf(stderr, "accelrt %s: expected one job file\n", cmd);
   usage(stderr);
   return CLI_USAGE;
+}
+
+bool cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi)
+    return false;
+  *out = v;
+  return true;
 }
