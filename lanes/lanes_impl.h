@@ -13,6 +13,14 @@
 
 #define AR__LANES_REASON_MAX 256
 
+/* Iteration times kept per job for its estimate (sched.c): the median of
+ * the last few, so one iteration the operating system descheduled does
+ * not make a short job look long. */
+#define AR__LANES_RECENT 5
+/* srtf measures this many iterations of a newcomer before trusting its
+ * estimate (policy_srtf.c). */
+#define AR__LANES_PROBE 3
+
 typedef struct ar__job {
   ar_lanes_job_id id;
   char *name;                /* owned */
@@ -27,6 +35,7 @@ typedef struct ar__job {
   double used_s;             /* measured device time */
   double vtime_s;            /* fair's virtual time (see policy_fair.c) */
   uint64_t measured;         /* iterations with a measured time */
+  double recent_s[AR__LANES_RECENT]; /* the last measured times, a ring */
   uint64_t last_pick;        /* pick sequence number, 0 = never picked */
   uint64_t admit_seq;        /* order of admission, for stable ties */
   uint64_t pass;             /* last admission pass that considered it */
@@ -124,7 +133,7 @@ int ar__place_shared(ar_lanes *l, const ar__job *j, ar__placement *pl);
 ar_status ar__lanes_admit_waiting(ar_lanes *l);
 
 /* sched.c */
-double ar__lanes_mean_iter(const ar_lanes *l, const ar__job *j);
+double ar__lanes_iter_estimate(const ar_lanes *l, const ar__job *j);
 double ar__lanes_remaining(const ar_lanes *l, const ar__job *j);
 
 #endif

@@ -1,9 +1,12 @@
 /*
  * srtf: shortest remaining time first (Salus SRTF).  The job of the
- * lane with the least remaining time (remaining iterations x measured mean
- * iteration time) runs next, so a shorter job that arrives preempts a
- * longer one at its next iteration boundary.  Ties: earlier arrival, then
- * lower id.
+ * lane with the least remaining time (remaining iterations x the median of
+ * its last measured iteration times, sched.c) runs next, so a shorter job
+ * that arrives preempts a longer one at its next iteration boundary.  A
+ * job with fewer than AR__LANES_PROBE measured iterations (and iterations
+ * left) goes first: its estimate is not yet worth trusting, and the median
+ * of three outvotes one iteration the operating system descheduled.
+ * Ties: earlier arrival, then lower id.
  *
  * Lanes: Salus ran SRTF with a single lane.  Here a job joins the
  * best-fitting existing lane first, and opens a new lane only when no lane
@@ -17,7 +20,13 @@ static int place(ar_lanes *l, const ar__job *j, ar__placement *pl) {
   return ar__place_shared(l, j, pl) || ar__place_new_lane(l, j, pl);
 }
 
+static int probing(const ar__job *j) {
+  return j->measured < AR__LANES_PROBE;
+}
+
 static int shortest(const ar_lanes *l, const ar__job *a, const ar__job *b) {
+  if (probing(a) != probing(b))
+    return probing(a);
   double ra = ar__lanes_remaining(l, a), rb = ar__lanes_remaining(l, b);
   if (ra != rb)
     return ra < rb;

@@ -4,21 +4,35 @@
  * which of a lane's jobs runs next whenever the lane is free, so a switch
  * (or a preemption) happens only at an iteration boundary.
  *
- * Remaining time = remaining iterations x mean measured iteration time.
- * Salus used the declared total time minus used time; accelrt measures
- * instead, and before the first measurement assumes the handle's
- * default_iteration_s.
+ * Remaining time = remaining iterations x the median of the job's last
+ * AR__LANES_RECENT measured iteration times.  Salus used the declared total
+ * time minus used time; accelrt measures instead, and before the first
+ * measurement assumes the handle's default_iteration_s.  The median, not
+ * the mean: on a shared machine an iteration that lost the processor for
+ * a few milliseconds is common, and with a mean that one sample would make
+ * a short job look long for the rest of its life.
  */
 #include <math.h>
 
 #include "lanes_impl.h"
 
-double ar__lanes_mean_iter(const ar_lanes *l, const ar__job *j) {
-  return j->measured ? j->used_s / (double)j->measured : l->default_iter_s;
+double ar__lanes_iter_estimate(const ar_lanes *l, const ar__job *j) {
+  if (!j->measured)
+    return l->default_iter_s;
+  size_t n = j->measured < AR__LANES_RECENT ? (size_t)j->measured : AR__LANES_RECENT;
+  double v[AR__LANES_RECENT];
+  for (size_t i = 0; i < n; i++) { /* insertion sort: n <= 5 */
+    double x = j->recent_s[i];
+    size_t k = i;
+    for (; k > 0 && v[k - 1] > x; k--)
+      v[k] = v[k - 1];
+    v[k] = x;
+  }
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 double ar__lanes_remaining(const ar_lanes *l, const ar__job *j) {
-  return (double)(j->iters - j->done) * ar__lanes_mean_iter(l, j);
+  return (double)(j->iters - j->done) * ar__lanes_iter_estimate(l, j);
 }
 
 ar_status ar_lanes_pick(ar_lanes *l, ar_lanes_lane_id id, ar_lanes_job_id *out) {
@@ -67,6 +81,7 @@ ar_status ar_lanes_iteration_done(ar_lanes *l, ar_lanes_job_id id,
   lane->running = NULL;
   j->running = 0;
   j->done++;
+  j->recent_s[j->measured % AR__LANES_RECENT] = seconds;
   j->measured++;
   j->used_s += seconds;
   j->vtime_s += seconds;

@@ -105,7 +105,7 @@ typedef struct ar_lanes_job_info {
   uint64_t iterations_done;
   uint64_t iterations;
   double used_s;             /* measured device time so far */
-  double remaining_s;        /* remaining iterations x mean iteration time */
+  double remaining_s;        /* remaining iterations x median recent iteration time */
   int running;               /* 1 while one of its iterations runs */
   /* Why a queued job waits, e.g. "needs 3.1 GiB persistent + 700 MiB lane;
    * 2.0 GiB free; waiting for a job to finish".  Empty when not queued.

@@ -54,9 +54,10 @@ static void test_srtf_reference(void **state) {
 /* srtf against a reference simulator over random mixes: jobs of random
  * lengths and per-iteration times (binary fractions, so both sides compute
  * the same doubles) share one lane and arrive at random picks; at every
- * pick the reference takes the least (iterations left x mean measured
- * time, or the 1 s default before a measurement), ties by arrival then
- * id.  Every pick must agree, and every job must finish. */
+ * pick the reference takes a job still being probed (fewer than three
+ * measured iterations) before one that is not, then the least (iterations
+ * left x measured time, or the 1 s default before a measurement), ties by
+ * arrival then id.  Every pick must agree, and every job must finish. */
 static void test_srtf_random_reference(void **state) {
   (void)state;
   static const double times[4] = {0.25, 0.5, 1.0, 2.0};
@@ -85,16 +86,18 @@ static void test_srtf_random_reference(void **state) {
         assert_int_equal(info(l, id).lane, lane);
         left++;
       }
-      int want = 0;
+      int want = 0, want_probe = 0;
       double best = 0;
       for (int k = 1; k <= n; k++) {
         if (done[k] >= iters[k])
           continue;
         double mean = measured[k] ? used[k] / (double)measured[k] : 1.0;
         double rem = (double)(iters[k] - done[k]) * mean;
-        if (!want || rem < best) { /* ties: the earlier (lower) id stays */
-          want = k;
+        int probe = measured[k] < 3;
+        if (!want || probe > want_probe || (probe == want_probe && rem < best)) {
+          want = k; /* ties: the earlier (lower) id stays */
           best = rem;
+          want_probe = probe;
         }
       }
       ar_lanes_job_id got = 0;
@@ -114,6 +117,37 @@ static void test_srtf_random_reference(void **state) {
     check_ok(l);
     ar_lanes_destroy(l);
   }
+}
+
+/* srtf on a shared machine: the newcomer B (8 iterations of 0.01 s) loses
+ * the processor during its first iteration, measured 1 s.  A mean would
+ * put B at 7 s left against A's 0.4 s and run all of A first; B's next two
+ * probe iterations outvote the outlier (median 0.01 s), so B runs to its
+ * end before A resumes.  Its estimate keeps the median of the last five. */
+static void test_srtf_outlier(void **state) {
+  (void)state;
+  ar_lanes *l = make("srtf", 100 * MiB);
+  ar_lanes_job_id A = submit(l, "A", MiB, 8 * MiB, 24, 0);
+  ar_lanes_lane_id lane = info(l, A).lane;
+  for (int k = 0; k < 4; k++)
+    assert_int_equal(step(l, lane, 0.02), A); /* A: 20 x 0.02 = 0.4 s left */
+  ar_lanes_job_id B = submit(l, "B", MiB, 8 * MiB, 8, 1);
+  assert_int_equal(step(l, lane, 1.0), B);  /* probe 1: the outlier */
+  assert_true(fabs(info(l, B).remaining_s - 7.0) < 1e-12);
+  assert_int_equal(step(l, lane, 0.01), B); /* probe 2 */
+  assert_true(fabs(info(l, B).remaining_s - 6 * 0.505) < 1e-12);
+  assert_int_equal(step(l, lane, 0.01), B); /* probe 3: median 0.01 */
+  assert_true(fabs(info(l, B).remaining_s - 5 * 0.01) < 1e-12);
+  for (int k = 0; k < 5; k++)
+    assert_int_equal(step(l, lane, 0.01), B);
+  assert_int_equal(ar_lanes_finish(l, B), AR_OK);
+  assert_int_equal(step(l, lane, 0.02), A);
+  /* The window slides: after four slow iterations they are the majority
+   * of A's last five, and A's estimate is theirs. */
+  for (int k = 0; k < 4; k++)
+    step(l, lane, 0.5);
+  assert_true(fabs(info(l, A).remaining_s - 15 * 0.5) < 1e-12);
+  ar_lanes_destroy(l);
 }
 
 /* fair: with iteration times in Salus's 0.1-0.9 s range, every active job
@@ -245,6 +279,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_srtf_reference),
       cmocka_unit_test(test_srtf_random_reference),
+      cmocka_unit_test(test_srtf_outlier),
       cmocka_unit_test(test_fair_no_starvation),
       cmocka_unit_test(test_pack_round_robin),
       cmocka_unit_test(test_priority_order),
