@@ -173,6 +173,42 @@ static int evaluate(const ar_spec *spec, const char *ckpt, int64_t points, int64
   return st == AR_OK ? CLI_OK : st == AR_INVALID ? CLI_USAGE : CLI_FAIL;
 }
 
+/* The whole-number options: getopt's code, the name (as in cli_eval's
+ * longs) and the bounds; cli_eval keeps each one's value at its W_ index. */
+enum { W_POINTS, W_REPS, W_LSH_K, W_LSH_L, W_LSH_BUDGET, W_LSH_PROBE, W_N };
+static const struct whole_opt {
+  int c;
+  const char *name;
+  int64_t lo, hi;
+} wholes[W_N] = {
+    [W_POINTS] = {'p', "points", 0, INT64_MAX},
+    [W_REPS] = {'r', "reps", 1, INT64_MAX},
+    [W_LSH_K] = {'K', "lsh-K", 1, 64},
+    [W_LSH_L] = {'L', "lsh-L", 1, 1024},
+    [W_LSH_BUDGET] = {'B', "lsh-budget", 1, INT64_MAX},
+    [W_LSH_PROBE] = {'P', "lsh-probe", 1, INT64_MAX},
+};
+
+/* Parses the argument of whole-number option c into vals[its row]; false,
+ * with a message naming the option and its bounds, when it is not one. */
+static bool parse_whole(int c, const char *arg, int64_t vals[W_N]) {
+  int i = 0;
+  while (i < W_N && wholes[i].c != c)
+    i++;
+  AR_ASSERT(i < W_N); /* cli_eval passes only the table's codes */
+  const struct whole_opt *w = &wholes[i];
+  if (cli_parse_i64(arg, w->lo, w->hi, &vals[i]))
+    return true;
+  char bounds[64] = "";
+  if (w->hi != INT64_MAX)
+    snprintf(bounds, sizeof bounds, " from %lld to %lld", (long long)w->lo, (long long)w->hi);
+  else if (w->lo != 0)
+    snprintf(bounds, sizeof bounds, " >= %lld", (long long)w->lo);
+  fprintf(stderr, "accelrt eval: --%s needs a whole number%s, got '%s'\n", w->name, bounds,
+          arg);
+  return false;
+}
+
 int cli_eval(int argc, char **argv) {
   static const struct option longs[] = {{"checkpoint", required_argument, NULL, 'c'},
                                         {"points", required_argument, NULL, 'p'},
@@ -186,7 +222,7 @@ int cli_eval(int argc, char **argv) {
                                         {"help", no_argument, NULL, 'h'},
                                         {NULL, 0, NULL, 0}};
   const char *ckpt = NULL;
-  int64_t points = 0, reps = 3, v = 0;
+  int64_t vals[W_N] = {[W_REPS] = 3}; /* the rest 0: all points, chosen by eval */
   ar_eval_opts eo;
   memset(&eo, 0, sizeof eo);
   const char **sets = ar_calloc((size_t)argc, sizeof *sets);
@@ -201,26 +237,12 @@ int cli_eval(int argc, char **argv) {
       break;
     case 'p':
     case 'r':
-      if (!cli_parse_i64(optarg, c == 'p' ? 0 : 1, INT64_MAX, c == 'p' ? &points : &reps)) {
-        fprintf(stderr, "accelrt eval: --%s needs a whole number%s, got '%s'\n",
-                c == 'p' ? "points" : "reps", c == 'p' ? "" : " >= 1", optarg);
-        rc = CLI_USAGE;
-      }
-      break;
     case 'K':
     case 'L':
     case 'B':
     case 'P':
-      if (!cli_parse_i64(optarg, 1, INT64_MAX, &v) || (c == 'K' && v > 64) || (c == 'L' && v > 1024)) {
-        fprintf(stderr, "accelrt eval: --%s needs a whole number %s, got '%s'\n",
-                c == 'K' ? "lsh-K" : c == 'L' ? "lsh-L" : c == 'B' ? "lsh-budget" : "lsh-probe",
-                c == 'K' ? "from 1 to 64" : c == 'L' ? "from 1 to 1024" : ">= 1", optarg);
+      if (!parse_whole(c, optarg, vals))
         rc = CLI_USAGE;
-      } else if (c == 'K' || c == 'L') {
-        *(c == 'K' ? &eo.lsh_K : &eo.lsh_L) = (int)v;
-      } else {
-        *(c == 'B' ? &eo.lsh_budget : &eo.lsh_probe) = v;
-      }
       break;
     case 'R': {
       char *end;
@@ -249,8 +271,12 @@ int cli_eval(int argc, char **argv) {
   ar_spec *spec = NULL;
   if (rc < 0)
     rc = load_job(argv[optind], sets, n_sets, &spec);
+  eo.lsh_K = (int)vals[W_LSH_K]; /* within int: bounded above */
+  eo.lsh_L = (int)vals[W_LSH_L];
+  eo.lsh_budget = vals[W_LSH_BUDGET];
+  eo.lsh_probe = vals[W_LSH_PROBE];
   if (rc < 0)
-    rc = evaluate(spec, ckpt, points, reps, &eo);
+    rc = evaluate(spec, ckpt, vals[W_POINTS], vals[W_REPS], &eo);
   ar_spec_destroy(spec);
   ar_free(sets);
   return rc;

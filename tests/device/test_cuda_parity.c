@@ -13,45 +13,9 @@
  * present, so ctest passes on machines without a GPU.
  */
 #include "op_fixtures.h"
+#include "parity.h"
 
 #include <stdlib.h>
-
-/* The device compared with the host.  Building with
- * -DPARITY_DEVICE='"host"' compares a one-thread host device instead,
- * which checks this test's own bookkeeping on machines without a GPU
- * (ctest: device.cuda_parity_harness). */
-#ifndef PARITY_DEVICE
-#define PARITY_DEVICE "cuda:0"
-#endif
-
-static ar_device *H, *C; /* host, cuda:0 */
-
-/* ---- the parity table ------------------------------------------------------ */
-
-typedef struct parity_row {
-  char op[40];
-  double max_abs, max_rel;
-  int64_t compared;
-} parity_row;
-static parity_row table[32];
-static int table_n;
-
-static void record(const char *op, double abs_d, double rel_d, int64_t n) {
-  int i = 0;
-  while (i < table_n && strcmp(table[i].op, op) != 0)
-    i++;
-  if (i == table_n) {
-    if (table_n == (int)(sizeof table / sizeof table[0]))
-      return;
-    snprintf(table[i].op, sizeof table[i].op, "%s", op);
-    table_n++;
-  }
-  if (abs_d > table[i].max_abs)
-    table[i].max_abs = abs_d;
-  if (rel_d > table[i].max_rel)
-    table[i].max_rel = rel_d;
-  table[i].compared += n;
-}
 
 /* ---- buffers on both devices -------------------------------------------------- */
 
@@ -899,35 +863,15 @@ static void test_lanes_and_memory(void **state) {
 
 /* ---- main ---------------------------------------------------------------------------------- */
 
+/* The group's devices: the compared one with an arena of 2 GiB. */
 static int setup(void **state) {
   (void)state;
-  H = fx_open_host(2);
-  ar_device_opts o = AR_DEVICE_OPTS_INIT;
-  o.memory_bytes = (uint64_t)2 << 30;
-  o.threads = 1;
-  o.pin = false;
-  ar_err err = AR_ERR_INIT;
-  if (ar_device_open(PARITY_DEVICE, &o, &C, &err) != AR_OK) {
-    fprintf(stderr, "cannot open %s: %s\n", PARITY_DEVICE, err.msg);
-    return -1;
-  }
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  ar_device_close(H);
-  ar_device_close(C);
-  return 0;
+  return parity_open((uint64_t)2 << 30);
 }
 
 int main(void) {
-  char why[512];
-  if (strcmp(PARITY_DEVICE, "host") != 0 &&
-      ar_cuda_device_count(why, sizeof why) == 0) {
-    fprintf(stderr, "no CUDA device (%s): CUDA parity test skipped\n", why);
+  if (parity_skip("CUDA parity test"))
     return 77;
-  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fill),
       cmocka_unit_test(test_gemm),
@@ -949,14 +893,9 @@ int main(void) {
   const struct CMUnitTest cuda_only[] = {
       cmocka_unit_test(test_lanes_and_memory),
   };
-  int failed = cmocka_run_group_tests(tests, setup, teardown);
+  int failed = cmocka_run_group_tests(tests, setup, parity_close);
   if (strcmp(PARITY_DEVICE, "host") != 0)
     failed += cmocka_run_group_tests(cuda_only, NULL, NULL);
-  printf("\nCUDA vs host parity (largest differences over every compared "
-         "element)\n%-34s %12s %12s %12s\n",
-         "op", "max |diff|", "max rel", "elements");
-  for (int i = 0; i < table_n; i++)
-    printf("%-34s %12.3g %12.3g %12lld\n", table[i].op, table[i].max_abs,
-           table[i].max_rel, (long long)table[i].compared);
+  parity_print("CUDA vs host parity (largest differences over every compared element)", "op");
   return failed;
 }

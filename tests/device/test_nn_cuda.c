@@ -33,41 +33,11 @@
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "op_fixtures.h"
+#include "parity.h"
 
 #include "accelrt/nn.h"
 
 #include <stdlib.h>
-
-#ifndef PARITY_DEVICE
-#define PARITY_DEVICE "cuda:0"
-#endif
-
-static ar_device *H, *C; /* host, the device compared */
-
-/* ---- the table of differences --------------------------------------------------- */
-
-typedef struct row {
-  char op[40];
-  double max_abs, max_rel;
-  int64_t compared;
-} row;
-static row table[64];
-static int table_n;
-
-static void record(const char *op, double abs_d, double rel_d, int64_t n) {
-  int i = 0;
-  while (i < table_n && strcmp(table[i].op, op) != 0)
-    i++;
-  if (i == table_n) {
-    if (table_n == (int)(sizeof table / sizeof table[0]))
-      return;
-    snprintf(table[i].op, sizeof table[i].op, "%s", op);
-    table_n++;
-  }
-  table[i].max_abs = abs_d > table[i].max_abs ? abs_d : table[i].max_abs;
-  table[i].max_rel = rel_d > table[i].max_rel ? rel_d : table[i].max_rel;
-  table[i].compared += n;
-}
 
 /* ---- buffers on both devices ------------------------------------------------------- */
 
@@ -598,34 +568,15 @@ static void test_attention(void **state) {
 
 /* ---- main ------------------------------------------------------------------------------ */
 
+/* The group's devices: the compared one with an arena of 1 GiB. */
 static int setup(void **state) {
   (void)state;
-  H = fx_open_host(2);
-  ar_device_opts o = AR_DEVICE_OPTS_INIT;
-  o.memory_bytes = (uint64_t)1 << 30;
-  o.threads = 1;
-  o.pin = false;
-  ar_err err = AR_ERR_INIT;
-  if (ar_device_open(PARITY_DEVICE, &o, &C, &err) != AR_OK) {
-    fprintf(stderr, "cannot open %s: %s\n", PARITY_DEVICE, err.msg);
-    return -1;
-  }
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  ar_device_close(H);
-  ar_device_close(C);
-  return 0;
+  return parity_open((uint64_t)1 << 30);
 }
 
 int main(void) {
-  char why[512];
-  if (strcmp(PARITY_DEVICE, "host") != 0 && ar_cuda_device_count(why, sizeof why) == 0) {
-    fprintf(stderr, "no CUDA device (%s): graph ops parity test skipped\n", why);
+  if (parity_skip("graph ops parity test"))
     return 77;
-  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conv),   cmocka_unit_test(test_batchnorm),
       cmocka_unit_test(test_pools),  cmocka_unit_test(test_dense_matmul),
@@ -633,13 +584,8 @@ int main(void) {
       cmocka_unit_test(test_rows),   cmocka_unit_test(test_moves),
       cmocka_unit_test(test_tokens), cmocka_unit_test(test_attention),
   };
-  int failed = cmocka_run_group_tests(tests, setup, teardown);
-  printf("\nCUDA vs host, graph ops (largest differences over every compared element)\n"
-         "%-34s %12s %12s %12s\n",
-         "case", "max |diff|", "max rel", "elements");
-  for (int i = 0; i < table_n; i++)
-    printf("%-34s %12.3g %12.3g %12lld\n", table[i].op, table[i].max_abs, table[i].max_rel,
-           (long long)table[i].compared);
-  printf("\n");
+  int failed = cmocka_run_group_tests(tests, setup, parity_close);
+  parity_print("CUDA vs host, graph ops (largest differences over every compared element)",
+               "case");
   return failed ? 1 : 0;
 }

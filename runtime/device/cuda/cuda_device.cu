@@ -43,6 +43,13 @@ static void *blas_lib;
 #define AR__STR2(x) #x
 #define AR__STR(x) AR__STR2(x)
 
+/* Both loaders below fill a table of function pointers from a library
+ * opened with dlopen: SYM looks up `sym` in their local `lib`, stores it in
+ * `api.field`, and turns their local `ok` false when it is missing. */
+#define SYM(field, sym)                                                        \
+  api.field = (decltype(api.field))dlsym(lib, #sym);                           \
+  ok = ok && api.field != NULL
+
 ar_status ar__cublas_load(ar_err *err) {
   static const char *names[] = {"libcublas.so." AR__STR(CUBLAS_VER_MAJOR),
                                 "libcublas.so"};
@@ -67,16 +74,12 @@ ar_status ar__cublas_load(ar_err *err) {
     }
     ar__cublas_api api;
     bool ok = true;
-#define SYM(field, name)                                                       \
-  api.field = (decltype(api.field))dlsym(lib, #name);                          \
-  ok = ok && api.field != NULL
     SYM(create, cublasCreate_v2);
     SYM(destroy, cublasDestroy_v2);
     SYM(set_stream, cublasSetStream_v2);
     SYM(set_workspace, cublasSetWorkspace_v2);
     SYM(sgemm, cublasSgemm_v2);
     SYM(sgemm_64, cublasSgemm_v2_64);
-#undef SYM
     if (!ok) {
       dlclose(lib);
       st = ar_errf(err, AR_NODEVICE,
@@ -114,9 +117,6 @@ ar_status ar__cudnn_load(ar_err *err) {
     } else {
       ar__cudnn_api api;
       bool ok = true;
-#define SYM(field, sym)                                                        \
-  api.field = (decltype(api.field))dlsym(lib, #sym);                           \
-  ok = ok && api.field != NULL
       SYM(create, cudnnCreate);
       SYM(destroy, cudnnDestroy);
       SYM(set_stream, cudnnSetStream);
@@ -138,7 +138,6 @@ ar_status ar__cudnn_load(ar_err *err) {
       SYM(fwd, cudnnConvolutionForward);
       SYM(bwd_data, cudnnConvolutionBackwardData);
       SYM(bwd_filter, cudnnConvolutionBackwardFilter);
-#undef SYM
       if (!ok) {
         dlclose(lib);
         st = ar_errf(err, AR_NODEVICE,
@@ -165,6 +164,7 @@ bool ar__cudnn_note(ar__cuda_device *d, cudnnStatus_t s, const char *call) {
   return false;
 }
 #endif
+#undef SYM
 
 /* ---- errors ------------------------------------------------------------------ */
 

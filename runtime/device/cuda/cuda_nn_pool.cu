@@ -12,6 +12,7 @@
  * block per plane.  No workspace.
  */
 #include "cuda/cuda_nn.h"
+#include "nn/nn_window.h"
 
 #include <math.h>
 
@@ -46,16 +47,6 @@ static pool_g pool_geom(const ar_nn_args *a) {
   return g;
 }
 
-/* The window positions of one axis inside the input: i in [first, end). */
-static __device__ __forceinline__ int64_t pool_first(int64_t p0, int64_t d) {
-  return p0 < 0 ? (-p0 + d - 1) / d : 0;
-}
-static __device__ __forceinline__ int64_t pool_end(int64_t p0, int64_t d, int64_t k,
-                                                   int64_t n) {
-  const int64_t e = n - p0 <= 0 ? 0 : (n - p0 + d - 1) / d;
-  return e < k ? e : k;
-}
-
 /* The outputs along one axis whose window (start o s - p, extent ext)
  * holds input position v: o in [lo, hi]. */
 static __device__ __forceinline__ void pool_range(int64_t v, int64_t s, int64_t p,
@@ -76,10 +67,11 @@ static __global__ void maxpool_fwd_k(pool_g g, const float *x, float *y, uint8_t
     const int64_t ih0 = oh * g.sh - g.ph, iw0 = ow * g.sw - g.pw;
     float m = -INFINITY;
     int64_t k = 0, at = -1;
-    const int64_t i1 = pool_end(ih0, g.dh, g.kh, g.H), j1 = pool_end(iw0, g.dw, g.kw, g.W);
-    for (int64_t i = pool_first(ih0, g.dh); i < i1; i++) {
+    const int64_t i1 = nn_window_end(ih0, g.dh, g.kh, g.H);
+    const int64_t j1 = nn_window_end(iw0, g.dw, g.kw, g.W);
+    for (int64_t i = nn_window_first(ih0, g.dh); i < i1; i++) {
       const int64_t ih = ih0 + i * g.dh;
-      for (int64_t j = pool_first(iw0, g.dw); j < j1; j++) {
+      for (int64_t j = nn_window_first(iw0, g.dw); j < j1; j++) {
         const int64_t iw = iw0 + j * g.dw;
         const float v = xq[ih * g.W + iw];
         if (at < 0 || v > m || isnan(v)) {

@@ -15,6 +15,7 @@
  * workspace buffer before the two backward primitives.
  */
 #include "host/nn_conv_impl.h"
+#include "nn/nn_window.h"
 #include "nn_dnnl.h"
 
 #include <stdlib.h>
@@ -34,13 +35,6 @@ typedef struct conv {
 } conv;
 
 /* ---- shapes -------------------------------------------------------------- */
-
-/* The output size along one axis, PyTorch's Conv2d arithmetic; <= 0 when
- * the (dilated) kernel does not fit in the padded input. */
-static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p0, int64_t p1, int64_t d) {
-  int64_t span = in + p0 + p1 - d * (k - 1) - 1;
-  return span < 0 ? 0 : span / s + 1;
-}
 
 static ar_status conv_infer(const ar_nn_attr *t, int n_in, const ar_shape *in, const ar_dtype *dt,
                             ar_nn_sig *sig, ar_err *err) {
@@ -77,8 +71,8 @@ static ar_status conv_infer(const ar_nn_attr *t, int n_in, const ar_shape *in, c
                    xs, (long long)t->out, (long long)t->groups, (long long)C);
   if (t->act != AR_ACT_NONE && t->act != AR_ACT_RELU)
     return ar_errf(err, AR_INVALID, "conv fuses only act none or relu (got act %d)", (int)t->act);
-  int64_t Ho = conv_out(H, t->kernel[0], t->stride[0], t->pad[0], t->pad[2], t->dilation[0]);
-  int64_t Wo = conv_out(W, t->kernel[1], t->stride[1], t->pad[1], t->pad[3], t->dilation[1]);
+  int64_t Ho = nn_window_out(H, t->kernel[0], t->stride[0], t->pad[0], t->pad[2], t->dilation[0]);
+  int64_t Wo = nn_window_out(W, t->kernel[1], t->stride[1], t->pad[1], t->pad[3], t->dilation[1]);
   if (Ho < 1 || Wo < 1)
     return ar_errf(err, AR_INVALID,
                    "input %s, kernel %s, padding %s, stride %s, dilation %s: the output would be "

@@ -34,6 +34,7 @@
  * the results do not depend on the thread count.
  */
 #include "host/nn_conv_impl.h"
+#include "nn/nn_window.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -51,11 +52,6 @@ typedef struct pool {
   bool fast2x2; /* max pool 2x2, stride 2, no padding: the special loops */
   bool wide;    /* max pool offsets in i32 (kernel of more than 256) */
 } pool;
-
-static int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p0, int64_t p1) {
-  int64_t span = in + p0 + p1 - k; /* k: the dilated extent */
-  return span < 0 ? 0 : span / s + 1;
-}
 
 /* The geometry of op on input x (shape checked by infer). */
 static pool_geom pool_geom_of(ar_nn_op op, const ar_nn_attr *t, const ar_shape *x) {
@@ -79,8 +75,8 @@ static pool_geom pool_geom_of(ar_nn_op op, const ar_nn_attr *t, const ar_shape *
   } else {
     g.exclude_pad = t->exclude_pad;
   }
-  g.Ho = pool_out(g.H, g.dh * (g.kh - 1) + 1, g.sh, t->pad[0], t->pad[2]);
-  g.Wo = pool_out(g.W, g.dw * (g.kw - 1) + 1, g.sw, t->pad[1], t->pad[3]);
+  g.Ho = nn_window_out(g.H, g.kh, g.sh, t->pad[0], t->pad[2], g.dh);
+  g.Wo = nn_window_out(g.W, g.kw, g.sw, t->pad[1], t->pad[3], g.dw);
   return g;
 }
 
@@ -126,8 +122,8 @@ static ar_status pool_infer_op(ar_nn_op op, const ar_nn_attr *t, int n_in, const
                      "input %s, kernel %s, padding %s, stride %s: the padding must be smaller "
                      "than the kernel",
                      xs, ks, ps, ss);
-    if (pool_out(in[0].d[2], eh, t->stride[0], t->pad[0], t->pad[2]) < 1 ||
-        pool_out(in[0].d[3], ew, t->stride[1], t->pad[1], t->pad[3]) < 1)
+    if (nn_window_out(in[0].d[2], eh, t->stride[0], t->pad[0], t->pad[2], 1) < 1 ||
+        nn_window_out(in[0].d[3], ew, t->stride[1], t->pad[1], t->pad[3], 1) < 1)
       return ar_errf(err, AR_INVALID,
                      "input %s, kernel %s, padding %s, stride %s: the output would be empty "
                      "(the kernel is larger than the padded input)",
@@ -328,14 +324,6 @@ static void max2x2_bwd(const float *restrict gy, const uint8_t *restrict idx, fl
     memset(gx + ih * W, 0, (size_t)W * sizeof(float));
 }
 
-/* The first window position i (from a start at p0, steps of d) with
- * p0 + i d >= 0, and the end of those with p0 + i d < n (at most k). */
-static inline int64_t first_in(int64_t p0, int64_t d) { return p0 < 0 ? (-p0 + d - 1) / d : 0; }
-static inline int64_t end_in(int64_t p0, int64_t d, int64_t k, int64_t n) {
-  const int64_t e = n - p0 <= 0 ? 0 : (n - p0 + d - 1) / d;
-  return e < k ? e : k;
-}
-
 /* Any kernel, stride, padding and dilation: one plane; offsets (window
  * positions, i kw + j) saved into idx8 or idx32 (the one not NULL) when
  * save; each maximum's flat index into the input, base + ih W + iw, into
@@ -353,8 +341,8 @@ static inline __attribute__((always_inline)) void max_fwd(const float *restrict 
       const int64_t iw0 = ow * g->sw - g->pw;
       float m = -INFINITY;
       int64_t k = 0, at = -1;
-      const int64_t i0 = first_in(ih0, dh), i1 = end_in(ih0, dh, g->kh, H);
-      const int64_t j0 = first_in(iw0, dw), j1 = end_in(iw0, dw, kw, W);
+      const int64_t i0 = nn_window_first(ih0, dh), i1 = nn_window_end(ih0, dh, g->kh, H);
+      const int64_t j0 = nn_window_first(iw0, dw), j1 = nn_window_end(iw0, dw, kw, W);
       for (int64_t i = i0; i < i1; i++) {
         const int64_t ih = ih0 + i * dh;
         for (int64_t j = j0; j < j1; j++) {
