@@ -488,6 +488,7 @@ double ar_commsched_pacer_tokens(const ar_commsched_pacer *p, double now_s);
  * that a few waits for a core on a loaded machine do not set the cost of
  * every message.  Departure from TicTac: the paper's oracle times ops
  * only; the message cost is ours (the simulator models receive copies).
+ * mean_scale: see ar_commsched_calib_result.
  * Tests: tests/commsched/test_calibrate.c.
  */
 typedef struct ar_commsched_trace_event {
@@ -505,6 +506,13 @@ typedef struct ar_commsched_calib_result {
   long samples;         /* transfers the fit used */
   double message_s;     /* NaN with fewer than 3 samples */
   double byte_s;        /* likewise; never negative */
+  /* Sum over the traced ops of their mean time over the sum of their
+   * medians (>= 1 with skewed times; 1 when nothing was traced): what the
+   * medians leave out of a whole iteration's compute on a time-shared
+   * machine, where an op now and then waits for a core.  A simulation's
+   * compute_scale for predicting mean iterations, the op's shape kept from
+   * the medians. */
+  double mean_scale;
 } ar_commsched_calib_result;
 
 /* An empty calibration for the compute ops of g (borrowed for op counts

@@ -18,7 +18,9 @@
  * charges each receiver (commsched.h: message_s + bytes x byte_s) is the
  * least-squares fit of time = a + bytes / rate over the traced transfers
  * the worker was idle for: from the link's delivery to the worker having
- * the tensor.  --message-us / --copy-gbps override the fit; --cores N
+ * the tensor; every op is then scaled by the trace's sum of mean op times
+ * over its sum of medians (the waits for a core a loaded machine adds to
+ * a whole iteration, which medians drop).  --message-us / --copy-gbps override the fit; --cores N
  * scales compute by workers / N when more workers than cores share the
  * machine (for predictions without a trace). */
 #define _GNU_SOURCE
@@ -434,6 +436,8 @@ static ar_commsched_sim_opts sim_opts(const sim_args *a, double update_s,
     so.message_s = a->message_us * 1e-6;
   if (a->copy_gbps > 0)
     so.byte_s = 8.0 / (a->copy_gbps * 1e9);
+  if (a->trace) /* the ops' medians, scaled to their means' total */
+    so.compute_scale = cal->mean_scale;
   if (a->cores > 0 && a->workers > a->cores)
     so.compute_scale = (double)a->workers / a->cores;
   if (a->compute_scale > 0)
@@ -516,7 +520,7 @@ static int run(const sim_args *a, const ar_spec *spec) {
   }
   if (st == AR_OK && a->oracle)
     st = ar_dist_read_oracle(a->oracle, g, &from_oracle, &err);
-  ar_commsched_calib_result cal = {0, 0, NAN, NAN};
+  ar_commsched_calib_result cal = {0, 0, NAN, NAN, 1.0};
   if (st == AR_OK && a->trace)
     st = ar_dist_read_trace(a->trace, g, &cal, &err);
   ar_commsched_sim_opts so = sim_opts(a, update_s, &cal);
