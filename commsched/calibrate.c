@@ -113,23 +113,33 @@ ar_status ar_commsched_calib_apply(ar_commsched_calib *c, ar_commsched_graph *g,
                                    ar_commsched_calib_result *out, ar_err *err) {
   memset(out, 0, sizeof *out);
   out->message_s = out->byte_s = NAN;
+  out->mean_scale = 1.0;
   if (ar_commsched_graph_op_count(g) < c->nops)
     return ar_errf(err, AR_INVALID, "calibration: the graph has fewer ops than traced");
   double *v = ar_malloc((c->ndur + 1) * sizeof *v);
   if (!v)
     return ar_errf(err, AR_NOMEM, "out of memory for the calibration");
   ar_status st = AR_OK;
+  double sum_mean = 0.0, sum_median = 0.0;
   for (size_t op = 0; op < c->nops && st == AR_OK; op++) {
     size_t m = 0;
+    double sum = 0.0;
     for (size_t i = 0; i < c->ndur; i++)
-      if (c->opof[i] == op)
+      if (c->opof[i] == op) {
         v[m++] = c->dur[i];
+        sum += c->dur[i];
+      }
     if (m == 0)
       continue;
-    st = ar_commsched_graph_set_time(g, (ar_commsched_op)op, median(v, m), err);
+    double med = median(v, m);
+    st = ar_commsched_graph_set_time(g, (ar_commsched_op)op, med, err);
     out->ops_set++;
+    sum_mean += sum / (double)m;
+    sum_median += med;
   }
   ar_free(v);
+  if (sum_median > 0 && sum_mean > sum_median)
+    out->mean_scale = sum_mean / sum_median;
   out->samples = c->k;
   if (st != AR_OK || c->k < 3)
     return st;

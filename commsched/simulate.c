@@ -25,6 +25,15 @@
  * recvs were added (all parameters are ready at once, so "as ready" has
  * no other meaning here).  Bytes-in-flight bounds are not simulated.
  *
+ * Update.  A server applies each of its tensors' update when every
+ * worker's gradient of it is in (taken in, with the calibration costs),
+ * one at a time in that order, each taking update_s x its share of the
+ * server's parameter bytes: the runtime's early update (runtime/dist/
+ * server.c), whose optimizer is a pass over the tensor.  The iteration
+ * ends with the last update; the next one's first parameters could leave
+ * then.  late_update keeps the model before it: a barrier, then the whole
+ * update_s on every server.
+ *
  * Workers.  One compute op at a time, each when its compute predecessors
  * finished and its recvs arrived, earliest-ready first (ties by op id), so
  * a worker never idles while some op could run.  A gradient (as many
@@ -53,7 +62,8 @@
  * from then to its last op (every op's inputs are there; copies count in
  * the parameter spans), is covered by
  * its gradient spans from then to the barrier, and the update covers the
- * rest; the makespan is thus at most N + C.  test_simulate.c checks it on
+ * rest (early: the last update's chain of back-to-back updates starts at
+ * an arrival); the makespan is thus at most N + C.  test_simulate.c checks it on
  * random DAGs.
  *
  * Cost: O(S x W x T) for parameters, O(W x (ops + edges) log ops) for
@@ -98,7 +108,9 @@ typedef struct sim {
   uint32_t *nrpred;           /* (n) recv predecessors, duplicates counted */
   uint32_t *head;             /* (max(W, S)) */
   ar_commsched_span *comm;    /* (2 x W x T) */
-  ar_commsched_span *comp;    /* (W x ncompute + S) */
+  ar_commsched_span *comp;    /* (W x ncompute + S + T) */
+  double *tdone;              /* (T) every worker's gradient of t in */
+  uint32_t *uord;             /* (T) scratch: a server's tensors */
   size_t ncomm, ncomp, ncompute;
 } sim;
 
@@ -180,6 +192,8 @@ static void sim_free(sim *m) {
   ar_free(m->head);
   ar_free(m->comm);
   ar_free(m->comp);
+  ar_free(m->tdone);
+  ar_free(m->uord);
 }
 
 static int sim_alloc(sim *m) {
@@ -206,11 +220,14 @@ static int sim_alloc(sim *m) {
   m->nrpred = ar_calloc(n + 1, sizeof *m->nrpred);
   m->head = ar_malloc(P * sizeof *m->head);
   m->comm = ar_malloc((2 * WT + 1) * sizeof *m->comm);
-  m->comp = ar_malloc((m->W * m->ncompute + m->S) * sizeof *m->comp);
+  m->comp = ar_malloc((m->W * m->ncompute + m->S + m->T) * sizeof *m->comp);
+  m->tdone = ar_malloc((m->T + 1) * sizeof *m->tdone);
+  m->uord = ar_malloc((m->T + 1) * sizeof *m->uord);
   return m->succ_off && m->succ && m->npred && m->arrive && m->gready &&
          m->finish && m->cnt && m->rdy && m->heap && m->dl_w && m->dl_t &&
          m->srv_off && m->up && m->keys && m->out_free && m->in_free &&
-         m->head && m->comm && m->comp && m->cpu_free && m->nrpred;
+         m->head && m->comm && m->comp && m->cpu_free && m->nrpred && m->tdone &&
+         m->uord;
 }
 
 /* Successor lists, and each compute op's count of compute predecessors
@@ -453,6 +470,8 @@ static double sim_grads(sim *m) {
   }
   for (size_t srv = 0; srv < m->S; srv++)
     m->in_free[srv] = m->cpu_free[srv] = 0.0;
+  for (size_t t = 0; t < m->T; t++)
+    m->tdone[t] = 0.0;
   for (size_t left = m->W * m->T; left > 0; left--) {
     size_t best = SIZE_MAX;
     double best_t = INFINITY;
@@ -488,8 +507,43 @@ static double sim_grads(sim *m) {
     m->ncomm++;
     if (arr > m->finish[best])
       m->finish[best] = arr;
+    if (arr > m->tdone[t])
+      m->tdone[t] = arr;
     if (arr > last)
       last = arr;
+  }
+  return last;
+}
+
+/* The early updates (see the header): each server's tensors in the order
+ * their gradients were all in (ties by id), back to back on its CPU.
+ * Returns the last update's end (0 without transfers). */
+static double sim_updates(sim *m) {
+  const ar_commsched_graph *g = m->g;
+  double last = 0.0;
+  for (uint32_t srv = 0; srv < m->S; srv++) {
+    size_t n = 0;
+    double bytes = 0.0;
+    for (size_t t = 0; t < m->T; t++)
+      if (g->recvs[t].channel == srv) {
+        m->keys[n].ready = m->tdone[t];
+        m->keys[n].t = (uint32_t)t;
+        n++;
+        bytes += (double)g->recvs[t].bytes;
+      }
+    qsort(m->keys, n, sizeof *m->keys, cmp_ready);
+    double free_at = 0.0;
+    for (size_t i = 0; i < n; i++) {
+      uint32_t t = m->keys[i].t;
+      double share = bytes > 0 ? (double)g->recvs[t].bytes / bytes : 1.0 / (double)n;
+      double start = m->keys[i].ready > free_at ? m->keys[i].ready : free_at;
+      free_at = start + m->o.update_s * share;
+      m->comp[m->ncomp].start = start;
+      m->comp[m->ncomp].end = free_at;
+      m->ncomp++;
+    }
+    if (free_at > last)
+      last = free_at;
   }
   return last;
 }
@@ -537,11 +591,16 @@ ar_status ar_commsched_simulate(const ar_commsched_graph *g,
   }
   double grads = sim_grads(&m);
   r.barrier_s = grads > r.compute_done_s ? grads : r.compute_done_s;
-  r.makespan_s = r.barrier_s + o.update_s;
-  for (size_t srv = 0; srv < m.S; srv++) {
-    m.comp[m.ncomp].start = r.barrier_s;
-    m.comp[m.ncomp].end = r.makespan_s;
-    m.ncomp++;
+  if (o.late_update) {
+    r.makespan_s = r.barrier_s + o.update_s;
+    for (size_t srv = 0; srv < m.S; srv++) {
+      m.comp[m.ncomp].start = r.barrier_s;
+      m.comp[m.ncomp].end = r.makespan_s;
+      m.ncomp++;
+    }
+  } else {
+    double upd = sim_updates(&m);
+    r.makespan_s = upd > r.barrier_s ? upd : r.barrier_s;
   }
   r.straggler_s = ar_commsched_straggler_spread(m.finish, m.W);
   r.messages = (uint64_t)m.ncomm;
@@ -549,8 +608,13 @@ ar_status ar_commsched_simulate(const ar_commsched_graph *g,
                                     &r.metrics, err);
   if (st != AR_OK)
     goto done;
+  if (m.ncomm == 0 && m.ncomp == 0) { /* an empty graph, early updates */
+    m.comp[0].start = m.comp[0].end = 0.0;
+    m.ncomp = 1;
+  }
   /* Some span starts at 0 (a parameter, the first op, or the update of an
-   * empty graph) and the update ends last, so both sides agree exactly. */
+   * empty graph) and the makespan's span (an update, an op or a gradient)
+   * ends last, so both sides agree exactly. */
   AR_ASSERT(r.metrics.makespan_s == r.makespan_s);
   *out = r;
 done:

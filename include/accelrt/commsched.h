@@ -488,6 +488,7 @@ double ar_commsched_pacer_tokens(const ar_commsched_pacer *p, double now_s);
  * that a few waits for a core on a loaded machine do not set the cost of
  * every message.  Departure from TicTac: the paper's oracle times ops
  * only; the message cost is ours (the simulator models receive copies).
+ * mean_scale: see ar_commsched_calib_result.
  * Tests: tests/commsched/test_calibrate.c.
  */
 typedef struct ar_commsched_trace_event {
@@ -505,6 +506,13 @@ typedef struct ar_commsched_calib_result {
   long samples;         /* transfers the fit used */
   double message_s;     /* NaN with fewer than 3 samples */
   double byte_s;        /* likewise; never negative */
+  /* Sum over the traced ops of their mean time over the sum of their
+   * medians (>= 1 with skewed times; 1 when nothing was traced): what the
+   * medians leave out of a whole iteration's compute on a time-shared
+   * machine, where an op now and then waits for a core.  A simulation's
+   * compute_scale for predicting mean iterations, the op's shape kept from
+   * the medians. */
+  double mean_scale;
 } ar_commsched_calib_result;
 
 /* An empty calibration for the compute ops of g (borrowed for op counts
@@ -544,10 +552,16 @@ ar_status ar_commsched_calib_apply(ar_commsched_calib *c, ar_commsched_graph *g,
  *      back when every compute op that consumes the recv directly has
  *      finished (at its arrival if none does), in the order gradients
  *      become ready (ties by transfer id);
- *   5. barrier: the last worker has finished computing and the last
- *      gradient has reached its server (and, with message_s / byte_s,
- *      been taken in by it, one at a time); then every server applies the
- *      update (update_s), in parallel; the iteration ends.
+ *   5. update: a server applies each of its tensors' update as soon as
+ *      every worker's gradient of it has arrived (and, with message_s /
+ *      byte_s, been taken in, one at a time), one tensor at a time in the
+ *      order they completed, each taking update_s x its share of the
+ *      server's bytes (the runtime's early update, server.c); the
+ *      iteration ends with the last update or the last compute op.  With
+ *      late_update: barrier (the last worker has finished computing and
+ *      the last gradient is in), then every server applies its whole
+ *      update (update_s), in parallel (the runtime before the early
+ *      update).
  *
  * Metrics (ar_commsched_metrics_compute over every worker's spans): a
  * communication span is a message from when it was offered to when it
@@ -573,13 +587,14 @@ typedef struct ar_commsched_sim_opts {
   double message_s;     /* >= 0, finite */
   double byte_s;        /* >= 0, finite: 1 / copy rate in bytes/s */
   double compute_scale; /* > 0, finite */
+  int late_update;      /* 1: the whole update after the barrier (rule 5) */
 } ar_commsched_sim_opts;
 
-#define AR_COMMSCHED_SIM_OPTS_INIT {1, 1, 1.25e9, 0.0, 0.0, 0.0, 0.0, 1.0}
+#define AR_COMMSCHED_SIM_OPTS_INIT {1, 1, 1.25e9, 0.0, 0.0, 0.0, 0.0, 1.0, 0}
 
 typedef struct ar_commsched_sim_result {
   double makespan_s;       /* iteration: offer of the first parameter to
-                            * the end of the update */
+                            * the end of the last update (or compute op) */
   double params_done_s;    /* last parameter arrival on any worker */
   double compute_done_s;   /* last compute op's end on any worker */
   double barrier_s;        /* compute done and every gradient arrived */

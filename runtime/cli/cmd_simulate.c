@@ -2,10 +2,14 @@
  * synchronous parameter-server iteration of the job for each transfer
  * order (none, random, tic, tac) with commsched's discrete-event simulator
  * (model in commsched/simulate.c), on the op graph the runtime schedules
- * (ar_dist_op_graph).  Compute op times come from a real run's time oracle
+ * (ar_dist_op_graph; a graph model's: ar_dist_net_op_graph, its net's
+ * DAG).  Compute op times come from a real run's time oracle
  * (--oracle runs/JOB/oracle.tsv, written by `mpirun ... accelrt run`) or
- * are measured here: each layer's forward and backward on one worker's
- * share of the batch, one thread, the minimum of a few runs.
+ * are measured here: each layer's (graph: node's) forward and backward on
+ * one worker's share of the batch, one thread, the minimum of a few runs.
+ * The servers apply each tensor's update as soon as its gradients are in,
+ * as the runtime does (--late-update: the whole update after the last
+ * gradient, the runtime before it).
  *
  * Calibration against a real run (--trace runs/JOB/trace.tsv, written by
  * every distributed run): compute ops take their median time over the
@@ -14,11 +18,14 @@
  * charges each receiver (commsched.h: message_s + bytes x byte_s) is the
  * least-squares fit of time = a + bytes / rate over the traced transfers
  * the worker was idle for: from the link's delivery to the worker having
- * the tensor.  --message-us / --copy-gbps override the fit; --cores N
+ * the tensor; every op is then scaled by the trace's sum of mean op times
+ * over its sum of medians (the waits for a core a loaded machine adds to
+ * a whole iteration, which medians drop).  --message-us / --copy-gbps override the fit; --cores N
  * scales compute by workers / N when more workers than cores share the
  * machine (for predictions without a trace). */
 #define _GNU_SOURCE
 #include "accelrt/dist.h"
+#include "accelrt/net.h"
 #include "accelrt/runtime.h"
 #include "accelrt/spec.h"
 #include "cli/cli.h"
@@ -40,7 +47,7 @@ typedef struct sim_args {
   double gbps, latency_us;
   long rows; /* per worker; 0: train.batch / workers */
   int random_iters;
-  bool json;
+  bool json, late_update;
 } sim_args;
 
 static int usage(FILE *to) {
@@ -48,7 +55,7 @@ static int usage(FILE *to) {
           "usage: accelrt simulate JOB.yaml --workers W --servers S --gbps B\n"
           "         [--latency-us L] [--oracle FILE] [--rows-per-worker N]\n"
           "         [--trace FILE] [--message-us A] [--copy-gbps B] [--cores N]\n"
-          "         [--compute-scale X]\n"
+          "         [--compute-scale X] [--late-update]\n"
           "         [--random-iterations K] [--json] [--set KEY=VALUE]...\n");
   return CLI_USAGE;
 }
@@ -69,6 +76,7 @@ static int parse_args(int argc, char **argv, sim_args *a) {
                                         {"cores", required_argument, NULL, 'C'},
                                         {"compute-scale", required_argument, NULL, 'x'},
                                         {"set", required_argument, NULL, 'S'},
+                                        {"late-update", no_argument, NULL, 'U'},
                                         {"help", no_argument, NULL, 'h'},
                                         {NULL, 0, NULL, 0}};
   memset(a, 0, sizeof *a);
@@ -135,6 +143,9 @@ static int parse_args(int argc, char **argv, sim_args *a) {
       break;
     case 'T':
       a->trace = optarg;
+      break;
+    case 'U':
+      a->late_update = true;
       break;
     case 'm':
     case 'c':
@@ -264,6 +275,109 @@ static ar_status measure(const ar_spec *spec, long rows, ar_commsched_graph *g,
   return st;
 }
 
+/* A graph model's op timing: its node hooks around each forward and
+ * backward (the host device is synchronous, the sync is cheap). */
+typedef struct net_timer {
+  ar_device *dev;
+  const ar_commsched_op *fwd, *bwd;
+  double *best; /* (ops) */
+  double t0;
+} net_timer;
+
+static ar_status timer_before(void *ctx, ar_job_phase phase, int node) {
+  (void)phase;
+  (void)node;
+  ((net_timer *)ctx)->t0 = ar_now();
+  return AR_OK;
+}
+
+static ar_status timer_after(void *ctx, ar_job_phase phase, int node) {
+  net_timer *k = ctx;
+  ar_device_sync(k->dev);
+  ar_commsched_op op = phase == AR_JOB_BACKWARD ? k->bwd[node] : k->fwd[node];
+  if (op != AR_COMMSCHED_NONE)
+    k->best[op] = fmin(k->best[op], ar_now() - k->t0);
+  return AR_OK;
+}
+
+static ar_status timer_step(void *ctx) {
+  (void)ctx; /* the optimizer is timed on its own */
+  return AR_OK;
+}
+
+/* A graph model: its net for one worker's rows, the op graph of its DAG
+ * (*out), every node's forward and backward timed on a zero batch with
+ * one thread (the minimum of 5 steps), and the optimizer over every
+ * parameter (*update_s). */
+static ar_status measure_net(const ar_spec *spec, long rows, int servers,
+                             ar_commsched_graph **out, double *update_s, ar_err *err) {
+  ar_device *dev = NULL;
+  ar_device_opts dopts = AR_DEVICE_OPTS_INIT;
+  dopts.threads = 1;
+  ar_spec local = *spec;
+  local.train.threads = 1;
+  ar_net *net = NULL;
+  ar_commsched_op *fwd = NULL, *bwd = NULL;
+  double *best = NULL;
+  ar_net_param *ps = NULL;
+  ar_status st = ar_device_open("host", &dopts, &dev, err);
+  if (st == AR_OK)
+    st = ar_net_build(&local, rows, &net, err);
+  if (st == AR_OK)
+    st = ar_net_start(net, dev, NULL, NULL, err);
+  int N = net ? ar_net_node_count(net) : 0, P = net ? ar_net_params(net, NULL) : 0;
+  if (st == AR_OK) {
+    fwd = ar_calloc((size_t)N + 1, sizeof *fwd);
+    bwd = ar_calloc((size_t)N + 1, sizeof *bwd);
+    ps = ar_calloc((size_t)P + 1, sizeof *ps);
+    if (!fwd || !bwd || !ps)
+      st = ar_errf(err, AR_NOMEM, "out of memory");
+  }
+  if (st == AR_OK)
+    st = ar_dist_net_op_graph(net, servers, out, fwd, bwd, err);
+  size_t nops = st == AR_OK ? ar_commsched_graph_op_count(*out) : 0;
+  if (st == AR_OK && !(best = ar_malloc((nops + 1) * sizeof *best)))
+    st = ar_errf(err, AR_NOMEM, "out of memory");
+  if (st == AR_OK) {
+    for (size_t i = 0; i < nops; i++)
+      best[i] = INFINITY;
+    net_timer k = {dev, fwd, bwd, best, 0.0};
+    ar_job_hooks h = {timer_before, timer_after, timer_step, &k};
+    ar_net_set_hooks(net, &h);
+    ar_net_params(net, ps);
+    /* A zero batch: class 0 (or zero targets) for every row. */
+    size_t xel = (size_t)ar_shape_count(ar_net_input_shape(net));
+    memset(ar_net_x(net), 0, xel * ar_dtype_size(ar_net_input_dtype(net)));
+    if (spec->bce)
+      memset(ar_net_targets(net), 0, (size_t)rows * (size_t)ar_net_classes(net) * sizeof(float));
+    else
+      memset(ar_net_y(net), 0, (size_t)rows * sizeof(int64_t));
+    *update_s = INFINITY;
+    for (int rep = 0; rep < 5 && st == AR_OK; rep++) {
+      double loss, lr;
+      st = ar_net_train(net, &loss, &lr, err);
+      double t0 = ar_now();
+      lr = ar_net_opt_begin(net);
+      for (int p = 0; p < P; p++)
+        ar_net_opt_param(net, ps[p].tensor, lr);
+      ar_device_sync(dev);
+      *update_s = fmin(*update_s, ar_now() - t0);
+    }
+    ar_net_set_hooks(net, NULL);
+    for (size_t i = 0; i < nops && st == AR_OK; i++)
+      if (ar_commsched_graph_kind(*out, (ar_commsched_op)i) == AR_COMMSCHED_COMPUTE &&
+          isfinite(best[i]))
+        st = ar_commsched_graph_set_time(*out, (ar_commsched_op)i, best[i], err);
+  }
+  ar_free(best);
+  ar_free(ps);
+  ar_free(fwd);
+  ar_free(bwd);
+  ar_net_destroy(net);
+  ar_device_close(dev);
+  return st;
+}
+
 typedef struct row {
   double makespan, eff, comm, comp, umin, umax, params, straggler;
   int eff_n;
@@ -322,10 +436,13 @@ static ar_commsched_sim_opts sim_opts(const sim_args *a, double update_s,
     so.message_s = a->message_us * 1e-6;
   if (a->copy_gbps > 0)
     so.byte_s = 8.0 / (a->copy_gbps * 1e9);
+  if (a->trace) /* the ops' medians, scaled to their means' total */
+    so.compute_scale = cal->mean_scale;
   if (a->cores > 0 && a->workers > a->cores)
     so.compute_scale = (double)a->workers / a->cores;
   if (a->compute_scale > 0)
     so.compute_scale = a->compute_scale;
+  so.late_update = a->late_update;
   return so;
 }
 
@@ -389,25 +506,21 @@ static void print_rows(const sim_args *a, const ar_commsched_sim_opts *so, const
 
 static int run(const sim_args *a, const ar_spec *spec) {
   ar_err err = AR_ERR_INIT;
-  if (spec->graph) {
-    /* Its op graph is the net's DAG (ar_dist_net_op_graph), which this
-     * command does not time yet. */
-    fprintf(stderr, "accelrt simulate: %s is a graph model; simulate models chains of dense "
-            "layers only.  Run it under mpirun instead: its output.dir/oracle.tsv and "
-            "trace.json hold the measured op times and transfers\n",
-            spec->file ? spec->file : "the job");
-    return 2;
-  }
   ar_commsched_graph *g = NULL;
-  ar_status st = ar_dist_op_graph(spec, a->servers, &g, &err);
   long rows = a->rows > 0 ? a->rows : (spec->train.batch + a->workers - 1) / a->workers;
   double update_s = 0.0;
   int from_oracle = 0;
-  if (st == AR_OK)
-    st = measure(spec, rows, g, &update_s, &err);
+  ar_status st;
+  if (spec->graph) {
+    st = measure_net(spec, rows, a->servers, &g, &update_s, &err);
+  } else {
+    st = ar_dist_op_graph(spec, a->servers, &g, &err);
+    if (st == AR_OK)
+      st = measure(spec, rows, g, &update_s, &err);
+  }
   if (st == AR_OK && a->oracle)
     st = ar_dist_read_oracle(a->oracle, g, &from_oracle, &err);
-  ar_commsched_calib_result cal = {0, 0, NAN, NAN};
+  ar_commsched_calib_result cal = {0, 0, NAN, NAN, 1.0};
   if (st == AR_OK && a->trace)
     st = ar_dist_read_trace(a->trace, g, &cal, &err);
   ar_commsched_sim_opts so = sim_opts(a, update_s, &cal);

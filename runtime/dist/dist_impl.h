@@ -250,6 +250,18 @@ typedef struct ar__dist {
   size_t *wireoff;        /* (nt) offset of a rows tensor in one worker's part */
   size_t own_wire;
   MPI_Status *rstat;      /* (W x nslots) */
+  /* Early updates (server.c): each own dense tensor is updated as soon as
+   * every worker's gradient of it is in (a chain layer: both of its
+   * tensors'), not after the iteration's last gradient. */
+  int *gleft;             /* (nt) workers whose gradient has not come */
+  int *sendleft;          /* (nt) workers whose parameter send is not done */
+  double *gdue;           /* (nt) the last (emulated) delivery of its gradient */
+  uint32_t *updq;         /* (nt) FIFO of update units ready (a tensor; a
+                             chain layer by its w) */
+  size_t updq_head, updq_tail;
+  double upd_lr;          /* graph: this iteration's learning rate */
+  double upd0, upd1;      /* the first update's start, the last's end (clock) */
+  double upd0_tl;         /* the first's start, ar_now() (the timeline) */
   struct ar_lsh_touched **dirty; /* (n_layers) own rows layers: rows changed
                                     since the workers last received them */
   bool resync;            /* the next parameters are a full copy */

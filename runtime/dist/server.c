@@ -1,8 +1,11 @@
 /* One parameter server's iteration: the parameters of its shard go to
  * every worker through the commsched gate (TicTac §5's sender-side
  * enforcement) and, with link emulation, through a token bucket at its
- * out port; the workers' gradients come back through its in port; then
- * it sums them and applies the optimizer to its shard.  Layers that some
+ * out port; the workers' gradients come back through its in port; each
+ * tensor's are summed and its update applied as soon as every worker's
+ * gradient of it is in (early update: the updates overlap the gradients
+ * still coming, so the next iteration's parameters leave right after the
+ * last one instead of after the whole shard's optimizer).  Layers that some
  * worker samples go as rows both ways (rows.c): only the rows the last
  * update changed go out, and the workers' touched rows are summed and
  * updated by sparse Adam. */
@@ -61,6 +64,13 @@ static ar_status make_tables(ar__dist *c) {
   c->pend_t = ar_malloc(wt * sizeof *c->pend_t);
   c->pend_at = ar_malloc(wt * sizeof *c->pend_at);
   c->report = ar_malloc(c->srep_len * sizeof *c->report);
+  size_t nt1 = (size_t)c->nt + 1;
+  c->gleft = ar_malloc(nt1 * sizeof *c->gleft);
+  c->sendleft = ar_malloc(nt1 * sizeof *c->sendleft);
+  c->gdue = ar_malloc(nt1 * sizeof *c->gdue);
+  c->updq = ar_malloc(nt1 * sizeof *c->updq);
+  if (!c->gleft || !c->sendleft || !c->gdue || !c->updq)
+    return ar_errf(c->err, AR_NOMEM, "out of memory for the server's bookkeeping");
   if (!c->sreq || !c->rreq || !c->rstat || !c->s_idx || !c->sleft || !c->rleft || !c->rbytes ||
       !c->send_start || !c->delivered || !c->arrive || !c->pend_w || !c->pend_t || !c->pend_at ||
       !c->report)
@@ -153,6 +163,10 @@ void ar__dist_server_fini(ar__dist *c) {
   ar_free(c->pend_at);
   ar_free(c->s_idx);
   ar_free(c->report);
+  ar_free(c->gleft);
+  ar_free(c->sendleft);
+  ar_free(c->gdue);
+  ar_free(c->updq);
 }
 
 typedef struct srv_iter {
@@ -271,6 +285,15 @@ static ar_status gradient_piece(ar__dist *c, srv_iter *it, int w, int t, int byt
   if (at > it->last_delivery)
     it->last_delivery = at;
   it->recvd++;
+  if (!T->rows) {
+    if (at > c->gdue[t])
+      c->gdue[t] = at;
+    /* The tensor's (chain: its layer's) gradients are all in: it is the
+     * next update unit.  Deliveries are stamped in the in port's order, so
+     * the queue's due times never decrease. */
+    if (--c->gleft[t] == 0 && (c->graph || c->gleft[t ^ 1] == 0))
+      c->updq[c->updq_tail++] = c->graph ? (uint32_t)t : (uint32_t)(t & ~1);
+  }
   if (c->tl_det) {
     double end = c->tl_conv + at;
     ar__dist_tl_transfer(c, w, t, true, c->tl_gnext[w]++, got, polled,
@@ -278,6 +301,8 @@ static ar_status gradient_piece(ar__dist *c, srv_iter *it, int w, int t, int byt
   }
   return AR_OK;
 }
+
+static ar_status apply_due(ar__dist *c, double now);
 
 static ar_status exchange(ar__dist *c, srv_iter *it, int *idx) {
   ar__dist_poll_reset(c);
@@ -296,6 +321,7 @@ static ar_status exchange(ar__dist *c, srv_iter *it, int *idx) {
         continue;
       AR_CHECK(ar_commsched_gate_release(c->gate, w, t, c->err));
       it->sent++;
+      c->sendleft[t]--;
       if (c->tl_det)
         ar__dist_tl_transfer(c, (int)w, (int)t, false, c->tl_order[k], msg_bytes(&c->t[t]),
                              c->tl_conv + c->send_start[k], ar_now());
@@ -313,10 +339,15 @@ static ar_status exchange(ar__dist *c, srv_iter *it, int *idx) {
       AR_CHECK(gradient_piece(c, it, w, t, cnt, now, polled));
       progressed = true;
     }
+    if (c->updq_head < c->updq_tail)
+      AR_CHECK(apply_due(c, now));
     if (it->sent == it->expect && it->recvd == it->expect)
       return AR_OK;
     int peer = first_open(c, c->rreq);
     c->wake_at = it->head < it->tail ? c->pend_at[it->head] : 0.0;
+    if (c->updq_head < c->updq_tail && c->sendleft[c->updq[c->updq_head]] == 0 &&
+        (c->wake_at == 0.0 || c->gdue[c->updq[c->updq_head]] < c->wake_at))
+      c->wake_at = c->gdue[c->updq[c->updq_head]]; /* an update falls due */
     ar_status st = ar__dist_poll(c, progressed, peer >= 0 ? peer : first_open(c, c->sreq),
                                  peer >= 0 ? "gradients" : "acceptance of parameters");
     c->wake_at = 0.0;
@@ -380,35 +411,92 @@ static void sum_grads(ar__dist *c, const ar__dist_tensor *T, int t) {
   }
 }
 
-static ar_status apply_update(ar__dist *c) {
-  if (c->graph) { /* the net's optimizer, a parameter at a time */
-    double lr = ar_net_opt_begin(c->net);
-    for (int t = 0; t < c->nt; t++)
-      if (c->t[t].server == c->rank) {
-        sum_grads(c, &c->t[t], t);
-        ar_net_opt_param(c->net, c->t[t].ntensor, lr);
-      }
-    ar_device_sync(c->dev);
-    return AR_OK;
-  }
-  ar_model_advance_step(c->model);
-  for (int t = 0; t < c->nt; t++) {
-    const ar__dist_tensor *T = &c->t[t];
-    if (T->server != c->rank)
-      continue;
-    if (T->rows) {
-      if (!T->bias)
-        AR_CHECK(apply_rows(c, T->layer));
-      continue;
+/* The update units whose gradients have all been delivered by `now`
+ * (ar__dist_clock) and whose parameters every worker has (a send buffer
+ * is not written while MPI may read it), in the order they completed.
+ * Each unit is what one process would do for it: a graph parameter's step
+ * of the net's optimizer, a chain layer's step of the engine's; the sum is
+ * in worker order whatever the arrival order, so the result is exactly
+ * the update after the whole iteration. */
+static ar_status apply_due(ar__dist *c, double now) {
+  while (c->updq_head < c->updq_tail) {
+    int t = (int)c->updq[c->updq_head];
+    bool chain = !c->graph;
+    if (c->gdue[t] > now || c->sendleft[t] > 0 || (chain && c->sendleft[t + 1] > 0))
+      return AR_OK;
+    c->updq_head++;
+    if (isnan(c->upd0)) {
+      c->upd0 = ar__dist_clock(c);
+      c->upd0_tl = c->tl ? ar_now() : 0.0;
     }
+    ar__dist_tensor *T = &c->t[t];
     sum_grads(c, T, t);
-    /* A layer's w and b are on this server (ar_dist_op_graph shards whole
-     * layers): with its b summed, the layer takes the engine's optimizer
-     * step, as on one process. */
-    if (T->bias)
+    if (chain) {
+      sum_grads(c, &c->t[t + 1], t + 1);
       ar_model_step_layer(c->model, T->layer);
+    } else {
+      ar_net_opt_param(c->net, T->ntensor, c->upd_lr);
+    }
+    c->upd1 = ar__dist_clock(c);
+  }
+  return AR_OK;
+}
+
+/* Before the iteration's transfers: the optimizer's step (a graph's
+ * learning rate) and the early-update counters of the own tensors. */
+static void updates_begin(ar__dist *c) {
+  if (c->graph)
+    c->upd_lr = ar_net_opt_begin(c->net);
+  else
+    ar_model_advance_step(c->model);
+  c->updq_head = c->updq_tail = 0;
+  c->upd0 = c->upd1 = NAN;
+  for (int t = 0; t < c->nt; t++) {
+    c->gleft[t] = c->sendleft[t] = c->t[t].server == c->rank ? c->W : 0;
+    c->gdue[t] = -INFINITY;
+  }
+}
+
+/* Sleeps until `at` (ar__dist_clock). */
+static void sleep_until(ar__dist *c, double at) {
+  for (double now = ar__dist_clock(c); now < at; now = ar__dist_clock(c)) {
+    double left = at - now;
+    struct timespec ts = {(time_t)left, (long)((left - floor(left)) * 1e9)};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* Every message has come (with link emulation the last deliveries may
+ * still be due): the units not applied yet, each when it falls due, then,
+ * after the last delivery, the rows layers (sparse Adam over the union of
+ * the workers' rows, which needs them all). */
+static ar_status updates_end(ar__dist *c, double last_delivery) {
+  for (;;) {
+    AR_CHECK(apply_due(c, ar__dist_clock(c)));
+    if (c->updq_head == c->updq_tail)
+      break;
+    sleep_until(c, c->gdue[c->updq[c->updq_head]]);
+  }
+  /* With link emulation a gradient counts from its emulated arrival. */
+  sleep_until(c, last_delivery);
+  for (int t = 0; !c->graph && t < c->nt; t++) {
+    const ar__dist_tensor *T = &c->t[t];
+    if (T->server != c->rank || !T->rows || T->bias)
+      continue;
+    if (isnan(c->upd0)) {
+      c->upd0 = ar__dist_clock(c);
+      c->upd0_tl = c->tl ? ar_now() : 0.0;
+    }
+    AR_CHECK(apply_rows(c, T->layer));
+    c->upd1 = ar__dist_clock(c);
   }
   ar_device_sync(c->dev);
+  if (isnan(c->upd0)) { /* a server without tensors */
+    c->upd0 = c->upd1 = ar__dist_clock(c);
+    c->upd0_tl = c->tl ? ar_now() : 0.0;
+  } else {
+    c->upd1 = ar__dist_clock(c);
+  }
   return AR_OK;
 }
 
@@ -478,24 +566,19 @@ ar_status ar__dist_server_iteration(ar__dist *c, int64_t iter, const ar_commsche
     AR_CHECK(ar__dist_reports_post(c));
   double start = ar__dist_clock(c);
   pack_params(c);
+  updates_begin(c);
   AR_CHECK(post_grad_recvs(c, &it));
   AR_CHECK(exchange(c, &it, c->s_idx));
-  /* With link emulation a gradient counts from its emulated arrival. */
-  for (double now = ar__dist_clock(c); now < it.last_delivery; now = ar__dist_clock(c)) {
-    double left = it.last_delivery - now;
-    struct timespec ts = {0, (long)(left * 1e9)};
-    nanosleep(&ts, NULL);
-  }
+  AR_CHECK(updates_end(c, it.last_delivery));
   double *rep = c->report;
   rep[AR__SREP_ITER] = (double)iter;
   rep[AR__SREP_START] = start;
-  rep[AR__SREP_UPD0] = ar__dist_clock(c);
-  double u0 = c->tl ? ar_now() : 0.0;
-  AR_CHECK(apply_update(c));
-  rep[AR__SREP_UPD1] = ar__dist_clock(c);
+  rep[AR__SREP_UPD0] = c->upd0; /* the first update's start: early */
+  rep[AR__SREP_UPD1] = c->upd1;
   if (c->tl) {
     double u1 = ar_now();
-    ar_trace_add_span(c->tl, AR_TRACE_STEPS, "optimizer", "optimizer", NULL, u0, u1, false);
+    ar_trace_add_span(c->tl, AR_TRACE_STEPS, "optimizer", "optimizer", NULL, c->upd0_tl, u1,
+                      false);
     ar_trace_add_span(c->tl, AR_TRACE_ITERATIONS, "iteration", "iteration", NULL, it0, u1, false);
   }
   size_t wt = (size_t)c->W * (size_t)c->nt;

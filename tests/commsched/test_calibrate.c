@@ -54,6 +54,8 @@ static void test_medians(void **state) {
   assert_int_equal(r.ops_set, 2);
   assert_true(fabs(ar_commsched_graph_time(g, 2) - 3e-3) < 1e-12);
   assert_true(fabs(ar_commsched_graph_time(g, 3) - 6e-3) < 1e-9);
+  /* The means' total over the medians': fwd 22 ms against 3, bwd 6 and 6. */
+  assert_true(fabs(r.mean_scale - 28.0 / 9.0) < 1e-9);
   /* Recv times are the oracle's, not the calibration's. */
   assert_true(fabs(ar_commsched_graph_time(g, 0) - 1e-3) < 1e-15);
   /* Too few transfers for a fit. */
@@ -118,6 +120,7 @@ static void test_intercept_is_a_median(void **state) {
   assert_int_equal(r.samples, 10);
   assert_true(r.byte_s == 0);
   assert_true(fabs(r.message_s - 80e-6) < 1e-9);
+  assert_true(r.mean_scale == 1.0); /* no compute op traced */
   ar_commsched_calib_destroy(c);
   ar_commsched_graph_destroy(g);
 }

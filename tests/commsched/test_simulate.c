@@ -63,9 +63,12 @@ static ar_commsched_graph *random_dag(uint64_t seed, uint32_t servers,
 
 /* With a free network every parameter is there at time 0 and gradients
  * cost nothing, so a worker computes without a gap: the makespan is the
- * sum of the compute times plus the update, exactly. */
+ * sum of the compute times plus the update, exactly, with the update after
+ * the barrier; with early updates at most that and at least the compute,
+ * and for some graphs less (a gradient ready before the last op). */
 static void test_infinite_bandwidth(void **state) {
   (void)state;
+  int earlier = 0;
   for (uint64_t seed = 0; seed < 200; seed++) {
     ar_rng r;
     ar_rng_seed(&r, seed, 4);
@@ -78,15 +81,53 @@ static void test_infinite_bandwidth(void **state) {
     ar_commsched_graph *g = random_dag(seed, o.servers, &total);
     for (int k = 0; k < 4; k++) {
       ar_commsched_schedule *s = schedule(g, orders[k], seed, 0);
+      o.late_update = 1;
       ar_commsched_sim_result res = run(g, s, &o);
       assert_true(res.makespan_s == total + o.update_s);
       assert_true(res.compute_done_s == total);
       assert_true(res.metrics.comm_busy_s == 0.0);
       assert_true(res.straggler_s == 0.0);
+      o.late_update = 0;
+      ar_commsched_sim_result early = run(g, s, &o);
+      assert_true(early.compute_done_s == total);
+      assert_true(early.makespan_s >= total && early.makespan_s <= total + o.update_s);
+      earlier += early.makespan_s < res.makespan_s;
       ar_commsched_schedule_destroy(s);
     }
     ar_commsched_graph_destroy(g);
   }
+  assert_true(earlier > 100);
+}
+
+/* The hand graph below with a 4 s update (w1 and w2 the same bytes: 2 s
+ * each) and w1 first: the gradient of w2 is in at 8 and its update runs
+ * 8-10, w1's is in at 10, 10-12: makespan 12 where the whole update after
+ * the barrier ends at 14.  w2 first: gradients in at 9 and 11, updates
+ * 9-11 and 11-13, against 15. */
+static ar_commsched_graph *hand_graph(void);
+
+static void test_hand_early(void **state) {
+  (void)state;
+  ar_commsched_graph *g = hand_graph();
+  ar_err err = AR_ERR_INIT;
+  ar_commsched_sim_opts o = AR_COMMSCHED_SIM_OPTS_INIT;
+  o.bandwidth_Bps = 1000;
+  o.update_s = 4.0;
+  ar_commsched_sim_result r = run(g, NULL, &o); /* none: w1 first */
+  assert_true(r.makespan_s == 12.0 && r.barrier_s == 10.0);
+  assert_true(r.metrics.comp_busy_s == 4.0 + 4.0); /* the ops, the updates [8, 12] */
+  o.late_update = 1;
+  assert_true(run(g, NULL, &o).makespan_s == 14.0);
+  snprintf(path, sizeof path, "/tmp/test_commsched_sim_e%d.txt", (int)getpid());
+  write_file(path, "order random\n0 w1 0 1\n1 w2 0 0\n");
+  ar_commsched_schedule *bad = NULL;
+  assert_int_equal(ar_commsched_schedule_read(path, &bad, &err), AR_OK);
+  unlink(path);
+  assert_true(run(g, bad, &o).makespan_s == 15.0);
+  o.late_update = 0;
+  assert_true(run(g, bad, &o).makespan_s == 13.0);
+  ar_commsched_schedule_destroy(bad);
+  ar_commsched_graph_destroy(g);
 }
 
 /* U_min <= makespan <= U_max on hundreds of random DAGs, every order, with
@@ -105,14 +146,20 @@ static void test_bounds_random(void **state) {
     o.update_s = 1e-2 * ar_rng_uniform(&r);
     double total;
     ar_commsched_graph *g = random_dag(1000 + seed, o.servers, &total);
-    for (int k = 0; k < 4; k++) {
-      ar_commsched_schedule *s = schedule(g, orders[k], seed, 1);
+    for (int k = 0; k < 8; k++) {
+      ar_commsched_schedule *s = schedule(g, orders[k % 4], seed, 1);
+      o.late_update = k >= 4;
       ar_commsched_sim_result res = run(g, s, &o);
       const ar_commsched_metrics *m = &res.metrics;
       double tol = 1e-12 * res.makespan_s;
       assert_true(m->u_min_s <= res.makespan_s + tol);
       assert_true(res.makespan_s <= m->u_max_s + tol);
-      assert_true(m->comp_busy_s >= total + o.update_s - tol);
+      assert_true(m->comp_busy_s >= total + (o.late_update ? o.update_s : 0.0) - tol);
+      if (!o.late_update) { /* early updates never end later than after the barrier */
+        o.late_update = 1;
+        assert_true(res.makespan_s <= run(g, s, &o).makespan_s + tol);
+        o.late_update = 0;
+      }
       assert_true(res.params_done_s <= res.barrier_s);
       assert_true(res.compute_done_s <= res.barrier_s);
       assert_true(res.messages ==
@@ -122,7 +169,7 @@ static void test_bounds_random(void **state) {
     }
     ar_commsched_graph_destroy(g);
   }
-  assert_true(defined > 1000); /* the bounds were not vacuous */
+  assert_true(defined > 2000); /* the bounds were not vacuous */
 }
 
 /* Two layers, one worker, one server, 1000 bytes/s, no latency or update:
@@ -140,8 +187,7 @@ static void test_bounds_random(void **state) {
  *
  * TAC puts w1 first (P(w1) = 1 since f1 needs w1 alone, P(w2) = 0, so
  * min(P(w2), M(w1)) = 0 < min(P(w1), M(w2)) = 1). */
-static void test_hand_order(void **state) {
-  (void)state;
+static ar_commsched_graph *hand_graph(void) {
   ar_commsched_graph *g = new_graph();
   ar_err err = AR_ERR_INIT;
   ar_commsched_op w1, w2;
@@ -158,6 +204,13 @@ static void test_hand_order(void **state) {
   d[0] = b2, d[1] = w1;
   compute_op(g, "b1", 1, 2, d);
   seal(g);
+  return g;
+}
+
+static void test_hand_order(void **state) {
+  (void)state;
+  ar_commsched_graph *g = hand_graph();
+  ar_err err = AR_ERR_INIT;
   ar_commsched_sim_opts o = AR_COMMSCHED_SIM_OPTS_INIT;
   o.bandwidth_Bps = 1000;
 
@@ -421,7 +474,14 @@ static void test_calibration_bounds(void **state) {
       assert_true(m->u_min_s <= res.makespan_s + tol);
       assert_true(res.makespan_s <= m->u_max_s + tol);
       assert_true(m->comp_busy_s >=
-                  total * c.compute_scale + c.update_s - 1e-9 * (1.0 + m->comp_busy_s));
+                  total * c.compute_scale - 1e-9 * (1.0 + m->comp_busy_s));
+      c.late_update = 1;
+      ar_commsched_sim_result late = run(g, s, &c);
+      assert_true(late.metrics.comp_busy_s >= total * c.compute_scale + c.update_s -
+                                                   1e-9 * (1.0 + late.metrics.comp_busy_s));
+      assert_true(late.makespan_s <= late.metrics.u_max_s + tol);
+      assert_true(res.makespan_s <= late.makespan_s + tol);
+      c.late_update = 0;
       assert_true(res.params_done_s == ideal.params_done_s);
       c.message_s = c.byte_s = 0.0;
       c.compute_scale = 1.0;
@@ -440,6 +500,7 @@ int main(void) {
       cmocka_unit_test(test_infinite_bandwidth),
       cmocka_unit_test(test_bounds_random),
       cmocka_unit_test(test_hand_order),
+      cmocka_unit_test(test_hand_early),
       cmocka_unit_test(test_model_orders),
       cmocka_unit_test(test_monotonic_workers),
       cmocka_unit_test(test_deterministic),

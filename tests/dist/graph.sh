@@ -21,8 +21,11 @@
 #   orders  random, tic and tac under -np 3 complete; tac writes its
 #           schedule (one line per parameter tensor) and the oracle (the
 #           net's nodes as ops), and the run's trace.json has the
-#           parameters' transfers; a batch the 2 workers cannot split is
-#           refused naming both.
+#           parameters' transfers and, in most iterations, the server's
+#           optimizer beginning before the last gradient arrived (the
+#           early update), and `accelrt simulate --trace` models the job
+#           from that trace; a batch the 2 workers cannot split is refused
+#           naming both.
 #   resume  -np 2: 12 iterations straight and 6 + 6 resumed end with the
 #           same checkpoint; a worker killed at iteration 5 ends the job
 #           with an error naming it, no hang, and the checkpoint left
@@ -232,13 +235,42 @@ orders)
     fail "a graph job on cuda:0 workers was accepted"
   grep -q "device cuda:0: a graph model's distributed workers run on the host" out_g.txt ||
     { cat out_g.txt; fail "graph job on cuda workers: no message"; }
-  "$py" - o_tac/trace.json <<'PY' || fail "trace.json of a graph job"
+  # tac again over a slow emulated link (2.9 KB of parameters at 62.5
+  # KB/s): the gradients' deliveries are milliseconds apart.
+  mpi 3 run d1.yaml --quiet --set output.dir=o_link --set distributed.link.gbps=0.0005 \
+    > out_o.txt 2>&1 || fail "tac over an emulated link"
+  "$py" - o_tac/trace.json o_link/trace.json <<'PY' || fail "trace.json of a graph job"
 import json, sys
 ev = json.load(open(sys.argv[1]))["traceEvents"]
 names = {e.get("name") for e in ev}
 for t in ("c1.w", "bn1.gamma", "out.w"):
     assert any(t in (n or "") for n in names), (t, sorted(n for n in names if n)[:40])
+ev = json.load(open(sys.argv[2]))["traceEvents"]
+# Early update: rank 0's optimizer (the server, pid 1) begins when a
+# tensor's gradients are all in, before the iteration's last gradient
+# (c1.w's, the first layer's, last of the backward) has arrived; waiting
+# for all of them would start it after.  Most iterations show it; a
+# server woken late by a busy machine may find several due at once.
+last, opt = {}, {}
+for e in ev:
+    if e.get("pid") != 1 or e.get("ph") != "X":
+        continue
+    it = e.get("args", {}).get("iteration")
+    if e.get("cat") == "grad":
+        last[it] = max(last.get(it, 0.0), e["ts"] + e["dur"])
+    elif e.get("cat") == "optimizer":
+        opt[it] = e["ts"]
+early = [i for i in opt if i in last and opt[i] < last[i]]
+print("  early updates in %d of %d iterations" % (len(early), len(opt)))
+assert len(opt) == 12 and len(early) >= len(last) // 2, (len(early), opt, last)
 PY
+  # accelrt simulate models the graph job from the run's trace: the nodes'
+  # compute times (fwd.*, bwd.*) set from it, a row per order.
+  "$bin" simulate d1.yaml --workers 2 --gbps 0.0005 --latency-us 50 \
+    --trace o_link/trace.tsv > out_sim.txt 2>&1 || { cat out_sim.txt; fail "simulate --trace"; }
+  grep -q "compute times: medians of 1[0-9] ops from o_link/trace.tsv" out_sim.txt ||
+    { cat out_sim.txt; fail "simulate --trace: the nodes' times not read"; }
+  grep -q "^tac  *[0-9]" out_sim.txt || { cat out_sim.txt; fail "simulate: no tac row"; }
   ;;
 resume)
   sed -e 's/eval_every: 6,/eval_every: 6, checkpoint_every: 3,/' d1.yaml > r.yaml
