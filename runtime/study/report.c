@@ -904,24 +904,23 @@ static void report_split(FILE *o, const ar_study *s, const ar_fx_design *d,
   for (int t = 0; t < x->n_terms; t++)
     split_forest(o, d, r, x, t);
   fputs("</div>\n", o);
+  /* The interaction plots inside each level, side by side. */
   const ar_fx_design *sub = &x->sub;
-  for (int l = 0; l < x->n_levels; l++) {
-    int shown = 0;
+  int shown = 0;
+  for (int l = 0; l < x->n_levels; l++)
     for (int a = 0; a < sub->k; a++)
       for (int b = a + 1; b < sub->k; b++)
-        if (sub->levels[a] == 2 && sub->levels[b] == 2 && shown < 16) {
-          if (!shown++) {
-            fputs("<p class='note'>Interaction plots at ", o);
-            esc(o, d->names[x->factor]);
-            fputs(" = <b>", o);
-            esc(o, d->level_names[x->factor][l]);
-            fputs("</b></p>\n<div class='panels'>\n", o);
-          }
+        if (sub->levels[a] == 2 && sub->levels[b] == 2 && shown < 48) {
+          fputs(shown++ ? "" : "<div class='panels'>\n", o);
+          fputs("<div><p class='note'>at ", o);
+          esc(o, d->names[x->factor]);
+          fputs(" = <b>", o);
+          esc(o, d->level_names[x->factor][l]);
+          fputs("</b></p>\n", o);
           means_plot(o, sub, x->within[l], a, b);
+          fputs("</div>\n", o);
         }
-    if (shown)
-      fputs("</div>\n", o);
-  }
+  fputs(shown ? "</div>\n" : "", o);
   (void)s;
 }
 

@@ -122,12 +122,17 @@ static ar_status compare_terms(ar_fx_split *s) {
     T->pairs = ar_calloc((size_t)s->n_pairs, sizeof *T->pairs);
     if (!T->in || !T->pairs)
       return AR_NOMEM;
-    bool missing = false, noint = false, differs = false;
+    /* Levels without an estimate (their cells failed) are left out of
+     * the comparison; it needs two that have one. */
+    int have = 0;
+    bool noint = false, differs = false;
     for (int l = 0; l < s->n_levels; l++) {
       T->in[l] = s->within[l]->terms[t];
-      missing = missing || !isfinite(T->in[l].effect) || T->in[l].alias_of != -1;
-      noint = noint || !isfinite(T->in[l].se);
+      bool est = isfinite(T->in[l].effect) && T->in[l].alias_of == -1;
+      have += est;
+      noint = noint || (est && !isfinite(T->in[l].se));
     }
+    bool missing = have < 2;
     for (int a = 0, p = 0; a < s->n_levels; a++)
       for (int b = a + 1; b < s->n_levels; b++, p++) {
         T->pairs[p] = pair(a, b, T->in[a].effect, T->in[a].se, T->in[b].effect, T->in[b].se,
@@ -155,16 +160,17 @@ static void compare_levels(ar_fx_split *s, const ar_fx_result *whole) {
     ar_fx_slice(whole, fix, &mean[l], &half);
     se[l] = half / whole->t;
   }
-  bool missing = false, noint = false, differs = false;
+  int have = 0;
+  bool noint = false, differs = false;
   for (int a = 0, p = 0; a < s->n_levels; a++) {
-    missing = missing || !isfinite(mean[a]);
-    noint = noint || !isfinite(se[a]);
+    have += isfinite(mean[a]);
+    noint = noint || (isfinite(mean[a]) && !isfinite(se[a]));
     for (int b = a + 1; b < s->n_levels; b++, p++) {
       s->level_pairs[p] = pair(a, b, mean[a], se[a], mean[b], se[b], s->t_pair);
       differs = differs || s->level_pairs[p].differs;
     }
   }
-  s->level_verdict = missing  ? AR_FX_ACROSS_NOT_ESTIMABLE
+  s->level_verdict = have < 2 ? AR_FX_ACROSS_NOT_ESTIMABLE
                      : noint  ? AR_FX_ACROSS_NO_INTERVAL
                      : differs ? AR_FX_DIFFERS
                                : AR_FX_SAME;
@@ -280,9 +286,14 @@ static void describe(const ar_fx_split *s, const ar_fx_design *d, int order, con
   if (len >= cap)
     return;
   double pc = 100 - (100 - conf) / (double)s->n_pairs;
+  int gaps = 0;
+  for (int l = 0; l < s->n_levels; l++)
+    gaps += !isfinite(e[l]);
+  const char *left = gaps ? "; levels without an estimate left out" : "";
   switch (verdict) {
   case AR_FX_ACROSS_NOT_ESTIMABLE:
-    snprintf(buf + len, cap - len, "; missing at some level, so the levels cannot be compared.");
+    snprintf(buf + len, cap - len,
+             "; estimated at fewer than two levels, so the levels cannot be compared.");
     return;
   case AR_FX_ACROSS_NO_INTERVAL:
     snprintf(buf + len, cap - len,
@@ -293,13 +304,13 @@ static void describe(const ar_fx_split *s, const ar_fx_design *d, int order, con
     if (order == 0)
       snprintf(buf + len, cap - len,
                "; the means do not differ measurably between levels (every pair's %.3g%% "
-               "interval of the difference contains %s).",
-               pc, none);
+               "interval of the difference contains %s%s).",
+               pc, none, left);
     else
       snprintf(buf + len, cap - len,
                "; it is the same at every level of %s within the noise (every pair's %.3g%% "
-               "interval of the difference contains %s).",
-               d->names[s->factor], pc, none);
+               "interval of the difference contains %s%s).",
+               d->names[s->factor], pc, none, left);
     return;
   }
   default:
