@@ -71,6 +71,11 @@ typedef struct ar_fx_design {
   const char *unit;                      /* its unit ("samples/s", "s"); may be "" */
   double confidence;                     /* of the intervals; 0 means 0.95 */
   ar_fx_scale scale;                     /* AR_FX_LINEAR (0) or AR_FX_LOG */
+  /* > 0: the variance s2_given with df_given degrees of freedom stands
+   * for the replicates' own (a part of a larger study, whose pooled
+   * variance is the better estimate: ar_fx_split); 0: the replicates'. */
+  int df_given;
+  double s2_given;
 } ar_fx_design;
 
 typedef enum ar_fx_verdict {
@@ -179,6 +184,87 @@ void ar_fx_term_name(const ar_fx_result *r, const ar_fx_design *d, int term, boo
  * 3.40x to 3.65x)"). */
 void ar_fx_sentence(const ar_fx_result *r, const ar_fx_design *d, int term, char *buf,
                     size_t cap);
+
+/* ---- within the levels of a factor (runtime/study/split.c) -------------- */
+
+/* How a term estimated within each level of a factor compares across
+ * those levels.  No level is "better": the question is only whether the
+ * levels differ. */
+typedef enum ar_fx_across {
+  AR_FX_SAME = 0,           /* every pair's interval of the difference holds 0 */
+  AR_FX_DIFFERS,            /* some pair's does not */
+  AR_FX_ACROSS_NO_INTERVAL, /* no replicates: no intervals */
+  AR_FX_ACROSS_NOT_ESTIMABLE /* missing in some level */
+} ar_fx_across;
+
+/* Level a's estimate minus level b's (a < b), with its interval; on the
+ * log scale a log-ratio (ar_fx_ratio of the term gives the ratio of the
+ * two levels' ratios). */
+typedef struct ar_fx_pair {
+  int a, b;
+  double diff, lo, hi;
+  bool differs;       /* the interval excludes 0 */
+} ar_fx_pair;
+
+/* One term of the other factors, within each level. */
+typedef struct ar_fx_split_term {
+  unsigned mask;      /* its factors, numbered as in the whole design */
+  int order;
+  ar_fx_term *in;     /* (n_levels) the term within each level (effect,
+                         interval, verdict as ar_fx_analyze gives them) */
+  ar_fx_pair *pairs;  /* (n_pairs) */
+  ar_fx_across verdict;
+} ar_fx_split_term;
+
+/* A study seen within each level of one factor (a model family): the
+ * other factors' main effects and interactions estimated from that
+ * level's cells alone, with the whole study's pooled replicate variance,
+ * and each compared across the levels by pairwise differences whose
+ * intervals are Bonferroni-widened (confidence 1 - (1 - c) / n_pairs
+ * each, so that all pairs together hold c). */
+typedef struct ar_fx_split {
+  int factor;         /* split on this factor of the whole design */
+  int n_levels, n_pairs;
+  ar_fx_design sub;   /* the other factors (k - 1) in their order; its
+                         arrays live in this struct */
+  ar_fx_result **within; /* (n_levels) the analysis of sub at each level */
+  int n_terms;
+  ar_fx_split_term *terms; /* (n_terms) the terms of within[0], in order */
+  ar_fx_pair *level_pairs; /* (n_pairs) differences of the level means */
+  ar_fx_across level_verdict;
+  double t_pair;      /* the t quantile of the pairs' intervals */
+  int df;             /* its degrees of freedom (the whole study's) */
+  /* storage of sub */
+  int levels_[AR_FX_MAX_FACTORS];
+  const char *names_[AR_FX_MAX_FACTORS];
+  const char *const *lnames_[AR_FX_MAX_FACTORS];
+} ar_fx_split;
+
+/* Splits the study (design d, observations cell[i], y[i], analysed as a
+ * whole in whole) on factor f, which needs at least two factors in d.
+ * AR_OK and *out (free with ar_fx_split_destroy); AR_INVALID; AR_NOMEM.
+ * The strings of d stay borrowed.  Pure, reentrant. */
+ar_status ar_fx_split_analyze(const ar_fx_design *d, const ar_fx_result *whole, int f,
+                              const int *cell, const double *y, int n_obs, ar_fx_split **out,
+                              ar_err *err);
+void ar_fx_split_destroy(ar_fx_split *s);
+
+/* The name of split term t in the whole design ("a x b"). */
+void ar_fx_split_term_name(const ar_fx_split *s, const ar_fx_design *d, int t, char *buf,
+                           size_t cap);
+
+/* One sentence on split term t: its estimate in each level with
+ * intervals, and whether it differs across the levels (which pairs, by
+ * how much).  d is the whole design. */
+void ar_fx_split_sentence(const ar_fx_split *s, const ar_fx_design *d, int t, char *buf,
+                          size_t cap);
+
+/* One sentence on the levels' means (whole: the whole study's result):
+ * each with its interval and which pairs differ, no level called better. */
+void ar_fx_split_level_sentence(const ar_fx_split *s, const ar_fx_design *d,
+                                const ar_fx_result *whole, char *buf, size_t cap);
+
+const char *ar_fx_across_name(ar_fx_across v);
 
 /* The p-quantile of Student's t distribution with df degrees of freedom
  * (df >= 1; 0 < p < 1), to about 1e-10. */

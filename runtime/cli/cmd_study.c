@@ -23,6 +23,9 @@ static void study_usage(FILE *to) {
           "a distributed base's runs start under the study file's launcher:\n"
           "  (launcher: \"srun --mpi=pmix -n {ranks}\"), else $ACCELRT_MPIEXEC, else\n"
           "  mpiexec -n RANKS (--dry-run prints which).\n"
+          "factors are --set paths of the job; base: [a.yaml, b.yaml] varies the job file\n"
+          "  itself (model families), alongside: [none, jobs.yaml] runs a job beside each\n"
+          "  run on this machine; a factor of 3+ levels is also analysed within each level.\n"
           "the study file: docs/study.md\n");
 }
 

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -55,8 +56,8 @@ ar_status ar__study_self_exe(char *exe, size_t cap, ar_err *err) {
 }
 
 const char **ar__study_child_argv(const ar_study *s, const char *exe, const char *cmd,
-                                  bool launch, const char *const *sets, int ns,
-                                  const char *const *tail, int nt) {
+                                  const char *base, bool launch, const char *const *sets,
+                                  int ns, const char *const *tail, int nt) {
   size_t n = 4 + (size_t)s->n_launch + 2 * ((size_t)s->n_sets + (size_t)ns) + (size_t)nt;
   const char **argv = ar_calloc(n, sizeof *argv);
   if (!argv)
@@ -66,7 +67,7 @@ const char **ar__study_child_argv(const ar_study *s, const char *exe, const char
     argv[a++] = s->launch[i];
   argv[a++] = exe;
   argv[a++] = cmd;
-  argv[a++] = s->base;
+  argv[a++] = base;
   for (int i = 0; i < s->n_sets; i++) {
     argv[a++] = "--set";
     argv[a++] = s->sets[i];
@@ -124,4 +125,94 @@ ar_status ar__study_child_run(const char *const *argv, const char *logp, bool ap
   }
   *end = timed_out ? CHILD_TIMEOUT : stop_signal ? CHILD_STOPPED : CHILD_EXITED;
   return AR_OK;
+}
+
+/* ---- a job alongside ------------------------------------------------------- */
+
+/* The marker the supervisor writes to the log before each start. */
+static const char alongside_mark[] = "accelrt study: alongside, start ";
+
+/* The supervisor's loop (in the child): start the job, wait, start it
+ * again; a job that fails at once is retried after a second, not in a
+ * busy loop. */
+static void alongside_loop(const char *const *argv, const char *logp) {
+  for (int n = 1;; n++) {
+    FILE *lf = fopen(logp, "a");
+    if (lf) {
+      fprintf(lf, "%s%d\n", alongside_mark, n);
+      fclose(lf);
+    }
+    double t0 = ar_now();
+    pid_t pid = fork();
+    if (pid < 0)
+      _exit(1);
+    if (pid == 0) {
+      int fd = open(logp, O_WRONLY | O_CREAT | O_APPEND, 0666);
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        close(fd);
+      }
+      execv(argv[0], (char *const *)argv);
+      _exit(127);
+    }
+    int wst;
+    while (waitpid(pid, &wst, 0) < 0 && errno == EINTR)
+      ;
+    if (ar_now() - t0 < 1 && !(WIFEXITED(wst) && WEXITSTATUS(wst) == 0))
+      sleep(1);
+  }
+}
+
+ar_status ar__study_alongside_start(const char *exe, const char *file, const char *dir,
+                                    const char *logp, pid_t *pid, ar_err *err) {
+  char out[4200];
+  snprintf(out, sizeof out, "output.dir=%s", dir);
+  /* --overwrite: each start after the first replaces the finished run
+   * the last one left in dir (its data stays and is reused). */
+  const char *argv[] = {exe, "run", file, "--quiet", "--overwrite", "--set", out, NULL};
+  pid_t parent = getpid();
+  fflush(NULL);
+  *pid = fork();
+  if (*pid < 0)
+    return ar_errf(err, AR_IO, "cannot start the job alongside (%s): %s", file, strerror(errno));
+  if (*pid == 0) {
+    setpgid(0, 0);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent)
+      _exit(0); /* the study died before PDEATHSIG was armed */
+    alongside_loop(argv, logp);
+  }
+  setpgid(*pid, *pid);
+  return AR_OK;
+}
+
+void ar__study_alongside_stop(pid_t pid, const char *logp, int *starts) {
+  kill(-pid, SIGTERM);
+  double kill_at = ar_now() + 10;
+  int wst;
+  bool reaped = false;
+  for (;;) {
+    if (!reaped && waitpid(pid, &wst, WNOHANG) == pid)
+      reaped = true;
+    /* The job outlives the supervisor by its own clean-up; wait for the
+     * whole group. */
+    if (reaped && kill(-pid, 0) != 0 && errno == ESRCH)
+      break;
+    if (ar_now() > kill_at) {
+      kill(-pid, SIGKILL);
+      kill_at = ar_now() + 1e9;
+    }
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  *starts = 0;
+  FILE *f = fopen(logp, "r");
+  char line[512];
+  while (f && fgets(line, sizeof line, f))
+    *starts += !strncmp(line, alongside_mark, sizeof alongside_mark - 1);
+  if (f)
+    fclose(f);
 }

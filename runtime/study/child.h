@@ -42,8 +42,8 @@ ar_status ar__study_self_exe(char *exe, size_t cap, ar_err *err);
  * run's own ones as --set, then tail.  launch: start with s->launch (a
  * distributed run; launcher.h).  NULL when out of memory. */
 const char **ar__study_child_argv(const ar_study *s, const char *exe, const char *cmd,
-                                  bool launch, const char *const *sets, int ns,
-                                  const char *const *tail, int nt);
+                                  const char *base, bool launch, const char *const *sets,
+                                  int ns, const char *const *tail, int nt);
 
 /* Runs argv in a process group of its own with its output in logp
  * (appended when append), until it exits (CHILD_EXITED, its wait status
@@ -54,5 +54,19 @@ const char **ar__study_child_argv(const ar_study *s, const char *exe, const char
 ar_status ar__study_child_run(const char *const *argv, const char *logp, bool append, double t0,
                               double timeout_s, const char *what, int *wst, child_end *end,
                               ar_err *err);
+
+/* A job alongside a run (an alongside factor): a supervising process in
+ * a process group of its own runs `EXE run FILE --quiet --overwrite --set
+ * output.dir=DIR`, and again each time it ends, so that the machine is
+ * shared for the whole run however long the run takes; their output is
+ * appended to logp.  The supervisor dies with the study (PDEATHSIG).
+ * *pid is the supervisor's (its group's id).  AR_IO when it cannot
+ * start. */
+ar_status ar__study_alongside_start(const char *exe, const char *file, const char *dir,
+                                    const char *logp, pid_t *pid, ar_err *err);
+/* Stops the group of ar__study_alongside_start: SIGTERM, SIGKILL after
+ * 10 s, and waits until no process of it is left.  *starts: how many
+ * times the job was started (read from the log's markers). */
+void ar__study_alongside_stop(pid_t pid, const char *logp, int *starts);
 
 #endif /* ACCELRT_STUDY_CHILD_H */

@@ -18,6 +18,18 @@ int ar__study_level(const ar_study *s, int cell, int f) {
   return cell % s->f[f].n_levels;
 }
 
+const char *ar__study_base(const ar_study *s, int cell) {
+  if (s->base_factor < 0)
+    return s->base;
+  return s->f[s->base_factor].file[ar__study_level(s, cell, s->base_factor)];
+}
+
+const char *ar__study_alongside(const ar_study *s, int cell) {
+  if (s->alongside_factor < 0)
+    return NULL;
+  return s->f[s->alongside_factor].file[ar__study_level(s, cell, s->alongside_factor)];
+}
+
 void ar__study_cell_name(const ar_study *s, int cell, char *buf, size_t cap) {
   size_t len = 0;
   buf[0] = '\0';
@@ -163,7 +175,15 @@ static void print_aliases(const ar_study *s, FILE *to) {
 
 void ar_study_print_design(const ar_study *s, FILE *to) {
   char kb[2200], cn[64];
-  fprintf(to, "study %s: base %s (%s)\n", s->name, s->base, kind_text(s, kb, sizeof kb));
+  if (s->base_factor >= 0)
+    fprintf(to, "study %s: base jobs of factor %c (%s)\n", s->name, 'A' + s->base_factor,
+            kind_text(s, kb, sizeof kb));
+  else
+    fprintf(to, "study %s: base %s (%s)\n", s->name, s->base, kind_text(s, kb, sizeof kb));
+  if (s->alongside_factor >= 0)
+    fprintf(to, "factor %c: the job file of its level runs alongside each run on this machine, "
+            "restarted until the run ends\n",
+            'A' + s->alongside_factor);
   fprintf(to, "response: %s (%s is better), %d replicate%s, seed %llu%s%s\n", s->resp_name,
           s->better > 0 ? "higher" : "lower", s->replicates, s->replicates > 1 ? "s" : "",
           (unsigned long long)s->seed, s->vary_seed ? ", job seed varied per replicate" : "",

@@ -580,6 +580,10 @@ ar_status ar_fx_analyze(const ar_fx_design *d, const int *cell, const double *y,
   if (!r->cells || !r->level_mean || !r->level_lo || !r->level_hi || !ss)
     goto oom;
   cell_stats(r, d, cell, y, n_obs, ss);
+  if (d->df_given > 0) {
+    r->df = d->df_given;
+    r->s2 = d->s2_given;
+  }
   double conf = d->confidence > 0 && d->confidence < 1 ? d->confidence : 0.95;
   r->t = r->df > 0 ? ar_fx_t_quantile(1 - (1 - conf) / 2, r->df) : NAN;
   r->grand_mean = NAN;

@@ -65,6 +65,44 @@ static void factor_levels(study_diags *c, study_factor *f, const ar_ynode *v, co
   f->n_levels = v->n;
 }
 
+/* The levels of a base or alongside factor: job files relative to the
+ * study file (alongside also none), each readable; their labels as
+ * written. */
+static void file_levels(study_diags *c, study_factor *f, const ar_study *s, const ar_ynode *v,
+                        const char *path) {
+  f->file = ar_calloc((size_t)v->n, sizeof *f->file);
+  f->seed = ar_calloc((size_t)v->n, sizeof *f->seed);
+  f->label = ar_calloc((size_t)v->n, sizeof *f->label);
+  f->lline = ar_calloc((size_t)v->n, sizeof *f->lline);
+  f->lcol = ar_calloc((size_t)v->n, sizeof *f->lcol);
+  if (!f->file || !f->seed || !f->label || !f->lline || !f->lcol) {
+    c->nomem = true;
+    return;
+  }
+  f->n_levels = v->n;
+  for (int l = 0; l < v->n; l++) {
+    const ar_ynode *x = v->vals[l];
+    char lp[320], q[128];
+    snprintf(lp, sizeof lp, "%s[%d]", path, l);
+    f->lline[l] = x->line;
+    f->lcol[l] = x->col;
+    if (x->kind != AR_YNODE_SCALAR || x->len == 0) {
+      ar__study_diag(c, x->line, x->col, lp, "expected a job file, relative to the study file%s",
+                     f->kind == FACTOR_ALONGSIDE ? ", or none" : "");
+      continue;
+    }
+    for (int m = 0; m < l; m++)
+      if (f->label[m] && !strcmp(f->label[m], x->text))
+        ar__study_diag(c, x->line, x->col, lp, "level '%s' is listed twice",
+                       ar_ynode_quote(x, q, sizeof q));
+    f->label[l] = ar__study_strdup(c, x->text);
+    if (f->kind == FACTOR_ALONGSIDE && ar_ynode_is(x, "none"))
+      continue;
+    f->file[l] = ar__study_file_path(c, s, x, lp,
+                                     f->kind == FACTOR_BASE ? "the base job" : "the job file");
+  }
+}
+
 void ar__study_parse_factors(study_diags *c, ar_study *s, const ar_ynode *n) {
   if (n->kind != AR_YNODE_MAP || n->n == 0) {
     ar__study_diag(c, n->line, n->col, "factors",
@@ -89,6 +127,24 @@ void ar__study_parse_factors(study_diags *c, ar_study *s, const ar_ynode *n) {
     f->path = ar__study_strdup(c, key->text);
     f->line = key->line;
     f->col = key->col;
+    bool is_base = !strcmp(key->text, "base"), is_along = !strcmp(key->text, "alongside");
+    if (is_base || is_along) {
+      f->kind = is_base ? FACTOR_BASE : FACTOR_ALONGSIDE;
+      int *which = is_base ? &s->base_factor : &s->alongside_factor;
+      if (*which < 0)
+        *which = s->k - 1;
+      if (v->kind != AR_YNODE_SEQ || v->n < 2) {
+        ar__study_diag(c, v->line, v->col, path,
+                       is_base ? "expected a list of two or more job files, e.g. "
+                                 "[../cluster.yaml, ../cluster-inception.yaml]"
+                               : "expected a list of two or more levels, e.g. [none, "
+                                 "../shared-device.yaml]");
+        continue;
+      }
+      file_levels(c, f, s, v, path);
+      cells *= v->n;
+      continue;
+    }
     if (!factor_keys(key, keybuf, sizeof keybuf, keys, &f->n_keys)) {
       ar__study_diag(c, key->line, key->col, path,
                      "'%s' is not a factor: name a job key, or up to %d keys joined by '+' "

@@ -647,8 +647,17 @@ static void report_head(FILE *o, const ar_study *s, const study_row *rows, int n
   esc(o, s->name);
   fprintf(o, "</title>\n<style>%s</style>\n</head><body>\n<h1>Study ", css);
   esc(o, s->name);
-  fputs("</h1>\n<p class='meta'>Base job <code>", o);
-  esc(o, s->base);
+  if (s->base_factor >= 0) {
+    fprintf(o, "</h1>\n<p class='meta'>Base jobs: the levels of factor %c <code>",
+            'A' + s->base_factor);
+    for (int l = 0; l < s->f[s->base_factor].n_levels; l++) {
+      fputs(l ? ", " : "", o);
+      esc(o, s->f[s->base_factor].file[l]);
+    }
+  } else {
+    fputs("</h1>\n<p class='meta'>Base job <code>", o);
+    esc(o, s->base);
+  }
   fprintf(o, "</code> (%s). Response <b>", s->kind == STUDY_DIST   ? "distributed job over MPI"
                                           : s->kind == STUDY_JOBS ? "jobs: file through lanes"
                                                                   : "single job");
@@ -767,10 +776,152 @@ static void report_plots(FILE *o, const ar_study *s, const ar_fx_design *d,
     if (r->levels[f] > 2) {
       fputs("<p class='note'>", o);
       esc(o, s->f[f].path);
-      fputs(" has more than two levels: its level means are shown; interactions with it are "
-            "not estimated (they need two-level factors).</p>\n",
+      fputs(" has more than two levels: its level means are shown here, and the other "
+            "factors' effects and interactions within each of its levels below.</p>\n",
             o);
     }
+}
+
+/* ---- within each level of a factor ------------------------------------------ */
+
+/* Split term t (or, t < 0, the level means) at each level: a point with
+ * its interval per level on one axis, the no-effect line marked. */
+static void split_forest(FILE *o, const ar_fx_design *d, const ar_fx_result *r,
+                         const ar_fx_split *x, int t) {
+  bool logs = d->scale == AR_FX_LOG, means = t < 0;
+  int n = x->n_levels, row = 22, L = 190, W = 520, T = 24, H = T + row * n + 30;
+  double e[64], lo[64], hi[64], a = means ? INFINITY : 0, b = means ? -INFINITY : 0;
+  ar_fx_term rt = {.order = means ? 1 : x->terms[t].order};
+  for (int l = 0; l < n && l < 64; l++) {
+    int off = r->level_off[x->factor] + l;
+    const ar_fx_term *in = means ? NULL : &x->terms[t].in[l];
+    e[l] = means ? r->level_mean[off] : in->effect;
+    lo[l] = means ? r->level_lo[off] : in->lo;
+    hi[l] = means ? r->level_hi[off] : in->hi;
+    /* On the log scale a term is drawn as ln of its ratio. */
+    double k = logs && !means ? ldexp(1.0, rt.order - 1) : 1;
+    e[l] *= k, lo[l] *= k, hi[l] *= k;
+    if (isfinite(e[l])) {
+      a = fmin(a, isfinite(lo[l]) ? lo[l] : e[l]);
+      b = fmax(b, isfinite(hi[l]) ? hi[l] : e[l]);
+    }
+  }
+  axis ax;
+  if (logs)
+    axis_fit_log(&ax, a, b, L, W - 16);
+  else
+    axis_fit(&ax, a, b, L, W - 16);
+  ax.suffix = logs && !means ? "x" : "";
+  fprintf(o, "<svg class='small' viewBox='0 0 %d %d' width='%d' height='%d'>\n", W, H, W, H);
+  fprintf(o, "<text x='%d' y='15' class='title' text-anchor='middle'>", W / 2);
+  char name[512];
+  if (means)
+    snprintf(name, sizeof name, "%s of %s", logs ? "geometric mean" : "mean", d->response);
+  else
+    ar_fx_split_term_name(x, d, t, name, sizeof name);
+  esc(o, name);
+  fputs(means ? "" : " within each level", o);
+  fprintf(o, "</text>\n<clipPath id='sf%d_%d'><rect x='%d' y='0' width='%d' height='%d'/>"
+             "</clipPath><g clip-path='url(#sf%d_%d)'>",
+          x->factor, t + 1, L - 30, W - L + 30, H, x->factor, t + 1);
+  ticks(o, &ax, false, T + row * n + 4);
+  fputs("</g>", o);
+  if (!means)
+    fprintf(o, "<line x1='%.1f' x2='%.1f' y1='%d' y2='%d' class='zero'/>\n", ap(&ax, 0),
+            ap(&ax, 0), T - 4, T + row * n + 4);
+  for (int l = 0; l < n && l < 64; l++) {
+    double y = T + row * l + row / 2.0;
+    fprintf(o, "<text x='%d' y='%.1f' class='label' text-anchor='end'>", L - 8, y + 4);
+    const char *ln = d->level_names[x->factor][l];
+    esc(o, strlen(ln) > 28 ? ln + strlen(ln) - 28 : ln);
+    fputs("</text>", o);
+    if (!isfinite(e[l]))
+      continue;
+    const char *col = palette[l % 8];
+    if (isfinite(lo[l]))
+      fprintf(o, "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' stroke='%s' "
+                 "stroke-width='2'/>", ap(&ax, lo[l]), ap(&ax, hi[l]), y, y, col);
+    fprintf(o, "<circle cx='%.1f' cy='%.1f' r='4' fill='%s'/>\n", ap(&ax, e[l]), y, col);
+  }
+  fputs("</svg>\n", o);
+}
+
+/* The section of one split: the level means and every other term at
+ * each level, with the verdict across the levels, and the interaction
+ * plots of the two-level factors inside each level. */
+static void report_split(FILE *o, const ar_study *s, const ar_fx_design *d,
+                         const ar_fx_result *r, const ar_fx_split *x) {
+  char text[8192];
+  fputs("<h2>Within each level of ", o);
+  esc(o, d->names[x->factor]);
+  fputs("</h2>\n<p class='note'>The levels of this factor are not better or worse than "
+        "each other; the question is whether the other factors act the same at each. Each "
+        "level's cells are analysed alone (the other factors' main effects and interactions, "
+        "with the whole study's pooled replicate variance), and each term is compared between "
+        "every pair of levels; the pairs' intervals are Bonferroni-widened so that all of them "
+        "together hold 95%. <i>same</i>: no pair's interval of the difference excludes ",
+        o);
+  fputs(d->scale == AR_FX_LOG ? "1x" : "0", o);
+  fputs("; <i>differs</i>: some pair's does.</p>\n<p>", o);
+  ar_fx_split_level_sentence(x, d, r, text, sizeof text);
+  esc(o, text);
+  fputs("</p>\n<table><tr><th>term</th>", o);
+  for (int l = 0; l < x->n_levels; l++) {
+    fputs("<th>", o);
+    esc(o, d->level_names[x->factor][l]);
+    fputs("</th>", o);
+  }
+  fputs("<th>across levels</th><th>in words</th></tr>\n", o);
+  for (int t = 0; t < x->n_terms; t++) {
+    const ar_fx_split_term *T = &x->terms[t];
+    ar_fx_split_term_name(x, d, t, text, sizeof text);
+    fputs("<tr><td>", o);
+    esc(o, text);
+    fputs("</td>", o);
+    for (int l = 0; l < x->n_levels; l++) {
+      fputs("<td class='n'>", o);
+      fshown(o, d, &T->in[l], T->in[l].effect);
+      if (isfinite(T->in[l].lo)) {
+        fputs("<br>(", o);
+        fshown(o, d, &T->in[l], T->in[l].lo);
+        fputs(" to ", o);
+        fshown(o, d, &T->in[l], T->in[l].hi);
+        fputs(")", o);
+      }
+      fputs("</td>", o);
+    }
+    fprintf(o, "<td><span class='badge %s'>%s</span></td><td>",
+            T->verdict == AR_FX_DIFFERS ? "v-antagonistic"
+            : T->verdict == AR_FX_SAME  ? "v-additive"
+                                        : "v-other",
+            ar_fx_across_name(T->verdict));
+    ar_fx_split_sentence(x, d, t, text, sizeof text);
+    esc(o, text);
+    fputs("</td></tr>\n", o);
+  }
+  fputs("</table>\n<div class='panels'>\n", o);
+  split_forest(o, d, r, x, -1);
+  for (int t = 0; t < x->n_terms; t++)
+    split_forest(o, d, r, x, t);
+  fputs("</div>\n", o);
+  /* The interaction plots inside each level, side by side. */
+  const ar_fx_design *sub = &x->sub;
+  int shown = 0;
+  for (int l = 0; l < x->n_levels; l++)
+    for (int a = 0; a < sub->k; a++)
+      for (int b = a + 1; b < sub->k; b++)
+        if (sub->levels[a] == 2 && sub->levels[b] == 2 && shown < 48) {
+          fputs(shown++ ? "" : "<div class='panels'>\n", o);
+          fputs("<div><p class='note'>at ", o);
+          esc(o, d->names[x->factor]);
+          fputs(" = <b>", o);
+          esc(o, d->level_names[x->factor][l]);
+          fputs("</b></p>\n", o);
+          means_plot(o, sub, x->within[l], a, b);
+          fputs("</div>\n", o);
+        }
+  fputs(shown ? "</div>\n" : "", o);
+  (void)s;
 }
 
 /* Every run in the order it ran, folded, and the page's end. */
@@ -799,8 +950,8 @@ static void report_runs(FILE *o, const study_row *rows, int n_rows) {
 }
 
 ar_status ar__study_report(const ar_study *s, const study_row *rows, int n_rows,
-                           const ar_fx_design *d, const ar_fx_result *r, const char *path,
-                           ar_err *err) {
+                           const ar_fx_design *d, const ar_fx_result *r,
+                           ar_fx_split *const *splits, const char *path, ar_err *err) {
   char *t = NULL;
   size_t len = 0;
   FILE *o = open_memstream(&t, &len);
@@ -809,6 +960,9 @@ ar_status ar__study_report(const ar_study *s, const study_row *rows, int n_rows,
   report_head(o, s, rows, n_rows, r);
   report_effects(o, s, d, r);
   report_plots(o, s, d, r);
+  for (int f = 0; f < s->k; f++)
+    if (splits[f])
+      report_split(o, s, d, r, splits[f]);
   fputs("<h2>Timeline of one run per cell</h2>\n", o);
   timelines(o, s, rows, n_rows);
   fputs("<h2>Design</h2>\n", o);

@@ -9,9 +9,11 @@
 #include "study_impl.h"
 
 /* Writes the report of the rows (as runs.csv holds them) and their
- * analysis r of design d to path, atomically.  AR_IO, AR_NOMEM. */
+ * analysis r of design d to path, atomically; splits[f] (k entries, NULL
+ * for most) is the analysis within each level of factor f.  AR_IO,
+ * AR_NOMEM. */
 ar_status ar__study_report(const ar_study *s, const study_row *rows, int n_rows,
-                           const ar_fx_design *d, const ar_fx_result *r, const char *path,
-                           ar_err *err);
+                           const ar_fx_design *d, const ar_fx_result *r,
+                           ar_fx_split *const *splits, const char *path, ar_err *err);
 
 #endif /* ACCELRT_STUDY_REPORT_H */

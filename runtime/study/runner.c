@@ -100,9 +100,12 @@ static int run_sets(const ar_study *s, int cell, int rep, const char *dir, char 
   sets[n++] = own[0];
   own[1] = NULL;
   if (s->vary_seed) {
+    uint64_t seed = s->base_factor >= 0
+                        ? s->f[s->base_factor].seed[ar__study_level(s, cell, s->base_factor)]
+                        : s->job_seed;
     own[1] = ar_malloc(48);
     if (own[1])
-      snprintf(own[1], 48, "seed=%llu", (unsigned long long)(s->job_seed + (uint64_t)rep));
+      snprintf(own[1], 48, "seed=%llu", (unsigned long long)(seed + (uint64_t)rep));
     sets[n++] = own[1];
   }
   return n;
@@ -132,11 +135,14 @@ static void last_line(const char *log, char *buf, size_t cap) {
 /* One run being run: its name, folder, log and overrides. */
 typedef struct one_run {
   char id[96];    /* "A0B1-r2" */
+  const char *base;      /* its base job */
+  const char *alongside; /* the job file run alongside it, or NULL */
   char dir[4200]; /* OUT/runs/ID */
   char logp[4300];
   const char *sets[AR_FX_MAX_FACTORS * STUDY_MAX_LINKED + 4];
   int ns;
   char *own[2]; /* the overrides made for this run (output.dir, seed) */
+  int along_starts; /* how many times the job alongside started */
 } one_run;
 
 /* Names the run, clears its folder (a stopped run's is stale), starts its
@@ -155,6 +161,8 @@ static ar_status start_run(const ar_study *s, int idx, one_run *x, study_row *r,
   r->order = idx + 1;
   r->y = NAN;
   x->ns = run_sets(s, cell, rep, x->dir, x->own, x->sets);
+  x->base = ar__study_base(s, cell);
+  x->alongside = ar__study_alongside(s, cell);
   if (!r->run || !x->own[0] || (s->vary_seed && !x->own[1]))
     return ar_errf(err, AR_NOMEM, "out of memory");
   rm_tree(x->dir);
@@ -169,7 +177,7 @@ static ar_status prepare_job(const ar_study *s, one_run *x, study_row *r, double
                              bool *skipped, ar_err *err) {
   ar_spec *spec = NULL;
   ar_diags jd = {0, NULL};
-  ar_status st = ar__study_load_job(s, x->sets, x->ns, &spec, &jd);
+  ar_status st = ar__study_load_job(s, x->base, x->sets, x->ns, &spec, &jd);
   ar_diags_fini(&jd);
   r->started = (double)time(NULL);
   *t0 = ar_now();
@@ -203,11 +211,21 @@ static ar_status run_children(const ar_study *s, one_run *x, double t0, int *wst
   AR_CHECK(ar__study_self_exe(exe, sizeof exe, err));
   snprintf(what, sizeof what, "run %s", x->id);
   const char *tail[] = {"--quiet"};
-  const char **argv = ar__study_child_argv(s, exe, "run", s->kind == STUDY_DIST, x->sets, x->ns,
-                                           tail, 1);
-  ar_status st = argv ? ar__study_child_run(argv, x->logp, false, t0, s->timeout_s, what, wst,
-                                            how, err)
-                      : ar_errf(err, AR_NOMEM, "out of memory");
+  const char **argv = ar__study_child_argv(s, exe, "run", x->base, s->kind == STUDY_DIST,
+                                           x->sets, x->ns, tail, 1);
+  /* The job alongside starts first, so that the run shares the machine
+   * from its first iteration, and stops when the run ends. */
+  char adir[4300], alog[4400];
+  pid_t along = 0;
+  snprintf(adir, sizeof adir, "%s/alongside", x->dir);
+  snprintf(alog, sizeof alog, "%s/log.txt", adir);
+  ar_status st = argv ? AR_OK : ar_errf(err, AR_NOMEM, "out of memory");
+  if (st == AR_OK && x->alongside && (st = ar_mkdirs(adir, err)) == AR_OK)
+    st = ar__study_alongside_start(exe, x->alongside, adir, alog, &along, err);
+  if (st == AR_OK)
+    st = ar__study_child_run(argv, x->logp, false, t0, s->timeout_s, what, wst, how, err);
+  if (along > 0)
+    ar__study_alongside_stop(along, alog, &x->along_starts);
   ar_free(argv);
   if (st != AR_OK || !s->eval || *how != CHILD_EXITED || !WIFEXITED(*wst) ||
       WEXITSTATUS(*wst) != 0)
@@ -218,7 +236,7 @@ static ar_status run_children(const ar_study *s, one_run *x, double t0, int *wst
   snprintf(reps, sizeof reps, "%ld", s->eval_reps);
   snprintf(what, sizeof what, "the eval of run %s", x->id);
   const char *etail[] = {"--points", pts, "--reps", reps};
-  argv = ar__study_child_argv(s, exe, "eval", false, x->sets, x->ns, etail, 4);
+  argv = ar__study_child_argv(s, exe, "eval", x->base, false, x->sets, x->ns, etail, 4);
   st = argv ? ar__study_child_run(argv, x->logp, true, t0, s->timeout_s, what, wst, how, err)
             : ar_errf(err, AR_NOMEM, "out of memory");
   ar_free(argv);
@@ -277,6 +295,17 @@ static ar_status run_one(const ar_study *s, int idx, study_row *r, bool *stopped
     goto done;
   }
   finish_row(s, &x, wst, how, evaluated, r);
+  if (x.alongside && r->note) {
+    /* How often the job alongside ran: a reader can tell how much of the
+     * run it covered. */
+    char *n = NULL;
+    if (asprintf(&n, "%s%salongside started %d time%s", r->note, r->note[0] ? "; " : "",
+                 x.along_starts, x.along_starts == 1 ? "" : "s") < 0)
+      n = NULL;
+    ar_free(r->note);
+    r->note = n ? ar_strdup(n) : NULL;
+    free(n);
+  }
   if (!s->keep_checkpoints)
     nftw(x.dir, rm_checkpoint, 16, FTW_PHYS);
   if (!r->note)

@@ -69,13 +69,25 @@ static char *design_text(const ar_study *s) {
   if (!m)
     return NULL;
   char *real = realpath(s->base, NULL);
-  fprintf(m, "accelrt study design 1\nbase: %s\nbase_fnv1a: %016llx\n", real ? real : s->base,
-          (unsigned long long)file_hash(s->base));
+  if (s->base_factor < 0)
+    fprintf(m, "accelrt study design 1\nbase: %s\nbase_fnv1a: %016llx\n", real ? real : s->base,
+            (unsigned long long)file_hash(s->base));
+  else
+    fprintf(m, "accelrt study design 1\n");
   free(real);
   for (int i = 0; i < s->n_sets; i++)
     fprintf(m, "set: %s\n", s->sets[i]);
   for (int f = 0; f < s->k; f++) {
     fprintf(m, "factor %c: %s:", 'A' + f, s->f[f].path);
+    /* A base or alongside level is a file: its real path and its bytes'
+     * hash, so that a changed job is noticed as a changed base is. */
+    for (int l = 0; s->f[f].kind != FACTOR_SET && l < s->f[f].n_levels; l++) {
+      const char *file = s->f[f].file[l];
+      char *rl = file ? realpath(file, NULL) : NULL;
+      fprintf(m, " [%s %016llx]", file ? (rl ? rl : file) : "none",
+              (unsigned long long)(file ? file_hash(file) : 0));
+      free(rl);
+    }
     for (int l = 0; l < s->f[f].n_levels; l++)
       for (int i = 0; i < s->f[f].n_keys; i++)
         fprintf(m, "%s%s%s", i ? " " : " [", s->f[f].set[l * s->f[f].n_keys + i],

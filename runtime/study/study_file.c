@@ -61,9 +61,10 @@ static const ar_schema study_keys[] = {
      .doc = "Names the study in messages and the default output folder."},
     {.key = "base",
      .type = AR_SCHEMA_PATH,
-     .required = true,
+     .def_doc = "required unless a factor is base",
      .expect = "the base job file, relative to this file (base: ../quickstart.yaml)",
-     .doc = "The job every run runs, relative to the study file."},
+     .doc = "The job every run runs, relative to the study file; or vary it as a factor, "
+            "factors: {base: [a.yaml, b.yaml]}."},
     {.key = "set",
      .type = AR_SCHEMA_ANY,
      .doc = "Fixed overrides for every run, {KEY.PATH: value} as for --set."},
@@ -72,7 +73,8 @@ static const ar_schema study_keys[] = {
      .required = true,
      .expect = "the factors, e.g. factors: {train.batch: [64, 256]}",
      .doc = "{KEY.PATH: [level, level, ...]}: any --set path of the job (or up to four "
-            "joined by '+') with two or more levels."},
+            "joined by '+') with two or more levels; base: [job files] varies the base job, "
+            "alongside: [none, job file] runs a job beside each run on the same machine."},
     {.key = "response",
      .type = AR_SCHEMA_ANY,
      .required = true,
@@ -272,27 +274,51 @@ static char *path_dir(const char *path) {
   return d;
 }
 
-/* base: resolved against the study file's folder, and readable. */
+char *ar__study_file_path(study_diags *c, const ar_study *s, const ar_ynode *n,
+                          const char *key, const char *what) {
+  char *dir = path_dir(s->file);
+  char *p = n->text[0] == '/' || !dir ? ar__study_strdup(c, n->text) : ar_path_join(dir, n->text);
+  ar_free(dir);
+  if (!p) {
+    c->nomem = true;
+  } else if (access(p, R_OK) != 0) {
+    char q[128];
+    ar__study_diag(c, n->line, n->col, key,
+                   "cannot read %s '%s' (%s: %s); the path is relative to the study file", what,
+                   ar_ynode_quote(n, q, sizeof q), p, strerror(errno));
+    ar_free(p);
+    p = NULL;
+  }
+  return p;
+}
+
+/* base: resolved against the study file's folder, and readable; required
+ * unless a factor varies it (then its first level stands for it where one
+ * base is named). */
 static void read_base(study_diags *c, ar_study *s, const ar_ynode *root) {
+  const ar_ynode *n = ar_ynode_get(root, "base");
+  if (s->base_factor >= 0) {
+    const study_factor *f = &s->f[s->base_factor];
+    if (n)
+      ar__study_diag(c, n->line, n->col, "base",
+                     "the base job is a factor (factors.base at line %d): drop this base: or "
+                     "the factor",
+                     f->line);
+    else if (f->n_levels > 0 && f->file[0])
+      s->base = ar__study_strdup(c, f->file[0]);
+    return;
+  }
+  if (!n) {
+    ar__study_diag(c, root->line, root->col, "base",
+                   "missing: name the job every run runs (base: ../quickstart.yaml), or vary "
+                   "it as a factor (factors: {base: [a.yaml, b.yaml]})");
+    return;
+  }
   ar_schema_value v;
   if (!ar_schema_get(&study_file, root, "base", &v))
-    return; /* missing or not a path: reported */
+    return; /* not a path: reported */
   s->base_given = ar__study_strdup(c, v.s);
-  char *dir = path_dir(s->file);
-  s->base = v.s[0] == '/' || !dir ? ar__study_strdup(c, v.s) : ar_path_join(dir, v.s);
-  ar_free(dir);
-  if (!s->base) {
-    c->nomem = true;
-  } else if (access(s->base, R_OK) != 0) {
-    const ar_ynode *n = ar_ynode_get(root, "base");
-    char q[128];
-    ar__study_diag(c, n->line, n->col, "base",
-                   "cannot read the base job '%s' (%s: %s); the path is relative to the study "
-                   "file",
-                   ar_ynode_quote(n, q, sizeof q), s->base, strerror(errno));
-    ar_free(s->base);
-    s->base = NULL;
-  }
+  s->base = ar__study_file_path(c, s, n, "base", "the base job");
 }
 
 /* The keys whose values the table checks and converts (or defaults). */
@@ -335,11 +361,11 @@ static void read_study(study_diags *c, ar_study *s, const ar_ynode *root) {
   if (ar_schema_check(&study_file, root, NULL, c->d) != AR_OK)
     c->nomem = true;
   const ar_ynode *n;
+  if ((n = ar_ynode_get(root, "factors")))
+    ar__study_parse_factors(c, s, n);
   read_base(c, s, root);
   if ((n = ar_ynode_get(root, "set")))
     parse_sets(c, s, n);
-  if ((n = ar_ynode_get(root, "factors")))
-    ar__study_parse_factors(c, s, n);
   if ((n = ar_ynode_get(root, "response")))
     ar__study_parse_response(c, s, n);
   read_settings(c, s, root);
@@ -388,6 +414,8 @@ ar_status ar_study_load(const char *path, const ar_study_opts *opts, ar_study **
   study_diags c = {d, false};
   ar_ynode *root = NULL;
   ar_study *s = ar_calloc(1, sizeof *s);
+  if (s)
+    s->base_factor = s->alongside_factor = -1;
   ar_status st = s && (s->file = ar_strdup(path)) ? ar_yaml_load(path, "study file", &root, d)
                                                   : AR_NOMEM;
   if (st != AR_OK || d->count)
@@ -400,8 +428,12 @@ ar_status ar_study_load(const char *path, const ar_study_opts *opts, ar_study **
     c.nomem = true;
     goto done;
   }
+  /* Problems of the base job go to base:, or with a base factor to each
+   * level of it. */
   const ar_ynode *b = ar_ynode_get(root, "base");
-  ar__study_validate(&c, s, (ar_srcpos){b->line, b->col});
+  ar_srcpos at = b ? (ar_srcpos){b->line, b->col}
+                   : (ar_srcpos){s->f[s->base_factor].line, s->f[s->base_factor].col};
+  ar__study_validate(&c, s, at);
 done:
   if (st == AR_OK)
     st = c.nomem ? AR_NOMEM : d->count ? AR_SPEC : AR_OK;
@@ -433,7 +465,11 @@ void ar_study_destroy(ar_study *s) {
       for (int i = 0; x->set && i < x->n_keys; i++)
         ar_free(x->set[l * x->n_keys + i]);
       ar_free(x->label[l]);
+      if (x->file)
+        ar_free(x->file[l]);
     }
+    ar_free(x->file);
+    ar_free(x->seed);
     ar_free(x->set);
     ar_free(x->label);
     ar_free(x->lline);

@@ -31,6 +31,12 @@ bool ar__study_scalar(study_diags *c, const ar_ynode *n, const char *key);
 char *ar__study_strdup(study_diags *c, const char *text);
 char *ar__study_override(study_diags *c, const char *key, const ar_ynode *n);
 
+/* A job file named by node n of the study file, resolved against the
+ * study file's folder (ar_free it); NULL after reporting at n (key) that
+ * it cannot be read ("cannot read WHAT 'x' ..."), or on no memory. */
+char *ar__study_file_path(study_diags *c, const ar_study *s, const ar_ynode *n,
+                          const char *key, const char *what);
+
 /* factors: (factors.c): s->k factors with their keys and levels, or
  * problems in c. */
 void ar__study_parse_factors(study_diags *c, ar_study *s, const ar_ynode *n);
@@ -44,10 +50,11 @@ void ar__study_parse_fraction(study_diags *c, ar_study *s, const ar_ynode *n);
  * cell.  Fills s->kind and s->job_seed.  Problems go to c. */
 void ar__study_validate(study_diags *c, ar_study *s, ar_srcpos base);
 
-/* Loads the base job with the fixed overrides plus extra[0..n_extra);
- * ar_spec_load's status, *spec and *jd. */
-ar_status ar__study_load_job(const ar_study *s, const char *const *extra, int n_extra,
-                             ar_spec **spec, ar_diags *jd);
+/* Loads the base job `base` (s->base, or a cell's: ar__study_base) with
+ * the fixed overrides plus extra[0..n_extra); ar_spec_load's status,
+ * *spec and *jd. */
+ar_status ar__study_load_job(const ar_study *s, const char *base, const char *const *extra,
+                             int n_extra, ar_spec **spec, ar_diags *jd);
 
 /* Whether a device name is a CUDA device ("cuda:N"). */
 bool ar__study_is_cuda(const char *device);

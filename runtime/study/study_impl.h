@@ -41,10 +41,26 @@ typedef enum study_launch_from { LAUNCH_FILE = 0, LAUNCH_ENV, LAUNCH_DEFAULT } s
  * generated data's label count). */
 #define STUDY_MAX_LINKED 4
 
+/* What a factor varies: job keys by --set, the base job itself
+ * (`base: [a.yaml, b.yaml]`: a model family is a job file, not a key), or
+ * a job run alongside each run on the same machine (`alongside: [none,
+ * tenants.yaml]`: a device shared with another tenant, for any model). */
+typedef enum study_factor_kind {
+  FACTOR_SET = 0,
+  FACTOR_BASE,
+  FACTOR_ALONGSIDE
+} study_factor_kind;
+
 typedef struct study_factor {
   char *path;        /* the factor's name: its --set key, or linked keys
                         joined by '+' as written */
-  int n_keys;        /* keys set together, 1..STUDY_MAX_LINKED */
+  study_factor_kind kind;
+  int n_keys;        /* keys set together, 1..STUDY_MAX_LINKED; 0 for base
+                        and alongside, which set no key */
+  char **file;       /* (n_levels) base, alongside: each level's job file,
+                        resolved against the study file's folder (NULL for
+                        alongside's none); NULL for a --set factor */
+  uint64_t *seed;    /* (n_levels) base: each base job's seed */
   int n_levels;
   char **set;        /* (n_levels * n_keys) "key=value" as passed to --set,
                         level-major: level l's are set[l * n_keys + i] */
@@ -63,8 +79,12 @@ typedef struct study_gen {
 struct ar_study {
   char *file;        /* the study file as given */
   char *name;
-  char *base;        /* the base job, resolved against the study file's folder */
+  char *base;        /* the base job, resolved against the study file's folder;
+                        with a base factor its first level (ar__study_base
+                        gives a cell's) */
   char *base_given;  /* as written */
+  int base_factor;   /* the factor whose levels are base jobs, or -1 */
+  int alongside_factor; /* the factor whose levels run alongside, or -1 */
   int n_sets;
   char **sets;       /* (n_sets) fixed overrides for every run */
   int *set_line, *set_col;
@@ -149,6 +169,12 @@ void ar__study_rows_free(study_row *rows, int n);
 /* Level index of factor f in a cell (cells are numbered in Yates order,
  * factor 0 fastest; design.c). */
 int ar__study_level(const ar_study *s, int cell, int f);
+/* The base job of a cell: the base factor's level, else s->base
+ * (design.c). */
+const char *ar__study_base(const ar_study *s, int cell);
+/* The job file run alongside a cell's runs, or NULL (design.c). */
+const char *ar__study_alongside(const ar_study *s, int cell);
+
 /* "A0B1": each factor's letter and level index (design.c). */
 void ar__study_cell_name(const ar_study *s, int cell, char *buf, size_t cap);
 

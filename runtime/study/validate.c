@@ -10,8 +10,8 @@
 
 #include <string.h>
 
-ar_status ar__study_load_job(const ar_study *s, const char *const *extra, int n_extra,
-                             ar_spec **spec, ar_diags *jd) {
+ar_status ar__study_load_job(const ar_study *s, const char *base, const char *const *extra,
+                             int n_extra, ar_spec **spec, ar_diags *jd) {
   int n = s->n_sets + n_extra;
   const char **sets = ar_calloc((size_t)n + 1, sizeof *sets);
   if (!sets)
@@ -20,7 +20,7 @@ ar_status ar__study_load_job(const ar_study *s, const char *const *extra, int n_
     sets[i] = s->sets[i];
   for (int i = 0; i < n_extra; i++)
     sets[s->n_sets + i] = extra[i];
-  ar_status st = ar_spec_load(s->base, sets, n, spec, jd);
+  ar_status st = ar_spec_load(base, sets, n, spec, jd);
   ar_free(sets);
   return st;
 }
@@ -28,11 +28,11 @@ ar_status ar__study_load_job(const ar_study *s, const char *const *extra, int n_
 bool ar__study_is_cuda(const char *device) { return device && !strncmp(device, "cuda", 4); }
 
 /* One job diagnostic as text: "BASE:L:C: KEY: message" or "KEY: message". */
-static void job_diag_text(const ar_study *s, const ar_diag *g, char *buf, size_t cap) {
+static void job_diag_text(const char *base, const ar_diag *g, char *buf, size_t cap) {
   if (g->set || g->line <= 0)
     snprintf(buf, cap, "%s%s%s", g->path ? g->path : "", g->path ? ": " : "", g->message);
   else
-    snprintf(buf, cap, "%s:%d:%d: %s%s%s", s->base, g->line, g->col, g->path ? g->path : "",
+    snprintf(buf, cap, "%s:%d:%d: %s%s%s", base, g->line, g->col, g->path ? g->path : "",
              g->path ? ": " : "", g->message);
 }
 
@@ -49,35 +49,101 @@ static bool output_may_sample(const ar_spec *spec) {
 
 static const char *const kind_name[] = {"a single job", "a jobs: file", "a distributed job"};
 
-/* The base job with the fixed overrides: its kind, seed and whether it
+/* One base job with the fixed overrides: its kind, seed and whether it
  * has a test split.  false after reporting its problems (at the override
- * under set: that caused one, else at base). */
-static bool check_base(study_diags *c, ar_study *s, ar_srcpos base, bool *has_test) {
+ * under set: that caused one, else at `at` as `key`, "the base job is not
+ * valid: ..."). */
+static bool load_base(study_diags *c, const ar_study *s, const char *base, ar_srcpos at,
+                      const char *key, study_kind *kind, uint64_t *seed, bool *has_test) {
   ar_spec *spec = NULL;
   ar_diags jd = {0, NULL};
-  ar_status st = ar__study_load_job(s, NULL, 0, &spec, &jd);
+  ar_status st = ar__study_load_job(s, base, NULL, 0, &spec, &jd);
   c->nomem = c->nomem || st == AR_NOMEM;
   char text[2048];
   for (int i = 0; st != AR_OK && st != AR_NOMEM && i < jd.count; i++) {
     const ar_diag *g = &jd.items[i];
-    job_diag_text(s, g, text, sizeof text);
+    job_diag_text(base, g, text, sizeof text);
     int j = 0;
     while (g->set && j < s->n_sets && strcmp(g->set, s->sets[j]))
       j++;
     if (g->set && j < s->n_sets)
       ar__study_diag(c, s->set_line[j], s->set_col[j], "set", "%s", text);
     else
-      ar__study_diag(c, base.line, base.col, "base", "the base job is not valid: %s", text);
+      ar__study_diag(c, at.line, at.col, key, "the base job is not valid: %s", text);
   }
   ar_diags_fini(&jd);
   if (st != AR_OK)
     return false;
-  s->kind = spec->n_jobs > 0 ? STUDY_JOBS : spec->distributed.enabled ? STUDY_DIST : STUDY_SINGLE;
-  s->job_seed = spec->seed;
+  *kind = spec->n_jobs > 0 ? STUDY_JOBS : spec->distributed.enabled ? STUDY_DIST : STUDY_SINGLE;
+  *seed = spec->seed;
   *has_test = spec->n_jobs == 0 &&
               (spec->data.test || (spec->data.generate && spec->data.gen.test_points > 0));
   ar_spec_destroy(spec);
   return true;
+}
+
+/* The base job, or every level of a base factor (which must be jobs of
+ * one kind: a study runs them all the same way): s->kind, s->job_seed
+ * (and each level's seed), and whether every base has a test split. */
+static bool check_base(study_diags *c, ar_study *s, ar_srcpos base, bool *has_test) {
+  if (s->base_factor < 0)
+    return load_base(c, s, s->base, base, "base", &s->kind, &s->job_seed, has_test);
+  study_factor *f = &s->f[s->base_factor];
+  bool ok = true;
+  *has_test = true;
+  for (int l = 0; l < f->n_levels; l++) {
+    char path[320];
+    snprintf(path, sizeof path, "factors.base[%d]", l);
+    study_kind kind;
+    bool test = false;
+    if (!f->file[l] ||
+        !load_base(c, s, f->file[l], (ar_srcpos){f->lline[l], f->lcol[l]}, path, &kind,
+                   &f->seed[l], &test)) {
+      ok = false;
+      continue;
+    }
+    *has_test = *has_test && test;
+    if (l == 0) {
+      s->kind = kind;
+      s->job_seed = f->seed[0];
+    } else if (kind != s->kind) {
+      ar__study_diag(c, f->lline[l], f->lcol[l], path,
+                     "'%s' is %s but '%s' is %s: the bases of a study run the same way; "
+                     "give every level a distributed: section, or none",
+                     f->label[l], kind_name[kind], f->label[0], kind_name[s->kind]);
+      ok = false;
+    }
+  }
+  return ok;
+}
+
+/* Every job file of an alongside factor loads as a job on its own. */
+static void check_alongside(study_diags *c, const ar_study *s) {
+  if (s->alongside_factor < 0)
+    return;
+  const study_factor *f = &s->f[s->alongside_factor];
+  for (int l = 0; l < f->n_levels; l++) {
+    if (!f->file[l])
+      continue;
+    ar_spec *spec = NULL;
+    ar_diags jd = {0, NULL};
+    ar_status st = ar_spec_load(f->file[l], NULL, 0, &spec, &jd);
+    c->nomem = c->nomem || st == AR_NOMEM;
+    char text[2048], path[320];
+    snprintf(path, sizeof path, "factors.alongside[%d]", l);
+    if (st != AR_OK && jd.count > 0) {
+      job_diag_text(f->file[l], &jd.items[0], text, sizeof text);
+      ar__study_diag(c, f->lline[l], f->lcol[l], path,
+                     "level '%s' is not a job accelrt run can run: %s", f->label[l], text);
+    } else if (st == AR_OK && spec->distributed.enabled) {
+      ar__study_diag(c, f->lline[l], f->lcol[l], path,
+                     "level '%s' is a distributed job; a job alongside runs in one process "
+                     "(a single job or a jobs: file)",
+                     f->label[l]);
+    }
+    ar_spec_destroy(spec);
+    ar_diags_fini(&jd);
+  }
 }
 
 /* Why the base job cannot give the response, or NULL when it can. */
@@ -153,16 +219,16 @@ static bool level_loads(study_diags *c, const ar_study *s, int f, int l, bool re
   const char *const *set = (const char *const *)&x->set[l * x->n_keys];
   ar_spec *spec = NULL;
   ar_diags jd = {0, NULL};
-  ar_status st = ar__study_load_job(s, set, x->n_keys, &spec, &jd);
+  ar_status st = ar__study_load_job(s, s->base, set, x->n_keys, &spec, &jd);
   c->nomem = c->nomem || st == AR_NOMEM;
   ar_spec_destroy(spec);
   char text[2048], path[320];
   snprintf(path, sizeof path, "factors.%s[%d]", x->path, l);
   bool refused = st != AR_OK && jd.count > 0;
   if (refused)
-    job_diag_text(s, &jd.items[0], first, cap);
+    job_diag_text(s->base, &jd.items[0], first, cap);
   for (int i = 0; report && refused && i < jd.count; i++) {
-    job_diag_text(s, &jd.items[i], text, sizeof text);
+    job_diag_text(s->base, &jd.items[i], text, sizeof text);
     ar__study_diag(c, x->lline[l], x->lcol[l], path,
                    "level '%s' is not valid for the base job: %s; fix the level or the "
                    "factor's key (keys that must agree are one factor when joined by '+', "
@@ -173,13 +239,16 @@ static bool level_loads(study_diags *c, const ar_study *s, int f, int l, bool re
   return !refused;
 }
 
-/* Every level alone, at its place in the file; a problem every level
- * shares word for word (an unknown key) once, at the factor's key.  false
- * when a level was refused. */
+/* Every level alone (with the first base when the base is a factor), at
+ * its place in the file; a problem every level shares word for word (an
+ * unknown key) once, at the factor's key.  false when a level was
+ * refused. */
 static bool check_levels(study_diags *c, const ar_study *s) {
   bool ok = true;
   for (int f = 0; f < s->k && !c->nomem; f++) {
     const study_factor *x = &s->f[f];
+    if (x->kind != FACTOR_SET)
+      continue;
     char first[2048] = "", text[2048];
     int same = 0;
     for (int l = 0; l < x->n_levels; l++)
@@ -218,15 +287,16 @@ static void check_cells(study_diags *c, const ar_study *s, bool *sampled) {
     for (int f = 0; f < s->k; f++)
       for (int i = 0; i < s->f[f].n_keys; i++)
         sets[ns++] = s->f[f].set[ar__study_level(s, cell, f) * s->f[f].n_keys + i];
+    const char *base = ar__study_base(s, cell);
     ar_spec *spec = NULL;
     ar_diags jd = {0, NULL};
-    ar_status st = ar__study_load_job(s, sets, ns, &spec, &jd);
+    ar_status st = ar__study_load_job(s, base, sets, ns, &spec, &jd);
     c->nomem = c->nomem || st == AR_NOMEM;
     *sampled = *sampled || (st == AR_OK && output_may_sample(spec));
     ar_spec_destroy(spec);
     ar__study_cell_name(s, cell, name, sizeof name);
     for (int i = 0; st != AR_OK && i < jd.count; i++) {
-      job_diag_text(s, &jd.items[i], text, sizeof text);
+      job_diag_text(base, &jd.items[i], text, sizeof text);
       ar__study_diag(c, s->f[0].line, s->f[0].col, "factors",
                      "cell %s combines levels the job refuses: %s; drop a level or add a "
                      "fixed override under set:",
@@ -241,6 +311,7 @@ void ar__study_validate(study_diags *c, ar_study *s, ar_srcpos base) {
   if (!check_base(c, s, base, &has_test))
     return;
   check_kind(c, s, base, has_test);
+  check_alongside(c, s);
   if (c->nomem || !check_levels(c, s))
     return;
   check_cells(c, s, &sampled);

@@ -4,6 +4,7 @@
 # Exit 0 pass, 1 fail, 77 skipped.
 set -uo pipefail
 bin=$1 src=$2 case=$3
+py=${ACCELRT_PYTHON:-/usr/bin/python3} # Debian's, not a pyenv's
 work=$(mktemp -d /tmp/accelrt-study-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -532,6 +533,142 @@ SH
   [ $rc = 2 ] && grep -qF "b5.yaml:4:11: error: launcher: launcher starts the ranks of a base job with a distributed: section; this base is a single job" "$work/err" ||
     fail "launcher with a single job: exit $rc: $(cat "$work/err")"
   [ ! -e "$work/ob" ] || fail "a rejected study wrote output"
+  ;;
+base_factor)
+  # factors: {base: [...]} (job files relative to the study file) and
+  # alongside: [none, FILE] on single jobs: every run of the right base,
+  # the job alongside started in its folder, design.txt holding each
+  # base's hash, the analysis within each base; then bad base and
+  # alongside levels, each at its place, exit 2, nothing written.
+  small_job
+  mkdir -p "$work/m"
+  for w in 32 64 96; do
+    sed -e "s/dense: 64, activation: relu/dense: $w, activation: relu/" -e "s/name: small/name: w$w/" \
+      "$work/job.yaml" > "$work/m/w$w.yaml"
+  done
+  sed -e 's/iterations: 20/iterations: 400/' -e "s|$work/job-out|$work/side-out|" "$work/job.yaml" > "$work/side.yaml"
+  cat > "$work/m/study.yaml" <<YAML
+name: bases
+factors:
+  base: [w32.yaml, w64.yaml, w96.yaml]
+  alongside: [none, ../side.yaml]
+set: {train.iterations: 10}
+response: samples_per_s
+scale: log
+replicates: 2
+seed: 2
+output: $work/out
+YAML
+  "$bin" study "$work/m/study.yaml" --dry-run > "$work/dry" 2> "$work/err" || fail "dry run: $(cat "$work/err")"
+  has_all "$work/dry" "study bases: base jobs of factor A (single job)" \
+    "A  base                         0=w32.yaml  1=w64.yaml  2=w96.yaml" \
+    "B  alongside                    0=none  1=../side.yaml" "cells: 6 planned of 6"
+  "$bin" study "$work/m/study.yaml" > "$work/stdout" 2> "$work/stderr" || fail "study exited $?: $(cat "$work/stderr")"
+  o=$work/out
+  [ "$(grep -c ',ok,' "$o/runs.csv")" = 12 ] || fail "runs: $(cat "$o/runs.csv")"
+  head -1 "$o/runs.csv" | grep -q '^run,cell,replicate,order,base,alongside,samples_per_s,status,' \
+    || fail "header: $(head -1 "$o/runs.csv")"
+  for d in "$o"/runs/*; do
+    c=$(basename "$d")
+    w=$(sed -n 's/^name: //p' "$d/job.resolved.yaml" 2>/dev/null | head -1)
+    case $c in
+    A0*) want=w32 ;; A1*) want=w64 ;; A2*) want=w96 ;;
+    esac
+    [ "$w" = "$want" ] || fail "$c ran '$w', not $want"
+    case $c in
+    *B1-*) grep -q "accelrt study: alongside, start 1" "$d/alongside/log.txt" || fail "no job alongside in $c"
+           [ -f "$d/alongside/summary.json" ] || [ -f "$d/alongside/metrics.jsonl" ] || fail "the job alongside wrote nothing in $c"
+           grep -q "^$c,.*alongside started [1-9][0-9]* time" "$o/runs.csv" || fail "no alongside note for $c: $(cat "$o/runs.csv")" ;;
+    *B0-*) [ ! -e "$d/alongside" ] || fail "a job alongside in $c" ;;
+    esac
+  done
+  # Nothing of the jobs alongside outlives the study.
+  ! pgrep -f "run $work/side.yaml" > /dev/null || fail "a job alongside is still running"
+  grep -Eq "^factor A: base: \[$work/m/w32.yaml [0-9a-f]{16}\] \[$work/m/w64.yaml" "$o/design.txt" \
+    || fail "design.txt: $(cat "$o/design.txt")"
+  has_all "$work/stdout" "base: geometric means of samples_per_s w32.yaml" "alongside within each base: w32.yaml"
+  grep -q '^within,alongside,B,1,w96.yaml,' "$o/effects.csv" || fail "effects.csv within: $(cat "$o/effects.csv")"
+  grep -q '^across,alongside,B,1,w32.yaml vs w64.yaml,.*,\(same\|differs\),' "$o/effects.csv" \
+    || fail "effects.csv across: $(cat "$o/effects.csv")"
+  grep -q '^across,base,A,1,w32.yaml vs w96.yaml,' "$o/effects.csv" || fail "effects.csv level pairs: $(cat "$o/effects.csv")"
+  has_all "$o/report.html" "Within each level of base" "across levels"
+  # A changed base is a changed study: resuming refuses it.
+  echo "# changed" >> "$work/m/w64.yaml"
+  "$bin" study "$work/m/study.yaml" > /dev/null 2> "$work/err"; rc=$?
+  [ $rc != 0 ] && grep -q "design.txt" "$work/err" || fail "a changed base was not noticed: exit $rc $(cat "$work/err")"
+  # Bad levels: a missing base, base: beside the factor, one level, bases
+  # of two kinds, a distributed job alongside, a missing job alongside.
+  dist_job
+  mv "$work/job.yaml" "$work/m/dist.yaml"
+  bad() { # bad NAME FACTORS [EXTRA LINE]: the study file $work/m/NAME.yaml
+    printf 'factors:\n%s\nresponse: samples_per_s\noutput: %s/bad\n%s\n' "$2" "$work" "${3:-}" > "$work/m/$1.yaml"
+  }
+  bad b1 '  base: [w32.yaml, nothere.yaml]'
+  bad b2 '  base: [w32.yaml, w96.yaml]' 'base: w32.yaml'
+  bad b3 '  base: [w32.yaml]'
+  bad b4 '  base: [w32.yaml, dist.yaml]'
+  bad b5 '  base: [w32.yaml, w96.yaml]\n  alongside: [none, dist.yaml]'
+  bad b6 '  base: [w32.yaml, w96.yaml]\n  alongside: [none, gone.yaml]'
+  bad b7 '  train.batch: [32, 64]'
+  for b in b1 b2 b3 b4 b5 b6 b7; do
+    sed -i 's/\\n/\n/' "$work/m/$b.yaml"
+    "$bin" study "$work/m/$b.yaml" > /dev/null 2>> "$work/err_b"; rc=$?
+    [ $rc = 2 ] || fail "$b: exit $rc, want 2: $(cat "$work/err_b")"
+  done
+  has_all "$work/err_b" \
+    "b1.yaml:2:20: error: factors.base[1]: cannot read the base job 'nothere.yaml' ($work/m/nothere.yaml: No such file or directory); the path is relative to the study file" \
+    "b2.yaml:5:7: error: base: the base job is a factor (factors.base at line 2): drop this base: or the factor" \
+    "b3.yaml:2:9: error: factors.base: expected a list of two or more job files" \
+    "b4.yaml:2:20: error: factors.base[1]: 'dist.yaml' is a distributed job but 'w32.yaml' is a single job" \
+    "b5.yaml:3:21: error: factors.alongside[1]: level 'dist.yaml' is a distributed job" \
+    "b6.yaml:3:21: error: factors.alongside[1]: cannot read the job file 'gone.yaml'" \
+    "b7.yaml:1:1: error: base: missing: name the job every run runs"
+  [ ! -e "$work/bad" ] || fail "a rejected study wrote output"
+  ;;
+architectures)
+  # configs/studies/architectures.yaml as written (its three bases, every
+  # level valid), then a tiny slice of it under mpiexec: the MLP, the
+  # Inception CNN and the token transformer (configs/cluster-tokens.yaml,
+  # 36 transfers) each with its device its own or shared with a job
+  # alongside, one replicate; the analysis within each base.
+  command -v mpiexec > /dev/null || { echo "skipped: no mpiexec"; exit 77; }
+  fm=/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+  [ -r "$fm" ] || { echo "skipped: $fm is not installed (dataset-fashion-mnist)"; exit 77; }
+  "$bin" study "$src/configs/studies/architectures.yaml" --dry-run > "$work/dry" 2> "$work/err" ||
+    fail "architectures.yaml: $(cat "$work/err")"
+  has_all "$work/dry" "study architectures: base jobs of factor A (distributed job, 3 ranks" \
+    "cells: 12 planned of 12" "runs: 36 in this order"
+  small_job
+  sed -i -e 's/iterations: 20/iterations: 2000/' -e "s|$work/job-out|$work/side-out|" "$work/job.yaml"
+  cat > "$work/study.yaml" <<YAML
+name: arch-slice
+ranks: 3
+set: {train.iterations: 3, train.batch: 64, train.eval_points: 64, distributed.trace_iterations: 1}
+factors:
+  base: [$src/configs/cluster.yaml, $src/configs/cluster-inception.yaml, $src/configs/cluster-tokens.yaml]
+  alongside: [none, job.yaml]
+response: samples_per_s
+scale: log
+replicates: 1
+timeout_s: 120
+output: $work/out
+YAML
+  "$bin" study "$work/study.yaml" > "$work/stdout" 2> "$work/stderr" || fail "study exited $?: $(cat "$work/stderr")"
+  o=$work/out
+  [ "$(grep -c ',ok,' "$o/runs.csv")" = 6 ] || fail "runs: $(cat "$o/runs.csv")"
+  "$py" - "$o/runs" <<'PY' || fail "summaries"
+import json, sys
+want = {"A0": 40, "A2": 36}  # the MLP's and the transformer's transfers
+for cell in ["A0B0", "A1B0", "A2B0", "A0B1", "A1B1", "A2B1"]:
+    s = json.load(open("%s/%s-r1/summary.json" % (sys.argv[1], cell)))
+    assert s["workers"] == 2 and s["iterations"] == 3, s
+    if cell[:2] in want:
+        assert s["transfers"] == want[cell[:2]], (cell, s["transfers"])
+    assert s["comp_comm_ratio"] > 0, s
+PY
+  grep -q "accelrt study: alongside, start 1" "$o/runs/A2B1-r1/alongside/log.txt" || fail "no job alongside"
+  has_all "$work/stdout" "base: geometric means of samples_per_s" "alongside within each base:"
+  has_all "$o/report.html" "Within each level of base"
   ;;
 chromium)
   # report.html rendered by headless Chromium: a screenshot of the right
