@@ -74,6 +74,10 @@ typedef struct ar_sparse_spec {
   int32_t min_active;   /* top up to this many with random neurons;
                            -1 (not given): to the budget */
   int32_t max_active;   /* 0: no limit besides `active` */
+  int32_t negatives;    /* uniform random negatives a batch always draws
+                           (an output layer on a dense input); -1 (not
+                           given): ar_layer_negatives' default */
+  bool logq;            /* correction: logq (true) or none */
   int32_t threshold;    /* sampling: threshold: tables an id must be in */
   int64_t rehash_every; /* first table rebuild after this many iterations */
   double rehash_growth; /* each gap times this */
