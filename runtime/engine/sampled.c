@@ -638,10 +638,17 @@ static ar_status sampled_backward(ar_model *m, int l) {
  * gradients from two more; only each row's own ids (its labels and what
  * the tables retrieved) go through the per-row kernels.  Each row's active
  * set is its own ids plus the shared ones it did not retrieve; the batch
- * draws max(0, min_active - mean own) shared ids, so the mean active count
- * stays near min_active (the budget by default), and when that is half the
- * layer or more, the whole layer is shared (dense softmax with the labels'
- * and retrieved rows through the kernels). */
+ * draws max(negatives, min_active - mean own) shared ids uniformly
+ * (ar_layer_negatives: by default the budget, at least 256 or an eighth
+ * of the width), and when the room for them is half the layer or more,
+ * the whole layer is shared (dense softmax with the labels' and retrieved
+ * rows through the kernels).  Without the negatives, inputs that look
+ * alike (a transformer's class tokens at the start) retrieve the same few
+ * neurons and the others are never pushed down.  With sparse.correction:
+ * logq each drawn id a row did not retrieve has its logit raised by
+ * log(neurons / drawn), its chance of being drawn inverted, so the
+ * normaliser estimates the full softmax's (the retrieved ids count as
+ * sure, weight 1). */
 
 static bool shared_path(const ar_model *m, int l) {
   const ar_sampled *s = m->layers[l].smp;
