@@ -112,8 +112,10 @@ int64_t ar_layer_budget(const ar_spec *spec, int l);
  * that is half of it or more; 0 when the layer does not take that path. */
 int64_t ar_layer_shared_cap(const ar_spec *spec, int l, int64_t max_labels);
 /* Uniform random negatives such a layer's batch draws whatever the tables
- * retrieve (sparse.negatives or its default, at most the width); 0 when
- * the layer does not take that path. */
+ * retrieve (sparse.negatives or its default, at most the width: on a graph
+ * model's head the budget, at least AR_SPARSE_MIN_NEGATIVES or an eighth
+ * of the width; 0 on a chain's layer); 0 when the layer does not take that
+ * path. */
 int64_t ar_layer_negatives(const ar_spec *spec, int l);
 /* The default's floor (or an eighth of the width, below 2,048 neurons):
  * the loss's estimate of the softmax's normaliser needs some hundreds of

@@ -1330,7 +1330,7 @@ static void convert_sparse_at(ctx *c, const ar_ynode *m, const ar_schema *ss, co
   sp->negatives = ar_ynode_get(m, "negatives")
                       ? (int32_t)get_int(m, ss, "negatives", &ok)
                       : -1; /* ar_layer_negatives' default */
-  sp->logq = !get(m, ss, "correction", &v, NULL) || v.e == 1;
+  sp->correction = get(m, ss, "correction", &v, NULL) ? (int8_t)v.e : -1;
   sp->threshold = (int32_t)get_int(m, ss, "threshold", &ok);
   const ar_schema *rs = kid(ss, "rehash");
   const ar_ynode *r = get_map(m, "rehash");
