@@ -111,6 +111,16 @@ int64_t ar_layer_budget(const ar_spec *spec, int l);
  * top-up target (min_active, default the budget), or the whole width when
  * that is half of it or more; 0 when the layer does not take that path. */
 int64_t ar_layer_shared_cap(const ar_spec *spec, int l, int64_t max_labels);
+/* Uniform random negatives such a layer's batch draws whatever the tables
+ * retrieve (sparse.negatives or its default, at most the width: on a graph
+ * model's head the budget, at least AR_SPARSE_MIN_NEGATIVES or an eighth
+ * of the width; 0 on a chain's layer); 0 when the layer does not take that
+ * path. */
+int64_t ar_layer_negatives(const ar_spec *spec, int l);
+/* The default's floor (or an eighth of the width, below 2,048 neurons):
+ * the loss's estimate of the softmax's normaliser needs some hundreds of
+ * draws whatever the width. */
+#define AR_SPARSE_MIN_NEGATIVES 256
 /* Room per sample for active ids: the budget, plus max_labels for the
  * output layer (its true labels are always active in training). */
 int64_t ar_layer_active_cap(const ar_spec *spec, int l, int64_t max_labels);

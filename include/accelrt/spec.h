@@ -74,6 +74,11 @@ typedef struct ar_sparse_spec {
   int32_t min_active;   /* top up to this many with random neurons;
                            -1 (not given): to the budget */
   int32_t max_active;   /* 0: no limit besides `active` */
+  int32_t negatives;    /* uniform random negatives a batch always draws
+                           (an output layer on a dense input); -1 (not
+                           given): ar_layer_negatives' default */
+  int8_t correction;    /* 1 logq, 0 none, -1 (not given): logq on a
+                           graph model's head, none on a chain */
   int32_t threshold;    /* sampling: threshold: tables an id must be in */
   int64_t rehash_every; /* first table rebuild after this many iterations */
   double rehash_growth; /* each gap times this */

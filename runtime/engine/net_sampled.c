@@ -4,8 +4,9 @@
  * (ar_layer_sampled, the chain's rule).  Training runs the chain engine's
  * sampled output layer (sampled.c, ar__sampled_head_*): hash the node's
  * input, retrieve the active neurons (the true label always added, the
- * batch's shared random negatives topping up), compute only those, the
- * softmax cross-entropy over the active set, then backward into only the
+ * batch's shared uniform random negatives beside them, sparse.negatives,
+ * their logits log-Q corrected), compute only those, the softmax
+ * cross-entropy over the active set, then backward into only the
  * touched gradient rows and the input's gradient; the sparse Adam step
  * updates only those rows and the tables are rebuilt on the layer's
  * schedule.  Evaluation runs the node's dense op: every class is scored.

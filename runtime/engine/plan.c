@@ -161,16 +161,41 @@ int64_t ar_layer_active_cap(const ar_spec *spec, int l, int64_t max_labels) {
   return c > spec->layers[l].width ? spec->layers[l].width : c;
 }
 
+/* Whether sampled layer l computes its output by the shared path: the
+ * output layer on a dense batch (the job's dense input or a dense layer). */
+static bool takes_shared_path(const ar_spec *spec, int l) {
+  if (l + 1 != spec->n_layers)
+    return false; /* only an output layer */
+  if (l == 0 && spec->input.sparse)
+    return false; /* its input must be a dense batch */
+  return l == 0 || !ar_layer_sampled(spec, l - 1, true);
+}
+
+int64_t ar_layer_negatives(const ar_spec *spec, int l) {
+  const ar_layer_spec *ls = &spec->layers[l];
+  if (!takes_shared_path(spec, l))
+    return 0;
+  int64_t n = ls->sparse.negatives;
+  if (n < 0 && !spec->graph)
+    return 0; /* a chain's layer: the min_active top-up alone, as before */
+  if (n < 0) { /* the budget, at least AR_SPARSE_MIN_NEGATIVES or an eighth of the width */
+    int64_t floor = ls->width / 8 < AR_SPARSE_MIN_NEGATIVES ? ls->width / 8
+                                                           : AR_SPARSE_MIN_NEGATIVES;
+    n = ar_layer_budget(spec, l);
+    n = n < floor ? floor : n;
+  }
+  return n > ls->width ? ls->width : n;
+}
+
 int64_t ar_layer_shared_cap(const ar_spec *spec, int l, int64_t max_labels) {
   (void)max_labels;
   const ar_layer_spec *ls = &spec->layers[l];
-  if (l + 1 != spec->n_layers)
-    return 0; /* only an output layer */
-  if (l == 0 && spec->input.sparse)
-    return 0; /* its input must be a dense batch */
-  if (l > 0 && ar_layer_sampled(spec, l - 1, true))
+  if (!takes_shared_path(spec, l))
     return 0;
   int64_t target = ls->sparse.min_active < 0 ? ar_layer_budget(spec, l) : ls->sparse.min_active;
+  const int64_t neg = ar_layer_negatives(spec, l);
+  if (neg > target)
+    target = neg;
   if (target <= 0)
     return 0;
   return 2 * target >= ls->width ? ls->width : target;

@@ -74,6 +74,8 @@ struct ar_sampled {
    * planned ephemeral. */
   uint32_t scap;            /* room: ar_layer_shared_cap */
   uint32_t ns;              /* ids drawn for this batch */
+  uint32_t negatives;       /* ids the batch draws at least (ar_layer_negatives) */
+  bool logq;                /* correct their logits by log(neurons / ns) */
   uint32_t *sids;           /* (scap) */
   float *sw, *sgw;          /* (scap, in) their weight rows, gradient rows */
   float *sb, *sgb;          /* (scap) biases, bias gradients */
@@ -311,6 +313,8 @@ ar_status ar__sampled_new(const ar__sampled_cfg *c, ar_sampled **out, ar_err *er
   s->so_own = s->so;
   s->so_own.min_active = 0;
   s->scap = (uint32_t)ar_layer_shared_cap(spec, l, c->max_labels);
+  s->negatives = (uint32_t)ar_layer_negatives(spec, l);
+  s->logq = sp->correction < 0 ? spec->graph : sp->correction == 1;
   if (s->scap || c->shared) {
     s->spos = ar_malloc((size_t)s->neurons * sizeof *s->spos);
     if (!s->spos)
@@ -634,10 +638,17 @@ static ar_status sampled_backward(ar_model *m, int l) {
  * gradients from two more; only each row's own ids (its labels and what
  * the tables retrieved) go through the per-row kernels.  Each row's active
  * set is its own ids plus the shared ones it did not retrieve; the batch
- * draws max(0, min_active - mean own) shared ids, so the mean active count
- * stays near min_active (the budget by default), and when that is half the
- * layer or more, the whole layer is shared (dense softmax with the labels'
- * and retrieved rows through the kernels). */
+ * draws max(negatives, min_active - mean own) shared ids uniformly
+ * (ar_layer_negatives: by default the budget, at least 256 or an eighth
+ * of the width), and when the room for them is half the layer or more,
+ * the whole layer is shared (dense softmax with the labels' and retrieved
+ * rows through the kernels).  Without the negatives, inputs that look
+ * alike (a transformer's class tokens at the start) retrieve the same few
+ * neurons and the others are never pushed down.  With sparse.correction:
+ * logq each drawn id a row did not retrieve has its logit raised by
+ * log(neurons / drawn), its chance of being drawn inverted, so the
+ * normaliser estimates the full softmax's (the retrieved ids count as
+ * sure, weight 1). */
 
 static bool shared_path(const ar_model *m, int l) {
   const ar_sampled *s = m->layers[l].smp;
@@ -653,7 +664,9 @@ static void draw_shared(ar_sampled *s, int64_t step, uint32_t want) {
   /* spos is all -1 here: shared_backward resets it while sids (ephemeral,
    * its bytes reused between iterations) still holds this batch's ids. */
   s->ns = 0;
-  if (want >= s->scap) {
+  if (want > s->scap)
+    want = s->scap;
+  if (s->scap == s->neurons && want == s->scap) {
     for (uint32_t i = 0; i < s->scap; i++)
       s->sids[i] = i;
     s->ns = s->scap;
@@ -728,6 +741,11 @@ static void shared_softmax(ar_sampled *s, const ar__sbatch *b, double *loss, int
   const int64_t rows = b->rows;
   const uint32_t ns = s->ns;
   const float inv_rows = b->inv_rows;
+  /* Each shared id a row did not retrieve stands for neurons / ns of the
+   * ids it did not retrieve (the batch drew ns of the neurons uniformly):
+   * with the log-Q correction its logit carries that weight into the
+   * softmax's normaliser, so the loss estimates the full softmax's. */
+  const float corr = s->logq && ns < s->neurons ? (float)log((double)s->neurons / ns) : 0.0f;
   double lsum = 0;
   int64_t asum = 0;
 #pragma omp parallel for num_threads(s->nt) schedule(static) reduction(+ : lsum, asum)
@@ -747,6 +765,9 @@ static void shared_softmax(ar_sampled *s, const ar__sbatch *b, double *loss, int
       nlab += !again;
     }
     size_t dup = 0;
+    if (corr != 0.0f)
+      for (uint32_t j = 0; j < ns; j++)
+        z[j] += corr;
     for (size_t i = 0; i < n; i++) {
       int32_t p = s->spos[own[i]];
       if (p >= 0) {
@@ -800,9 +821,10 @@ ar_status ar__sampled_head_forward(ar_sampled *s, const ar__sbatch *b, double *l
   /* 2. The shared ids and their logits for every row: one GEMM. */
   double t0 = ar_now();
   uint32_t target = s->so.min_active, mean_own = (uint32_t)(own_sum / rows);
+  uint32_t want = target > mean_own ? target - mean_own : 0;
   draw_shared(s, b->step, s->scap == s->neurons ? s->neurons
-                          : target > mean_own   ? target - mean_own
-                                                : 0);
+                          : want > s->negatives ? want
+                                                : s->negatives);
   const uint32_t ns = s->ns;
   for (uint32_t k = 0; k < ns; k++) {
     memcpy(s->sw + (size_t)k * in, s->w + (size_t)s->sids[k] * in, (size_t)in * sizeof(float));

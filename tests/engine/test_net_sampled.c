@@ -98,10 +98,9 @@ static bool close_to(double num, double an) {
  * retrieved and shared negatives): gradient = finite difference; every
  * other row: no gradient and a loss that does not depend on it.  The
  * hidden layer's weights (through the head's input gradient) too. */
-static void test_grads_on_active_set(void **state) {
-  (void)state;
+static void check_grads(const char *sampling) {
   fix f;
-  fix_open(&f, "active: 0.1, min_active: 6");
+  fix_open(&f, sampling);
   ar_net *n = f.net;
   ar_err err = AR_ERR_INIT;
   double loss = 0;
@@ -147,6 +146,58 @@ static void test_grads_on_active_set(void **state) {
   free(gw);
   free(ghw);
   fix_close(&f);
+}
+
+static void test_grads_on_active_set(void **state) {
+  (void)state;
+  check_grads("active: 0.1, min_active: 6, negatives: 0");
+}
+
+/* Uniform random negatives beside what the tables retrieve, their logits
+ * corrected by log(width / drawn) or not: the gradients are still those
+ * of the loss computed. */
+static void test_grads_with_negatives(void **state) {
+  (void)state;
+  check_grads("active: 0.05, negatives: 9");
+  check_grads("active: 0.05, negatives: 9, correction: none");
+}
+
+/* The mean over many batches (each draws other negatives) of the sampled
+ * loss with `negatives: 8` of 40 classes: with the log-Q correction it
+ * estimates the dense head's loss (the logits are nearly uniform at the
+ * start, so the estimate's spread is small); without it the normaliser
+ * counts the retrieved and drawn classes alone and the loss is far lower.
+ * A drawn class a row also retrieved counts once: counted twice, the
+ * corrected estimate would come out above the dense loss. */
+static double mean_sampled_loss(const char *sampling) {
+  fix f;
+  fix_open(&f, sampling);
+  ar_err err = AR_ERR_INIT;
+  double sum = 0;
+  const int n = 300;
+  for (int k = 0; k < n; k++) {
+    double l = 0;
+    ar_net_set_step(f.net, k);
+    assert_int_equal(ar__net_grad(f.net, &l, &err), AR_OK);
+    sum += l;
+  }
+  fix_close(&f);
+  return sum / n;
+}
+
+static void test_logq_estimates_dense_loss(void **state) {
+  (void)state;
+  fix d;
+  fix_open_as(&d, "active: 0.05", true);
+  ar_err err = AR_ERR_INIT;
+  double ld = 0;
+  assert_int_equal(ar__net_grad(d.net, &ld, &err), AR_OK);
+  fix_close(&d);
+  const double lq = mean_sampled_loss("active: 0.05, negatives: 8");
+  const double ln = mean_sampled_loss("active: 0.05, negatives: 8, correction: none");
+  printf("# dense loss %.4f, sampled mean: logq %.4f, none %.4f\n", ld, lq, ln);
+  assert_true(fabs(lq - ld) < 0.05 * ld);
+  assert_true(ln < ld - 0.5);
 }
 
 /* With active: 1 every neuron is scored: the loss and the gradients are
@@ -268,7 +319,7 @@ static void test_train_and_resume(void **state) {
 static void test_only_touched_rows_move(void **state) {
   (void)state;
   fix f;
-  fix_open(&f, "active: 0.1, min_active: 0");
+  fix_open(&f, "active: 0.1, min_active: 0, negatives: 0");
   ar_err err = AR_ERR_INIT;
   double loss = 0, lr = 0;
   for (int i = 0; i < 3; i++)
@@ -323,7 +374,9 @@ static void test_errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_grads_on_active_set), cmocka_unit_test(test_all_active_is_dense),
+      cmocka_unit_test(test_grads_on_active_set),
+      cmocka_unit_test(test_grads_with_negatives),
+      cmocka_unit_test(test_logq_estimates_dense_loss), cmocka_unit_test(test_all_active_is_dense),
       cmocka_unit_test(test_plan),                cmocka_unit_test(test_train_and_resume),
       cmocka_unit_test(test_errors),              cmocka_unit_test(test_only_touched_rows_move),
   };
