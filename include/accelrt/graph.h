@@ -275,11 +275,6 @@ ar_status ar_model_eval_batch(ar_model *m, const ar_batch *b, ar_eval_acc *acc);
  * and replays the rebuild schedule to m->step (after loading a
  * checkpoint). */
 ar_status ar_model_sampled_rebuild(ar_model *m);
-/* As ar_model_eval_batch, but the output layer's candidates are
- * retrieved from its hash tables (no labels added) and the top 5 is taken
- * among them: LSH inference.  The loss is not computed.  AR_STATE when the
- * output layer is not sampled. */
-ar_status ar_model_eval_batch_lsh(ar_model *m, const ar_batch *b, ar_eval_acc *acc);
 
 /* One training iteration a layer at a time, for callers that interleave
  * it with communication (runtime/dist): as ar_model_train_batch does,

@@ -19,8 +19,7 @@
  * into the previous layer's gradient rows.
  *
  * Evaluation scores every neuron (exact P@k, comparable with the dense
- * path); ar_model_eval_batch_lsh retrieves the output candidates by LSH
- * instead (inference, `accelrt eval --lsh`).
+ * path); LSH inference builds its own tables (lsh_infer.c).
  *
  * Both engines use this code: a chain model's layers through the
  * ar_model_* functions below, a graph model's sampled head (net_sampled.c)
@@ -1087,60 +1086,6 @@ ar_status ar__model_forward_eval(ar_model *m) {
     else
       ar_model_forward_layer(m, l);
   }
-  return AR_OK;
-}
-
-/* LSH inference: the output layer's candidates come from its tables; the
- * top-k is taken among them (P@k over the retrieved set).  Earlier layers
- * run as in evaluation. */
-ar_status ar_model_eval_batch_lsh(ar_model *m, const ar_batch *b, ar_eval_acc *acc) {
-  int lo = m->n_layers - 1;
-  ar_layer *O = &m->layers[lo];
-  ar_sampled *s = O->smp;
-  if (!s)
-    return ar_errf(&m->err, AR_STATE, "the output layer %s is not LSH-sampled on this "
-                   "device; LSH inference needs its sparse section (mode lsh or auto)",
-                   O->name);
-  AR_CHECK(ar_model_load(m, b));
-  if (m->rows == 0)
-    return AR_OK;
-  for (int l = 0; l < lo; l++) {
-    if (m->layers[l].smp)
-      AR_CHECK(sampled_full(m, l));
-    else
-      ar_model_forward_layer(m, l);
-  }
-  /* Scores of the retrieved candidates only; the previous layer's y is
-   * dense here (full scoring), so read it as a dense input. */
-  AR_CHECK(sampled_forward(m, lo, false, NULL));
-  for (int64_t r = 0; r < m->rows; r++) {
-    const uint32_t *active = s->active + (size_t)r * s->cap;
-    const float *out = s->out + (size_t)r * s->cap;
-    size_t n = s->n_active[r];
-    int32_t top[5];
-    int k = 0;
-    /* Top 5 by insertion: n is small (the retrieval budget). */
-    float best[5];
-    for (size_t i = 0; i < n; i++) {
-      float v = out[i];
-      int pos = k < 5 ? k : 5;
-      while (pos > 0 && best[pos - 1] < v)
-        pos--;
-      if (pos >= 5)
-        continue;
-      int end = k < 5 ? k : 4;
-      for (int q = end; q > pos; q--) {
-        best[q] = best[q - 1];
-        top[q] = top[q - 1];
-      }
-      best[pos] = v;
-      top[pos] = (int32_t)active[i];
-      if (k < 5)
-        k++;
-    }
-    ar__count_hits(acc, top, k, b->lab + b->lab_ptr[r], b->lab_ptr[r + 1] - b->lab_ptr[r]);
-  }
-  acc->rows += m->rows;
   return AR_OK;
 }
 
