@@ -123,6 +123,10 @@ static void init_tensors(ar_net *n) {
     ar_rng_seed3(&r, n->seed, 0x6e6574u, (uint64_t)i);
     double fan_in = t->shape.nd > 1 ? (double)cnt / (double)t->shape.d[0] : (double)cnt;
     double fan_out = t->shape.nd > 1 ? (double)t->shape.d[0] * (fan_in / (double)(t->shape.nd > 2 ? t->shape.d[1] : fan_in)) : (double)cnt;
+    if (t->init == AR_NN_INIT_FAN_IN_ROWS) { /* held (in, out) */
+      fan_in = (double)t->shape.d[0];
+      fan_out = (double)t->shape.d[1];
+    }
     double bound = 1.0 / sqrt(fan_in > 0 ? fan_in : 1); /* PyTorch's default */
     if (rule == AR_INIT_HE)
       bound = sqrt(6.0 / (fan_in > 0 ? fan_in : 1));
@@ -137,6 +141,7 @@ static void init_tensors(ar_net *n) {
         p[j] = 1.0f;
         break;
       case AR_NN_INIT_FAN_IN:
+      case AR_NN_INIT_FAN_IN_ROWS:
         p[j] = (float)bound * uniform(&r);
         break;
       case AR_NN_INIT_NORMAL:
