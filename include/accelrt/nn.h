@@ -365,6 +365,9 @@ typedef struct ar_nn_args {
   ar_tref gparam[AR_NN_MAX_IO]; /* gradients of the parameters */
   bool training;
   float scale;     /* XENT's gradient scale */
+  int64_t rows;    /* XENT_MULTI: the rows that count (a padded batch's
+                      real ones; the rest get loss 0 and no gradient); 0:
+                      all */
   uint64_t seed;   /* DROPOUT: the engine gives seed ^ step per call */
   void *work;      /* the workspace prepare asked for */
   size_t work_bytes; /* at prepare: the most the caller can give (0: not

@@ -128,8 +128,15 @@ static ar_status xmulti_infer(const ar_nn_attr *attr, int n_in, const ar_shape *
   return AR_OK;
 }
 
+/* The rows that count (a->rows), then zeros for the padding. */
 static void xmulti_run(ar_nn_args *a, float *grad) {
-  const int64_t rows = a->in[0].shape.d[0], cols = a->in[0].shape.d[1];
+  const int64_t all = a->in[0].shape.d[0], cols = a->in[0].shape.d[1];
+  const int64_t rows = a->rows > 0 && a->rows < all ? a->rows : all;
+  float *loss = a->out[0].p;
+  for (int64_t r = rows; r < all; r++)
+    loss[r] = 0.0f;
+  if (grad && rows < all)
+    ar__host_fill(a->dev, grad + rows * cols, (all - rows) * cols, 0.0f);
   if (a->attr->act == AR_ACT_SIGMOID)
     ar__host_sigmoid_bce(a->dev, rows, cols, a->in[0].p, a->in[1].p, a->in[2].p, a->scale, grad,
                          a->out[0].p);
