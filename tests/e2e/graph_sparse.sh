@@ -7,7 +7,7 @@
 # chain's (tests/engine/test_net_sparse.c shows that from the same initial
 # values the two agree bit for bit); accelrt check plans it at the data's
 # row bounds; eval reproduces the run's P@k; a resumed run ends with the
-# straight run's tensors; export refuses it with what to do.
+# straight run's tensors; export and distributed: refuse it with what to do.
 #   graph_sparse.sh ACCELRT SRC
 set -uo pipefail
 bin=$1
@@ -76,4 +76,10 @@ PY
 
 "$bin" export graph.yaml --onnx m.onnx > export.txt 2>&1 && fail "export of a sparse graph model succeeded"
 grep -q "sparse input has no ONNX form" export.txt || { cat export.txt; fail "export's message"; }
+# What it does not run yet is refused at the job file, with what to do.
+{ cat graph.yaml; echo "distributed: {servers: 1}"; } > dist.yaml
+"$bin" check dist.yaml > dist.txt 2>&1
+[ $? = 2 ] || fail "a distributed sparse graph model: exit 2 expected"
+grep -q "dist.yaml:[0-9]*:[0-9]*: error: distributed: a graph model over sparse input" dist.txt \
+  || { cat dist.txt; fail "distributed refusal's message"; }
 exit 0

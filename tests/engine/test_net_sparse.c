@@ -34,17 +34,6 @@ static const char *const GRAPH =
     "data: {format: xc, train: x}\n"
     "train: {batch: 5, iterations: 1, threads: 1, optimizer: {adam: {lr: 0.01}}}\n";
 
-static ar_spec *parse_any(const char *yaml) {
-  ar_spec *spec = NULL;
-  ar_diags d;
-  ar_status st = ar_spec_parse(yaml, strlen(yaml), "net.yaml", NULL, NULL, 0, false, &spec, &d);
-  if (st != AR_OK)
-    ar_diags_print(&d, "net.yaml", stdout);
-  ar_diags_fini(&d);
-  assert_int_equal(st, AR_OK);
-  return spec;
-}
-
 static ar_device *host1(void) {
   ar_device_opts o = AR_DEVICE_OPTS_INIT;
   o.threads = 1;
@@ -94,10 +83,10 @@ static float *param(ar_net *n, const char *name, int64_t count) {
 static void test_same_as_chain(void **state) {
   (void)state;
   ar_err err = AR_ERR_INIT;
-  ar_spec *gs = parse_any(GRAPH);
+  ar_spec *gs = net_parse_any(GRAPH);
   assert_true(gs->graph);
   char *chain_yaml = net_edit(GRAPH, ", inputs: [input]", "");
-  ar_spec *cs = parse_any(chain_yaml);
+  ar_spec *cs = net_parse_any(chain_yaml);
   free(chain_yaml);
   assert_false(cs->graph);
   ar_device *dev = host1();
@@ -151,7 +140,7 @@ static void test_same_as_chain(void **state) {
 static void test_plan_exact(void **state) {
   (void)state;
   ar_err err = AR_ERR_INIT;
-  ar_spec *gs = parse_any(GRAPH);
+  ar_spec *gs = net_parse_any(GRAPH);
   ar_net *n = NULL;
   assert_int_equal(ar_net_build_sparse(gs, BATCH, MAX_NNZ, MAX_LABELS, &n, &err), AR_OK);
   const ar_plan *p = ar_net_plan(n);
@@ -201,7 +190,7 @@ static void test_plan_exact(void **state) {
 
 static void expect_sparse_error(const char *from, const char *to, const char *want) {
   char *yaml = net_edit(GRAPH, from, to);
-  ar_spec *s = parse_any(yaml);
+  ar_spec *s = net_parse_any(yaml);
   free(yaml);
   ar_net *n = NULL;
   ar_err err = AR_ERR_INIT;
@@ -224,7 +213,7 @@ static void test_errors(void **state) {
                       "an LSH-sampled head on a graph model over sparse input is not built");
   /* A sigmoid output (binary cross-entropy over the labels) builds. */
   char *yaml = net_edit(GRAPH, "activation: softmax", "activation: sigmoid");
-  ar_spec *s = parse_any(yaml);
+  ar_spec *s = net_parse_any(yaml);
   free(yaml);
   ar_net *n = NULL;
   ar_err err = AR_ERR_INIT;
