@@ -188,6 +188,10 @@ ar_status ar__net_head_step(ar_net *n, ar_err *err);
 ar_status ar__net_sparse_inputs(build_ctx *b);
 ar_status ar__net_sparse_item(build_ctx *b, const ar_layer_spec *ls, const char *path,
                               ar_nn_op *op, ar_nn_attr *a, int *in, int *n_in);
+/* Tensor t initialised (host memory) by the chain's rule when it is the
+ * weight of a top-level dense item of a model over sparse input; false
+ * (untouched) otherwise. */
+bool ar__net_sparse_init(const ar_net *n, int t);
 /* The staged batch's bytes (the five tensors, contiguous at the start of
  * the staging area). */
 size_t ar__net_sparse_bytes(const ar_net *n);

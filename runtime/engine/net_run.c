@@ -117,7 +117,7 @@ static void init_tensors(ar_net *n) {
       t->init_data = NULL;
       continue;
     }
-    if (t->kind != T_PARAM && t->kind != T_STATE)
+    if ((t->kind != T_PARAM && t->kind != T_STATE) || ar__net_sparse_init(n, i))
       continue;
     float *p = t->p;
     int64_t cnt = ar_shape_count(&t->shape);

@@ -8,10 +8,13 @@
  * with the last item's activation (the chain's losses).  A batch shorter
  * than planned (an epoch's last) is padded with empty rows that the loss
  * leaves out: its mean and gradient are over the real rows, as the
- * chain's.  docs/graph.md, "Sparse input". */
+ * chain's.  The weights of its top-level dense items start as the
+ * chain's layers do, so the same network written either way is the same
+ * model.  docs/graph.md, "Sparse input". */
 #include "engine_impl.h"
 #include "net_impl.h"
 
+#include <math.h>
 #include <string.h>
 
 bool ar_net_sparse_input(const ar_net *n) { return n->sx[SX_PTR] >= 0; }
@@ -132,9 +135,41 @@ void ar__net_sparse_hits(const ar_net *n, const float *loss, const int32_t *top,
                          ar_eval_acc *acc) {
   const int64_t *lptr = staged(n, SX_LPTR);
   const int32_t *lab = staged(n, SX_LAB);
+  double sum = 0;
   for (int64_t r = 0; r < n->rows; r++) {
-    acc->loss_sum += loss[r];
+    sum += loss[r];
     acc->rows++;
     ar__count_hits(acc, top + r * k, k, lab + lptr[r], lptr[r + 1] - lptr[r]);
   }
+  /* As the chain adds a batch: its mean as a float, times its rows. */
+  if (n->rows)
+    acc->loss_sum += (double)(float)(sum / (double)n->rows) * (double)n->rows;
+}
+
+bool ar__net_sparse_init(const ar_net *n, int t) {
+  const ntensor *w = &n->tensors[t];
+  if (!ar_net_sparse_input(n) || w->kind != T_PARAM || w->producer < 0)
+    return false;
+  const nnode *d = &n->nodes[w->producer];
+  const ar_spec *s = n->spec;
+  const bool sd = d->op == AR_NN_SPARSE_DENSE;
+  if ((!sd && d->op != AR_NN_DENSE) || t != d->param[0] || !d->ls || d->ls < s->layers ||
+      d->ls >= s->layers + s->n_layers)
+    return false;
+  /* The chain's rule (runtime/engine/model.c, init_params): He normal for
+   * a relu layer, else Xavier uniform (or train.init), one stream per
+   * layer, drawn in the weights' memory order. */
+  const int64_t l = d->ls - s->layers;
+  const int64_t in = sd ? w->shape.d[0] : w->shape.d[1], out = sd ? w->shape.d[1] : w->shape.d[0];
+  ar_init_kind kind = s->train.init;
+  if (kind == AR_INIT_AUTO)
+    kind = d->ls->act == AR_ACT_RELU ? AR_INIT_HE : AR_INIT_XAVIER;
+  ar_rng rng;
+  ar_rng_seed(&rng, s->seed, 1000 + (uint64_t)l);
+  float *p = w->p;
+  const double he = sqrt(2.0 / (double)in), xa = sqrt(6.0 / (double)(in + out));
+  for (int64_t i = 0; i < in * out; i++)
+    p[i] = kind == AR_INIT_HE ? (float)(ar_rng_normal(&rng) * he)
+                              : (float)((2.0 * ar_rng_uniform(&rng) - 1.0) * xa);
+  return true;
 }

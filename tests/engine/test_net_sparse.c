@@ -1,6 +1,6 @@
 /* A graph model over sparse input (runtime/engine/net_sparse_in.c): the
- * same network as a chain model (the job file without `inputs:`), started
- * from the chain's initial parameters, trains to the same losses and
+ * same network as a chain model (the job file without `inputs:`) starts
+ * from the chain's initial parameters and trains to the same losses and
  * parameters step for step, bit for bit on one thread, on full and padded
  * (short) batches; its plan
  * is exact (start allocates the two blocks, the batch's tensors are the
@@ -96,14 +96,15 @@ static void test_same_as_chain(void **state) {
   assert_int_equal(ar_net_build_sparse(gs, BATCH, MAX_NNZ, MAX_LABELS, &n, &err), AR_OK);
   assert_true(ar_net_sparse_input(n));
   assert_int_equal(ar_net_start(n, dev, NULL, NULL, &err), AR_OK);
-  /* The chain's initial values: its layouts are the graph's, w (in, out)
-   * for the layer on the sparse input, (out, in) after it. */
+  /* The chain's initial values (its rule and streams), in the chain's
+   * layouts: w (in, out) for the layer on the sparse input, (out, in)
+   * after it. */
   float *gw[4] = {param(n, "hidden.w", FEATURES * HIDDEN), param(n, "hidden.b", HIDDEN),
                   param(n, "out.w", HIDDEN * CLASSES), param(n, "out.b", CLASSES)};
   const float *cw[4] = {m->layers[0].w, m->layers[0].b, m->layers[1].w, m->layers[1].b};
   const int64_t cnt[4] = {FEATURES * HIDDEN, HIDDEN, HIDDEN * CLASSES, CLASSES};
   for (int k = 0; k < 4; k++)
-    memcpy(gw[k], cw[k], (size_t)cnt[k] * sizeof(float));
+    assert_memory_equal(gw[k], cw[k], (size_t)cnt[k] * sizeof(float));
   ar_batch b;
   assert_int_equal(ar_batch_init(&b, BATCH, MAX_NNZ, MAX_LABELS), AR_OK);
   unsigned seed = 11u;
