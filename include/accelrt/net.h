@@ -53,6 +53,20 @@ typedef struct ar_net ar_net;
  * for a graph that does not fit together; AR_NOMEM.  A model.onnx job is
  * ar_net_build_onnx's with this process's rights. */
 ar_status ar_net_build(const ar_spec *spec, int64_t batch, ar_net **out, ar_err *err);
+/* As ar_net_build, for any model.input, a sparse one (XC data) too: its
+ * rows hold at most max_nnz features and max_labels labels (the data's
+ * bounds, ar_job_row_bounds; ignored for other inputs).  The batch is
+ * staged with ar_net_stage_sparse instead of ar_net_x/ar_net_y. */
+ar_status ar_net_build_sparse(const ar_spec *spec, int64_t batch, int64_t max_nnz,
+                              int64_t max_labels, ar_net **out, ar_err *err);
+/* Whether the net reads sparse input (ar_net_build_sparse). */
+bool ar_net_sparse_input(const ar_net *n);
+/* Copies a host batch of at most the planned rows, features and labels
+ * into the net's staging area (rows past b->rows padded empty: they count
+ * in neither the loss nor the gradient); the next ar_net_train or
+ * ar_net_eval loads it.  AR_RANGE (what to raise in err) when the batch
+ * exceeds the plan.  Only for a net over sparse input. */
+ar_status ar_net_stage_sparse(ar_net *n, const ar_batch *b, ar_err *err);
 void ar_net_destroy(ar_net *n); /* NULL is a no-op */
 
 /* The plan (valid while the net lives). */

@@ -139,7 +139,9 @@ typedef struct ar_tref {
   X(EXPAND, "expand", math)                                                    \
   X(CAST, "cast", math)                                                        \
   X(GATHER, "gather", shape)                                                   \
-  X(BCE, "bce", math)
+  X(BCE, "bce", math)                                                          \
+  X(SPARSE_DENSE, "sparse_dense", sparse)                                      \
+  X(XENT_MULTI, "xent_multi", sparse)
 
 typedef enum ar_nn_op {
 #define AR__NN_ENUM(e, name, group) AR_NN_##e,
@@ -250,6 +252,24 @@ int ar_nn_op_from_name(const char *name);
  *            axis gives zeros (the engine cannot stop a kernel; importers
  *            check ids).  Gradient to f32 data (summed where an index
  *            repeats).
+ * SPARSE_DENSE  a CSR batch of N sparse rows: row_ptr (N+1) i64, idx (E)
+ *            i32, val (E) f32 (row r's entries at row_ptr[r] ..
+ *            row_ptr[r+1]-1, ids < vocab; E is room, only row_ptr[N] read)
+ *            -> y (N, out) = x w + b: params w (vocab, out), one row per
+ *            input feature (gathered whole, as an embedding bag; init
+ *            FAN_IN_ROWS), b (out) when bias; act (NONE, RELU, SIGMOID:
+ *            fused).  The chain engine's sparse-input layer with its
+ *            kernels (ar_device_spmm, _spmm_t): dw is the whole (vocab,
+ *            out), zero but for the rows the batch names.  No input takes a
+ *            gradient.  An empty row gives act(b) (a padded batch's tail).
+ * XENT_MULTI logits (N, C) f32, lab_ptr (N+1) i64, lab (E) i32 (row r's
+ *            labels at lab_ptr[r] .. lab_ptr[r+1]-1, no duplicates, each <
+ *            C) -> loss (N) f32: act SOFTMAX, the multi-label softmax
+ *            cross-entropy with mass 1/|L_r| on each label
+ *            (ar_device_softmax_xent); act SIGMOID, the sigmoid cross-entropy
+ *            summed over the row's C classes (ar_device_sigmoid_bce).  A row
+ *            without labels has loss 0 (softmax) and no gradient.  Backward
+ *            ignores gout and writes dlogits = scale * dloss/dlogits.
  */
 typedef struct ar_nn_attr {
   int64_t out;
@@ -287,7 +307,9 @@ typedef enum ar_nn_init {
   AR_NN_INIT_ONES,
   AR_NN_INIT_FAN_IN,  /* He (relu) or Xavier by the engine's rule, fan in
                          = the product of every dim but the first */
-  AR_NN_INIT_NORMAL   /* normal(0, init_std) */
+  AR_NN_INIT_NORMAL,  /* normal(0, init_std) */
+  AR_NN_INIT_FAN_IN_ROWS /* as FAN_IN for a weight held (in, out): fan in =
+                            the first dim (SPARSE_DENSE's w) */
 } ar_nn_init;
 
 /* What an op touches, from ar_nn_infer. */
@@ -343,6 +365,9 @@ typedef struct ar_nn_args {
   ar_tref gparam[AR_NN_MAX_IO]; /* gradients of the parameters */
   bool training;
   float scale;     /* XENT's gradient scale */
+  int64_t rows;    /* XENT_MULTI: the rows that count (a padded batch's
+                      real ones; the rest get loss 0 and no gradient); 0:
+                      all */
   uint64_t seed;   /* DROPOUT: the engine gives seed ^ step per call */
   void *work;      /* the workspace prepare asked for */
   size_t work_bytes; /* at prepare: the most the caller can give (0: not

@@ -30,10 +30,26 @@ static const char *human(size_t bytes, char *buf, size_t n) {
 /* A graph model: its summary and plan (the data is read when it runs). */
 static ar_status plan_graph(const ar_spec *spec, ar_plan *plan, ar_err *err) {
   ar_net *net = NULL;
-  AR_CHECK(ar_net_build(spec, spec->train.batch, &net, err));
-  printf("data: train %s, test %s (format %s; read when the job runs)\n",
-         spec->data.train ? spec->data.train : "none", spec->data.test ? spec->data.test : "none",
-         spec->data.format == AR_FMT_NPY ? "npy" : "idx");
+  if (spec->input.kind == AR_INPUT_SPARSE && !spec->onnx) {
+    /* Planned at the data's row bounds, as a chain model (the files are
+     * scanned, data.generate runs in memory). */
+    ar_data_stats tr, te;
+    bool has_test = false;
+    int64_t nnz, lab;
+    AR_CHECK(ar_job_data_stats(spec, NULL, &tr, &te, &has_test, err));
+    ar_job_row_bounds(&tr, has_test ? &te : NULL, &nnz, &lab);
+    AR_CHECK(ar_net_build_sparse(spec, spec->train.batch, nnz, lab, &net, err));
+    printf("data: train %s (%lld points), test %s (%lld points); at most %lld features and "
+           "%lld labels a row\n", spec->data.generate ? "data.generate" : spec->data.train,
+           (long long)tr.points, has_test ? (spec->data.generate ? "generated" : spec->data.test)
+           : "none", (long long)te.points, (long long)nnz, (long long)lab);
+  } else {
+    AR_CHECK(ar_net_build(spec, spec->train.batch, &net, err));
+    printf("data: train %s, test %s (format %s; read when the job runs)\n",
+           spec->data.train ? spec->data.train : "none",
+           spec->data.test ? spec->data.test : "none",
+           spec->data.format == AR_FMT_NPY ? "npy" : "idx");
+  }
   ar_net_print(net, stdout);
   const ar_plan *p = ar_net_plan(net);
   *plan = *p;

@@ -204,6 +204,19 @@ ar_status ar__netjob_eval(run_ctx *c, ar_eval_acc *acc);
 ar_status ar__netjob_save(run_ctx *c);
 ar_status ar__netjob_load(run_ctx *c);
 void ar__netjob_close(run_ctx *c);
+/* train.c: the next global batch of the training reader into c->batch, a
+ * new epoch when the data ran out (c->st's epoch and position follow). */
+ar_status ar__job_read_batch(run_ctx *c);
+/* net_job.c: c->plan, a copy of the net's. */
+ar_status ar__netjob_copy_plan(run_ctx *c);
+/* net_job_sparse.c: the same for a graph model over sparse input (the
+ * chain's readers and batches; net_job.c's functions call these). */
+ar_status ar__netjob_open_sparse(run_ctx *c);
+/* The reader at c->st's position (resumed), or at the start. */
+ar_status ar__netjob_seek_sparse(run_ctx *c, bool resumed);
+ar_status ar__netjob_step_sparse(run_ctx *c);
+ar_status ar__netjob_eval_sparse(run_ctx *c, ar_eval_acc *acc);
+void ar__netjob_close_sparse(run_ctx *c);
 /* export_chain.c: the inference graph of chain model m for batches of
  * `batch` rows (its parameters when values, else zeros).  *out: the
  * caller's (ar_nn_graph_destroy).  AR_NOMEM; device statuses. */

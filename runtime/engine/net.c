@@ -11,8 +11,8 @@
 
 /* ---- building ------------------------------------------------------------ */
 
-static ar_status build_err(build_ctx *b, const ar_layer_spec *ls, const char *path,
-                           const char *fmt, ...) {
+ar_status ar__net_build_err(build_ctx *b, const ar_layer_spec *ls, const char *path,
+                            const char *fmt, ...) {
   char msg[AR_ERR_MAX / 2];
   va_list ap;
   va_start(ap, fmt);
@@ -74,7 +74,7 @@ static int lookup(const build_ctx *b, const char *name) {
   return -1;
 }
 
-static ar_status bind_name(build_ctx *b, const char *name, int tensor) {
+ar_status ar__net_bind_name(build_ctx *b, const char *name, int tensor) {
   if (b->n_names == b->cap_names) {
     int cap = b->cap_names ? 2 * b->cap_names : 64;
     named *nn = ar_realloc(b->names, (size_t)cap * sizeof *nn);
@@ -111,7 +111,7 @@ static ar_status item_inputs(build_ctx *b, const ar_layer_spec *ls, const char *
     if (t < 0)
       t = lookup(b, nm);
     if (t < 0)
-      return build_err(b, ls, path,
+      return ar__net_build_err(b, ls, path,
                        "inputs: no earlier item is named '%s'; an item may read the items "
                        "before it (by name)%s",
                        nm, block_in >= 0 ? " or `input`, its block's input" : "");
@@ -146,7 +146,7 @@ static ar_status add_node(build_ctx *b, const ar_layer_spec *ls, const char *pat
   ar_err e = AR_ERR_INIT;
   ar_status st = ar_nn_infer(op, &d->attr, n_in, shapes, types, &d->sig, &e);
   if (st != AR_OK)
-    return build_err(b, ls, path, "%s %s: %s", ar_nn_op_name(op), name, e.msg);
+    return ar__net_build_err(b, ls, path, "%s %s: %s", ar_nn_op_name(op), name, e.msg);
   char tn[400];
   for (int i = 0; i < d->sig.n_param; i++) {
     snprintf(tn, sizeof tn, "%s.%s", name, d->sig.param_name[i]);
@@ -206,36 +206,48 @@ static ar_status build_item(build_ctx *b, const ar_layer_spec *ls, const char *p
       int copy_in = *cur;
       AR_CHECK(build_items(b, ls->block, ls->n_block, p2, pre, copy_in, cur, false));
     }
-    return bind_name(b, name, *cur);
+    return ar__net_bind_name(b, name, *cur);
   }
   int in[AR_NN_MAX_IO], n_in = 0, out = -1;
   AR_CHECK(item_inputs(b, ls, path, prefix, *cur, block_in, in, &n_in));
+  ar_nn_op op = (ar_nn_op)ls->op;
   const bool top = !prefix[0] && block_in < 0;
   if (ls->sparse.mode != AR_SPARSE_NONE && !(last && top))
-    return build_err(b, ls, path,
+    return ar__net_build_err(b, ls, path,
                      "sparse: only the last item of a graph model (the dense classifier "
                      "before the softmax cross-entropy) can be LSH-sampled; remove this "
                      "item's sparse section");
   ar_nn_attr a = ls->attr;
   if (ls->op == AR_NN_EMBEDDING && a.vocab == 0)
     a.vocab = b->net->spec->input.vocab;
+  const bool sparse = b->net->sx[SX_PTR] >= 0;
   if (last) {
-    if (ls->op != AR_NN_DENSE || ls->act != AR_ACT_SOFTMAX)
-      return build_err(b, ls, path,
+    if (ls->op != AR_NN_DENSE ||
+        (ls->act != AR_ACT_SOFTMAX && !(sparse && ls->act == AR_ACT_SIGMOID)))
+      return ar__net_build_err(b, ls, path,
                        "the last item of a graph model is `dense: CLASSES` with activation "
-                       "softmax (softmax cross-entropy over one class per point)");
+                       "softmax (softmax cross-entropy over %s)",
+                       sparse ? "the point's labels; or sigmoid: binary cross-entropy"
+                              : "one class per point");
     a.act = AR_ACT_NONE;
   }
-  AR_CHECK(add_node(b, ls, path, name, (ar_nn_op)ls->op, &a, in, n_in, &out));
+  if (sparse)
+    AR_CHECK(ar__net_sparse_item(b, ls, path, &op, &a, in, &n_in));
+  AR_CHECK(add_node(b, ls, path, name, op, &a, in, n_in, &out));
   if (last && top && ar_layer_sampled(b->net->spec, b->net->spec->n_layers - 1, true)) {
+    if (sparse)
+      return ar__net_build_err(b, ls, path,
+                       "sparse: an LSH-sampled head on a graph model over sparse input is not "
+                       "built in this version; write the model as a chain of dense items "
+                       "(without `inputs:`), which samples it, or set sparse.mode to dense");
     /* Its input must be one row per example (the chain's rows). */
     if (b->net->tensors[in[0]].shape.nd != 2)
-      return build_err(b, ls, path,
+      return ar__net_build_err(b, ls, path,
                        "sparse: an LSH-sampled head reads (batch, features); flatten its "
                        "input first");
     const ar_spec *sp = b->net->spec;
     if (sp->train.optimizer != AR_OPT_ADAM || sp->train.weight_decay > 0)
-      return build_err(b, ls, path,
+      return ar__net_build_err(b, ls, path,
                        "sparse: an LSH-sampled head trains with Adam without weight decay "
                        "(sparse Adam on the touched rows); set train.optimizer to adam with "
                        "weight_decay 0, or this item's sparse.mode to dense");
@@ -244,7 +256,7 @@ static ar_status build_item(build_ctx *b, const ar_layer_spec *ls, const char *p
     b->net->hspec = sp;
   }
   *cur = out;
-  return bind_name(b, name, out);
+  return ar__net_bind_name(b, name, out);
 }
 
 static ar_status build_items(build_ctx *b, const ar_layer_spec *items, int count,
@@ -255,6 +267,38 @@ static ar_status build_items(build_ctx *b, const ar_layer_spec *items, int count
     snprintf(path, sizeof path, "%.180s[%d]", path0, i);
     AR_CHECK(build_item(b, &items[i], path, prefix, block_in, cur, top && i == count - 1));
   }
+  return AR_OK;
+}
+
+/* The output must be (batch, classes). */
+static ar_status set_logits(build_ctx *b, int cur) {
+  ar_net *n = b->net;
+  const ar_spec *s = n->spec;
+  n->logits = cur;
+  const ntensor *lt = &n->tensors[cur];
+  if (lt->shape.nd != 2)
+    return ar__net_build_err(b, &s->layers[s->n_layers - 1], "model.layers",
+                             "the output must be (batch, classes); flatten before the last "
+                             "dense");
+  n->classes = lt->shape.d[1];
+  return AR_OK;
+}
+
+/* A model over sparse input: the CSR batch, the items, the multi-label
+ * loss of the last item's activation (net_sparse_in.c). */
+static ar_status build_sparse(build_ctx *b) {
+  ar_net *n = b->net;
+  const ar_spec *s = n->spec;
+  AR_CHECK(ar__net_sparse_inputs(b));
+  int cur = n->sx[SX_PTR];
+  AR_CHECK(build_items(b, s->layers, s->n_layers, "model.layers", "", -1, &cur, true));
+  AR_CHECK(set_logits(b, cur));
+  ar_nn_attr xa;
+  ar_nn_attr_defaults(&xa);
+  xa.act = s->layers[s->n_layers - 1].act;
+  int in[3] = {cur, n->sx[SX_LPTR], n->sx[SX_LAB]}, out = -1;
+  AR_CHECK(add_node(b, NULL, "model", "loss", AR_NN_XENT_MULTI, &xa, in, 3, &out));
+  n->loss = out;
   return AR_OK;
 }
 
@@ -277,8 +321,7 @@ static ar_status build_graph(build_ctx *b) {
     xs.nd = 2;
     xs.d[1] = s->input.features;
   } else {
-    return build_err(b, NULL, "model.input",
-                     "a graph model reads image, token or dense inputs, not sparse ones");
+    return build_sparse(b);
   }
   n->x = ar__net_tensor(n, "batch.x", &xs, xt, T_INPUT);
   ar_shape ys = {1, {n->batch}};
@@ -287,14 +330,9 @@ static ar_status build_graph(build_ctx *b) {
     return ar_errf(b->err, AR_NOMEM, "out of memory building the graph");
   int cur = n->x;
   /* `input` names the model's input (inside a block: the block's). */
-  AR_CHECK(bind_name(b, "input", n->x));
+  AR_CHECK(ar__net_bind_name(b, "input", n->x));
   AR_CHECK(build_items(b, s->layers, s->n_layers, "model.layers", "", -1, &cur, true));
-  n->logits = cur;
-  const ntensor *lt = &n->tensors[cur];
-  if (lt->shape.nd != 2)
-    return build_err(b, &s->layers[s->n_layers - 1], "model.layers",
-                     "the output must be (batch, classes); flatten before the last dense");
-  n->classes = lt->shape.d[1];
+  AR_CHECK(set_logits(b, cur));
   ar_nn_attr xa;
   ar_nn_attr_defaults(&xa);
   int in[2] = {cur, n->y}, out = -1;
@@ -592,11 +630,26 @@ ar_status ar_net_build(const ar_spec *spec, int64_t batch, ar_net **out, ar_err 
   *out = NULL;
   if (spec->onnx)
     return ar_net_build_onnx(spec, batch, NULL, out, err);
+  if (spec->input.kind == AR_INPUT_SPARSE)
+    return ar_errf(err, AR_SPEC, "%s: error: model.input: a graph model over sparse input is "
+                   "planned with its data's row bounds; this tool does not read them (a bug: "
+                   "it should call ar_net_build_sparse)", spec->file ? spec->file : "<string>");
+  return ar_net_build_sparse(spec, batch, 0, 0, out, err);
+}
+
+ar_status ar_net_build_sparse(const ar_spec *spec, int64_t batch, int64_t max_nnz,
+                              int64_t max_labels, ar_net **out, ar_err *err) {
+  *out = NULL;
   ar_net *n = ar_calloc(1, sizeof *n);
   if (!n)
     return ar_errf(err, AR_NOMEM, "out of memory building the graph");
   n->spec = spec;
   n->batch = batch;
+  n->rows = batch;
+  n->sx[SX_PTR] = -1;
+  n->x = n->y = -1; /* sparse input: n->sx instead */
+  n->max_nnz = max_nnz > 0 ? max_nnz : 1;
+  n->max_labels = max_labels > 0 ? max_labels : 1;
   n->head = -1;
   n->seed = spec->seed;
   n->threads = ar_job_threads(spec);

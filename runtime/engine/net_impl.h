@@ -13,6 +13,10 @@
 enum { T_INPUT = 0, T_ACT, T_AUX, T_PARAM, T_STATE, T_GRAD, T_OPT, T_WORK, T_CONST, T_SGRAD,
        T_SAMP };
 
+/* A sparse input's batch (tensors, net_sparse_in.c), in this order: the
+ * features' CSR (row_ptr, idx, val) and the labels' (lab_ptr, lab). */
+enum { SX_PTR = 0, SX_IDX, SX_VAL, SX_LPTR, SX_LAB, SX_COUNT };
+
 /* A sampled head's buffers (tensors), in this order. */
 enum { HS_ACTIVE = 0, HS_N, HS_OUT, HS_DOUT, HS_SIDS, HS_SW, HS_SGW, HS_SB, HS_SGB, HS_SZ,
        HS_LAB, HS_LABPTR, HS_ZB, HS_ZGB, HS_ZM1, HS_ZM2, HS_COUNT };
@@ -107,6 +111,14 @@ struct ar_net {
   const ar_spec *hspec;
   ar_spec hspec_own;
   ar_layer_spec hlayer;
+  /* Sparse input (model.input.sparse over XC data; net_sparse_in.c): the
+   * batch's tensors (SX_*; sx[SX_PTR] -1: the input is not sparse), the
+   * features and labels a row may hold (the plan's bounds), and the rows
+   * of the batch staged now (the rest padded empty; n->batch for other
+   * inputs). */
+  int sx[SX_COUNT];
+  int64_t max_nnz, max_labels;
+  int64_t rows;
 };
 
 typedef struct named {
@@ -121,6 +133,11 @@ typedef struct build_ctx {
   int n_names, cap_names;
 } build_ctx;
 
+/* "FILE:LINE:COL: error: PATH: message" (AR_SPEC) for item ls. */
+ar_status ar__net_build_err(build_ctx *b, const ar_layer_spec *ls, const char *path,
+                            const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Binds an item's output name (AR_NOMEM). */
+ar_status ar__net_bind_name(build_ctx *b, const char *name, int tensor);
 int ar__net_tensor(ar_net *n, const char *name, const ar_shape *s, ar_dtype t, int kind);
 /* A new zeroed node (NULL when out of memory). */
 nnode *ar__net_new_node(ar_net *n);
@@ -161,5 +178,29 @@ void ar__net_head_stop(ar_net *n);
 ar_status ar__net_head_forward(ar_net *n, const nnode *d, ar_err *err);
 ar_status ar__net_head_backward(ar_net *n, const nnode *d, ar_err *err);
 ar_status ar__net_head_step(ar_net *n, ar_err *err);
+
+/* net_sparse_in.c: a model over sparse input (docs/graph.md, "Sparse
+ * input").  sparse_inputs: the batch's tensors, `input` bound to them.
+ * sparse_item: an item reading them (in[0] = sx[SX_PTR]) must be a dense
+ * one; it becomes SPARSE_DENSE over the three CSR tensors (*op, *a, in,
+ * *n_in rewritten); AR_SPEC naming the item otherwise.  sparse_loss: the
+ * XENT_MULTI node on the logits (act: the last item's).  */
+ar_status ar__net_sparse_inputs(build_ctx *b);
+ar_status ar__net_sparse_item(build_ctx *b, const ar_layer_spec *ls, const char *path,
+                              ar_nn_op *op, ar_nn_attr *a, int *in, int *n_in);
+/* Tensor t initialised (host memory) by the chain's rule when it is the
+ * weight of a top-level dense item of a model over sparse input; false
+ * (untouched) otherwise. */
+bool ar__net_sparse_init(const ar_net *n, int t);
+/* The staged batch's bytes (the five tensors, contiguous at the start of
+ * the staging area). */
+size_t ar__net_sparse_bytes(const ar_net *n);
+/* Copies the staged batch to the device and sets the loss node's rows and
+ * scale for it. */
+ar_status ar__net_sparse_load(ar_net *n, ar_err *err);
+/* Adds the staged rows' P@k hits and losses (loss: the staged rows'
+ * losses, top: (batch, k) ids) to acc. */
+void ar__net_sparse_hits(const ar_net *n, const float *loss, const int32_t *top, int k,
+                         ar_eval_acc *acc);
 
 #endif

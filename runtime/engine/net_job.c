@@ -113,8 +113,20 @@ static ar_status generate_tokens(run_ctx *c, const char **train, const char **te
   return st;
 }
 
+ar_status ar__netjob_copy_plan(run_ctx *c) {
+  const ar_plan *p = ar_net_plan(c->net);
+  c->plan = *p;
+  c->plan.entries = ar_malloc((size_t)(p->count ? p->count : 1) * sizeof *p->entries);
+  if (!c->plan.entries)
+    return ar_errf(c->err, AR_NOMEM, "out of memory");
+  memcpy(c->plan.entries, p->entries, (size_t)p->count * sizeof *p->entries);
+  return AR_OK;
+}
+
 ar_status ar__netjob_open_data(run_ctx *c) {
   const ar_spec *s = c->spec;
+  if (s->input.kind == AR_INPUT_SPARSE && !s->onnx)
+    return ar__netjob_open_sparse(c);
   const char *train = s->data.train, *test = s->data.test;
   if (s->data.generate)
     AR_CHECK(generate_tokens(c, &train, &test));
@@ -148,12 +160,7 @@ ar_status ar__netjob_open_data(run_ctx *c) {
                    "%s: y.npy holds %lld targets per point, but the model's output has %lld "
                    "classes; they must match",
                    train, (long long)ti.targets, (long long)ar_net_classes(c->net));
-  const ar_plan *p = ar_net_plan(c->net);
-  c->plan = *p;
-  c->plan.entries = ar_malloc((size_t)(p->count ? p->count : 1) * sizeof *p->entries);
-  if (!c->plan.entries)
-    return ar_errf(c->err, AR_NOMEM, "out of memory");
-  memcpy(c->plan.entries, p->entries, (size_t)p->count * sizeof *p->entries);
+  AR_CHECK(ar__netjob_copy_plan(c));
   /* The datasets are held in memory (mapped or decompressed): host bytes. */
   size_t data = ti.bytes;
   if (c->ttest) {
@@ -193,7 +200,7 @@ ar_status ar__netjob_start(run_ctx *c, ar_device *dev, void *persistent, void *e
     ar_net_set_hooks(c->net, &c->hooks);
   if (c->opts.resume)
     AR_CHECK(ar__netjob_load(c));
-  return AR_OK;
+  return ar_net_sparse_input(c->net) ? ar__netjob_seek_sparse(c, c->opts.resume) : AR_OK;
 }
 
 static void stage(run_ctx *c, ar_tdata *d, const int64_t *idx, int64_t n, bool train,
@@ -221,6 +228,8 @@ void ar__netjob_stage_first(run_ctx *c) {
 }
 
 ar_status ar__netjob_step(run_ctx *c) {
+  if (ar_net_sparse_input(c->net))
+    return ar__netjob_step_sparse(c);
   const ar_spec *s = c->spec;
   int64_t B = s->train.batch;
   ar_tdata_info ti;
@@ -247,10 +256,13 @@ ar_status ar__netjob_step(run_ctx *c) {
   }
   c->last_lr = lr;
   c->last_loss_sum = loss * (double)rows;
+  c->batch.rows = B; /* the global batch's rows */
   return AR_OK;
 }
 
 ar_status ar__netjob_eval(run_ctx *c, ar_eval_acc *acc) {
+  if (c->net && ar_net_sparse_input(c->net))
+    return ar__netjob_eval_sparse(c, acc);
   if (!c->ttest)
     return AR_OK;
   ar_tdata_info te;
@@ -339,7 +351,10 @@ ar_status ar__netjob_load(run_ctx *c) {
 }
 
 void ar__netjob_close(run_ctx *c) {
+  if (c->net && ar_net_sparse_input(c->net))
+    ar__netjob_close_sparse(c);
   ar_net_destroy(c->net);
+  c->net = NULL;
   ar_tdata_close(c->ttrain);
   ar_tdata_close(c->ttest);
   ar_free(c->order);
@@ -364,7 +379,8 @@ ar_status ar__netjob_eval_checkpoint(const ar_spec *spec, const char *ckpt, int6
   c->eval_max = max_points;
   c->ckpt_path = ar_strdup(ckpt);
   ar_status st = c->ckpt_path ? ar__netjob_open_data(c) : ar_errf(err, AR_NOMEM, "out of memory");
-  if (st == AR_OK && !c->ttest)
+  const bool sparse = st == AR_OK && ar_net_sparse_input(c->net);
+  if (st == AR_OK && !(sparse ? (void *)c->test : (void *)c->ttest))
     st = ar_errf(err, AR_NOTFOUND, "the job has no test split to evaluate on; set data.test");
   ar_device_opts dopts = ar_job_device_opts(spec);
   if (st == AR_OK)
@@ -383,12 +399,14 @@ ar_status ar__netjob_eval_checkpoint(const ar_spec *spec, const char *ckpt, int6
     best = sec < best ? sec : best;
   }
   if (st == AR_OK) {
-    out->single_label = true;
+    out->single_label = !sparse; /* sparse input: P@k, as a chain's */
     out->points = acc.rows;
     out->top1 = acc.rows ? 100.0 * acc.hits[0] / (double)acc.rows : 0;
     out->top5 = acc.rows ? 100.0 * acc.hits[2] / (double)acc.rows : 0;
     out->p_at[0] = out->top1;
     out->p_at[1] = out->p_at[2] = -1;
+    for (int i = 0; sparse && i < 3; i++)
+      out->p_at[i] = ar__p_at(&acc, i);
     out->loss = acc.rows ? acc.loss_sum / (double)acc.rows : 0;
     out->seconds = best;
     out->samples_per_s = best > 0 ? (double)acc.rows / best : 0;

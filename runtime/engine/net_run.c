@@ -75,6 +75,8 @@ ar_status ar__net_workspace(ar_net *n, ar_err *err) {
   if (n->x >= 0) /* x, y (ids or targets), the loss's rows, the top 5 */
     n->staging_bytes = n->tensors[n->x].bytes + n->tensors[n->y].bytes +
                        (size_t)n->batch * (4 + 5 * 4);
+  else if (ar_net_sparse_input(n)) /* the CSR batch instead of x and y */
+    n->staging_bytes = ar__net_sparse_bytes(n) + (size_t)n->batch * (4 + 5 * 4);
   return AR_OK;
 }
 
@@ -115,7 +117,7 @@ static void init_tensors(ar_net *n) {
       t->init_data = NULL;
       continue;
     }
-    if (t->kind != T_PARAM && t->kind != T_STATE)
+    if ((t->kind != T_PARAM && t->kind != T_STATE) || ar__net_sparse_init(n, i))
       continue;
     float *p = t->p;
     int64_t cnt = ar_shape_count(&t->shape);
@@ -123,6 +125,10 @@ static void init_tensors(ar_net *n) {
     ar_rng_seed3(&r, n->seed, 0x6e6574u, (uint64_t)i);
     double fan_in = t->shape.nd > 1 ? (double)cnt / (double)t->shape.d[0] : (double)cnt;
     double fan_out = t->shape.nd > 1 ? (double)t->shape.d[0] * (fan_in / (double)(t->shape.nd > 2 ? t->shape.d[1] : fan_in)) : (double)cnt;
+    if (t->init == AR_NN_INIT_FAN_IN_ROWS) { /* held (in, out) */
+      fan_in = (double)t->shape.d[0];
+      fan_out = (double)t->shape.d[1];
+    }
     double bound = 1.0 / sqrt(fan_in > 0 ? fan_in : 1); /* PyTorch's default */
     if (rule == AR_INIT_HE)
       bound = sqrt(6.0 / (fan_in > 0 ? fan_in : 1));
@@ -137,6 +143,7 @@ static void init_tensors(ar_net *n) {
         p[j] = 1.0f;
         break;
       case AR_NN_INIT_FAN_IN:
+      case AR_NN_INIT_FAN_IN_ROWS:
         p[j] = (float)bound * uniform(&r);
         break;
       case AR_NN_INIT_NORMAL:
@@ -263,12 +270,16 @@ int64_t *ar_net_y(ar_net *n) {
 }
 float *ar_net_targets(ar_net *n) { return (float *)ar_net_y(n); }
 static float *staged_loss(ar_net *n) {
+  if (ar_net_sparse_input(n))
+    return (float *)((char *)n->staging + ar__net_sparse_bytes(n));
   return (float *)((char *)ar_net_y(n) + n->tensors[n->y].bytes);
 }
-static bool bce(const ar_net *n) { return n->tensors[n->y].dtype == AR_DT_F32; }
+static bool bce(const ar_net *n) { return n->y >= 0 && n->tensors[n->y].dtype == AR_DT_F32; }
 static int32_t *staged_top(ar_net *n) { return (int32_t *)(staged_loss(n) + n->batch); }
 
 static ar_status load(ar_net *n, ar_err *err) {
+  if (ar_net_sparse_input(n))
+    return ar__net_sparse_load(n, err); /* checked when staged */
   const int64_t *y = ar_net_y(n);
   for (int64_t r = 0; !bce(n) && r < n->batch; r++)
     if (y[r] < 0 || y[r] >= n->classes)
@@ -491,9 +502,10 @@ static ar_status read_loss(ar_net *n, double *loss, ar_err *err) {
   if (st != AR_OK)
     return ar_errf(err, st, "reading the loss: %s", ar_device_errmsg(n->dev));
   double sum = 0;
-  for (int64_t r = 0; r < n->batch; r++)
+  for (int64_t r = 0; r < n->batch; r++) /* padding rows: 0 */
     sum += rows[r];
-  *loss = sum / (double)n->batch;
+  const int64_t real = ar_net_sparse_input(n) ? n->rows : n->batch;
+  *loss = sum / (double)(real > 0 ? real : 1);
   return device_status(n, err);
 }
 
@@ -511,6 +523,10 @@ ar_status ar_net_eval(ar_net *n, int64_t rows, ar_eval_acc *acc, ar_err *err) {
     st = ar_device_copy_out(n->dev, top, top_dev, (size_t)n->batch * (size_t)k * 4);
   if (st != AR_OK)
     return ar_errf(err, st, "reading the evaluation: %s", ar_device_errmsg(n->dev));
+  if (ar_net_sparse_input(n)) {
+    ar__net_sparse_hits(n, loss, top, k, acc);
+    return device_status(n, err);
+  }
   const int64_t *y = ar_net_y(n);
   const float *t = ar_net_targets(n);
   for (int64_t r = 0; r < rows && r < n->batch; r++) {

@@ -67,6 +67,10 @@ static ar_status append_line(run_ctx *c, ar_json *j) {
   return st;
 }
 
+/* A graph model's evaluation reports top-1 and top-5 (also as p_at_1);
+ * a chain's, and a graph's over sparse input (multi-label), P@1, 3, 5. */
+static bool single_label(const run_ctx *c) { return c->net && !ar_net_sparse_input(c->net); }
+
 static ar_status eval_and_log(run_ctx *c) {
   ar_eval_acc acc;
   memset(&acc, 0, sizeof acc);
@@ -92,7 +96,7 @@ static ar_status eval_and_log(run_ctx *c) {
   ar_json_num(j, "epoch", (double)c->st.epoch);
   ar_json_int(j, "samples", c->st.samples);
   ar_json_num(j, "train_loss", train_loss);
-  if (acc.rows && c->net) {
+  if (acc.rows && single_label(c)) {
     ar_json_num(j, "test_loss", acc.loss_sum / (double)acc.rows);
     ar_json_num(j, "top1", 100.0 * acc.hits[0] / (double)acc.rows);
     ar_json_num(j, "top5", 100.0 * acc.hits[2] / (double)acc.rows);
@@ -111,7 +115,7 @@ static ar_status eval_and_log(run_ctx *c) {
   if (!c->jo.remote)
     json_sampled(j, c);
   AR_CHECK(append_line(c, j));
-  if (acc.rows && c->net) {
+  if (acc.rows && single_label(c)) {
     char line[256];
     snprintf(line, sizeof line, "eval @ iter %lld: test loss %.4f  top-1 %.2f  top-5 %.2f (%lld points)",
              (long long)c->st.iteration, acc.loss_sum / (double)acc.rows,
@@ -135,7 +139,7 @@ static ar_status write_summary(run_ctx *c, ar_summary *s) {
   ar_json_num(j, "samples_per_s", s->samples_per_s);
   ar_json_num(j, "loss", s->loss);
   ar_json_num(j, "train_loss", s->train_loss);
-  if (c->net && c->last_eval.rows) {
+  if (single_label(c) && c->last_eval.rows) {
     ar_json_num(j, "top1", 100.0 * c->last_eval.hits[0] / (double)c->last_eval.rows);
     ar_json_num(j, "top5", 100.0 * c->last_eval.hits[2] / (double)c->last_eval.rows);
     ar_json_num(j, "p_at_1", s->p_at[0]);
@@ -360,7 +364,7 @@ ar_status ar_job_resume_at(ar_job *c, const ar_ckpt_state *st, ar_err *err) {
     return ar_errf(err, AR_STATE, "a job resumes at a position once, after its start");
   c->st = *st;
   if (c->net)
-    return AR_OK;
+    return ar_net_sparse_input(c->net) ? ar__netjob_seek_sparse(c, true) : AR_OK;
   if (!c->jo.remote && c->model->n_sampled && ar_model_sampled_rebuild(c->model) != AR_OK)
     return ar_errf(err, AR_STATE, "%s", c->model->err.msg);
   return seek(c);
@@ -395,11 +399,8 @@ static void slice_batch(const ar_batch *src, int64_t lo, int64_t hi, ar_batch *d
   memcpy(dst->lab, src->lab + l0, (size_t)nl * sizeof *dst->lab);
 }
 
-/* Reads the next global batch (a new epoch when the data ran out) and
- * loads this job's rows of it into the model. */
-static ar_status next_batch(run_ctx *c) {
+ar_status ar__job_read_batch(run_ctx *c) {
   int32_t B = c->spec->train.batch;
-  double t0 = c->trace ? ar_now() : 0.0;
   AR_CHECK(ar_reader_next(c->train, B, &c->batch, c->err));
   if (c->batch.rows == 0) {
     c->st.epoch++;
@@ -407,6 +408,14 @@ static ar_status next_batch(run_ctx *c) {
     AR_CHECK(ar_reader_rewind(c->train, (uint64_t)c->st.epoch, c->err));
     AR_CHECK(ar_reader_next(c->train, B, &c->batch, c->err));
   }
+  return AR_OK;
+}
+
+/* Reads the next global batch and loads this job's rows of it into the
+ * model. */
+static ar_status next_batch(run_ctx *c) {
+  double t0 = c->trace ? ar_now() : 0.0;
+  AR_CHECK(ar__job_read_batch(c));
   const ar_batch *mine = &c->batch;
   if (c->jo.parts > 1) {
     int64_t R = c->batch.rows, p = c->jo.part, n = c->jo.parts;
@@ -561,8 +570,7 @@ ar_status ar_job_step(ar_job *c, ar_err *err) {
   int64_t rows;
   if (c->net) {
     AR_CHECK(ar__netjob_step(c));
-    rows = c->spec->train.batch;
-    c->batch.rows = rows;
+    rows = c->batch.rows;
   } else {
     AR_CHECK(next_batch(c));
     AR_CHECK(train_layers(c, &c->last_loss_sum));
@@ -647,7 +655,7 @@ ar_status ar_job_finish(ar_job *c, bool interrupted, ar_summary *summary, ar_err
   ar_summary s;
   memset(&s, 0, sizeof s);
   int64_t points = 0;
-  if (c->net) {
+  if (c->ttrain) {
     ar_tdata_info ti;
     ar_tdata_get_info(c->ttrain, &ti);
     points = ti.count;

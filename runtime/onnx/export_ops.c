@@ -523,8 +523,12 @@ ar_status ar__onnx_export_node(ar__onnx_ex *e, int i) {
   case AR_NN_ATTENTION:
     return refuse(e, "the fused attention op has no ONNX form in this version; write it from "
                      "matmul, softmax and reshape items to export the model");
+  case AR_NN_SPARSE_DENSE:
+    return refuse(e, "a layer fed by sparse input has no ONNX form in this version; export "
+                     "the model written as a chain of dense layers (without `inputs:`)");
   case AR_NN_XENT:
   case AR_NN_BCE:
+  case AR_NN_XENT_MULTI:
   case AR_NN_OP_COUNT:
     break;
   }

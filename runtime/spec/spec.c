@@ -2150,6 +2150,11 @@ static ar_spec *convert(ctx *c, const ar_ynode *root, const char *file) {
                 "a graph model with an LSH-sampled head (a sparse: section with mode lsh or "
                 "auto) does not run distributed yet: its rows would need the servers' sparse "
                 "Adam; set the head's sparse.mode to dense or run it in one process");
+    if (sp->distributed.enabled && sp->graph && sp->input.sparse && !sp->onnx)
+      diag_path(c, get_map(root, "distributed"), "distributed",
+                "a graph model over sparse input does not run distributed yet; write the "
+                "model as a chain of dense items (without `inputs:`) or run it in one "
+                "process");
   }
 
   const ar_ynode *out = get_map(root, "output");

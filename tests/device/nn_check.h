@@ -163,6 +163,9 @@ static inline void nn__fill_init(nn_case *c, float *p, int64_t n, ar_nn_init ini
     case AR_NN_INIT_FAN_IN:
       p[j] = u * (float)sqrt(3.0 / (fan > 0 ? fan : 1));
       break;
+    case AR_NN_INIT_FAN_IN_ROWS:
+      p[j] = u * (float)sqrt(3.0 / (double)(s->nd ? s->d[0] : 1));
+      break;
     case AR_NN_INIT_NORMAL:
       p[j] = u * std * 1.7f;
       break;
@@ -217,7 +220,7 @@ static inline ar_status nn_case_setup(nn_case *c) {
     float *g = a->gout[i].p;
     int64_t n = ar_shape_count(&c->sig.out[i]);
     for (int64_t j = 0; j < n; j++)
-      g[j] = c->op == AR_NN_XENT ? 1.0f : 2.0f * nn__uniform(&c->seed) - 1.0f;
+      g[j] = c->op == AR_NN_XENT || c->op == AR_NN_XENT_MULTI ? 1.0f : 2.0f * nn__uniform(&c->seed) - 1.0f;
   }
   for (int i = 0; i < a->n_aux; i++)
     a->aux[i] = (ar_tref){nn__alloc(&c->sig.aux[i], c->sig.aux_dtype[i]), c->sig.aux[i],
@@ -269,7 +272,7 @@ static inline double nn__objective(nn_case *c) {
     for (int64_t j = 0; j < n; j++)
       s += (double)o[j] * (double)g[j];
   }
-  return s * (c->op == AR_NN_XENT || c->op == AR_NN_BCE ? (double)c->a.scale : 1.0);
+  return s * (c->op == AR_NN_XENT || c->op == AR_NN_BCE || c->op == AR_NN_XENT_MULTI ? (double)c->a.scale : 1.0);
 }
 
 /* Compares backward's gradient of one tensor with central differences;

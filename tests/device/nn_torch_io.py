@@ -73,7 +73,7 @@ def compute(folder, ops):
     for i, s in enumerate(states):
         save(folder, "newstate", i, s)
     if meta["training"]:
-        if meta["op"] == "xent":
+        if meta["op"] in ("xent", "xent_multi"):
             total = outs[0].sum() * meta["scale"]
         else:
             total = sum((o * g).sum() for o, g in zip(outs, gouts) if o.is_floating_point())

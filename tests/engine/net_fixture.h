@@ -18,7 +18,8 @@
 
 #include <cmocka.h>
 
-static inline ar_spec *net_parse(const char *yaml) {
+/* yaml parsed (a graph model or a chain). */
+static inline ar_spec *net_parse_any(const char *yaml) {
   ar_spec *spec = NULL;
   ar_diags d;
   ar_status st = ar_spec_parse(yaml, strlen(yaml), "net.yaml", NULL, NULL, 0, false, &spec, &d);
@@ -26,6 +27,11 @@ static inline ar_spec *net_parse(const char *yaml) {
     ar_diags_print(&d, "net.yaml", stdout);
   ar_diags_fini(&d);
   assert_int_equal(st, AR_OK);
+  return spec;
+}
+
+static inline ar_spec *net_parse(const char *yaml) {
+  ar_spec *spec = net_parse_any(yaml);
   assert_true(spec->graph);
   return spec;
 }

@@ -202,6 +202,7 @@ static void host_fill(void) {
   ar__nn_host_conv_register(host_table);
   ar__nn_host_math_register(host_table);
   ar__nn_host_shape_register(host_table);
+  ar__nn_host_sparse_register(host_table);
 }
 
 const ar_nn_kernel *ar__nn_host_table(void) {

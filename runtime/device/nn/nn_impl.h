@@ -33,6 +33,7 @@ typedef struct ar_nn_kernel {
 void ar__nn_host_conv_register(ar_nn_kernel *table);
 void ar__nn_host_math_register(ar_nn_kernel *table);
 void ar__nn_host_shape_register(ar_nn_kernel *table);
+void ar__nn_host_sparse_register(ar_nn_kernel *table);
 
 /* The host table, filled once (thread-safe). */
 const ar_nn_kernel *ar__nn_host_table(void);

@@ -1,0 +1,236 @@
+/* A graph model over sparse input (runtime/engine/net_sparse_in.c): the
+ * same network as a chain model (the job file without `inputs:`) starts
+ * from the chain's initial parameters and trains to the same losses and
+ * parameters step for step, bit for bit on one thread, on full and padded
+ * (short) batches; its plan
+ * is exact (start allocates the two blocks, the batch's tensors are the
+ * data's bounds); and the located errors of what it does not build. */
+#define _GNU_SOURCE
+#include "accelrt/graph.h"
+#include "accelrt/net.h"
+
+#include "net_fixture.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+enum { FEATURES = 20, HIDDEN = 8, CLASSES = 6, BATCH = 5, MAX_NNZ = 4, MAX_LABELS = 3 };
+
+static const char *const GRAPH =
+    "name: t\n"
+    "device: host\n"
+    "seed: 3\n"
+    "model:\n"
+    "  input: {sparse: 20}\n"
+    "  layers:\n"
+    "    - {name: hidden, dense: 8, activation: relu, inputs: [input]}\n"
+    "    - {name: out, dense: 6, activation: softmax}\n"
+    "data: {format: xc, train: x}\n"
+    "train: {batch: 5, iterations: 1, threads: 1, optimizer: {adam: {lr: 0.01}}}\n";
+
+static ar_device *host1(void) {
+  ar_device_opts o = AR_DEVICE_OPTS_INIT;
+  o.threads = 1;
+  o.pin = false;
+  ar_device *dev = NULL;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_device_open("host", &o, &dev, &err), AR_OK);
+  return dev;
+}
+
+/* A random batch of `rows` rows: 1..MAX_NNZ distinct features, 1..MAX_LABELS
+ * distinct labels each (row 0: no labels, as XC data may have). */
+static void fill_batch(ar_batch *b, int64_t rows, unsigned *seed) {
+  int64_t f = 0, l = 0;
+  b->rows = rows;
+  for (int64_t r = 0; r < rows; r++) {
+    b->row_ptr[r] = f;
+    b->lab_ptr[r] = l;
+    int nf = 1 + (int)(rand_r(seed) % MAX_NNZ), nl = r ? 1 + (int)(rand_r(seed) % MAX_LABELS) : 0;
+    int f0 = rand_r(seed) % FEATURES, l0 = rand_r(seed) % CLASSES;
+    for (int k = 0; k < nf; k++) {
+      b->idx[f] = (f0 + 3 * k) % FEATURES;
+      b->val[f++] = (float)(rand_r(seed) % 1000) / 500.0f - 0.5f;
+    }
+    for (int k = 0; k < nl; k++)
+      b->lab[l++] = (l0 + k) % CLASSES;
+  }
+  b->row_ptr[rows] = f;
+  b->lab_ptr[rows] = l;
+}
+
+/* The net's parameter named `name` (its values, host memory). */
+static float *param(ar_net *n, const char *name, int64_t count) {
+  ar_net_param ps[16];
+  int np = ar_net_params(n, NULL);
+  assert_true(np <= 16);
+  ar_net_params(n, ps);
+  for (int i = 0; i < np; i++)
+    if (!strcmp(ps[i].name, name)) {
+      assert_int_equal(ps[i].count, count);
+      return ps[i].p;
+    }
+  fail_msg("no parameter %s", name);
+  return NULL;
+}
+
+static void test_same_as_chain(void **state) {
+  (void)state;
+  ar_err err = AR_ERR_INIT;
+  ar_spec *gs = net_parse_any(GRAPH);
+  assert_true(gs->graph);
+  char *chain_yaml = net_edit(GRAPH, ", inputs: [input]", "");
+  ar_spec *cs = net_parse_any(chain_yaml);
+  free(chain_yaml);
+  assert_false(cs->graph);
+  ar_device *dev = host1();
+  ar_model *m = NULL;
+  assert_int_equal(ar_model_create(dev, cs, MAX_NNZ, MAX_LABELS, &m, &err), AR_OK);
+  ar_net *n = NULL;
+  assert_int_equal(ar_net_build_sparse(gs, BATCH, MAX_NNZ, MAX_LABELS, &n, &err), AR_OK);
+  assert_true(ar_net_sparse_input(n));
+  assert_int_equal(ar_net_start(n, dev, NULL, NULL, &err), AR_OK);
+  /* The chain's initial values (its rule and streams), in the chain's
+   * layouts: w (in, out) for the layer on the sparse input, (out, in)
+   * after it. */
+  float *gw[4] = {param(n, "hidden.w", FEATURES * HIDDEN), param(n, "hidden.b", HIDDEN),
+                  param(n, "out.w", HIDDEN * CLASSES), param(n, "out.b", CLASSES)};
+  const float *cw[4] = {m->layers[0].w, m->layers[0].b, m->layers[1].w, m->layers[1].b};
+  const int64_t cnt[4] = {FEATURES * HIDDEN, HIDDEN, HIDDEN * CLASSES, CLASSES};
+  for (int k = 0; k < 4; k++)
+    assert_memory_equal(gw[k], cw[k], (size_t)cnt[k] * sizeof(float));
+  ar_batch b;
+  assert_int_equal(ar_batch_init(&b, BATCH, MAX_NNZ, MAX_LABELS), AR_OK);
+  unsigned seed = 11u;
+  double worst = 0;
+  for (int it = 0; it < 12; it++) {
+    /* Every third batch is short: the graph pads it. */
+    fill_batch(&b, it % 3 == 2 ? BATCH - 2 : BATCH, &seed);
+    float closs = 0;
+    assert_int_equal(ar_model_train_batch(m, &b, &closs), AR_OK);
+    double gloss = 0, lr = 0;
+    assert_int_equal(ar_net_stage_sparse(n, &b, &err), AR_OK);
+    assert_int_equal(ar_net_train(n, &gloss, &lr, &err), AR_OK);
+    /* One thread: the same kernels in the same order, so the same bits. */
+    if ((float)gloss != closs)
+      printf("# step %d: chain loss %.9g, graph %.9g\n", it + 1, closs, gloss);
+    assert_true((float)gloss == closs);
+    for (int k = 0; k < 4; k++)
+      for (int64_t j = 0; j < cnt[k]; j++)
+        worst = fmax(worst, fabs((double)gw[k][j] - (double)cw[k][j]));
+  }
+  if (worst != 0)
+    printf("# largest parameter difference after 12 steps: %.3g\n", worst);
+  assert_true(worst == 0);
+  ar_batch_fini(&b);
+  ar_net_destroy(n);
+  ar_model_destroy(m);
+  ar_device_close(dev);
+  ar_spec_destroy(cs);
+  ar_spec_destroy(gs);
+}
+
+/* start allocates exactly the two blocks; the batch's tensors hold the
+ * data's bounds; the staging area is the plan's host bytes. */
+static void test_plan_exact(void **state) {
+  (void)state;
+  ar_err err = AR_ERR_INIT;
+  ar_spec *gs = net_parse_any(GRAPH);
+  ar_net *n = NULL;
+  assert_int_equal(ar_net_build_sparse(gs, BATCH, MAX_NNZ, MAX_LABELS, &n, &err), AR_OK);
+  const ar_plan *p = ar_net_plan(n);
+  const struct {
+    const char *name;
+    size_t bytes;
+  } want[] = {{"batch.row_ptr", (BATCH + 1) * 8}, {"batch.idx", BATCH * MAX_NNZ * 4},
+              {"batch.val", BATCH * MAX_NNZ * 4}, {"batch.lab_ptr", (BATCH + 1) * 8},
+              {"batch.lab", BATCH * MAX_LABELS * 4}, {"hidden.w", FEATURES * HIDDEN * 4}};
+  size_t batch_bytes = 0, staging = 0;
+  for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+    bool found = false;
+    for (int i = 0; i < p->count; i++)
+      if (!strcmp(p->entries[i].name, want[k].name)) {
+        assert_int_equal(p->entries[i].bytes, want[k].bytes);
+        found = true;
+      }
+    assert_true(found);
+    batch_bytes += k < 5 ? want[k].bytes : 0;
+  }
+  for (int i = 0; i < p->count; i++)
+    if (!strcmp(p->entries[i].name, "batch.staging"))
+      staging = p->entries[i].bytes;
+  /* The batch, the loss rows and the top 5 of each row. */
+  assert_int_equal(staging, batch_bytes + BATCH * (4 + 5 * 4));
+  assert_int_equal(p->host_bytes, staging);
+  ar_device *dev = host1();
+  assert_int_equal(ar_net_start(n, dev, NULL, NULL, &err), AR_OK);
+  assert_int_equal(ar_device_bytes_in_use(dev), p->persistent_bytes + p->ephemeral_bytes);
+  /* A batch past the plan is refused with what to do. */
+  ar_batch b;
+  assert_int_equal(ar_batch_init(&b, BATCH, MAX_NNZ + 1, MAX_LABELS), AR_OK);
+  unsigned seed = 5u;
+  fill_batch(&b, BATCH, &seed);
+  b.row_ptr[BATCH] = BATCH * (MAX_NNZ + 1);
+  assert_int_equal(ar_net_stage_sparse(n, &b, &err), AR_RANGE);
+  assert_non_null(strstr(err.msg, "exceeds the plan"));
+  fill_batch(&b, BATCH, &seed);
+  b.idx[0] = FEATURES;
+  assert_int_equal(ar_net_stage_sparse(n, &b, &err), AR_RANGE);
+  assert_non_null(strstr(err.msg, "outside model.input.sparse 20"));
+  ar_batch_fini(&b);
+  ar_net_destroy(n);
+  ar_device_close(dev);
+  ar_spec_destroy(gs);
+}
+
+static void expect_sparse_error(const char *from, const char *to, const char *want) {
+  char *yaml = net_edit(GRAPH, from, to);
+  ar_spec *s = net_parse_any(yaml);
+  free(yaml);
+  ar_net *n = NULL;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_net_build_sparse(s, BATCH, MAX_NNZ, MAX_LABELS, &n, &err), AR_SPEC);
+  assert_null(n);
+  if (!strstr(err.msg, want))
+    printf("# got: %s\n# want: %s\n", err.msg, want);
+  assert_non_null(strstr(err.msg, want));
+  ar_spec_destroy(s);
+}
+
+static void test_errors(void **state) {
+  (void)state;
+  expect_sparse_error("{name: hidden, dense: 8, activation: relu, inputs: [input]}",
+                      "{name: hidden, op: relu, inputs: [input]}",
+                      "net.yaml:7:7: error: model.layers[0]: the sparse input "
+                      "(model.input.sparse) feeds dense items only");
+  expect_sparse_error("{name: out, dense: 6, activation: softmax}",
+                      "{name: out, dense: 6, activation: softmax, sparse: {mode: lsh}}",
+                      "an LSH-sampled head on a graph model over sparse input is not built");
+  /* A sigmoid output (binary cross-entropy over the labels) builds. */
+  char *yaml = net_edit(GRAPH, "activation: softmax", "activation: sigmoid");
+  ar_spec *s = net_parse_any(yaml);
+  free(yaml);
+  ar_net *n = NULL;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_net_build_sparse(s, BATCH, MAX_NNZ, MAX_LABELS, &n, &err), AR_OK);
+  ar_net_destroy(n);
+  /* The plain build cannot plan it: it does not know the data's bounds. */
+  assert_int_equal(ar_net_build(s, BATCH, &n, &err), AR_SPEC);
+  assert_non_null(strstr(err.msg, "row bounds"));
+  ar_spec_destroy(s);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_same_as_chain),
+      cmocka_unit_test(test_plan_exact),
+      cmocka_unit_test(test_errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
