@@ -107,6 +107,11 @@ struct ar_net {
   const ar_spec *hspec;
   ar_spec hspec_own;
   ar_layer_spec hlayer;
+  /* The fusion pass (net_fuse.c): relus made their producers' act, and the
+   * conv + batch norm pairs folded for evaluation. */
+  int fused_relus, n_folds;
+  bool fuse_off; /* ACCELRT_FUSE=0 when it was built */
+  struct net_fold *folds;
 };
 
 typedef struct named {
@@ -161,5 +166,20 @@ void ar__net_head_stop(ar_net *n);
 ar_status ar__net_head_forward(ar_net *n, const nnode *d, ar_err *err);
 ar_status ar__net_head_backward(ar_net *n, const nnode *d, ar_err *err);
 ar_status ar__net_head_step(ar_net *n, ar_err *err);
+
+/* net_fuse.c: the fusion pass (docs/graph.md, "Fusion").  ar__net_fuse
+ * rewrites the built graph before differentiation (ACCELRT_FUSE=0: not);
+ * the others keep its evaluation folds: their lifetimes in the plan, their
+ * kernels (prepared on the planning host, the workspace's most raised),
+ * their pointers after binding, and an evaluation forward's node i run
+ * folded (true: done, including a folded batch norm's skip; host only). */
+ar_status ar__net_fuse(ar_net *n, ar_err *err);
+void ar__net_fuse_lifetimes(ar_net *n);
+ar_status ar__net_fuse_prepare(ar_net *n, ar_device *host, size_t *most, ar_err *err);
+void ar__net_fuse_bind(ar_net *n);
+bool ar__net_fold_forward(ar_net *n, int node);
+void ar__net_fuse_release(ar_net *n);
+void ar__net_fuse_free(ar_net *n);
+void ar__net_fuse_print(const ar_net *n, FILE *to);
 
 #endif

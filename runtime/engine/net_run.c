@@ -63,6 +63,8 @@ ar_status ar__net_workspace(ar_net *n, ar_err *err) {
     most = w1 > most ? w1 : most;
     most = w2 > most ? w2 : most;
   }
+  if (st == AR_OK)
+    st = ar__net_fuse_prepare(n, host, &most, err);
   ar_device_close(host);
   AR_CHECK(st);
   n->work_bytes = most;
@@ -88,6 +90,7 @@ static void bind(ar_net *n) {
   }
   for (int i = 0; i < n->n_nodes; i++)
     fill_args(n, &n->nodes[i], true);
+  ar__net_fuse_bind(n);
   ar__net_head_bind(n);
 }
 
@@ -240,6 +243,7 @@ void ar_net_rebase(ar_net *n, void *persistent, void *ephemeral) {
 
 void ar__net_stop(ar_net *n) {
   ar__net_head_stop(n);
+  ar__net_fuse_release(n);
   for (int i = 0; i < n->n_nodes; i++) {
     ar_device_nn_release(n->dev, n->nodes[i].ptrain);
     ar_device_nn_release(n->dev, n->nodes[i].peval);
@@ -318,6 +322,8 @@ static ar_status forward(ar_net *n, bool training, ar_err *err) {
       AR_CHECK(ar__net_head_forward(n, d, err)); /* the loss rows too */
     else if (training && n->smp && (d->after_head || (d->op == AR_NN_XENT && !d->trains)))
       continue; /* computed by the sampled head */
+    else if (!training && n->n_folds && on_host(n) && ar__net_fold_forward(n, i))
+      ; /* a conv folded with its batch norm (net_fuse.c) */
     else
       ar_device_nn_forward(n->dev, training ? d->ptrain : d->peval, &d->args);
     if (det)
