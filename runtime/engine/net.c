@@ -456,6 +456,7 @@ static void lifetimes(ar_net *n) {
       live(&n->tensors[n->hs[k]], 2 * N - 1 - n->head);
     }
   ar__net_fuse_lifetimes(n);
+  ar__net_sparse_lifetimes(n);
   /* Parameters' gradients wait for the optimizer (those of parameters read
    * as data inputs too). */
   for (int i = 0; i < n->n_tensors; i++)
@@ -620,6 +621,8 @@ ar_status ar__net_done(ar_net *n, ar_status st, bool training, ar_net **out, ar_
 
 static ar_status finish(ar_net *n, bool training, ar_err *err) {
   ar_status st = ar__net_fuse(n, err);
+  if (st == AR_OK)
+    st = ar__net_sparse_check(n, training, err);
   if (st == AR_OK && training)
     st = add_grads(n, err);
   if (st == AR_OK && training)

@@ -29,6 +29,8 @@ typedef struct ntensor {
   ar_nn_init init;  /* parameters and state */
   float std;
   bool decay, relu; /* parameters: weight decay applies; its node is relu */
+  bool sparse;      /* parameters: an embedding table stepped by rows
+                       (net_sparse.c) */
   size_t bytes, offset;
   ar_mem_class cls;
   int64_t first, last; /* ephemeral: steps it lives between */
@@ -181,5 +183,13 @@ bool ar__net_fold_forward(ar_net *n, int node);
 void ar__net_fuse_release(ar_net *n);
 void ar__net_fuse_free(ar_net *n);
 void ar__net_fuse_print(const ar_net *n, FILE *to);
+
+/* net_sparse.c: sparse embedding gradients (docs/graph.md).  The check
+ * refuses sparse_grad where it cannot run (AR_SPEC, located) and marks the
+ * tables; the lifetimes keep each id list to the optimizer; opt_sparse
+ * steps a marked table's listed rows (host memory). */
+ar_status ar__net_sparse_check(ar_net *n, bool training, ar_err *err);
+void ar__net_sparse_lifetimes(ar_net *n);
+void ar__net_opt_sparse(ar_net *n, int tensor, double lr);
 
 #endif

@@ -449,7 +449,9 @@ void ar_net_opt_param(ar_net *n, int tensor, double lr) {
 static double optimizer(ar_net *n) {
   double lr = ar_net_opt_begin(n);
   for (int i = 0; i < n->n_tensors; i++)
-    if (n->tensors[i].kind == T_PARAM && !head_param(n, i))
+    if (n->tensors[i].kind == T_PARAM && n->tensors[i].sparse)
+      ar__net_opt_sparse(n, i, lr); /* an embedding's rows of the batch (net_sparse.c) */
+    else if (n->tensors[i].kind == T_PARAM && !head_param(n, i))
       ar_net_opt_param(n, i, lr); /* a sampled head's rows: its sparse Adam (ar__net_head_step) */
   return lr;
 }
