@@ -48,6 +48,7 @@ int ar__net_tensor(ar_net *n, const char *name, const ar_shape *s_in, ar_dtype t
   x->kind = kind;
   x->grad = -1;
   x->producer = -1;
+  x->seed_index = n->n_tensors;
   x->bytes = (size_t)ar_shape_count(s) * ar_dtype_size(t);
   return n->n_tensors++;
 }

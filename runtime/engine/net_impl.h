@@ -31,6 +31,9 @@ typedef struct ntensor {
   bool decay, relu; /* parameters: weight decay applies; its node is relu */
   bool sparse;      /* parameters: an embedding table stepped by rows
                        (net_sparse.c) */
+  int seed_index;   /* its index when made: its initial values' stream
+                       (kept when the fusion pass renumbers tensors, so
+                       fused and unfused graphs start alike) */
   size_t bytes, offset;
   ar_mem_class cls;
   int64_t first, last; /* ephemeral: steps it lives between */

@@ -123,7 +123,7 @@ static void init_tensors(ar_net *n) {
     float *p = t->p;
     int64_t cnt = ar_shape_count(&t->shape);
     ar_rng r;
-    ar_rng_seed3(&r, n->seed, 0x6e6574u, (uint64_t)i);
+    ar_rng_seed3(&r, n->seed, 0x6e6574u, (uint64_t)t->seed_index);
     double fan_in = t->shape.nd > 1 ? (double)cnt / (double)t->shape.d[0] : (double)cnt;
     double fan_out = t->shape.nd > 1 ? (double)t->shape.d[0] * (fan_in / (double)(t->shape.nd > 2 ? t->shape.d[1] : fan_in)) : (double)cnt;
     double bound = 1.0 / sqrt(fan_in > 0 ? fan_in : 1); /* PyTorch's default */

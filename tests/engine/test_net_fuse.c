@@ -68,6 +68,21 @@ static void start_both(net_fix *fused, net_fix *plain, const char *yaml) {
   net_start(plain, yaml);
   unsetenv("ACCELRT_FUSE");
   net_start(fused, yaml);
+  /* The same initial parameters (each tensor's stream survives the
+   * rewrite's renumbering); copied anyway below. */
+  int c = ar_net_tensors(fused->net, NULL, NULL, NULL, NULL);
+  const char **names = calloc((size_t)c, sizeof *names);
+  float **ptrs = calloc((size_t)c, sizeof *ptrs);
+  int64_t *counts = calloc((size_t)c, sizeof *counts);
+  ar_net_tensors(fused->net, names, ptrs, counts, NULL);
+  for (int i = 0; i < c; i++) {
+    int j = 0;
+    while (j < plain->net->n_tensors && strcmp(plain->net->tensors[j].name, names[i]))
+      j++;
+    assert_true(j < plain->net->n_tensors);
+    assert_memory_equal(ptrs[i], plain->net->tensors[j].p, (size_t)counts[i] * sizeof(float));
+  }
+  free(names), free(ptrs), free(counts);
   net_copy_tensors(fused->net, plain->net);
 }
 
