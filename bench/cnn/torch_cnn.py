@@ -1,14 +1,22 @@
 #!/usr/bin/env python3
-"""The PyTorch side of bench/cnn: the Fashion-MNIST CNN of
-configs/fashion-cnn.yaml, trained on the CPU the way a careful PyTorch user
-would write it.
+"""The PyTorch side of bench/cnn: the networks of configs/fashion-cnn.yaml
+and configs/fashion-resnet.yaml, trained on the CPU the way a careful
+PyTorch user would write them.
 
-Network (configs/fashion-cnn.yaml, NCHW, fp32):
+--model cnn (configs/fashion-cnn.yaml, NCHW, fp32):
   conv3x3 1->32 pad 1, BatchNorm2d, relu, maxpool 2      28x28 -> 14x14
   conv3x3 32->64 pad 1, BatchNorm2d, relu, maxpool 2     14x14 -> 7x7
   flatten (3136), Linear 3136->128, relu, Linear 128->10
-  loss: softmax cross-entropy (F.cross_entropy on the logits), batch mean
   Adam (lr 1e-3, betas 0.9/0.999, eps 1e-8) on every parameter every batch.
+--model resnet (configs/fashion-resnet.yaml): the ResNet-20 of that file
+  (stem conv3x3 16 + BN + relu; three stages of three basic blocks of
+  16/32/64 channels, a stride-2 3x3 conv and a 1x1 stride-2 projection with
+  its BN where a stage starts; convs without bias; global average pooling;
+  Linear 64->10); SGD lr 0.1, momentum 0.9, weight decay 5e-4 on the
+  weights only (biases and BN parameters exempt, as accelrt does), the
+  learning rate warmed up linearly over 200 iterations as the job file's
+  schedule does.
+loss: softmax cross-entropy (F.cross_entropy on the logits), batch mean.
 PyTorch's default initialisation; the model stays in train mode (batch
 statistics in the BN layers, running statistics updated).
 
@@ -17,11 +25,21 @@ normalised per channel with the training split's mean and population
 standard deviation, as accelrt's data.normalize does.  The batches are cut
 from a seeded permutation of the training split and built as contiguous
 (B, 1, 28, 28) tensors before the clock starts, so the timed loop does
-forward, backward and the optimizer step only.
+forward, backward and the optimizer step only.  No augmentation (the
+runner turns accelrt's off too).
 
 Timed: exactly --iters iterations, each wall-clocked separately.
 samples_per_s covers all of them (the first one included, as accelrt's
 summary does); steady_samples_per_s leaves out the first --warmup.
+
+Memory: peak_rss_bytes is the process's peak resident set (ru_maxrss);
+tensor_peak_bytes is the most bytes of tensors alive at once during one
+more, untimed, iteration: the tensors alive when it starts (parameters,
+their gradients from the previous step, the optimizer's state, the batch)
+plus the running sum of what each top-level operation allocated net, from
+torch.autograd.profiler with profile_memory (so a temporary that an
+operation allocates and frees inside itself is not seen: a lower bound of
+the allocator's peak).
 
 Prints one JSON line on stdout.  Usage: torch_cnn.py --help.
 """
@@ -47,6 +65,9 @@ def parse_args(argv):
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--model", choices=("cnn", "resnet"), default="cnn")
+    p.add_argument("--no-memory", action="store_true",
+                   help="skip the profiled iteration (no tensor_peak_bytes)")
     a = p.parse_args(argv)
     if a.batch <= 0 or a.iters <= 0 or a.threads <= 0 or a.warmup < 0:
         p.error("--batch, --iters and --threads must be positive, --warmup not negative")
@@ -98,6 +119,66 @@ class FashionCNN(nn.Module):
         return self.out(F.relu(self.fc(x)))
 
 
+class Block(nn.Module):
+    """A basic block: conv-BN-relu-conv-BN, the shortcut (identity or a
+    1x1 stride-2 conv + BN), add, relu."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.c1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.b1 = nn.BatchNorm2d(cout)
+        self.c2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
+        self.b2 = nn.BatchNorm2d(cout)
+        self.proj = None
+        if stride != 1 or cin != cout:
+            self.proj = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False),
+                                      nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        h = F.relu(self.b1(self.c1(x)))
+        h = self.b2(self.c2(h))
+        return F.relu(h + (self.proj(x) if self.proj is not None else x))
+
+
+class ResNet20(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(1, 16, 3, padding=1, bias=False)
+        self.stem_bn = nn.BatchNorm2d(16)
+        blocks, cin = [], 16
+        for cout, stride in ((16, 1), (32, 2), (64, 2)):
+            for i in range(3):
+                blocks.append(Block(cin, cout, stride if i == 0 else 1))
+                cin = cout
+        self.blocks = nn.Sequential(*blocks)
+        self.out = nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = self.blocks(F.relu(self.stem_bn(self.stem(x))))
+        return self.out(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def tensor_peak(model, opt, step, batch):
+    """Bytes of tensors alive at once over one profiled iteration (see the
+    module's docstring)."""
+    live = sum(t.numel() * t.element_size() for t in batch)
+    for p in model.parameters():
+        live += p.numel() * p.element_size()
+        if p.grad is not None:
+            live += p.grad.numel() * p.grad.element_size()
+    for st in opt.state.values():
+        live += sum(t.numel() * t.element_size() for t in st.values() if torch.is_tensor(t))
+    with torch.autograd.profiler.profile(profile_memory=True, use_kineto=False) as prof:
+        step(*batch)
+    tops = sorted((e for e in prof.function_events if e.cpu_parent is None),
+                  key=lambda e: e.time_range.start)
+    cur = peak = 0
+    for e in tops:
+        cur += e.cpu_memory_usage
+        peak = max(peak, cur)
+    return live + peak
+
+
 def main(a):
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -135,22 +216,40 @@ def main(a):
                         torch.from_numpy(labels[rows].astype(np.int64))))
     t_load = time.perf_counter() - t_load
 
-    model = FashionCNN()
+    if a.model == "cnn":
+        model = FashionCNN()
+        opt = torch.optim.Adam(model.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8)
+        sched = None
+    else:
+        model = ResNet20()
+        decay = [p for p in model.parameters() if p.dim() > 1]
+        exempt = [p for p in model.parameters() if p.dim() <= 1]
+        opt = torch.optim.SGD([{"params": decay, "weight_decay": 5e-4},
+                               {"params": exempt, "weight_decay": 0.0}],
+                              lr=a.lr, momentum=0.9)
+        # accelrt's warm-up: lr * t / 200 at step t (1-based) up to 200.
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(i + 1, 200) / 200.0)
     model.train()
-    opt = torch.optim.Adam(model.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8)
+
+    def step(x, y):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if sched is not None:
+            sched.step()
+        return loss
 
     times = []
     loss_sum = 0.0
     last = float("nan")
     for x, y in batches:
         t0 = time.perf_counter()
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        last = loss.item()
+        last = step(x, y).item()
         times.append(time.perf_counter() - t0)
         loss_sum += last
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    tpeak = None if a.no_memory else tensor_peak(model, opt, step, batches[-1])
 
     wall = sum(times)
     steady = times[a.warmup:]
@@ -170,7 +269,9 @@ def main(a):
         "load_s": t_load,
         "normalize_mean": mean,
         "normalize_std": std,
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_rss_bytes": rss,
+        "tensor_peak_bytes": tpeak,
+        "model": a.model,
         "mkldnn": torch.backends.mkldnn.is_available(),
         "torch": torch.__version__,
     }

@@ -195,6 +195,9 @@ int ar_nn_op_from_name(const char *name);
  * ADD, SUB, MUL, DIV, POW  two inputs with NumPy broadcasting, or one
  *            input and the constant `scalar` as the second operand (POW:
  *            x^scalar; with two inputs x^y, x > 0 for y's gradient).
+ *            ADD: act RELU fuses a relu (f32; the host backend only: the
+ *            graph engine's fusion pass makes it from add + relu on the
+ *            host), the other ops ignore act.
  * MEAN, SUM  over axis (negative counts from the end; axis_all: every axis
  *            but the batch's), keepdims.
  * XENT       logits (N, C) f32, labels (N) i64 class ids -> loss (N) f32:
@@ -220,7 +223,12 @@ int ar_nn_op_from_name(const char *name);
  * TRANSPOSE  perm.
  * EMBEDDING  ids (N, T) i64 or i32 -> (N, T, out): param table (vocab,
  *            out), init normal(0, 1) as PyTorch; an id outside [0, vocab)
- *            is checked by the engine on the host.
+ *            is checked by the engine on the host.  sparse_grad: the
+ *            training forward writes aux (R + 1) i64, R the number of ids:
+ *            the count of distinct ids, then those ids ascending; the
+ *            backward writes only those rows of the table's gradient
+ *            (the others keep whatever they held: the graph engine steps
+ *            only the listed rows).
  * POSEMBED   x (N, T, D) -> x + P: param P (T, D), init normal(0, 0.02).
  * DROPOUT    p (probability of dropping): training scales kept values by
  *            1/(1-p); aux mask (same shape, u8); seed in the call.
@@ -295,6 +303,7 @@ typedef struct ar_nn_attr {
   bool indices;       /* MAXPOOL */
   bool var_biased;    /* BATCHNORM */
   bool stats;         /* LAYERNORM */
+  bool sparse_grad;   /* EMBEDDING */
 } ar_nn_attr;
 /* The defaults every op starts from: stride 1, dilation 1, groups 1, bias
  * true, eps 1e-5, momentum 0.1, alpha 0.01, pad_id 0, perm identity, lo

@@ -48,6 +48,7 @@ int ar__net_tensor(ar_net *n, const char *name, const ar_shape *s_in, ar_dtype t
   x->kind = kind;
   x->grad = -1;
   x->producer = -1;
+  x->seed_index = n->n_tensors;
   x->bytes = (size_t)ar_shape_count(s) * ar_dtype_size(t);
   return n->n_tensors++;
 }
@@ -493,6 +494,8 @@ static void lifetimes(ar_net *n) {
       live(&n->tensors[n->hs[k]], n->head);
       live(&n->tensors[n->hs[k]], 2 * N - 1 - n->head);
     }
+  ar__net_fuse_lifetimes(n);
+  ar__net_sparse_lifetimes(n);
   /* Parameters' gradients wait for the optimizer (those of parameters read
    * as data inputs too). */
   for (int i = 0; i < n->n_tensors; i++)
@@ -671,8 +674,10 @@ ar_status ar__net_done(ar_net *n, ar_status st, bool training, ar_net **out, ar_
 }
 
 static ar_status finish(ar_net *n, bool training, ar_err *err) {
-  ar_status st = AR_OK;
-  if (training)
+  ar_status st = ar__net_fuse(n, err);
+  if (st == AR_OK)
+    st = ar__net_sparse_check(n, training, err);
+  if (st == AR_OK && training)
     st = add_grads(n, err);
   if (st == AR_OK && training)
     st = add_optimizer(n, err);
@@ -715,16 +720,23 @@ void ar_net_print(const ar_net *n, FILE *to) {
     int64_t params = 0;
     for (int k = 0; k < d->sig.n_param; k++)
       params += ar_shape_count(&d->sig.param[k]);
-    fprintf(to, "  %-28s %-14s %-18s %12" PRId64 " %12.2f\n", d->name, ar_nn_op_name(d->op),
+    char op[32]; /* a fused relu shows as conv+relu */
+    snprintf(op, sizeof op, "%s%s", ar_nn_op_name(d->op),
+             d->attr.act == AR_ACT_RELU && d->op != AR_NN_DENSE &&
+                 d->op != AR_NN_SPARSE_DENSE
+             ? "+relu" : "");
+    fprintf(to, "  %-28s %-14s %-18s %12" PRId64 " %12.2f\n", d->name, op,
             ar_shape_str(&n->tensors[d->out[0]].shape, sh, sizeof sh), params,
             d->sig.flops / 1e6);
   }
+  ar__net_fuse_print(n, to);
 }
 
 void ar_net_destroy(ar_net *n) {
   if (!n)
     return;
   ar__net_stop(n);
+  ar__net_fuse_free(n);
   for (int i = 0; i < n->n_tensors; i++)
     ar_free(n->tensors[i].init_data);
   ar_free(n->nodes);

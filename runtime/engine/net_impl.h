@@ -33,6 +33,11 @@ typedef struct ntensor {
   ar_nn_init init;  /* parameters and state */
   float std;
   bool decay, relu; /* parameters: weight decay applies; its node is relu */
+  bool sparse;      /* parameters: an embedding table stepped by rows
+                       (net_sparse_grad.c) */
+  int seed_index;   /* its index when made: its initial values' stream
+                       (kept when the fusion pass renumbers tensors, so
+                       fused and unfused graphs start alike) */
   size_t bytes, offset;
   ar_mem_class cls;
   int64_t first, last; /* ephemeral: steps it lives between */
@@ -119,6 +124,11 @@ struct ar_net {
   int sx[SX_COUNT];
   int64_t max_nnz, max_labels;
   int64_t rows;
+  /* The fusion pass (net_fuse.c): relus made their producers' act, and the
+   * conv + batch norm pairs folded for evaluation. */
+  int fused_relus, n_folds;
+  bool fuse_off; /* ACCELRT_FUSE=0 when it was built */
+  struct net_fold *folds;
 };
 
 typedef struct named {
@@ -202,5 +212,27 @@ ar_status ar__net_sparse_load(ar_net *n, ar_err *err);
  * losses, top: (batch, k) ids) to acc. */
 void ar__net_sparse_hits(const ar_net *n, const float *loss, const int32_t *top, int k,
                          ar_eval_acc *acc);
+/* net_fuse.c: the fusion pass (docs/graph.md, "Fusion").  ar__net_fuse
+ * rewrites the built graph before differentiation (ACCELRT_FUSE=0: not);
+ * the others keep its evaluation folds: their lifetimes in the plan, their
+ * kernels (prepared on the planning host, the workspace's most raised),
+ * their pointers after binding, and an evaluation forward's node i run
+ * folded (true: done, including a folded batch norm's skip; host only). */
+ar_status ar__net_fuse(ar_net *n, ar_err *err);
+void ar__net_fuse_lifetimes(ar_net *n);
+ar_status ar__net_fuse_prepare(ar_net *n, ar_device *host, size_t *most, ar_err *err);
+void ar__net_fuse_bind(ar_net *n);
+bool ar__net_fold_forward(ar_net *n, int node);
+void ar__net_fuse_release(ar_net *n);
+void ar__net_fuse_free(ar_net *n);
+void ar__net_fuse_print(const ar_net *n, FILE *to);
+
+/* net_sparse_grad.c: sparse embedding gradients (docs/graph.md).  The check
+ * refuses sparse_grad where it cannot run (AR_SPEC, located) and marks the
+ * tables; the lifetimes keep each id list to the optimizer; opt_sparse
+ * steps a marked table's listed rows (host memory). */
+ar_status ar__net_sparse_check(ar_net *n, bool training, ar_err *err);
+void ar__net_sparse_lifetimes(ar_net *n);
+void ar__net_opt_sparse(ar_net *n, int tensor, double lr);
 
 #endif

@@ -63,6 +63,8 @@ ar_status ar__net_workspace(ar_net *n, ar_err *err) {
     most = w1 > most ? w1 : most;
     most = w2 > most ? w2 : most;
   }
+  if (st == AR_OK)
+    st = ar__net_fuse_prepare(n, host, &most, err);
   ar_device_close(host);
   AR_CHECK(st);
   n->work_bytes = most;
@@ -90,6 +92,7 @@ static void bind(ar_net *n) {
   }
   for (int i = 0; i < n->n_nodes; i++)
     fill_args(n, &n->nodes[i], true);
+  ar__net_fuse_bind(n);
   ar__net_head_bind(n);
 }
 
@@ -122,7 +125,7 @@ static void init_tensors(ar_net *n) {
     float *p = t->p;
     int64_t cnt = ar_shape_count(&t->shape);
     ar_rng r;
-    ar_rng_seed3(&r, n->seed, 0x6e6574u, (uint64_t)i);
+    ar_rng_seed3(&r, n->seed, 0x6e6574u, (uint64_t)t->seed_index);
     double fan_in = t->shape.nd > 1 ? (double)cnt / (double)t->shape.d[0] : (double)cnt;
     double fan_out = t->shape.nd > 1 ? (double)t->shape.d[0] * (fan_in / (double)(t->shape.nd > 2 ? t->shape.d[1] : fan_in)) : (double)cnt;
     if (t->init == AR_NN_INIT_FAN_IN_ROWS) { /* held (in, out) */
@@ -247,6 +250,7 @@ void ar_net_rebase(ar_net *n, void *persistent, void *ephemeral) {
 
 void ar__net_stop(ar_net *n) {
   ar__net_head_stop(n);
+  ar__net_fuse_release(n);
   for (int i = 0; i < n->n_nodes; i++) {
     ar_device_nn_release(n->dev, n->nodes[i].ptrain);
     ar_device_nn_release(n->dev, n->nodes[i].peval);
@@ -329,6 +333,8 @@ static ar_status forward(ar_net *n, bool training, ar_err *err) {
       AR_CHECK(ar__net_head_forward(n, d, err)); /* the loss rows too */
     else if (training && n->smp && (d->after_head || (d->op == AR_NN_XENT && !d->trains)))
       continue; /* computed by the sampled head */
+    else if (!training && n->n_folds && on_host(n) && ar__net_fold_forward(n, i))
+      ; /* a conv folded with its batch norm (net_fuse.c) */
     else
       ar_device_nn_forward(n->dev, training ? d->ptrain : d->peval, &d->args);
     if (det)
@@ -454,7 +460,9 @@ void ar_net_opt_param(ar_net *n, int tensor, double lr) {
 static double optimizer(ar_net *n) {
   double lr = ar_net_opt_begin(n);
   for (int i = 0; i < n->n_tensors; i++)
-    if (n->tensors[i].kind == T_PARAM && !head_param(n, i))
+    if (n->tensors[i].kind == T_PARAM && n->tensors[i].sparse)
+      ar__net_opt_sparse(n, i, lr); /* an embedding's rows of the batch (net_sparse_grad.c) */
+    else if (n->tensors[i].kind == T_PARAM && !head_param(n, i))
       ar_net_opt_param(n, i, lr); /* a sampled head's rows: its sparse Adam (ar__net_head_step) */
   return lr;
 }

@@ -278,7 +278,12 @@ static ar_status binary(ar__onnx_ex *e, const char *type) {
     ins[1] = in(e, 1);
   else
     AR_CHECK(scalar(e, e->g->tensors[d->in[0]].dtype, d->attr.scalar, &ins[1]));
-  return op1(e, type, 2, ins, out(e, 0), NULL);
+  /* An add with a fused relu (the engine's fusion pass): Add, then Relu. */
+  const ar_act act = d->op == AR_NN_ADD ? d->attr.act : AR_ACT_NONE;
+  const char *y;
+  AR_CHECK(with_act(e, act, &y));
+  AR_CHECK(op1(e, type, 2, ins, y, NULL));
+  return act_after(e, act, y);
 }
 
 static ar_status reduce(ar__onnx_ex *e, const char *type) {

@@ -299,6 +299,10 @@ static const ar_schema layer_keys[] = {
      .doc = "`attention`: each position sees only those before it."},
     {.key = "transpose_b", .only_given = true, .type = AR_SCHEMA_ENUM, .values = bool_values, .def = "false",
      .doc = "`matmul`: multiply by the second input's transpose (its last two axes)."},
+    {.key = "sparse_grad", .only_given = true, .type = AR_SCHEMA_ENUM, .values = bool_values, .def = "false",
+     .doc = "`embedding`: the backward and the optimizer touch only the rows of the ids in the "
+            "batch (lazy: SGD's momentum, Adam's moments and weight decay move those rows only, "
+            "as PyTorch's SparseAdam); host, not under `distributed:`."},
     {.key = "sparse",
      .type = AR_SCHEMA_MAP,
      .kids = sparse_keys,

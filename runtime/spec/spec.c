@@ -1464,6 +1464,7 @@ static void convert_attr(ctx *c, const ar_ynode *L, const ar_schema *item, const
   a->heads = (int)get_int(L, item, "heads", &ok);
   a->causal = get_bool(L, item, "causal");
   a->trans_b = get_bool(L, item, "transpose_b");
+  a->sparse_grad = get_bool(L, item, "sparse_grad");
   if (ar_ynode_get(L, "vocab"))
     a->vocab = get_int(L, item, "vocab", &ok);
   char p2[192];

@@ -111,6 +111,27 @@ static inline void net_expect_error(const char *yaml, const char *want) {
   free(text);
 }
 
+/* dst's parameters, state and optimizer state set to src's, by name
+ * (every tensor of dst has one in src, of the same size). */
+static inline void net_copy_tensors(ar_net *dst, ar_net *src) {
+  int cs = ar_net_tensors(src, NULL, NULL, NULL, NULL);
+  int cd = ar_net_tensors(dst, NULL, NULL, NULL, NULL);
+  const char **ns = calloc((size_t)cs, sizeof *ns), **nd = calloc((size_t)cd, sizeof *nd);
+  float **ps = calloc((size_t)cs, sizeof *ps), **pd = calloc((size_t)cd, sizeof *pd);
+  int64_t *ks = calloc((size_t)cs, sizeof *ks), *kd = calloc((size_t)cd, sizeof *kd);
+  ar_net_tensors(src, ns, ps, ks, NULL);
+  ar_net_tensors(dst, nd, pd, kd, NULL);
+  for (int i = 0; i < cd; i++) {
+    int j = 0;
+    while (j < cs && strcmp(ns[j], nd[i]))
+      j++;
+    assert_true(j < cs);
+    assert_int_equal(ks[j], kd[i]);
+    memcpy(pd[i], ps[j], (size_t)kd[i] * sizeof(float));
+  }
+  free(ns), free(nd), free(ps), free(pd), free(ks), free(kd);
+}
+
 static inline void net_close(net_fix *f) {
   ar_net_destroy(f->net);
   ar_device_close(f->dev);

@@ -4,7 +4,9 @@
  * CLIP; binary ADD, SUB, MUL, DIV, POW with NumPy broadcasting (or
  * attr.scalar as the second operand), on f32 or, forward only, on two
  * integer operands of one type; and the reductions MEAN, SUM over one axis
- * or every axis but the batch's.
+ * or every axis but the batch's.  ADD with act RELU (f32) fuses a relu:
+ * y = max(a + b, 0), its backward g masked by y > 0 (the graph engine's
+ * fusion pass, runtime/engine/net_fuse.c, makes it from add + relu).
  *
  * Broadcasting.  The output's dims are walked as a "view": dims of extent 1
  * are dropped and neighbours that every operand treats alike (both present,
@@ -144,11 +146,13 @@ static int split_dim(const bview *v, int nt) {
  * x (operand a), z (operand b), y (the output) and g (its gradient). */
 typedef enum bin_code {
   F_ADD,
+  F_ADD_RELU, /* max(x + z, 0): ADD with act RELU */
   F_SUB,
   F_MUL,
   F_DIV,
   F_POW,
   G_ONE,    /* g: ADD's both, SUB's a */
+  G_RELU,   /* g where y > 0, else 0: ADD's both with act RELU */
   G_NEG,    /* -g: SUB's b */
   G_MUL_A,  /* g z */
   G_MUL_B,  /* g x */
@@ -218,6 +222,9 @@ static void bin_run(void *vctx, const bview *v, int64_t n, int64_t oa, int64_t o
   case F_ADD:
     BIN_LOOPS(x + z);
     break;
+  case F_ADD_RELU: /* the standalone relu's expression, on x + z */
+    BIN_LOOPS((x + z) > 0.0f ? (x + z) : 0.0f);
+    break;
   case F_SUB:
     BIN_LOOPS(x - z);
     break;
@@ -234,6 +241,11 @@ static void bin_run(void *vctx, const bview *v, int64_t n, int64_t oa, int64_t o
 #pragma omp simd
     for (int64_t j = 0; j < n; j++)
       D[j] = G[j];
+    break;
+  case G_RELU: /* y > 0 exactly where x + z > 0 (the relu's own rule) */
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++)
+      D[j] = Y[j] > 0.0f ? G[j] : 0.0f;
     break;
   case G_NEG:
 #pragma omp simd
@@ -301,8 +313,10 @@ void ar__nn_reduce_to(const ar_nn_args *a, const ar_shape *out, const ar_shape *
 
 static ar_status bin_infer(ar_nn_op op, const ar_nn_attr *attr, int n_in, const ar_shape *in,
                            const ar_dtype *in_dtype, ar_nn_sig *sig, ar_err *err) {
-  (void)attr;
   AR_CHECK(ar__nn_want_inputs(op, n_in, 1, 2, err));
+  /* ADD fuses a relu (the graph engine's fusion pass, net_fuse.c, sets
+   * it); every other op and act is computed as before, act ignored. */
+  const bool relu = op == AR_NN_ADD && attr->act == AR_ACT_RELU;
   const bool ints = in_dtype[0] == AR_DT_I64 || in_dtype[0] == AR_DT_I32 ||
                     in_dtype[0] == AR_DT_U8;
   if (ints && (n_in != 2 || in_dtype[1] != in_dtype[0]))
@@ -313,6 +327,9 @@ static ar_status bin_infer(ar_nn_op op, const ar_nn_attr *attr, int n_in, const 
                    n_in == 2 ? ar_dtype_name(in_dtype[1]) : "missing");
   if (!ints)
     AR_CHECK(ar__nn_want_f32(op, n_in, in_dtype, 3u, err));
+  if (ints && relu)
+    return ar_errf(err, AR_INVALID, "add: a fused relu takes f32 inputs, not %s",
+                   ar_dtype_name(in_dtype[0]));
   ar_shape out = in[0];
   if (n_in == 2) {
     const ar_shape *x = &in[0], *y = &in[1];
@@ -345,7 +362,7 @@ static ar_status bin_infer(ar_nn_op op, const ar_nn_attr *attr, int n_in, const 
   case AR_NN_ADD:
   case AR_NN_SUB:
     sig->in_needed = 0;
-    sig->out_needed = false;
+    sig->out_needed = relu; /* the relu's mask is y > 0 */
     break;
   case AR_NN_MUL:
   case AR_NN_DIV:
@@ -488,7 +505,8 @@ static void bin_forward(void *state, ar_nn_args *a) {
   const float *b = bin_b(a, &shapes[1]);
   bview v;
   bview_make(&a->out[0].shape, 2, shapes, &v);
-  bin_ctx c = {fwd[a->op], a->in[0].p, b, NULL, NULL, a->out[0].p};
+  const bool relu = a->op == AR_NN_ADD && a->attr->act == AR_ACT_RELU;
+  bin_ctx c = {relu ? F_ADD_RELU : fwd[a->op], a->in[0].p, b, NULL, NULL, a->out[0].p};
   const int nt = ar__nn_team(a, ar_shape_count(&a->out[0].shape));
   walk_team(&v, split_dim(&v, nt), nt, bin_run, &c);
 }
@@ -508,7 +526,7 @@ static void bin_backward(void *state, ar_nn_args *a) {
     bin_code code = G_ONE;
     switch (a->op) {
     case AR_NN_ADD:
-      code = G_ONE;
+      code = a->attr->act == AR_ACT_RELU ? G_RELU : G_ONE;
       break;
     case AR_NN_SUB:
       code = i ? G_NEG : G_ONE;

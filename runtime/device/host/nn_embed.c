@@ -10,6 +10,7 @@
 #include "host/nn_shape_impl.h"
 
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 static ar_status need_ids(const char *op, int n_in, const ar_shape *in, const ar_dtype *dt,
@@ -58,7 +59,28 @@ static ar_status embedding_infer(const ar_nn_attr *attr, int n_in, const ar_shap
   ar_shape o = in[0];
   o.d[o.nd++] = attr->out;
   ar__nn_sig_out(sig, &o, AR_DT_F32);
+  if (attr->sparse_grad) { /* the distinct ids of the batch */
+    ar_shape r = ar__nn_shape(1, (int64_t[]){ar_shape_count(&in[0]) + 1});
+    ar__nn_sig_aux(sig, &r, AR_DT_I64);
+  }
   return AR_OK;
+}
+
+static int cmp_i64(const void *pa, const void *pb) {
+  const int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
+  return a < b ? -1 : a > b;
+}
+
+/* rows[0] = the count of distinct ids, rows[1..] those ids ascending. */
+static void distinct_ids(const ar_tref *ids, int64_t n, int64_t *rows) {
+  int64_t *r = rows + 1, k = 0;
+  for (int64_t i = 0; i < n; i++)
+    r[i] = id_at(ids, i);
+  qsort(r, (size_t)n, sizeof *r, cmp_i64);
+  for (int64_t i = 0; i < n; i++)
+    if (k == 0 || r[i] != r[k - 1])
+      r[k++] = r[i];
+  rows[0] = k;
 }
 
 static void embedding_forward(void *state, ar_nn_args *a) {
@@ -76,6 +98,8 @@ static void embedding_forward(void *state, ar_nn_args *a) {
     AR_ASSERT(id >= 0 && id < vocab);
     memcpy(y + r * d, table + id * d, (size_t)d * sizeof(float));
   }
+  if (a->training && a->attr->sparse_grad)
+    distinct_ids(ids, rows, a->aux[0].p);
 }
 
 static void embedding_backward(void *state, ar_nn_args *a) {
@@ -85,16 +109,19 @@ static void embedding_backward(void *state, ar_nn_args *a) {
   const float *gy = a->gout[0].p;
   float *gt = a->gparam[0].p;
   /* Zero, then add every row's gradient into its id's row, rows in order:
-   * repeated ids sum. */
-  int nt = ar__nn_team(a->threads, (vocab + rows) * d);
+   * repeated ids sum.  Sparse: only the rows of the distinct ids are
+   * zeroed (the forward listed them). */
+  const int64_t *list = a->attr->sparse_grad ? a->aux[0].p : NULL;
+  const int64_t zrows = list ? list[0] : vocab;
+  int nt = ar__nn_team(a->threads, (zrows + rows) * d);
   if (d < 16 * nt)
     nt = 1;
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     int64_t c0, c1;
     col_slice(d, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
-    for (int64_t v = 0; v < vocab; v++)
-      memset(gt + v * d + c0, 0, (size_t)(c1 - c0) * sizeof(float));
+    for (int64_t v = 0; v < zrows; v++)
+      memset(gt + (list ? list[1 + v] : v) * d + c0, 0, (size_t)(c1 - c0) * sizeof(float));
     for (int64_t r = 0; r < rows; r++) {
       float *dst = gt + id_at(ids, r) * d;
       const float *src = gy + r * d;

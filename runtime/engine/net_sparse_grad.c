@@ -1,0 +1,112 @@
+/* Graph models: sparse embedding gradients (docs/graph.md, "Sparse
+ * embedding gradients").  An `embedding` item with `sparse_grad: true`
+ * lists the batch's distinct ids in its forward (an aux tensor of the
+ * plan, kept alive until the optimizer), its backward writes only those
+ * rows of the table's gradient, and the optimizer steps only those rows,
+ * as the chain engine's sparse rows do:
+ *
+ *   - SGD: p -= lr (g + wd p) on the listed rows; with momentum, their
+ *     velocity v = momentum v + g + wd p, p -= lr v; the other rows'
+ *     parameters and velocity do not move;
+ *   - Adam: the listed rows' moments and parameters by Adam's rule with
+ *     the bias correction of the global step (PyTorch's SparseAdam: the
+ *     step counts every iteration, not the row's updates); AdamW's
+ *     decoupled decay on the listed rows only;
+ *   - so without momentum and weight decay, SGD gives exactly the dense
+ *     result (an untouched row's dense gradient is 0); the others are the
+ *     lazy rules, which differ from dense ones where a row is absent from
+ *     a batch.
+ *
+ * Host only (the list is read on the host) and not under `distributed:`
+ * (the servers step whole tensors): both refused when the graph is built.
+ * The table's gradient keeps the table's shape in the plan (the rows not
+ * listed are simply not written).  Tests: tests/engine/test_net_sparse_grad.c. */
+#include "net_impl.h"
+
+#include <string.h>
+
+/* A job-file error at node d's item. */
+static ar_status refuse(const ar_net *n, const nnode *d, const char *msg, ar_err *err) {
+  const char *file = n->spec->file ? n->spec->file : "<string>";
+  if (d->ls && d->ls->pos.line > 0)
+    return ar_errf(err, AR_SPEC, "%s:%d:%d: error: %s: sparse_grad: %s", file, d->ls->pos.line,
+                   d->ls->pos.col, d->path, msg);
+  return ar_errf(err, AR_SPEC, "%s: error: %s: sparse_grad: %s", file, d->path, msg);
+}
+
+/* How many nodes read tensor t as a parameter. */
+static int param_readers(const ar_net *n, int t) {
+  int c = 0;
+  for (int i = 0; i < n->n_nodes; i++)
+    for (int k = 0; k < n->nodes[i].sig.n_param; k++)
+      c += n->nodes[i].param[k] == t;
+  return c;
+}
+
+ar_status ar__net_sparse_check(ar_net *n, bool training, ar_err *err) {
+  for (int i = 0; i < n->n_nodes; i++) {
+    nnode *d = &n->nodes[i];
+    if (!d->attr.sparse_grad)
+      continue;
+    if (d->op != AR_NN_EMBEDDING)
+      return refuse(n, d, "only an `embedding` item has sparse gradients; remove the key", err);
+    if (!training)
+      continue;
+    if (!n->spec)
+      return refuse(n, d, "a graph built by a program has no sparse gradients", err);
+    if (n->spec->device && !strncmp(n->spec->device, "cuda", 4))
+      return refuse(n, d,
+                    "sparse embedding gradients run on the host; set device: host or remove "
+                    "sparse_grad",
+                    err);
+    if (n->spec->distributed.enabled)
+      return refuse(n, d,
+                    "the parameter servers step whole tensors; remove sparse_grad under "
+                    "`distributed:`",
+                    err);
+    if (param_readers(n, d->param[0]) != 1)
+      return refuse(n, d, "the table is read by other nodes too; its gradient is dense", err);
+    n->tensors[d->param[0]].sparse = true;
+  }
+  return AR_OK;
+}
+
+void ar__net_sparse_lifetimes(ar_net *n) {
+  const int64_t end = 2 * (int64_t)n->n_nodes;
+  for (int i = 0; i < n->n_nodes; i++) {
+    const nnode *d = &n->nodes[i];
+    if (!d->trains || !d->attr.sparse_grad || !n->tensors[d->param[0]].sparse)
+      continue;
+    ntensor *t = &n->tensors[d->aux[0]]; /* read again by the optimizer */
+    if (end > t->last)
+      t->last = end;
+  }
+}
+
+void ar__net_opt_sparse(ar_net *n, int tensor, double lr) {
+  const ar_spec *s = n->spec;
+  const ntensor *t = &n->tensors[tensor];
+  const int64_t *rows = n->tensors[n->nodes[t->producer].aux[0]].p;
+  const int64_t width = t->shape.d[1];
+  float wd = t->decay ? (float)s->train.weight_decay : 0.0f;
+  const bool adam = s->train.optimizer == AR_OPT_ADAM;
+  const float keep = adam && s->train.decoupled ? 1.0f - (float)lr * wd : 1.0f;
+  if (adam && s->train.decoupled)
+    wd = 0.0f;
+  float *w = t->p, *g = n->tensors[t->grad].p;
+  float *m = t->opt1 >= 0 ? n->tensors[t->opt1].p : NULL;
+  float *v = t->opt2 >= 0 ? n->tensors[t->opt2].p : NULL;
+  for (int64_t k = 0; k < rows[0]; k++) {
+    const int64_t off = rows[1 + k] * width;
+    if (keep != 1.0f) /* AdamW: the row shrinks, its gradient stays the loss's */
+      for (int64_t j = 0; j < width; j++)
+        w[off + j] *= keep;
+    if (adam)
+      ar_device_adam(n->dev, width, w + off, g + off, m + off, v + off, (float)lr,
+                     (float)s->train.beta1, (float)s->train.beta2, (float)s->train.eps, wd,
+                     n->step);
+    else
+      ar_device_sgd(n->dev, width, w + off, g + off, m ? m + off : NULL, (float)lr,
+                    (float)s->train.momentum, wd);
+  }
+}
