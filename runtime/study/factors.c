@@ -31,6 +31,18 @@ static bool factor_keys(const ar_ynode *key, char *keybuf, size_t cap,
   return ok;
 }
 
+/* Level l's label, as written; a label already taken by an earlier level
+ * is a located error. */
+static void take_label(study_diags *c, study_factor *f, int l, const ar_ynode *x,
+                       const char *lp) {
+  char q[128];
+  for (int m = 0; m < l; m++)
+    if (f->label[m] && !strcmp(f->label[m], x->text))
+      ar__study_diag(c, x->line, x->col, lp, "level '%s' is listed twice",
+                     ar_ynode_quote(x, q, sizeof q));
+  f->label[l] = ar__study_strdup(c, x->text);
+}
+
 /* The levels of factor f (the list v) for its nk keys. */
 static void factor_levels(study_diags *c, study_factor *f, const ar_ynode *v, const char *path,
                           char *const *keys, int nk) {
@@ -44,7 +56,7 @@ static void factor_levels(study_diags *c, study_factor *f, const ar_ynode *v, co
   }
   for (int l = 0; l < v->n; l++) {
     const ar_ynode *x = v->vals[l];
-    char lp[320], q[128];
+    char lp[320];
     snprintf(lp, sizeof lp, "%s[%d]", path, l);
     if (x->kind != AR_YNODE_SCALAR) {
       ar__study_diag(c, x->line, x->col, lp,
@@ -52,11 +64,7 @@ static void factor_levels(study_diags *c, study_factor *f, const ar_ynode *v, co
                      "the keys inside a structure as factors of their own");
       continue;
     }
-    for (int m = 0; m < l; m++)
-      if (f->label[m] && !strcmp(f->label[m], x->text))
-        ar__study_diag(c, x->line, x->col, lp, "level '%s' is listed twice",
-                       ar_ynode_quote(x, q, sizeof q));
-    f->label[l] = ar__study_strdup(c, x->text);
+    take_label(c, f, l, x, lp);
     for (int j = 0; j < nk; j++)
       f->set[l * nk + j] = ar__study_override(c, keys[j], x);
     f->lline[l] = x->line;
@@ -82,7 +90,7 @@ static void file_levels(study_diags *c, study_factor *f, const ar_study *s, cons
   f->n_levels = v->n;
   for (int l = 0; l < v->n; l++) {
     const ar_ynode *x = v->vals[l];
-    char lp[320], q[128];
+    char lp[320];
     snprintf(lp, sizeof lp, "%s[%d]", path, l);
     f->lline[l] = x->line;
     f->lcol[l] = x->col;
@@ -91,11 +99,7 @@ static void file_levels(study_diags *c, study_factor *f, const ar_study *s, cons
                      f->kind == FACTOR_ALONGSIDE ? ", or none" : "");
       continue;
     }
-    for (int m = 0; m < l; m++)
-      if (f->label[m] && !strcmp(f->label[m], x->text))
-        ar__study_diag(c, x->line, x->col, lp, "level '%s' is listed twice",
-                       ar_ynode_quote(x, q, sizeof q));
-    f->label[l] = ar__study_strdup(c, x->text);
+    take_label(c, f, l, x, lp);
     if (f->kind == FACTOR_ALONGSIDE && ar_ynode_is(x, "none"))
       continue;
     f->file[l] = ar__study_file_path(c, s, x, lp,
