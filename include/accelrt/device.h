@@ -13,7 +13,7 @@
  *         stream and cuBLAS handle per handle, and ar_device_open_lane for
  *         one more handle per lane over the same arena.
  *
- * Conventions for every math op (ar_device_fill .. ar_device_sgd):
+ * Conventions for every math op (ar_device_fill .. ar_device_bn_fold):
  *   - matrices are row-major; shapes are given in the comments as
  *     (rows, cols);
  *   - pointers are device pointers from ar_device_alloc, borrowed for the
@@ -284,6 +284,17 @@ void ar_device_adam(ar_device *dev, int64_t n, float *p, const float *g,
                     float eps, float weight_decay, int64_t t);
 void ar_device_sgd(ar_device *dev, int64_t n, float *p, const float *g,
                    float *vel, float lr, float momentum, float weight_decay);
+
+/* A convolution folded with the batch normalisation after it (graph
+ * models' evaluation, runtime/engine/net_fuse.c): per output channel o of
+ * w (out, per) and bias (out, or NULL: zeros), with the batch norm's
+ * gamma, beta, running mean and var (out each),
+ *   s = gamma[o] / sqrt(var[o] + eps) (in double, rounded to float),
+ *   wf[o, :] = w[o, :] s,  bf[o] = (bias[o] - mean[o]) s + beta[o]. */
+void ar_device_bn_fold(ar_device *dev, int64_t out, int64_t per,
+                       const float *w, const float *bias, const float *gamma,
+                       const float *beta, const float *mean, const float *var,
+                       float eps, float *wf, float *bf);
 
 /* ---- devices of this machine --------------------------------------------- */
 

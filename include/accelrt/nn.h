@@ -195,9 +195,8 @@ int ar_nn_op_from_name(const char *name);
  * ADD, SUB, MUL, DIV, POW  two inputs with NumPy broadcasting, or one
  *            input and the constant `scalar` as the second operand (POW:
  *            x^scalar; with two inputs x^y, x > 0 for y's gradient).
- *            ADD: act RELU fuses a relu (f32; the host backend only: the
- *            graph engine's fusion pass makes it from add + relu on the
- *            host), the other ops ignore act.
+ *            ADD: act RELU fuses a relu (f32; the graph engine's fusion
+ *            pass makes it from add + relu), the other ops ignore act.
  * MEAN, SUM  over axis (negative counts from the end; axis_all: every axis
  *            but the batch's), keepdims.
  * XENT       logits (N, C) f32, labels (N) i64 class ids -> loss (N) f32:

@@ -88,6 +88,12 @@ typedef struct ar_device_ops {
   void (*sgd)(ar_device *dev, int64_t n, float *p, const float *g, float *vel,
               float lr, float momentum, float weight_decay);
 
+  /* ---- graph models' evaluation ---- */
+  void (*bn_fold)(ar_device *dev, int64_t out, int64_t per, const float *w,
+                  const float *bias, const float *gamma, const float *beta,
+                  const float *mean, const float *var, float eps, float *wf,
+                  float *bf);
+
   /* ---- (optional) memory query and lanes ---- */
   /* NULL: ar_device_mem_info answers AR_UNSUPPORTED. */
   ar_status (*mem_info)(ar_device *dev, ar_device_mem *out);

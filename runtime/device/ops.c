@@ -196,3 +196,16 @@ void ar_device_sgd(ar_device *dev, int64_t n, float *p, const float *g,
             (p != NULL && g != NULL && (momentum == 0.0f || vel != NULL)));
   dev->ops->sgd(dev, n, p, g, vel, lr, momentum, weight_decay);
 }
+
+void ar_device_bn_fold(ar_device *dev, int64_t out, int64_t per,
+                       const float *w, const float *bias, const float *gamma,
+                       const float *beta, const float *mean, const float *var,
+                       float eps, float *wf, float *bf) {
+  if (!op_runs(dev))
+    return;
+  AR_ASSERT(out >= 0 && per >= 0);
+  AR_ASSERT(out == 0 || (gamma != NULL && beta != NULL && mean != NULL &&
+                         var != NULL && bf != NULL));
+  AR_ASSERT(matrix_ok(w, out, per, per) && matrix_ok(wf, out, per, per));
+  dev->ops->bn_fold(dev, out, per, w, bias, gamma, beta, mean, var, eps, wf, bf);
+}

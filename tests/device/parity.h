@@ -26,11 +26,11 @@ typedef struct parity_row {
   double max_abs, max_rel;
   int64_t compared;
 } parity_row;
-static parity_row parity_table[64];
+static parity_row parity_table[128];
 static int parity_n;
 
 /* Keeps the largest differences seen for op over n compared elements (rows
- * past the table's 64 are dropped). */
+ * past the table's 128 are dropped). */
 static inline void record(const char *op, double abs_d, double rel_d, int64_t n) {
   int i = 0;
   while (i < parity_n && strcmp(parity_table[i].op, op) != 0)

@@ -331,6 +331,42 @@ static void test_col_sum(void **state) {
     }
 }
 
+/* The conv + batch-norm fold of graph models' evaluation: the same float
+ * operations in the same order on both sides (s in double; the CUDA
+ * kernel keeps the bias's product and sum unfused), so exact; with and
+ * without the conv's bias. */
+static void test_bn_fold(void **state) {
+  (void)state;
+  fx_rng r = {16};
+  const int64_t shapes[][2] = {{1, 1}, {16, 27}, {64, 576}, {3, 0}};
+  for (size_t s = 0; s < 4; s++)
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+      const int64_t out = shapes[s][0], per = shapes[s][1];
+      float *w = rand_floats(&r, out * per, -1, 1), *b = rand_floats(&r, out, -1, 1);
+      float *gamma = rand_floats(&r, out, 0.5f, 1.5f), *beta = rand_floats(&r, out, -1, 1);
+      float *mean = rand_floats(&r, out, -1, 1), *var = rand_floats(&r, out, 0.1f, 2);
+      pair pw = up(w, (size_t)(out * per) * 4), pb = up(b, (size_t)out * 4);
+      pair pg = up(gamma, (size_t)out * 4), pbe = up(beta, (size_t)out * 4);
+      pair pm = up(mean, (size_t)out * 4), pv = up(var, (size_t)out * 4);
+      pair pwf = alloc2((size_t)(out * per) * 4), pbf = alloc2((size_t)out * 4);
+      ar_device_bn_fold(H, out, per, pw.h, with_bias ? pb.h : NULL, pg.h, pbe.h, pm.h, pv.h,
+                        1e-5f, pwf.h, pbf.h);
+      ar_device_bn_fold(C, out, per, pw.c, with_bias ? pb.c : NULL, pg.c, pbe.c, pm.c, pv.c,
+                        1e-5f, pwf.c, pbf.c);
+      char what[96];
+      snprintf(what, sizeof what, "bn_fold bias=%d out=%lld per=%lld", with_bias,
+               (long long)out, (long long)per);
+      compare("bn_fold", what, pwf, out * per, NULL, 0, 0);
+      compare("bn_fold", what, pbf, out, NULL, 0, 0);
+      pair all[] = {pw, pb, pg, pbe, pm, pv, pwf, pbf};
+      for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        drop(&all[i]);
+      float *hs[] = {w, b, gamma, beta, mean, var};
+      for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
+        test_free(hs[i]);
+    }
+}
+
 /* ---- losses ---------------------------------------------------------------------------- */
 
 /* grad_mode: 0 none, 1 separate buffer, 2 aliasing the logits. */
@@ -880,6 +916,7 @@ int main(void) {
       cmocka_unit_test(test_bias_act),
       cmocka_unit_test(test_act_grad),
       cmocka_unit_test(test_col_sum),
+      cmocka_unit_test(test_bn_fold),
       cmocka_unit_test(test_softmax_xent),
       cmocka_unit_test(test_sigmoid_bce),
       cmocka_unit_test(test_topk),

@@ -23,7 +23,15 @@
  *   - 1e-4, 1e-5: conv, dense, matmul, attention (sums of up to a few
  *     hundred products in another order: cuBLAS and oneDNN block
  *     differently, and the GPU fuses multiplies and adds), batchnorm and
- *     layernorm (their gradients subtract two sums of the same size).
+ *     layernorm (their gradients subtract two sums of the same size),
+ *     sparse_dense (its dw adds the rows naming a feature with atomics,
+ *     in any order);
+ *   - the typed ops: exact for every integer result (ADD..POW on i64, i32,
+ *     u8, wrapping; WHERE, EXPAND, CAST, GATHER of any type), PAD, GATHER's
+ *     gradient (a repeated index's rows added in index order, as the
+ *     host), CAST's and the unbroadcast add relu's; 1e-5, 1e-6 for the
+ *     gradients summed over broadcast dims (WHERE, EXPAND, add relu
+ *     broadcast), xent_multi (the chain's losses: sums in double) and bce.
  * Prints a table of the largest differences per op (ci/gpu-check keeps
  * it).  Exits 77 (skipped) when no CUDA device is present.
  *
@@ -176,16 +184,29 @@ static pair random_tensor(fx_rng *r, const ar_shape *s, ar_dtype dt, float lo, f
   return p;
 }
 
+/* What some cases give beyond their shapes: inputs with set contents
+ * (data[i] non-NULL: input i's elements, e.g. a CSR batch's row pointers),
+ * and the rows that count (XENT_MULTI's a->rows; 0: all). */
+typedef struct nn_given {
+  const void *data[3];
+  int64_t rows;
+  bool zero_grads; /* parameter gradients start as zeros on both devices
+                      (an op that writes only some of their rows) */
+} nn_given;
+
 /* Both devices' args for the op (pointers into new pairs); the CUDA side
  * of every buffer an op writes starts as NaN. */
-static void args_make(const nn_case *k, const ar_nn_attr *at, const ar_nn_sig *sig,
-                      ar_nn_args *ah, ar_nn_args *ac) {
+static void args_make(const nn_case *k, const nn_given *giv, const ar_nn_attr *at,
+                      const ar_nn_sig *sig, ar_nn_args *ah, ar_nn_args *ac) {
   fx_rng r = {0x6e6e6375ull + (uint64_t)k->op};
   ar_nn_args_from_sig(ah, k->op, at, sig);
   ar_nn_args_from_sig(ac, k->op, at, sig);
   ah->n_in = ac->n_in = k->n_in;
   for (int i = 0; i < k->n_in; i++) {
-    pair p = random_tensor(&r, &k->in[i], k->dt[i], k->lo, k->hi, k->ids, k->binary >> i & 1u);
+    pair p = giv->data[i] ? pair_new(giv->data[i], (size_t)ar_shape_count(&k->in[i]) *
+                                                       ar_dtype_size(k->dt[i]))
+                          : random_tensor(&r, &k->in[i], k->dt[i], k->lo, k->hi, k->ids,
+                                          k->binary >> i & 1u);
     ah->in[i] = (ar_tref){p.h, k->in[i], k->dt[i]};
     ac->in[i] = (ar_tref){p.c, k->in[i], k->dt[i]};
     ah->gin[i] = ac->gin[i] = (ar_tref){NULL, k->in[i], AR_DT_F32};
@@ -199,7 +220,11 @@ static void args_make(const nn_case *k, const ar_nn_attr *at, const ar_nn_sig *s
     pair p = random_tensor(&r, &sig->param[i], AR_DT_F32, -1.0f, 1.0f, 0, false);
     ah->param[i].p = p.h;
     ac->param[i].p = p.c;
-    pair g = pair_new(NULL, (size_t)ar_shape_count(&sig->param[i]) * 4);
+    const size_t gb = (size_t)ar_shape_count(&sig->param[i]) * 4;
+    void *zeros = giv->zero_grads ? test_calloc(1, gb > 0 ? gb : 1) : NULL;
+    pair g = pair_new(zeros, gb);
+    if (zeros)
+      test_free(zeros);
     ah->gparam[i].p = g.h;
     ac->gparam[i].p = g.c;
   }
@@ -224,6 +249,7 @@ static void args_make(const nn_case *k, const ar_nn_attr *at, const ar_nn_sig *s
   }
   ah->seed = ac->seed = 0x5eed;
   ah->scale = ac->scale = 0.25f;
+  ah->rows = ac->rows = giv->rows;
 }
 
 static ar_nn_prim *prepare(ar_device *dev, const nn_case *k, const ar_nn_args *a,
@@ -235,13 +261,13 @@ static ar_nn_prim *prepare(ar_device *dev, const nn_case *k, const ar_nn_args *a
   return p;
 }
 
-static void check(const nn_case *k, const ar_nn_attr *at) {
+static void check_given(const nn_case *k, const ar_nn_attr *at, const nn_given *giv) {
   ar_nn_sig sig;
   ar_err err = AR_ERR_INIT;
   if (ar_nn_infer(k->op, at, k->n_in, k->in, k->dt, &sig, &err) != AR_OK)
     fail_msg("%s: infer: %s", k->name, err.msg);
   ar_nn_args ah, ac;
-  args_make(k, at, &sig, &ah, &ac);
+  args_make(k, giv, at, &sig, &ah, &ac);
   size_t wh = 0, wc = 0, wh2 = 0, wc2 = 0;
   ar_nn_prim *ph = prepare(H, k, &ah, true, &wh), *pc = prepare(C, k, &ac, true, &wc);
   ar_nn_prim *eh = prepare(H, k, &ah, false, &wh2), *ec = prepare(C, k, &ac, false, &wc2);
@@ -290,6 +316,11 @@ static void check(const nn_case *k, const ar_nn_attr *at) {
   ar_device_nn_release(H, eh);
   ar_device_nn_release(C, ec);
   pairs_drop();
+}
+
+static void check(const nn_case *k, const ar_nn_attr *at) {
+  const nn_given none = {{NULL, NULL, NULL}, 0, false};
+  check_given(k, at, &none);
 }
 
 static ar_shape shp(int nd, int64_t a, int64_t b, int64_t c, int64_t d) {
@@ -537,6 +568,21 @@ static void test_tokens(void **state) {
   nn_case k = {"embedding", AR_NN_EMBEDDING, 1, {shp(2, 3, 5, 0, 0)}, {AR_DT_I64}, 0, 0, 11,
                EXACT, 0};
   check(&k, &a);
+  /* Sparse gradients: the distinct ids listed ascending (aux, exact), only
+   * their rows of the gradient written (the others stay zero on both);
+   * 300 ids of 40 (the CUDA compaction's chunks of 256 and repeats across
+   * them), then i32 ids. */
+  a.sparse_grad = true;
+  a.vocab = 40;
+  k = (nn_case){"embedding sparse_grad", AR_NN_EMBEDDING, 1, {shp(2, 3, 100, 0, 0)},
+                {AR_DT_I64}, 0, 0, 40, EXACT, 0};
+  nn_given zg = {{NULL, NULL, NULL}, 0, true};
+  check_given(&k, &a, &zg);
+  a.vocab = 1000;
+  k = (nn_case){"embedding sparse_grad i32", AR_NN_EMBEDDING, 1, {shp(2, 4, 7, 0, 0)},
+                {AR_DT_I32}, 0, 0, 1000, EXACT, 0};
+  check_given(&k, &a, &zg);
+  ar_nn_attr_defaults(&a);
   ar_nn_attr_defaults(&a);
   k = one("posembed", AR_NN_POSEMBED, shp(3, 2, 5, 6, 0), -1, 1, EXACT);
   check(&k, &a);
@@ -566,6 +612,156 @@ static void test_attention(void **state) {
   check(&k, &a);
 }
 
+/* A CSR batch: 4 rows (the second empty), 7 of the 8 entries' room used,
+ * feature 3 named by three rows (spmm_t's atomics meet there); the labels
+ * of 4 rows over 6 classes, the third row without any. */
+static const int64_t csr_ptr[5] = {0, 2, 2, 5, 7};
+static const int32_t csr_idx[8] = {3, 0, 3, 8, 5, 3, 1, 0};
+static const int64_t lab_ptr[5] = {0, 2, 3, 3, 5};
+static const int32_t lab_idx[6] = {1, 4, 0, 5, 2, 0};
+
+static void test_sparse(void **state) {
+  (void)state;
+  ar_nn_attr a;
+  ar_nn_attr_defaults(&a);
+  a.vocab = 9;
+  a.out = 7;
+  a.act = AR_ACT_RELU;
+  /* spmm_t adds a feature's rows with atomics, in any order: SUMS. */
+  nn_case k = {"sparse_dense relu", AR_NN_SPARSE_DENSE, 3,
+               {shp(1, 5, 0, 0, 0), shp(1, 8, 0, 0, 0), shp(1, 8, 0, 0, 0)},
+               {AR_DT_I64, AR_DT_I32, AR_DT_F32}, -1, 1, 0, SUMS, 0};
+  nn_given g = {{csr_ptr, csr_idx, NULL}, 0, false};
+  check_given(&k, &a, &g);
+  a.act = AR_ACT_SIGMOID;
+  a.bias = false;
+  k.name = "sparse_dense sigmoid";
+  check_given(&k, &a, &g);
+  a.act = AR_ACT_NONE;
+  a.bias = true;
+  k.name = "sparse_dense";
+  check_given(&k, &a, &g);
+  ar_nn_attr_defaults(&a);
+  a.act = AR_ACT_SOFTMAX;
+  k = (nn_case){"xent_multi softmax", AR_NN_XENT_MULTI, 3,
+                {shp(2, 4, 6, 0, 0), shp(1, 5, 0, 0, 0), shp(1, 6, 0, 0, 0)},
+                {AR_DT_F32, AR_DT_I64, AR_DT_I32}, -3, 3, 0, ROWS, 0};
+  g = (nn_given){{NULL, lab_ptr, lab_idx}, 0, false};
+  check_given(&k, &a, &g);
+  /* A padded batch: the last row does not count (loss and gradient 0). */
+  g.rows = 3;
+  k.name = "xent_multi softmax padded";
+  check_given(&k, &a, &g);
+  a.act = AR_ACT_SIGMOID;
+  k.name = "xent_multi sigmoid padded";
+  check_given(&k, &a, &g);
+}
+
+/* The fused activations the graph engine's fusion pass makes (conv and
+ * batch norm with act RELU are in test_conv and test_batchnorm). */
+static void test_fused(void **state) {
+  (void)state;
+  ar_nn_attr a;
+  ar_nn_attr_defaults(&a);
+  a.act = AR_ACT_RELU;
+  nn_case k = {"add relu broadcast", AR_NN_ADD, 2, {shp(3, 4, 1, 5, 0), shp(2, 3, 1, 0, 0)},
+               {AR_DT_F32, AR_DT_F32}, -1, 1, 0, ROWS, 0};
+  check(&k, &a);
+  k = (nn_case){"add relu", AR_NN_ADD, 2, {shp(4, 2, 3, 4, 5), shp(4, 2, 3, 4, 5)},
+                {AR_DT_F32, AR_DT_F32}, -1, 1, 0, EXACT, 0};
+  check(&k, &a);
+}
+
+static void test_typed(void **state) {
+  (void)state;
+  ar_nn_attr a;
+  ar_nn_attr_defaults(&a);
+  /* Integer arithmetic: exact, wrapping; DIV meets zero divisors. */
+  static const ar_dtype ints[] = {AR_DT_I64, AR_DT_I32, AR_DT_U8};
+  static const ar_nn_op ops[] = {AR_NN_ADD, AR_NN_SUB, AR_NN_MUL, AR_NN_DIV, AR_NN_POW};
+  for (size_t t = 0; t < sizeof ints / sizeof ints[0]; t++)
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+      char name[40];
+      snprintf(name, sizeof name, "%s %s", ar_nn_op_name(ops[o]), ar_dtype_name(ints[t]));
+      nn_case k = {name, ops[o], 2, {shp(3, 2, 3, 4, 0), shp(2, 1, 4, 0, 0)},
+                   {ints[t], ints[t]}, 0, 0, ops[o] == AR_NN_POW ? 9 : 300, EXACT, 0};
+      check(&k, &a);
+    }
+  /* Negative integers (random ones are not): truncating division, odd
+   * and negative powers, INT64_MIN / -1 wrapping. */
+  static const int64_t xs[6] = {-7, 7, INT64_MIN, -3, 0, -1};
+  static const int64_t zs[6] = {2, -2, -1, 3, 0, -3};
+  for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+    char name[40];
+    snprintf(name, sizeof name, "%s i64 signed", ar_nn_op_name(ops[o]));
+    nn_case k = {name, ops[o], 2, {shp(1, 6, 0, 0, 0), shp(1, 6, 0, 0, 0)},
+                 {AR_DT_I64, AR_DT_I64}, 0, 0, 1, EXACT, 0};
+    nn_given g = {{xs, zs, NULL}, 0, false};
+    check_given(&k, &a, &g);
+  }
+  /* WHERE: a broadcast condition and operands (the gradients summed over
+   * the broadcast dims: ROWS), then i64 operands. */
+  nn_case k = {"where broadcast", AR_NN_WHERE, 3,
+               {shp(3, 2, 1, 4, 0), shp(2, 3, 4, 0, 0), shp(3, 2, 3, 1, 0)},
+               {AR_DT_BOOL, AR_DT_F32, AR_DT_F32}, -1, 1, 2, ROWS, 0};
+  check(&k, &a);
+  k = (nn_case){"where i64", AR_NN_WHERE, 3,
+                {shp(2, 3, 4, 0, 0), shp(2, 3, 4, 0, 0), shp(1, 4, 0, 0, 0)},
+                {AR_DT_U8, AR_DT_I64, AR_DT_I64}, 0, 0, 2, EXACT, 0};
+  check(&k, &a);
+  a.shape = shp(4, 2, 3, 4, 5);
+  k = one("expand", AR_NN_EXPAND, shp(3, 3, 1, 5, 0), -1, 1, ROWS);
+  check(&k, &a);
+  k = (nn_case){"expand u8", AR_NN_EXPAND, 1, {shp(2, 4, 1, 0, 0)}, {AR_DT_U8}, 0, 0, 256,
+                EXACT, 0};
+  a.shape = shp(2, 1, 6, 0, 0);
+  check(&k, &a);
+  /* CAST: f32 beyond i32's, u8's ranges (truncated, then wrapped), to
+   * bool, integers to f32, and f32 to f32 (the gradient passes). */
+  ar_nn_attr_defaults(&a);
+  static const struct {
+    ar_dtype from, to;
+    float lo, hi;
+  } casts[] = {{AR_DT_F32, AR_DT_I32, -6e9f, 6e9f}, {AR_DT_F32, AR_DT_U8, -600, 600},
+               {AR_DT_F32, AR_DT_I64, -1e20f, 1e20f}, {AR_DT_F32, AR_DT_BOOL, -1, 1},
+               {AR_DT_I64, AR_DT_F32, 0, 0},          {AR_DT_I32, AR_DT_U8, 0, 0},
+               {AR_DT_U8, AR_DT_I64, 0, 0},           {AR_DT_F32, AR_DT_F32, -1, 1}};
+  for (size_t i = 0; i < sizeof casts / sizeof casts[0]; i++) {
+    char name[40];
+    snprintf(name, sizeof name, "cast %s to %s", ar_dtype_name(casts[i].from),
+             ar_dtype_name(casts[i].to));
+    a.to = casts[i].to;
+    k = (nn_case){name, AR_NN_CAST, 1, {shp(2, 5, 7, 0, 0)}, {casts[i].from}, casts[i].lo,
+                  casts[i].hi, 200, EXACT, 0};
+    check(&k, &a);
+  }
+  /* GATHER along axis 1: negative indices, two outside the axis (zeros),
+   * one repeated (its gradient rows added in index order: exact). */
+  static const int64_t gidx[6] = {-1, 2, 7, 0, 2, -6};
+  ar_nn_attr_defaults(&a);
+  a.axis = 1;
+  k = (nn_case){"gather", AR_NN_GATHER, 2, {shp(3, 3, 5, 4, 0), shp(2, 2, 3, 0, 0)},
+                {AR_DT_F32, AR_DT_I64}, -1, 1, 5, EXACT, 0};
+  nn_given g = {{NULL, gidx, NULL}, 0, false};
+  check_given(&k, &a, &g);
+  a.axis = -1;
+  k = (nn_case){"gather i32 of i32", AR_NN_GATHER, 2, {shp(2, 4, 6, 0, 0), shp(1, 5, 0, 0, 0)},
+                {AR_DT_I32, AR_DT_I32}, 0, 0, 6, EXACT, 0};
+  check(&k, &a);
+  ar_nn_attr_defaults(&a);
+  a.pad_nd[0] = 1;
+  a.pad_nd[2] = 2;
+  a.pad_nd[AR_NN_MAX_DIMS + 1] = 3;
+  a.pad_nd[AR_NN_MAX_DIMS + 2] = 1;
+  a.scalar = 0.5f;
+  k = one("pad", AR_NN_PAD, shp(3, 2, 3, 4, 0), -1, 1, EXACT);
+  check(&k, &a);
+  ar_nn_attr_defaults(&a);
+  k = (nn_case){"bce", AR_NN_BCE, 2, {shp(2, 5, 9, 0, 0), shp(2, 5, 9, 0, 0)},
+                {AR_DT_F32, AR_DT_F32}, -4, 4, 0, ROWS, 2u};
+  check(&k, &a);
+}
+
 /* ---- main ------------------------------------------------------------------------------ */
 
 /* The group's devices: the compared one with an arena of 1 GiB. */
@@ -583,6 +779,8 @@ int main(void) {
       cmocka_unit_test(test_unary),  cmocka_unit_test(test_binary),
       cmocka_unit_test(test_rows),   cmocka_unit_test(test_moves),
       cmocka_unit_test(test_tokens), cmocka_unit_test(test_attention),
+      cmocka_unit_test(test_sparse), cmocka_unit_test(test_fused),
+      cmocka_unit_test(test_typed),
   };
   int failed = cmocka_run_group_tests(tests, setup, parity_close);
   parity_print("CUDA vs host, graph ops (largest differences over every compared element)",

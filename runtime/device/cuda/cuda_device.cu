@@ -546,6 +546,7 @@ static const ar_device_ops cuda_ops = {
     /* topk */ ar__cuda_topk,
     /* adam */ ar__cuda_adam,
     /* sgd */ ar__cuda_sgd,
+    /* bn_fold */ ar__cuda_bn_fold,
     /* mem_info */ cuda_mem_info,
     /* open_lane */ cuda_open_lane,
     /* copy */ cuda_copy_d2d,

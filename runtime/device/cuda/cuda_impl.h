@@ -174,5 +174,9 @@ void ar__cuda_adam(ar_device *dev, int64_t n, float *p, const float *g,
                    float eps, float weight_decay, int64_t t);
 void ar__cuda_sgd(ar_device *dev, int64_t n, float *p, const float *g,
                   float *vel, float lr, float momentum, float weight_decay);
+void ar__cuda_bn_fold(ar_device *dev, int64_t out, int64_t per, const float *w,
+                      const float *bias, const float *gamma, const float *beta,
+                      const float *mean, const float *var, float eps, float *wf,
+                      float *bf);
 
 #endif /* ACCELRT_CUDA_IMPL_H */

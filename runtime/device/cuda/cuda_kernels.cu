@@ -598,3 +598,40 @@ void ar__cuda_sgd(ar_device *dev, int64_t n, float *p, const float *g,
       n, p, g, vel, lr, momentum, weight_decay);
   ar__cuda_launched(d, "sgd kernel");
 }
+
+/* ---- conv + batch-norm fold ------------------------------------------------------- */
+
+/* One thread per weight: its channel's s as the host computes it (double,
+ * rounded to float), then the product; the first `out` threads also write
+ * the folded bias. */
+__global__ void bn_fold_k(int64_t out, int64_t per, const float *w,
+                          const float *bias, const float *gamma,
+                          const float *beta, const float *mean,
+                          const float *var, double eps, float *wf, float *bf) {
+  const int64_t n = out * per > out ? out * per : out;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    if (i < out * per) {
+      const int64_t o = i / per;
+      wf[i] = w[i] * (float)((double)gamma[o] / sqrt((double)var[o] + eps));
+    }
+    if (i < out) {
+      const float s = (float)((double)gamma[i] / sqrt((double)var[i] + eps));
+      /* No contraction into an FMA: the host rounds the product first. */
+      bf[i] = __fadd_rn(__fmul_rn((bias ? bias[i] : 0.0f) - mean[i], s), beta[i]);
+    }
+  }
+}
+
+void ar__cuda_bn_fold(ar_device *dev, int64_t out, int64_t per, const float *w,
+                      const float *bias, const float *gamma, const float *beta,
+                      const float *mean, const float *var, float eps, float *wf,
+                      float *bf) {
+  ar__cuda_device *d = ar__cuda(dev);
+  const int64_t n = out * per > out ? out * per : out;
+  if (out <= 0 || !ar__cuda_enter(d))
+    return;
+  bn_fold_k<<<ar__cuda_grid(d, n, EW_BLOCK), EW_BLOCK, 0, d->stream>>>(
+      out, per, w, bias, gamma, beta, mean, var, (double)eps, wf, bf);
+  ar__cuda_launched(d, "bn_fold kernel");
+}

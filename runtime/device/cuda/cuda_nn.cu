@@ -16,6 +16,8 @@ static void fill(void) {
   ar__cuda_nn_math_register(table);
   ar__cuda_nn_shape_register(table);
   ar__cuda_nn_attention_register(table);
+  ar__cuda_nn_sparse_register(table);
+  ar__cuda_nn_typed_register(table);
 }
 
 const ar_nn_kernel *ar__cuda_nn_table(ar_device *dev) {

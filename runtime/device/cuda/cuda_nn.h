@@ -1,9 +1,9 @@
 /*
  * Inside the CUDA backend's graph ops (private to runtime/device/cuda;
  * CUDA C++ only): what the kernel files cuda_nn_conv.cu, cuda_nn_pool.cu,
- * cuda_nn_bnorm.cu, cuda_nn_math.cu, cuda_nn_shape.cu and
- * cuda_nn_attention.cu share, and the registration of their entries in the
- * CUDA table (cuda_nn.cu).
+ * cuda_nn_bnorm.cu, cuda_nn_math.cu, cuda_nn_shape.cu,
+ * cuda_nn_attention.cu, cuda_nn_sparse.cu and cuda_nn_typed.cu share,
+ * and the registration of their entries in the CUDA table (cuda_nn.cu).
  *
  * Every op keeps include/accelrt/nn.h's contract, with the host kernels
  * (runtime/device/host/nn_*.c) as the reference for each value: the same
@@ -88,6 +88,48 @@ static __device__ __forceinline__ float nn_block_max(float v) {
   return sh[0];
 }
 
+/* The gradient of a broadcast operand, gathered per operand element (the
+ * binary ops, WHERE, EXPAND): the operand's element strides st along the
+ * output's nd dims `out` are 0 where it is broadcast.  nn_bcast_coords:
+ * element j's coordinates along the dims the operand keeps into coord (0
+ * elsewhere; its dims are the output's where the stride is not 0), and
+ * how many output elements read it.  nn_bcast_elem: the r-th of those
+ * (row-major over the broadcast dims, so r in order walks them in output
+ * order), its coordinates into c, its output offset returned. */
+static __device__ __forceinline__ int64_t nn_bcast_coords(int nd, const int64_t *out,
+                                                          const int64_t *st, int64_t j,
+                                                          int64_t *coord) {
+  int64_t reps = 1, rest = j;
+  for (int k = 0; k < nd; k++) {
+    coord[k] = 0;
+    if (st[k] == 0)
+      reps *= out[k];
+  }
+  for (int k = 0; k < nd; k++)
+    if (st[k] != 0) {
+      coord[k] = rest / st[k];
+      rest %= st[k];
+    }
+  return reps;
+}
+
+static __device__ __forceinline__ int64_t nn_bcast_elem(int nd, const int64_t *out,
+                                                        const int64_t *st,
+                                                        const int64_t *coord, int64_t r,
+                                                        int64_t *c) {
+  int64_t e = 0, stride = 1;
+  for (int k = nd - 1; k >= 0; k--) {
+    c[k] = coord[k];
+    if (st[k] == 0) {
+      c[k] = r % out[k];
+      r /= out[k];
+    }
+    e += c[k] * stride;
+    stride *= out[k];
+  }
+  return e;
+}
+
 /* An asynchronous device-to-device copy on a's stream (RESHAPE, FLATTEN,
  * the gradient that passes through unchanged). */
 void ar__cuda_nn_copy(ar_nn_args *a, void *dst, const void *src, size_t bytes,
@@ -100,6 +142,8 @@ void ar__cuda_nn_bnorm_register(ar_nn_kernel *table);
 void ar__cuda_nn_math_register(ar_nn_kernel *table);
 void ar__cuda_nn_shape_register(ar_nn_kernel *table);
 void ar__cuda_nn_attention_register(ar_nn_kernel *table);
+void ar__cuda_nn_sparse_register(ar_nn_kernel *table);
+void ar__cuda_nn_typed_register(ar_nn_kernel *table);
 
 /* The table (cuda_device.cu's nn_table slot), filled once. */
 const ar_nn_kernel *ar__cuda_nn_table(ar_device *dev);

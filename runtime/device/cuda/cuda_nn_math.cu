@@ -6,17 +6,19 @@
  *     activation with the chain engine's bias_act, its backward masking
  *     gout into the workspace the host also asks for;
  *   - the unary element-wise ops and the binary ones (ADD, SUB, MUL, DIV,
- *     POW) on f32 with NumPy broadcasting or the scalar operand; the
+ *     POW) on f32 with NumPy broadcasting or the scalar operand, ADD with
+ *     its fused relu (act RELU: the graph engine's fusion pass); the
  *     gradient of a broadcast operand is gathered per operand element over
  *     the dims it is broadcast along (no workspace, no atomics).  Integer
- *     arithmetic (ONNX graphs) is not here: prepare answers
- *     AR_UNSUPPORTED;
+ *     operands (i64, i32, u8; ONNX graphs), forward only, through
+ *     nn/nn_elem.h's arithmetic, the host's own;
  *   - MEAN and SUM over one axis or all but the batch's;
  *   - SOFTMAX, LOG_SOFTMAX, LAYERNORM and XENT: one block per row, sums in
  *     double; LAYERNORM's dgamma and dbeta one thread per column, the rows
  *     added in order.
  */
 #include "cuda/cuda_nn.h"
+#include "nn/nn_elem.h"
 
 #include <math.h>
 #include <string.h>
@@ -215,6 +217,7 @@ typedef struct bin_g {
   int64_t st[2][AR_NN_MAX_DIMS];
   int op; /* ar_nn_op */
   bool two;
+  bool relu; /* ADD's fused relu (f32) */
   float scalar;
 } bin_g;
 
@@ -227,6 +230,7 @@ static bin_g bin_geom(const ar_nn_args *a) {
     g.out[k] = o->d[k];
   g.op = (int)a->op;
   g.two = a->n_in == 2;
+  g.relu = a->op == AR_NN_ADD && a->attr->act == AR_ACT_RELU;
   g.scalar = a->attr->scalar;
   for (int i = 0; i < a->n_in; i++) {
     const ar_shape *s = &a->in[i].shape;
@@ -255,9 +259,9 @@ static __device__ __forceinline__ void bin_offsets(const bin_g &g, int64_t e, in
   *ob = b;
 }
 
-static __device__ __forceinline__ float bin_f(int op, float x, float z) {
+static __device__ __forceinline__ float bin_f(int op, bool relu, float x, float z) {
   switch (op) {
-  case AR_NN_ADD: return x + z;
+  case AR_NN_ADD: return relu ? ((x + z) > 0.0f ? (x + z) : 0.0f) : x + z;
   case AR_NN_SUB: return x - z;
   case AR_NN_MUL: return x * z;
   case AR_NN_DIV: return x / z;
@@ -267,10 +271,10 @@ static __device__ __forceinline__ float bin_f(int op, float x, float z) {
 
 /* The gradient of operand `which` at one output element (x, z the
  * operands, gy its gout, y its output). */
-static __device__ __forceinline__ float bin_grad(int op, int which, float x, float z, float gy,
-                                                 float y) {
+static __device__ __forceinline__ float bin_grad(int op, bool relu, int which, float x, float z,
+                                                 float gy, float y) {
   switch (op) {
-  case AR_NN_ADD: return gy;
+  case AR_NN_ADD: return relu ? (y > 0.0f ? gy : 0.0f) : gy; /* the relu's own rule */
   case AR_NN_SUB: return which ? -gy : gy;
   case AR_NN_MUL: return which ? gy * x : gy * z;
   case AR_NN_DIV: return which ? -gy * x / (z * z) : gy / z;
@@ -282,7 +286,17 @@ static __global__ void bin_fwd_k(bin_g g, int64_t n, const float *x, const float
   NN_LOOP(e, n) {
     int64_t oa, ob;
     bin_offsets(g, e, &oa, &ob);
-    y[e] = bin_f(g.op, x[oa], g.two ? z[ob] : g.scalar);
+    y[e] = bin_f(g.op, g.relu, x[oa], g.two ? z[ob] : g.scalar);
+  }
+}
+
+/* Integer operands of one type t (two inputs): the host's int_run. */
+static __global__ void bin_int_k(bin_g g, int64_t n, ar_dtype t, const void *x, const void *z,
+                                 void *y) {
+  NN_LOOP(e, n) {
+    int64_t oa, ob;
+    bin_offsets(g, e, &oa, &ob);
+    nn_int_store(t, y, e, nn_int_apply(g.op, nn_int_load(t, x, oa), nn_int_load(t, z, ob)));
   }
 }
 
@@ -293,59 +307,32 @@ static __global__ void bin_fwd_k(bin_g g, int64_t n, const float *x, const float
 static __global__ void bin_bwd_k(bin_g g, int which, int64_t m, const float *x, const float *z,
                                  const float *gy, const float *y, float *d) {
   NN_LOOP(j, m) {
-    /* j's coordinates, from the operand's strides (its dims are the
-     * output's where the stride is not 0). */
-    int64_t coord[AR_NN_MAX_DIMS], reps = 1;
-    int64_t rest = j;
-    for (int k = 0; k < g.nd; k++) {
-      coord[k] = 0;
-      if (g.st[which][k] == 0)
-        reps *= g.out[k];
-    }
-    for (int k = 0; k < g.nd; k++)
-      if (g.st[which][k] != 0) {
-        coord[k] = rest / g.st[which][k];
-        rest %= g.st[which][k];
-      }
+    int64_t coord[AR_NN_MAX_DIMS], c[AR_NN_MAX_DIMS];
+    const int64_t reps = nn_bcast_coords(g.nd, g.out, g.st[which], j, coord);
     float s = 0.0f;
     for (int64_t r = 0; r < reps; r++) {
-      int64_t t = r, e = 0, stride = 1, oa = 0, ob = 0;
-      for (int k = g.nd - 1; k >= 0; k--) {
-        int64_t c = coord[k];
-        if (g.st[which][k] == 0) {
-          c = t % g.out[k];
-          t /= g.out[k];
-        }
-        e += c * stride;
-        stride *= g.out[k];
-        oa += c * g.st[0][k];
-        ob += c * g.st[1][k];
+      const int64_t e = nn_bcast_elem(g.nd, g.out, g.st[which], coord, r, c);
+      int64_t oa = 0, ob = 0;
+      for (int k = 0; k < g.nd; k++) {
+        oa += c[k] * g.st[0][k];
+        ob += c[k] * g.st[1][k];
       }
       const float zv = g.two ? z[ob] : g.scalar;
-      s += bin_grad(g.op, which, x[oa], zv, gy[e], y ? y[e] : 0.0f);
+      s += bin_grad(g.op, g.relu, which, x[oa], zv, gy[e], y ? y[e] : 0.0f);
     }
     d[j] = s;
   }
-}
-
-static ar_status bin_prepare(const ar_nn_args *a, bool training, void **state,
-                             size_t *work_bytes, ar_err *err) {
-  (void)training;
-  *state = NULL;
-  *work_bytes = 0;
-  for (int i = 0; i < a->n_in; i++)
-    if (a->in[i].dtype != AR_DT_F32)
-      return ar_errf(err, AR_UNSUPPORTED,
-                     "%s of %s inputs has no CUDA kernel in this version (f32 only); run the "
-                     "job with device: host",
-                     ar_nn_op_name(a->op), ar_dtype_name(a->in[i].dtype));
-  return AR_OK;
 }
 
 static void bin_forward(void *state, ar_nn_args *a) {
   (void)state;
   const bin_g g = bin_geom(a);
   const int64_t n = ar_shape_count(&a->out[0].shape);
+  if (a->in[0].dtype != AR_DT_F32) {
+    NN_LAUNCH(a, n, "nn integer binary forward", bin_int_k, g, n, a->in[0].dtype,
+              (const void *)a->in[0].p, (const void *)a->in[1].p, a->out[0].p);
+    return;
+  }
   NN_LAUNCH(a, n, "nn binary forward", bin_fwd_k, g, n, (const float *)a->in[0].p,
             (const float *)(g.two ? a->in[1].p : NULL), (float *)a->out[0].p);
 }
@@ -353,10 +340,11 @@ static void bin_forward(void *state, ar_nn_args *a) {
 static void bin_backward(void *state, ar_nn_args *a) {
   (void)state;
   const bin_g g = bin_geom(a);
-  /* POW's second operand reads the output (its sig's out_needed). */
-  const float *y = a->op == AR_NN_POW && g.two ? (const float *)a->out[0].p : NULL;
+  /* POW's second operand and ADD's fused relu read the output (their
+   * sig's out_needed). */
+  const float *y = (a->op == AR_NN_POW && g.two) || g.relu ? (const float *)a->out[0].p : NULL;
   for (int i = 0; i < a->n_in; i++) {
-    if (!a->gin[i].p)
+    if (!a->gin[i].p || a->in[i].dtype != AR_DT_F32) /* integers take no gradient */
       continue;
     const int64_t m = ar_shape_count(&a->in[i].shape);
     NN_LAUNCH(a, m, "nn binary backward", bin_bwd_k, g, i, m, (const float *)a->in[0].p,
@@ -660,7 +648,6 @@ void ar__cuda_nn_math_register(ar_nn_kernel *table) {
   }
   const ar_nn_op binary[] = {AR_NN_ADD, AR_NN_SUB, AR_NN_MUL, AR_NN_DIV, AR_NN_POW};
   for (size_t i = 0; i < sizeof binary / sizeof binary[0]; i++) {
-    table[binary[i]].prepare = bin_prepare;
     table[binary[i]].forward = bin_forward;
     table[binary[i]].backward = bin_backward;
   }

@@ -4,7 +4,9 @@
  * copy), SLICE, CONCAT and SPLIT (strided 2-D copies: the tensor seen as
  * (outer, axis x inner) rows), TRANSPOSE (one thread per output element),
  * EMBEDDING (a row gather; the table's gradient gathered per table element
- * over the batch's ids in order, so repeated ids sum without atomics),
+ * over the batch's ids in order, so repeated ids sum without atomics;
+ * sparse_grad: the batch's distinct ids listed ascending by a rank sort
+ * and an in-place compaction, and only their rows of the gradient written),
  * POSEMBED, MASK and DROPOUT (the host's counter-based generator, so the
  * same seed drops the same elements on both devices).
  */
@@ -246,20 +248,109 @@ static __global__ void embed_bwd_k(int64_t rows, int64_t d, int64_t vocab, const
   }
 }
 
+/* sparse_grad, step 1: list[1 + rank] = the ids ascending, rank = the
+ * ids smaller than this one plus the equal ones before it (a stable rank
+ * sort: every position is written once). */
+static __global__ void ids_sort_k(int64_t rows, const void *ids, bool i64, int64_t *list) {
+  NN_LOOP(i, rows) {
+    const int64_t v = id_at(ids, i64, i);
+    int64_t rank = 0;
+    for (int64_t j = 0; j < rows; j++) {
+      const int64_t u = id_at(ids, i64, j);
+      rank += u < v || (u == v && j < i);
+    }
+    list[1 + rank] = v;
+  }
+}
+
+/* Step 2, one block: the sorted ids' distinct values moved to the front in
+ * place, their count into list[0] (the host's distinct_ids).  A chunk of
+ * NN_BLOCK ids at a time: each thread reads its id and the one before
+ * (the previous chunk's last from `prev`), a scan of the keep flags gives
+ * each kept id its slot, and the writes (to slots at or before the ids'
+ * own, so never to a later chunk's) follow a barrier after every read. */
+static __global__ void ids_unique_k(int64_t rows, int64_t *list) {
+  __shared__ int sc[NN_BLOCK];
+  __shared__ int64_t last;
+  int64_t *v = list + 1, kept = 0, prev = 0;
+  const int t = (int)threadIdx.x;
+  for (int64_t base = 0; base < rows; base += NN_BLOCK) {
+    const int64_t i = base + t, end = base + NN_BLOCK < rows ? base + NN_BLOCK : rows;
+    const bool in = i < rows;
+    const int64_t x = in ? v[i] : 0;
+    const int64_t before = t == 0 ? prev : (in ? v[i - 1] : 0);
+    const int keep = in && (i == 0 || x != before);
+    sc[t] = keep;
+    if (i == end - 1)
+      last = x;
+    __syncthreads();
+    for (int off = 1; off < NN_BLOCK; off <<= 1) {
+      const int y = t >= off ? sc[t - off] : 0;
+      __syncthreads();
+      sc[t] += y;
+      __syncthreads();
+    }
+    if (keep)
+      v[kept + sc[t] - 1] = x;
+    kept += sc[NN_BLOCK - 1];
+    prev = last;
+    __syncthreads(); /* sc and last are read before the next chunk writes them */
+  }
+  if (t == 0)
+    list[0] = kept;
+}
+
+/* The sparse backward: gtable[v][c] for the listed ids v only (list[0] of
+ * them, at most rows), the sum of gout[r][c] over the rows whose id is v,
+ * in row order (the host's zeroed row plus each row in turn). */
+static __global__ void embed_bwd_rows_k(int64_t rows, int64_t d, const void *ids, bool i64,
+                                        const int64_t *list, const float *gy, float *gt) {
+  const int64_t cnt = list[0];
+  NN_LOOP(e, rows * d) {
+    const int64_t k = e / d, c = e % d;
+    if (k >= cnt)
+      continue;
+    const int64_t v = list[1 + k];
+    float s = 0.0f;
+    for (int64_t r = 0; r < rows; r++)
+      if (id_at(ids, i64, r) == v)
+        s += gy[r * d + c];
+    gt[v * d + c] = s;
+  }
+}
+
 static void embedding_forward(void *state, ar_nn_args *a) {
   (void)state;
   const int64_t rows = ar_shape_count(&a->in[0].shape), d = a->attr->out;
+  const bool i64 = a->in[0].dtype == AR_DT_I64;
   NN_LAUNCH(a, rows * d, "nn embedding forward", embed_fwd_k, rows, d, a->attr->vocab,
-            (const void *)a->in[0].p, a->in[0].dtype == AR_DT_I64,
-            (const float *)a->param[0].p, (float *)a->out[0].p);
+            (const void *)a->in[0].p, i64, (const float *)a->param[0].p,
+            (float *)a->out[0].p);
+  if (a->training && a->attr->sparse_grad) {
+    int64_t *list = (int64_t *)a->aux[0].p;
+    NN_LAUNCH(a, rows, "nn embedding sparse ids", ids_sort_k, rows, (const void *)a->in[0].p,
+              i64, list);
+    ar__cuda_device *dv = nn_dev(a);
+    if (rows == 0 && ar__cuda_enter(dv)) /* no ids: an empty list */
+      ar__cuda_note(dv, cudaMemsetAsync(list, 0, sizeof *list, dv->stream),
+                    "nn embedding sparse ids");
+    NN_LAUNCH_ROWS(a, rows > 0 ? 1 : 0, "nn embedding sparse ids", ids_unique_k, rows, list);
+  }
 }
 
 static void embedding_backward(void *state, ar_nn_args *a) {
   (void)state;
   const int64_t rows = ar_shape_count(&a->in[0].shape), d = a->attr->out;
+  const bool i64 = a->in[0].dtype == AR_DT_I64;
+  if (a->attr->sparse_grad) {
+    NN_LAUNCH(a, rows * d, "nn embedding backward", embed_bwd_rows_k, rows, d,
+              (const void *)a->in[0].p, i64, (const int64_t *)a->aux[0].p,
+              (const float *)a->gout[0].p, (float *)a->gparam[0].p);
+    return;
+  }
   NN_LAUNCH(a, a->attr->vocab * d, "nn embedding backward", embed_bwd_k, rows, d,
-            a->attr->vocab, (const void *)a->in[0].p, a->in[0].dtype == AR_DT_I64,
-            (const float *)a->gout[0].p, (float *)a->gparam[0].p);
+            a->attr->vocab, (const void *)a->in[0].p, i64, (const float *)a->gout[0].p,
+            (float *)a->gparam[0].p);
 }
 
 /* y (n, td) = x + P (td) on every batch row. */

@@ -190,6 +190,7 @@ static const ar_device_ops host_ops = {
     .topk = ar__host_topk,
     .adam = ar__host_adam,
     .sgd = ar__host_sgd,
+    .bn_fold = ar__host_bn_fold,
     .mem_info = host_mem_info,
     .open_lane = NULL, /* one synchronous queue: lanes share the handle */
     .copy = host_copy, /* memmove: overlapping ranges are fine */

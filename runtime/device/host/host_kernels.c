@@ -764,3 +764,18 @@ void ar__host_sgd(ar_device *dev, int64_t n, float *p, const float *g,
     }
   }
 }
+
+/* The conv + batch-norm fold (one thread: a conv's weights are small next
+ * to the evaluation batch it serves), s as the batch norm computes it. */
+void ar__host_bn_fold(ar_device *dev, int64_t out, int64_t per, const float *w,
+                      const float *bias, const float *gamma, const float *beta,
+                      const float *mean, const float *var, float eps, float *wf,
+                      float *bf) {
+  (void)dev;
+  for (int64_t o = 0; o < out; o++) {
+    const float s = (float)((double)gamma[o] / sqrt((double)var[o] + (double)eps));
+    for (int64_t j = 0; j < per; j++)
+      wf[o * per + j] = w[o * per + j] * s;
+    bf[o] = ((bias ? bias[o] : 0.0f) - mean[o]) * s + beta[o];
+  }
+}

@@ -54,6 +54,10 @@ void ar__host_act_grad(ar_device *dev, int64_t n, ar_act act, const float *y,
                        float *dy);
 void ar__host_col_sum(ar_device *dev, int64_t rows, int64_t cols,
                       const float *dy, bool accumulate, float *db);
+void ar__host_bn_fold(ar_device *dev, int64_t out, int64_t per, const float *w,
+                      const float *bias, const float *gamma, const float *beta,
+                      const float *mean, const float *var, float eps, float *wf,
+                      float *bf);
 
 void ar__host_softmax_xent(ar_device *dev, int64_t rows, int64_t cols,
                            const float *logits, const int64_t *lab_ptr,

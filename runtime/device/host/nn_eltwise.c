@@ -19,6 +19,7 @@
  * keeps, so each gradient element is summed by one thread, in one order.
  */
 #include "host/nn_math_impl.h"
+#include "nn/nn_elem.h"
 
 #include <math.h>
 #include <omp.h>
@@ -426,66 +427,13 @@ typedef struct int_ctx {
   void *dst;
 } int_ctx;
 
-static int64_t int_load(ar_dtype t, const void *p, int64_t i) {
-  switch (t) {
-  case AR_DT_I64:
-    return ((const int64_t *)p)[i];
-  case AR_DT_I32:
-    return ((const int32_t *)p)[i];
-  default:
-    return ((const uint8_t *)p)[i];
-  }
-}
-
-static void int_store(ar_dtype t, void *p, int64_t i, uint64_t v) {
-  switch (t) {
-  case AR_DT_I64:
-    ((int64_t *)p)[i] = (int64_t)v;
-    break;
-  case AR_DT_I32:
-    ((int32_t *)p)[i] = (int32_t)(uint32_t)v;
-    break;
-  default:
-    ((uint8_t *)p)[i] = (uint8_t)v;
-  }
-}
-
-/* x^z by squaring, wrapping; a negative exponent gives 1/x^-z truncated
- * (0 unless x is 1 or -1). */
-static uint64_t int_pow(int64_t x, int64_t z) {
-  if (z < 0)
-    return x == 1 ? 1u : x == -1 ? ((-z) % 2 ? (uint64_t)-1 : 1u) : 0u;
-  uint64_t r = 1, b = (uint64_t)x;
-  while (z) {
-    if (z & 1)
-      r *= b;
-    b *= b;
-    z >>= 1;
-  }
-  return r;
-}
-
-static uint64_t int_apply(ar_nn_op op, int64_t x, int64_t z) {
-  switch (op) {
-  case AR_NN_ADD:
-    return (uint64_t)x + (uint64_t)z;
-  case AR_NN_SUB:
-    return (uint64_t)x - (uint64_t)z;
-  case AR_NN_MUL:
-    return (uint64_t)x * (uint64_t)z;
-  case AR_NN_DIV:
-    return z == 0 ? 0u : z == -1 ? 0u - (uint64_t)x : (uint64_t)(x / z);
-  default:
-    return int_pow(x, z);
-  }
-}
-
 static void int_run(void *vctx, const bview *v, int64_t n, int64_t oa, int64_t ob, int64_t oo) {
   const int_ctx *c = vctx;
   const int64_t sa = v->s[0][v->nd - 1] != 0, sb = v->s[1][v->nd - 1] != 0;
   for (int64_t j = 0; j < n; j++)
-    int_store(c->t, c->dst, oo + j,
-              int_apply(c->op, int_load(c->t, c->a, oa + j * sa), int_load(c->t, c->b, ob + j * sb)));
+    nn_int_store(c->t, c->dst, oo + j,
+                 nn_int_apply(c->op, nn_int_load(c->t, c->a, oa + j * sa),
+                              nn_int_load(c->t, c->b, ob + j * sb)));
 }
 
 static void bin_forward(void *state, ar_nn_args *a) {

@@ -9,23 +9,12 @@
  * ar__nn_reduce_to, as the binary ops' are.
  */
 #include "host/nn_math_impl.h"
+#include "nn/nn_elem.h"
 
 #include <math.h>
 #include <string.h>
 
 /* ---- broadcasting of up to three operands ---------------------------------- */
-
-/* The element strides of an operand of shape `s` read at each index of
- * `out` (aligned at the last dims; 0 where broadcast). */
-static void bstrides(const ar_shape *out, const ar_shape *s, int64_t *st) {
-  int64_t acc = 1;
-  for (int k = out->nd - 1; k >= 0; k--) {
-    int kk = k - (out->nd - s->nd);
-    int64_t ext = kk >= 0 ? s->d[kk] : 1;
-    st[k] = ext == out->d[k] && ext != 1 ? acc : 0;
-    acc *= ext;
-  }
-}
 
 /* Calls f(ctx, i, off[0..nops)) for each output element i in order, with
  * the operands' element offsets. */
@@ -35,7 +24,7 @@ static void odometer(const ar_shape *out, int nops, const ar_shape *const *ops, 
                      void *ctx) {
   int64_t st[3][AR_NN_MAX_DIMS], idx[AR_NN_MAX_DIMS] = {0}, off[3] = {0, 0, 0};
   for (int i = 0; i < nops; i++)
-    bstrides(out, ops[i], st[i]);
+    nn_bcast_strides(out, ops[i], st[i]);
   const int64_t n = ar_shape_count(out);
   for (int64_t i = 0; i < n; i++) {
     f(ctx, i, off);
@@ -209,18 +198,6 @@ static ar_status cast_infer(const ar_nn_attr *attr, int n_in, const ar_shape *in
   return AR_OK;
 }
 
-/* A float as an integer: truncated toward zero, NaN 0, saturated at
- * int64's range (C leaves the conversion of such values undefined). */
-static int64_t float_to_int(double v) {
-  if (isnan(v))
-    return 0;
-  if (v >= 9223372036854775807.0)
-    return INT64_MAX;
-  if (v <= -9223372036854775808.0)
-    return INT64_MIN;
-  return (int64_t)v;
-}
-
 static void cast_forward(void *state, ar_nn_args *a) {
   (void)state;
   const int64_t n = ar_shape_count(&a->in[0].shape);
@@ -231,46 +208,8 @@ static void cast_forward(void *state, ar_nn_args *a) {
     memcpy(y, x, (size_t)n * ar_dtype_size(to));
     return;
   }
-  for (int64_t i = 0; i < n; i++) {
-    double f = 0;
-    int64_t v = 0;
-    switch (from) {
-    case AR_DT_F32:
-      f = ((const float *)x)[i];
-      v = float_to_int(f);
-      if (to == AR_DT_BOOL)
-        v = f != 0.0; /* NaN is true, as NumPy's astype(bool) */
-      break;
-    case AR_DT_I64:
-      v = ((const int64_t *)x)[i];
-      break;
-    case AR_DT_I32:
-      v = ((const int32_t *)x)[i];
-      break;
-    default: /* u8, bool */
-      v = ((const uint8_t *)x)[i];
-      break;
-    }
-    if (from != AR_DT_F32)
-      f = (double)v;
-    switch (to) {
-    case AR_DT_F32:
-      ((float *)y)[i] = (float)f;
-      break;
-    case AR_DT_I64:
-      ((int64_t *)y)[i] = v;
-      break;
-    case AR_DT_I32:
-      ((int32_t *)y)[i] = (int32_t)(uint32_t)(uint64_t)v;
-      break;
-    case AR_DT_U8:
-      ((uint8_t *)y)[i] = (uint8_t)(uint64_t)v;
-      break;
-    case AR_DT_BOOL:
-      ((uint8_t *)y)[i] = v != 0;
-      break;
-    }
-  }
+  for (int64_t i = 0; i < n; i++)
+    nn_cast_elem(from, to, x, y, i);
 }
 
 static void cast_backward(void *state, ar_nn_args *a) {
