@@ -4,7 +4,7 @@
  * fused graph's:
  *
  *   - training and evaluation: a relu whose input is read by it alone and
- *     made by a conv, a batch norm or (on the host) a two-input add
+ *     made by a conv, a batch norm or a two-input f32 add
  *     becomes that op's fused activation (act RELU): one node and one
  *     activation tensor (and its gradient) fewer, one pass over memory
  *     fewer each way.  Legal in training because each op's backward takes
@@ -27,7 +27,6 @@
  * Tests: tests/engine/test_net_fuse.c. */
 #include "net_impl.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,12 +42,6 @@ struct net_fold {
 static bool fuse_enabled(void) {
   const char *e = getenv("ACCELRT_FUSE");
   return !(e && !strcmp(e, "0"));
-}
-
-/* Whether the job runs on the host (graph models on `auto` do). */
-static bool host_job(const ar_net *n) {
-  const char *d = n->spec ? n->spec->device : NULL;
-  return !d || strncmp(d, "cuda", 4) != 0;
 }
 
 /* The nodes reading tensor t: their count, the last one in *who. */
@@ -133,9 +126,7 @@ static bool takes_relu(const ar_net *n, int p) {
     return false;
   if (d->op == AR_NN_CONV2D || d->op == AR_NN_BATCHNORM)
     return true;
-  /* The add's fused relu is a host kernel (the CUDA backend has none). */
-  return d->op == AR_NN_ADD && host_job(n) && d->n_in == 2 &&
-         n->tensors[d->in[0]].dtype == AR_DT_F32;
+  return d->op == AR_NN_ADD && d->n_in == 2 && n->tensors[d->in[0]].dtype == AR_DT_F32;
 }
 
 /* Relu nodes into their producers; *count: how many. */
@@ -263,6 +254,27 @@ ar_status ar__net_fuse_prepare(ar_net *n, ar_device *host, size_t *most, ar_err 
   return AR_OK;
 }
 
+ar_status ar__net_fuse_prepare_device(ar_net *n, ar_err *err) {
+  for (int k = 0; k < n->n_folds; k++) {
+    struct net_fold *f = &n->folds[k];
+    ar_nn_prim *p = NULL;
+    size_t w = 0;
+    ar_status st = ar_device_nn_prepare(n->dev, &f->args, false, &p, &w, err);
+    if (st == AR_OK && w > n->work_bytes) {
+      ar_device_nn_release(n->dev, p);
+      st = ar_errf(err, AR_UNSUPPORTED,
+                   "the %s kernel of the folded conv asks for a workspace of %zu bytes, more "
+                   "than the %zu the plan holds (a bug: run the job with device: host)",
+                   ar_device_name(n->dev), w, n->work_bytes);
+    }
+    if (st != AR_OK)
+      return ar_err_wrap(err, "%s (folded with its batch norm)", n->nodes[f->conv].path);
+    ar_device_nn_release(n->dev, f->prim);
+    f->prim = p;
+  }
+  return AR_OK;
+}
+
 void ar__net_fuse_bind(ar_net *n) {
   for (int k = 0; k < n->n_folds; k++)
     fold_args(n, &n->folds[k]);
@@ -282,22 +294,16 @@ void ar__net_fuse_free(ar_net *n) {
 }
 
 /* w s and (b - mean) s + beta from the current parameters and running
- * statistics (host memory), s as the batch norm computes its scale. */
+ * statistics, s as the batch norm computes its scale, on the net's device
+ * (ar_device_bn_fold: the host's loop, or a CUDA kernel). */
 static void fold_weights(ar_net *n, const struct net_fold *f) {
   const nnode *c = &n->nodes[f->conv], *bn = &n->nodes[f->bn];
-  const float *w = n->tensors[c->param[0]].p;
-  const float *cb = c->attr.bias ? n->tensors[c->param[1]].p : NULL;
-  const float *gamma = n->tensors[bn->param[0]].p, *beta = n->tensors[bn->param[1]].p;
-  const float *rm = n->tensors[bn->state[0]].p, *rv = n->tensors[bn->state[1]].p;
-  float *wf = n->tensors[f->wf].p, *bf = n->tensors[f->bf].p;
   const int64_t out = f->sig.param[0].d[0], per = ar_shape_count(&f->sig.param[0]) / out;
-  const double eps = (double)bn->attr.eps;
-  for (int64_t o = 0; o < out; o++) {
-    const float s = (float)((double)gamma[o] / sqrt((double)rv[o] + eps));
-    for (int64_t j = 0; j < per; j++)
-      wf[o * per + j] = w[o * per + j] * s;
-    bf[o] = ((cb ? cb[o] : 0.0f) - rm[o]) * s + beta[o];
-  }
+  ar_device_bn_fold(n->dev, out, per, n->tensors[c->param[0]].p,
+                    c->attr.bias ? n->tensors[c->param[1]].p : NULL,
+                    n->tensors[bn->param[0]].p, n->tensors[bn->param[1]].p,
+                    n->tensors[bn->state[0]].p, n->tensors[bn->state[1]].p, bn->attr.eps,
+                    n->tensors[f->wf].p, n->tensors[f->bf].p);
 }
 
 bool ar__net_fold_forward(ar_net *n, int node) {

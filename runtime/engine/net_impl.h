@@ -87,6 +87,8 @@ struct ar_net {
   ar_plan plan;
   size_t staging_bytes;   /* host: x, y, loss rows, top-5 */
   void *staging;
+  int64_t *sparse_rows;   /* host: a copy of a sparse table's row list on a
+                             device other than the host (net_sparse_grad.c) */
   ar_device *dev;
   void *persistent, *ephemeral;
   bool own_blocks, started;
@@ -215,12 +217,14 @@ void ar__net_sparse_hits(const ar_net *n, const float *loss, const int32_t *top,
 /* net_fuse.c: the fusion pass (docs/graph.md, "Fusion").  ar__net_fuse
  * rewrites the built graph before differentiation (ACCELRT_FUSE=0: not);
  * the others keep its evaluation folds: their lifetimes in the plan, their
- * kernels (prepared on the planning host, the workspace's most raised),
- * their pointers after binding, and an evaluation forward's node i run
- * folded (true: done, including a folded batch norm's skip; host only). */
+ * kernels (prepared on the planning host, the workspace's most raised;
+ * again on the net's device when that is not the host, within the plan's
+ * workspace), their pointers after binding, and an evaluation forward's
+ * node i run folded (true: done, including a folded batch norm's skip). */
 ar_status ar__net_fuse(ar_net *n, ar_err *err);
 void ar__net_fuse_lifetimes(ar_net *n);
 ar_status ar__net_fuse_prepare(ar_net *n, ar_device *host, size_t *most, ar_err *err);
+ar_status ar__net_fuse_prepare_device(ar_net *n, ar_err *err);
 void ar__net_fuse_bind(ar_net *n);
 bool ar__net_fold_forward(ar_net *n, int node);
 void ar__net_fuse_release(ar_net *n);
@@ -229,10 +233,12 @@ void ar__net_fuse_print(const ar_net *n, FILE *to);
 
 /* net_sparse_grad.c: sparse embedding gradients (docs/graph.md).  The check
  * refuses sparse_grad where it cannot run (AR_SPEC, located) and marks the
- * tables; the lifetimes keep each id list to the optimizer; opt_sparse
- * steps a marked table's listed rows (host memory). */
+ * tables; the lifetimes keep each id list to the optimizer; start (on a
+ * device other than the host) makes the host buffer the lists are copied
+ * to; opt_sparse steps a marked table's listed rows. */
 ar_status ar__net_sparse_check(ar_net *n, bool training, ar_err *err);
 void ar__net_sparse_lifetimes(ar_net *n);
+ar_status ar__net_sparse_start(ar_net *n, ar_err *err);
 void ar__net_opt_sparse(ar_net *n, int tensor, double lr);
 
 #endif

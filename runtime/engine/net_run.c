@@ -186,7 +186,7 @@ static ar_status prepare_device(ar_net *n, ar_err *err) {
     d->ptrain = pt;
     d->peval = pe;
   }
-  return AR_OK;
+  return ar__net_fuse_prepare_device(n, err);
 }
 
 /* init_tensors into a host image of the persistent block (every tensor it
@@ -236,6 +236,7 @@ ar_status ar_net_start(ar_net *n, ar_device *dev, void *persistent, void *epheme
   } else {
     AR_CHECK(prepare_device(n, err));
     AR_CHECK(init_device(n, err));
+    AR_CHECK(ar__net_sparse_start(n, err));
   }
   return ar__net_head_start(n, err);
 }
@@ -263,6 +264,8 @@ void ar__net_stop(ar_net *n) {
   if (n->dev && n->staging)
     ar_device_host_free(n->dev, n->staging);
   n->staging = NULL;
+  ar_free(n->sparse_rows);
+  n->sparse_rows = NULL;
   n->own_blocks = false;
 }
 
@@ -333,7 +336,7 @@ static ar_status forward(ar_net *n, bool training, ar_err *err) {
       AR_CHECK(ar__net_head_forward(n, d, err)); /* the loss rows too */
     else if (training && n->smp && (d->after_head || (d->op == AR_NN_XENT && !d->trains)))
       continue; /* computed by the sampled head */
-    else if (!training && n->n_folds && on_host(n) && ar__net_fold_forward(n, i))
+    else if (!training && n->n_folds && ar__net_fold_forward(n, i))
       ; /* a conv folded with its batch norm (net_fuse.c) */
     else
       ar_device_nn_forward(n->dev, training ? d->ptrain : d->peval, &d->args);

@@ -17,8 +17,10 @@
  *     lazy rules, which differ from dense ones where a row is absent from
  *     a batch.
  *
- * Host only (the list is read on the host) and not under `distributed:`
- * (the servers step whole tensors): both refused when the graph is built.
+ * On the host and on CUDA (the embedding's kernels list the ids and write
+ * the rows on the device; the list is copied to the host, which launches
+ * the optimizer row by row), not under `distributed:` (the servers step
+ * whole tensors): refused when the graph is built.
  * The table's gradient keeps the table's shape in the plan (the rows not
  * listed are simply not written).  Tests: tests/engine/test_net_sparse_grad.c. */
 #include "net_impl.h"
@@ -54,11 +56,6 @@ ar_status ar__net_sparse_check(ar_net *n, bool training, ar_err *err) {
       continue;
     if (!n->spec)
       return refuse(n, d, "a graph built by a program has no sparse gradients", err);
-    if (n->spec->device && !strncmp(n->spec->device, "cuda", 4))
-      return refuse(n, d,
-                    "sparse embedding gradients run on the host; set device: host or remove "
-                    "sparse_grad",
-                    err);
     if (n->spec->distributed.enabled)
       return refuse(n, d,
                     "the parameter servers step whole tensors; remove sparse_grad under "
@@ -83,11 +80,33 @@ void ar__net_sparse_lifetimes(ar_net *n) {
   }
 }
 
+ar_status ar__net_sparse_start(ar_net *n, ar_err *err) {
+  size_t most = 0;
+  for (int i = 0; i < n->n_nodes; i++) {
+    const nnode *d = &n->nodes[i];
+    if (d->trains && d->attr.sparse_grad && n->tensors[d->param[0]].sparse &&
+        n->tensors[d->aux[0]].bytes > most)
+      most = n->tensors[d->aux[0]].bytes;
+  }
+  if (!most || !strcmp(ar_device_name(n->dev), "host"))
+    return AR_OK;
+  n->sparse_rows = ar_malloc(most);
+  if (!n->sparse_rows)
+    return ar_errf(err, AR_NOMEM, "out of host memory for the sparse embedding rows");
+  return AR_OK;
+}
+
 void ar__net_opt_sparse(ar_net *n, int tensor, double lr) {
   const ar_spec *s = n->spec;
   const ntensor *t = &n->tensors[tensor];
-  const int64_t *rows = n->tensors[n->nodes[t->producer].aux[0]].p;
+  const ntensor *list = &n->tensors[n->nodes[t->producer].aux[0]];
+  const int64_t *rows = list->p;
   const int64_t width = t->shape.d[1];
+  if (n->sparse_rows) { /* a device: the list to the host (a failed copy is the device's) */
+    if (ar_device_copy_out(n->dev, n->sparse_rows, list->p, list->bytes) != AR_OK)
+      return;
+    rows = n->sparse_rows;
+  }
   float wd = t->decay ? (float)s->train.weight_decay : 0.0f;
   const bool adam = s->train.optimizer == AR_OPT_ADAM;
   const float keep = adam && s->train.decoupled ? 1.0f - (float)lr * wd : 1.0f;
@@ -98,9 +117,12 @@ void ar__net_opt_sparse(ar_net *n, int tensor, double lr) {
   float *v = t->opt2 >= 0 ? n->tensors[t->opt2].p : NULL;
   for (int64_t k = 0; k < rows[0]; k++) {
     const int64_t off = rows[1 + k] * width;
-    if (keep != 1.0f) /* AdamW: the row shrinks, its gradient stays the loss's */
+    if (keep != 1.0f && !n->sparse_rows) /* AdamW: the row shrinks, its gradient stays the loss's */
       for (int64_t j = 0; j < width; j++)
         w[off + j] *= keep;
+    else if (keep != 1.0f) /* on a device: a GEMM with k = 0 scales C (the row) by beta */
+      ar_device_gemm(n->dev, false, false, 1, width, 0, 1.0f, w + off, 1, w + off, width, keep,
+                     w + off, width);
     if (adam)
       ar_device_adam(n->dev, width, w + off, g + off, m + off, v + off, (float)lr,
                      (float)s->train.beta1, (float)s->train.beta2, (float)s->train.eps, wd,

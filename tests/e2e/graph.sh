@@ -372,9 +372,56 @@ for it in sorted(h):
     assert math.isfinite(c[it]) and abs(c[it] - h[it]) <= tol * abs(h[it]), (it, h[it], c[it])
     print(f"{sys.argv[1].split('-host')[0]} step {it}: host {h[it]:.6f} cuda {c[it]:.6f}")
 PY
+    # The evaluation after the last step: the CNNs' convs run folded with
+    # their batch norms (net_fuse.c; ar_device_bn_fold on the GPU).
+    python3 - "$cfg-host/summary.json" "$cfg-cuda/summary.json" <<'PY' || fail "$cfg: the evaluation on cuda:0 is not the host's"
+import json, math, sys
+h, c = (json.load(open(p)) for p in sys.argv[1:3])
+assert math.isfinite(c["loss"]) and abs(c["loss"] - h["loss"]) <= 2e-2 * abs(h["loss"]), (h["loss"], c["loss"])
+print(f"{sys.argv[1].split('-host')[0]} evaluation loss: host {h['loss']:.6f} cuda {c['loss']:.6f}")
+PY
     ran=$((ran + 1))
   done
   [ "$ran" -gt 0 ] || { echo "no ready graph job could run here: skipped"; exit 77; }
+  # A graph model over sparse input (sparse_dense, xent_multi): the chain's
+  # kernels on both devices, so the same losses within rounding (spmm_t's
+  # atomics on the GPU add a feature's rows in any order).
+  "$bin" gen-data --out xc --shape delicious --train-points 1024 --test-points 256 --seed 1 \
+    > /dev/null || fail "gen-data (sparse)"
+  for dev in host cuda:0; do
+    cat > "sparse-${dev%%:*}.yaml" <<YAML
+name: sg
+device: $dev
+seed: 1
+model:
+  input: {sparse: 500}
+  layers:
+    - {name: hidden, dense: 64, activation: relu, inputs: [input]}
+    - {name: out, dense: 983, activation: softmax}
+data: {train: xc/train.txt, test: xc/test.txt, format: xc}
+train: {batch: 128, iterations: 5, log_every: 1, optimizer: {adam: {lr: 0.001}},
+        eval_every: 0, eval_points: 256}
+output: {dir: sparse-${dev%%:*}}
+YAML
+    "$bin" run "sparse-${dev%%:*}.yaml" --quiet 2> sparse.err ||
+      { cat sparse.err; fail "the sparse graph model on $dev did not run"; }
+  done
+  python3 - sparse-host sparse-cuda <<'PY' || fail "sparse graph model: cuda:0 is not the host"
+import json, math, sys
+def losses(d):
+    return [json.loads(l)["train_loss"] for l in open(d + "/metrics.jsonl")
+            if json.loads(l).get("kind", "train") == "train" and "train_loss" in json.loads(l)]
+h, c = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(h) == len(c) > 0, (h, c)
+for i, (a, b) in enumerate(zip(h, c)):
+    # The first step differs by rounding only; later ones by what Adam makes of it.
+    assert math.isfinite(b) and abs(a - b) <= (1e-3 if i == 0 else 2e-2) * abs(a), (h, c)
+hs, cs = (json.load(open(d + "/summary.json")) for d in sys.argv[1:3])
+assert abs(hs["loss"] - cs["loss"]) <= 2e-2 * abs(hs["loss"]), (hs["loss"], cs["loss"])
+# P@1 over 256 points: a near tie may go the other way on one point.
+assert abs(hs["p_at_1"] - cs["p_at_1"]) <= 100.0 / 256 + 1e-9, (hs["p_at_1"], cs["p_at_1"])
+print(f"sparse graph model: train losses host {h} cuda {c}; P@1 {hs['p_at_1']} / {cs['p_at_1']}")
+PY
   # Lanes on the GPU: the graph and chain models of a jobs: file share one
   # arena, each lane a stream with its cuBLAS and cuDNN handles.
   jobs_run cuda:0
