@@ -302,7 +302,7 @@ static const ar_schema layer_keys[] = {
     {.key = "sparse_grad", .only_given = true, .type = AR_SCHEMA_ENUM, .values = bool_values, .def = "false",
      .doc = "`embedding`: the backward and the optimizer touch only the rows of the ids in the "
             "batch (lazy: SGD's momentum, Adam's moments and weight decay move those rows only, "
-            "as PyTorch's SparseAdam); host, not under `distributed:`."},
+            "as PyTorch's SparseAdam); host and CUDA, not under `distributed:`."},
     {.key = "sparse",
      .type = AR_SCHEMA_MAP,
      .kids = sparse_keys,

@@ -348,14 +348,18 @@ cuda)
   "$bin" info 2>/dev/null | grep -q '^cuda:0:' || { echo "no CUDA device: skipped"; exit 77; }
   cd "$work" || exit 1
   ran=0
-  for cfg in fashion-cnn fashion-resnet tokens-transformer; do
+  # tokens-sparse: the transformer with sparse embedding gradients.
+  for cfg in fashion-cnn fashion-resnet tokens-transformer tokens-sparse; do
     extra=()
+    job=$cfg
     case $cfg in
       fashion-*) [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || continue ;;
+      tokens-sparse) job=tokens-transformer
+        extra=(--set data.generate.train_points=2000 --set 'model.layers[1].sparse_grad=true') ;;
       tokens-*) extra=(--set data.generate.train_points=2000) ;;
     esac
     for dev in host cuda:0; do
-      "$bin" run "$src/configs/$cfg.yaml" --quiet --set device="$dev" --set train.iterations=5 \
+      "$bin" run "$src/configs/$job.yaml" --quiet --set device="$dev" --set train.iterations=5 \
         --set train.log_every=1 --set train.eval_points=256 --set output.dir="$cfg-${dev%%:*}" \
         "${extra[@]}" 2> "$cfg.err" || { cat "$cfg.err"; fail "$cfg on $dev did not run"; }
     done
