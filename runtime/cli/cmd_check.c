@@ -308,6 +308,11 @@ int cli_check(int argc, char **argv) {
          spec->n_jobs > 0 ? " jobs file"
          : spec->distributed.enabled ? " distributed job" : " job");
   ar_err err = AR_ERR_INIT;
+  if ((rc = cli_route_chain(spec, stdout)) >= 0) {
+    ar_spec_destroy(spec);
+    ar_free(sets);
+    return rc;
+  }
   if (spec->n_jobs > 0)
     st = check_jobs(spec, NULL, &err);
   else if (spec->distributed.enabled)

@@ -262,5 +262,8 @@ ar_status ar__checkpoint_save_tensors(const ar__ckpt_tensors *t, int64_t step,
 ar_status ar__checkpoint_load_tensors(const ar__ckpt_tensors *t, int64_t *step,
                                       ar_ckpt_state *st, const ar_fs *fs, const char *path,
                                       ar_err *err);
+/* net_lower.c: a lowered chain's list (ar_spec.lowered) in the chain's
+ * order and under its names (ar_model_tensors'), replacing t's arrays. */
+ar_status ar__lower_ckpt_list(const ar_spec *s, ar__ckpt_tensors *t, ar_err *err);
 
 #endif

@@ -308,7 +308,8 @@ static ar_status ckpt_list(run_ctx *c, ar__ckpt_tensors *t) {
     memcpy(cs[i].d, sh[i].d, (size_t)sh[i].nd * sizeof sh[i].d[0]);
   }
   ar_free(sh);
-  return AR_OK;
+  /* A lowered chain's file is the chain's: its names and order. */
+  return c->spec->lowered ? ar__lower_ckpt_list(c->spec, t, c->err) : AR_OK;
 }
 
 static void ckpt_free(ar__ckpt_tensors *t) {
