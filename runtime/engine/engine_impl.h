@@ -195,6 +195,7 @@ typedef struct ar_job run_ctx;
 
 /* net_job.c: a graph model's part of the job's life cycle. */
 ar_status ar__netjob_open_data(run_ctx *c);
+ar_status ar__netjob_fit(run_ctx *c, ar_device *dev, const void *persistent);
 ar_status ar__netjob_start(run_ctx *c, ar_device *dev, void *persistent, void *ephemeral);
 ar_status ar__netjob_step(run_ctx *c);
 /* Stages the first batch of the test split (the training split when the
