@@ -243,6 +243,33 @@ ar_status ar_net_build_onnx(const ar_spec *spec, int64_t batch, const ar_fs *fs,
  * the net was not built from a graph or not started; device statuses. */
 ar_status ar_net_infer(ar_net *n, const void *const *in, void *const *out, ar_err *err);
 
+/* ---- chains lowered onto the graph engine (runtime/engine/net_lower.c) ----
+ * A job file's chain (model.layers without `inputs:`, over model.input.
+ * sparse) is the graph the graph engine builds when ar_spec.graph is set:
+ * item 0 reads the sparse input (op sparse_dense, w (features, width) as
+ * the chain's first layer), each later item the previous one (op dense,
+ * w (width, inputs) as the chain's), the last item's activation the loss
+ * (xent_multi).  Parameters are named as the chain's ("LAYER.w",
+ * "LAYER.b"); the optimizer's slots "LAYER.w.adam_m" / ".adam_v" /
+ * ".velocity" are the chain's "LAYER.state1.w" / "LAYER.state2.w" (and .b),
+ * and a lowered job's checkpoints list them in the chain's order under the
+ * chain's names, so a checkpoint of either engine resumes on the other
+ * (docs/graph.md, "Lowered chains"). */
+typedef enum ar_chain_engine { AR_CHAIN_ENGINE_CHAIN = 0, AR_CHAIN_ENGINE_GRAPH } ar_chain_engine;
+/* The engine ACCELRT_CHAIN_ENGINE asks for ("chain", the default when
+ * unset or empty, or "graph").  AR_INVALID naming the value otherwise. */
+ar_status ar_chain_engine_env(ar_chain_engine *out, ar_err *err);
+/* NULL when spec is a chain the graph engine can train as the chain
+ * engine does (and not already a graph model), else why not: a
+ * sentence in buf (cap bytes), which is returned. */
+const char *ar_chain_lower_refusal(const ar_spec *spec, char *buf, size_t cap);
+/* Under engine `e`, lowers spec (and each job of a jobs: file) when it can
+ * be (ar_spec.graph and .lowered set); a chain that stays on the chain
+ * engine under AR_CHAIN_ENGINE_GRAPH says why once, at info level.  With
+ * `notes` (accelrt check), each chain's engine line goes there instead.
+ * Returns the number of jobs lowered. */
+int ar_chain_route(ar_spec *spec, ar_chain_engine e, FILE *notes);
+
 #ifdef __cplusplus
 }
 #endif

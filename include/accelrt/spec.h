@@ -160,6 +160,10 @@ typedef struct ar_spec {
    * tokens, an item uses a graph-only key, or the data is idx or npy.
    * Otherwise the chain of dense (or sampled) layers of ar_model. */
   bool graph;
+  /* A chain of model.layers routed to the graph engine (graph set too;
+   * runtime/engine/net_lower.c): its checkpoints keep the chain's names,
+   * order and shapes, its export is the chain's. */
+  bool lowered;
   /* model.onnx: an ONNX model file (include/accelrt/onnx.h), resolved like
    * the data paths; then there are no layers (n_layers 0), the model's
    * initializers are the initial parameters and the loss is softmax

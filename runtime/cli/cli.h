@@ -56,6 +56,10 @@ int cli_one_job(const char *cmd, int argc, void (*usage)(FILE *to));
 /* Prints why a job file did not load (its diagnostics, or the status) and
  * returns the exit status: 2, or 1 when out of memory. */
 int cli_load_failed(const char *file, ar_status st, const ar_diags *diags);
+/* ACCELRT_CHAIN_ENGINE=graph: lowers the chains of spec that can be onto
+ * the graph engine (ar_chain_route; notes: accelrt check's engine lines).
+ * -1 to go on, else the exit status after saying what is wrong. */
+int cli_route_chain(ar_spec *spec, FILE *notes);
 
 /* One build feature as `accelrt info` lists it (run.json's features). */
 #define CLI_MAX_FEATURES 12

@@ -70,6 +70,9 @@ static ar_status plan_graph(const ar_spec *spec, ar_plan *plan, ar_err *err) {
   for (int i = 0; i < p->count; i++)
     if (p->entries[i].cls == AR_MEM_HOST && strstr(p->entries[i].name, ".lsh."))
       printf("  host: %-32s %s\n", p->entries[i].name, human(p->entries[i].bytes, a, sizeof a));
+  if (spec->lowered) /* a chain's lines, which tools read */
+    printf("persistent bytes: %zu\nephemeral peak bytes: %zu\nhost bytes: %zu\n",
+           p->persistent_bytes, p->ephemeral_bytes, p->host_bytes);
   ar_net_destroy(net);
   return AR_OK;
 }
@@ -308,6 +311,11 @@ int cli_check(int argc, char **argv) {
          spec->n_jobs > 0 ? " jobs file"
          : spec->distributed.enabled ? " distributed job" : " job");
   ar_err err = AR_ERR_INIT;
+  if ((rc = cli_route_chain(spec, stdout)) >= 0) {
+    ar_spec_destroy(spec);
+    ar_free(sets);
+    return rc;
+  }
   if (spec->n_jobs > 0)
     st = check_jobs(spec, NULL, &err);
   else if (spec->distributed.enabled)

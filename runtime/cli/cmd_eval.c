@@ -147,6 +147,8 @@ static int load_job(const char *file, const char **sets, int n_sets, ar_spec **s
   } else if ((*spec)->n_jobs > 0) {
     fprintf(stderr, "accelrt eval: %s lists several jobs; evaluate one job file\n", file);
     rc = CLI_USAGE;
+  } else {
+    rc = cli_route_chain(*spec, NULL);
   }
   ar_diags_fini(&diags);
   return rc;

@@ -37,7 +37,8 @@ static int export_job(const char *file, const char **sets, int n_sets, ar_export
   } else if (spec->n_jobs > 0) {
     fprintf(stderr, "accelrt export: %s lists several jobs; export one job file\n", file);
     rc = CLI_USAGE;
-  } else {
+  } else if ((rc = cli_route_chain(spec, NULL)) < 0) {
+    rc = CLI_OK;
     ar_err err = AR_ERR_INIT;
     o->version = ACCELRT_VERSION;
     st = ar_export_onnx(spec, o, &err);

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "accelrt/data.h"
 #include "accelrt/dist.h"
+#include "accelrt/net.h"
 #include "accelrt/runtime.h"
 #include "accelrt/spec.h"
 #include "accelrt/tenancy.h"
@@ -131,10 +132,21 @@ int cli_load_failed(const char *file, ar_status st, const ar_diags *diags) {
   return st == AR_NOMEM ? CLI_FAIL : CLI_USAGE;
 }
 
+int cli_route_chain(ar_spec *spec, FILE *notes) {
+  ar_chain_engine e;
+  ar_err err = AR_ERR_INIT;
+  if (ar_chain_engine_env(&e, &err) != AR_OK) {
+    fprintf(stderr, "accelrt: error: %s\n", err.msg);
+    return CLI_USAGE;
+  }
+  ar_chain_route(spec, e, notes);
+  return -1;
+}
+
 static int load_spec(const cli_job_args *a, ar_spec **spec) {
   ar_diags diags = {0, NULL};
   ar_status st = ar_spec_load(a->job, a->sets, a->n_sets, spec, &diags);
-  int rc = st == AR_OK ? -1 : cli_load_failed(a->job, st, &diags);
+  int rc = st == AR_OK ? cli_route_chain(*spec, NULL) : cli_load_failed(a->job, st, &diags);
   ar_diags_fini(&diags);
   return rc;
 }

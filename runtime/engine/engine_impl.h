@@ -195,6 +195,7 @@ typedef struct ar_job run_ctx;
 
 /* net_job.c: a graph model's part of the job's life cycle. */
 ar_status ar__netjob_open_data(run_ctx *c);
+ar_status ar__netjob_fit(run_ctx *c, ar_device *dev, const void *persistent);
 ar_status ar__netjob_start(run_ctx *c, ar_device *dev, void *persistent, void *ephemeral);
 ar_status ar__netjob_step(run_ctx *c);
 /* Stages the first batch of the test split (the training split when the
@@ -262,5 +263,8 @@ ar_status ar__checkpoint_save_tensors(const ar__ckpt_tensors *t, int64_t step,
 ar_status ar__checkpoint_load_tensors(const ar__ckpt_tensors *t, int64_t *step,
                                       ar_ckpt_state *st, const ar_fs *fs, const char *path,
                                       ar_err *err);
+/* net_lower.c: a lowered chain's list (ar_spec.lowered) in the chain's
+ * order and under its names (ar_model_tensors'), replacing t's arrays. */
+ar_status ar__lower_ckpt_list(const ar_spec *s, ar__ckpt_tensors *t, ar_err *err);
 
 #endif

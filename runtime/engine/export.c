@@ -155,14 +155,17 @@ ar_status ar_export_onnx(const ar_spec *spec, const ar_export_opts *o, ar_err *e
     ar_free(ckpt);
     return st;
   }
-  if (spec->graph && spec->input.kind == AR_INPUT_SPARSE && !spec->onnx) {
+  if (spec->graph && !spec->lowered && spec->input.kind == AR_INPUT_SPARSE && !spec->onnx) {
     ar_free(ckpt);
     return ar_errf(err, AR_UNSUPPORTED, "a layer fed by sparse input has no ONNX form in this "
                    "version (job '%s' is a graph model over model.input.sparse); export the "
                    "model written as a chain of dense layers (without `inputs:`)", spec->name);
   }
-  if (!spec->graph) {
-    ar_status st = export_chain(spec, ckpt, o, err);
+  /* A lowered chain's checkpoint is the chain's file: its export too. */
+  if (!spec->graph || spec->lowered) {
+    ar_spec chain = *spec;
+    chain.graph = chain.lowered = false;
+    ar_status st = export_chain(&chain, ckpt, o, err);
     ar_free(ckpt);
     return st;
   }

@@ -194,6 +194,16 @@ ar_status ar__netjob_open_data(run_ctx *c) {
   return AR_OK;
 }
 
+/* A net on its own blocks is refused before allocating when the device
+ * cannot hold the plan, as a chain's model is (model.c, own_blocks). */
+ar_status ar__netjob_fit(run_ctx *c, ar_device *dev, const void *persistent) {
+  if (persistent) /* the lanes' blocks: admission checked them */
+    return AR_OK;
+  ar_mem_limit lim;
+  ar_mem_limit_get(c->spec, dev, &lim);
+  return ar_plan_fit(&c->plan, c->spec, &lim, c->err);
+}
+
 ar_status ar__netjob_start(run_ctx *c, ar_device *dev, void *persistent, void *ephemeral) {
   AR_CHECK(ar_net_start(c->net, dev, persistent, ephemeral, c->err));
   if (c->hooks.before || c->hooks.after || c->hooks.step)
@@ -308,7 +318,8 @@ static ar_status ckpt_list(run_ctx *c, ar__ckpt_tensors *t) {
     memcpy(cs[i].d, sh[i].d, (size_t)sh[i].nd * sizeof sh[i].d[0]);
   }
   ar_free(sh);
-  return AR_OK;
+  /* A lowered chain's file is the chain's: its names and order. */
+  return c->spec->lowered ? ar__lower_ckpt_list(c->spec, t, c->err) : AR_OK;
 }
 
 static void ckpt_free(ar__ckpt_tensors *t) {

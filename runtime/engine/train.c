@@ -319,6 +319,7 @@ ar_status ar_job_start(ar_job *c, ar_device *dev, void *persistent, void *epheme
   c->err = err;
   c->dev = dev;
   if (c->net) {
+    AR_CHECK(ar__netjob_fit(c, dev, persistent));
     c->started = true;
     AR_CHECK(ar__netjob_start(c, dev, persistent, ephemeral));
   } else {

@@ -41,6 +41,7 @@
  * (verified) checkpoint in its output folder.
  */
 #define _GNU_SOURCE
+#include "accelrt/net.h"
 #include "accelrt/tenancy.h"
 
 #include "broker.h"
@@ -487,6 +488,10 @@ static ar_status parse_job(const sjob *j, const char *yaml, size_t n, ar_spec **
     free(text);
   }
   ar_diags_fini(&diags);
+  ar_chain_engine e; /* the server's ACCELRT_CHAIN_ENGINE (net.h) */
+  ar_err env_err = AR_ERR_INIT;
+  if (st == AR_OK && ar_chain_engine_env(&e, &env_err) == AR_OK)
+    ar_chain_route(*out, e, NULL);
   return st == AR_OK ? AR_OK : err ? err->status : AR_SPEC;
 }
 

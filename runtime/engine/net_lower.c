@@ -1,0 +1,175 @@
+/* A job file's chain (model.layers of dense layers over model.input.sparse)
+ * lowered onto the graph engine: which chains can be, the switch
+ * (ACCELRT_CHAIN_ENGINE), and the map between the two engines' tensor
+ * names and orders that keeps a lowered job's checkpoints the chain's.
+ *
+ * The lowering itself is small because the graph engine already reads a
+ * chain's items: without `inputs:` item i reads item i-1 and item 0 the
+ * sparse input, which makes it the op sparse_dense (weight (features,
+ * width), the chain's first layer, its kernels and initial values); the
+ * later items are dense (weight (width, inputs), as the chain's), and the
+ * last item's activation picks xent_multi, the chain's loss
+ * (net_sparse_in.c).  What is left is the checkpoint: the graph lists its
+ * parameters, then their optimizer slots ("L.w.adam_m"), in plan order;
+ * the chain lists each layer's w, b and their slots ("L.state1.w").  A
+ * lowered job writes and reads the chain's list, so either engine resumes
+ * the other's file (versions 1 and 2), and export, which reads that file,
+ * stays the chain's.  docs/graph.md, "Lowered chains". */
+#include "engine_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+ar_status ar_chain_engine_env(ar_chain_engine *out, ar_err *err) {
+  const char *v = getenv("ACCELRT_CHAIN_ENGINE");
+  *out = AR_CHAIN_ENGINE_CHAIN;
+  if (!v || !*v || !strcmp(v, "chain"))
+    return AR_OK;
+  if (!strcmp(v, "graph")) {
+    *out = AR_CHAIN_ENGINE_GRAPH;
+    return AR_OK;
+  }
+  return ar_errf(err, AR_INVALID,
+                 "ACCELRT_CHAIN_ENGINE=%s: use `chain` (the chain engine, the default) or "
+                 "`graph` (chains lowered onto the graph engine)",
+                 v);
+}
+
+const char *ar_chain_lower_refusal(const ar_spec *s, char *buf, size_t cap) {
+  if (s->graph || s->onnx || s->n_jobs > 0 || s->n_layers == 0) {
+    snprintf(buf, cap, "not a chain of model.layers");
+    return buf;
+  }
+  if (s->distributed.enabled) {
+    snprintf(buf, cap, "distributed: (the graph engine's sparse input does not run under "
+                       "parameter servers yet)");
+    return buf;
+  }
+  if (!ar_spec_runs_on_host(s)) {
+    snprintf(buf, cap, "device %s is a GPU (sparse_dense and xent_multi have host kernels "
+                       "only)", s->device);
+    return buf;
+  }
+  if (s->input.kind != AR_INPUT_SPARSE) {
+    snprintf(buf, cap, "model.input.dense (the graph engine reads XC and LibSVM rows only "
+                       "as model.input.sparse)");
+    return buf;
+  }
+  for (int l = 0; l < s->n_layers; l++)
+    if (ar_layer_sampled(s, l, true)) {
+      snprintf(buf, cap, "layer %s is LSH-sampled (not a graph op yet)", s->layers[l].name);
+      return buf;
+    }
+  if (s->train.weight_decay != 0.0) {
+    snprintf(buf, cap, "train.weight_decay (the chain decays biases too, the graph engine "
+                       "does not)");
+    return buf;
+  }
+  return NULL;
+}
+
+static bool lower_one(ar_spec *s, ar_chain_engine e, FILE *notes) {
+  char why[256];
+  if (s->graph && !s->lowered) /* a graph model: nothing to route */
+    return false;
+  const char *no = s->lowered ? NULL : ar_chain_lower_refusal(s, why, sizeof why);
+  if (notes) {
+    if (no)
+      fprintf(notes, "engine: chain (job '%s' stays on it: %s)\n", s->name, no);
+    else if (e == AR_CHAIN_ENGINE_GRAPH)
+      fprintf(notes, "engine: graph (job '%s', a chain lowered by ACCELRT_CHAIN_ENGINE=graph)\n",
+              s->name);
+    else
+      fprintf(notes, "engine: chain (job '%s'; ACCELRT_CHAIN_ENGINE=graph would lower it to "
+                     "the graph engine)\n", s->name);
+  } else if (no && e == AR_CHAIN_ENGINE_GRAPH) {
+    ar_log(AR_LOG_INFO, "ACCELRT_CHAIN_ENGINE=graph: job '%s' stays on the chain engine: %s",
+           s->name, no);
+  }
+  if (no || e != AR_CHAIN_ENGINE_GRAPH)
+    return false;
+  s->graph = s->lowered = true;
+  return true;
+}
+
+int ar_chain_route(ar_spec *s, ar_chain_engine e, FILE *notes) {
+  int n = 0;
+  if (s->n_jobs == 0)
+    return lower_one(s, e, notes);
+  for (int i = 0; i < s->n_jobs; i++)
+    n += lower_one(s->jobs[i], e, notes);
+  return n;
+}
+
+/* ---- the checkpoint's names ---------------------------------------------- */
+
+/* The chain's suffixes of a layer's tensors, in its order, and the graph's
+ * for the same tensor under each optimizer (plan.c, plan_persistent;
+ * net.c, add_optimizer). */
+static const char *const chain_sfx[6] = {"w", "b", "state1.w", "state1.b", "state2.w",
+                                         "state2.b"};
+static const char *const adam_sfx[6] = {"w", "b", "w.adam_m", "b.adam_m", "w.adam_v",
+                                        "b.adam_v"};
+static const char *const sgd_sfx[4] = {"w", "b", "w.velocity", "b.velocity"};
+
+enum { NAME_ROOM = 320 };
+
+ar_status ar__lower_ckpt_list(const ar_spec *s, ar__ckpt_tensors *t, ar_err *err) {
+  const int slots = s->train.optimizer == AR_OPT_ADAM ? 2 : s->train.momentum > 0 ? 1 : 0;
+  const int per = 2 + 2 * slots, n = t->n;
+  if (n != per * s->n_layers)
+    return ar_errf(err, AR_STATE,
+                   "job '%s': the lowered graph holds %d tensors, the chain %d; run it with "
+                   "ACCELRT_CHAIN_ENGINE=chain",
+                   s->name, n, per * s->n_layers);
+  /* One block: the names' pointers and their text (ar_free(t->names)
+   * frees both), then the old arrays' copies, freed here. */
+  char **names = ar_malloc((size_t)n * (sizeof(char *) + NAME_ROOM));
+  float **ptrs = ar_malloc((size_t)n * sizeof *ptrs);
+  int64_t *counts = ar_malloc((size_t)n * sizeof *counts);
+  ar__ckpt_shape *shapes = ar_malloc((size_t)n * sizeof *shapes);
+  if (!names || !ptrs || !counts || !shapes) {
+    ar_free(names);
+    ar_free(ptrs);
+    ar_free(counts);
+    ar_free(shapes);
+    return ar_errf(err, AR_NOMEM, "out of memory listing the checkpoint's tensors");
+  }
+  char *text = (char *)(names + n);
+  const char *const *gsfx = s->train.optimizer == AR_OPT_ADAM ? adam_sfx : sgd_sfx;
+  ar_status st = AR_OK;
+  for (int l = 0, k = 0; l < s->n_layers && st == AR_OK; l++)
+    for (int q = 0; q < per; q++, k++) {
+      char want[NAME_ROOM];
+      snprintf(want, sizeof want, "%s.%s", s->layers[l].name, gsfx[q]);
+      int j = 0;
+      while (j < n && strcmp(t->names[j], want) != 0)
+        j++;
+      if (j == n) {
+        st = ar_errf(err, AR_STATE, "job '%s': the lowered graph has no tensor '%s'",
+                     s->name, want);
+        break;
+      }
+      names[k] = text + (size_t)k * NAME_ROOM;
+      snprintf(names[k], NAME_ROOM, "%s.%s", s->layers[l].name, chain_sfx[q]);
+      ptrs[k] = t->ptrs[j];
+      counts[k] = t->counts[j];
+      shapes[k] = t->shapes[j];
+    }
+  if (st != AR_OK) {
+    ar_free(names);
+    ar_free(ptrs);
+    ar_free(counts);
+    ar_free(shapes);
+    return st;
+  }
+  ar_free(t->names);
+  ar_free(t->ptrs);
+  ar_free(t->counts);
+  ar_free((void *)t->shapes);
+  t->names = (const char **)names;
+  t->ptrs = ptrs;
+  t->counts = counts;
+  t->shapes = shapes;
+  return AR_OK;
+}

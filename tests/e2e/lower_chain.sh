@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# Chains lowered onto the graph engine (label e2e; runtime/engine/net_lower.c,
+# docs/graph.md "Lowered chains"): the same job file run with
+# ACCELRT_CHAIN_ENGINE=chain and =graph, on one thread.
+#   lower_chain.sh ACCELRT SRC CASE
+# configs_generated, configs_real: chain job files of the repository (tests/jobs/small.yaml,
+#   configs/quickstart.yaml made smaller, configs/shared-device.yaml's two
+#   lanes, and configs/bibtex.yaml / delicious.yaml over the shared data
+#   when it is there) give the same metrics lines and summary under both:
+#   the same keys, every value equal but the timings and the plan's
+#   ephemeral/host bytes (the graph plans its batch differently).
+# resume: checkpoints byte-equal in their tensors (Adam and SGD with
+#   momentum: the optimizer slots' names map), a checkpoint of either
+#   engine resumes on the other (version 2, and version 1 rewritten from
+#   it), ONNX export byte-equal, eval's P@k equal.
+# route: accelrt check's engine line, what stays on the chain engine and
+#   why, a bad ACCELRT_CHAIN_ENGINE.
+set -uo pipefail
+bin=$1
+src=$2
+case_=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+cd "$work" || exit 1
+
+# Runs FILE under both engines into c/ and g/ with the extra --set options.
+both() {
+  local file=$1
+  shift
+  ACCELRT_CHAIN_ENGINE=chain "$bin" run "$file" --quiet --set output.dir=c "$@" \
+    || fail "$file: chain run"
+  ACCELRT_CHAIN_ENGINE=graph "$bin" run "$file" --quiet --set output.dir=g "$@" 2> graph.err \
+    || { cat graph.err; fail "$file: graph run"; }
+}
+
+# Every metrics line and summary under c/ and g/ (a jobs: file: its jobs'
+# folders; the lanes' own log holds each plan's bytes and the switches
+# that timing decides) alike but for the timings and the plan's figures.
+same_records() {
+  python3 - "$1" "${2:-.}" <<'PY' || fail "$1: the lowered run's records differ from the chain's"
+import glob, json, os, sys
+skip = {"samples_per_s", "train_s", "eval_s", "wall_s", "peak_rss_bytes", "ephemeral_bytes",
+        "host_bytes", "seconds", "switches", "switch_latency_ms_p50", "switch_latency_ms_p99",
+        "persistent_bytes", "lane"}
+def strip(d):
+    if isinstance(d, dict):
+        return [(k, None if k in skip or k.endswith("_s") else strip(v)) for k, v in d.items()]
+    if isinstance(d, list):
+        return [strip(v) for v in d]
+    return d
+files = 0
+top = sys.argv[2] == "jobs" and "c/*/" or "c/"
+for cf in sorted(glob.glob(top + "metrics.jsonl") + glob.glob(top + "summary.json")):
+    gf = "g" + cf[1:]
+    assert os.path.exists(gf), gf + " missing"
+    if cf.endswith(".jsonl"):
+        cl = [strip(json.loads(l)) for l in open(cf)]
+        gl = [strip(json.loads(l)) for l in open(gf)]
+    else:
+        cl, gl = strip(json.load(open(cf))), strip(json.load(open(gf)))
+    assert len(cl) > 0, cf + " empty"
+    if cl != gl:
+        print(sys.argv[1], cf, "\n chain", cl, "\n graph", gl)
+        sys.exit(1)
+    files += 1
+assert files >= 2, "no records compared"
+print(sys.argv[1] + ": %d record files equal" % files)
+PY
+  rm -rf c g
+}
+
+delicious_job() { # $1: output folder; a delicious-shaped generated set in xc/
+  [ -d xc ] || "$bin" gen-data --out xc --shape delicious --train-points 3072 --test-points 512 \
+    --seed 1 > /dev/null || fail "gen-data"
+  cat > chain.yaml <<YAML
+name: dc
+device: host
+seed: 1
+model:
+  input: {sparse: 500}
+  layers:
+    - {name: hidden, dense: 128, activation: relu}
+    - {name: out, dense: 983, activation: softmax}
+data: {train: xc/train.txt, test: xc/test.txt, format: xc}
+train: {batch: 128, iterations: 40, threads: 1, optimizer: {adam: {lr: 0.001}},
+        eval_every: 20, eval_points: 512, checkpoint_every: 20}
+output: {dir: $1}
+YAML
+}
+
+# The tensors (after the header's training seconds, before the CRC) and
+# the positions of two checkpoints are the same.
+same_ckpt() {
+  python3 - "$1" "$2" <<'PY' || fail "checkpoints $1 and $2 differ"
+import sys
+a, b = (open(p, "rb").read() for p in sys.argv[1:3])
+assert len(a) == len(b), (len(a), len(b))
+assert a[:56] == b[:56], "headers differ"
+assert a[64:-4] == b[64:-4], "tensors differ"
+PY
+}
+
+case $case_ in
+configs_generated)
+  both "$src/tests/jobs/small.yaml" --set name=small --set train.threads=1 \
+    --set train.iterations=40 --set train.eval_every=20 --set train.checkpoint_every=20
+  same_records small
+  both "$src/configs/quickstart.yaml" --set train.threads=1 --set train.epochs=0 \
+    --set train.iterations=10 --set train.eval_every=5 --set data.generate.train_points=2000 \
+    --set data.generate.test_points=200 --set train.checkpoint_every=5
+  same_records quickstart
+  # 40 iterations: whole batches (4,000 points, a short 32-row batch at
+  # iteration 32 of tenant-a would run padded to 128 rows in the graph,
+  # which OpenBLAS may round differently: docs/graph.md).
+  both "$src/configs/shared-device.yaml" --set 'jobs[0].train.iterations=30' \
+    --set 'jobs[1].train.iterations=40'
+  same_records shared-device jobs
+  ;;
+configs_real)
+  data=$src/../shared/data
+  [ -d "$data" ] || data=/work/shared/data
+  for d in bibtex:Bibtex delicious:Delicious; do
+    name=${d%%:*}
+    dir=${d#*:}
+    [ -f "$data/$dir/${name}_train.txt" ] || { echo "skipped: no $dir data"; exit 77; }
+    both "$src/configs/$name.yaml" --set train.threads=1 --set train.epochs=0 \
+      --set train.iterations=24 --set train.eval_every=12 --set train.eval_points=600 \
+      --set data.train="$data/$dir/${name}_train.txt" --set data.test="$data/$dir/${name}_test.txt"
+    same_records "$name"
+  done
+  ;;
+resume)
+  delicious_job c
+  both chain.yaml
+  same_ckpt c/checkpoint.bin g/checkpoint.bin
+  # Export: the same ONNX file from either engine's checkpoint.
+  "$bin" export chain.yaml --onnx c.onnx --checkpoint c/checkpoint.bin > /dev/null \
+    || fail "chain export"
+  ACCELRT_CHAIN_ENGINE=graph "$bin" export chain.yaml --onnx g.onnx \
+    --checkpoint g/checkpoint.bin > /dev/null || fail "lowered export"
+  cmp c.onnx g.onnx || fail "the lowered chain's ONNX file differs from the chain's"
+  # eval of the lowered job reads its checkpoint and gives the chain's P@k.
+  "$bin" eval chain.yaml --set output.dir=c > /dev/null || fail "chain eval"
+  ACCELRT_CHAIN_ENGINE=graph "$bin" eval chain.yaml --set output.dir=g > /dev/null \
+    || fail "lowered eval"
+  python3 - <<'PY' || fail "eval's P@k differ"
+import json
+c, g = (json.load(open(d + "/eval.json")) for d in "cg")
+for k in ("p_at_1", "p_at_3", "p_at_5", "points"):
+    assert c[k] == g[k], (k, c[k], g[k])
+PY
+  # Either engine resumes the other's checkpoint (20 + 20 = the straight 40).
+  "$bin" run chain.yaml --quiet --set train.iterations=20 --set output.dir=h1 || fail "chain half"
+  ACCELRT_CHAIN_ENGINE=graph "$bin" run chain.yaml --quiet --resume --set output.dir=h1 \
+    || fail "graph resuming the chain's checkpoint"
+  same_ckpt c/checkpoint.bin h1/checkpoint.bin
+  ACCELRT_CHAIN_ENGINE=graph "$bin" run chain.yaml --quiet --set train.iterations=20 \
+    --set output.dir=h2 || fail "graph half"
+  "$bin" run chain.yaml --quiet --resume --set output.dir=h2 || fail "chain resuming the graph's"
+  same_ckpt c/checkpoint.bin h2/checkpoint.bin
+  # A version 1 file (names and counts, no shapes) of the graph's half.
+  ACCELRT_CHAIN_ENGINE=graph "$bin" run chain.yaml --quiet --set train.iterations=20 \
+    --set output.dir=h3 || fail "graph half (v1)"
+  python3 - h3/checkpoint.bin <<'PY' || fail "rewriting as version 1"
+import struct, sys, zlib
+p = sys.argv[1]
+b = open(p, "rb").read()
+n = struct.unpack_from("<I", b, 12)[0]
+out = bytearray(b[:8] + struct.pack("<II", 1, n) + b[16:64])
+at = 64
+for _ in range(n):
+    ln = struct.unpack_from("<I", b, at)[0]; at += 4
+    name = b[at:at + ln]; at += ln
+    dt, nd = b[at], b[at + 1]; at += 4
+    dims = struct.unpack_from("<%dq" % nd, b, at); at += 8 * nd
+    cnt = 1
+    for d in dims:
+        cnt *= d
+    assert dt == 0, "f32 only"
+    out += struct.pack("<I", ln) + name + struct.pack("<q", cnt) + b[at:at + 4 * cnt]
+    at += 4 * cnt
+assert at == len(b) - 4
+out += struct.pack("<I", zlib.crc32(bytes(out)) & 0xffffffff)
+open(p, "wb").write(out)
+PY
+  ACCELRT_CHAIN_ENGINE=graph "$bin" run chain.yaml --quiet --resume --set output.dir=h3 \
+    || fail "graph resuming a version 1 checkpoint"
+  same_ckpt c/checkpoint.bin h3/checkpoint.bin
+  # The optimizer slots' names under SGD with momentum (velocity).
+  rm -rf c g
+  sed -e 's/adam: {lr: 0.001}/sgd: {lr: 0.05, momentum: 0.9}/' chain.yaml > sgd.yaml
+  both sgd.yaml --set train.iterations=10
+  same_ckpt c/checkpoint.bin g/checkpoint.bin
+  ACCELRT_CHAIN_ENGINE=graph "$bin" run sgd.yaml --quiet --resume --set output.dir=c \
+    --set train.iterations=20 || fail "graph resuming a chain SGD checkpoint"
+  ;;
+route)
+  delicious_job c
+  ACCELRT_CHAIN_ENGINE=graph "$bin" check chain.yaml > check.txt || fail "check"
+  grep -q "^engine: graph (job 'dc'" check.txt || { cat check.txt; fail "no graph engine line"; }
+  grep -q "hidden  *sparse_dense" check.txt || fail "the lowered plan shows no sparse_dense"
+  "$bin" check chain.yaml | grep -q "^engine: chain (job 'dc'; ACCELRT_CHAIN_ENGINE=graph would" \
+    || fail "default: chain expected"
+  # What stays on the chain engine, and why (check's line; run's note).
+  sed -e 's/dense: 983, activation: softmax}/dense: 983, activation: softmax, sparse: {mode: lsh}}/' \
+    chain.yaml > lsh.yaml
+  sed -e 's/{sparse: 500}/{dense: 500}/' chain.yaml > dense.yaml
+  sed -e 's/adam: {lr: 0.001}/adam: {lr: 0.001, weight_decay: 0.0001}/' chain.yaml > wd.yaml
+  for f in lsh:"layer out is LSH-sampled" dense:"model.input.dense" wd:"train.weight_decay"; do
+    ACCELRT_CHAIN_ENGINE=graph "$bin" check "${f%%:*}.yaml" > c.txt \
+      || { cat c.txt; fail "check ${f%%:*}"; }
+    grep -q "^engine: chain (job 'dc' stays on it: ${f#*:}" c.txt \
+      || { cat c.txt; fail "${f%%:*}: no reason"; }
+  done
+  ACCELRT_CHAIN_ENGINE=graph "$bin" run wd.yaml --set train.iterations=2 --quiet 2> wd.err \
+    || fail "run wd.yaml"
+  [ "$(grep -c "stays on the chain engine: train.weight_decay" wd.err)" = 1 ] \
+    || { cat wd.err; fail "run's note, once"; }
+  ACCELRT_CHAIN_ENGINE=gpu "$bin" check chain.yaml > bad.txt 2>&1
+  [ $? = 2 ] || fail "a bad ACCELRT_CHAIN_ENGINE: exit 2 expected"
+  grep -q "ACCELRT_CHAIN_ENGINE=gpu: use \`chain\`" bad.txt || { cat bad.txt; fail "message"; }
+  ;;
+*)
+  fail "unknown case $case_"
+  ;;
+esac
+exit 0
