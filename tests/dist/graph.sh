@@ -425,9 +425,28 @@ a, b = ([json.loads(l)["train_loss"] for l in open(p) if '"kind": "iteration"' i
 assert len(a) == 12 and a == b, (a, b)
 PY
     same a_$f/checkpoint.bin b_$f/checkpoint.bin || fail "$f: the shared run's checkpoint differs"
-    "$py" - b_$f $((np - 1)) <<'PY' || fail "$f: the tenants' records"
-import json, sys
+    # Listing the workers tells check how the batch divides (mpiexec's -n
+    # does not reach it; alone it plans a worker taking the whole batch).
+    ws="[{}]"
+    [ $np = 3 ] && ws="[{}, {}]"
+    "$bin" check $f.yaml --set distributed.share=tenants.yaml --set "distributed.workers=$ws" \
+      > check_$f.txt 2>&1 ||
+      fail "$f: check with distributed.share: $(tail -3 check_$f.txt)"
+    "$py" - b_$f $((np - 1)) check_$f.txt <<'PY' || fail "$f: the tenants' records"
+import json, re, sys
 d, workers = sys.argv[1], int(sys.argv[2])
+# accelrt check's row for the worker: the sizes its tenant was admitted on.
+row = re.search(r"^  \(the worker\)\s+(\d\S* \S+)\s+(\d\S* \S+)\s", open(sys.argv[3]).read(), re.M)
+assert row, "no worker row in accelrt check's admission table"
+
+
+def human(n):  # ar_lanes_fmt_bytes
+    units, v, u = ["B", "KiB", "MiB", "GiB"], float(n), 0
+    while v >= 1024.0 and u < 3:
+        v, u = v / 1024.0, u + 1
+    return "%d B" % n if u == 0 else ("%.1f %s" if v < 10.0 else "%.0f %s") % (v, units[u])
+
+
 for w in range(workers):
     t = json.load(open(f"{d}/share/worker{w}/summary.json"))
     jobs = {j["name"]: j for j in t["jobs"]}
@@ -442,6 +461,8 @@ for w in range(workers):
     ev = [json.loads(l) for l in open(f"{d}/share/worker{w}/metrics.jsonl")]
     ev = {l["name"]: l for l in ev if l.get("event") == "job"}[f"gcnn.worker{w}"]
     assert ev["persistent_bytes"] > 256 * 64 * 4 and ev["ephemeral_bytes"] > 0, ev
+    assert row.groups() == (human(ev["persistent_bytes"]), human(ev["ephemeral_bytes"])), (
+        row.groups(), ev)
 PY
     echo "$f: -np $np shared equals alone"
   done
