@@ -125,6 +125,9 @@ int64_t ar_layer_negatives(const ar_spec *spec, int l);
  * output layer (its true labels are always active in training). */
 int64_t ar_layer_active_cap(const ar_spec *spec, int l, int64_t max_labels);
 void ar_plan_fini(ar_plan *plan);
+/* Adds bytes held as long as the job but outside the model (a graph job's
+ * datasets, ar_job_data_bytes) to the plan's host and total bytes. */
+void ar_plan_add_host(ar_plan *plan, size_t bytes);
 
 /* The memory a job may take on its device (runtime/engine/fit.c). */
 typedef struct ar_mem_limit {

@@ -402,6 +402,14 @@ ar_status ar_run_resolve_data(const ar_spec *spec, const ar_run_opts *opts,
  * for a training file without points. */
 ar_status ar_job_data_stats(const ar_spec *spec, const ar_run_opts *opts, ar_data_stats *train,
                             ar_data_stats *test, bool *has_test, ar_err *err);
+/* The bytes a graph job's datasets hold in memory (idx decompressed, npy
+ * mapped; with_test: the test split too, as a job that keeps records opens
+ * it), which ar_job_open adds to its plan's host bytes and so to what the
+ * lanes admit it on; computed reading only: files are opened read only and
+ * data.generate's token set is sized without being written.  0 for a
+ * chain or a graph over sparse input (read in batches).  Statuses of
+ * ar_tdata_open_idx / ar_tdata_open_npy, with err. */
+ar_status ar_job_data_bytes(const ar_spec *spec, bool with_test, size_t *out, ar_err *err);
 /* The row bounds a job's plan and batches use: the larger max_nnz and
  * max_labels of train and test (test may be NULL), at least 1 each. */
 void ar_job_row_bounds(const ar_data_stats *train, const ar_data_stats *test, int64_t *max_nnz,

@@ -132,6 +132,10 @@ typedef struct ar_tokens_spec {
 } ar_tokens_spec;
 ar_status ar_tdata_generate_tokens(const ar_tokens_spec *spec, uint64_t seed, const char *dir,
                                    const ar_fs *fs, ar_err *err);
+/* The bytes ar_tdata_open_npy holds for the training split (test false)
+ * or the test split (test true) that ar_tdata_generate_tokens writes for
+ * spec, computed without writing (`accelrt check`); 0 for an empty split. */
+size_t ar_tdata_tokens_bytes(const ar_tokens_spec *spec, bool test);
 
 #ifdef __cplusplus
 }

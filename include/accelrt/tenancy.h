@@ -286,6 +286,15 @@ void ar_runner_stats_get(ar_runner *r, ar_runner_stats *out);
 
 /* Engine jobs for the runner (tenancy_run.c). */
 
+/* What the lanes admit a job on, from the plan its ar_job_open computed:
+ * *persistent is the persistent block with the host entries (a sampled
+ * layer's tables, a graph job's datasets), held as long as the job;
+ * *ephemeral is one iteration's peak.  The one admission figure: the
+ * runner (ar_tenancy_open_job), a distributed worker joining a shared
+ * device (distributed.share) and `accelrt check`'s table all take it from
+ * here.  Any thread; allocates nothing. */
+void ar_tenancy_admit_sizes(const ar_plan *plan, size_t *persistent, size_t *ephemeral);
+
 /* Opens an engine job (ar_job_open) for `spec` and fills *d for the
  * runner (fns, plan sizes, iterations left, output dir, priority; arrival
  * is the caller's).  opts: resume, the job's fs (quiet is forced).

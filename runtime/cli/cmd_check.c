@@ -25,10 +25,10 @@ static const char *human(size_t bytes, char *buf, size_t n) {
   return ar_lanes_fmt_bytes(bytes, buf, n);
 }
 
-/* Scans or generates (in memory) the job's data and computes its plan;
- * prints the data line and the plan.  AR_OK or a status with err. */
-/* A graph model: its summary and plan (the data is read when it runs). */
-static ar_status plan_graph(const ar_spec *spec, ar_plan *plan, ar_err *err) {
+/* A graph model: its summary and plan, with the bytes its datasets hold
+ * (ar_job_data_bytes; with_test: the test split too, as a job that keeps
+ * records opens it), as ar_job_open computes it. */
+static ar_status plan_graph(const ar_spec *spec, bool with_test, ar_plan *plan, ar_err *err) {
   ar_net *net = NULL;
   if (spec->input.kind == AR_INPUT_SPARSE && !spec->onnx) {
     /* Planned at the data's row bounds, as a chain model (the files are
@@ -45,10 +45,17 @@ static ar_status plan_graph(const ar_spec *spec, ar_plan *plan, ar_err *err) {
            : "none", (long long)te.points, (long long)nnz, (long long)lab);
   } else {
     AR_CHECK(ar_net_build(spec, spec->train.batch, &net, err));
-    printf("data: train %s, test %s (format %s; read when the job runs)\n",
-           spec->data.train ? spec->data.train : "none",
-           spec->data.test ? spec->data.test : "none",
+    printf("data: train %s, test %s (format %s)\n",
+           spec->data.generate ? "data.generate" : spec->data.train ? spec->data.train : "none",
+           !with_test ? "not opened" : spec->data.generate ? "generated"
+           : spec->data.test ? spec->data.test : "none",
            spec->data.format == AR_FMT_NPY ? "npy" : "idx");
+  }
+  size_t data = 0;
+  ar_status st = ar_job_data_bytes(spec, with_test, &data, err);
+  if (st != AR_OK) {
+    ar_net_destroy(net);
+    return st;
   }
   ar_net_print(net, stdout);
   const ar_plan *p = ar_net_plan(net);
@@ -60,12 +67,14 @@ static ar_status plan_graph(const ar_spec *spec, ar_plan *plan, ar_err *err) {
     return ar_errf(err, AR_NOMEM, "out of memory");
   }
   memcpy(plan->entries, p->entries, (size_t)p->count * sizeof *p->entries);
-  char a[32], b[32], c[32], d[32];
+  ar_plan_add_host(plan, data);
+  char a[32], b[32], c[32], d[32], e[32], f[32];
   printf("memory plan: persistent %s (parameters, optimizer state, running statistics), "
          "ephemeral %s (one iteration, tensors placed by lifetime; %s without sharing), host "
-         "%s staging\n",
+         "%s (%s staging, %s the datasets hold in memory)\n",
          human(p->persistent_bytes, a, sizeof a), human(p->ephemeral_bytes, b, sizeof b),
-         human(p->ephemeral_sum_bytes, c, sizeof c), human(p->host_bytes, d, sizeof d));
+         human(p->ephemeral_sum_bytes, c, sizeof c), human(plan->host_bytes, d, sizeof d),
+         human(p->host_bytes, e, sizeof e), human(data, f, sizeof f));
   /* An LSH-sampled head's host memory, piece by piece (in the host total). */
   for (int i = 0; i < p->count; i++)
     if (p->entries[i].cls == AR_MEM_HOST && strstr(p->entries[i].name, ".lsh."))
@@ -77,9 +86,11 @@ static ar_status plan_graph(const ar_spec *spec, ar_plan *plan, ar_err *err) {
   return AR_OK;
 }
 
-static ar_status plan_job(const ar_spec *spec, ar_plan *plan, ar_err *err) {
+/* Scans or generates (in memory) the job's data and computes its plan;
+ * prints the data line and the plan.  AR_OK or a status with err. */
+static ar_status plan_job(const ar_spec *spec, bool with_test, ar_plan *plan, ar_err *err) {
   if (spec->graph)
-    return plan_graph(spec, plan, err);
+    return plan_graph(spec, with_test, plan, err);
   ar_data_stats tr, te;
   bool has_test = false;
   AR_CHECK(ar_job_data_stats(spec, NULL, &tr, &te, &has_test, err));
@@ -120,7 +131,7 @@ static ar_status fit_job(const ar_spec *spec, const ar_plan *plan, ar_err *err) 
 
 static ar_status check_single(const ar_spec *spec, ar_err *err) {
   ar_plan plan = {0};
-  ar_status st = plan_job(spec, &plan, err);
+  ar_status st = plan_job(spec, true, &plan, err);
   if (st == AR_OK)
     st = fit_job(spec, &plan, err);
   ar_plan_fini(&plan);
@@ -131,7 +142,7 @@ static ar_status check_single(const ar_spec *spec, ar_err *err) {
  * worker joining the shared device's jobs. */
 typedef struct tenant {
   const char *name;
-  size_t admit_p, admit_e; /* what the runner admits on: persistent + host, ephemeral */
+  size_t admit_p, admit_e; /* ar_tenancy_admit_sizes: what the runner admits it on */
 } tenant;
 
 /* Each tenant's sizes against the lanes' capacity (ar_tenancy_capacity):
@@ -159,9 +170,11 @@ static ar_status print_admission(const ar_spec *spec, const tenant *t, int n, ar
     if (!fits && never < 0)
       never = i;
   }
-  printf("  all at once: persistent %s + the largest ephemeral peak %s = %s%s\n",
+  printf("  all at once: persistent %s + the largest ephemeral peak %s = %s (%zu bytes)%s\n",
          human(sum_p, a, sizeof a), human(max_e, b, sizeof b), human(sum_p + max_e, c, sizeof c),
-         cap && sum_p + max_e <= cap ? " (every job fits at the same time)" : "");
+         sum_p + max_e,
+         cap == 0 ? "" : sum_p + max_e <= cap ? "; every job fits at the same time"
+                                            : "; not every job fits at the same time, some wait");
   if (never >= 0)
     return ar_errf(err, AR_NOMEM,
                    "job '%s' needs %s persistent (with its host memory) + %s ephemeral, more "
@@ -185,14 +198,13 @@ static ar_status check_jobs(const ar_spec *spec, const tenant *extra, ar_err *er
     printf("%s== job %d of %d: %s ==\n", i ? "\n" : "", i + 1, spec->n_jobs, js->name);
     ar_plan plan;
     ar_err je = AR_ERR_INIT;
-    st = plan_job(js, &plan, &je);
+    st = plan_job(js, true, &plan, &je);
     if (st != AR_OK) {
       ar_errf(err, st, "job '%s': %s", js->name, je.msg);
       break;
     }
     t[i].name = js->name;
-    t[i].admit_p = plan.persistent_bytes + plan.host_bytes;
-    t[i].admit_e = plan.ephemeral_bytes;
+    ar_tenancy_admit_sizes(&plan, &t[i].admit_p, &t[i].admit_e);
     ar_plan_fini(&plan);
   }
   if (st == AR_OK && extra)
@@ -218,7 +230,7 @@ static ar_status check_distributed(const ar_spec *spec, ar_err *err) {
                                          : "one worker; with W workers each takes "
                                            "ceil(batch / W) rows, less");
   ar_plan plan;
-  AR_CHECK(plan_job(&w, &plan, err));
+  AR_CHECK(plan_job(&w, false, &plan, err)); /* a worker opens no test split */
   ar_status st = AR_OK;
   if (!spec->distributed.share_file) {
     st = fit_job(&w, &plan, err);
@@ -237,8 +249,8 @@ static ar_status check_distributed(const ar_spec *spec, ar_err *err) {
     } else {
       printf("\ndistributed.share: each worker joins the %d jobs of %s\n\n", share->n_jobs,
              spec->distributed.share_file);
-      tenant worker = {"(the worker)", plan.persistent_bytes + plan.host_bytes,
-                       plan.ephemeral_bytes};
+      tenant worker = {"(the worker)", 0, 0};
+      ar_tenancy_admit_sizes(&plan, &worker.admit_p, &worker.admit_e);
       st = check_jobs(share, &worker, err);
     }
     ar_diags_fini(&diags);

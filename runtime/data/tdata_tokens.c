@@ -92,6 +92,22 @@ static ar_status begin_npy(const ar_fs *fs, const char *path, const int64_t *sha
   return AR_OK;
 }
 
+/* The bytes of one split's x.npy and y.npy as write_split writes them
+ * (header and int64 values each); the header is padded to 64 bytes, so
+ * ar_tdata_open_npy maps the values in place and holds exactly these. */
+static size_t split_bytes(const ar_tokens_spec *s, int64_t points) {
+  char head[AR__NPY_HEADER_MAX];
+  int64_t xshape[2] = {points, s->seq};
+  size_t x = ar__npy_header(head, "<i8", xshape, 2) + (size_t)points * (size_t)s->seq * 8;
+  size_t y = ar__npy_header(head, "<i8", &points, 1) + (size_t)points * 8;
+  return x + y;
+}
+
+size_t ar_tdata_tokens_bytes(const ar_tokens_spec *spec, bool test) {
+  int64_t points = test ? spec->test_points : spec->train_points;
+  return points > 0 ? split_bytes(spec, points) : 0;
+}
+
 /* DIR/NAME/x.npy and y.npy with `points` rows of split number `split`. */
 static ar_status write_split(const ar_tokens_spec *s, uint64_t seed, uint64_t split,
                              int64_t points, const char *dir, const char *name,

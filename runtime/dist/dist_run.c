@@ -7,6 +7,7 @@
 #include "dist_impl.h"
 
 #include "accelrt/net.h"
+#include "accelrt/tenancy.h"
 
 #include <limits.h>
 #include <signal.h>
@@ -344,8 +345,9 @@ static ar_status make_model(ar__dist *c) {
      * blocks the lanes give its exact plan (share.c); its host memory
      * lives as long as the model, so it is admitted with the persistent
      * block. */
-    AR_CHECK(ar__share_open(c, dopts.threads, plan->persistent_bytes + plan->host_bytes,
-                            plan->ephemeral_bytes));
+    size_t admit_p, admit_e;
+    ar_tenancy_admit_sizes(plan, &admit_p, &admit_e);
+    AR_CHECK(ar__share_open(c, dopts.threads, admit_p, admit_e));
     ar__share_blocks(c, &c->dev, &p, &e);
     c->dev_borrowed = true;
   } else {

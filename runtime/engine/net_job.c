@@ -15,13 +15,13 @@ const char *ar__job_device_name(const ar_spec *spec) {
   return spec->device;
 }
 
-static ar_status open_split(run_ctx *c, const char *path, const char *labels, ar_tdata **out) {
-  const ar_spec *s = c->spec;
+static ar_status open_split(const ar_spec *s, const ar_fs *fs, const char *path,
+                            const char *labels, ar_tdata **out, ar_err *err) {
   if (s->data.format == AR_FMT_NPY)
-    return ar_tdata_open_npy(path, c->opts.fs, out, c->err);
+    return ar_tdata_open_npy(path, fs, out, err);
   if (s->data.format == AR_FMT_IDX)
-    return ar_tdata_open_idx(path, labels, c->opts.fs, out, c->err);
-  return ar_errf(c->err, AR_SPEC,
+    return ar_tdata_open_idx(path, labels, fs, out, err);
+  return ar_errf(err, AR_SPEC,
                  "%s: a graph model reads data.format idx or npy (one class per point), not "
                  "xc or libsvm",
                  s->file ? s->file : "job file");
@@ -66,6 +66,14 @@ static ar_status check_shape(run_ctx *c, const ar_tdata *d, const char *path) {
   return AR_OK;
 }
 
+/* What data.generate asks of the token generator.  labels > 2: the digit
+ * rule (tdata.h); 0 keeps the two-class marker rule. */
+static ar_tokens_spec tokens_spec(const ar_spec *s) {
+  const ar_gen_spec *g = &s->data.gen;
+  return (ar_tokens_spec){g->train_points, g->test_points, s->input.features, s->input.vocab,
+                          g->labels > 2 ? g->labels : 0};
+}
+
 /* data.generate for a token model: the set in output.dir/data/{train,test},
  * made once per parameters (a stamp names them) and reused by reruns. */
 static ar_status generate_tokens(run_ctx *c, const char **train, const char **test) {
@@ -101,8 +109,7 @@ static ar_status generate_tokens(run_ctx *c, const char **train, const char **te
   if (st == AR_OK && !fresh) {
     ar_fs_unlink(fs, stp, false, NULL);
     ar_log(AR_LOG_INFO, "generating a token dataset into %s/", dir);
-    ar_tokens_spec ts = {g->train_points, g->test_points, s->input.features, s->input.vocab,
-                         labels};
+    ar_tokens_spec ts = tokens_spec(s);
     st = ar_tdata_generate_tokens(&ts, s->seed, dir, fs, c->err);
     if (st == AR_OK)
       st = ar_fs_write_atomic(fs, stp, stamp, strlen(stamp), c->err);
@@ -132,10 +139,10 @@ ar_status ar__netjob_open_data(run_ctx *c) {
     AR_CHECK(generate_tokens(c, &train, &test));
   if (!train)
     return ar_errf(c->err, AR_SPEC, "a graph model needs data.train (idx or npy)");
-  AR_CHECK(open_split(c, train, s->data.train_labels, &c->ttrain));
+  AR_CHECK(open_split(s, c->opts.fs, train, s->data.train_labels, &c->ttrain, c->err));
   AR_CHECK(check_shape(c, c->ttrain, train));
   if (test && c->jo.records) {
-    AR_CHECK(open_split(c, test, s->data.test_labels, &c->ttest));
+    AR_CHECK(open_split(s, c->opts.fs, test, s->data.test_labels, &c->ttest, c->err));
     AR_CHECK(check_shape(c, c->ttest, test));
   }
   ar_tdata_info ti;
@@ -161,15 +168,15 @@ ar_status ar__netjob_open_data(run_ctx *c) {
                    "classes; they must match",
                    train, (long long)ti.targets, (long long)ar_net_classes(c->net));
   AR_CHECK(ar__netjob_copy_plan(c));
-  /* The datasets are held in memory (mapped or decompressed): host bytes. */
+  /* The datasets are held in memory (mapped or decompressed): host bytes
+   * (ar_job_data_bytes gives the same without opening them). */
   size_t data = ti.bytes;
   if (c->ttest) {
     ar_tdata_info te;
     ar_tdata_get_info(c->ttest, &te);
     data += te.bytes;
   }
-  c->plan.host_bytes += data;
-  c->plan.total_bytes += data;
+  ar_plan_add_host(&c->plan, data);
   if (s->input.kind == AR_INPUT_IMAGE && s->data.normalize) {
     int64_t ch = s->input.image[0];
     c->mean = ar_calloc((size_t)ch, sizeof *c->mean);
@@ -202,6 +209,30 @@ ar_status ar__netjob_fit(run_ctx *c, ar_device *dev, const void *persistent) {
   ar_mem_limit lim;
   ar_mem_limit_get(c->spec, dev, &lim);
   return ar_plan_fit(&c->plan, c->spec, &lim, c->err);
+}
+
+ar_status ar_job_data_bytes(const ar_spec *spec, bool with_test, size_t *out, ar_err *err) {
+  *out = 0;
+  if (!spec->graph || (spec->input.kind == AR_INPUT_SPARSE && !spec->onnx))
+    return AR_OK; /* read in batches by ar_reader, counted in the batch's staging */
+  if (spec->data.generate) { /* open_data generates a token set */
+    ar_tokens_spec ts = tokens_spec(spec);
+    *out = ar_tdata_tokens_bytes(&ts, false) + (with_test ? ar_tdata_tokens_bytes(&ts, true) : 0);
+    return AR_OK;
+  }
+  const char *paths[2] = {spec->data.train, with_test ? spec->data.test : NULL};
+  const char *labels[2] = {spec->data.train_labels, spec->data.test_labels};
+  for (int k = 0; k < 2; k++) {
+    if (!paths[k])
+      continue;
+    ar_tdata *d = NULL;
+    AR_CHECK(open_split(spec, NULL, paths[k], labels[k], &d, err));
+    ar_tdata_info ti;
+    ar_tdata_get_info(d, &ti);
+    ar_tdata_close(d);
+    *out += ti.bytes;
+  }
+  return AR_OK;
 }
 
 ar_status ar__netjob_start(run_ctx *c, ar_device *dev, void *persistent, void *ephemeral) {

@@ -394,6 +394,11 @@ static ar_status plan_build(plan_builder *pb, const ar_spec *spec, int64_t max_n
   return AR_OK;
 }
 
+void ar_plan_add_host(ar_plan *plan, size_t bytes) {
+  plan->host_bytes += bytes;
+  plan->total_bytes += bytes;
+}
+
 void ar_plan_fini(ar_plan *plan) {
   if (!plan)
     return;

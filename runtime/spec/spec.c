@@ -2141,11 +2141,6 @@ static ar_spec *convert(ctx *c, const ar_ynode *root, const char *file) {
   if (root == c->root) {
     convert_runtime(c, root, sp);
     convert_distributed(c, root, sp);
-    if (sp->distributed.enabled && sp->graph && sp->distributed.share_file)
-      diag_path(c, ar_ynode_get(get_map(root, "distributed"), "share"), "distributed.share",
-                "graph models (image or token inputs, or items with op/conv/inputs) run "
-                "distributed on their own workers, not as tenants of a shared device yet; "
-                "remove distributed.share");
     if (sp->distributed.enabled && sp->graph && graph_samples(sp))
       diag_path(c, get_map(root, "distributed"), "distributed",
                 "a graph model with an LSH-sampled head (a sparse: section with mode lsh or "

@@ -38,6 +38,16 @@ static void e_progress(void *job, double *loss, uint64_t *samples) {
 static const ar_tjob_fns engine_fns = {e_start, e_step,  e_done,    e_rebase,
                                        e_finish, e_close, e_progress};
 
+void ar_tenancy_admit_sizes(const ar_plan *plan, size_t *persistent, size_t *ephemeral) {
+  /* The host entries (a sampled layer's hash tables, a graph job's
+   * datasets) are held as long as the job, like its persistent block:
+   * admitted with it, so the lanes' budget covers them; on a GPU that
+   * reserves device bytes the job does not use, which errs on the safe
+   * side. */
+  *persistent = plan->persistent_bytes + plan->host_bytes;
+  *ephemeral = plan->ephemeral_bytes;
+}
+
 ar_status ar_tenancy_open_job(const ar_spec *spec, const ar_run_opts *opts,
                                ar_tjob_desc *d, ar_err *err) {
   ar_run_opts o = opts ? *opts : (ar_run_opts)AR_RUN_OPTS_INIT;
@@ -49,12 +59,7 @@ ar_status ar_tenancy_open_job(const ar_spec *spec, const ar_run_opts *opts,
   d->name = spec->name;
   d->out_dir = spec->output.dir;
   d->fs = o.fs;
-  /* The host entries (a sampled layer's hash tables, ...) are held as
-   * long as the job, like its persistent block: admitted with it, so the
-   * lanes' budget covers them; on a GPU that reserves device bytes the job
-   * does not use, which errs on the safe side. */
-  d->persistent = plan->persistent_bytes + plan->host_bytes;
-  d->ephemeral = plan->ephemeral_bytes;
+  ar_tenancy_admit_sizes(plan, &d->persistent, &d->ephemeral);
   /* ar_job_open already read a resumed job's checkpoint position, so it is
    * admitted for the iterations it has left (srtf sees them); the runner
    * still ends it when the engine says it is done. */

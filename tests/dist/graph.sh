@@ -34,6 +34,12 @@
 #           goes on from there.
 #   onnx    a model: {onnx: ...} CNN (python3-onnx writes it) trains under
 #           -np 2 exactly as on one process (77 without python3-onnx).
+#   share   distributed.share: each worker one more tenant of its device's
+#           lanes beside a graph tenant and an MLP chain tenant under fair.
+#           -np 2 (batch norm) and -np 3 (2 workers, no batch norm) end with
+#           the same losses and checkpoint byte for byte as the unshared
+#           runs; every tenant ran all its iterations, and under fair the
+#           graph tenant took its turns in the worker's lane.
 #   configs configs/cluster-inception.yaml and configs/cluster-resnet.yaml
 #           on a slice (6 iterations) under -np 3: their transfers (47 and
 #           65 parameter tensors), a positive comp_comm_ratio, an
@@ -375,6 +381,90 @@ assert isinstance(r, float) and math.isfinite(r) and r > 0, ("comp_comm_ratio", 
 assert 0 <= s["top1"] <= 100, s["top1"]
 print("  %s: %d transfers, comp_comm_ratio %.2f" % (sys.argv[1], s["transfers"], r))
 PY
+  done
+  ;;
+share)
+  cat > tenants.yaml <<'YAML'
+name: tenants
+device: host
+seed: 2
+runtime: {policy: fair, memory: 256MiB}
+output: {dir: tenants}
+jobs:
+  - name: tg
+    model:
+      input: {image: [1, 8, 8]}
+      layers:
+        - {name: c1, conv: 4, kernel: 3, padding: 1}
+        - {name: pool, op: global_avgpool}
+        - {name: out, dense: 4, activation: softmax}
+    data: {format: npy, train: train, test: test}
+    train: {batch: 16, iterations: 20, threads: 1, optimizer: {adam: {lr: 0.01}}}
+  - name: tm               # an MLP chain on generated XC data
+    model: {input: {sparse: 500}, layers: [{dense: 16, activation: relu},
+                                           {dense: 50, activation: softmax}]}
+    data: {generate: {train_points: 256, test_points: 32, features: 500, labels: 50, nnz: 10}}
+    train: {batch: 16, iterations: 20, threads: 1, optimizer: {adam: {lr: 0.001}}}
+YAML
+  "$py" - tenants.yaml "$work" <<'PY' || fail "could not place the tenants' data"
+import sys
+p, w = sys.argv[1:3]
+t = open(p).read().replace("train: train, test: test", f"train: {w}/train, test: {w}/test")
+open(p, "w").write(t)
+PY
+  for f in d1 dnobn; do
+    np=2
+    [ $f = dnobn ] && np=3
+    mpi $np run $f.yaml --quiet --set output.dir=a_$f > out_a.txt 2>&1 || fail "$f: -np $np alone"
+    mpi $np run $f.yaml --quiet --set output.dir=b_$f --set distributed.share=tenants.yaml \
+      > out_b.txt 2>&1 || fail "$f: -np $np shared"
+    "$py" - a_$f/metrics.jsonl b_$f/metrics.jsonl <<'PY' || fail "$f: the shared run's losses differ"
+import json, sys
+a, b = ([json.loads(l)["train_loss"] for l in open(p) if '"kind": "iteration"' in l]
+        for p in sys.argv[1:3])
+assert len(a) == 12 and a == b, (a, b)
+PY
+    same a_$f/checkpoint.bin b_$f/checkpoint.bin || fail "$f: the shared run's checkpoint differs"
+    # Listing the workers tells check how the batch divides (mpiexec's -n
+    # does not reach it; alone it plans a worker taking the whole batch).
+    ws="[{}]"
+    [ $np = 3 ] && ws="[{}, {}]"
+    "$bin" check $f.yaml --set distributed.share=tenants.yaml --set "distributed.workers=$ws" \
+      > check_$f.txt 2>&1 ||
+      fail "$f: check with distributed.share: $(tail -3 check_$f.txt)"
+    "$py" - b_$f $((np - 1)) check_$f.txt <<'PY' || fail "$f: the tenants' records"
+import json, re, sys
+d, workers = sys.argv[1], int(sys.argv[2])
+# accelrt check's row for the worker: the sizes its tenant was admitted on.
+row = re.search(r"^  \(the worker\)\s+(\d\S* \S+)\s+(\d\S* \S+)\s", open(sys.argv[3]).read(), re.M)
+assert row, "no worker row in accelrt check's admission table"
+
+
+def human(n):  # ar_lanes_fmt_bytes
+    units, v, u = ["B", "KiB", "MiB", "GiB"], float(n), 0
+    while v >= 1024.0 and u < 3:
+        v, u = v / 1024.0, u + 1
+    return "%d B" % n if u == 0 else ("%.1f %s" if v < 10.0 else "%.0f %s") % (v, units[u])
+
+
+for w in range(workers):
+    t = json.load(open(f"{d}/share/worker{w}/summary.json"))
+    jobs = {j["name"]: j for j in t["jobs"]}
+    me = jobs.pop(f"gcnn.worker{w}")
+    assert set(jobs) == {"tg", "tm"}, jobs
+    assert me["status"] == "done" and me["iterations"] == 12, me
+    assert all(j["status"] == "done" and j["iterations"] == 20 for j in jobs.values()), jobs
+    # fair: the graph tenant takes turns in the worker's lane, not after it
+    assert jobs["tg"]["lane"] == me["lane"] and jobs["tg"]["queue_s"] < me["jct_s"], (me, jobs)
+    # Admitted on its plan with the training set it holds (256 8x8 float
+    # images: 64 KiB); a worker opens no test split.
+    ev = [json.loads(l) for l in open(f"{d}/share/worker{w}/metrics.jsonl")]
+    ev = {l["name"]: l for l in ev if l.get("event") == "job"}[f"gcnn.worker{w}"]
+    assert ev["persistent_bytes"] > 256 * 64 * 4 and ev["ephemeral_bytes"] > 0, ev
+    assert row.groups() == (human(ev["persistent_bytes"]), human(ev["ephemeral_bytes"])), (
+        row.groups(), ev)
+PY
+    echo "$f: -np $np shared equals alone"
   done
   ;;
 *)

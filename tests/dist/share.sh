@@ -30,12 +30,12 @@ run() { # OUT [extra --set ...]
     --quiet --set train.iterations=8 --set train.batch=256 --set "output.dir=$dir/$out" "$@" \
     > "$dir/out.txt" 2>&1
 }
-# The tenants train 30 and 40 iterations instead of the file's 150 and 200
+# The tenants train 12 and 16 iterations instead of the file's 150 and 200
 # (most of this test's time): enough to interleave with the worker's 8.
 tenants() { # POLICY
-  sed -e "s/policy: [a-z]*/policy: $1/" -e 's/iterations: 150,/iterations: 30,/' \
-    -e 's/iterations: 200,/iterations: 40,/' "$SRC/configs/shared-device.yaml" > "$dir/$1.yaml"
-  grep -q 'iterations: 30,' "$dir/$1.yaml" && grep -q 'iterations: 40,' "$dir/$1.yaml" ||
+  sed -e "s/policy: [a-z]*/policy: $1/" -e 's/iterations: 150,/iterations: 12,/' \
+    -e 's/iterations: 200,/iterations: 16,/' "$SRC/configs/shared-device.yaml" > "$dir/$1.yaml"
+  grep -q 'iterations: 12,' "$dir/$1.yaml" && grep -q 'iterations: 16,' "$dir/$1.yaml" ||
     fail "configs/shared-device.yaml no longer has the tenants' 150 and 200 iterations"
 }
 tenants fair
@@ -66,7 +66,7 @@ for pol in ("fair", "fifo", "staged"):
         assert set(jobs) == {f"cluster.worker{w}", "tenant-a", "tenant-b"}, jobs
         assert all(j["status"] == "done" for j in jobs.values()), jobs
         assert jobs[f"cluster.worker{w}"]["iterations"] == 8, jobs
-        assert jobs["tenant-a"]["iterations"] == 30 and jobs["tenant-b"]["iterations"] == 40
+        assert jobs["tenant-a"]["iterations"] == 12 and jobs["tenant-b"]["iterations"] == 16
         me, a = jobs[f"cluster.worker{w}"], jobs["tenant-a"]
         if pol != "fifo":  # fair: one lane, turns between the worker's iterations
             assert a["lane"] == me["lane"] and a["queue_s"] < me["jct_s"], jobs

@@ -7,6 +7,8 @@ summary, accelrt check's text).
   lanes_mixed.py random SEED WORK               -> WORK/random.yaml
   lanes_mixed.py capacity CHECK.txt             -> prints a capacity in MiB
   lanes_mixed.py check-random WORK CAPACITY_MIB
+  lanes_mixed.py admit MIXED.yaml WORK          -> WORK/admit.yaml
+  lanes_mixed.py check-admit WORK CHECK.txt     -> prints a capacity just under the total
 
 Exit 0 when the checks hold, 1 with a message otherwise."""
 import gzip
@@ -168,6 +170,56 @@ def check_slice(work, policy, check_txt):
         policy, len(items), graph, fmt_bytes(s["max_memory_bytes"]), fmt_bytes(capacity)))
 
 
+# ---- one admission figure ----------------------------------------------------
+
+
+def make_admit(mixed, work):
+    """The mixed file's cnn-short (the whole Fashion-MNIST, 55 MB held in
+    memory), tok-short and xc-short items once each, 2 iterations of batch
+    16, arriving at once at 1 GiB."""
+    d = yaml.safe_load(open(mixed))
+    keep = {"cnn-short", "tok-short", "xc-short"}
+    jobs = [i for i in d["jobs"] if i["name"] in keep]
+    assert len(jobs) == 3, [i["name"] for i in d["jobs"]]
+    for item in jobs:
+        item.pop("repeat", None)
+        item["arrival"] = 0
+        t = item["train"]
+        t["iterations"], t["batch"], t["eval_points"] = 2, 16, 32
+        g = item["data"].get("generate")
+        if g:
+            g["train_points"], g["test_points"] = 512, 64
+    d = {"name": "admit", "device": "host", "seed": 3,
+         "runtime": {"policy": "fifo", "memory": "1GiB"},
+         "output": {"dir": os.path.join(work, "out")}, "jobs": jobs}
+    yaml.safe_dump(d, open(os.path.join(work, "admit.yaml"), "w"), sort_keys=False)
+
+
+def check_admit(work, check_txt):
+    d = yaml.safe_load(open(os.path.join(work, "admit.yaml")))
+    s, jobs, _ = load_run(d["output"]["dir"])
+    assert s["failed"] == 0 and all(j["status"] == "done" for j in s["jobs"]), s["jobs"]
+    _, table = check_text(check_txt)
+    assert sorted(table) == sorted(jobs), (sorted(table), sorted(jobs))
+    for name, ev in jobs.items():
+        assert table[name] == (fmt_bytes(ev["persistent_bytes"]),
+                               fmt_bytes(ev["ephemeral_bytes"])), (name, table[name], ev)
+    # The cnn job's figure holds its datasets (train and test, 785 bytes a
+    # point and the idx headers) on top of its model.
+    cnn = json.load(open(os.path.join(d["output"]["dir"], "cnn-short", "summary.json")))
+    data = 785 * (60000 + 10000)
+    assert jobs["cnn-short"]["persistent_bytes"] >= cnn["persistent_bytes"] + data, cnn
+    total = (sum(ev["persistent_bytes"] for ev in jobs.values()) +
+             max(ev["ephemeral_bytes"] for ev in jobs.values()))
+    m = re.search(r"^  all at once: .* = \S+ \S+ \((\d+) bytes\)", open(check_txt).read(), re.M)
+    assert m, "no all-at-once line with bytes in " + check_txt
+    assert int(m.group(1)) == total, (int(m.group(1)), total)
+    # A capacity just under the total, far above it without the datasets.
+    below = total - 4096
+    assert below > total - data
+    print("%dKiB" % (below // 1024))
+
+
 # ---- random mixes ------------------------------------------------------------
 
 
@@ -256,9 +308,9 @@ def parse_bytes(text):
 
 
 def capacity_for(check_txt):
-    """The largest job alone (accelrt check's table) plus 1 MiB for what
-    check leaves out (a graph job's datasets, here 125 KiB) and rounding:
-    every job fits alone, and the mix does not fit at once."""
+    """The largest job alone (accelrt check's table, the runner's figure)
+    plus 1 MiB for the table's rounding: every job fits alone, and the mix
+    does not fit at once."""
     _, table = check_text(check_txt)
     assert table, "no admission table in " + check_txt
     alone = max(parse_bytes(p) + parse_bytes(e) for p, e in table.values())
@@ -291,6 +343,10 @@ def main(argv):
         make_random(int(argv[2]), argv[3])
     elif cmd == "capacity":
         print(capacity_for(argv[2]))
+    elif cmd == "admit":
+        make_admit(argv[2], argv[3])
+    elif cmd == "check-admit":
+        check_admit(argv[2], argv[3])
     elif cmd == "check-random":
         check_random(argv[2], int(argv[3]))
     else:
