@@ -4,10 +4,18 @@
  * out port; the workers' gradients come back through its in port; each
  * tensor's are summed and its update applied as soon as every worker's
  * gradient of it is in (early update: the updates overlap the gradients
- * still coming, so the next iteration's parameters leave right after the
- * last one instead of after the whole shard's optimizer).  Layers that some
+ * still coming), and an updated tensor goes to the next iteration's gate
+ * at once (iterations overlap: once the stop vote says the next iteration
+ * runs and its schedule is known, its send side begins while this one's
+ * gradients still come; a second gate, send stamps and counters per
+ * parity; the slot of a tensor's send is free, since its update waited
+ * for every send of this iteration).  The next iteration still reads the
+ * parameters after this one's update, as synchronous SGD does; the gate
+ * keeps its order, so under TIC/TAC one server sends nothing early until
+ * its first transfer, the first layer's, is updated.  Layers that some
  * worker samples go as rows both ways (rows.c): only the rows the last
- * update changed go out, and the workers' touched rows are summed and
+ * update changed go out (at the next iteration's start: their sparse Adam
+ * needs every gradient), and the workers' touched rows are summed and
  * updated by sparse Adam. */
 #define _GNU_SOURCE
 #include "dist_impl.h"
