@@ -30,9 +30,27 @@
  * one at a time in that order, each taking update_s x its share of the
  * server's parameter bytes: the runtime's early update (runtime/dist/
  * server.c), whose optimizer is a pass over the tensor.  The iteration
- * ends with the last update; the next one's first parameters could leave
- * then.  late_update keeps the model before it: a barrier, then the whole
- * update_s on every server.
+ * ends with the last update.  late_update keeps the model before it: a
+ * barrier, then the whole update_s on every server.
+ *
+ * Overlap (the runtime's servers since issue 17): a tensor updated in
+ * iteration i is offered for i + 1 at once, under the same gate order, so
+ * i + 1's first parameters may leave while i's last gradients are still
+ * coming.  Simulated as SIM_PASSES iterations in a row: pass k + 1 offers
+ * each transfer when pass k updated it (its clock starts at pass k's first
+ * update end), its workers compute no earlier than their pass-k compute
+ * ended, and the ports are free (pass k's parameters left before its
+ * gradients, which all came before its updates ended).  The messages keep
+ * the gate's order: one waits for the one before it on its server's out
+ * port, so a transfer updated late holds back those after it (tic and tac
+ * put the first layer, whose gradient comes last, first).  The iteration
+ * time is the steady state: the time between the last two passes' ends;
+ * the metrics are the last pass's own spans, from its first offer, as the
+ * runtime measures an iteration (the pass before's gradients and ops that
+ * run in its window are not in them, so an idle gap of its own can push
+ * its makespan past U_max: E is clamped).  Without overlap (or
+ * with late_update) one iteration is simulated, every parameter offered
+ * at time 0, as before.
  *
  * Workers.  One compute op at a time, each when its compute predecessors
  * finished and its recvs arrived, earliest-ready first (ties by op id), so
@@ -77,6 +95,11 @@
 
 #include "commsched_impl.h"
 
+/* Iterations simulated in a row with overlap: the period settles after
+ * the second (every pass sees the same offsets once the first has set
+ * them), the later ones check it. */
+#define SIM_PASSES 4
+
 /* A gradient and when it is ready, for sorting a worker's sends. */
 typedef struct ready_key {
   double ready;
@@ -111,6 +134,10 @@ typedef struct sim {
   ar_commsched_span *comp;    /* (W x ncompute + S + T) */
   double *tdone;              /* (T) every worker's gradient of t in */
   uint32_t *uord;             /* (T) scratch: a server's tensors */
+  double *offer;              /* (T) when the parameter is offered */
+  double *uend;               /* (T) when its update ended */
+  double *avail;              /* (W) when the worker's CPU is free */
+  double *cdone;              /* (W) its last compute op's end */
   size_t ncomm, ncomp, ncompute;
 } sim;
 
@@ -194,6 +221,10 @@ static void sim_free(sim *m) {
   ar_free(m->comp);
   ar_free(m->tdone);
   ar_free(m->uord);
+  ar_free(m->offer);
+  ar_free(m->uend);
+  ar_free(m->avail);
+  ar_free(m->cdone);
 }
 
 static int sim_alloc(sim *m) {
@@ -223,6 +254,12 @@ static int sim_alloc(sim *m) {
   m->comp = ar_malloc((m->W * m->ncompute + m->S + m->T) * sizeof *m->comp);
   m->tdone = ar_malloc((m->T + 1) * sizeof *m->tdone);
   m->uord = ar_malloc((m->T + 1) * sizeof *m->uord);
+  m->offer = ar_calloc(m->T + 1, sizeof *m->offer);
+  m->uend = ar_calloc(m->T + 1, sizeof *m->uend);
+  m->avail = ar_calloc(m->W + 1, sizeof *m->avail);
+  m->cdone = ar_calloc(m->W + 1, sizeof *m->cdone);
+  if (!m->offer || !m->uend || !m->avail || !m->cdone)
+    return 0;
   return m->succ_off && m->succ && m->npred && m->arrive && m->gready &&
          m->finish && m->cnt && m->rdy && m->heap && m->dl_w && m->dl_t &&
          m->srv_off && m->up && m->keys && m->out_free && m->in_free &&
@@ -316,6 +353,9 @@ static void sim_params(sim *m) {
       uint32_t w = m->dl_w[m->head[srv]];
       double t =
           m->out_free[srv] > m->in_free[w] ? m->out_free[srv] : m->in_free[w];
+      double off = m->offer[m->dl_t[m->head[srv]]];
+      if (off > t)
+        t = off;
       if (best == SIZE_MAX || t < best_t) {
         best = srv;
         best_t = t;
@@ -369,7 +409,7 @@ static int cmp_ready(const void *a, const void *b);
 static void param_in(sim *m, size_t *len, uint32_t t, double have) {
   const ar_commsched_graph *g = m->g;
   uint32_t r = g->recvs[t].op;
-  m->comm[m->ncomm].start = 0.0;
+  m->comm[m->ncomm].start = m->offer[t];
   m->comm[m->ncomm].end = have;
   m->ncomm++;
   for (uint32_t k = m->succ_off[r]; k < m->succ_off[r + 1]; k++) {
@@ -400,7 +440,7 @@ static double sim_compute(sim *m, size_t w) {
   for (size_t i = 0; i < m->n; i++)
     if (g->ops[i].kind == AR_COMMSCHED_COMPUTE && m->cnt[i] == 0)
       heap_push(m, &len, (uint32_t)i);
-  double now = 0.0, last = 0.0;
+  double now = m->avail[w], last = 0.0;
   while (len > 0 || ci < m->T) {
     double ac = ci < m->T ? m->keys[ci].ready : INFINITY;
     double rc = len > 0 ? m->rdy[m->heap[0]] : INFINITY;
@@ -541,11 +581,40 @@ static double sim_updates(sim *m) {
       m->comp[m->ncomp].start = start;
       m->comp[m->ncomp].end = free_at;
       m->ncomp++;
+      m->uend[t] = free_at;
     }
     if (free_at > last)
       last = free_at;
   }
   return last;
+}
+
+/* One iteration under the offers and CPU times in m (the model above):
+ * its spans into m->comm and m->comp, its figures into *r. */
+static void sim_pass(sim *m, ar_commsched_sim_result *r) {
+  sim_params(m);
+  for (size_t k = 0; k < m->W * m->T; k++)
+    if (m->arrive[k] > r->params_done_s)
+      r->params_done_s = m->arrive[k];
+  for (size_t w = 0; w < m->W; w++) {
+    double end = sim_compute(m, w);
+    m->finish[w] = m->cdone[w] = end;
+    if (end > r->compute_done_s)
+      r->compute_done_s = end;
+  }
+  double grads = sim_grads(m);
+  r->barrier_s = grads > r->compute_done_s ? grads : r->compute_done_s;
+  if (m->o.late_update) {
+    r->makespan_s = r->barrier_s + m->o.update_s;
+    for (size_t srv = 0; srv < m->S; srv++) {
+      m->comp[m->ncomp].start = r->barrier_s;
+      m->comp[m->ncomp].end = r->makespan_s;
+      m->ncomp++;
+    }
+  } else {
+    double upd = sim_updates(m);
+    r->makespan_s = upd > r->barrier_s ? upd : r->barrier_s;
+  }
 }
 
 ar_status ar_commsched_simulate(const ar_commsched_graph *g,
@@ -576,31 +645,31 @@ ar_status ar_commsched_simulate(const ar_commsched_graph *g,
   st = list_params(&m, s, err);
   if (st != AR_OK)
     goto done;
-  sim_params(&m);
-
   ar_commsched_sim_result r;
   memset(&r, 0, sizeof r);
-  for (size_t k = 0; k < m.W * m.T; k++)
-    if (m.arrive[k] > r.params_done_s)
-      r.params_done_s = m.arrive[k];
-  for (size_t w = 0; w < m.W; w++) {
-    double end = sim_compute(&m, w);
-    m.finish[w] = end;
-    if (end > r.compute_done_s)
-      r.compute_done_s = end;
-  }
-  double grads = sim_grads(&m);
-  r.barrier_s = grads > r.compute_done_s ? grads : r.compute_done_s;
-  if (o.late_update) {
-    r.makespan_s = r.barrier_s + o.update_s;
-    for (size_t srv = 0; srv < m.S; srv++) {
-      m.comp[m.ncomp].start = r.barrier_s;
-      m.comp[m.ncomp].end = r.makespan_s;
-      m.ncomp++;
+  int passes = o.overlap && !o.late_update ? SIM_PASSES : 1;
+  double base = 0.0, end_prev = 0.0;
+  for (int pass = 0; pass < passes; pass++) {
+    double shift = 0.0; /* this pass's clock from the last one's */
+    if (pass > 0) {
+      shift = INFINITY;
+      for (size_t t = 0; t < m.T; t++)
+        if (m.uend[t] < shift)
+          shift = m.uend[t];
+      if (!isfinite(shift))
+        shift = r.makespan_s;
+      for (size_t t = 0; t < m.T; t++)
+        m.offer[t] = m.uend[t] - shift;
+      for (size_t w = 0; w < m.W; w++)
+        m.avail[w] = m.cdone[w] > shift ? m.cdone[w] - shift : 0.0;
     }
-  } else {
-    double upd = sim_updates(&m);
-    r.makespan_s = upd > r.barrier_s ? upd : r.barrier_s;
+    base += shift;
+    m.ncomm = m.ncomp = 0;
+    memset(&r, 0, sizeof r);
+    sim_pass(&m, &r);
+    /* Steady state: the time between two iterations' ends. */
+    r.iteration_s = pass > 0 ? base + r.makespan_s - end_prev : r.makespan_s;
+    end_prev = base + r.makespan_s;
   }
   r.straggler_s = ar_commsched_straggler_spread(m.finish, m.W);
   r.messages = (uint64_t)m.ncomm;

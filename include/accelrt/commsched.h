@@ -561,13 +561,23 @@ ar_status ar_commsched_calib_apply(ar_commsched_calib *c, ar_commsched_graph *g,
  *      late_update: barrier (the last worker has finished computing and
  *      the last gradient is in), then every server applies its whole
  *      update (update_s), in parallel (the runtime before the early
- *      update).
+ *      update);
+ *   6. with overlap (not with late_update): iterations follow one
+ *      another as the runtime's servers overlap them: a tensor updated in
+ *      iteration i is offered for i + 1 at once (the gate's order still
+ *      holds), a worker starts i + 1's ops once its i ones are done;
+ *      simulated as a few iterations in a row, the last one's figures
+ *      returned with iteration_s the steady-state time between two
+ *      iterations' ends; its metrics are over its own spans, from its
+ *      first offer, as the runtime measures an iteration.
  *
  * Metrics (ar_commsched_metrics_compute over every worker's spans): a
  * communication span is a message from when it was offered to when it
  * arrived (as a worker's trace of its recvs sees it), a computation span
  * is a compute op or a server's update.  makespan_s is the end of the
- * update; U_min <= makespan <= U_max holds in this model.
+ * update, from the first offer; U_min <= makespan <= U_max holds in this
+ * model without overlap (with it, the iteration before's traffic, not in
+ * the spans, can leave gaps: makespan > U_max is possible, E clamps).
  * Tests: tests/commsched/test_simulate.c; bench_simulate.c sweeps workers. */
 typedef struct ar_commsched_sim_opts {
   uint32_t workers;     /* W >= 1 */
@@ -588,13 +598,19 @@ typedef struct ar_commsched_sim_opts {
   double byte_s;        /* >= 0, finite: 1 / copy rate in bytes/s */
   double compute_scale; /* > 0, finite */
   int late_update;      /* 1: the whole update after the barrier (rule 5) */
+  int overlap;          /* 1: iterations overlap as the runtime's do
+                           (rule 6); 0: one iteration, every parameter
+                           offered at 0 (the runtime before issue 17) */
 } ar_commsched_sim_opts;
 
-#define AR_COMMSCHED_SIM_OPTS_INIT {1, 1, 1.25e9, 0.0, 0.0, 0.0, 0.0, 1.0, 0}
+#define AR_COMMSCHED_SIM_OPTS_INIT {1, 1, 1.25e9, 0.0, 0.0, 0.0, 0.0, 1.0, 0, 0}
 
 typedef struct ar_commsched_sim_result {
   double makespan_s;       /* iteration: offer of the first parameter to
                             * the end of the last update (or compute op) */
+  double iteration_s;      /* time per iteration in steady state: between
+                            * two iterations' ends (rule 6); makespan_s
+                            * without overlap */
   double params_done_s;    /* last parameter arrival on any worker */
   double compute_done_s;   /* last compute op's end on any worker */
   double barrier_s;        /* compute done and every gradient arrived */

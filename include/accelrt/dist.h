@@ -178,7 +178,10 @@ ar_status ar_dist_op_graph(const ar_spec *spec, int servers,
  * after whose backward p's gradient is final (its first reader: the
  * simulator's "gradient ready"); fwd of a producer -> fwd of its
  * consumers; fwd i -> bwd i; bwd j -> bwd i for every training node j
- * that reads an output of i.  Parallel branches stay parallel.  fwd and
+ * that reads an output of i; and the worker's execution order (one CPU,
+ * nodes in list order, backward last first): fwd i -> fwd i + 1, the last
+ * fwd -> every bwd, bwd of each training node -> bwd of the next one
+ * down, so parallel branches follow one another as they run.  fwd and
  * bwd (room for the nodes; may be NULL) get each node's op ids
  * (AR_COMMSCHED_NONE: a node that does not train has no bwd). */
 struct ar_net;

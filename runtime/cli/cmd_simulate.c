@@ -9,7 +9,11 @@
  * one worker's share of the batch, one thread, the minimum of a few runs.
  * The servers apply each tensor's update as soon as its gradients are in,
  * as the runtime does (--late-update: the whole update after the last
- * gradient, the runtime before it).
+ * gradient, the runtime before it), and iterations overlap as the
+ * runtime's do: a tensor updated is offered for the next iteration at once
+ * (iter_ms / iteration_s: the steady-state time per iteration;
+ * --no-overlap: one iteration alone, every parameter offered at its start,
+ * the runtime before issue 17).
  *
  * Calibration against a real run (--trace runs/JOB/trace.tsv, written by
  * every distributed run): compute ops take their median time over the
@@ -47,7 +51,7 @@ typedef struct sim_args {
   double gbps, latency_us;
   long rows; /* per worker; 0: train.batch / workers */
   int random_iters;
-  bool json, late_update;
+  bool json, late_update, no_overlap;
 } sim_args;
 
 static int usage(FILE *to) {
@@ -55,7 +59,7 @@ static int usage(FILE *to) {
           "usage: accelrt simulate JOB.yaml --workers W --servers S --gbps B\n"
           "         [--latency-us L] [--oracle FILE] [--rows-per-worker N]\n"
           "         [--trace FILE] [--message-us A] [--copy-gbps B] [--cores N]\n"
-          "         [--compute-scale X] [--late-update]\n"
+          "         [--compute-scale X] [--late-update] [--no-overlap]\n"
           "         [--random-iterations K] [--json] [--set KEY=VALUE]...\n");
   return CLI_USAGE;
 }
@@ -77,6 +81,7 @@ static int parse_args(int argc, char **argv, sim_args *a) {
                                         {"compute-scale", required_argument, NULL, 'x'},
                                         {"set", required_argument, NULL, 'S'},
                                         {"late-update", no_argument, NULL, 'U'},
+                                        {"no-overlap", no_argument, NULL, 'O'},
                                         {"help", no_argument, NULL, 'h'},
                                         {NULL, 0, NULL, 0}};
   memset(a, 0, sizeof *a);
@@ -146,6 +151,9 @@ static int parse_args(int argc, char **argv, sim_args *a) {
       break;
     case 'U':
       a->late_update = true;
+      break;
+    case 'O':
+      a->no_overlap = true;
       break;
     case 'm':
     case 'c':
@@ -379,7 +387,7 @@ static ar_status measure_net(const ar_spec *spec, long rows, int servers,
 }
 
 typedef struct row {
-  double makespan, eff, comm, comp, umin, umax, params, straggler;
+  double makespan, iteration, eff, comm, comp, umin, umax, params, straggler;
   int eff_n;
 } row;
 
@@ -403,6 +411,7 @@ static ar_status simulate_order(const ar_commsched_graph *g, const ar_spec *spec
     ar_commsched_schedule_destroy(s);
     AR_CHECK(st);
     out->makespan += r.makespan_s / n;
+    out->iteration += r.iteration_s / n;
     out->comm += r.metrics.comm_busy_s / n;
     out->comp += r.metrics.comp_busy_s / n;
     out->umin += r.metrics.u_min_s / n;
@@ -443,6 +452,7 @@ static ar_commsched_sim_opts sim_opts(const sim_args *a, double update_s,
   if (a->compute_scale > 0)
     so.compute_scale = a->compute_scale;
   so.late_update = a->late_update;
+  so.overlap = !a->late_update && !a->no_overlap;
   return so;
 }
 
@@ -471,8 +481,10 @@ static void print_head(const sim_args *a, const ar_spec *spec, const ar_commsche
          a->trace && isfinite(cal->message_s) ? " fitted on the trace" : "", so->compute_scale);
   if (a->trace)
     printf("fit samples: %ld idle transfers\n", cal->samples);
-  printf("%-7s %12s %6s %9s %9s %9s %9s %11s %12s %9s\n", "order", "makespan_ms", "E", "N_ms",
-         "C_ms", "Umin_ms", "Umax_ms", "params_ms", "straggler_ms", "vs_random");
+  printf("%s\n", so->overlap ? "iterations overlap (iter_ms: steady state; --no-overlap: one "
+                              "alone)" : "one iteration alone (iter_ms = makespan_ms)");
+  printf("%-7s %9s %12s %6s %9s %9s %9s %9s %11s %12s %9s\n", "order", "iter_ms", "makespan_ms",
+         "E", "N_ms", "C_ms", "Umin_ms", "Umax_ms", "params_ms", "straggler_ms", "vs_random");
 }
 
 static const ar_commsched_order orders[4] = {AR_COMMSCHED_ORDER_NONE, AR_COMMSCHED_ORDER_RANDOM,
@@ -483,19 +495,21 @@ static void print_rows(const sim_args *a, const ar_commsched_sim_opts *so, const
                        const double *ms) {
   for (int i = 0; i < 4; i++) {
     const row *r = &rows_out[i];
-    double vs = rows_out[1].makespan / r->makespan;
+    double vs = rows_out[1].iteration / r->iteration;
     if (a->json)
       printf("{\"order\": \"%s\", \"workers\": %d, \"servers\": %d, \"gbps\": %g, "
+             "\"iteration_s\": %.9g, \"overlap\": %s, "
              "\"makespan_s\": %.9g, \"efficiency\": %.6g, \"comm_busy_s\": %.9g, "
              "\"comp_busy_s\": %.9g, \"straggler_s\": %.9g, \"speedup_vs_random\": %.6g, "
              "\"schedule_ms\": %.6g, \"message_s\": %.6g, \"byte_s\": %.6g, "
              "\"compute_scale\": %.6g}\n",
-             ar_commsched_order_name(orders[i]), a->workers, a->servers, a->gbps, r->makespan,
+             ar_commsched_order_name(orders[i]), a->workers, a->servers, a->gbps, r->iteration,
+             so->overlap ? "true" : "false", r->makespan,
              r->eff, r->comm, r->comp, r->straggler, vs, ms[i], so->message_s, so->byte_s,
              so->compute_scale);
     else
-      printf("%-7s %12.3f %6.3f %9.3f %9.3f %9.3f %9.3f %11.3f %12.3f %8.3fx\n",
-             ar_commsched_order_name(orders[i]), 1e3 * r->makespan, r->eff, 1e3 * r->comm,
+      printf("%-7s %9.3f %12.3f %6.3f %9.3f %9.3f %9.3f %9.3f %11.3f %12.3f %8.3fx\n",
+             ar_commsched_order_name(orders[i]), 1e3 * r->iteration, 1e3 * r->makespan, r->eff, 1e3 * r->comm,
              1e3 * r->comp, 1e3 * r->umin, 1e3 * r->umax, 1e3 * r->params, 1e3 * r->straggler,
              vs);
   }

@@ -234,8 +234,12 @@ typedef struct ar__dist {
   int64_t first_iter;           /* the first iteration this run executes */
   double schedule_ms;
 
-  /* Server state (server.c). */
-  ar_commsched_gate *gate;
+  /* Server state (server.c).  Iterations overlap: a tensor updated in
+   * iteration i is offered for i + 1 at once, so the send side of two
+   * iterations is live together; what it keeps per iteration is doubled
+   * and indexed by the iteration's parity (gates, send_start, arrive,
+   * sendleft, sent). */
+  ar_commsched_gate *gates[2];
   ar_commsched_pacer *out_pacer, *in_pacer; /* NULL without link emulation */
   float *gradbuf;         /* (W, own floats): each worker's gradients */
   size_t *gradoff;        /* (nt) offset of a tensor in one worker's part */
@@ -243,9 +247,23 @@ typedef struct ar__dist {
   MPI_Request *sreq, *rreq; /* (W x nslots) per piece */
   int *sleft, *rleft;     /* (W x nt) pieces of a message not completed */
   size_t *rbytes;         /* (W x nt) bytes of a gradient received */
-  double *send_start, *arrive, *delivered; /* (W x nt) */
-  uint32_t *pend_w, *pend_t; /* (W x nt) FIFO of paced sends not posted */
+  double *send_start, *arrive; /* (2, W x nt) per parity */
+  double *delivered;      /* (W x nt) */
+  uint32_t *pend_w, *pend_t; /* (2 W x nt) FIFO of paced sends not posted */
   double *pend_at;
+  uint8_t *pend_p;        /* (2 W x nt) the parity of each */
+  size_t pend_head, pend_tail;
+  uint8_t *spar;          /* (W x nt) the parity of the send posted */
+  size_t sent[2];         /* per parity: parameter sends completed */
+  size_t expect;          /* messages each way per iteration */
+  bool next_on;           /* the next iteration's sends have begun */
+  size_t next_offered;    /* updq units offered to the next iteration */
+  bool vote_in;           /* stop_req completed, stop_any holds the vote */
+  /* The next iteration's parameter sends completed during this one: their
+   * trace spans, recorded when that iteration begins. */
+  struct ar__dist_tl_pend *tl_pend; /* (W x nt) */
+  size_t tl_npend;
+  uint32_t *tl_next2;     /* (W) the next iteration's send places */
   uint8_t *gwire;         /* (W, own_wire) the workers' rows messages */
   size_t *wireoff;        /* (nt) offset of a rows tensor in one worker's part */
   size_t own_wire;
@@ -254,7 +272,8 @@ typedef struct ar__dist {
    * every worker's gradient of it is in (a chain layer: both of its
    * tensors'), not after the iteration's last gradient. */
   int *gleft;             /* (nt) workers whose gradient has not come */
-  int *sendleft;          /* (nt) workers whose parameter send is not done */
+  int *sendleft;          /* (2, nt) per parity: workers whose parameter
+                             send is not done */
   double *gdue;           /* (nt) the last (emulated) delivery of its gradient */
   uint32_t *updq;         /* (nt) FIFO of update units ready (a tensor; a
                              chain layer by its w) */
@@ -427,6 +446,10 @@ ar_status ar__dist_server_init(ar__dist *c);
 void ar__dist_server_fini(ar__dist *c);
 ar_status ar__dist_server_iteration(ar__dist *c, int64_t iter,
                                     const ar_commsched_schedule *s);
+/* dist_run.c: whether iteration iter + 1 is sure to run with a schedule
+ * already known (not past the end, not the first after warm-up, and the
+ * stop vote it depends on has come and says go on): *yes.  Never waits. */
+ar_status ar__dist_next_certain(ar__dist *c, int64_t iter, bool *yes);
 /* The hooks a worker's job steps with (before ar_job_open). */
 void ar__dist_worker_hooks(ar__dist *c);
 ar_status ar__dist_worker_init(ar__dist *c);
@@ -527,8 +550,10 @@ void ar__dist_rebind(ar__dist *c, void *persistent, void *ephemeral);
 
 /* ---- timeline.c ---- */
 /* After the roles are known, on every rank: rank 0's options (rank0, read
- * from its environment) are broadcast and the recorder made with a track
- * per channel (c->tl stays NULL when they say no trace).  AR_NOMEM. */
+ * from its environment) are broadcast and the recorder made with two
+ * tracks per channel, its parameters (AR_TRACE_CHANNEL + k) and its
+ * gradients (AR_TRACE_CHANNEL + peers + k; peers: W on a server, S on a
+ * worker) (c->tl stays NULL when they say no trace).  AR_NOMEM. */
 ar_status ar__dist_tl_open(ar__dist *c, const ar_trace_opts *rank0);
 void ar__dist_tl_close(ar__dist *c); /* idempotent */
 /* An iteration begins under schedule s (NULL: none or warm-up). */

@@ -584,14 +584,34 @@ static ar_status stop_vote(ar__dist *c, bool last, bool *stop) {
   *stop = false;
   if (c->stop_req != MPI_REQUEST_NULL) {
     AR_CHECK(ar__dist_wait(c, &c->stop_req, -1, "the ranks' vote on stopping"));
-    *stop = c->stop_any != 0 && !last;
+    c->vote_in = true;
   }
+  if (c->vote_in) /* awaited here or tested by ar__dist_next_certain */
+    *stop = c->stop_any != 0 && !last;
+  c->vote_in = false;
   if (*stop || last)
     return AR_OK;
   c->stop_mine = ar_stop_signal() != 0;
   int rc = MPI_Iallreduce(&c->stop_mine, &c->stop_any, 1, MPI_INT, MPI_MAX, c->cctl,
                           &c->stop_req);
   return rc == MPI_SUCCESS ? AR_OK : ar__dist_mpi_err(c, rc, "voting on stopping");
+}
+
+ar_status ar__dist_next_certain(ar__dist *c, int64_t iter, bool *yes) {
+  *yes = false;
+  if (iter >= c->total || iter == c->first_iter + c->warmup - 1)
+    return AR_OK;
+  if (c->stop_req != MPI_REQUEST_NULL) {
+    int flag = 0;
+    int rc = MPI_Test(&c->stop_req, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS)
+      return ar__dist_mpi_err(c, rc, "the ranks' vote on stopping");
+    if (!flag)
+      return AR_OK;
+    c->vote_in = true;
+  }
+  *yes = !(c->vote_in && c->stop_any != 0);
+  return AR_OK;
 }
 
 static ar_status loop(ar__dist *c) {

@@ -3,7 +3,8 @@
  * parameter tensor of the worker's net is one transfer, sharded over the
  * servers by bytes; the op graph commsched orders is the net's DAG (a
  * fwd op per node, a bwd op per training node, a recv per parameter, see
- * ar_dist_net_op_graph); the workers' hooks are per node (worker.c): a
+ * ar_dist_net_op_graph) with the worker's execution order added (one CPU,
+ * the nodes in list order: parallel branches follow one another); the workers' hooks are per node (worker.c): a
  * parameter is waited for before the forward of its first reader and its
  * gradient sent after that reader's backward, the last contribution to
  * it.  The servers step with the net's own optimizer, one parameter at a
@@ -55,6 +56,12 @@ static ar_status add_net_ops(const ar_net *net, const ar_net_param *ps, int P,
     int nd = ar_net_node_inputs(net, i, deps, 64);
     for (int k = 0; k < nd; k++)
       AR_CHECK(edge(g, fwd[deps[k]], fwd[i], deps, k, deps[k], err));
+    /* The worker is one CPU running the nodes in list order: the branches
+     * of a block that the DAG leaves parallel run one after another, so
+     * the order is an edge too (without it TAC may send a later branch's
+     * parameters first, and the worker waits for the one it runs). */
+    if (i > 0)
+      AR_CHECK(edge(g, fwd[i - 1], fwd[i], deps, nd, i - 1, err));
     int np = ar_net_node_params(net, i, prm, 64);
     for (int k = 0; k < np; k++)
       for (int p = 0; p < P; p++)
@@ -73,14 +80,24 @@ static ar_status add_net_ops(const ar_net *net, const ar_net_param *ps, int P,
         AR_CHECK(ar_commsched_graph_add_edge(g, (ar_commsched_op)p, bwd[i], err));
   }
   /* bwd of a consumer -> bwd of the producers it reads (the gradient
-   * flows back along every edge of the forward graph). */
-  for (int j = 0; j < N; j++) {
+   * flows back along every edge of the forward graph); the backward pass
+   * runs the nodes last first after the whole forward (the loss), one at
+   * a time: that order is an edge too. */
+  int later = -1; /* the training node whose backward runs just before */
+  for (int j = N - 1; j >= 0; j--) {
     if (bwd[j] == AR_COMMSCHED_NONE)
       continue;
     int nd = ar_net_node_inputs(net, j, deps, 64);
     for (int k = 0; k < nd; k++)
       if (bwd[deps[k]] != AR_COMMSCHED_NONE)
         AR_CHECK(edge(g, bwd[j], bwd[deps[k]], deps, k, deps[k], err));
+    if (later < 0 && j < N - 1)
+      AR_CHECK(ar_commsched_graph_add_edge(g, fwd[N - 1], bwd[j], err));
+    if (later >= 0) {
+      int ld = ar_net_node_inputs(net, later, deps, 64);
+      AR_CHECK(edge(g, bwd[later], bwd[j], deps, ld, j, err));
+    }
+    later = j;
   }
   return ar_commsched_graph_seal(g, err);
 }

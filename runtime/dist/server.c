@@ -4,10 +4,18 @@
  * out port; the workers' gradients come back through its in port; each
  * tensor's are summed and its update applied as soon as every worker's
  * gradient of it is in (early update: the updates overlap the gradients
- * still coming, so the next iteration's parameters leave right after the
- * last one instead of after the whole shard's optimizer).  Layers that some
+ * still coming), and an updated tensor goes to the next iteration's gate
+ * at once (iterations overlap: once the stop vote says the next iteration
+ * runs and its schedule is known, its send side begins while this one's
+ * gradients still come; a second gate, send stamps and counters per
+ * parity; the slot of a tensor's send is free, since its update waited
+ * for every send of this iteration).  The next iteration still reads the
+ * parameters after this one's update, as synchronous SGD does; the gate
+ * keeps its order, so under TIC/TAC one server sends nothing early until
+ * its first transfer, the first layer's, is updated.  Layers that some
  * worker samples go as rows both ways (rows.c): only the rows the last
- * update changed go out, and the workers' touched rows are summed and
+ * update changed go out (at the next iteration's start: their sparse Adam
+ * needs every gradient), and the workers' touched rows are summed and
  * updated by sparse Adam. */
 #define _GNU_SOURCE
 #include "dist_impl.h"
@@ -20,6 +28,16 @@
 
 #include "accelrt/lsh.h"
 
+/* A parameter send of the next iteration that completed during this one:
+ * its trace span, recorded when that iteration begins (spans belong to
+ * the iteration current when they are added). */
+typedef struct ar__dist_tl_pend {
+  int w, t;
+  uint32_t order;
+  size_t bytes;
+  double t0, t1;
+} ar__dist_tl_pend;
+
 /* The gate that enforces the order and, with link emulation, one pacer
  * per port of this server: its out port is shared by the parameters of
  * all its workers, its in port by their gradients (the fan-in); the
@@ -31,7 +49,8 @@ static ar_status make_gate(ar__dist *c) {
   go.destinations = (uint32_t)c->W;
   go.transfers = (uint32_t)c->nt;
   go.max_bytes_in_flight = (size_t)s->distributed.max_bytes_in_flight;
-  AR_CHECK(ar_commsched_gate_create(&go, &c->gate, c->err));
+  AR_CHECK(ar_commsched_gate_create(&go, &c->gates[0], c->err));
+  AR_CHECK(ar_commsched_gate_create(&go, &c->gates[1], c->err));
   if (s->distributed.link_gbps <= 0)
     return AR_OK;
   ar_commsched_link_opts lo = AR_COMMSCHED_LINK_OPTS_INIT;
@@ -57,19 +76,24 @@ static ar_status make_tables(ar__dist *c) {
   c->sleft = ar_malloc(wt * sizeof *c->sleft);
   c->rleft = ar_malloc(wt * sizeof *c->rleft);
   c->rbytes = ar_malloc(wt * sizeof *c->rbytes);
-  c->send_start = ar_malloc(wt * sizeof *c->send_start);
+  c->send_start = ar_malloc(2 * wt * sizeof *c->send_start);
   c->delivered = ar_malloc(wt * sizeof *c->delivered);
-  c->arrive = ar_malloc(wt * sizeof *c->arrive);
-  c->pend_w = ar_malloc(wt * sizeof *c->pend_w);
-  c->pend_t = ar_malloc(wt * sizeof *c->pend_t);
-  c->pend_at = ar_malloc(wt * sizeof *c->pend_at);
+  c->arrive = ar_malloc(2 * wt * sizeof *c->arrive);
+  c->pend_w = ar_malloc(2 * wt * sizeof *c->pend_w);
+  c->pend_t = ar_malloc(2 * wt * sizeof *c->pend_t);
+  c->pend_at = ar_malloc(2 * wt * sizeof *c->pend_at);
+  c->pend_p = ar_malloc(2 * wt * sizeof *c->pend_p);
+  c->spar = ar_malloc(wt * sizeof *c->spar);
+  c->tl_pend = ar_malloc(wt * sizeof *c->tl_pend);
+  c->tl_next2 = ar_calloc((size_t)c->W, sizeof *c->tl_next2);
   c->report = ar_malloc(c->srep_len * sizeof *c->report);
   size_t nt1 = (size_t)c->nt + 1;
   c->gleft = ar_malloc(nt1 * sizeof *c->gleft);
-  c->sendleft = ar_malloc(nt1 * sizeof *c->sendleft);
+  c->sendleft = ar_malloc(2 * nt1 * sizeof *c->sendleft);
   c->gdue = ar_malloc(nt1 * sizeof *c->gdue);
   c->updq = ar_malloc(nt1 * sizeof *c->updq);
-  if (!c->gleft || !c->sendleft || !c->gdue || !c->updq)
+  if (!c->gleft || !c->sendleft || !c->gdue || !c->updq || !c->pend_p || !c->spar ||
+      !c->tl_pend || !c->tl_next2)
     return ar_errf(c->err, AR_NOMEM, "out of memory for the server's bookkeeping");
   if (!c->sreq || !c->rreq || !c->rstat || !c->s_idx || !c->sleft || !c->rleft || !c->rbytes ||
       !c->send_start || !c->delivered || !c->arrive || !c->pend_w || !c->pend_t || !c->pend_at ||
@@ -139,7 +163,12 @@ void ar__dist_server_fini(ar__dist *c) {
       }
     }
   }
-  ar_commsched_gate_destroy(c->gate);
+  ar_commsched_gate_destroy(c->gates[0]);
+  ar_commsched_gate_destroy(c->gates[1]);
+  ar_free(c->pend_p);
+  ar_free(c->spar);
+  ar_free(c->tl_pend);
+  ar_free(c->tl_next2);
   ar_commsched_pacer_destroy(c->out_pacer);
   ar_commsched_pacer_destroy(c->in_pacer);
   ar_free(c->gradbuf);
@@ -170,24 +199,28 @@ void ar__dist_server_fini(ar__dist *c) {
 }
 
 typedef struct srv_iter {
-  size_t head, tail;   /* the FIFO of paced sends not posted yet */
-  size_t sent, recvd, expect;
+  int p;               /* this iteration's parity (iter & 1) */
+  int64_t iter;
+  size_t recvd;
   double last_delivery;
 } srv_iter;
 
 /* Bytes of a tensor's parameter message this iteration. */
 static size_t msg_bytes(const ar__dist_tensor *T) { return T->rows ? T->msg_bytes : T->bytes; }
 
-/* Moves every transfer the gate lets go into the FIFO, round-robin over
+/* Moves every transfer gate p lets go into the FIFO, round-robin over
  * the workers (each worker's in gate order), stamping when its bytes go
- * on the emulated wire.  Without link emulation a send goes at once. */
-static bool gate_to_fifo(ar__dist *c, srv_iter *it) {
+ * on the emulated wire.  Without link emulation a send goes at once.
+ * `next`: p is the next iteration's (its places in the trace are counted
+ * apart). */
+static bool gate_to_fifo(ar__dist *c, int p, bool next) {
   bool any = false, more = true;
+  size_t wt = (size_t)c->W * (size_t)c->nt;
   while (more) {
     more = false;
     for (int w = 0; w < c->W; w++) {
       uint32_t t;
-      if (ar_commsched_gate_next(c->gate, (uint32_t)w, &t) != AR_OK)
+      if (ar_commsched_gate_next(c->gates[p], (uint32_t)w, &t) != AR_OK)
         continue;
       more = any = true;
       double now = ar__dist_clock(c), at = now, start = now;
@@ -197,25 +230,28 @@ static bool gate_to_fifo(ar__dist *c, srv_iter *it) {
         at = pace.arrive_s;
         start = pace.start_s;
       }
-      size_t k = it->tail++;
+      size_t k = c->pend_tail++, wk = (size_t)w * (size_t)c->nt + t;
       if (c->tl) /* the order the gate released them in, per worker */
-        c->tl_order[(size_t)w * (size_t)c->nt + t] = c->tl_next[w]++;
+        c->tl_order[wk] = next ? c->tl_next2[w]++ : c->tl_next[w]++;
       c->pend_w[k] = (uint32_t)w;
       c->pend_t[k] = t;
       c->pend_at[k] = at;
-      c->send_start[(size_t)w * (size_t)c->nt + t] = start;
-      c->arrive[(size_t)w * (size_t)c->nt + t] = at;
+      c->pend_p[k] = (uint8_t)p;
+      c->send_start[(size_t)p * wt + wk] = start;
+      c->arrive[(size_t)p * wt + wk] = at;
     }
   }
   return any;
 }
 
 /* Posts the sends whose emulated arrival has come (the FIFO's times never
- * decrease: one serial port). */
-static ar_status post_due(ar__dist *c, srv_iter *it, bool *progressed) {
+ * decrease: one serial port, shared by both iterations' sends).  A
+ * tensor's slot is free: its send of the next iteration is offered only
+ * after its update, which waits for every send of this one. */
+static ar_status post_due(ar__dist *c, bool *progressed) {
   double now = ar__dist_clock(c);
-  while (it->head < it->tail && c->pend_at[it->head] <= now) {
-    size_t k = it->head++;
+  while (c->pend_head < c->pend_tail && c->pend_at[c->pend_head] <= now) {
+    size_t k = c->pend_head++;
     uint32_t w = c->pend_w[k], t = c->pend_t[k];
     const ar__dist_tensor *T = &c->t[t];
     MPI_Request *q = &c->sreq[(size_t)w * c->nslots + T->slot];
@@ -227,6 +263,7 @@ static ar_status post_due(ar__dist *c, srv_iter *it, bool *progressed) {
       return st;
     }
     c->sleft[(size_t)w * (size_t)c->nt + t] = T->pieces;
+    c->spar[(size_t)w * (size_t)c->nt + t] = c->pend_p[k];
     *progressed = true;
   }
   return AR_OK;
@@ -302,30 +339,50 @@ static ar_status gradient_piece(ar__dist *c, srv_iter *it, int w, int t, int byt
   return AR_OK;
 }
 
-static ar_status apply_due(ar__dist *c, double now);
+/* Parameter sends completed (idx[0..n) of sreq): the gate of their
+ * iteration releases them; a message whose last piece went is a span of
+ * the timeline, kept for later when it is the next iteration's (cur is
+ * this one's parity). */
+static ar_status sends_done(ar__dist *c, const int *idx, int n, int cur) {
+  for (int i = 0; i < n; i++) {
+    uint32_t w = (uint32_t)((size_t)idx[i] / c->nslots);
+    uint32_t t = c->slot_t[(size_t)idx[i] % c->nslots];
+    size_t k = (size_t)w * (size_t)c->nt + t;
+    if (--c->sleft[k] > 0)
+      continue;
+    int p = c->spar[k];
+    AR_CHECK(ar_commsched_gate_release(c->gates[p], w, t, c->err));
+    c->sent[p]++;
+    c->sendleft[(size_t)p * ((size_t)c->nt + 1) + t]--;
+    if (!c->tl)
+      continue;
+    double t0 = c->tl_conv + c->send_start[(size_t)p * (size_t)c->W * (size_t)c->nt + k];
+    if (p != cur) {
+      ar__dist_tl_pend *e = &c->tl_pend[c->tl_npend++];
+      *e = (ar__dist_tl_pend){(int)w, (int)t, c->tl_order[k], msg_bytes(&c->t[t]), t0, ar_now()};
+    } else if (c->tl_det) {
+      ar__dist_tl_transfer(c, (int)w, (int)t, false, c->tl_order[k], msg_bytes(&c->t[t]), t0,
+                           ar_now());
+    }
+  }
+  return AR_OK;
+}
+
+static ar_status apply_due(ar__dist *c, int p, double now);
+static ar_status next_offers(ar__dist *c, srv_iter *it);
 
 static ar_status exchange(ar__dist *c, srv_iter *it, int *idx) {
   ar__dist_poll_reset(c);
   c->tl_poll = c->tl_det ? ar_now() : 0.0;
   for (;;) {
-    bool progressed = gate_to_fifo(c, it);
-    AR_CHECK(post_due(c, it, &progressed));
+    bool progressed = gate_to_fifo(c, it->p, false);
+    if (c->next_on)
+      progressed = gate_to_fifo(c, it->p ^ 1, true) || progressed;
+    AR_CHECK(post_due(c, &progressed));
     int n;
     AR_CHECK(test_some(c, c->sreq, idx, &n, NULL, "a parameter send"));
-    for (int i = 0; i < n; i++) {
-      uint32_t w = (uint32_t)((size_t)idx[i] / c->nslots);
-      uint32_t t = c->slot_t[(size_t)idx[i] % c->nslots];
-      progressed = true;
-      size_t k = (size_t)w * (size_t)c->nt + t;
-      if (--c->sleft[k] > 0)
-        continue;
-      AR_CHECK(ar_commsched_gate_release(c->gate, w, t, c->err));
-      it->sent++;
-      c->sendleft[t]--;
-      if (c->tl_det)
-        ar__dist_tl_transfer(c, (int)w, (int)t, false, c->tl_order[k], msg_bytes(&c->t[t]),
-                             c->tl_conv + c->send_start[k], ar_now());
-    }
+    AR_CHECK(sends_done(c, idx, n, it->p));
+    progressed = progressed || n > 0;
     double polled = c->tl_poll;
     if (c->tl_det)
       c->tl_poll = ar_now();
@@ -339,15 +396,26 @@ static ar_status exchange(ar__dist *c, srv_iter *it, int *idx) {
       AR_CHECK(gradient_piece(c, it, w, t, cnt, now, polled));
       progressed = true;
     }
-    if (c->updq_head < c->updq_tail)
-      AR_CHECK(apply_due(c, now));
-    if (it->sent == it->expect && it->recvd == it->expect)
+    if (c->updq_head < c->updq_tail) {
+      size_t before = c->updq_head;
+      AR_CHECK(apply_due(c, it->p, now));
+      progressed = progressed || c->updq_head > before;
+    }
+    AR_CHECK(next_offers(c, it));
+    /* Done when every message has come and every dense update is done:
+     * with link emulation the gradients' deliveries fall due later than
+     * MPI hands them over, and the sends of the next iteration that the
+     * updates let go keep flowing meanwhile. */
+    if (c->sent[it->p] == c->expect && it->recvd == c->expect && c->updq_head == c->updq_tail)
       return AR_OK;
     int peer = first_open(c, c->rreq);
-    c->wake_at = it->head < it->tail ? c->pend_at[it->head] : 0.0;
-    if (c->updq_head < c->updq_tail && c->sendleft[c->updq[c->updq_head]] == 0 &&
-        (c->wake_at == 0.0 || c->gdue[c->updq[c->updq_head]] < c->wake_at))
-      c->wake_at = c->gdue[c->updq[c->updq_head]]; /* an update falls due */
+    c->wake_at = c->pend_head < c->pend_tail ? c->pend_at[c->pend_head] : 0.0;
+    if (c->updq_head < c->updq_tail) {
+      uint32_t u = c->updq[c->updq_head];
+      if (c->sendleft[(size_t)it->p * ((size_t)c->nt + 1) + u] == 0 &&
+          (c->wake_at == 0.0 || c->gdue[u] < c->wake_at))
+        c->wake_at = c->gdue[u]; /* an update falls due */
+    }
     ar_status st = ar__dist_poll(c, progressed, peer >= 0 ? peer : first_open(c, c->sreq),
                                  peer >= 0 ? "gradients" : "acceptance of parameters");
     c->wake_at = 0.0;
@@ -418,11 +486,12 @@ static void sum_grads(ar__dist *c, const ar__dist_tensor *T, int t) {
  * of the net's optimizer, a chain layer's step of the engine's; the sum is
  * in worker order whatever the arrival order, so the result is exactly
  * the update after the whole iteration. */
-static ar_status apply_due(ar__dist *c, double now) {
+static ar_status apply_due(ar__dist *c, int p, double now) {
+  const int *left = c->sendleft + (size_t)p * ((size_t)c->nt + 1);
   while (c->updq_head < c->updq_tail) {
     int t = (int)c->updq[c->updq_head];
     bool chain = !c->graph;
-    if (c->gdue[t] > now || c->sendleft[t] > 0 || (chain && c->sendleft[t + 1] > 0))
+    if (c->gdue[t] > now || left[t] > 0 || (chain && left[t + 1] > 0))
       return AR_OK;
     c->updq_head++;
     if (isnan(c->upd0)) {
@@ -442,7 +511,7 @@ static ar_status apply_due(ar__dist *c, double now) {
   return AR_OK;
 }
 
-/* Before the iteration's transfers: the optimizer's step (a graph's
+/* Before the iteration's gradients: the optimizer's step (a graph's
  * learning rate) and the early-update counters of the own tensors. */
 static void updates_begin(ar__dist *c) {
   if (c->graph)
@@ -450,11 +519,70 @@ static void updates_begin(ar__dist *c) {
   else
     ar_model_advance_step(c->model);
   c->updq_head = c->updq_tail = 0;
+  c->next_offered = 0;
   c->upd0 = c->upd1 = NAN;
   for (int t = 0; t < c->nt; t++) {
-    c->gleft[t] = c->sendleft[t] = c->t[t].server == c->rank ? c->W : 0;
+    c->gleft[t] = c->t[t].server == c->rank ? c->W : 0;
     c->gdue[t] = -INFINITY;
   }
+}
+
+/* The send side of the iteration of parity p begins: its gate loaded with
+ * schedule s and started, its counters and stamps reset. */
+static ar_status sends_begin(ar__dist *c, int p, int64_t iter, const ar_commsched_schedule *s) {
+  /* tic/tac once, random every iteration; counters reset (TicTac's
+   * reference never reset them, see commsched.h). */
+  AR_CHECK(ar_commsched_gate_load(c->gates[p], s, (uint32_t)c->rank, c->err));
+  AR_CHECK(ar_commsched_gate_begin(c->gates[p], (uint64_t)iter, c->err));
+  size_t wt = (size_t)c->W * (size_t)c->nt;
+  for (size_t k = 0; k < wt; k++)
+    c->send_start[(size_t)p * wt + k] = c->arrive[(size_t)p * wt + k] = NAN;
+  int *left = c->sendleft + (size_t)p * ((size_t)c->nt + 1);
+  for (int t = 0; t < c->nt; t++)
+    left[t] = c->t[t].server == c->rank ? c->W : 0;
+  c->sent[p] = 0;
+  return AR_OK;
+}
+
+/* Offers own tensor t of the iteration of parity p to every worker. */
+static ar_status offer(ar__dist *c, int p, int t) {
+  for (int w = 0; w < c->W; w++)
+    AR_CHECK(ar_commsched_gate_offer(c->gates[p], (uint32_t)w, (uint32_t)t,
+                                     msg_bytes(&c->t[t]), c->err));
+  return AR_OK;
+}
+
+/* Overlap: once the next iteration is sure to run (ar__dist_next_certain),
+ * its send side begins and every unit updated so far (a graph tensor, a
+ * chain layer's two) is offered to it, in update order: its parameters
+ * are final for it.  Rows tensors wait for its start (their update needs
+ * every gradient). */
+static ar_status next_offers(ar__dist *c, srv_iter *it) {
+  if (c->updq_head == c->next_offered)
+    return AR_OK;
+  if (!c->next_on) {
+    bool yes = false;
+    AR_CHECK(ar__dist_next_certain(c, it->iter, &yes));
+    if (!yes)
+      return AR_OK;
+    ar_commsched_schedule *ns = NULL;
+    bool owned = false;
+    AR_CHECK(ar__dist_schedule_for(c, it->iter + 1, &ns, &owned));
+    ar_status st = sends_begin(c, it->p ^ 1, it->iter + 1, ns); /* the gate copies it */
+    if (owned)
+      ar_commsched_schedule_destroy(ns);
+    AR_CHECK(st);
+    memset(c->tl_next2, 0, (size_t)c->W * sizeof *c->tl_next2);
+    c->tl_npend = 0;
+    c->next_on = true;
+  }
+  for (; c->next_offered < c->updq_head; c->next_offered++) {
+    int t = (int)c->updq[c->next_offered];
+    AR_CHECK(offer(c, it->p ^ 1, t));
+    if (!c->graph)
+      AR_CHECK(offer(c, it->p ^ 1, t + 1));
+  }
+  return AR_OK;
 }
 
 /* Sleeps until `at` (ar__dist_clock). */
@@ -470,9 +598,11 @@ static void sleep_until(ar__dist *c, double at) {
  * still be due): the units not applied yet, each when it falls due, then,
  * after the last delivery, the rows layers (sparse Adam over the union of
  * the workers' rows, which needs them all). */
-static ar_status updates_end(ar__dist *c, double last_delivery) {
+static ar_status updates_end(ar__dist *c, srv_iter *it) {
+  double last_delivery = it->last_delivery;
   for (;;) {
-    AR_CHECK(apply_due(c, ar__dist_clock(c)));
+    AR_CHECK(apply_due(c, it->p, ar__dist_clock(c)));
+    AR_CHECK(next_offers(c, it));
     if (c->updq_head == c->updq_tail)
       break;
     sleep_until(c, c->gdue[c->updq[c->updq_head]]);
@@ -524,15 +654,15 @@ static void pack_params(ar__dist *c) {
   c->resync = false;
 }
 
-static ar_status post_grad_recvs(ar__dist *c, srv_iter *it) {
+static ar_status post_grad_recvs(ar__dist *c) {
+  c->expect = 0;
   for (int w = 0; w < c->W; w++)
     for (int t = 0; t < c->nt; t++) {
       const ar__dist_tensor *T = &c->t[t];
       size_t k = (size_t)w * (size_t)c->nt + (size_t)t;
-      c->send_start[k] = c->arrive[k] = c->delivered[k] = NAN;
+      c->delivered[k] = NAN;
       if (T->server != c->rank)
         continue;
-      AR_CHECK(ar_commsched_gate_offer(c->gate, (uint32_t)w, (uint32_t)t, msg_bytes(T), c->err));
       void *buf = T->rows ? (void *)grad_msg(c, w, t)
                           : (void *)(c->gradbuf + (size_t)w * c->own_floats + c->gradoff[t]);
       c->rleft[k] = T->pieces;
@@ -540,9 +670,34 @@ static ar_status post_grad_recvs(ar__dist *c, srv_iter *it) {
       AR_CHECK(ar__dist_post(c, false, buf, T->wire, T->pieces, c->S + w, t, c->cgrad,
                              &c->rreq[(size_t)w * c->nslots + T->slot],
                              "posting the receive of the gradient of", T->name));
-      it->expect++;
+      c->expect++;
     }
   return AR_OK;
+}
+
+/* The iteration's parameters: all of them to every worker (worker-major,
+ * the order unlisted ones go in), or, when its send side began during the
+ * iteration before (overlap), only the rows tensors, which wait for it. */
+static ar_status offer_params(ar__dist *c, int p, bool early) {
+  for (int w = 0; w < c->W; w++)
+    for (int t = 0; t < c->nt; t++) {
+      const ar__dist_tensor *T = &c->t[t];
+      if (T->server == c->rank && (!early || T->rows))
+        AR_CHECK(ar_commsched_gate_offer(c->gates[p], (uint32_t)w, (uint32_t)t, msg_bytes(T),
+                                         c->err));
+    }
+  return AR_OK;
+}
+
+/* The next iteration's sends that completed during the one before, on
+ * the timeline now that their iteration is the current one. */
+static void tl_flush(ar__dist *c) {
+  if (c->tl_det)
+    for (size_t i = 0; i < c->tl_npend; i++) {
+      const ar__dist_tl_pend *e = &c->tl_pend[i];
+      ar__dist_tl_transfer(c, e->w, e->t, false, e->order, e->bytes, e->t0, e->t1);
+    }
+  c->tl_npend = 0;
 }
 
 static ar_status send_report(ar__dist *c, const double *rep) {
@@ -555,22 +710,41 @@ static ar_status send_report(ar__dist *c, const double *rep) {
 
 ar_status ar__dist_server_iteration(ar__dist *c, int64_t iter, const ar_commsched_schedule *s) {
   double wall0 = ar__dist_clock(c), it0 = c->tl ? ar_now() : 0.0;
+  int p = (int)(iter & 1);
+  bool early = c->next_on; /* its send side began in the iteration before */
+  c->next_on = false;
   ar__dist_tl_begin(c, iter, s);
-  /* Load the schedule into the gate (tic/tac once, random every
-   * iteration), then start the iteration: counters reset (TicTac's
-   * reference never reset them, see commsched.h). */
-  AR_CHECK(ar_commsched_gate_load(c->gate, s, (uint32_t)c->rank, c->err));
-  AR_CHECK(ar_commsched_gate_begin(c->gate, (uint64_t)iter, c->err));
-  srv_iter it = {0, 0, 0, 0, 0, -INFINITY};
+  if (c->tl) {
+    if (early) /* the places given before it began */
+      memcpy(c->tl_next, c->tl_next2, (size_t)c->W * sizeof *c->tl_next);
+    tl_flush(c);
+  }
+  if (!early)
+    AR_CHECK(sends_begin(c, p, iter, s));
+  srv_iter it = {p, iter, 0, -INFINITY};
   if (c->rank == 0)
     AR_CHECK(ar__dist_reports_post(c));
   double start = ar__dist_clock(c);
+  /* The FIFO holds only sends of this iteration now: to its front. */
+  size_t left = c->pend_tail - c->pend_head;
+  memmove(c->pend_w, c->pend_w + c->pend_head, left * sizeof *c->pend_w);
+  memmove(c->pend_t, c->pend_t + c->pend_head, left * sizeof *c->pend_t);
+  memmove(c->pend_at, c->pend_at + c->pend_head, left * sizeof *c->pend_at);
+  memmove(c->pend_p, c->pend_p + c->pend_head, left * sizeof *c->pend_p);
+  c->pend_head = 0;
+  c->pend_tail = left;
   pack_params(c);
   updates_begin(c);
-  AR_CHECK(post_grad_recvs(c, &it));
+  AR_CHECK(offer_params(c, p, early));
+  AR_CHECK(post_grad_recvs(c));
   AR_CHECK(exchange(c, &it, c->s_idx));
-  AR_CHECK(updates_end(c, it.last_delivery));
+  AR_CHECK(updates_end(c, &it));
   double *rep = c->report;
+  size_t wt = (size_t)c->W * (size_t)c->nt;
+  const double *ss = c->send_start + (size_t)p * wt;
+  for (size_t k = 0; k < wt; k++) /* overlap: its first send may precede it */
+    if (ss[k] < start)
+      start = ss[k];
   rep[AR__SREP_ITER] = (double)iter;
   rep[AR__SREP_START] = start;
   rep[AR__SREP_UPD0] = c->upd0; /* the first update's start: early */
@@ -581,9 +755,8 @@ ar_status ar__dist_server_iteration(ar__dist *c, int64_t iter, const ar_commsche
                       false);
     ar_trace_add_span(c->tl, AR_TRACE_ITERATIONS, "iteration", "iteration", NULL, it0, u1, false);
   }
-  size_t wt = (size_t)c->W * (size_t)c->nt;
-  memcpy(rep + ar__srep(c, AR__SREP_SEND_START), c->send_start, wt * sizeof *rep);
-  memcpy(rep + ar__srep(c, AR__SREP_ARRIVE), c->arrive, wt * sizeof *rep);
+  memcpy(rep + ar__srep(c, AR__SREP_SEND_START), ss, wt * sizeof *rep);
+  memcpy(rep + ar__srep(c, AR__SREP_ARRIVE), c->arrive + (size_t)p * wt, wt * sizeof *rep);
   memcpy(rep + ar__srep(c, AR__SREP_DELIVERED), c->delivered, wt * sizeof *rep);
   if (c->rank != 0)
     return send_report(c, rep);

@@ -49,7 +49,7 @@ ar_status ar__dist_tl_open(ar__dist *c, const ar_trace_opts *rank0) {
   o.events = (size_t)v[0];
   o.detail_first = v[1];
   o.detail_every = v[2];
-  o.tracks = AR_TRACE_CHANNEL + peers;
+  o.tracks = AR_TRACE_CHANNEL + 2 * peers; /* per channel: parameters, gradients */
   c->tl_opts = o;
   AR_CHECK(ar_trace_create(&o, &c->tl, c->err));
   if (!c->tl)
@@ -65,12 +65,18 @@ ar_status ar__dist_tl_open(ar__dist *c, const ar_trace_opts *rank0) {
   c->tl_gnext = c->tl_next + chans;
   char name[96];
   int n = c->server ? c->W : c->S;
+  /* Two serial tracks per channel: its parameters and its gradients go
+   * on different ports and, with iterations overlapping at the server,
+   * at the same time. */
   for (int k = 0; k < n; k++) {
     if (c->server)
       snprintf(name, sizeof name, "worker %d (rank %d)", k, c->S + k);
     else
       snprintf(name, sizeof name, "server %d (rank %d)", k, k);
     ar_trace_track(c->tl, AR_TRACE_CHANNEL + k, name, true);
+    size_t len = strlen(name);
+    snprintf(name + len, sizeof name - len, " gradients");
+    ar_trace_track(c->tl, AR_TRACE_CHANNEL + n + k, name, true);
   }
   return AR_OK;
 }
@@ -102,9 +108,10 @@ void ar__dist_tl_transfer(ar__dist *c, int chan, int t, bool grad, uint32_t orde
   static const char *const keys[] = {"bytes", "order", "priority"};
   const ar_commsched_entry *e = c->tl_sched ? ar_commsched_schedule_find(c->tl_sched, (uint32_t)t)
                                             : NULL;
-  ar_trace_span s = {AR_TRACE_CHANNEL + chan, grad ? "grad" : "param", NULL, c->t[t].name,
-                     t0, t1, true, keys, {(int64_t)bytes, order, e ? e->priority : 0},
-                     e ? 3 : 2};
+  int peers = c->server ? c->W : c->S;
+  ar_trace_span s = {AR_TRACE_CHANNEL + chan + (grad ? peers : 0), grad ? "grad" : "param", NULL,
+                     c->t[t].name, t0, t1, true, keys,
+                     {(int64_t)bytes, order, e ? e->priority : 0}, e ? 3 : 2};
   ar_trace_add(c->tl, &s);
 }
 

@@ -26,6 +26,10 @@
 #           early update), and `accelrt simulate --trace` models the job
 #           from that trace; a batch the 2 workers cannot split is refused
 #           naming both.
+#   overlap -np 2, random orders over a slow emulated link: trace.json shows
+#           a parameter of iteration i + 1 sent before iteration i's last
+#           gradient came in (the server's iterations overlap), and the
+#           losses and checkpoint still equal one process's exactly.
 #   resume  -np 2: 12 iterations straight and 6 + 6 resumed end with the
 #           same checkpoint; a worker killed at iteration 5 ends the job
 #           with an error naming it, no hang, and the checkpoint left
@@ -56,6 +60,27 @@ mpi() { # mpi NP ARGS...
   timeout 200 "$MPIEXEC" --oversubscribe -n "$np" "$bin" "$@"
 }
 cd "$work" || exit 1
+# server_spans(trace.json): the server's (rank 0, pid 1) spans per
+# iteration: when its last gradient came in, when its first parameter send
+# began, when its optimizer began.
+cat > server_spans.py <<'PY'
+import json
+
+
+def server_spans(path):
+    last, first, opt = {}, {}, {}
+    for e in json.load(open(path))["traceEvents"]:
+        if e.get("pid") != 1 or e.get("ph") != "X":
+            continue
+        it = e.get("args", {}).get("iteration")
+        if e.get("cat") == "grad":
+            last[it] = max(last.get(it, 0.0), e["ts"] + e["dur"])
+        elif e.get("cat") == "param":
+            first[it] = min(first.get(it, float("inf")), e["ts"])
+        elif e.get("cat") == "optimizer":
+            opt[it] = e["ts"]
+    return last, first, opt
+PY
 "$py" - <<'PY' || fail "could not write the data"
 import os
 import numpy as np
@@ -251,21 +276,13 @@ ev = json.load(open(sys.argv[1]))["traceEvents"]
 names = {e.get("name") for e in ev}
 for t in ("c1.w", "bn1.gamma", "out.w"):
     assert any(t in (n or "") for n in names), (t, sorted(n for n in names if n)[:40])
-ev = json.load(open(sys.argv[2]))["traceEvents"]
 # Early update: rank 0's optimizer (the server, pid 1) begins when a
 # tensor's gradients are all in, before the iteration's last gradient
 # (c1.w's, the first layer's, last of the backward) has arrived; waiting
 # for all of them would start it after.  Most iterations show it; a
 # server woken late by a busy machine may find several due at once.
-last, opt = {}, {}
-for e in ev:
-    if e.get("pid") != 1 or e.get("ph") != "X":
-        continue
-    it = e.get("args", {}).get("iteration")
-    if e.get("cat") == "grad":
-        last[it] = max(last.get(it, 0.0), e["ts"] + e["dur"])
-    elif e.get("cat") == "optimizer":
-        opt[it] = e["ts"]
+from server_spans import server_spans
+last, first, opt = server_spans(sys.argv[2])
 early = [i for i in opt if i in last and opt[i] < last[i]]
 print("  early updates in %d of %d iterations" % (len(early), len(opt)))
 assert len(opt) == 12 and len(early) >= len(last) // 2, (len(early), opt, last)
@@ -277,6 +294,31 @@ PY
   grep -q "compute times: medians of 1[0-9] ops from o_link/trace.tsv" out_sim.txt ||
     { cat out_sim.txt; fail "simulate --trace: the nodes' times not read"; }
   grep -q "^tac  *[0-9]" out_sim.txt || { cat out_sim.txt; fail "simulate: no tac row"; }
+  ;;
+overlap)
+  # Iterations overlap at the server: a parameter updated for iteration i
+  # leaves for i + 1 at once, in i + 1's order.  Random orders over a slow
+  # emulated link (2.9 KB at 62.5 KB/s), one server, one worker: when i + 1's
+  # order does not begin with c1.w, whose gradient is the last of i (tic,
+  # tac and none do begin with it), the tensors the backward finished first
+  # are updated and sent for i + 1 while c1.w's gradient is still on the
+  # link; and the training is still exactly one process's (i + 1 reads the
+  # parameters after update i).
+  "$bin" run job.yaml --quiet --set output.dir=s_ov > out_s.txt 2>&1 || fail "single process"
+  dist 1 random > drandom.yaml
+  mpi 2 run drandom.yaml --quiet --set output.dir=ov --set distributed.link.gbps=0.0005 \
+    > out_ov.txt 2>&1 || fail "order random over an emulated link"
+  losses s_ov/metrics.jsonl ov/metrics.jsonl 0 || fail "overlap: losses differ"
+  same s_ov/checkpoint.bin ov/checkpoint.bin || fail "overlap: checkpoints differ"
+  "$py" - ov/trace.json <<'PY' || fail "trace.json shows no overlap"
+import sys
+from server_spans import server_spans
+last, first, opt = server_spans(sys.argv[1])
+ov = [i for i in last if i + 1 in first and first[i + 1] < last[i]]
+print("  iteration i + 1's first parameter sent before i's last gradient came in "
+      "%d of %d iterations" % (len(ov), len(last) - 1))
+assert len(last) >= 6 and ov, (first, last)
+PY
   ;;
 resume)
   sed -e 's/eval_every: 6,/eval_every: 6, checkpoint_every: 3,/' d1.yaml > r.yaml

@@ -7,8 +7,11 @@
  *   - every recv precedes (an edge) every forward that reads it and the
  *     backward of its first reader, after which the gradient is final: no
  *     backward of a reader runs later in the worker's order;
- *   - the parallel branches stay parallel (no path between them), the
- *     graph is acyclic and follows the net's own edges;
+ *   - the graph is acyclic and follows the net's own edges, and the
+ *     worker's execution order too: it runs the nodes one at a time in
+ *     list order (backward: last first), so a block's branches, parallel
+ *     in the net, follow one another in the op graph, and still join at
+ *     the concat;
  *   - random, TIC and TAC schedules list every transfer, and TAC never puts
  *     a transfer before one on its channel whose first reader must run
  *     earlier (a strict ancestor in the DAG);
@@ -179,16 +182,25 @@ static void test_structure(void **state) {
     if (ar_net_node_trains(f.net, i))
       assert_true(f.reach[f.fwd[i] * n + f.bwd[i]]);
   }
-  /* Parallel branches stay parallel, forward and backward. */
+  /* The branches run in the worker's order: a branch listed earlier
+   * reaches a later one forward, and the later one reaches it backward. */
   const char *br[] = {"a1", "b2", "p1", "c5"};
   for (int a = 0; a < 4; a++)
     for (int b = 0; b < 4; b++) {
-      if (a == b)
-        continue;
       int x = node_of(&f, br[a]), y = node_of(&f, br[b]);
-      assert_false(f.reach[f.fwd[x] * n + f.fwd[y]]);
+      if (x >= y)
+        continue;
+      assert_true(f.reach[f.fwd[x] * n + f.fwd[y]]);
+      assert_false(f.reach[f.fwd[y] * n + f.fwd[x]]);
+      assert_true(f.reach[f.bwd[y] * n + f.bwd[x]]);
       assert_false(f.reach[f.bwd[x] * n + f.bwd[y]]);
     }
+  /* Every node's forward, then every backward, one at a time. */
+  for (int i = 1; i < f.N; i++)
+    assert_true(f.reach[f.fwd[i - 1] * n + f.fwd[i]]);
+  for (int i = 0; i < f.N; i++)
+    if (ar_net_node_trains(f.net, i))
+      assert_true(f.reach[f.fwd[f.N - 1] * n + f.bwd[i]]);
   /* Yet they join: every branch reaches the concat. */
   for (int a = 0; a < 4; a++)
     assert_true(f.reach[f.fwd[node_of(&f, br[a])] * n + f.fwd[node_of(&f, "cat")]]);

@@ -194,10 +194,17 @@ def dist(t, spans, a):
             want_name = "worker %d (rank %d)" % (k, S + k) if r < S else "server %d (rank %d)" % (k, k)
             got = tracks.get((r + 1, CHANNEL + k))
             expect(got == want_name, "rank %d track %d: %r" % (r, CHANNEL + k, got))
+            # The channel's gradients on a track of their own (the ports
+            # are apart: they overlap the parameters in time).
+            peers = W if r < S else S
+            got = tracks.get((r + 1, CHANNEL + peers + k))
+            expect(got == want_name + " gradients",
+                   "rank %d track %d: %r" % (r, CHANNEL + peers + k, got))
             mine = {n for n, s in owner.items() if s == (r if r < S else k)}
             for i in range(1, N + 1):
                 for cat in ("param", "grad"):
-                    c = count(spans, pid=r + 1, tid=CHANNEL + k, iteration=i, cat=cat)
+                    tid = CHANNEL + k + (peers if cat == "grad" else 0)
+                    c = count(spans, pid=r + 1, tid=tid, iteration=i, cat=cat)
                     total[cat] += sum(c.values())
                     want = {n: 1 for n in mine} if rule(i) else {}
                     expect(dict(c) == want, "rank %d channel %d iteration %d %s: %r, want %r"
@@ -235,14 +242,21 @@ def dist(t, spans, a):
                     pr = [e["args"].get("priority") for e in ps]
                     expect(None not in pr and pr == sorted(pr),
                            "rank %d channel %d iteration %d: sent in priorities %r" % (r, k, i, pr))
-    # One clock: a worker has no parameters before its server's iteration
-    # began, and a server updates only after every worker began sending.
+    # One clock: a worker has no parameters of an iteration before its
+    # server began sending that iteration's to it (iterations overlap at the
+    # server: the next iteration's may leave before its iteration span
+    # begins), and a server updates only after every worker began sending.
+    sent = {}
+    for e in spans:
+        if e["pid"] <= S and e.get("cat") == "param":
+            k = (e["pid"] - 1, e["tid"] - CHANNEL, it_of(e))
+            sent[k] = min(sent.get(k, e["ts"]), e["ts"])
     for w in range(S, R):
         for e in spans:
             if e["pid"] == w + 1 and e.get("cat") == "param":
-                s = its[owner[e["name"]]][it_of(e)]
-                expect(e["ts"] + e["dur"] >= s["ts"] - EPS,
-                       "rank %d received %s of iteration %d before its server began it"
+                s = sent.get((owner[e["name"]], w - S, it_of(e)))
+                expect(s is None or e["ts"] + e["dur"] >= s - EPS,
+                       "rank %d received %s of iteration %d before its server sent it"
                        % (w, e["name"], it_of(e)))
     for r in range(S):
         for i in range(1, N + 1):
@@ -251,7 +265,7 @@ def dist(t, spans, a):
             opt = [e for e in spans if e["pid"] == r + 1 and e.get("cat") == "optimizer"
                    and it_of(e) == i][0]
             for w in range(S, R):
-                g = [e["ts"] for e in spans if e["pid"] == w + 1 and e["tid"] == CHANNEL + r
+                g = [e["ts"] for e in spans if e["pid"] == w + 1 and e["tid"] == CHANNEL + S + r
                      and e.get("cat") == "grad" and it_of(e) == i]
                 expect(opt["ts"] >= min(g) - EPS,
                        "server %d updated iteration %d before worker rank %d sent a gradient"
