@@ -236,11 +236,12 @@ static ar_status build_item(build_ctx *b, const ar_layer_spec *ls, const char *p
     AR_CHECK(ar__net_sparse_item(b, ls, path, &op, &a, in, &n_in));
   AR_CHECK(add_node(b, ls, path, name, op, &a, in, n_in, &out));
   if (last && top && ar_layer_sampled(b->net->spec, b->net->spec->n_layers - 1, true)) {
-    if (sparse)
+    if (op == AR_NN_SPARSE_DENSE)
       return ar__net_build_err(b, ls, path,
-                       "sparse: an LSH-sampled head on a graph model over sparse input is not "
-                       "built in this version; write the model as a chain of dense items "
-                       "(without `inputs:`), which samples it, or set sparse.mode to dense");
+                       "sparse: an LSH-sampled head reading the sparse input directly is not "
+                       "built in this version (a graph's sampled head reads a dense hidden "
+                       "item); write the model as a chain of dense items (without `inputs:`), "
+                       "which samples it, or set sparse.mode to dense");
     /* Its input must be one row per example (the chain's rows). */
     if (b->net->tensors[in[0]].shape.nd != 2)
       return ar__net_build_err(b, ls, path,
@@ -361,7 +362,7 @@ static ar_status add_grads(ar_net *n, ar_err *err) {
         any = true;
     d->trains = any || d->op == AR_NN_XENT;
     /* The loss after a sampled head: the head computes it in training. */
-    if (d->after_head || (d->op == AR_NN_XENT && n->head >= 0 &&
+    if (d->after_head || (ar__net_is_loss(d->op) && n->head >= 0 &&
                           (d->in[0] == n->nodes[n->head].out[0] || d->in[0] == n->logits)))
       d->trains = false;
     for (int k = 0; k < d->sig.n_out; k++)

@@ -168,6 +168,12 @@ void ar__net_stop(ar_net *n);
  * gradients they belong to (a tensor or parameter several nodes read). */
 void ar__net_add_temps(ar_net *n, const nnode *d, int threads);
 
+/* The loss ops a sampled head computes itself in training: the softmax
+ * cross-entropy over one class a row, the multi-label one (sparse input). */
+static inline bool ar__net_is_loss(ar_nn_op op) {
+  return op == AR_NN_XENT || op == AR_NN_XENT_MULTI;
+}
+
 /* net_sampled.c: the sampled head (docs/graph.md, "An LSH-sampled head").
  * ar__net_head_plan: after add_grads, its buffers, persistent gradients
  * and last-update steps; ar__net_head_host: its host entries of the plan

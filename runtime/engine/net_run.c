@@ -331,7 +331,7 @@ static ar_status forward(ar_net *n, bool training, ar_err *err) {
     d->args.seed = n->spec->seed ^ ((uint64_t)n->step * 0x9e3779b97f4a7c15ull) ^ (uint64_t)i;
     if (training && n->smp && i == n->head)
       AR_CHECK(ar__net_head_forward(n, d, err)); /* the loss rows too */
-    else if (training && n->smp && (d->after_head || (d->op == AR_NN_XENT && !d->trains)))
+    else if (training && n->smp && (d->after_head || (ar__net_is_loss(d->op) && !d->trains)))
       continue; /* computed by the sampled head */
     else if (!training && n->n_folds && on_host(n) && ar__net_fold_forward(n, i))
       ; /* a conv folded with its batch norm (net_fuse.c) */

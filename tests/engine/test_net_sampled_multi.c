@@ -1,0 +1,312 @@
+/* A graph model's LSH-sampled head over sparse multi-label input
+ * (runtime/engine/net_sampled.c over net_sparse_in.c's batch): the job
+ * file written as a chain (its sampled output layer, sampled.c) and as a
+ * graph (items with `inputs:`) is the same model: from the chain's initial
+ * values and seeds the graph trains to the same parameters bit for bit on
+ * one thread over full and padded batches (the labels of each row always
+ * active, the same retrievals, shared negatives and rebuilds), with the
+ * same losses to float rounding (the chain sums the rows' losses in
+ * double, the graph reads them back as floats); and the head's gradients
+ * are those of the sampled loss by finite differences on the active set,
+ * every other row getting none. */
+#define _GNU_SOURCE
+#include "accelrt/graph.h"
+#include "accelrt/net.h"
+
+#include "engine_impl.h"
+#include "net_fixture.h"
+#include "net_impl.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+enum { FEATURES = 20, HIDDEN = 8, CLASSES = 120, BATCH = 6, MAX_NNZ = 4, MAX_LABELS = 3 };
+
+/* Quickstart's shape, small: a dense hidden layer over the sparse input, a
+ * sampled softmax head; rebuilt every 3 steps, new hash functions every 2
+ * rebuilds, so 12 steps cross both. */
+static const char *const GRAPH =
+    "name: t\n"
+    "device: host\n"
+    "seed: 5\n"
+    "model:\n"
+    "  input: {sparse: 20}\n"
+    "  layers:\n"
+    "    - {name: hidden, dense: 8, activation: relu, inputs: [input]}\n"
+    "    - name: out\n"
+    "      dense: 120\n"
+    "      activation: softmax\n"
+    "      sparse: {mode: lsh, hash: srp, K: 3, L: 5, rehash: {every: 3, new_hash_every: 2}, "
+    "SAMPLING}\n"
+    "data: {format: xc, train: x}\n"
+    "train: {batch: 6, iterations: 1, threads: 1, optimizer: {adam: {lr: 0.02}}}\n";
+
+static ar_device *host1(void) {
+  ar_device_opts o = AR_DEVICE_OPTS_INIT;
+  o.threads = 1;
+  o.pin = false;
+  ar_device *dev = NULL;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_device_open("host", &o, &dev, &err), AR_OK);
+  return dev;
+}
+
+/* A random batch: 1..MAX_NNZ features and 1..MAX_LABELS distinct labels a
+ * row (row 1: none, as XC data may have). */
+static void fill_batch(ar_batch *b, int64_t rows, unsigned *seed) {
+  int64_t f = 0, l = 0;
+  b->rows = rows;
+  for (int64_t r = 0; r < rows; r++) {
+    b->row_ptr[r] = f;
+    b->lab_ptr[r] = l;
+    int nf = 1 + (int)(rand_r(seed) % MAX_NNZ);
+    int nl = r == 1 ? 0 : 1 + (int)(rand_r(seed) % MAX_LABELS);
+    int f0 = rand_r(seed) % FEATURES, l0 = rand_r(seed) % CLASSES;
+    for (int k = 0; k < nf; k++) {
+      b->idx[f] = (f0 + 3 * k) % FEATURES;
+      b->val[f++] = (float)(rand_r(seed) % 1000) / 500.0f - 0.5f;
+    }
+    for (int k = 0; k < nl; k++)
+      b->lab[l++] = (l0 + 17 * k) % CLASSES;
+  }
+  b->row_ptr[rows] = f;
+  b->lab_ptr[rows] = l;
+}
+
+static ntensor *tensor(ar_net *n, const char *name) {
+  for (int i = 0; i < n->n_tensors; i++)
+    if (!strcmp(n->tensors[i].name, name))
+      return &n->tensors[i];
+  fail_msg("no tensor %s", name);
+  return NULL;
+}
+
+static char *yaml_with(const char *sampling) { return net_edit(GRAPH, "SAMPLING", sampling); }
+
+static void same_as_chain(const char *sampling) {
+  ar_err err = AR_ERR_INIT;
+  char *gy = yaml_with(sampling);
+  ar_spec *gs = net_parse_any(gy);
+  assert_true(gs->graph);
+  char *cy = net_edit(gy, ", inputs: [input]", "");
+  ar_spec *cs = net_parse_any(cy);
+  free(cy);
+  free(gy);
+  assert_false(cs->graph);
+  ar_device *dev = host1();
+  ar_model *m = NULL;
+  assert_int_equal(ar_model_create(dev, cs, MAX_NNZ, MAX_LABELS, &m, &err), AR_OK);
+  assert_int_equal(m->n_sampled, 1);
+  ar_net *n = NULL;
+  ar_status st = ar_net_build_sparse(gs, BATCH, MAX_NNZ, MAX_LABELS, &n, &err);
+  if (st != AR_OK)
+    printf("# %s\n", err.msg);
+  assert_int_equal(st, AR_OK);
+  assert_int_equal(ar_net_start(n, dev, NULL, NULL, &err), AR_OK);
+  assert_non_null(n->smp);
+  float *gw[4] = {tensor(n, "hidden.w")->p, tensor(n, "hidden.b")->p, tensor(n, "out.w")->p,
+                  tensor(n, "out.b")->p};
+  const float *cw[4] = {m->layers[0].w, m->layers[0].b, m->layers[1].w, m->layers[1].b};
+  const int64_t cnt[4] = {FEATURES * HIDDEN, HIDDEN, HIDDEN * CLASSES, CLASSES};
+  for (int k = 0; k < 4; k++)
+    assert_memory_equal(gw[k], cw[k], (size_t)cnt[k] * sizeof(float));
+  ar_batch b;
+  assert_int_equal(ar_batch_init(&b, BATCH, MAX_NNZ, MAX_LABELS), AR_OK);
+  unsigned seed = 17u;
+  double worst = 0, worst_loss = 0;
+  for (int it = 0; it < 12; it++) {
+    fill_batch(&b, it % 3 == 2 ? BATCH - 2 : BATCH, &seed); /* every third short: padded */
+    float closs = 0;
+    assert_int_equal(ar_model_train_batch(m, &b, &closs), AR_OK);
+    double gloss = 0, lr = 0;
+    assert_int_equal(ar_net_stage_sparse(n, &b, &err), AR_OK);
+    st = ar_net_train(n, &gloss, &lr, &err);
+    if (st != AR_OK)
+      printf("# %s\n", err.msg);
+    assert_int_equal(st, AR_OK);
+    assert_true(isfinite(gloss) && gloss > 0);
+    worst_loss = fmax(worst_loss, fabs(gloss - closs) / fabs((double)closs));
+    for (int k = 0; k < 4; k++)
+      for (int64_t j = 0; j < cnt[k]; j++)
+        worst = fmax(worst, fabs((double)gw[k][j] - (double)cw[k][j]));
+  }
+  if (worst != 0 || worst_loss > 1e-6)
+    printf("# %s: largest parameter difference %.3g, loss %.3g (relative)\n", sampling, worst,
+           worst_loss);
+  assert_true(worst == 0);
+  assert_true(worst_loss <= 1e-6);
+  /* The same sampling: as many ids scored and rows touched, as many
+   * rebuilds; the rows' last update steps alike. */
+  ar_sampled_stats ss, gs2;
+  ar_model_sampled_stats(m, 1, &ss);
+  assert_non_null(ar__net_head_stats(n, &gs2));
+  assert_int_equal(gs2.active_sum, ss.active_sum);
+  assert_int_equal(gs2.touched_sum, ss.touched_sum);
+  assert_int_equal(gs2.rehashes, ss.rehashes);
+  assert_true(ss.rehashes >= 3);
+  assert_true(ss.touched_sum < 12 * CLASSES); /* sampled, not the whole layer */
+  assert_memory_equal(tensor(n, "out.lsh_last")->p, ar__plan_ptr(m, "out", "lsh.last"),
+                      CLASSES * sizeof(uint64_t));
+  ar_batch_fini(&b);
+  ar_net_destroy(n);
+  ar_model_destroy(m);
+  ar_device_close(dev);
+  ar_spec_destroy(cs);
+  ar_spec_destroy(gs);
+}
+
+/* The chain's defaults: no shared negatives beyond the min_active top-up,
+ * no correction (a graph model's defaults are the budget's negatives and
+ * log-Q, docs/graph.md: the graph file states the chain's to be its
+ * model); then negatives, log-Q corrected, in both. */
+static void test_same_as_chain(void **state) {
+  (void)state;
+  same_as_chain("active: 0.05, negatives: 0, correction: none");
+  same_as_chain("active: 0.05, negatives: 9, correction: logq");
+}
+
+/* Few negatives, no correction, top-k retrieval: the tables decide. */
+static void test_same_as_chain_retrieval(void **state) {
+  (void)state;
+  same_as_chain("active: 0.05, negatives: 3, correction: none, sampling: topk");
+}
+
+/* Central difference of the sampled loss in w[j]. */
+static double diff(ar_net *n, float *w, int64_t j) {
+  ar_err err = AR_ERR_INIT;
+  float keep = w[j];
+  double up, dn;
+  w[j] = keep + 1e-3f;
+  assert_int_equal(ar__net_grad(n, &up, &err), AR_OK);
+  w[j] = keep - 1e-3f;
+  assert_int_equal(ar__net_grad(n, &dn, &err), AR_OK);
+  w[j] = keep;
+  return (up - dn) / 2e-3;
+}
+
+static bool close_to(double num, double an) {
+  return fabs(num - an) <= 2e-3 + 5e-2 * fmax(fabs(num), fabs(an));
+}
+
+static float *copy_of(const ntensor *t) {
+  size_t bytes = (size_t)ar_shape_count(&t->shape) * sizeof(float);
+  float *c = malloc(bytes);
+  memcpy(c, t->p, bytes);
+  return c;
+}
+
+/* On a padded batch: each head row some row computed has the finite
+ * difference's gradient, each label's row among them; the others none,
+ * and the loss does not move with them; the hidden layer's weights and
+ * bias (through the head's input gradient, the padded rows' zero) too. */
+static void test_grads_on_active_set(void **state) {
+  (void)state;
+  ar_err err = AR_ERR_INIT;
+  char *y = yaml_with("active: 0.05, negatives: 5");
+  ar_spec *s = net_parse_any(y);
+  free(y);
+  ar_net *n = NULL;
+  assert_int_equal(ar_net_build_sparse(s, BATCH, MAX_NNZ, MAX_LABELS, &n, &err), AR_OK);
+  ar_device *dev = host1();
+  assert_int_equal(ar_net_start(n, dev, NULL, NULL, &err), AR_OK);
+  ar_batch b;
+  assert_int_equal(ar_batch_init(&b, BATCH, MAX_NNZ, MAX_LABELS), AR_OK);
+  unsigned seed = 23u;
+  fill_batch(&b, BATCH - 1, &seed);
+  assert_int_equal(ar_net_stage_sparse(n, &b, &err), AR_OK);
+  double loss = 0, again = 0;
+  assert_int_equal(ar__net_grad(n, &loss, &err), AR_OK);
+  assert_true(isfinite(loss) && loss > 0);
+  ntensor *w = tensor(n, "out.w"), *ob = tensor(n, "out.b"), *hw = tensor(n, "hidden.w"),
+          *hb = tensor(n, "hidden.b");
+  float *gw = copy_of(&n->tensors[w->grad]), *gb = copy_of(&n->tensors[ob->grad]);
+  float *ghw = copy_of(&n->tensors[hw->grad]), *ghb = copy_of(&n->tensors[hb->grad]);
+  /* ar__net_grad adds into the persistent rows' gradients: zero them
+   * between calls as the sparse step does. */
+  memset(n->tensors[w->grad].p, 0, (size_t)HIDDEN * CLASSES * sizeof(float));
+  memset(n->tensors[ob->grad].p, 0, CLASSES * sizeof(float));
+  assert_int_equal(ar__net_grad(n, &again, &err), AR_OK);
+  assert_true(again == loss);
+  int active = 0, bad = 0;
+  for (int64_t row = 0; row < CLASSES; row++) {
+    bool touched = gb[row] != 0.0f;
+    for (int64_t k = 0; k < HIDDEN; k++)
+      touched |= gw[row * HIDDEN + k] != 0.0f;
+    active += touched;
+    for (int64_t k = 0; k < HIDDEN; k += touched ? 1 : 4) {
+      double num = diff(n, w->p, row * HIDDEN + k), an = gw[row * HIDDEN + k];
+      if (!close_to(num, an) && bad++ < 8)
+        printf("# out.w[%lld,%lld]: backward %.6g, finite difference %.6g\n", (long long)row,
+               (long long)k, an, num);
+    }
+    double num = diff(n, ob->p, row);
+    if (!close_to(num, gb[row]) && bad++ < 8)
+      printf("# out.b[%lld]: backward %.6g, finite difference %.6g\n", (long long)row, gb[row],
+             num);
+  }
+  for (int64_t e = 0; e < b.lab_ptr[b.rows]; e++) /* every label is active */
+    assert_true(gb[b.lab[e]] != 0.0f);
+  if (!(active > 5 && active < CLASSES / 2))
+    printf("# %d of %d rows active\n", active, CLASSES);
+  assert_true(active > 5 && active < CLASSES / 2);
+  for (int64_t j = 0; j < FEATURES * HIDDEN; j++) {
+    double num = diff(n, hw->p, j);
+    if (!close_to(num, ghw[j]) && bad++ < 8)
+      printf("# hidden.w[%lld]: backward %.6g, finite difference %.6g\n", (long long)j, ghw[j],
+             num);
+  }
+  for (int64_t j = 0; j < HIDDEN; j++) {
+    double num = diff(n, hb->p, j);
+    if (!close_to(num, ghb[j]) && bad++ < 8)
+      printf("# hidden.b[%lld]: backward %.6g, finite difference %.6g\n", (long long)j, ghb[j],
+             num);
+  }
+  assert_int_equal(bad, 0);
+  free(gw);
+  free(gb);
+  free(ghw);
+  free(ghb);
+  ar_batch_fini(&b);
+  ar_net_destroy(n);
+  ar_device_close(dev);
+  ar_spec_destroy(s);
+}
+
+/* A head reading the sparse input directly is refused at the item. */
+static void test_head_on_input_refused(void **state) {
+  (void)state;
+  char *y0 = yaml_with("active: 0.05");
+  char *y1 = net_edit(y0, "    - {name: hidden, dense: 8, activation: relu, inputs: [input]}\n",
+                      "");
+  char *y = net_edit(y1, "      activation: softmax\n",
+                     "      activation: softmax\n      inputs: [input]\n");
+  free(y0);
+  free(y1);
+  ar_spec *s = net_parse_any(y);
+  free(y);
+  ar_net *n = NULL;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_net_build_sparse(s, BATCH, MAX_NNZ, MAX_LABELS, &n, &err), AR_SPEC);
+  assert_null(n);
+  if (!strstr(err.msg, "reading the sparse input directly"))
+    printf("# %s\n", err.msg);
+  assert_non_null(strstr(err.msg, "model.layers[0]"));
+  assert_non_null(strstr(err.msg, "reading the sparse input directly"));
+  ar_spec_destroy(s);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_same_as_chain),
+      cmocka_unit_test(test_same_as_chain_retrieval),
+      cmocka_unit_test(test_grads_on_active_set),
+      cmocka_unit_test(test_head_on_input_refused),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
