@@ -699,10 +699,10 @@ static ar_status finish(ar_net *n, bool training, ar_err *err) {
     st = add_optimizer(n, err);
   if (st == AR_OK && training)
     st = ar__net_head_plan(n, err);
-  if (st == AR_OK && training)
-    st = ar__net_hid_plan(n, err);
   else if (st == AR_OK)
     n->head = -1; /* an inference graph scores every class */
+  if (st == AR_OK && training)
+    st = ar__net_hid_plan(n, err); /* (and every neuron of a hidden sampled item) */
   if (st == AR_OK)
     st = ar__net_workspace(n, err);
   if (st == AR_OK)
