@@ -30,13 +30,9 @@
 
 #include <string.h>
 
-static void *tp(const ar_net *n, int t) {
-  return t >= 0 ? n->tensors[t].p : NULL;
-}
+static void *tp(const ar_net *n, int t) { return t >= 0 ? n->tensors[t].p : NULL; }
 
-static const nnode *node_of(const ar_net *n, const net_hid *h) {
-  return &n->nodes[h->node];
-}
+static const nnode *node_of(const ar_net *n, const net_hid *h) { return &n->nodes[h->node]; }
 
 static int64_t hid_in(const ar_net *n, const net_hid *h) {
   return n->tensors[node_of(n, h)->param[0]].shape.d[1];
@@ -46,42 +42,36 @@ static int64_t hid_out(const ar_net *n, const net_hid *h) {
   return n->tensors[node_of(n, h)->param[0]].shape.d[0];
 }
 
-ar_status ar__net_hid_add(build_ctx *b, const ar_layer_spec *ls,
-                          const char *path, int node) {
+ar_status ar__net_hid_add(build_ctx *b, const ar_layer_spec *ls, const char *path, int node) {
   ar_net *n = b->net;
   const ar_spec *sp = n->spec;
   nnode *d = &n->nodes[node];
   if (d->op != AR_NN_DENSE)
-    return ar__net_build_err(
-        b, ls, path,
-        "sparse: an LSH-sampled hidden item reading the sparse input "
-        "directly is not built in this version (it reads a dense item); "
-        "write the model as a chain, which samples it, or set "
-        "sparse.mode to dense");
+    return ar__net_build_err(b, ls, path,
+                             "sparse: an LSH-sampled hidden item reading the sparse input "
+                             "directly is not built in this version (it reads a dense item); "
+                             "write the model as a chain, which samples it, or set "
+                             "sparse.mode to dense");
   if (n->tensors[d->in[0]].shape.nd != 2 || d->sig.n_param != 2)
-    return ar__net_build_err(
-        b, ls, path,
-        "sparse: an LSH-sampled hidden item reads (batch, features) and "
-        "has a bias; flatten its input first, drop `bias: false`");
+    return ar__net_build_err(b, ls, path,
+                             "sparse: an LSH-sampled hidden item reads (batch, features) and "
+                             "has a bias; flatten its input first, drop `bias: false`");
   if (d->attr.act != AR_ACT_RELU && d->attr.act != AR_ACT_NONE)
-    return ar__net_build_err(
-        b, ls, path,
-        "sparse: an LSH-sampled hidden item computes relu or identity "
-        "neurons (the sampled kernels); set activation to relu or none, "
-        "or sparse.mode to dense");
+    return ar__net_build_err(b, ls, path,
+                             "sparse: an LSH-sampled hidden item computes relu or identity "
+                             "neurons (the sampled kernels); set activation to relu or none, "
+                             "or sparse.mode to dense");
   if (sp->train.optimizer != AR_OPT_ADAM || sp->train.weight_decay > 0)
-    return ar__net_build_err(
-        b, ls, path,
-        "sparse: an LSH-sampled item trains with Adam without weight "
-        "decay (sparse Adam on the touched rows); set train.optimizer to "
-        "adam with weight_decay 0, or this item's sparse.mode to dense");
+    return ar__net_build_err(b, ls, path,
+                             "sparse: an LSH-sampled item trains with Adam without weight "
+                             "decay (sparse Adam on the touched rows); set train.optimizer to "
+                             "adam with weight_decay 0, or this item's sparse.mode to dense");
   const int in_prod = n->tensors[d->in[0]].producer;
   if (in_prod >= 0 && n->nodes[in_prod].hid1)
-    return ar__net_build_err(
-        b, ls, path,
-        "sparse: an LSH-sampled item reading another one is not built in "
-        "this version (the chain reads the active set there); write the "
-        "model as a chain, or set one sparse.mode to dense");
+    return ar__net_build_err(b, ls, path,
+                             "sparse: an LSH-sampled item reading another one is not built in "
+                             "this version (the chain reads the active set there); write the "
+                             "model as a chain, or set one sparse.mode to dense");
   net_hid *g = ar_realloc(n->hid, (size_t)(n->n_hid + 1) * sizeof *g);
   if (!g)
     return ar_errf(b->err, AR_NOMEM, "out of memory building the graph");
@@ -98,8 +88,7 @@ ar_status ar__net_hid_add(build_ctx *b, const ar_layer_spec *ls,
 }
 
 ar_status ar__net_hid_plan(ar_net *n, ar_err *err) {
-  for (int i = 0; i < n->n_nodes;
-       i++) /* the fusion pass may have moved nodes */
+  for (int i = 0; i < n->n_nodes; i++) /* the fusion pass may have moved nodes */
     if (n->nodes[i].hid1)
       n->hid[n->nodes[i].hid1 - 1].node = i;
   for (int j = 0; j < n->n_hid; j++) {
@@ -119,8 +108,7 @@ ar_status ar__net_hid_plan(ar_net *n, ar_err *err) {
       d = node_of(n, h);
     }
     snprintf(tn, sizeof tn, "%.190s.lsh_last", d->name);
-    ar_shape ls = {1,
-                   {2 * hid_out(n, h)}}; /* u64 a row, as two floats' bytes */
+    ar_shape ls = {1, {2 * hid_out(n, h)}}; /* u64 a row, as two floats' bytes */
     h->last = ar__net_tensor(n, tn, &ls, AR_DT_F32, T_STATE);
     if (h->last < 0)
       return ar_errf(err, AR_NOMEM, "out of memory planning the graph");
@@ -138,8 +126,7 @@ void ar__net_hid_lifetimes(ar_net *n, void (*live)(ntensor *, int64_t)) {
     for (int k = 0; k < HH_COUNT; k++)
       if (n->hid[j].buf[k] >= 0) {
         live(&n->tensors[n->hid[j].buf[k]], n->hid[j].node);
-        live(&n->tensors[n->hid[j].buf[k]],
-             2 * n->n_nodes - 1 - n->hid[j].node);
+        live(&n->tensors[n->hid[j].buf[k]], 2 * n->n_nodes - 1 - n->hid[j].node);
       }
 }
 
@@ -147,17 +134,16 @@ ar_status ar__net_hid_host(ar_net *n, ar_err *err) {
   for (int j = 0; j < n->n_hid && n->hid[j].buf[0] >= 0; j++) {
     const net_hid *h = &n->hid[j];
     ar__sampled_mem sb;
-    AR_CHECK(ar__sampled_bytes(n->spec, h->l, hid_in(n, h), 0,
-                               ar_plan_threads(n->spec), 0, &sb, err));
-    static const char *const what[] = {"lsh.tables", "lsh.hash", "lsh.scratch",
-                                       "lsh.touched", "lsh.ids"};
+    AR_CHECK(
+        ar__sampled_bytes(n->spec, h->l, hid_in(n, h), 0, ar_plan_threads(n->spec), 0, &sb, err));
+    static const char *const what[] = {"lsh.tables", "lsh.hash", "lsh.scratch", "lsh.touched",
+                                       "lsh.ids"};
     const size_t bytes[] = {sb.tables, sb.hash, sb.scratch, sb.touched, sb.ids};
     for (int k = 0; k < 5; k++) {
       if (!bytes[k])
         continue;
       ar_plan_entry *e = &n->plan.entries[n->plan.count++];
-      snprintf(e->name, sizeof e->name, "%.40s.%s", node_of(n, h)->name,
-               what[k]);
+      snprintf(e->name, sizeof e->name, "%.40s.%s", node_of(n, h)->name, what[k]);
       e->cls = AR_MEM_HOST;
       e->bytes = bytes[k];
       e->last_use = INT64_MAX;
@@ -191,8 +177,7 @@ ar_status ar__net_hid_start(ar_net *n, ar_err *err) {
     net_hid *h = &n->hid[j];
     if (!h->smp) {
       const nnode *d = node_of(n, h);
-      const ntensor *w = &n->tensors[d->param[0]],
-                    *b = &n->tensors[d->param[1]];
+      const ntensor *w = &n->tensors[d->param[0]], *b = &n->tensors[d->param[1]];
       ar__sampled_cfg c = {n->spec,
                            h->l,
                            d->name,
@@ -236,9 +221,8 @@ void ar__net_hid_stop(ar_net *n) {
  * and the sparse Adam step would move them); every row otherwise. */
 static ar__sbatch hid_batch(const ar_net *n, const nnode *d) {
   const int64_t rows = ar_net_sparse_input(n) ? n->rows : n->batch;
-  ar__sbatch b = {
-      rows, 1.0f, tp(n, d->in[0]), d->gin[0] >= 0 ? tp(n, d->gin[0]) : NULL,
-      NULL, NULL, n->step,         NULL};
+  ar__sbatch b = {rows, 1.0f, tp(n, d->in[0]), d->gin[0] >= 0 ? tp(n, d->gin[0]) : NULL,
+                  NULL, NULL, n->step,         NULL};
   return b;
 }
 
@@ -248,12 +232,10 @@ ar_status ar__net_hid_forward(ar_net *n, const nnode *d, ar_err *err) {
   float *Y = tp(n, d->out[0]);
   const int64_t width = hid_out(n, h);
   if (b.rows < n->batch) /* padding rows: zeros */
-    memset(Y + b.rows * width, 0,
-           (size_t)((n->batch - b.rows) * width) * sizeof(float));
+    memset(Y + b.rows * width, 0, (size_t)((n->batch - b.rows) * width) * sizeof(float));
   if (b.rows == 0)
     return AR_OK;
-  return ar__sampled_hidden_forward(h->smp, &b, d->attr.act == AR_ACT_RELU, Y,
-                                    err);
+  return ar__sampled_hidden_forward(h->smp, &b, d->attr.act == AR_ACT_RELU, Y, err);
 }
 
 ar_status ar__net_hid_backward(ar_net *n, const nnode *d, ar_err *err) {
@@ -261,8 +243,7 @@ ar_status ar__net_hid_backward(ar_net *n, const nnode *d, ar_err *err) {
   ar__sbatch b = hid_batch(n, d);
   const int64_t in = hid_in(n, h);
   if (b.dX && b.rows < n->batch) /* padding rows: no gradient */
-    memset(b.dX + b.rows * in, 0,
-           (size_t)((n->batch - b.rows) * in) * sizeof(float));
+    memset(b.dX + b.rows * in, 0, (size_t)((n->batch - b.rows) * in) * sizeof(float));
   if (b.rows == 0)
     return AR_OK;
   return ar__sampled_hidden_backward(h->smp, &b, d->attr.act == AR_ACT_RELU,

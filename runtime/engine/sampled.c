@@ -1137,28 +1137,24 @@ ar_status ar__sampled_full(ar_model *m, int l) { return sampled_full(m, l); }
  * sampled_forward draws it in training (rng: the batch's stream), its
  * values (act) into y (width) at their ids; the ids' count, or -1 with
  * the failure noted in fb.  Query and compute seconds add to tq, tc. */
-static int64_t hidden_row(ar_sampled *s, const ar_lsh_input *x, int t,
-                          int64_t r, ar_rng *rng, ar_lsh_act act, float *y,
-                          double *tq, double *tc, fail_box *fb) {
+static int64_t hidden_row(ar_sampled *s, const ar_lsh_input *x, int t, int64_t r, ar_rng *rng,
+                          ar_lsh_act act, float *y, double *tq, double *tc, fail_box *fb) {
   const uint32_t Lt = ar_lsh_hash_L(s->hash);
-  uint32_t *active = s->active + (size_t)r * s->cap,
-           *buckets = s->buckets + (size_t)t * Lt;
+  uint32_t *active = s->active + (size_t)r * s->cap, *buckets = s->buckets + (size_t)t * Lt;
   float *out = s->out + (size_t)r * s->cap;
   double t0 = ar_now();
   size_t n = 0;
   ar_status st = hash_input(s, x, s->scratch[t], buckets);
   if (st == AR_OK)
-    st = ar_lsh_sample(s->tables, buckets, &s->so, NULL, 0, s->scratch[t], rng,
-                       active, s->cap, &n);
+    st = ar_lsh_sample(s->tables, buckets, &s->so, NULL, 0, s->scratch[t], rng, active, s->cap, &n);
   if (st != AR_OK) {
     fail_note(fb, st, ar_lsh_scratch_errmsg(s->scratch[t]));
     return -1;
   }
   double t1 = ar_now();
   ar_err e = AR_ERR_INIT;
-  st = ar_lsh_forward(
-      &(ar_lsh_rows){s->w, s->b, s->neurons, s->in, (size_t)s->in}, x, active,
-      n, act, out, &e);
+  st = ar_lsh_forward(&(ar_lsh_rows){s->w, s->b, s->neurons, s->in, (size_t)s->in}, x, active, n,
+                      act, out, &e);
   if (st != AR_OK) {
     fail_note(fb, st, e.msg);
     return -1;
@@ -1171,8 +1167,8 @@ static int64_t hidden_row(ar_sampled *s, const ar_lsh_input *x, int t,
   return (int64_t)n;
 }
 
-ar_status ar__sampled_hidden_forward(ar_sampled *s, const ar__sbatch *b,
-                                     bool relu, float *Y, ar_err *err) {
+ar_status ar__sampled_hidden_forward(ar_sampled *s, const ar__sbatch *b, bool relu, float *Y,
+                                     ar_err *err) {
   const int64_t rows = b->rows, in = s->in;
   const ar_lsh_act act = relu ? AR_LSH_ACT_RELU : AR_LSH_ACT_NONE;
   fail_box fb = {AR_OK, ""};
@@ -1183,10 +1179,9 @@ ar_status ar__sampled_hidden_forward(ar_sampled *s, const ar__sbatch *b,
   for (int64_t r = 0; r < rows; r++) {
     ar_lsh_input x = {b->X + r * in, NULL, NULL, 0};
     ar_rng rng; /* the batch's shared stream, as sampled_forward's */
-    ar_rng_seed3(&rng, s->spec->seed ^ 0x5a3d1e5bu,
-                 (uint64_t)b->step * 4096u + (uint64_t)s->l, 0);
-    int64_t n = hidden_row(s, &x, omp_get_thread_num(), r, &rng, act,
-                           Y + r * (int64_t)s->neurons, &tq, &tc, &fb);
+    ar_rng_seed3(&rng, s->spec->seed ^ 0x5a3d1e5bu, (uint64_t)b->step * 4096u + (uint64_t)s->l, 0);
+    int64_t n = hidden_row(s, &x, omp_get_thread_num(), r, &rng, act, Y + r * (int64_t)s->neurons,
+                           &tq, &tc, &fb);
     asum += n > 0 ? n : 0;
   }
   if (fb.st != AR_OK)
@@ -1195,8 +1190,8 @@ ar_status ar__sampled_hidden_forward(ar_sampled *s, const ar__sbatch *b,
   return AR_OK;
 }
 
-ar_status ar__sampled_hidden_backward(ar_sampled *s, const ar__sbatch *b,
-                                      bool relu, const float *dY, ar_err *err) {
+ar_status ar__sampled_hidden_backward(ar_sampled *s, const ar__sbatch *b, bool relu,
+                                      const float *dY, ar_err *err) {
   const int64_t rows = b->rows, in = s->in;
   const ar_lsh_rows W = rows_of(s, false), G = rows_of(s, true);
   const ar_lsh_act act = relu ? AR_LSH_ACT_RELU : AR_LSH_ACT_NONE;
@@ -1208,8 +1203,8 @@ ar_status ar__sampled_hidden_backward(ar_sampled *s, const ar__sbatch *b,
   for (int64_t r = 0; r < rows; r++) {
     double t0 = ar_now();
     ar_lsh_input x = {b->X + r * in, NULL, NULL, 0};
-    row_backward(s, &W, &G, act, &x, r, dY + r * (int64_t)s->neurons,
-                 b->dX ? b->dX + r * in : NULL, &fb);
+    row_backward(s, &W, &G, act, &x, r, dY + r * (int64_t)s->neurons, b->dX ? b->dX + r * in : NULL,
+                 &fb);
     tc += ar_now() - t0;
   }
   if (fb.st != AR_OK)

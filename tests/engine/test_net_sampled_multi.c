@@ -26,14 +26,7 @@
 
 #include <cmocka.h>
 
-enum {
-  FEATURES = 20,
-  HIDDEN = 8,
-  CLASSES = 120,
-  BATCH = 6,
-  MAX_NNZ = 4,
-  MAX_LABELS = 3
-};
+enum { FEATURES = 20, HIDDEN = 8, CLASSES = 120, BATCH = 6, MAX_NNZ = 4, MAX_LABELS = 3 };
 
 /* Quickstart's shape, small: a dense hidden layer over the sparse input, a
  * sampled softmax head; rebuilt every 3 steps, new hash functions every 2
@@ -96,9 +89,7 @@ static ntensor *tensor(ar_net *n, const char *name) {
   return NULL;
 }
 
-static char *yaml_with(const char *sampling) {
-  return net_edit(GRAPH, "SAMPLING", sampling);
-}
+static char *yaml_with(const char *sampling) { return net_edit(GRAPH, "SAMPLING", sampling); }
 
 /* A hidden sampled item between two dense ones (the chain scatters its
  * active neurons into y for the dense layer after it), the head dense.
@@ -136,8 +127,7 @@ static void same_as_chain_yaml(const char *gy, int sl) {
   assert_false(cs->graph);
   ar_device *dev = host1();
   ar_model *m = NULL;
-  assert_int_equal(ar_model_create(dev, cs, MAX_NNZ, MAX_LABELS, &m, &err),
-                   AR_OK);
+  assert_int_equal(ar_model_create(dev, cs, MAX_NNZ, MAX_LABELS, &m, &err), AR_OK);
   assert_int_equal(m->n_sampled, 1);
   assert_non_null(m->layers[sl].smp);
   ar_net *n = NULL;
@@ -184,8 +174,7 @@ static void same_as_chain_yaml(const char *gy, int sl) {
         worst = fmax(worst, fabs((double)gw[k][j] - (double)cw[k][j]));
   }
   if (worst != 0 || worst_loss > 1e-6)
-    printf("# largest parameter difference %.3g, loss %.3g (relative)\n", worst,
-           worst_loss);
+    printf("# largest parameter difference %.3g, loss %.3g (relative)\n", worst, worst_loss);
   assert_true(worst == 0);
   assert_true(worst_loss <= 1e-6);
   /* The same sampling: as many ids scored and rows touched, as many
@@ -204,8 +193,7 @@ static void same_as_chain_yaml(const char *gy, int sl) {
   assert_int_equal(gss.rehashes, ss.rehashes);
   assert_int_equal(gss.samples, ss.samples);
   assert_true(ss.rehashes >= 3);
-  assert_true(ss.touched_sum <
-              12 * m->layers[sl].out); /* sampled, not the whole layer */
+  assert_true(ss.touched_sum < 12 * m->layers[sl].out); /* sampled, not the whole layer */
   char last[64];
   snprintf(last, sizeof last, "%s.lsh_last", lname);
   assert_memory_equal(tensor(n, last)->p, ar__plan_ptr(m, lname, "lsh.last"),
@@ -255,10 +243,8 @@ static void test_hidden_resume(void **state) {
   free(y);
   ar_device *dev = host1();
   ar_net *f = NULL, *g = NULL;
-  assert_int_equal(ar_net_build_sparse(s, BATCH, MAX_NNZ, MAX_LABELS, &f, &err),
-                   AR_OK);
-  assert_int_equal(ar_net_build_sparse(s, BATCH, MAX_NNZ, MAX_LABELS, &g, &err),
-                   AR_OK);
+  assert_int_equal(ar_net_build_sparse(s, BATCH, MAX_NNZ, MAX_LABELS, &f, &err), AR_OK);
+  assert_int_equal(ar_net_build_sparse(s, BATCH, MAX_NNZ, MAX_LABELS, &g, &err), AR_OK);
   assert_int_equal(ar_net_start(f, dev, NULL, NULL, &err), AR_OK);
   assert_int_equal(ar_net_start(g, dev, NULL, NULL, &err), AR_OK);
   ar_batch b;
@@ -271,12 +257,9 @@ static void test_hidden_resume(void **state) {
     assert_int_equal(ar_net_train(f, &loss, &lr, &err), AR_OK);
   }
   int nt = ar_net_tensors(f, NULL, NULL, NULL, NULL);
-  const char **na = calloc((size_t)nt, sizeof *na),
-             **nb = calloc((size_t)nt, sizeof *nb);
-  float **pa = calloc((size_t)nt, sizeof *pa),
-        **pb = calloc((size_t)nt, sizeof *pb);
-  int64_t *ca = calloc((size_t)nt, sizeof *ca),
-          *cb = calloc((size_t)nt, sizeof *cb);
+  const char **na = calloc((size_t)nt, sizeof *na), **nb = calloc((size_t)nt, sizeof *nb);
+  float **pa = calloc((size_t)nt, sizeof *pa), **pb = calloc((size_t)nt, sizeof *pb);
+  int64_t *ca = calloc((size_t)nt, sizeof *ca), *cb = calloc((size_t)nt, sizeof *cb);
   ar_net_tensors(f, na, pa, ca, NULL);
   assert_int_equal(ar_net_tensors(g, nb, pb, cb, NULL), nt);
   bool last = false;
@@ -342,6 +325,37 @@ static float *copy_of(const ntensor *t) {
   return c;
 }
 
+/* Each row of sampled layer `name` (width rows of HIDDEN, its gradients
+ * gw, gb from the first pass) against finite differences: every weight of
+ * a touched row, every fourth of an untouched one (no gradient: the loss
+ * must not move either), and every bias.  Mismatches add to *bad; returns
+ * the rows touched. */
+static int check_rows(ar_net *n, const char *name, int64_t width, const float *gw, const float *gb,
+                      int *bad) {
+  char wn[64], bn[64];
+  snprintf(wn, sizeof wn, "%s.w", name);
+  snprintf(bn, sizeof bn, "%s.b", name);
+  float *w = tensor(n, wn)->p, *b = tensor(n, bn)->p;
+  int active = 0;
+  for (int64_t row = 0; row < width; row++) {
+    bool touched = gb[row] != 0.0f;
+    for (int64_t k = 0; k < HIDDEN; k++)
+      touched |= gw[row * HIDDEN + k] != 0.0f;
+    active += touched;
+    for (int64_t k = 0; k < HIDDEN; k += touched ? 1 : 4) {
+      double num = diff(n, w, row * HIDDEN + k), an = gw[row * HIDDEN + k];
+      if (!close_to(num, an) && (*bad)++ < 8)
+        printf("# %s[%lld,%lld]: backward %.6g, finite difference %.6g\n", wn, (long long)row,
+               (long long)k, an, num);
+    }
+    double num = diff(n, b, row);
+    if (!close_to(num, gb[row]) && (*bad)++ < 8)
+      printf("# %s[%lld]: backward %.6g, finite difference %.6g\n", bn, (long long)row, gb[row],
+             num);
+  }
+  return active;
+}
+
 /* On a padded batch: each head row some row computed has the finite
  * difference's gradient, each label's row among them; the others none,
  * and the loss does not move with them; the hidden layer's weights and
@@ -353,8 +367,7 @@ static void test_grads_on_active_set(void **state) {
   ar_spec *s = net_parse_any(y);
   free(y);
   ar_net *n = NULL;
-  assert_int_equal(ar_net_build_sparse(s, BATCH, MAX_NNZ, MAX_LABELS, &n, &err),
-                   AR_OK);
+  assert_int_equal(ar_net_build_sparse(s, BATCH, MAX_NNZ, MAX_LABELS, &n, &err), AR_OK);
   ar_device *dev = host1();
   assert_int_equal(ar_net_start(n, dev, NULL, NULL, &err), AR_OK);
   ar_batch b;
@@ -365,35 +378,18 @@ static void test_grads_on_active_set(void **state) {
   double loss = 0, again = 0;
   assert_int_equal(ar__net_grad(n, &loss, &err), AR_OK);
   assert_true(isfinite(loss) && loss > 0);
-  ntensor *w = tensor(n, "out.w"), *ob = tensor(n, "out.b"),
-          *hw = tensor(n, "hidden.w"), *hb = tensor(n, "hidden.b");
-  float *gw = copy_of(&n->tensors[w->grad]),
-        *gb = copy_of(&n->tensors[ob->grad]);
-  float *ghw = copy_of(&n->tensors[hw->grad]),
-        *ghb = copy_of(&n->tensors[hb->grad]);
+  ntensor *w = tensor(n, "out.w"), *ob = tensor(n, "out.b"), *hw = tensor(n, "hidden.w"),
+          *hb = tensor(n, "hidden.b");
+  float *gw = copy_of(&n->tensors[w->grad]), *gb = copy_of(&n->tensors[ob->grad]);
+  float *ghw = copy_of(&n->tensors[hw->grad]), *ghb = copy_of(&n->tensors[hb->grad]);
   /* ar__net_grad adds into the persistent rows' gradients: zero them
    * between calls as the sparse step does. */
   memset(n->tensors[w->grad].p, 0, (size_t)HIDDEN * CLASSES * sizeof(float));
   memset(n->tensors[ob->grad].p, 0, CLASSES * sizeof(float));
   assert_int_equal(ar__net_grad(n, &again, &err), AR_OK);
   assert_true(again == loss);
-  int active = 0, bad = 0;
-  for (int64_t row = 0; row < CLASSES; row++) {
-    bool touched = gb[row] != 0.0f;
-    for (int64_t k = 0; k < HIDDEN; k++)
-      touched |= gw[row * HIDDEN + k] != 0.0f;
-    active += touched;
-    for (int64_t k = 0; k < HIDDEN; k += touched ? 1 : 4) {
-      double num = diff(n, w->p, row * HIDDEN + k), an = gw[row * HIDDEN + k];
-      if (!close_to(num, an) && bad++ < 8)
-        printf("# out.w[%lld,%lld]: backward %.6g, finite difference %.6g\n",
-               (long long)row, (long long)k, an, num);
-    }
-    double num = diff(n, ob->p, row);
-    if (!close_to(num, gb[row]) && bad++ < 8)
-      printf("# out.b[%lld]: backward %.6g, finite difference %.6g\n",
-             (long long)row, gb[row], num);
-  }
+  int bad = 0;
+  const int active = check_rows(n, "out", CLASSES, gw, gb, &bad);
   for (int64_t e = 0; e < b.lab_ptr[b.rows]; e++) /* every label is active */
     assert_true(gb[b.lab[e]] != 0.0f);
   if (!(active > 5 && active < CLASSES / 2))
@@ -402,14 +398,14 @@ static void test_grads_on_active_set(void **state) {
   for (int64_t j = 0; j < FEATURES * HIDDEN; j++) {
     double num = diff(n, hw->p, j);
     if (!close_to(num, ghw[j]) && bad++ < 8)
-      printf("# hidden.w[%lld]: backward %.6g, finite difference %.6g\n",
-             (long long)j, ghw[j], num);
+      printf("# hidden.w[%lld]: backward %.6g, finite difference %.6g\n", (long long)j, ghw[j],
+             num);
   }
   for (int64_t j = 0; j < HIDDEN; j++) {
     double num = diff(n, hb->p, j);
     if (!close_to(num, ghb[j]) && bad++ < 8)
-      printf("# hidden.b[%lld]: backward %.6g, finite difference %.6g\n",
-             (long long)j, ghb[j], num);
+      printf("# hidden.b[%lld]: backward %.6g, finite difference %.6g\n", (long long)j, ghb[j],
+             num);
   }
   assert_int_equal(bad, 0);
   free(gw);
@@ -430,8 +426,7 @@ static void test_hidden_grads_on_active_set(void **state) {
   ar_err err = AR_ERR_INIT;
   ar_spec *s = net_parse_any(HIDDEN_SAMPLED);
   ar_net *n = NULL;
-  assert_int_equal(ar_net_build_sparse(s, BATCH, MAX_NNZ, MAX_LABELS, &n, &err),
-                   AR_OK);
+  assert_int_equal(ar_net_build_sparse(s, BATCH, MAX_NNZ, MAX_LABELS, &n, &err), AR_OK);
   ar_device *dev = host1();
   assert_int_equal(ar_net_start(n, dev, NULL, NULL, &err), AR_OK);
   ar_batch b;
@@ -442,37 +437,19 @@ static void test_hidden_grads_on_active_set(void **state) {
   double loss = 0;
   assert_int_equal(ar__net_grad(n, &loss, &err), AR_OK);
   assert_true(isfinite(loss) && loss > 0);
-  ntensor *w = tensor(n, "mid.w"), *mb = tensor(n, "mid.b"),
-          *ow = tensor(n, "out.w");
-  float *gw = copy_of(&n->tensors[w->grad]),
-        *gb = copy_of(&n->tensors[mb->grad]);
+  ntensor *w = tensor(n, "mid.w"), *mb = tensor(n, "mid.b"), *ow = tensor(n, "out.w");
+  float *gw = copy_of(&n->tensors[w->grad]), *gb = copy_of(&n->tensors[mb->grad]);
   float *gow = copy_of(&n->tensors[ow->grad]);
   const int64_t W = 120;
-  int active = 0, bad = 0;
-  for (int64_t row = 0; row < W; row++) {
-    bool touched = gb[row] != 0.0f;
-    for (int64_t k = 0; k < HIDDEN; k++)
-      touched |= gw[row * HIDDEN + k] != 0.0f;
-    active += touched;
-    for (int64_t k = 0; k < HIDDEN; k += touched ? 1 : 4) {
-      double num = diff(n, w->p, row * HIDDEN + k), an = gw[row * HIDDEN + k];
-      if (!close_to(num, an) && bad++ < 8)
-        printf("# mid.w[%lld,%lld]: backward %.6g, finite difference %.6g\n",
-               (long long)row, (long long)k, an, num);
-    }
-    double num = diff(n, mb->p, row);
-    if (!close_to(num, gb[row]) && bad++ < 8)
-      printf("# mid.b[%lld]: backward %.6g, finite difference %.6g\n",
-             (long long)row, gb[row], num);
-  }
+  int bad = 0;
+  const int active = check_rows(n, "mid", W, gw, gb, &bad);
   if (!(active > 5 && active < W))
     printf("# %d of %lld rows active\n", active, (long long)W);
   assert_true(active > 5 && active < W);
   for (int64_t j = 0; j < W * 120; j += 7) {
     double num = diff(n, ow->p, j);
     if (!close_to(num, gow[j]) && bad++ < 8)
-      printf("# out.w[%lld]: backward %.6g, finite difference %.6g\n",
-             (long long)j, gow[j], num);
+      printf("# out.w[%lld]: backward %.6g, finite difference %.6g\n", (long long)j, gow[j], num);
   }
   assert_int_equal(bad, 0);
   free(gw);
@@ -488,9 +465,8 @@ static void test_hidden_grads_on_active_set(void **state) {
 static void test_head_on_input_refused(void **state) {
   (void)state;
   char *y0 = yaml_with("active: 0.05");
-  char *y1 = net_edit(
-      y0, "    - {name: hidden, dense: 8, activation: relu, inputs: [input]}\n",
-      "");
+  char *y1 =
+      net_edit(y0, "    - {name: hidden, dense: 8, activation: relu, inputs: [input]}\n", "");
   char *y = net_edit(y1, "      activation: softmax\n",
                      "      activation: softmax\n      inputs: [input]\n");
   free(y0);
@@ -499,8 +475,7 @@ static void test_head_on_input_refused(void **state) {
   free(y);
   ar_net *n = NULL;
   ar_err err = AR_ERR_INIT;
-  assert_int_equal(ar_net_build_sparse(s, BATCH, MAX_NNZ, MAX_LABELS, &n, &err),
-                   AR_SPEC);
+  assert_int_equal(ar_net_build_sparse(s, BATCH, MAX_NNZ, MAX_LABELS, &n, &err), AR_SPEC);
   assert_null(n);
   if (!strstr(err.msg, "reading the sparse input directly"))
     printf("# %s\n", err.msg);
@@ -513,8 +488,7 @@ static void expect_build_error(const char *yaml, const char *want) {
   ar_spec *s = net_parse_any(yaml);
   ar_net *n = NULL;
   ar_err err = AR_ERR_INIT;
-  assert_int_equal(ar_net_build_sparse(s, BATCH, MAX_NNZ, MAX_LABELS, &n, &err),
-                   AR_SPEC);
+  assert_int_equal(ar_net_build_sparse(s, BATCH, MAX_NNZ, MAX_LABELS, &n, &err), AR_SPEC);
   assert_null(n);
   if (!strstr(err.msg, want))
     printf("# got: %s\n# want: %s\n", err.msg, want);
@@ -527,21 +501,16 @@ static void expect_build_error(const char *yaml, const char *want) {
  * is relu or none already: the job file's schema refuses the others.) */
 static void test_hidden_refused(void **state) {
   (void)state;
-  char *y = net_edit(
-      HIDDEN_SAMPLED,
-      "    - {name: hidden, dense: 8, activation: relu, inputs: [input]}\n",
-      "");
-  char *y2 = net_edit(y, "      activation: relu\n",
-                      "      activation: relu\n      inputs: [input]\n");
-  expect_build_error(
-      y2,
-      "model.layers[0]: sparse: an LSH-sampled hidden item reading the sparse "
-      "input directly");
+  char *y = net_edit(HIDDEN_SAMPLED,
+                     "    - {name: hidden, dense: 8, activation: relu, inputs: [input]}\n", "");
+  char *y2 =
+      net_edit(y, "      activation: relu\n", "      activation: relu\n      inputs: [input]\n");
+  expect_build_error(y2, "model.layers[0]: sparse: an LSH-sampled hidden item reading the sparse "
+                         "input directly");
   free(y);
   free(y2);
-  y = net_edit(
-      HIDDEN_SAMPLED, "{name: out, dense: 120, activation: softmax}",
-      "{name: out, dense: 120, activation: softmax, sparse: {mode: lsh}}");
+  y = net_edit(HIDDEN_SAMPLED, "{name: out, dense: 120, activation: softmax}",
+               "{name: out, dense: 120, activation: softmax, sparse: {mode: lsh}}");
   expect_build_error(y, "an LSH-sampled head reading an LSH-sampled item");
   free(y);
 }
