@@ -188,6 +188,10 @@ ar_status ar__net_head_plan(ar_net *n, ar_err *err);
  * must be the Gemm producing the logits: AR_SPEC naming it otherwise). */
 ar_status ar__net_head_onnx(ar_net *n, ar_err *err);
 ar_status ar__net_head_host(ar_net *n, ar_err *err);
+/* A sampled node's host bytes (*sb) as plan entries NODE.lsh.* (the room
+ * is the plan's: n_tensors + 8 + 5 a hidden sampled node). */
+struct ar__sampled_mem;
+void ar__net_lsh_host(ar_net *n, const char *node, const struct ar__sampled_mem *sb);
 /* After start (or a checkpoint's load: tables are rebuilt, never stored):
  * the layer with its tables for the rows as they are. */
 ar_status ar__net_head_start(ar_net *n, ar_err *err);

@@ -197,25 +197,29 @@ ar_status ar__net_head_onnx(ar_net *n, ar_err *err) {
   return AR_OK;
 }
 
+void ar__net_lsh_host(ar_net *n, const char *node, const ar__sampled_mem *sb) {
+  static const char *const what[] = {"lsh.tables", "lsh.hash", "lsh.scratch", "lsh.touched",
+                                     "lsh.ids"};
+  const size_t bytes[] = {sb->tables, sb->hash, sb->scratch, sb->touched, sb->ids};
+  for (int k = 0; k < 5; k++) {
+    if (!bytes[k])
+      continue;
+    ar_plan_entry *e = &n->plan.entries[n->plan.count++];
+    snprintf(e->name, sizeof e->name, "%.40s.%s", node, what[k]);
+    e->cls = AR_MEM_HOST;
+    e->bytes = bytes[k];
+    e->last_use = INT64_MAX;
+    n->plan.host_bytes += bytes[k];
+  }
+}
+
 ar_status ar__net_head_host(ar_net *n, ar_err *err) {
   if (n->head < 0)
     return AR_OK;
   ar__sampled_mem sb;
   AR_CHECK(ar__sampled_bytes(n->hspec, n->head_l, head_in(n), 0, ar_plan_threads(n->hspec),
                              shared_cap(n), &sb, err));
-  static const char *const what[] = {"lsh.tables", "lsh.hash", "lsh.scratch", "lsh.touched",
-                                     "lsh.ids"};
-  const size_t bytes[] = {sb.tables, sb.hash, sb.scratch, sb.touched, sb.ids};
-  for (int k = 0; k < 5; k++) {
-    if (!bytes[k])
-      continue;
-    ar_plan_entry *e = &n->plan.entries[n->plan.count++];
-    snprintf(e->name, sizeof e->name, "%.40s.%s", n->nodes[n->head].name, what[k]);
-    e->cls = AR_MEM_HOST;
-    e->bytes = bytes[k];
-    e->last_use = INT64_MAX;
-    n->plan.host_bytes += bytes[k];
-  }
+  ar__net_lsh_host(n, n->nodes[n->head].name, &sb);
   return AR_OK;
 }
 

@@ -136,19 +136,7 @@ ar_status ar__net_hid_host(ar_net *n, ar_err *err) {
     ar__sampled_mem sb;
     AR_CHECK(
         ar__sampled_bytes(n->spec, h->l, hid_in(n, h), 0, ar_plan_threads(n->spec), 0, &sb, err));
-    static const char *const what[] = {"lsh.tables", "lsh.hash", "lsh.scratch", "lsh.touched",
-                                       "lsh.ids"};
-    const size_t bytes[] = {sb.tables, sb.hash, sb.scratch, sb.touched, sb.ids};
-    for (int k = 0; k < 5; k++) {
-      if (!bytes[k])
-        continue;
-      ar_plan_entry *e = &n->plan.entries[n->plan.count++];
-      snprintf(e->name, sizeof e->name, "%.40s.%s", node_of(n, h)->name, what[k]);
-      e->cls = AR_MEM_HOST;
-      e->bytes = bytes[k];
-      e->last_use = INT64_MAX;
-      n->plan.host_bytes += bytes[k];
-    }
+    ar__net_lsh_host(n, node_of(n, h)->name, &sb);
   }
   return AR_OK;
 }

@@ -418,7 +418,7 @@ static void test_grads_on_active_set(void **state) {
   ar_spec_destroy(s);
 }
 
-/* A hidden sampled item on a padded batch: each of its rows some row
+/* A hidden sampled item's plan, then on a padded batch: each of its rows some row
  * computed has the finite difference's gradient, the others none and the
  * loss does not move with them; the dense head's too. */
 static void test_hidden_grads_on_active_set(void **state) {
@@ -429,6 +429,14 @@ static void test_hidden_grads_on_active_set(void **state) {
   assert_int_equal(ar_net_build_sparse(s, BATCH, MAX_NNZ, MAX_LABELS, &n, &err), AR_OK);
   ar_device *dev = host1();
   assert_int_equal(ar_net_start(n, dev, NULL, NULL, &err), AR_OK);
+  /* The plan is exact: start allocates its two blocks, nothing more; the
+   * item's tables and scratch are host entries. */
+  const ar_plan *p = ar_net_plan(n);
+  assert_int_equal(ar_device_bytes_in_use(dev), p->persistent_bytes + p->ephemeral_bytes);
+  bool tables = false;
+  for (int k = 0; k < p->count; k++)
+    tables |= !strcmp(p->entries[k].name, "mid.lsh.tables") && p->entries[k].bytes > 0;
+  assert_true(tables);
   ar_batch b;
   assert_int_equal(ar_batch_init(&b, BATCH, MAX_NNZ, MAX_LABELS), AR_OK);
   unsigned seed = 31u;
