@@ -95,6 +95,14 @@ typedef struct ar__sbatch {
 ar_status ar__sampled_head_forward(ar_sampled *s, const ar__sbatch *b, double *loss_sum,
                                    ar_err *err);
 ar_status ar__sampled_head_backward(ar_sampled *s, const ar__sbatch *b, ar_err *err);
+/* A graph model's hidden sampled layer on a dense batch (b->X, b->dX;
+ * labels unused): forward into Y (rows, neurons), each row's active
+ * neurons (relu or identity) and zeros elsewhere, the chain's draws; then
+ * backward from dY (rows, neurons) into the touched gradient rows and dX. */
+ar_status ar__sampled_hidden_forward(ar_sampled *s, const ar__sbatch *b, bool relu, float *Y,
+                                     ar_err *err);
+ar_status ar__sampled_hidden_backward(ar_sampled *s, const ar__sbatch *b, bool relu,
+                                      const float *dY, ar_err *err);
 ar_status ar__sampled_step(ar_sampled *s, int64_t step, ar_err *err);
 ar_status ar__sampled_rehash(ar_sampled *s, int64_t step, ar_trace *trace, ar_err *err);
 

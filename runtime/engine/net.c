@@ -213,11 +213,15 @@ static ar_status build_item(build_ctx *b, const ar_layer_spec *ls, const char *p
   AR_CHECK(item_inputs(b, ls, path, prefix, *cur, block_in, in, &n_in));
   ar_nn_op op = (ar_nn_op)ls->op;
   const bool top = !prefix[0] && block_in < 0;
-  if (ls->sparse.mode != AR_SPARSE_NONE && !(last && top))
+  if (ls->sparse.mode != AR_SPARSE_NONE && !top)
     return ar__net_build_err(b, ls, path,
-                     "sparse: only the last item of a graph model (the dense classifier "
-                     "before the softmax cross-entropy) can be LSH-sampled; remove this "
-                     "item's sparse section");
+                     "sparse: only a top-level dense item of a graph model (the head before "
+                     "the loss, or a hidden one) can be LSH-sampled; remove this item's "
+                     "sparse section");
+  if (ls->sparse.mode != AR_SPARSE_NONE && !last && ls->op != AR_NN_DENSE)
+    return ar__net_build_err(b, ls, path,
+                     "sparse: only a dense item can be LSH-sampled; remove this item's "
+                     "sparse section");
   ar_nn_attr a = ls->attr;
   if (ls->op == AR_NN_EMBEDDING && a.vocab == 0)
     a.vocab = b->net->spec->input.vocab;
@@ -235,12 +239,22 @@ static ar_status build_item(build_ctx *b, const ar_layer_spec *ls, const char *p
   if (sparse)
     AR_CHECK(ar__net_sparse_item(b, ls, path, &op, &a, in, &n_in));
   AR_CHECK(add_node(b, ls, path, name, op, &a, in, n_in, &out));
+  if (!last && top && ar_layer_sampled(b->net->spec, (int)(ls - b->net->spec->layers), true))
+    AR_CHECK(ar__net_hid_add(b, ls, path, b->net->n_nodes - 1));
   if (last && top && ar_layer_sampled(b->net->spec, b->net->spec->n_layers - 1, true)) {
-    if (sparse)
+    if (op == AR_NN_SPARSE_DENSE)
       return ar__net_build_err(b, ls, path,
-                       "sparse: an LSH-sampled head on a graph model over sparse input is not "
-                       "built in this version; write the model as a chain of dense items "
-                       "(without `inputs:`), which samples it, or set sparse.mode to dense");
+                       "sparse: an LSH-sampled head reading the sparse input directly is not "
+                       "built in this version (a graph's sampled head reads a dense hidden "
+                       "item); write the model as a chain of dense items (without `inputs:`), "
+                       "which samples it, or set sparse.mode to dense");
+    const int prod = b->net->tensors[in[0]].producer;
+    if (prod >= 0 && b->net->nodes[prod].hid1)
+      return ar__net_build_err(b, ls, path,
+                       "sparse: an LSH-sampled head reading an LSH-sampled item (%s) is not "
+                       "built in this version (the chain reads the active set there); write "
+                       "the model as a chain, or set one sparse.mode to dense",
+                       b->net->nodes[prod].path);
     /* Its input must be one row per example (the chain's rows). */
     if (b->net->tensors[in[0]].shape.nd != 2)
       return ar__net_build_err(b, ls, path,
@@ -361,7 +375,7 @@ static ar_status add_grads(ar_net *n, ar_err *err) {
         any = true;
     d->trains = any || d->op == AR_NN_XENT;
     /* The loss after a sampled head: the head computes it in training. */
-    if (d->after_head || (d->op == AR_NN_XENT && n->head >= 0 &&
+    if (d->after_head || (ar__net_is_loss(d->op) && n->head >= 0 &&
                           (d->in[0] == n->nodes[n->head].out[0] || d->in[0] == n->logits)))
       d->trains = false;
     for (int k = 0; k < d->sig.n_out; k++)
@@ -494,6 +508,7 @@ static void lifetimes(ar_net *n) {
       live(&n->tensors[n->hs[k]], n->head);
       live(&n->tensors[n->hs[k]], 2 * N - 1 - n->head);
     }
+  ar__net_hid_lifetimes(n, live);
   ar__net_fuse_lifetimes(n);
   ar__net_sparse_lifetimes(n);
   /* Parameters' gradients wait for the optimizer (those of parameters read
@@ -608,7 +623,8 @@ static ar_status make_plan(ar_net *n, ar_err *err) {
   n->plan.persistent_bytes = pers;
   AR_CHECK(place(n, err));
   /* + staging and a sampled head's host entries (ar__net_head_host). */
-  n->plan.entries = ar_calloc((size_t)n->n_tensors + 8, sizeof *n->plan.entries);
+  n->plan.entries = ar_calloc((size_t)n->n_tensors + 8 + 5 * (size_t)n->n_hid,
+                              sizeof *n->plan.entries);
   if (!n->plan.entries)
     return ar_errf(err, AR_NOMEM, "out of memory planning the graph");
   for (int i = 0; i < n->n_tensors; i++) {
@@ -685,6 +701,8 @@ static ar_status finish(ar_net *n, bool training, ar_err *err) {
     st = ar__net_head_plan(n, err);
   else if (st == AR_OK)
     n->head = -1; /* an inference graph scores every class */
+  if (st == AR_OK && training)
+    st = ar__net_hid_plan(n, err); /* (and every neuron of a hidden sampled item) */
   if (st == AR_OK)
     st = ar__net_workspace(n, err);
   if (st == AR_OK)
@@ -699,6 +717,8 @@ static ar_status finish(ar_net *n, bool training, ar_err *err) {
       e->last_use = INT64_MAX;
     }
     st = ar__net_head_host(n, err);
+    if (st == AR_OK)
+      st = ar__net_hid_host(n, err);
     n->plan.total_bytes =
         n->plan.persistent_bytes + n->plan.ephemeral_bytes + n->plan.host_bytes;
   }
@@ -740,6 +760,7 @@ void ar_net_destroy(ar_net *n) {
   for (int i = 0; i < n->n_tensors; i++)
     ar_free(n->tensors[i].init_data);
   ar_free(n->nodes);
+  ar_free(n->hid);
   ar_free(n->tensors);
   ar_free(n->inputs);
   ar_free(n->outputs);

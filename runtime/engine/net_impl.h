@@ -69,6 +69,8 @@ typedef struct nnode {
   bool after_head;         /* a reshape between a sampled head and the logits
                               (an imported MatMul's rows back to the batch's
                               shape): skipped in training like the loss */
+  int hid1;                /* a hidden LSH-sampled node: its index in
+                              n->hid + 1 (0: none; net_sampled_hidden.c) */
   ar_nn_mode mode;         /* graphs built by a program: when it trains */
   ar_nn_prim *ptrain, *peval;
   ar_nn_args args;
@@ -112,6 +114,9 @@ struct ar_net {
    * once started. */
   int head, head_l, hs[HS_COUNT], head_last;
   struct ar_sampled *smp;
+  /* Hidden LSH-sampled dense nodes (net_sampled_hidden.c), in graph order. */
+  int n_hid;
+  struct net_hid *hid; /* (n_hid) */
   /* The spec whose layers[head_l] holds the head's settings: spec, or for
    * an imported model hspec_own, spec with one layer, hlayer (a copy of
    * model.sparse's entry with the graph's width). */
@@ -170,6 +175,12 @@ void ar__net_stop(ar_net *n);
  * gradients they belong to (a tensor or parameter several nodes read). */
 void ar__net_add_temps(ar_net *n, const nnode *d, int threads);
 
+/* The loss ops a sampled head computes itself in training: the softmax
+ * cross-entropy over one class a row, the multi-label one (sparse input). */
+static inline bool ar__net_is_loss(ar_nn_op op) {
+  return op == AR_NN_XENT || op == AR_NN_XENT_MULTI;
+}
+
 /* net_sampled.c: the sampled head (docs/graph.md, "An LSH-sampled head").
  * ar__net_head_plan: after add_grads, its buffers, persistent gradients
  * and last-update steps; ar__net_head_host: its host entries of the plan
@@ -179,6 +190,10 @@ ar_status ar__net_head_plan(ar_net *n, ar_err *err);
  * must be the Gemm producing the logits: AR_SPEC naming it otherwise). */
 ar_status ar__net_head_onnx(ar_net *n, ar_err *err);
 ar_status ar__net_head_host(ar_net *n, ar_err *err);
+/* A sampled node's host bytes (*sb) as plan entries NODE.lsh.* (the room
+ * is the plan's: n_tensors + 8 + 5 a hidden sampled node). */
+struct ar__sampled_mem;
+void ar__net_lsh_host(ar_net *n, const char *node, const struct ar__sampled_mem *sb);
 /* After start (or a checkpoint's load: tables are rebuilt, never stored):
  * the layer with its tables for the rows as they are. */
 ar_status ar__net_head_start(ar_net *n, ar_err *err);
@@ -190,6 +205,37 @@ void ar__net_head_stop(ar_net *n);
 ar_status ar__net_head_forward(ar_net *n, const nnode *d, ar_err *err);
 ar_status ar__net_head_backward(ar_net *n, const nnode *d, ar_err *err);
 ar_status ar__net_head_step(ar_net *n, ar_err *err);
+
+/* net_sampled_hidden.c: a job file's top-level dense item, not the last,
+ * with a `sparse:` section that samples on this device: the chain's
+ * hidden sampled layer (docs/graph.md, "Hidden LSH-sampled items").  Its
+ * node, the item's index in spec->layers, its per-batch buffers (HH_*,
+ * ephemeral), its rows' last-update steps (state) and the layer once
+ * started. */
+enum { HH_ACTIVE = 0, HH_N, HH_OUT, HH_DOUT, HH_COUNT };
+typedef struct net_hid {
+  int node, l, buf[HH_COUNT], last;
+  struct ar_sampled *smp;
+} net_hid;
+/* hid_add: node (just added for item ls at path) becomes one, or AR_SPEC
+ * naming the item when it cannot (its input, activation, optimizer).
+ * hid_plan (after add_grads, training only): buffers, persistent
+ * gradients, last steps; hid_host: its host entries of the plan;
+ * hid_lifetimes: live(t, step) over its buffers.  start/bind/stop as the
+ * head's; forward/backward: node d's training pass (d->hid1 > 0); step:
+ * the sparse Adam steps and rebuilds after the optimizer's; hid_param:
+ * whether tensor t is one's row table or bias (the optimizer skips them). */
+ar_status ar__net_hid_add(build_ctx *b, const ar_layer_spec *ls, const char *path, int node);
+ar_status ar__net_hid_plan(ar_net *n, ar_err *err);
+ar_status ar__net_hid_host(ar_net *n, ar_err *err);
+void ar__net_hid_lifetimes(ar_net *n, void (*live)(ntensor *, int64_t));
+ar_status ar__net_hid_start(ar_net *n, ar_err *err);
+void ar__net_hid_bind(ar_net *n);
+void ar__net_hid_stop(ar_net *n);
+ar_status ar__net_hid_forward(ar_net *n, const nnode *d, ar_err *err);
+ar_status ar__net_hid_backward(ar_net *n, const nnode *d, ar_err *err);
+ar_status ar__net_hid_step(ar_net *n, ar_err *err);
+bool ar__net_hid_param(const ar_net *n, int t);
 
 /* net_sparse_in.c: a model over sparse input (docs/graph.md, "Sparse
  * input").  sparse_inputs: the batch's tensors, `input` bound to them.

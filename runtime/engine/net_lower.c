@@ -46,8 +46,8 @@ const char *ar_chain_lower_refusal(const ar_spec *s, char *buf, size_t cap) {
     return buf;
   }
   if (!ar_spec_runs_on_host(s)) {
-    snprintf(buf, cap, "device %s is a GPU (sparse_dense and xent_multi have host kernels "
-                       "only)", s->device);
+    snprintf(buf, cap, "device %s is a GPU (the CUDA kernels of sparse_dense and xent_multi "
+                       "have not yet run on a GPU)", s->device);
     return buf;
   }
   if (s->input.kind != AR_INPUT_SPARSE) {

@@ -94,6 +94,7 @@ static void bind(ar_net *n) {
     fill_args(n, &n->nodes[i], true);
   ar__net_fuse_bind(n);
   ar__net_head_bind(n);
+  ar__net_hid_bind(n);
 }
 
 static float gauss(ar_rng *r) {
@@ -238,6 +239,7 @@ ar_status ar_net_start(ar_net *n, ar_device *dev, void *persistent, void *epheme
     AR_CHECK(init_device(n, err));
     AR_CHECK(ar__net_sparse_start(n, err));
   }
+  AR_CHECK(ar__net_hid_start(n, err));
   return ar__net_head_start(n, err);
 }
 
@@ -251,6 +253,7 @@ void ar_net_rebase(ar_net *n, void *persistent, void *ephemeral) {
 
 void ar__net_stop(ar_net *n) {
   ar__net_head_stop(n);
+  ar__net_hid_stop(n);
   ar__net_fuse_release(n);
   for (int i = 0; i < n->n_nodes; i++) {
     ar_device_nn_release(n->dev, n->nodes[i].ptrain);
@@ -334,7 +337,9 @@ static ar_status forward(ar_net *n, bool training, ar_err *err) {
     d->args.seed = n->spec->seed ^ ((uint64_t)n->step * 0x9e3779b97f4a7c15ull) ^ (uint64_t)i;
     if (training && n->smp && i == n->head)
       AR_CHECK(ar__net_head_forward(n, d, err)); /* the loss rows too */
-    else if (training && n->smp && (d->after_head || (d->op == AR_NN_XENT && !d->trains)))
+    else if (training && d->hid1 && n->hid[d->hid1 - 1].smp)
+      AR_CHECK(ar__net_hid_forward(n, d, err));
+    else if (training && n->smp && (d->after_head || (ar__net_is_loss(d->op) && !d->trains)))
       continue; /* computed by the sampled head */
     else if (!training && n->n_folds && ar__net_fold_forward(n, i))
       ; /* a conv folded with its batch norm (net_fuse.c) */
@@ -367,6 +372,8 @@ static ar_status backward(ar_net *n, ar_err *err) {
     double t0 = det ? ar_now() : 0.0;
     if (n->smp && i == n->head)
       AR_CHECK(ar__net_head_backward(n, d, err));
+    else if (d->hid1 && n->hid[d->hid1 - 1].smp)
+      AR_CHECK(ar__net_hid_backward(n, d, err));
     else
       ar_device_nn_backward(n->dev, d->ptrain, &d->args);
     ar__net_add_temps(n, d, threads);
@@ -465,7 +472,7 @@ static double optimizer(ar_net *n) {
   for (int i = 0; i < n->n_tensors; i++)
     if (n->tensors[i].kind == T_PARAM && n->tensors[i].sparse)
       ar__net_opt_sparse(n, i, lr); /* an embedding's rows of the batch (net_sparse_grad.c) */
-    else if (n->tensors[i].kind == T_PARAM && !head_param(n, i))
+    else if (n->tensors[i].kind == T_PARAM && !head_param(n, i) && !ar__net_hid_param(n, i))
       ar_net_opt_param(n, i, lr); /* a sampled head's rows: its sparse Adam (ar__net_head_step) */
   return lr;
 }
@@ -499,6 +506,7 @@ ar_status ar_net_train(ar_net *n, double *loss, double *lr, ar_err *err) {
     *lr = optimizer(n);
     if (n->smp)
       AR_CHECK(ar__net_head_step(n, err));
+    AR_CHECK(ar__net_hid_step(n, err));
   }
   if (n->trace)
     ar_trace_add_span(n->trace, AR_TRACE_STEPS, "optimizer",
@@ -572,6 +580,8 @@ int64_t ar_net_step(const ar_net *n) { return n->step; }
 void ar_net_set_step(ar_net *n, int64_t step) { n->step = step; }
 
 ar_status ar_net_resumed(ar_net *n, ar_err *err) {
+  if (n->started)
+    AR_CHECK(ar__net_hid_start(n, err));
   return n->started ? ar__net_head_start(n, err) : AR_OK;
 }
 ar_device *ar_net_device(const ar_net *n) { return n->dev; }

@@ -37,10 +37,16 @@ static int64_t head_out(const ar_net *n) {
   return n->tensors[n->nodes[n->head].param[0]].shape.d[0];
 }
 
+/* Labels a row may hold: the data's bound over sparse input (multi-label
+ * XC data, every label always active as in the chain), else one class. */
+static int64_t head_labels(const ar_net *n) {
+  return ar_net_sparse_input(n) && n->max_labels > 0 ? n->max_labels : 1;
+}
+
 /* The shared negatives' room; -1 (ar__sampled_bytes): the shared path
  * without room. */
 static int64_t shared_cap(const ar_net *n) {
-  int64_t c = ar_layer_shared_cap(n->hspec, n->head_l, 1);
+  int64_t c = ar_layer_shared_cap(n->hspec, n->head_l, head_labels(n));
   return c ? c : -1;
 }
 
@@ -75,8 +81,8 @@ ar_status ar__net_head_plan(ar_net *n, ar_err *err) {
       AR_CHECK(add_kind(n, HS_ZB + k, zw[k], out, AR_DT_F32, T_SGRAD, err));
     d = &n->nodes[n->head];
   }
-  const int64_t cap = ar_layer_active_cap(n->hspec, n->head_l, 1);
-  const int64_t sc = ar_layer_shared_cap(n->hspec, n->head_l, 1);
+  const int64_t cap = ar_layer_active_cap(n->hspec, n->head_l, head_labels(n));
+  const int64_t sc = ar_layer_shared_cap(n->hspec, n->head_l, head_labels(n));
   AR_CHECK(add_buf(n, HS_ACTIVE, "active", B * cap, AR_DT_I32, err));
   AR_CHECK(add_buf(n, HS_N, "n", B, AR_DT_I32, err));
   AR_CHECK(add_buf(n, HS_OUT, "out", B * cap, AR_DT_F32, err));
@@ -89,8 +95,10 @@ ar_status ar__net_head_plan(ar_net *n, ar_err *err) {
     AR_CHECK(add_buf(n, HS_SGB, "shared_gb", sc, AR_DT_F32, err));
     AR_CHECK(add_buf(n, HS_SZ, "shared_z", B * sc, AR_DT_F32, err));
   }
-  AR_CHECK(add_buf(n, HS_LAB, "labels", B, AR_DT_I32, err));
-  AR_CHECK(add_buf(n, HS_LABPTR, "label_ptr", B + 1, AR_DT_I64, err));
+  if (!ar_net_sparse_input(n)) { /* one class a row: as the layer reads labels */
+    AR_CHECK(add_buf(n, HS_LAB, "labels", B, AR_DT_I32, err));
+    AR_CHECK(add_buf(n, HS_LABPTR, "label_ptr", B + 1, AR_DT_I64, err));
+  }
   /* Each row's last update step (u64, as two floats' bytes): state. */
   char tn[400];
   snprintf(tn, sizeof tn, "%.190s.lsh_last", d->name);
@@ -189,25 +197,29 @@ ar_status ar__net_head_onnx(ar_net *n, ar_err *err) {
   return AR_OK;
 }
 
+void ar__net_lsh_host(ar_net *n, const char *node, const ar__sampled_mem *sb) {
+  static const char *const what[] = {"lsh.tables", "lsh.hash", "lsh.scratch", "lsh.touched",
+                                     "lsh.ids"};
+  const size_t bytes[] = {sb->tables, sb->hash, sb->scratch, sb->touched, sb->ids};
+  for (int k = 0; k < 5; k++) {
+    if (!bytes[k])
+      continue;
+    ar_plan_entry *e = &n->plan.entries[n->plan.count++];
+    snprintf(e->name, sizeof e->name, "%.40s.%s", node, what[k]);
+    e->cls = AR_MEM_HOST;
+    e->bytes = bytes[k];
+    e->last_use = INT64_MAX;
+    n->plan.host_bytes += bytes[k];
+  }
+}
+
 ar_status ar__net_head_host(ar_net *n, ar_err *err) {
   if (n->head < 0)
     return AR_OK;
   ar__sampled_mem sb;
   AR_CHECK(ar__sampled_bytes(n->hspec, n->head_l, head_in(n), 0, ar_plan_threads(n->hspec),
                              shared_cap(n), &sb, err));
-  static const char *const what[] = {"lsh.tables", "lsh.hash", "lsh.scratch", "lsh.touched",
-                                     "lsh.ids"};
-  const size_t bytes[] = {sb.tables, sb.hash, sb.scratch, sb.touched, sb.ids};
-  for (int k = 0; k < 5; k++) {
-    if (!bytes[k])
-      continue;
-    ar_plan_entry *e = &n->plan.entries[n->plan.count++];
-    snprintf(e->name, sizeof e->name, "%.40s.%s", n->nodes[n->head].name, what[k]);
-    e->cls = AR_MEM_HOST;
-    e->bytes = bytes[k];
-    e->last_use = INT64_MAX;
-    n->plan.host_bytes += bytes[k];
-  }
+  ar__net_lsh_host(n, n->nodes[n->head].name, &sb);
   return AR_OK;
 }
 
@@ -234,7 +246,8 @@ ar_status ar__net_head_start(ar_net *n, ar_err *err) {
     const ntensor *w = &n->tensors[d->param[0]];
     const bool nb = d->sig.n_param == 1;
     const ntensor *b = nb ? NULL : &n->tensors[d->param[1]];
-    ar__sampled_cfg c = {n->hspec, n->head_l, d->name, n->dev, head_in(n), head_out(n), 1,
+    ar__sampled_cfg c = {n->hspec, n->head_l, d->name, n->dev, head_in(n), head_out(n),
+                         head_labels(n),
                          n->step, true, false, head_ptrs(n),
                          tp(n, w->opt1), tp(n, w->opt2), tp(n, nb ? n->hs[HS_ZM1] : b->opt1),
                          tp(n, nb ? n->hs[HS_ZM2] : b->opt2), tp(n, n->head_last)};
@@ -260,8 +273,20 @@ void ar__net_head_stop(ar_net *n) {
   n->smp = NULL;
 }
 
-/* The staged batch's labels (one per row) as the layer reads them. */
+/* The staged batch as the layer reads it.  Over sparse input: the
+ * batch's label CSR (several labels a row) and its real rows only, the
+ * gradient divided as the chain's (grad_rows, else the real rows); the
+ * padded rows after them are zeroed by the callers.  Otherwise the class
+ * of each row as a one-label CSR over the whole batch. */
 static ar__sbatch head_batch(ar_net *n, const nnode *d) {
+  const float *X = tp(n, d->in[0]);
+  float *dX = d->gin[0] >= 0 ? tp(n, d->gin[0]) : NULL;
+  if (ar_net_sparse_input(n)) {
+    const int64_t div = n->grad_rows > 0 ? n->grad_rows : n->rows > 0 ? n->rows : 1;
+    ar__sbatch b = {n->rows, 1.0f / (float)div, X, dX, tp(n, n->sx[SX_LAB]),
+                    tp(n, n->sx[SX_LPTR]), n->step, tp(n, n->loss)};
+    return b;
+  }
   int32_t *lab = tp(n, n->hs[HS_LAB]);
   int64_t *ptr = tp(n, n->hs[HS_LABPTR]);
   const int64_t *y = tp(n, n->y);
@@ -270,20 +295,27 @@ static ar__sbatch head_batch(ar_net *n, const nnode *d) {
     ptr[r] = r;
   }
   ptr[n->batch] = n->batch;
-  ar__sbatch b = {n->batch, 1.0f / (float)n->batch, tp(n, d->in[0]),
-                  d->gin[0] >= 0 ? tp(n, d->gin[0]) : NULL, lab, ptr, n->step,
-                  tp(n, n->loss)};
+  ar__sbatch b = {n->batch, 1.0f / (float)n->batch, X, dX, lab, ptr, n->step, tp(n, n->loss)};
   return b;
 }
 
 ar_status ar__net_head_forward(ar_net *n, const nnode *d, ar_err *err) {
   ar__sbatch b = head_batch(n, d);
   double sum = 0;
+  if (b.rows < n->batch) /* padding rows: no loss */
+    memset(b.row_loss + b.rows, 0, (size_t)(n->batch - b.rows) * sizeof(float));
+  if (b.rows == 0)
+    return AR_OK;
   return ar__sampled_head_forward(n->smp, &b, &sum, err);
 }
 
 ar_status ar__net_head_backward(ar_net *n, const nnode *d, ar_err *err) {
   ar__sbatch b = head_batch(n, d);
+  const int64_t in = head_in(n);
+  if (b.dX && b.rows < n->batch) /* padding rows: no gradient */
+    memset(b.dX + b.rows * in, 0, (size_t)((n->batch - b.rows) * in) * sizeof(float));
+  if (b.rows == 0)
+    return AR_OK;
   return ar__sampled_head_backward(n->smp, &b, err);
 }
 

@@ -490,6 +490,15 @@ static void fail_note(fail_box *f, ar_status st, const char *msg) {
   }
 }
 
+/* A per-row forward's seconds (summed over threads) and active ids into
+ * the layer's statistics. */
+static void count_forward(ar_sampled *s, double tq, double tc, int64_t asum, int64_t rows) {
+  s->st.query_s += tq;
+  s->st.compute_s += tc;
+  s->st.active_sum += asum;
+  s->st.samples += rows;
+}
+
 /* Forward of sampled layer l over the batch.  training: labels join the
  * output layer's active set and its softmax loss and gradient are
  * computed here (loss_rows).  *loss_sum gets the summed row losses. */
@@ -569,13 +578,28 @@ static ar_status sampled_forward(ar_model *m, int l, bool training, double *loss
   }
   if (fb.st != AR_OK)
     return ar_errf(&m->err, fb.st, "layer %s: %s", L->name, fb.msg);
-  s->st.query_s += tq;
-  s->st.compute_s += tc;
-  s->st.active_sum += asum;
-  s->st.samples += rows;
+  count_forward(s, tq, tc, asum, rows);
   if (loss_sum)
     *loss_sum = lsum;
   return AR_OK;
+}
+
+/* Row r's backward over its active set (dout gathered first from the
+ * output's dense gradient row dy when given), into the touched gradient
+ * rows and dx (or NULL); a failure noted in fb. */
+static void row_backward(ar_sampled *s, const ar_lsh_rows *W, const ar_lsh_rows *G,
+                         ar_lsh_act act, const ar_lsh_input *x, int64_t r, const float *dy,
+                         float *dx, fail_box *fb) {
+  const uint32_t *active = s->active + (size_t)r * s->cap;
+  const size_t n = s->n_active[r];
+  float *dout = s->dout + (size_t)r * s->cap;
+  for (size_t i = 0; dy && i < n; i++)
+    dout[i] = dy[active[i]];
+  ar_err e = AR_ERR_INIT;
+  ar_status st = ar_lsh_backward(W, x, active, n, act, s->out + (size_t)r * s->cap, dout, G, dx,
+                                 s->touched, &e);
+  if (st != AR_OK)
+    fail_note(fb, st, e.msg);
 }
 
 /* Backward of sampled layer l: its dout rows are ready (the loss for the
@@ -600,25 +624,13 @@ static ar_status sampled_backward(ar_model *m, int l) {
 #pragma omp parallel for num_threads(s->nt) schedule(static) reduction(+ : tc)
   for (int64_t r = 0; r < rows; r++) {
     double t0 = ar_now();
-    const uint32_t *active = s->active + (size_t)r * s->cap;
-    const size_t n = s->n_active[r];
-    float *out = s->out + (size_t)r * s->cap;
-    float *dout = s->dout + (size_t)r * s->cap;
-    if (gather) {
-      const float *dy = L->dy + r * L->out;
-      for (size_t i = 0; i < n; i++)
-        dout[i] = dy[active[i]];
-    }
     ar_lsh_input x = input_of(m, l, r, false);
     float *dx = NULL;
     if (ps)
       dx = ps->dout + (size_t)r * ps->cap;
     else if (P)
       dx = P->dy + r * P->out;
-    ar_err e = AR_ERR_INIT;
-    ar_status st = ar_lsh_backward(&W, &x, active, n, act, out, dout, &G, dx, s->touched, &e);
-    if (st != AR_OK)
-      fail_note(&fb, st, e.msg);
+    row_backward(s, &W, &G, act, &x, r, gather ? L->dy + r * L->out : NULL, dx, &fb);
     tc += ar_now() - t0;
   }
   if (fb.st != AR_OK)
@@ -1113,3 +1125,90 @@ void ar_model_sampled_stats_reset(ar_model *m) {
 
 /* Layer l with every neuron scored, for LSH inference (lsh_infer.c). */
 ar_status ar__sampled_full(ar_model *m, int l) { return sampled_full(m, l); }
+
+/* ---- a hidden layer of a graph model ----------------------------------------
+ * A graph model's sampled dense node that is not its head
+ * (net_sampled_hidden.c): the chain's sampled_forward and sampled_backward
+ * for a hidden layer with a dense input whose output a dense layer reads
+ * (the scatter into y, the gather from dy), on the graph's tensors.  The
+ * per-row draws are the chain's (seed, layer, step), so a graph written
+ * from a chain samples what the chain samples. */
+/* Row r of a hidden layer on a dense batch: its active set drawn as
+ * sampled_forward draws it in training (rng: the batch's stream), its
+ * values (act) into y (width) at their ids; the ids' count, or -1 with
+ * the failure noted in fb.  Query and compute seconds add to tq, tc. */
+static int64_t hidden_row(ar_sampled *s, const ar_lsh_input *x, int t, int64_t r, ar_rng *rng,
+                          ar_lsh_act act, float *y, double *tq, double *tc, fail_box *fb) {
+  const uint32_t Lt = ar_lsh_hash_L(s->hash);
+  uint32_t *active = s->active + (size_t)r * s->cap, *buckets = s->buckets + (size_t)t * Lt;
+  float *out = s->out + (size_t)r * s->cap;
+  double t0 = ar_now();
+  size_t n = 0;
+  ar_status st = hash_input(s, x, s->scratch[t], buckets);
+  if (st == AR_OK)
+    st = ar_lsh_sample(s->tables, buckets, &s->so, NULL, 0, s->scratch[t], rng, active, s->cap, &n);
+  if (st != AR_OK) {
+    fail_note(fb, st, ar_lsh_scratch_errmsg(s->scratch[t]));
+    return -1;
+  }
+  double t1 = ar_now();
+  ar_err e = AR_ERR_INIT;
+  st = ar_lsh_forward(&(ar_lsh_rows){s->w, s->b, s->neurons, s->in, (size_t)s->in}, x, active, n,
+                      act, out, &e);
+  if (st != AR_OK) {
+    fail_note(fb, st, e.msg);
+    return -1;
+  }
+  s->n_active[r] = (uint32_t)n;
+  for (size_t i = 0; i < n; i++)
+    y[active[i]] = out[i];
+  *tq += t1 - t0;
+  *tc += ar_now() - t1;
+  return (int64_t)n;
+}
+
+ar_status ar__sampled_hidden_forward(ar_sampled *s, const ar__sbatch *b, bool relu, float *Y,
+                                     ar_err *err) {
+  const int64_t rows = b->rows, in = s->in;
+  const ar_lsh_act act = relu ? AR_LSH_ACT_RELU : AR_LSH_ACT_NONE;
+  fail_box fb = {AR_OK, ""};
+  double tq = 0, tc = 0;
+  int64_t asum = 0;
+  memset(Y, 0, (size_t)rows * s->neurons * sizeof(float));
+#pragma omp parallel for num_threads(s->nt) schedule(static) reduction(+ : tq, tc, asum)
+  for (int64_t r = 0; r < rows; r++) {
+    ar_lsh_input x = {b->X + r * in, NULL, NULL, 0};
+    ar_rng rng; /* the batch's shared stream, as sampled_forward's */
+    ar_rng_seed3(&rng, s->spec->seed ^ 0x5a3d1e5bu, (uint64_t)b->step * 4096u + (uint64_t)s->l, 0);
+    int64_t n = hidden_row(s, &x, omp_get_thread_num(), r, &rng, act, Y + r * (int64_t)s->neurons,
+                           &tq, &tc, &fb);
+    asum += n > 0 ? n : 0;
+  }
+  if (fb.st != AR_OK)
+    return ar_errf(err, fb.st, "layer %s: %s", s->name, fb.msg);
+  count_forward(s, tq, tc, asum, rows);
+  return AR_OK;
+}
+
+ar_status ar__sampled_hidden_backward(ar_sampled *s, const ar__sbatch *b, bool relu,
+                                      const float *dY, ar_err *err) {
+  const int64_t rows = b->rows, in = s->in;
+  const ar_lsh_rows W = rows_of(s, false), G = rows_of(s, true);
+  const ar_lsh_act act = relu ? AR_LSH_ACT_RELU : AR_LSH_ACT_NONE;
+  if (b->dX)
+    memset(b->dX, 0, (size_t)rows * (size_t)in * sizeof(float));
+  fail_box fb = {AR_OK, ""};
+  double tc = 0;
+#pragma omp parallel for num_threads(s->nt) schedule(static) reduction(+ : tc)
+  for (int64_t r = 0; r < rows; r++) {
+    double t0 = ar_now();
+    ar_lsh_input x = {b->X + r * in, NULL, NULL, 0};
+    row_backward(s, &W, &G, act, &x, r, dY + r * (int64_t)s->neurons, b->dX ? b->dX + r * in : NULL,
+                 &fb);
+    tc += ar_now() - t0;
+  }
+  if (fb.st != AR_OK)
+    return ar_errf(err, fb.st, "layer %s: %s", s->name, fb.msg);
+  s->st.compute_s += tc;
+  return AR_OK;
+}

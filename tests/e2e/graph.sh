@@ -260,7 +260,7 @@ PY
     grep -q "$3" "$1.txt" || { cat "$1.txt"; fail "$1: the error is not located"; }
   }
   refused hidden 's/- {name: hid, dense: 64, activation: relu}/- {name: hid, dense: 64, activation: relu, sparse: {mode: lsh}}/' \
-    "hidden.yaml:12:7: error: model.layers\[5\]: sparse: only the last item"
+    "hidden.yaml:[0-9]*:7: error: model.layers\[6\]: sparse: an LSH-sampled head reading an LSH-sampled item"
   refused add 's/- {name: res, op: add, inputs: \[pos, att\]}/- {name: res, op: add, inputs: [pos, att], sparse: {mode: lsh}}/' \
     "add.yaml:10:.*model.layers\[3\].sparse: only a dense item"
   refused badk 's/hash: srp, K: 3/hash: srp, K: 99/' "badk.yaml:16:.*model.layers\[6\].sparse.K"

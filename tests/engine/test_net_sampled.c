@@ -363,13 +363,17 @@ static void test_errors(void **state) {
   y = edit(HEAD, "SAMPLING", "active: 2");
   expect_spec_error(y, "model.layers[2].sparse.active");
   free(y);
-  /* Only the last item samples. */
+  /* A sampled head reads a dense item (a sampled one: the chain reads
+   * its active set, not built; test_net_sampled_multi.c). */
   y = edit(HEAD, "{name: hid, dense: 8, activation: none, inputs: [input]}",
            "{name: hid, dense: 8, activation: none, inputs: [input], sparse: {mode: lsh}}");
-  char *y2 = edit(y, "SAMPLING", "active: 0.5");
-  expect_spec_error(y2, "net.yaml:7:7: error: model.layers[0]: sparse: only the last item");
+  char *y2 = edit(y, "    - {name: t, op: tanh}\n", "");
+  char *y3 = edit(y2, "SAMPLING", "active: 0.5");
+  expect_spec_error(y3, "net.yaml:8:7: error: model.layers[1]: sparse: an LSH-sampled head "
+                        "reading an LSH-sampled item (model.layers[0])");
   free(y);
   free(y2);
+  free(y3);
 }
 
 int main(void) {
