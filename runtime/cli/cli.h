@@ -17,6 +17,10 @@ extern char **cli_argv;
  * it (returns when it did or cannot): for commands that run one thread
  * team per lane (a jobs: file, the service). */
 void cli_passive_threads(void);
+/* Re-executes the process with GOMP_SPINCOUNT=10000 unless the user set it
+ * or OMP_WAIT_POLICY: waiting threads spin briefly, then sleep (a single
+ * job's `accelrt run`, `accelrt eval`). */
+void cli_short_spin(void);
 
 /* getopt_long for a command (argv[0] is its name), with our own messages
  * on stderr: an unknown option with the nearest known one ("accelrt run:

@@ -274,6 +274,7 @@ int cli_run(int argc, char **argv) {
       st = ar_dist_run_ex(spec, &opts, &dopts, &s, &err);
       single = s.iterations >= 0;
     } else {
+      cli_short_spin();
       st = ar_run(spec, &opts, &s, &err);
     }
     if (st == AR_OK) {

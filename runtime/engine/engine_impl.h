@@ -174,6 +174,7 @@ struct ar_job {
   FILE *metrics;
   ar_progress *progress;
   ar_ckpt_state st;
+  double train_cpu_s; /* this process's CPU seconds (all threads) in ar_job_step */
   char *ckpt_path, *metrics_path, *summary_path, *data_storage;
   double loss_window;
   int64_t loss_window_n;

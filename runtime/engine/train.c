@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 
@@ -153,6 +154,8 @@ static ar_status write_summary(run_ctx *c, ar_summary *s) {
   ar_json_num(j, "epochs", (double)s->epochs_done);
   ar_json_num(j, "wall_s", s->wall_s);
   ar_json_num(j, "train_s", s->train_s);
+  if (c->train_cpu_s > 0)
+    ar_json_num(j, "train_cpu_s", c->train_cpu_s);
   ar_json_int(j, "peak_rss_bytes", s->peak_rss_bytes);
   ar_json_int(j, "persistent_bytes", (int64_t)c->plan.persistent_bytes);
   if (!c->jo.remote) {
@@ -562,12 +565,19 @@ static ar_status save(run_ctx *c) {
   return st;
 }
 
+/* The process's CPU seconds, every thread's (spinning OpenMP threads too). */
+static double cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 ar_status ar_job_step(ar_job *c, ar_err *err) {
   c->err = err;
   if (!c->started || ar_job_done(c) || c->jo.remote)
     return ar_errf(err, AR_STATE, "no iteration to run");
   ar_trace_iteration(c->trace, c->st.iteration + 1);
-  double t0 = ar_now();
+  double t0 = ar_now(), cpu0 = cpu_now();
   int64_t rows;
   if (c->net) {
     AR_CHECK(ar__netjob_step(c));
@@ -583,6 +593,7 @@ ar_status ar_job_step(ar_job *c, ar_err *err) {
     return loss_err(c, (double)loss);
   c->st.rows_in_epoch += c->batch.rows;
   double t1 = ar_now();
+  c->train_cpu_s += cpu_now() - cpu0;
   ar_trace_add_span(c->trace, AR_TRACE_ITERATIONS, "iteration", "iteration", NULL, t0, t1, false);
   count_iteration(c, c->batch.rows, loss, t1 - t0);
   if (!c->jo.records)
