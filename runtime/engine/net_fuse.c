@@ -246,11 +246,11 @@ static void fold_args(ar_net *n, struct net_fold *f) {
   a->param[1].p = n->tensors[f->bf].p;
   a->out[0].p = n->tensors[bn->out[0]].p;
   a->training = false;
-  a->work = n->work >= 0 ? n->tensors[n->work].p : NULL;
-  a->work_bytes = n->work_bytes;
+  a->work = c->work[0] >= 0 ? n->tensors[c->work[0]].p : NULL;
+  a->work_bytes = c->work_bytes;
 }
 
-ar_status ar__net_fuse_prepare(ar_net *n, ar_device *host, size_t *most, ar_err *err) {
+ar_status ar__net_fuse_prepare(ar_net *n, ar_device *host, ar_err *err) {
   for (int k = 0; k < n->n_folds; k++) {
     struct net_fold *f = &n->folds[k];
     fold_args(n, f);
@@ -258,7 +258,8 @@ ar_status ar__net_fuse_prepare(ar_net *n, ar_device *host, size_t *most, ar_err 
     ar_status st = ar_device_nn_prepare(host, &f->args, false, &f->prim, &w, err);
     if (st != AR_OK)
       return ar_err_wrap(err, "%s (folded with its batch norm)", n->nodes[f->conv].path);
-    *most = w > *most ? w : *most;
+    nnode *c = &n->nodes[f->conv];
+    c->work_bytes = w > c->work_bytes ? w : c->work_bytes;
   }
   return AR_OK;
 }
