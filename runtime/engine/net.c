@@ -345,6 +345,54 @@ static ar_status build_graph(build_ctx *b) {
 
 /* ---- differentiation ------------------------------------------------------ */
 
+/* Readers of tensor t among the nodes: how many, and the highest index of
+ * one other than node `but`. */
+static int readers(const ar_net *n, int t, int but, int *top) {
+  int count = 0;
+  *top = -1;
+  for (int i = 0; i < n->n_nodes; i++)
+    for (int k = 0; k < n->nodes[i].n_in; k++)
+      if (n->nodes[i].in[k] == t) {
+        count++;
+        if (i != but && i > *top)
+          *top = i;
+      }
+  return count;
+}
+
+/* An add (fused relu or not, no broadcasting) gives both its inputs the
+ * same gradient; when it is the last reader of both, one input (s) is
+ * read by it alone, and the other's (o) other readers all come no later
+ * than s's producer, the two can be one tensor: s's producer reads it
+ * (backward order) before any other reader of o adds its part (those add
+ * through temporaries, after their own backward), and o's producer reads
+ * the sum.  A residual block's add and its shortcut, as PyTorch's autograd
+ * passes one tensor to both.  Returns s (the input the add need not
+ * write), or -1. */
+static int shared_add_grad(const ar_net *n, int i) {
+  const nnode *d = &n->nodes[i];
+  if (d->op != AR_NN_ADD || d->n_in != 2 || d->in[0] == d->in[1])
+    return -1;
+  const ntensor *out = &n->tensors[d->out[0]];
+  for (int k = 0; k < 2; k++) {
+    const ntensor *t = &n->tensors[d->in[k]];
+    if (!t->needs_grad || t->grad >= 0 || (d->sig.no_grad & (1u << k)) ||
+        t->dtype != AR_DT_F32 || !ar_shape_eq(&t->shape, &out->shape) || t->keep ||
+        d->in[k] == n->logits)
+      return -1;
+  }
+  for (int s = 0; s < 2; s++) {
+    const int ts = d->in[s], to = d->in[1 - s], ps = n->tensors[ts].producer;
+    int top_s, top_o;
+    if (ps < 0 || readers(n, ts, i, &top_s) != 1)
+      continue;
+    readers(n, to, i, &top_o);
+    if (top_o < i && top_o <= ps && n->tensors[to].producer < ps)
+      return s;
+  }
+  return -1;
+}
+
 /* Which tensors take a gradient, their gradient tensors, and for a tensor
  * read by several nodes the temporaries its later contributions land in. */
 static ar_status add_grads(ar_net *n, ar_err *err) {
@@ -375,10 +423,11 @@ static ar_status add_grads(ar_net *n, ar_err *err) {
     nnode *d = &n->nodes[i];
     if (!d->trains)
       continue;
+    const int share = shared_add_grad(n, i);
     for (int k = 0; k < d->n_in; k++) {
       d->gin[k] = d->gtmp[k] = -1;
       ntensor *t = &n->tensors[d->in[k]];
-      if (!t->needs_grad || (d->sig.no_grad & (1u << k)))
+      if (!t->needs_grad || (d->sig.no_grad & (1u << k)) || k == share)
         continue;
       if (t->grad < 0) {
         snprintf(tn, sizeof tn, "%s.grad", t->name);
@@ -397,6 +446,8 @@ static ar_status add_grads(ar_net *n, ar_err *err) {
         d->gtmp[k] = n->tensors[d->in[k]].grad;
       }
     }
+    if (share >= 0) /* the add writes the other input's gradient only */
+      n->tensors[d->in[share]].grad = n->tensors[d->in[1 - share]].grad;
     for (int k = 0; k < d->sig.n_param; k++) {
       /* A parameter used by several nodes (or slots): the last in backward
        * order writes its gradient, the others add into it. */

@@ -136,16 +136,20 @@ static void test_grads_branches(void **state) {
   check_graph_grads(BRANCHY);
 }
 
-/* A dense-input model from its items (each a flow mapping). */
-static void grads_of(const char *const *items) {
-  char yaml[4096];
-  int at = snprintf(yaml, sizeof yaml,
+/* A dense-input model's job text from its items (each a flow mapping). */
+static void items_yaml(const char *const *items, char *yaml, size_t size) {
+  int at = snprintf(yaml, size,
                     "name: t\ndevice: host\nseed: 4\nmodel:\n  input: {dense: 6}\n  layers:\n");
   for (int i = 0; items[i]; i++)
-    at += snprintf(yaml + at, sizeof yaml - (size_t)at, "    - %s\n", items[i]);
-  snprintf(yaml + at, sizeof yaml - (size_t)at,
+    at += snprintf(yaml + at, size - (size_t)at, "    - %s\n", items[i]);
+  snprintf(yaml + at, size - (size_t)at,
            "    - {name: out, dense: 3, activation: softmax}\n"
            "data: {format: npy, train: x}\ntrain: {batch: 4, iterations: 1, threads: 1}\n");
+}
+
+static void grads_of(const char *const *items) {
+  char yaml[4096];
+  items_yaml(items, yaml, sizeof yaml);
   check_graph_grads(yaml);
 }
 
@@ -168,6 +172,52 @@ static void test_grads_pieces(void **state) {
                        "{name: e, op: add, inputs: [c, a]}", NULL};
   printf("# add of a and tanh(a)\n");
   grads_of(add);
+}
+
+/* The gradient tensor of the tensor named `name` in a net built from
+ * items (as grads_of), or -2 when there is no such tensor; *same: the
+ * tensor named `other` has the same one. */
+static int grad_of(const char *const *items, const char *name, const char *other, bool *same) {
+  char yaml[4096];
+  items_yaml(items, yaml, sizeof yaml);
+  ar_spec *spec = parse(yaml);
+  ar_net *net = NULL;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_net_build(spec, 4, &net, &err), AR_OK);
+  int g[2] = {-2, -2};
+  for (int i = 0; i < net->n_tensors; i++) {
+    if (!strcmp(net->tensors[i].name, name))
+      g[0] = net->tensors[i].grad;
+    if (!strcmp(net->tensors[i].name, other))
+      g[1] = net->tensors[i].grad;
+  }
+  *same = g[0] >= 0 && g[0] == g[1];
+  ar_net_destroy(net);
+  ar_spec_destroy(spec);
+  return g[0];
+}
+
+/* An add gives both inputs one gradient tensor where that is safe (a
+ * residual: c = tanh(a) read only by the add, a read by c and the add),
+ * and not where another reader of a adds its part before c's producer
+ * reads c's gradient (sigmoid(a) after tanh(a)); finite differences check
+ * the gradients either way. */
+static void test_add_gradient_sharing(void **state) {
+  (void)state;
+  bool same = false;
+  const char *res[] = {"{name: a, dense: 5, activation: none}", "{name: c, op: tanh}",
+                       "{name: e, op: add, inputs: [c, a]}", NULL};
+  assert_true(grad_of(res, "c", "a", &same) >= 0);
+  assert_true(same);
+  grads_of(res);
+  const char *late[] = {"{name: a, dense: 5, activation: none}",
+                        "{name: b, op: tanh, inputs: [a]}",
+                        "{name: c, op: sigmoid, inputs: [a]}",
+                        "{name: d, op: add, inputs: [b, a]}",
+                        "{name: e, op: mul, inputs: [d, c]}", NULL};
+  assert_true(grad_of(late, "b", "a", &same) >= 0);
+  assert_false(same);
+  grads_of(late);
 }
 
 static void test_grads_conv(void **state) {
@@ -363,6 +413,7 @@ int main(void) {
       cmocka_unit_test(test_grads_pieces),
       cmocka_unit_test(test_grads_branches),
       cmocka_unit_test(test_grads_conv),
+      cmocka_unit_test(test_add_gradient_sharing),
       cmocka_unit_test(test_plan_placement_and_exactness),
       cmocka_unit_test(test_resnet_plan_workspace_lifetimes),
       cmocka_unit_test(test_errors),
