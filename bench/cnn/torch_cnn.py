@@ -13,9 +13,10 @@ PyTorch user would write them.
   16/32/64 channels, a stride-2 3x3 conv and a 1x1 stride-2 projection with
   its BN where a stage starts; convs without bias; global average pooling;
   Linear 64->10); SGD lr 0.1, momentum 0.9, weight decay 5e-4 on the
-  weights only (biases and BN parameters exempt, as accelrt does), the
-  learning rate warmed up linearly over 200 iterations as the job file's
-  schedule does.
+  weights only (biases and BN parameters exempt, as accelrt does).
+Both: the job file's learning-rate schedule over --iters steps, computed as
+  accelrt does (--schedule, --lr-warmup: the runner passes cosine for both,
+  and the ResNet's 200-iteration linear warm-up).
 loss: softmax cross-entropy (F.cross_entropy on the logits), batch mean.
 PyTorch's default initialisation; the model stays in train mode (batch
 statistics in the BN layers, running statistics updated).
@@ -64,13 +65,19 @@ def parse_args(argv):
                    help="iterations left out of steady_samples_per_s (default 3)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--schedule", choices=("constant", "cosine"), default="constant",
+                   help="the job file's train.schedule.kind (cosine: from --lr to 0 over "
+                   "--iters after the warm-up, as accelrt's)")
+    p.add_argument("--lr-warmup", type=int, default=0,
+                   help="the job file's train.schedule.warmup: lr * t / N at step t <= N")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--model", choices=("cnn", "resnet"), default="cnn")
     p.add_argument("--no-memory", action="store_true",
                    help="skip the profiled iteration (no tensor_peak_bytes)")
     a = p.parse_args(argv)
-    if a.batch <= 0 or a.iters <= 0 or a.threads <= 0 or a.warmup < 0:
-        p.error("--batch, --iters and --threads must be positive, --warmup not negative")
+    if a.batch <= 0 or a.iters <= 0 or a.threads <= 0 or a.warmup < 0 or a.lr_warmup < 0:
+        p.error("--batch, --iters and --threads must be positive, --warmup and --lr-warmup "
+                "not negative")
     return a
 
 
@@ -219,7 +226,6 @@ def main(a):
     if a.model == "cnn":
         model = FashionCNN()
         opt = torch.optim.Adam(model.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8)
-        sched = None
     else:
         model = ResNet20()
         decay = [p for p in model.parameters() if p.dim() > 1]
@@ -227,8 +233,17 @@ def main(a):
         opt = torch.optim.SGD([{"params": decay, "weight_decay": 5e-4},
                                {"params": exempt, "weight_decay": 0.0}],
                               lr=a.lr, momentum=0.9)
-        # accelrt's warm-up: lr * t / 200 at step t (1-based) up to 200.
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(i + 1, 200) / 200.0)
+    # The job file's schedule, as accelrt computes it (schedule_lr in
+    # runtime/engine/net_run.c): step t (1-based) of T = --iters.
+    def factor(i):
+        t, warm = i + 1, a.lr_warmup
+        if warm > 0 and t <= warm:
+            return t / warm
+        if a.schedule == "cosine":
+            f = min((t - warm) / (a.iters - warm if a.iters > warm else 1), 1.0)
+            return 0.5 * (1.0 + math.cos(math.pi * f))
+        return 1.0
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
     model.train()
 
     def step(x, y):
@@ -236,11 +251,11 @@ def main(a):
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        if sched is not None:
-            sched.step()
+        sched.step()
         return loss
 
     times = []
+    losses = []
     loss_sum = 0.0
     last = float("nan")
     for x, y in batches:
@@ -248,6 +263,7 @@ def main(a):
         last = step(x, y).item()
         times.append(time.perf_counter() - t0)
         loss_sum += last
+        losses.append(last)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     tpeak = None if a.no_memory else tensor_peak(model, opt, step, batches[-1])
 
@@ -259,6 +275,7 @@ def main(a):
                                  if steady and sum(steady) > 0 else None),
         "loss": last,
         "mean_loss": loss_sum / a.iters,
+        "losses": losses,
         "iterations": a.iters,
         "warmup": a.warmup,
         "batch": a.batch,

@@ -64,6 +64,7 @@ nnode *ar__net_new_node(ar_net *n) {
   }
   nnode *x = &n->nodes[n->n_nodes++];
   memset(x, 0, sizeof *x);
+  x->work[0] = x->work[1] = -1;
   return x;
 }
 
@@ -358,6 +359,54 @@ static ar_status build_graph(build_ctx *b) {
 
 /* ---- differentiation ------------------------------------------------------ */
 
+/* Readers of tensor t among the nodes: how many, and the highest index of
+ * one other than node `but`. */
+static int readers(const ar_net *n, int t, int but, int *top) {
+  int count = 0;
+  *top = -1;
+  for (int i = 0; i < n->n_nodes; i++)
+    for (int k = 0; k < n->nodes[i].n_in; k++)
+      if (n->nodes[i].in[k] == t) {
+        count++;
+        if (i != but && i > *top)
+          *top = i;
+      }
+  return count;
+}
+
+/* An add (fused relu or not, no broadcasting) gives both its inputs the
+ * same gradient; when it is the last reader of both, one input (s) is
+ * read by it alone, and the other's (o) other readers all come no later
+ * than s's producer, the two can be one tensor: s's producer reads it
+ * (backward order) before any other reader of o adds its part (those add
+ * through temporaries, after their own backward), and o's producer reads
+ * the sum.  A residual block's add and its shortcut, as PyTorch's autograd
+ * passes one tensor to both.  Returns s (the input the add need not
+ * write), or -1. */
+static int shared_add_grad(const ar_net *n, int i) {
+  const nnode *d = &n->nodes[i];
+  if (d->op != AR_NN_ADD || d->n_in != 2 || d->in[0] == d->in[1])
+    return -1;
+  const ntensor *out = &n->tensors[d->out[0]];
+  for (int k = 0; k < 2; k++) {
+    const ntensor *t = &n->tensors[d->in[k]];
+    if (!t->needs_grad || t->grad >= 0 || (d->sig.no_grad & (1u << k)) ||
+        t->dtype != AR_DT_F32 || !ar_shape_eq(&t->shape, &out->shape) || t->keep ||
+        d->in[k] == n->logits)
+      return -1;
+  }
+  for (int s = 0; s < 2; s++) {
+    const int ts = d->in[s], to = d->in[1 - s], ps = n->tensors[ts].producer;
+    int top_s, top_o;
+    if (ps < 0 || readers(n, ts, i, &top_s) != 1)
+      continue;
+    readers(n, to, i, &top_o);
+    if (top_o < i && top_o <= ps && n->tensors[to].producer < ps)
+      return s;
+  }
+  return -1;
+}
+
 /* Which tensors take a gradient, their gradient tensors, and for a tensor
  * read by several nodes the temporaries its later contributions land in. */
 static ar_status add_grads(ar_net *n, ar_err *err) {
@@ -388,10 +437,11 @@ static ar_status add_grads(ar_net *n, ar_err *err) {
     nnode *d = &n->nodes[i];
     if (!d->trains)
       continue;
+    const int share = shared_add_grad(n, i);
     for (int k = 0; k < d->n_in; k++) {
       d->gin[k] = d->gtmp[k] = -1;
       ntensor *t = &n->tensors[d->in[k]];
-      if (!t->needs_grad || (d->sig.no_grad & (1u << k)))
+      if (!t->needs_grad || (d->sig.no_grad & (1u << k)) || k == share)
         continue;
       if (t->grad < 0) {
         snprintf(tn, sizeof tn, "%s.grad", t->name);
@@ -410,6 +460,8 @@ static ar_status add_grads(ar_net *n, ar_err *err) {
         d->gtmp[k] = n->tensors[d->in[k]].grad;
       }
     }
+    if (share >= 0) /* the add writes the other input's gradient only */
+      n->tensors[d->in[share]].grad = n->tensors[d->in[1 - share]].grad;
     for (int k = 0; k < d->sig.n_param; k++) {
       /* A parameter used by several nodes (or slots): the last in backward
        * order writes its gradient, the others add into it. */
@@ -458,15 +510,17 @@ static void lifetimes(ar_net *n) {
       live(&n->tensors[i], 0);
       live(&n->tensors[i], end);
     }
-  /* The kernels' shared workspace and the evaluation's top-5: the whole
-   * iteration (every node may use the workspace). */
-  for (int w = n->work; w <= n->work + 1; w++) {
-    live(&n->tensors[w], 0);
-    live(&n->tensors[w], end);
-  }
+  /* The evaluation's top-5: the whole iteration. */
+  live(&n->tensors[n->topk], 0);
+  live(&n->tensors[n->topk], end);
   for (int i = 0; i < N; i++) {
     nnode *d = &n->nodes[i];
     int64_t f = i, bw = 2 * N - 1 - i;
+    /* A kernel's workspace: only while its forward or backward runs. */
+    if (d->work[0] >= 0)
+      live(&n->tensors[d->work[0]], f);
+    if (d->work[1] >= 0)
+      live(&n->tensors[d->work[1]], bw);
     for (int k = 0; k < d->n_in; k++) {
       live(&n->tensors[d->in[k]], f);
       if (d->trains && (d->sig.in_needed & (1u << k)))
@@ -520,55 +574,145 @@ static void lifetimes(ar_net *n) {
 
 static size_t align64(size_t v) { return (v + 63) & ~(size_t)63; }
 
-static int by_size(const void *pa, const void *pb, void *ctx) {
-  const ntensor *t = ctx;
-  size_t a = t[*(const int *)pa].bytes, b = t[*(const int *)pb].bytes;
-  return a < b ? 1 : a > b ? -1 : (*(const int *)pa - *(const int *)pb);
+/* Orders in which place() tries the tensors: largest first; longest
+ * lifetime first (then largest); most bytes x steps first; earliest first
+ * use first (then largest).  Ties: the lower index first (deterministic). */
+enum { ORDER_SIZE, ORDER_SPAN, ORDER_AREA, ORDER_START, N_ORDERS };
+typedef struct order_ctx {
+  const ntensor *t;
+  int order;
+} order_ctx;
+
+static int by_order(const void *pa, const void *pb, void *ctx) {
+  const order_ctx *c = ctx;
+  const int ia = *(const int *)pa, ib = *(const int *)pb;
+  const ntensor *a = &c->t[ia], *b = &c->t[ib];
+  double ka = (double)a->bytes, kb = (double)b->bytes;
+  const double sa = (double)(a->last - a->first + 1), sb = (double)(b->last - b->first + 1);
+  if (c->order == ORDER_SPAN && sa != sb)
+    return sa < sb ? 1 : -1;
+  if (c->order == ORDER_START && a->first != b->first)
+    return a->first > b->first ? 1 : -1;
+  if (c->order == ORDER_AREA) {
+    ka *= sa;
+    kb *= sb;
+  }
+  return ka < kb ? 1 : ka > kb ? -1 : (ia - ib);
 }
 
-/* Places ephemeral tensors: largest first, each at the lowest offset not
- * used by a placed tensor whose lifetime overlaps. */
+/* Whether need bytes at offset o conflict with a tensor of ord[0..a)
+ * placed at off[] whose lifetime overlaps t's; *above: the lowest start
+ * of such a tensor at or above o + need (SIZE_MAX: none). */
+static bool conflicts(const ntensor *ts, const int *ord, int a, const size_t *off,
+                      const ntensor *t, size_t o, size_t need, size_t *above) {
+  *above = SIZE_MAX;
+  for (int q = 0; q < a; q++) {
+    const ntensor *u = &ts[ord[q]];
+    if (u->last < t->first || t->last < u->first)
+      continue;
+    size_t ue = off[q] + align64(u->bytes ? u->bytes : 1);
+    if (o < ue && off[q] < o + need)
+      return true;
+    if (off[q] >= o + need && off[q] < *above)
+      *above = off[q];
+  }
+  return false;
+}
+
+/* Places the tensors ord[0..m) in that order (offsets into off[]) and
+ * returns the peak.  First fit: each at the lowest offset free over its
+ * lifetime; best fit: in the free gap that leaves the least over (the
+ * top when no gap holds it). */
+static size_t place_in_order(const ntensor *ts, const int *ord, int m, size_t *off, bool best) {
+  size_t peak = 0;
+  for (int a = 0; a < m; a++) {
+    const ntensor *t = &ts[ord[a]];
+    size_t need = align64(t->bytes ? t->bytes : 1), o = 0, above;
+    if (!best) {
+      bool moved = true;
+      while (moved) { /* first fit: restart after each conflict */
+        moved = false;
+        for (int q = 0; q < a; q++) {
+          const ntensor *u = &ts[ord[q]];
+          if (u->last < t->first || t->last < u->first)
+            continue;
+          size_t ue = off[q] + align64(u->bytes ? u->bytes : 1);
+          if (o < ue && off[q] < o + need) {
+            o = ue;
+            moved = true;
+          }
+        }
+      }
+    } else {
+      /* Candidates: 0 and the end of each overlapping placed tensor. */
+      size_t top = 0, pick = SIZE_MAX, waste = SIZE_MAX;
+      for (int q = -1; q < a; q++) {
+        size_t c = 0;
+        if (q >= 0) {
+          const ntensor *u = &ts[ord[q]];
+          if (u->last < t->first || t->last < u->first)
+            continue;
+          c = off[q] + align64(u->bytes ? u->bytes : 1);
+          top = c > top ? c : top;
+        }
+        if (conflicts(ts, ord, a, off, t, c, need, &above) || above == SIZE_MAX)
+          continue;
+        size_t w = above - (c + need);
+        if (w < waste || (w == waste && c < pick)) {
+          waste = w;
+          pick = c;
+        }
+      }
+      o = pick != SIZE_MAX ? pick : top;
+    }
+    off[a] = o;
+    if (o + need > peak)
+      peak = o + need;
+  }
+  return peak;
+}
+
+/* Places ephemeral tensors by lifetime: first fit in each of the orders
+ * above, keeping the placement with the lowest peak (first fit in one
+ * order alone can leave gaps: a long-lived tensor above short-lived large
+ * ones, such as the kernels' workspaces). */
 static ar_status place(ar_net *n, ar_err *err) {
   int *ord = ar_malloc((size_t)(n->n_tensors + 1) * sizeof *ord);
-  int *placed = ar_malloc((size_t)(n->n_tensors + 1) * sizeof *placed);
-  if (!ord || !placed) {
+  size_t *off = ar_malloc((size_t)(n->n_tensors + 1) * sizeof *off);
+  size_t *best = ar_malloc((size_t)(n->n_tensors + 1) * sizeof *best);
+  int *best_ord = ar_malloc((size_t)(n->n_tensors + 1) * sizeof *best_ord);
+  if (!ord || !off || !best || !best_ord) {
     ar_free(ord);
-    ar_free(placed);
+    ar_free(off);
+    ar_free(best);
+    ar_free(best_ord);
     return ar_errf(err, AR_NOMEM, "out of memory planning the graph");
   }
-  int m = 0, np = 0;
+  int m = 0;
   for (int i = 0; i < n->n_tensors; i++)
     if (n->tensors[i].cls == AR_MEM_EPHEMERAL)
       ord[m++] = i;
-  qsort_r(ord, (size_t)m, sizeof *ord, by_size, n->tensors);
-  size_t peak = 0, sum = 0;
-  for (int a = 0; a < m; a++) {
-    ntensor *t = &n->tensors[ord[a]];
-    size_t need = align64(t->bytes ? t->bytes : 1), off = 0;
-    sum += need;
-    bool moved = true;
-    while (moved) { /* first fit: restart after each conflict */
-      moved = false;
-      for (int q = 0; q < np; q++) {
-        const ntensor *u = &n->tensors[placed[q]];
-        if (u->last < t->first || t->last < u->first)
-          continue;
-        size_t ue = u->offset + align64(u->bytes ? u->bytes : 1);
-        if (off < ue && u->offset < off + need) {
-          off = ue;
-          moved = true;
-        }
-      }
+  size_t sum = 0, peak = SIZE_MAX;
+  for (int a = 0; a < m; a++)
+    sum += align64(n->tensors[ord[a]].bytes ? n->tensors[ord[a]].bytes : 1);
+  for (int k = 0; k < 2 * N_ORDERS; k++) {
+    order_ctx c = {n->tensors, k / 2};
+    qsort_r(ord, (size_t)m, sizeof *ord, by_order, &c);
+    size_t p = place_in_order(n->tensors, ord, m, off, k % 2);
+    if (p < peak) {
+      peak = p;
+      memcpy(best, off, (size_t)m * sizeof *off);
+      memcpy(best_ord, ord, (size_t)m * sizeof *ord);
     }
-    t->offset = off;
-    placed[np++] = ord[a];
-    if (off + need > peak)
-      peak = off + need;
   }
-  n->plan.ephemeral_bytes = peak;
+  for (int a = 0; a < m; a++)
+    n->tensors[best_ord[a]].offset = best[a];
+  n->plan.ephemeral_bytes = m ? peak : 0;
   n->plan.ephemeral_sum_bytes = sum;
   ar_free(ord);
-  ar_free(placed);
+  ar_free(off);
+  ar_free(best);
+  ar_free(best_ord);
   return AR_OK;
 }
 

@@ -237,11 +237,11 @@ static void fold_args(ar_net *n, struct net_fold *f) {
   a->param[1].p = n->tensors[f->bf].p;
   a->out[0].p = n->tensors[bn->out[0]].p;
   a->training = false;
-  a->work = n->work >= 0 ? n->tensors[n->work].p : NULL;
-  a->work_bytes = n->work_bytes;
+  a->work = c->work[0] >= 0 ? n->tensors[c->work[0]].p : NULL;
+  a->work_bytes = c->work_bytes;
 }
 
-ar_status ar__net_fuse_prepare(ar_net *n, ar_device *host, size_t *most, ar_err *err) {
+ar_status ar__net_fuse_prepare(ar_net *n, ar_device *host, ar_err *err) {
   for (int k = 0; k < n->n_folds; k++) {
     struct net_fold *f = &n->folds[k];
     fold_args(n, f);
@@ -249,7 +249,8 @@ ar_status ar__net_fuse_prepare(ar_net *n, ar_device *host, size_t *most, ar_err 
     ar_status st = ar_device_nn_prepare(host, &f->args, false, &f->prim, &w, err);
     if (st != AR_OK)
       return ar_err_wrap(err, "%s (folded with its batch norm)", n->nodes[f->conv].path);
-    *most = w > *most ? w : *most;
+    nnode *c = &n->nodes[f->conv];
+    c->work_bytes = w > c->work_bytes ? w : c->work_bytes;
   }
   return AR_OK;
 }
@@ -260,12 +261,13 @@ ar_status ar__net_fuse_prepare_device(ar_net *n, ar_err *err) {
     ar_nn_prim *p = NULL;
     size_t w = 0;
     ar_status st = ar_device_nn_prepare(n->dev, &f->args, false, &p, &w, err);
-    if (st == AR_OK && w > n->work_bytes) {
+    size_t planned = n->nodes[f->conv].work_bytes;
+    if (st == AR_OK && w > planned) {
       ar_device_nn_release(n->dev, p);
       st = ar_errf(err, AR_UNSUPPORTED,
                    "the %s kernel of the folded conv asks for a workspace of %zu bytes, more "
-                   "than the %zu the plan holds (a bug: run the job with device: host)",
-                   ar_device_name(n->dev), w, n->work_bytes);
+                   "than the %zu the plan holds for it (a bug: run the job with device: host)",
+                   ar_device_name(n->dev), w, planned);
     }
     if (st != AR_OK)
       return ar_err_wrap(err, "%s (folded with its batch norm)", n->nodes[f->conv].path);

@@ -72,6 +72,12 @@ typedef struct nnode {
   int hid1;                /* a hidden LSH-sampled node: its index in
                               n->hid + 1 (0: none; net_sampled_hidden.c) */
   ar_nn_mode mode;         /* graphs built by a program: when it trains */
+  /* The kernel's workspace: the most its prepared kernels (training,
+   * evaluation, a folded conv's) ask for, and its tensors: work[0] lives
+   * at the node's forward step, work[1] at its backward step (-1: none),
+   * so the plan places them by lifetime like any tensor. */
+  size_t work_bytes;
+  int work[2];
   ar_nn_prim *ptrain, *peval;
   ar_nn_args args;
 } nnode;
@@ -83,8 +89,7 @@ struct ar_net {
   nnode *nodes;
   int n_tensors, cap_tensors;
   ntensor *tensors;
-  int x, y, logits, loss, work; /* tensors */
-  size_t work_bytes;
+  int x, y, logits, loss, topk; /* tensors (topk: the evaluation's top 5) */
   double flops;
   ar_plan plan;
   size_t staging_bytes;   /* host: x, y, loss rows, top-5 */
@@ -269,7 +274,10 @@ void ar__net_sparse_hits(const ar_net *n, const float *loss, const int32_t *top,
  * node i run folded (true: done, including a folded batch norm's skip). */
 ar_status ar__net_fuse(ar_net *n, ar_err *err);
 void ar__net_fuse_lifetimes(ar_net *n);
-ar_status ar__net_fuse_prepare(ar_net *n, ar_device *host, size_t *most, ar_err *err);
+/* Raises each folded conv's node work_bytes to what its folded kernel asks;
+ * _device: the same kernels again on the net's device, each within its
+ * conv node's planned workspace. */
+ar_status ar__net_fuse_prepare(ar_net *n, ar_device *host, ar_err *err);
 ar_status ar__net_fuse_prepare_device(ar_net *n, ar_err *err);
 void ar__net_fuse_bind(ar_net *n);
 bool ar__net_fold_forward(ar_net *n, int node);

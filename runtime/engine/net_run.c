@@ -36,8 +36,8 @@ static void fill_args(ar_net *n, nnode *d, bool training) {
   }
   for (int k = 0; k < d->sig.n_aux; k++)
     a->aux[k].p = n->tensors[d->aux[k]].p;
-  a->work = n->work >= 0 ? n->tensors[n->work].p : NULL;
-  a->work_bytes = n->work_bytes;
+  a->work = d->work[0] >= 0 ? n->tensors[d->work[0]].p : NULL;
+  a->work_bytes = d->work_bytes;
   a->scale = 1.0f / (float)(n->grad_rows > 0 ? n->grad_rows : n->batch);
 }
 
@@ -49,7 +49,6 @@ ar_status ar__net_workspace(ar_net *n, ar_err *err) {
   o.pin = false;
   ar_device *host = NULL;
   AR_CHECK(ar_device_open("host", &o, &host, err));
-  size_t most = 0;
   ar_status st = AR_OK;
   for (int i = 0; i < n->n_nodes && st == AR_OK; i++) {
     nnode *d = &n->nodes[i];
@@ -60,19 +59,32 @@ ar_status ar__net_workspace(ar_net *n, ar_err *err) {
       st = ar_device_nn_prepare(host, &d->args, false, &d->peval, &w2, err);
     if (st != AR_OK)
       ar_err_wrap(err, "%s", d->path);
-    most = w1 > most ? w1 : most;
-    most = w2 > most ? w2 : most;
+    d->work_bytes = w1 > w2 ? w1 : w2;
   }
   if (st == AR_OK)
-    st = ar__net_fuse_prepare(n, host, &most, err);
+    st = ar__net_fuse_prepare(n, host, err);
   ar_device_close(host);
   AR_CHECK(st);
-  n->work_bytes = most;
-  ar_shape ws = {1, {(int64_t)most}};
-  n->work = ar__net_tensor(n, "workspace", &ws, AR_DT_U8, T_WORK);
+  /* Each node's workspace: a tensor for its forward step and one for its
+   * backward step (lifetimes in net.c), not one buffer for the iteration. */
+  char tn[400];
+  for (int i = 0; i < n->n_nodes; i++) {
+    nnode *d = &n->nodes[i];
+    d->work[0] = d->work[1] = -1;
+    ar_shape ws = {1, {(int64_t)d->work_bytes}};
+    for (int k = 0; k < 2 && d->work_bytes; k++) {
+      if (k == 1 && !d->trains)
+        break;
+      snprintf(tn, sizeof tn, "%.300s.%s", d->name, k ? "work_bwd" : "work");
+      int t = ar__net_tensor(n, tn, &ws, AR_DT_U8, T_WORK);
+      if (t < 0)
+        return ar_errf(err, AR_NOMEM, "out of memory planning the graph");
+      n->nodes[i].work[k] = t;
+    }
+  }
   ar_shape ts = {2, {n->batch, 5}};
-  int topk = ar__net_tensor(n, "eval.topk", &ts, AR_DT_I32, T_WORK);
-  if (n->work < 0 || topk < 0)
+  n->topk = ar__net_tensor(n, "eval.topk", &ts, AR_DT_I32, T_WORK);
+  if (n->topk < 0)
     return ar_errf(err, AR_NOMEM, "out of memory planning the graph");
   if (n->x >= 0) /* x, y (ids or targets), the loss's rows, the top 5 */
     n->staging_bytes = n->tensors[n->x].bytes + n->tensors[n->y].bytes +
@@ -171,12 +183,12 @@ static ar_status prepare_device(ar_net *n, ar_err *err) {
     ar_status st = ar_device_nn_prepare(n->dev, &d->args, true, &pt, &w1, err);
     if (st == AR_OK)
       st = ar_device_nn_prepare(n->dev, &d->args, false, &pe, &w2, err);
-    if (st == AR_OK && (w1 > n->work_bytes || w2 > n->work_bytes))
+    if (st == AR_OK && (w1 > d->work_bytes || w2 > d->work_bytes))
       st = ar_errf(err, AR_UNSUPPORTED,
                    "the %s kernel of '%s' asks for a workspace of %zu bytes, more than the "
-                   "%zu the plan holds (a bug: run the job with device: host)",
+                   "%zu the plan holds for it (a bug: run the job with device: host)",
                    ar_device_name(n->dev), ar_nn_op_name(d->op), w1 > w2 ? w1 : w2,
-                   n->work_bytes);
+                   d->work_bytes);
     if (st != AR_OK) {
       ar_device_nn_release(n->dev, pt);
       ar_device_nn_release(n->dev, pe);
@@ -370,12 +382,17 @@ static ar_status backward(ar_net *n, ar_err *err) {
       continue;
     AR_CHECK(node_hook(n, false, AR_JOB_BACKWARD, i));
     double t0 = det ? ar_now() : 0.0;
-    if (n->smp && i == n->head)
+    if (n->smp && i == n->head) {
       AR_CHECK(ar__net_head_backward(n, d, err));
-    else if (d->hid1 && n->hid[d->hid1 - 1].smp)
+    } else if (d->hid1 && n->hid[d->hid1 - 1].smp) {
       AR_CHECK(ar__net_hid_backward(n, d, err));
-    else
+    } else {
+      /* The backward step's workspace (its own tensor in the plan). */
+      void *fwd_work = d->args.work;
+      d->args.work = d->work[1] >= 0 ? n->tensors[d->work[1]].p : NULL;
       ar_device_nn_backward(n->dev, d->ptrain, &d->args);
+      d->args.work = fwd_work;
+    }
     ar__net_add_temps(n, d, threads);
     if (det)
       ar_trace_add_span(n->trace, AR_TRACE_STEPS, "backward", "backward", d->name, t0, ar_now(),
@@ -533,7 +550,7 @@ ar_status ar_net_eval(ar_net *n, int64_t rows, ar_eval_acc *acc, ar_err *err) {
   AR_CHECK(forward(n, false, err));
   const ntensor *l = &n->tensors[n->loss], *lg = &n->tensors[n->logits];
   int k = n->classes < 5 ? (int)n->classes : 5;
-  int32_t *top_dev = n->tensors[n->work + 1].p;
+  int32_t *top_dev = n->tensors[n->topk].p;
   ar_device_topk(n->dev, n->batch, n->classes, lg->p, k, top_dev);
   float *loss = staged_loss(n);
   int32_t *top = staged_top(n);

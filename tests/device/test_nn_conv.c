@@ -813,6 +813,12 @@ static void test_conv_bench(void **st) {
       bench_one(NULL, 32, 64, 14, threads);
       bench_one("plain", 32, 64, 14, threads);
     }
+  /* The ResNet-20's three stages (configs/fashion-resnet.yaml), 2 threads. */
+  for (int r = 0; r < 2; r++)
+    for (int64_t s = 0; s < 3; s++) {
+      bench_one(NULL, 16 << s, 16 << s, 28 >> s, 2);
+      bench_one("plain", 16 << s, 16 << s, 28 >> s, 2);
+    }
 }
 
 /* Batch normalisation (fused relu) and 2x2 max pooling at the Fashion

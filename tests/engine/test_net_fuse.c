@@ -110,6 +110,25 @@ static bool has_entry(const ar_plan *p, const char *name) {
 }
 
 /* No two ephemeral tensors alive at one step share bytes. */
+/* The most bytes of ephemeral tensors alive at one step (what any
+ * placement needs at the least). */
+static size_t most_alive(const ar_plan *p) {
+  size_t most = 0;
+  for (int i = 0; i < p->count; i++) {
+    if (p->entries[i].cls != AR_MEM_EPHEMERAL)
+      continue;
+    size_t sum = 0;
+    const int64_t s = p->entries[i].first_use;
+    for (int j = 0; j < p->count; j++) {
+      const ar_plan_entry *e = &p->entries[j];
+      if (e->cls == AR_MEM_EPHEMERAL && e->first_use <= s && s <= e->last_use)
+        sum += e->bytes;
+    }
+    most = sum > most ? sum : most;
+  }
+  return most;
+}
+
 static void check_placement(const ar_plan *p) {
   for (int i = 0; i < p->count; i++) {
     const ar_plan_entry *a = &p->entries[i];
@@ -153,8 +172,14 @@ static void test_rewrite_and_plan(void **state) {
   assert_true(has_entry(pf, "r1.grad") && has_entry(pu, "bn1.grad"));
   assert_false(has_entry(pf, "bn1.grad") || has_entry(pf, "bn1") || has_entry(pf, "sum"));
   assert_true(has_entry(pu, "bn1") && has_entry(pu, "sum"));
-  printf("# ephemeral bytes: fused %zu, unfused %zu\n", pf->ephemeral_bytes, pu->ephemeral_bytes);
-  assert_true(pf->ephemeral_bytes <= pu->ephemeral_bytes);
+  /* Fusion needs no more bytes alive at any step.  (The placements' peaks
+   * are not compared: each kernel's workspace lives only at its own steps,
+   * and first or best fit, whichever order does better, may leave a gap of
+   * a few per cent in one graph and not the other.) */
+  printf("# ephemeral bytes: fused %zu, unfused %zu; most alive at a step: fused %zu, "
+         "unfused %zu\n",
+         pf->ephemeral_bytes, pu->ephemeral_bytes, most_alive(pf), most_alive(pu));
+  assert_true(most_alive(pf) <= most_alive(pu));
   assert_true(pf->ephemeral_sum_bytes < pu->ephemeral_sum_bytes);
   check_placement(pf);
   /* Exact: start allocated the plan's two blocks, and training and

@@ -13,6 +13,12 @@
  * Fused relu (act RELU) is a post-op of the forward; the backward masks
  * gout with y > 0 (y = relu(z), so y > 0 exactly where z > 0) into a
  * workspace buffer before the two backward primitives.
+ *
+ * The workspace holds at most two activation-sized layout copies at once:
+ * the forward's src and dst; the backward's gout and, one after the
+ * other, the input gradient (backward data, reordered out before the
+ * weights' gradient runs) and the input (backward weights) in the same
+ * bytes.
  */
 #include "host/nn_conv_impl.h"
 #include "nn/nn_window.h"
@@ -221,8 +227,12 @@ static dnnl_status_t conv_build_bwd(conv *c, const conv_mds *m, const_dnnl_primi
   const_dnnl_primitive_desc_t p = *dpd;
   DN(ar__dnnl_prim_init(&c->bwd_d, p, &c->ws));
   DN(ar__dnnl_port_init(&c->d_ddst, &m->yu, qmd(p, dnnl_query_diff_dst_md, 0), false, &c->ws));
+  /* gout (and the relu mask) stay for the weights' gradient; the rest of
+   * backward data's buffers are done when it is (conv_backward). */
+  size_t mark = c->ws.area;
   DN(ar__dnnl_port_init(&c->d_wei, &m->wu, qmd(p, dnnl_query_weights_md, 0), false, &c->ws));
   DN(ar__dnnl_port_init(&c->d_dsrc, &m->xu, qmd(p, dnnl_query_diff_src_md, 0), true, &c->ws));
+  ar__dnnl_ws_rewind(&c->ws, mark);
   p = *wpd;
   DN(ar__dnnl_prim_init(&c->bwd_w, p, &c->ws));
   DN(ar__dnnl_port_init(&c->w_src, &m->xu, qmd(p, dnnl_query_src_md, 0), false, &c->ws));

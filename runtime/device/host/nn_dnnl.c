@@ -35,10 +35,12 @@ size_t ar__dnnl_ws_take(ar__dnnl_ws *ws, size_t n) {
   return off;
 }
 
-void ar__dnnl_ws_phase(ar__dnnl_ws *ws) {
+void ar__dnnl_ws_phase(ar__dnnl_ws *ws) { ar__dnnl_ws_rewind(ws, 0); }
+
+void ar__dnnl_ws_rewind(ar__dnnl_ws *ws, size_t mark) {
   if (ws->area > ws->area_max)
     ws->area_max = ws->area;
-  ws->area = 0;
+  ws->area = mark;
 }
 
 static dnnl_status_t port_make(ar__dnnl_port *pt, const dnnl_memory_desc_t *user_md,

@@ -38,6 +38,10 @@ size_t ar__dnnl_ws_take(ar__dnnl_ws *ws, size_t n);
 /* Starts a new phase (the backward after the forward): its buffers reuse
  * the area of the phases before, which never run at the same time. */
 void ar__dnnl_ws_phase(ar__dnnl_ws *ws);
+/* Within a phase: the buffers taken from here on reuse the area from mark
+ * (an earlier ar__dnnl_ws_take's offset, or the area then) up, whose
+ * buffers are done before these are written. */
+void ar__dnnl_ws_rewind(ar__dnnl_ws *ws, size_t mark);
 
 /* The process's CPU engine (made once, never destroyed; NULL when oneDNN
  * fails to make one). */
