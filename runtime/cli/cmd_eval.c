@@ -150,6 +150,7 @@ static int load_job(const char *file, const char **sets, int n_sets, ar_spec **s
     fprintf(stderr, "accelrt eval: %s lists several jobs; evaluate one job file\n", file);
     rc = CLI_USAGE;
   } else {
+    cli_short_spin(); /* re-executes before the routing note is printed */
     rc = cli_route_chain(*spec, NULL);
   }
   ar_diags_fini(&diags);
@@ -159,7 +160,6 @@ static int load_job(const char *file, const char **sets, int n_sets, ar_spec **s
 /* Evaluates, prints and writes eval.json: a CLI exit status. */
 static int evaluate(const ar_spec *spec, const char *ckpt, int64_t points, int64_t reps,
                     const ar_eval_opts *eo) {
-  cli_short_spin();
   char *path = ckpt ? NULL : ar_path_join(spec->output.dir, "checkpoint.bin");
   if (!ckpt && !path)
     return CLI_FAIL;

@@ -143,9 +143,21 @@ int cli_route_chain(ar_spec *spec, FILE *notes) {
   return -1;
 }
 
+/* The OpenMP wait policy is read once at start: a run that wants another
+ * re-executes itself here, before anything is printed or routed, so the
+ * routing note and the log are written once. */
+static void thread_policy(const ar_spec *spec) {
+  if (spec->n_jobs > 0)
+    cli_passive_threads(); /* lanes: several thread teams at once */
+  else if (!spec->distributed.enabled)
+    cli_short_spin();
+}
+
 static int load_spec(const cli_job_args *a, ar_spec **spec) {
   ar_diags diags = {0, NULL};
   ar_status st = ar_spec_load(a->job, a->sets, a->n_sets, spec, &diags);
+  if (st == AR_OK)
+    thread_policy(*spec);
   int rc = st == AR_OK ? cli_route_chain(*spec, NULL) : cli_load_failed(a->job, st, &diags);
   ar_diags_fini(&diags);
   return rc;
@@ -262,7 +274,6 @@ int cli_run(int argc, char **argv) {
     ar_status st;
     bool single = true, said = false;
     if (spec->n_jobs > 0) {
-      cli_passive_threads();
       st = ar_tenancy_run(spec, &opts, &err);
       single = false;
     } else if (spec->distributed.enabled) {
@@ -274,7 +285,6 @@ int cli_run(int argc, char **argv) {
       st = ar_dist_run_ex(spec, &opts, &dopts, &s, &err);
       single = s.iterations >= 0;
     } else {
-      cli_short_spin();
       st = ar_run(spec, &opts, &s, &err);
     }
     if (st == AR_OK) {
