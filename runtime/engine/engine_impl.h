@@ -111,6 +111,9 @@ void ar__sampled_stats(const ar_sampled *s, ar_sampled_stats *out);
 /* net_sampled.c: a started graph model's sampled head, its statistics into
  * *out; its node's name (borrowed), or NULL without one. */
 const char *ar__net_head_stats(const ar_net *n, ar_sampled_stats *out);
+/* net_sampled_hidden.c: the same for its hidden sampled item i (in the
+ * model's order), NULL past the last started one. */
+const char *ar__net_hid_stats(const ar_net *n, int i, ar_sampled_stats *out);
 
 ar_status ar__sampled_create(ar_model *m, int l); /* after the layers exist */
 ar_status ar__sampled_init(ar_model *m);          /* after init_params */

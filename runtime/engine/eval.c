@@ -88,6 +88,13 @@ static ar_status check_opts(const ar_spec *spec, const ar_eval_opts *o, ar_err *
 ar_status ar_eval_checkpoint(const ar_spec *spec, const char *ckpt, int64_t max_points,
                              int reps, const ar_eval_opts *opts, ar_eval_report *out,
                              ar_err *err) {
+  /* A lowered chain with a sampled output layer: its checkpoint is the
+   * chain's file, evaluated as the chain does (LSH inference, --lsh-*). */
+  if (spec->lowered && ar_layer_sampled(spec, spec->n_layers - 1, true)) {
+    ar_spec chain = *spec;
+    chain.graph = chain.lowered = false;
+    return ar_eval_checkpoint(&chain, ckpt, max_points, reps, opts, out, err);
+  }
   memset(out, 0, sizeof *out);
   ar_eval_opts none;
   memset(&none, 0, sizeof none);

@@ -55,11 +55,33 @@ const char *ar_chain_lower_refusal(const ar_spec *s, char *buf, size_t cap) {
                        "as model.input.sparse)");
     return buf;
   }
-  for (int l = 0; l < s->n_layers; l++)
-    if (ar_layer_sampled(s, l, true)) {
-      snprintf(buf, cap, "layer %s is LSH-sampled (not a graph op yet)", s->layers[l].name);
+  for (int l = 0; l < s->n_layers; l++) {
+    if (!ar_layer_sampled(s, l, true))
+      continue;
+    const char *nm = s->layers[l].name;
+    if (l == 0) {
+      snprintf(buf, cap, "layer %s is LSH-sampled and reads the sparse input directly (the "
+                         "graph's sampled items read a dense item)", nm);
       return buf;
     }
+    if (ar_layer_sampled(s, l - 1, true)) {
+      snprintf(buf, cap, "layer %s is LSH-sampled and reads LSH-sampled layer %s (the chain "
+                         "reads its active set; the graph's sampled items read a dense item)",
+               nm, s->layers[l - 1].name);
+      return buf;
+    }
+    if (s->train.optimizer != AR_OPT_ADAM) {
+      snprintf(buf, cap, "layer %s is LSH-sampled and train.optimizer is not adam (the "
+                         "graph's sampled items train with sparse Adam only)", nm);
+      return buf;
+    }
+    const ar_act a = s->layers[l].act;
+    if (l + 1 < s->n_layers && a != AR_ACT_RELU && a != AR_ACT_NONE) {
+      snprintf(buf, cap, "layer %s is LSH-sampled with activation %s (the graph's hidden "
+                         "sampled items compute relu or identity)", nm, ar_act_name(a));
+      return buf;
+    }
+  }
   if (s->train.weight_decay != 0.0) {
     snprintf(buf, cap, "train.weight_decay (the chain decays biases too, the graph engine "
                        "does not)");
@@ -117,11 +139,14 @@ enum { NAME_ROOM = 320 };
 ar_status ar__lower_ckpt_list(const ar_spec *s, ar__ckpt_tensors *t, ar_err *err) {
   const int slots = s->train.optimizer == AR_OPT_ADAM ? 2 : s->train.momentum > 0 ? 1 : 0;
   const int per = 2 + 2 * slots, n = t->n;
-  if (n != per * s->n_layers)
+  int want_n = 0;
+  for (int l = 0; l < s->n_layers; l++)
+    want_n += per + (ar_layer_sampled(s, l, true) ? 1 : 0);
+  if (n != want_n)
     return ar_errf(err, AR_STATE,
                    "job '%s': the lowered graph holds %d tensors, the chain %d; run it with "
                    "ACCELRT_CHAIN_ENGINE=chain",
-                   s->name, n, per * s->n_layers);
+                   s->name, n, want_n);
   /* One block: the names' pointers and their text (ar_free(t->names)
    * frees both), then the old arrays' copies, freed here. */
   char **names = ar_malloc((size_t)n * (sizeof(char *) + NAME_ROOM));
@@ -138,10 +163,13 @@ ar_status ar__lower_ckpt_list(const ar_spec *s, ar__ckpt_tensors *t, ar_err *err
   char *text = (char *)(names + n);
   const char *const *gsfx = s->train.optimizer == AR_OPT_ADAM ? adam_sfx : sgd_sfx;
   ar_status st = AR_OK;
-  for (int l = 0, k = 0; l < s->n_layers && st == AR_OK; l++)
-    for (int q = 0; q < per; q++, k++) {
+  for (int l = 0, k = 0; l < s->n_layers && st == AR_OK; l++) {
+    /* A sampled layer's rows' last steps follow its slots: the graph's
+     * LAYER.lsh_last (u64 as two floats each), the chain's LAYER.lsh.last. */
+    const int q_end = per + (ar_layer_sampled(s, l, true) ? 1 : 0);
+    for (int q = 0; q < q_end; q++, k++) {
       char want[NAME_ROOM];
-      snprintf(want, sizeof want, "%s.%s", s->layers[l].name, gsfx[q]);
+      snprintf(want, sizeof want, "%s.%s", s->layers[l].name, q < per ? gsfx[q] : "lsh_last");
       int j = 0;
       while (j < n && strcmp(t->names[j], want) != 0)
         j++;
@@ -151,11 +179,19 @@ ar_status ar__lower_ckpt_list(const ar_spec *s, ar__ckpt_tensors *t, ar_err *err
         break;
       }
       names[k] = text + (size_t)k * NAME_ROOM;
-      snprintf(names[k], NAME_ROOM, "%s.%s", s->layers[l].name, chain_sfx[q]);
+      snprintf(names[k], NAME_ROOM, "%s.%s", s->layers[l].name,
+               q < per ? chain_sfx[q] : "lsh.last");
       ptrs[k] = t->ptrs[j];
       counts[k] = t->counts[j];
       shapes[k] = t->shapes[j];
+      if (q == per) { /* the chain's shape of it (ar__model_tensor_shapes) */
+        memset(&shapes[k], 0, sizeof shapes[k]);
+        shapes[k].dtype = AR__CKPT_U64;
+        shapes[k].nd = 1;
+        shapes[k].d[0] = s->layers[l].width;
+      }
     }
+  }
   if (st != AR_OK) {
     ar_free(names);
     ar_free(ptrs);

@@ -256,3 +256,10 @@ bool ar__net_hid_param(const ar_net *n, int t) {
     }
   return false;
 }
+
+const char *ar__net_hid_stats(const ar_net *n, int i, ar_sampled_stats *out) {
+  if (i < 0 || i >= n->n_hid || !n->hid[i].smp)
+    return NULL;
+  ar__sampled_stats(n->hid[i].smp, out);
+  return node_of(n, &n->hid[i])->name;
+}

@@ -176,8 +176,8 @@ int64_t ar_layer_negatives(const ar_spec *spec, int l) {
   if (!takes_shared_path(spec, l))
     return 0;
   int64_t n = ls->sparse.negatives;
-  if (n < 0 && !spec->graph)
-    return 0; /* a chain's layer: the min_active top-up alone, as before */
+  if (n < 0 && (!spec->graph || spec->lowered))
+    return 0; /* a chain's layer (lowered too): the min_active top-up alone, as before */
   if (n < 0) { /* the budget, at least AR_SPARSE_MIN_NEGATIVES or an eighth of the width */
     int64_t floor = ls->width / 8 < AR_SPARSE_MIN_NEGATIVES ? ls->width / 8
                                                            : AR_SPARSE_MIN_NEGATIVES;

@@ -313,7 +313,7 @@ ar_status ar__sampled_new(const ar__sampled_cfg *c, ar_sampled **out, ar_err *er
   s->so_own.min_active = 0;
   s->scap = (uint32_t)ar_layer_shared_cap(spec, l, c->max_labels);
   s->negatives = (uint32_t)ar_layer_negatives(spec, l);
-  s->logq = sp->correction < 0 ? spec->graph : sp->correction == 1;
+  s->logq = sp->correction < 0 ? spec->graph && !spec->lowered : sp->correction == 1;
   if (s->scap || c->shared) {
     s->spos = ar_malloc((size_t)s->neurons * sizeof *s->spos);
     if (!s->spos)

@@ -43,7 +43,8 @@ static void json_sampled_one(ar_json *j, const char *n, const ar_sampled_stats *
 #undef KEY
 }
 
-/* The sampled layers of a chain model, or a graph model's sampled head. */
+/* The sampled layers of a chain model, or a graph model's hidden sampled
+ * items and its sampled head (the chain's order). */
 static void json_sampled(ar_json *j, const run_ctx *c) {
   const ar_model *m = c->model;
   for (int l = 0; m && l < m->n_layers; l++) {
@@ -54,7 +55,10 @@ static void json_sampled(ar_json *j, const run_ctx *c) {
     json_sampled_one(j, m->layers[l].name, &st, m->step);
   }
   ar_sampled_stats st;
-  const char *name = c->net ? ar__net_head_stats(c->net, &st) : NULL;
+  const char *name;
+  for (int i = 0; c->net && (name = ar__net_hid_stats(c->net, i, &st)) != NULL; i++)
+    json_sampled_one(j, name, &st, ar_net_step(c->net));
+  name = c->net ? ar__net_head_stats(c->net, &st) : NULL;
   if (name)
     json_sampled_one(j, name, &st, ar_net_step(c->net));
 }

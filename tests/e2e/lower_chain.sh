@@ -3,22 +3,27 @@
 # docs/graph.md "Lowered chains"): the same job file run with
 # ACCELRT_CHAIN_ENGINE=chain and =graph, on one thread.
 #   lower_chain.sh ACCELRT SRC CASE
-# configs_generated, configs_real: chain job files of the repository (tests/jobs/small.yaml,
-#   configs/quickstart.yaml made smaller, configs/shared-device.yaml's two
-#   lanes, and configs/bibtex.yaml / delicious.yaml over the shared data
-#   when it is there) give the same metrics lines and summary under both:
-#   the same keys, every value equal but the timings and the plan's
-#   ephemeral/host bytes (the graph plans its batch differently).
-# resume: checkpoints byte-equal in their tensors (Adam and SGD with
-#   momentum: the optimizer slots' names map), a checkpoint of either
-#   engine resumes on the other (version 2, and version 1 rewritten from
-#   it), ONNX export byte-equal, eval's P@k equal.
+# configs_generated, configs_real: chain job files of the repository
+#   (configs/quickstart.yaml made smaller with its head LSH-sampled,
+#   configs/shared-device.yaml's two lanes, and configs/bibtex.yaml /
+#   delicious.yaml over the shared data when it is there) give the same
+#   metrics lines and summary under both: the same keys (the sampled
+#   layer's LAYER.lsh_* too), every value equal but the timings and the
+#   plan's ephemeral/host bytes (the graph plans its batch differently).
+#   tests/jobs/small.yaml's shape is e2e.graph_sparse's.
+# resume: a chain with a hidden LSH-sampled layer and a sampled head:
+#   the same records and checkpoints (every tensor, the rows' last steps
+#   LAYER.lsh.last too), a checkpoint of either engine resumes on the
+#   other as on its own, ONNX export byte-equal, eval's P@k (LSH
+#   inference) equal; a dense chain under SGD with momentum (the velocity
+#   slots' names) resumes from a version 1 file.
 # route: accelrt check's engine line, what stays on the chain engine and
 #   why, a bad ACCELRT_CHAIN_ENGINE.
 set -uo pipefail
 bin=$1
 src=$2
 case_=$3
+py=${ACCELRT_PYTHON:-/usr/bin/python3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -38,7 +43,7 @@ both() {
 # folders; the lanes' own log holds each plan's bytes and the switches
 # that timing decides) alike but for the timings and the plan's figures.
 same_records() {
-  python3 - "$1" "${2:-.}" <<'PY' || fail "$1: the lowered run's records differ from the chain's"
+  "$py" - "$1" "${2:-.}" <<'PY' || fail "$1: the lowered run's records differ from the chain's"
 import glob, json, os, sys
 skip = {"samples_per_s", "train_s", "eval_s", "wall_s", "peak_rss_bytes", "ephemeral_bytes",
         "host_bytes", "seconds", "switches", "switch_latency_ms_p50", "switch_latency_ms_p99",
@@ -71,7 +76,7 @@ PY
 }
 
 delicious_job() { # $1: output folder; a delicious-shaped generated set in xc/
-  [ -d xc ] || "$bin" gen-data --out xc --shape delicious --train-points 3072 --test-points 512 \
+  [ -d xc ] || "$bin" gen-data --out xc --shape delicious --train-points 1024 --test-points 256 \
     --seed 1 > /dev/null || fail "gen-data"
   cat > chain.yaml <<YAML
 name: dc
@@ -83,16 +88,24 @@ model:
     - {name: hidden, dense: 128, activation: relu}
     - {name: out, dense: 983, activation: softmax}
 data: {train: xc/train.txt, test: xc/test.txt, format: xc}
-train: {batch: 128, iterations: 40, threads: 1, optimizer: {adam: {lr: 0.001}},
-        eval_every: 20, eval_points: 512, checkpoint_every: 20}
+train: {batch: 128, iterations: 8, threads: 1, optimizer: {adam: {lr: 0.001}},
+        eval_every: 4, eval_points: 256, checkpoint_every: 4}
 output: {dir: $1}
 YAML
+  # A hidden LSH-sampled layer (reading a dense one) and a sampled head
+  # (reading a dense one, shared negatives without the chain's default
+  # correction): what the graph engine samples.
+  sed -e '/name: hidden, dense: 128/c\
+    - {name: h0, dense: 32, activation: relu}\
+    - {name: h1, dense: 256, activation: relu, sparse: {mode: lsh}}\
+    - {name: hidden, dense: 64, activation: relu}' \
+    -e 's/softmax}/softmax, sparse: {mode: lsh, negatives: 32}}/' chain.yaml > lsh.yaml
 }
 
 # The tensors (after the header's training seconds, before the CRC) and
 # the positions of two checkpoints are the same.
 same_ckpt() {
-  python3 - "$1" "$2" <<'PY' || fail "checkpoints $1 and $2 differ"
+  "$py" - "$1" "$2" <<'PY' || fail "checkpoints $1 and $2 differ"
 import sys
 a, b = (open(p, "rb").read() for p in sys.argv[1:3])
 assert len(a) == len(b), (len(a), len(b))
@@ -103,18 +116,22 @@ PY
 
 case $case_ in
 configs_generated)
-  both "$src/tests/jobs/small.yaml" --set name=small --set train.threads=1 \
-    --set train.iterations=40 --set train.eval_every=20 --set train.checkpoint_every=20
-  same_records small
-  both "$src/configs/quickstart.yaml" --set train.threads=1 --set train.epochs=0 \
-    --set train.iterations=10 --set train.eval_every=5 --set data.generate.train_points=2000 \
-    --set data.generate.test_points=200 --set train.checkpoint_every=5
+  # quickstart's shape, sparse -> dense relu -> LSH-sampled softmax head
+  # (its out layer samples at wider widths), in a smaller slice.
+  both "$src/configs/quickstart.yaml" --set device=host --set train.threads=1 \
+    --set train.epochs=0 --set train.iterations=4 --set train.eval_every=2 \
+    --set data.generate.train_points=512 --set data.generate.test_points=64 \
+    --set data.generate.features=2000 --set model.input.sparse=2000 \
+    --set data.generate.labels=3000 --set 'model.layers[1].dense=3000' \
+    --set 'model.layers[1].sparse.mode=lsh' --set train.checkpoint_every=2
+  grep -q '"out.lsh_active_mean"' g/metrics.jsonl || fail "quickstart: no sampled head"
   same_records quickstart
-  # 40 iterations: whole batches (4,000 points, a short 32-row batch at
-  # iteration 32 of tenant-a would run padded to 128 rows in the graph,
-  # which OpenBLAS may round differently: docs/graph.md).
-  both "$src/configs/shared-device.yaml" --set 'jobs[0].train.iterations=30' \
-    --set 'jobs[1].train.iterations=40'
+  # Whole batches (1,280 points: a short batch would run padded in the
+  # graph, which OpenBLAS may round differently: docs/graph.md).
+  both "$src/configs/shared-device.yaml" --set 'jobs[0].train.iterations=6' \
+    --set 'jobs[1].train.iterations=8' --set 'jobs[1].arrival=0' \
+    --set 'jobs[0].data.generate.train_points=1280' \
+    --set 'jobs[1].data.generate.train_points=1280'
   same_records shared-device jobs
   ;;
 configs_real)
@@ -125,44 +142,50 @@ configs_real)
     dir=${d#*:}
     [ -f "$data/$dir/${name}_train.txt" ] || { echo "skipped: no $dir data"; exit 77; }
     both "$src/configs/$name.yaml" --set train.threads=1 --set train.epochs=0 \
-      --set train.iterations=24 --set train.eval_every=12 --set train.eval_points=600 \
+      --set train.iterations=4 --set train.eval_every=2 --set train.eval_points=128 \
       --set data.train="$data/$dir/${name}_train.txt" --set data.test="$data/$dir/${name}_test.txt"
     same_records "$name"
   done
   ;;
 resume)
+  # Halves: each engine's first half, then each resumes the other's file.
   delicious_job c
-  both chain.yaml
+  both lsh.yaml --set train.iterations=4
+  same_ckpt c/checkpoint.bin g/checkpoint.bin
+  ACCELRT_CHAIN_ENGINE=graph "$bin" run lsh.yaml --quiet --resume --set output.dir=c \
+    || fail "graph resuming the chain's checkpoint"
+  "$bin" run lsh.yaml --quiet --resume --set output.dir=g || fail "chain resuming the graph's"
+  grep -q '"h1.lsh_active_mean".*"out.lsh_active_mean"' g/metrics.jsonl \
+    || fail "the lowered run's records lack a sampled layer's statistics"
   same_ckpt c/checkpoint.bin g/checkpoint.bin
   # Export: the same ONNX file from either engine's checkpoint.
-  "$bin" export chain.yaml --onnx c.onnx --checkpoint c/checkpoint.bin > /dev/null \
+  "$bin" export lsh.yaml --onnx c.onnx --checkpoint c/checkpoint.bin > /dev/null \
     || fail "chain export"
-  ACCELRT_CHAIN_ENGINE=graph "$bin" export chain.yaml --onnx g.onnx \
+  ACCELRT_CHAIN_ENGINE=graph "$bin" export lsh.yaml --onnx g.onnx \
     --checkpoint g/checkpoint.bin > /dev/null || fail "lowered export"
   cmp c.onnx g.onnx || fail "the lowered chain's ONNX file differs from the chain's"
-  # eval of the lowered job reads its checkpoint and gives the chain's P@k.
-  "$bin" eval chain.yaml --set output.dir=c > /dev/null || fail "chain eval"
-  ACCELRT_CHAIN_ENGINE=graph "$bin" eval chain.yaml --set output.dir=g > /dev/null \
+  # eval of the lowered job reads its checkpoint: the chain's LSH
+  # inference, its P@k.
+  "$bin" eval lsh.yaml --set output.dir=c > /dev/null || fail "chain eval"
+  ACCELRT_CHAIN_ENGINE=graph "$bin" eval lsh.yaml --set output.dir=g > /dev/null \
     || fail "lowered eval"
-  python3 - <<'PY' || fail "eval's P@k differ"
+  "$py" - <<'PY' || fail "eval's P@k differ"
 import json
 c, g = (json.load(open(d + "/eval.json")) for d in "cg")
 for k in ("p_at_1", "p_at_3", "p_at_5", "points"):
     assert c[k] == g[k], (k, c[k], g[k])
 PY
-  # Either engine resumes the other's checkpoint (20 + 20 = the straight 40).
-  "$bin" run chain.yaml --quiet --set train.iterations=20 --set output.dir=h1 || fail "chain half"
-  ACCELRT_CHAIN_ENGINE=graph "$bin" run chain.yaml --quiet --resume --set output.dir=h1 \
-    || fail "graph resuming the chain's checkpoint"
-  same_ckpt c/checkpoint.bin h1/checkpoint.bin
-  ACCELRT_CHAIN_ENGINE=graph "$bin" run chain.yaml --quiet --set train.iterations=20 \
-    --set output.dir=h2 || fail "graph half"
-  "$bin" run chain.yaml --quiet --resume --set output.dir=h2 || fail "chain resuming the graph's"
-  same_ckpt c/checkpoint.bin h2/checkpoint.bin
-  # A version 1 file (names and counts, no shapes) of the graph's half.
-  ACCELRT_CHAIN_ENGINE=graph "$bin" run chain.yaml --quiet --set train.iterations=20 \
-    --set output.dir=h3 || fail "graph half (v1)"
-  python3 - h3/checkpoint.bin <<'PY' || fail "rewriting as version 1"
+  rm c/eval.json g/eval.json
+  # Every metrics line (the chain's half then the graph's, and the other
+  # way round) and the summary.
+  same_records lsh
+  # A dense chain under SGD with momentum (the velocity slots' names): a
+  # version 1 file (names and counts, no shapes) of the chain's half
+  # resumes on the graph, which writes the chain's straight file.
+  sed -e 's/adam: {lr: 0.001}/sgd: {lr: 0.05, momentum: 0.9}/' chain.yaml > sgd.yaml
+  "$bin" run sgd.yaml --quiet --set train.iterations=4 || fail "chain sgd"
+  "$bin" run sgd.yaml --quiet --set train.iterations=2 --set output.dir=h3 || fail "chain half (v1)"
+  "$py" - h3/checkpoint.bin <<'PY' || fail "rewriting as version 1"
 import struct, sys, zlib
 p = sys.argv[1]
 b = open(p, "rb").read()
@@ -184,16 +207,9 @@ assert at == len(b) - 4
 out += struct.pack("<I", zlib.crc32(bytes(out)) & 0xffffffff)
 open(p, "wb").write(out)
 PY
-  ACCELRT_CHAIN_ENGINE=graph "$bin" run chain.yaml --quiet --resume --set output.dir=h3 \
-    || fail "graph resuming a version 1 checkpoint"
+  ACCELRT_CHAIN_ENGINE=graph "$bin" run sgd.yaml --quiet --resume --set output.dir=h3 \
+    --set train.iterations=4 || fail "graph resuming a version 1 SGD checkpoint"
   same_ckpt c/checkpoint.bin h3/checkpoint.bin
-  # The optimizer slots' names under SGD with momentum (velocity).
-  rm -rf c g
-  sed -e 's/adam: {lr: 0.001}/sgd: {lr: 0.05, momentum: 0.9}/' chain.yaml > sgd.yaml
-  both sgd.yaml --set train.iterations=10
-  same_ckpt c/checkpoint.bin g/checkpoint.bin
-  ACCELRT_CHAIN_ENGINE=graph "$bin" run sgd.yaml --quiet --resume --set output.dir=c \
-    --set train.iterations=20 || fail "graph resuming a chain SGD checkpoint"
   ;;
 route)
   delicious_job c
@@ -202,12 +218,22 @@ route)
   grep -q "hidden  *sparse_dense" check.txt || fail "the lowered plan shows no sparse_dense"
   "$bin" check chain.yaml | grep -q "^engine: chain (job 'dc'; ACCELRT_CHAIN_ENGINE=graph would" \
     || fail "default: chain expected"
-  # What stays on the chain engine, and why (check's line; run's note).
-  sed -e 's/dense: 983, activation: softmax}/dense: 983, activation: softmax, sparse: {mode: lsh}}/' \
-    chain.yaml > lsh.yaml
+  # A sampled head and a hidden sampled layer reading dense layers are
+  # lowered; what stays on the chain engine, and why (check's line; run's
+  # note).
+  ACCELRT_CHAIN_ENGINE=graph "$bin" check lsh.yaml > c.txt || { cat c.txt; fail "check lsh"; }
+  grep -q "^engine: graph (job 'dc'" c.txt || { cat c.txt; fail "lsh.yaml: not lowered"; }
+  sed -e 's/\(h0, dense: 32, activation: relu\)}/\1, sparse: {mode: lsh}}/' \
+    lsh.yaml > first.yaml
+  sed -e 's/dense: 64, activation: relu}/dense: 64, activation: relu, sparse: {mode: lsh}}/' \
+    lsh.yaml > two.yaml
+  sed -e 's/adam: {lr: 0.001}/sgd: {lr: 0.05}/' lsh.yaml > lsgd.yaml
   sed -e 's/{sparse: 500}/{dense: 500}/' chain.yaml > dense.yaml
   sed -e 's/adam: {lr: 0.001}/adam: {lr: 0.001, weight_decay: 0.0001}/' chain.yaml > wd.yaml
-  for f in lsh:"layer out is LSH-sampled" dense:"model.input.dense" wd:"train.weight_decay"; do
+  for f in first:"layer h0 is LSH-sampled and reads the sparse input directly" \
+      two:"layer hidden is LSH-sampled and reads LSH-sampled layer h1" \
+      lsgd:"layer h1 is LSH-sampled and train.optimizer is not adam" \
+      dense:"model.input.dense" wd:"train.weight_decay"; do
     ACCELRT_CHAIN_ENGINE=graph "$bin" check "${f%%:*}.yaml" > c.txt \
       || { cat c.txt; fail "check ${f%%:*}"; }
     grep -q "^engine: chain (job 'dc' stays on it: ${f#*:}" c.txt \
