@@ -260,10 +260,14 @@ static ar_status fold_cast(fold_ctx *c) {
 
 typedef ar_status (*fold_fn)(fold_ctx *c);
 
+/* Concat, Min, Max, Sum: at least one input and no empty name among them
+ * (an empty name means "not given", which a variadic input cannot be). */
+#define VARIADIC (-1)
+
 static const struct {
   const char *op;
   fold_fn f;
-  int min_in; /* inputs that must be given */
+  int min_in; /* inputs that must be given; VARIADIC: every one named */
 } ops[] = {
     {"Identity", fold_unary, 1},
     {"Neg", fold_unary, 1},
@@ -286,9 +290,9 @@ static const struct {
     {"Div", fold_binary, 2},
     {"Pow", fold_binary, 2},
     {"Mod", fold_binary, 2},
-    {"Min", fold_binary, 1},
-    {"Max", fold_binary, 1},
-    {"Sum", fold_binary, 1},
+    {"Min", fold_binary, VARIADIC},
+    {"Max", fold_binary, VARIADIC},
+    {"Sum", fold_binary, VARIADIC},
     {"Equal", fold_binary, 2},
     {"Less", fold_binary, 2},
     {"Greater", fold_binary, 2},
@@ -307,7 +311,7 @@ static const struct {
     {"Dropout", ar__onnx_fold_reshape_like, 1},
     {"Slice", ar__onnx_fold_slice, 1},
     {"Transpose", ar__onnx_fold_transpose, 1},
-    {"Concat", ar__onnx_fold_concat, 1},
+    {"Concat", ar__onnx_fold_concat, VARIADIC},
     {"Gather", ar__onnx_fold_gather, 2},
     {"Expand", ar__onnx_fold_expand, 2},
     {"ConstantOfShape", ar__onnx_fold_constant_of_shape, 1},
@@ -336,7 +340,8 @@ ar_status ar__onnx_fold(const ar_onnx_model *m, const Onnx__NodeProto *node,
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
     if (strcmp(ops[i].op, node->op_type))
       continue;
-    for (int k = 0; k < ops[i].min_in; k++)
+    const int need = ops[i].min_in == VARIADIC ? (n_in > 0 ? n_in : 1) : ops[i].min_in;
+    for (int k = 0; k < need; k++)
       if (k >= n_in || !in[k])
         return ar_errf(err, AR_INVALID, "%s needs input %d", node->op_type, k);
     fold_ctx c = {m, node, node->op_type, in, n_in, out, n_out, err};

@@ -106,3 +106,10 @@ for _ in range(40):
 deep = h.make_model(inner, opset_imports=[h.make_opsetid("", 13)])
 with open(os.path.join(OUT, "deep.onnx"), "wb") as f:
     f.write(deep.SerializeToString())
+# A variadic op (Concat, Sum) with an empty input name, folded over
+# constants: the folder once read the missing input (fuzz_onnx's finding).
+one = numpy_helper.from_array(np.array([1], np.int64), "one")
+save("variadic_empty", [h.make_node("Concat", ["one", ""], ["c"], axis=0),
+                        h.make_node("Sum", ["one", "one", ""], ["s"]),
+                        h.make_node("Add", ["c", "s"], ["y"])],
+     [], [vi("y", T.INT64, [1])], [one])
