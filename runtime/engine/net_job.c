@@ -2,10 +2,13 @@
  * cycle): its dense dataset (include/accelrt/tdata.h), the graph and its
  * plan, a training step on full batches in the epoch's order, evaluation
  * in batches padded to the planned size, and checkpoints. */
+#define _POSIX_C_SOURCE 200809L /* struct stat's st_mtim */
 #include "engine_impl.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
+#include <sys/stat.h>
 
 const char *ar__job_device_name(const ar_spec *spec) {
   /* `auto` means the host for graph models: their CUDA kernels (issue 15)
@@ -211,6 +214,71 @@ ar_status ar__netjob_fit(run_ctx *c, ar_device *dev, const void *persistent) {
   return ar_plan_fit(&c->plan, c->spec, &lim, c->err);
 }
 
+/* The bytes an idx split takes in memory, remembered per file: a jobs
+ * file names the same dataset in many jobs, and an idx.gz file is read
+ * whole to learn its size (Fashion-MNIST: about 0.5 s each).  An entry
+ * holds while the files are the same ones (device, inode, size and
+ * modification time; the labels file's too when it is named; one found
+ * by the naming rule must hold as many labels as there are images, which
+ * the run checks).  npy headers are read without decompressing: not
+ * remembered. */
+typedef struct {
+  int format;
+  struct stat st[2]; /* the split's file and its labels' (zeroed if none) */
+  char path[512], labels[512];
+  size_t bytes;
+} split_memo;
+
+static split_memo memo[8];
+static size_t memo_next;
+static pthread_mutex_t memo_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool same_file(const struct stat *a, const struct stat *b) {
+  return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+         a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+/* Fills key from the files; false when a name is too long or a file
+ * cannot be stat'ed (then nothing is remembered: open_split reports). */
+static bool memo_key(const ar_spec *s, const char *path, const char *labels, split_memo *key) {
+  memset(key, 0, sizeof *key);
+  if (s->data.format != AR_FMT_IDX)
+    return false;
+  key->format = (int)s->data.format;
+  if (strlen(path) >= sizeof key->path || (labels && strlen(labels) >= sizeof key->labels))
+    return false;
+  strcpy(key->path, path);
+  if (labels)
+    strcpy(key->labels, labels);
+  if (stat(path, &key->st[0]) != 0 || (labels && stat(labels, &key->st[1]) != 0))
+    return false;
+  return true;
+}
+
+static bool memo_find(const split_memo *key, size_t *bytes) {
+  bool hit = false;
+  pthread_mutex_lock(&memo_lock);
+  for (size_t i = 0; i < sizeof memo / sizeof memo[0] && !hit; i++) {
+    const split_memo *m = &memo[i];
+    if (m->path[0] && m->format == key->format && !strcmp(m->path, key->path) &&
+        !strcmp(m->labels, key->labels) && same_file(&m->st[0], &key->st[0]) &&
+        same_file(&m->st[1], &key->st[1])) {
+      *bytes = m->bytes;
+      hit = true;
+    }
+  }
+  pthread_mutex_unlock(&memo_lock);
+  return hit;
+}
+
+static void memo_put(const split_memo *key, size_t bytes) {
+  pthread_mutex_lock(&memo_lock);
+  split_memo *m = &memo[memo_next++ % (sizeof memo / sizeof memo[0])];
+  *m = *key;
+  m->bytes = bytes;
+  pthread_mutex_unlock(&memo_lock);
+}
+
 ar_status ar_job_data_bytes(const ar_spec *spec, bool with_test, size_t *out, ar_err *err) {
   *out = 0;
   if (!spec->graph || (spec->input.kind == AR_INPUT_SPARSE && !spec->onnx))
@@ -225,12 +293,20 @@ ar_status ar_job_data_bytes(const ar_spec *spec, bool with_test, size_t *out, ar
   for (int k = 0; k < 2; k++) {
     if (!paths[k])
       continue;
-    ar_tdata *d = NULL;
-    AR_CHECK(open_split(spec, NULL, paths[k], labels[k], &d, err));
-    ar_tdata_info ti;
-    ar_tdata_get_info(d, &ti);
-    ar_tdata_close(d);
-    *out += ti.bytes;
+    split_memo key;
+    size_t bytes = 0;
+    bool keyed = memo_key(spec, paths[k], labels[k], &key);
+    if (!keyed || !memo_find(&key, &bytes)) {
+      ar_tdata *d = NULL;
+      AR_CHECK(open_split(spec, NULL, paths[k], labels[k], &d, err));
+      ar_tdata_info ti;
+      ar_tdata_get_info(d, &ti);
+      ar_tdata_close(d);
+      bytes = ti.bytes;
+      if (keyed)
+        memo_put(&key, bytes);
+    }
+    *out += bytes;
   }
   return AR_OK;
 }

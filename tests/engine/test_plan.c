@@ -7,15 +7,21 @@
  * - A 10^9-wide layer is refused by ar_model_create before anything is
  *   allocated, with that message (not an allocation failure).
  * - Widths whose byte counts leave size_t are refused by ar_plan_compute
- *   with a message, without wrapping (UBSan builds check the arithmetic). */
+ *   with a message, without wrapping (UBSan builds check the arithmetic).
+ * - ar_job_data_bytes remembers an idx file's size only while the file is
+ *   the same: rewritten with more images, the figure follows. */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "accelrt/graph.h"
+#include "accelrt/runtime.h"
 #include "engine_fixtures.h"
 
 static const char *SMALL =
@@ -138,12 +144,70 @@ static void test_overflow_refused(void **state) {
   ar_spec_destroy(spec);
 }
 
+
+/* An idx file of n 4x4 images (values i) and its labels, named by the
+ * MNIST rule next to it. */
+static void write_idx(const char *dir, uint32_t n) {
+  char p[512];
+  uint8_t hd[16] = {0, 0, 8, 3, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 4};
+  for (int k = 0; k < 4; k++)
+    hd[4 + k] = (uint8_t)(n >> (24 - 8 * k));
+  snprintf(p, sizeof p, "%s/d-images-idx3-ubyte", dir);
+  FILE *f = fopen(p, "wb");
+  assert_non_null(f);
+  fwrite(hd, 1, 16, f);
+  for (uint32_t i = 0; i < n * 16; i++)
+    fputc((int)(i % 251), f);
+  fclose(f);
+  hd[3] = 1;
+  snprintf(p, sizeof p, "%s/d-labels-idx1-ubyte", dir);
+  f = fopen(p, "wb");
+  assert_non_null(f);
+  fwrite(hd, 1, 8, f);
+  for (uint32_t i = 0; i < n; i++)
+    fputc((int)(i % 3), f);
+  fclose(f);
+}
+
+static void test_data_bytes_follow_the_file(void **state) {
+  (void)state;
+  char dir[] = "/tmp/accelrt-plan-XXXXXX", yaml[1024];
+  assert_non_null(mkdtemp(dir));
+  snprintf(yaml, sizeof yaml,
+           "name: img\nseed: 1\ndevice: host\n"
+           "model:\n  input: {image: [1, 4, 4]}\n  layers:\n"
+           "    - {name: flat, op: flatten}\n    - {name: out, dense: 3, activation: softmax}\n"
+           "data: {format: idx, train: %s/d-images-idx3-ubyte}\n"
+           "train: {batch: 2, iterations: 1, threads: 1}\n",
+           dir);
+  ar_spec *spec = parse(yaml);
+  ar_err err = {0};
+  size_t b10 = 0, again = 0, b40 = 0;
+  write_idx(dir, 10);
+  assert_int_equal(ar_job_data_bytes(spec, false, &b10, &err), AR_OK);
+  assert_true(b10 >= 10 * 16);
+  assert_int_equal(ar_job_data_bytes(spec, false, &again, &err), AR_OK);
+  assert_int_equal(again, b10);
+  write_idx(dir, 40); /* the same name, four times the images */
+  assert_int_equal(ar_job_data_bytes(spec, false, &b40, &err), AR_OK);
+  assert_true(b40 > b10);
+  assert_true(b40 - b10 >= 30 * 16);
+  char p[512];
+  snprintf(p, sizeof p, "%s/d-images-idx3-ubyte", dir);
+  unlink(p);
+  snprintf(p, sizeof p, "%s/d-labels-idx1-ubyte", dir);
+  unlink(p);
+  rmdir(dir);
+  ar_spec_destroy(spec);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fit_host),
       cmocka_unit_test(test_fit_gpu),
       cmocka_unit_test(test_wide_layer_refused_before_allocating),
       cmocka_unit_test(test_overflow_refused),
+      cmocka_unit_test(test_data_bytes_follow_the_file),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
