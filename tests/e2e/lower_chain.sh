@@ -17,8 +17,10 @@
 #   other as on its own, ONNX export byte-equal, eval's P@k (LSH
 #   inference) equal; a dense chain under SGD with momentum (the velocity
 #   slots' names) resumes from a version 1 file.
-# route: accelrt check's engine line, what stays on the chain engine and
-#   why, a bad ACCELRT_CHAIN_ENGINE.
+# route: accelrt check's engine line (graph by default, chain under
+#   ACCELRT_CHAIN_ENGINE=chain), the lowered plan's persistent lines equal
+#   to the chain's, what stays on the chain engine and why, a bad
+#   ACCELRT_CHAIN_ENGINE.
 set -uo pipefail
 bin=$1
 src=$2
@@ -216,8 +218,20 @@ route)
   ACCELRT_CHAIN_ENGINE=graph "$bin" check chain.yaml > check.txt || fail "check"
   grep -q "^engine: graph (job 'dc'" check.txt || { cat check.txt; fail "no graph engine line"; }
   grep -q "hidden  *sparse_dense" check.txt || fail "the lowered plan shows no sparse_dense"
-  "$bin" check chain.yaml | grep -q "^engine: chain (job 'dc'; ACCELRT_CHAIN_ENGINE=graph would" \
-    || fail "default: chain expected"
+  "$bin" check chain.yaml > d.txt || fail "check (default)"
+  grep -q "^engine: graph (job 'dc', a chain lowered" d.txt || { cat d.txt; fail "default: graph expected"; }
+  ACCELRT_CHAIN_ENGINE=chain "$bin" check chain.yaml > k.txt || fail "check (chain)"
+  grep -q "^engine: chain (job 'dc', kept there by ACCELRT_CHAIN_ENGINE=chain" k.txt \
+    || { cat k.txt; fail "ACCELRT_CHAIN_ENGINE=chain: the chain engine expected"; }
+  # The lowered plan's per-tensor lines read as the chain's: its persistent
+  # tensors under the checkpoint's names, in its order, the same bytes.
+  for f in chain lsh; do
+    "$bin" check $f.yaml > d.txt && ACCELRT_CHAIN_ENGINE=chain "$bin" check $f.yaml > k.txt \
+      || fail "check $f.yaml"
+    diff <(grep "^  persistent " d.txt) <(grep "^  persistent " k.txt) \
+      || fail "$f.yaml: the lowered plan's persistent lines differ from the chain's"
+    grep -q "^total: " d.txt || fail "$f.yaml: no total line"
+  done
   # A sampled head and a hidden sampled layer reading dense layers are
   # lowered; what stays on the chain engine, and why (check's line; run's
   # note).
@@ -245,7 +259,7 @@ route)
     || { cat wd.err; fail "run's note, once"; }
   ACCELRT_CHAIN_ENGINE=gpu "$bin" check chain.yaml > bad.txt 2>&1
   [ $? = 2 ] || fail "a bad ACCELRT_CHAIN_ENGINE: exit 2 expected"
-  grep -q "ACCELRT_CHAIN_ENGINE=gpu: use \`chain\`" bad.txt || { cat bad.txt; fail "message"; }
+  grep -q "ACCELRT_CHAIN_ENGINE=gpu: use \`graph\`" bad.txt || { cat bad.txt; fail "message"; }
   ;;
 *)
   fail "unknown case $case_"
