@@ -9,7 +9,8 @@
 #   delicious.yaml over the shared data when it is there) give the same
 #   metrics lines and summary under both: the same keys (the sampled
 #   layer's LAYER.lsh_* too), every value equal but the timings and the
-#   plan's ephemeral/host bytes (the graph plans its batch differently).
+#   plan's ephemeral/host bytes (the graph plans its batch differently),
+#   an epoch's short last batch included.
 #   tests/jobs/small.yaml's shape is e2e.graph_sparse's.
 # resume: a chain with a hidden LSH-sampled layer and a sampled head:
 #   the same records and checkpoints (every tensor, the rows' last steps
@@ -128,12 +129,22 @@ configs_generated)
     --set 'model.layers[1].sparse.mode=lsh' --set train.checkpoint_every=2
   grep -q '"out.lsh_active_mean"' g/metrics.jsonl || fail "quickstart: no sampled head"
   same_records quickstart
-  # Whole batches (1,280 points: a short batch would run padded in the
-  # graph, which OpenBLAS may round differently: docs/graph.md).
-  both "$src/configs/shared-device.yaml" --set 'jobs[0].train.iterations=6' \
-    --set 'jobs[1].train.iterations=8' --set 'jobs[1].arrival=0' \
-    --set 'jobs[0].data.generate.train_points=1280' \
-    --set 'jobs[1].data.generate.train_points=1280'
+  # Past an epoch's short last batch (700 points in batches of 128: the
+  # 6th has 60 rows; 500 in batches of 64: the 8th has 52) and short
+  # evaluation batches (200 test points): the graph runs them padded, its
+  # dense items on the real rows only, so the records and the checkpoints
+  # stay equal, byte for byte.
+  both "$src/configs/shared-device.yaml" --set 'jobs[0].train.iterations=8' \
+    --set 'jobs[1].train.iterations=10' --set 'jobs[1].arrival=0' \
+    --set 'jobs[0].data.generate.train_points=700' \
+    --set 'jobs[1].data.generate.train_points=500' \
+    --set 'jobs[0].train.checkpoint_every=4' --set 'jobs[1].train.checkpoint_every=5'
+  n=0
+  for f in c/*/checkpoint.bin; do
+    same_ckpt "$f" "g${f#c}"
+    n=$((n + 1))
+  done
+  [ "$n" = 2 ] || fail "shared-device: $n checkpoints, 2 expected"
   same_records shared-device jobs
   ;;
 configs_real)
