@@ -372,6 +372,11 @@ static ar_status forward(ar_net *n, bool training, ar_err *err) {
       continue; /* computed by the sampled head */
     } else if (!training && n->n_folds && ar__net_fold_forward(n, i)) {
       ; /* a conv folded with its batch norm (net_fuse.c) */
+    } else if (training && i == lnode && d->op == AR_NN_XENT_MULTI && d->trains &&
+               d->args.gin[0].p) {
+      ; /* its backward, next, writes the loss rows with their gradient from
+           the same logits (xmulti_backward): one softmax pass, as the
+           chain's loss; the rows are read after the backward (read_loss) */
     } else {
       ar_device_nn_forward(n->dev, training ? d->ptrain : d->peval, &d->args);
     }
