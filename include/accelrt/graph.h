@@ -154,6 +154,12 @@ ar_status ar_plan_fit(const ar_plan *plan, const ar_spec *spec, const ar_mem_lim
                       ar_err *err);
 /* Prints the model summary and the plan (used by `accelrt check`). */
 void ar_plan_print(const ar_plan *plan, const ar_spec *spec, FILE *to);
+/* Prints the plan alone, as ar_plan_print does after the summary: one line
+ * per entry ("  CLASS NAME BYTES B  (HUMAN)", in the entries' order), then
+ * the `persistent bytes:`, `ephemeral peak bytes:`, `host bytes:` and
+ * `total:` lines that tools read (tests/python/test_readers.py,
+ * tests/tenancy/metrics.sh; docs/graph.md, "Lowered chains"). */
+void ar_plan_print_memory(const ar_plan *plan, int batch, FILE *to);
 
 /* A sampled layer's hash tables, scratch and statistics (engine-private). */
 typedef struct ar_sampled ar_sampled;

@@ -256,8 +256,9 @@ ar_status ar_net_infer(ar_net *n, const void *const *in, void *const *out, ar_er
  * chain's names, so a checkpoint of either engine resumes on the other
  * (docs/graph.md, "Lowered chains"). */
 typedef enum ar_chain_engine { AR_CHAIN_ENGINE_CHAIN = 0, AR_CHAIN_ENGINE_GRAPH } ar_chain_engine;
-/* The engine ACCELRT_CHAIN_ENGINE asks for ("chain", the default when
- * unset or empty, or "graph").  AR_INVALID naming the value otherwise. */
+/* The engine ACCELRT_CHAIN_ENGINE asks for ("graph", the default when
+ * unset or empty, or "chain", the escape hatch).  AR_INVALID naming the
+ * value otherwise. */
 ar_status ar_chain_engine_env(ar_chain_engine *out, ar_err *err);
 /* NULL when spec is a chain the graph engine can train as the chain
  * engine does (and not already a graph model), else why not: a
@@ -269,6 +270,14 @@ const char *ar_chain_lower_refusal(const ar_spec *spec, char *buf, size_t cap);
  * `notes` (accelrt check), each chain's engine line goes there instead.
  * Returns the number of jobs lowered. */
 int ar_chain_route(ar_spec *spec, ar_chain_engine e, FILE *notes);
+/* A lowered chain's persistent tensor `name` (the graph's name:
+ * "LAYER.w.adam_m", "LAYER.lsh_last", "LAYER.w.grad") in the chain's plan:
+ * its place among the chain's persistent entries (0-based; the
+ * checkpoint's order, with a sampled layer's gradient rows, which are not
+ * checkpointed, before its last steps) with its chain name
+ * ("LAYER.state1.w", "LAYER.lsh.last", "LAYER.grad.w") in buf (cap bytes),
+ * or -1, buf untouched, when the chain has no such tensor. */
+int ar_chain_lowered_slot(const ar_spec *spec, const char *name, char *buf, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -25,6 +25,63 @@ static const char *human(size_t bytes, char *buf, size_t n) {
   return ar_lanes_fmt_bytes(bytes, buf, n);
 }
 
+/* The data line of a job reading sparse rows (a chain, lowered or not, or
+ * a graph model over XC data): its splits and the row bounds it is planned
+ * at. */
+static void print_sparse_data(const ar_spec *spec, const ar_data_stats *tr,
+                              const ar_data_stats *te, bool has_test, int64_t nnz,
+                              int64_t lab) {
+  if (spec->data.generate)
+    printf("data: data.generate, run in memory (nothing written): train %lld points, test "
+           "%lld points, at most %lld features and %lld labels a row\n", (long long)tr->points,
+           (long long)te->points, (long long)nnz, (long long)lab);
+  else
+    printf("data: train %s (%lld points), test %s (%lld points); at most %lld features and "
+           "%lld labels a row\n", spec->data.train, (long long)tr->points,
+           has_test ? spec->data.test : "none", (long long)te->points, (long long)nnz,
+           (long long)lab);
+}
+
+/* A lowered chain's plan in the chain's listing (ar_plan_print_memory):
+ * the entries the graph engine allocates, the persistent ones first, in
+ * the chain's order and under its names (LAYER.state1.w for the graph's
+ * LAYER.w.adam_m), so that the per-tensor lines read as a chain's and
+ * those checkpointed match its checkpoint.bin; the rest in plan order
+ * under the graph's names.  The figures are the graph's. */
+static ar_status print_lowered(const ar_spec *spec, const ar_plan *plan, ar_err *err) {
+  ar_plan shown = *plan;
+  shown.entries = ar_malloc((size_t)(plan->count ? plan->count : 1) * sizeof *shown.entries);
+  int *slot = ar_malloc((size_t)(plan->count ? plan->count : 1) * sizeof *slot);
+  if (!shown.entries || !slot) {
+    ar_free(shown.entries);
+    ar_free(slot);
+    return ar_errf(err, AR_NOMEM, "out of memory");
+  }
+  int n_ckpt = 0, top = -1;
+  for (int i = 0; i < plan->count; i++) {
+    char nm[sizeof plan->entries[i].name];
+    const ar_plan_entry *e = &plan->entries[i];
+    slot[i] = e->cls == AR_MEM_PERSISTENT ? ar_chain_lowered_slot(spec, e->name, nm, sizeof nm)
+                                          : -1;
+    if (slot[i] >= 0) {
+      AR_ASSERT(slot[i] < plan->count);
+      top = slot[i] > top ? slot[i] : top;
+      shown.entries[slot[i]] = *e;
+      snprintf(shown.entries[slot[i]].name, sizeof nm, "%s", nm);
+      n_ckpt++;
+    }
+  }
+  for (int i = 0, k = n_ckpt; i < plan->count; i++)
+    if (slot[i] < 0)
+      shown.entries[k++] = plan->entries[i];
+  if (top + 1 != n_ckpt) /* not the chain's list (a bug): the plan's order */
+    memcpy(shown.entries, plan->entries, (size_t)plan->count * sizeof *plan->entries);
+  ar_plan_print_memory(&shown, spec->train.batch, stdout);
+  ar_free(slot);
+  ar_free(shown.entries);
+  return AR_OK;
+}
+
 /* A graph model: its summary and plan, with the bytes its datasets hold
  * (ar_job_data_bytes; with_test: the test split too, as a job that keeps
  * records opens it), as ar_job_open computes it. */
@@ -39,10 +96,7 @@ static ar_status plan_graph(const ar_spec *spec, bool with_test, ar_plan *plan, 
     AR_CHECK(ar_job_data_stats(spec, NULL, &tr, &te, &has_test, err));
     ar_job_row_bounds(&tr, has_test ? &te : NULL, &nnz, &lab);
     AR_CHECK(ar_net_build_sparse(spec, spec->train.batch, nnz, lab, &net, err));
-    printf("data: train %s (%lld points), test %s (%lld points); at most %lld features and "
-           "%lld labels a row\n", spec->data.generate ? "data.generate" : spec->data.train,
-           (long long)tr.points, has_test ? (spec->data.generate ? "generated" : spec->data.test)
-           : "none", (long long)te.points, (long long)nnz, (long long)lab);
+    print_sparse_data(spec, &tr, &te, has_test, nnz, lab);
   } else {
     AR_CHECK(ar_net_build(spec, spec->train.batch, &net, err));
     printf("data: train %s, test %s (format %s)\n",
@@ -68,6 +122,11 @@ static ar_status plan_graph(const ar_spec *spec, bool with_test, ar_plan *plan, 
   }
   memcpy(plan->entries, p->entries, (size_t)p->count * sizeof *p->entries);
   ar_plan_add_host(plan, data);
+  if (spec->lowered) { /* the chain's listing, which tools read */
+    ar_status lst = print_lowered(spec, plan, err);
+    ar_net_destroy(net);
+    return lst;
+  }
   char a[32], b[32], c[32], d[32], e[32], f[32];
   printf("memory plan: persistent %s (parameters, optimizer state, running statistics), "
          "ephemeral %s (one iteration, tensors placed by lifetime; %s without sharing), host "
@@ -79,9 +138,6 @@ static ar_status plan_graph(const ar_spec *spec, bool with_test, ar_plan *plan, 
   for (int i = 0; i < p->count; i++)
     if (p->entries[i].cls == AR_MEM_HOST && strstr(p->entries[i].name, ".lsh."))
       printf("  host: %-32s %s\n", p->entries[i].name, human(p->entries[i].bytes, a, sizeof a));
-  if (spec->lowered) /* a chain's lines, which tools read */
-    printf("persistent bytes: %zu\nephemeral peak bytes: %zu\nhost bytes: %zu\n",
-           p->persistent_bytes, p->ephemeral_bytes, p->host_bytes);
   ar_net_destroy(net);
   return AR_OK;
 }
@@ -97,15 +153,7 @@ static ar_status plan_job(const ar_spec *spec, bool with_test, ar_plan *plan, ar
   int64_t nnz, lab;
   ar_job_row_bounds(&tr, has_test ? &te : NULL, &nnz, &lab);
   AR_CHECK(ar_plan_compute(spec, nnz, lab, plan, err));
-  if (spec->data.generate)
-    printf("data: data.generate, run in memory (nothing written): train %lld points, test "
-           "%lld points, at most %lld features and %lld labels a row\n", (long long)tr.points,
-           (long long)te.points, (long long)nnz, (long long)lab);
-  else
-    printf("data: train %s (%lld points), test %s (%lld points); at most %lld features and "
-           "%lld labels a row\n", spec->data.train, (long long)tr.points,
-           has_test ? spec->data.test : "none", (long long)te.points, (long long)nnz,
-           (long long)lab);
+  print_sparse_data(spec, &tr, &te, has_test, nnz, lab);
   ar_plan_print(plan, spec, stdout);
   return AR_OK;
 }

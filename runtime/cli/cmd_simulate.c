@@ -200,6 +200,36 @@ static int parse_args(int argc, char **argv, sim_args *a) {
 /* Times every compute op of g on this machine: one worker's rows, one
  * thread, the minimum of `reps` runs; and the optimizer over the whole
  * model (*update_s).  Inputs are random rows of the job's shape. */
+/* The features a row of the measured sparse batch holds. */
+static int64_t sparse_nnz(const ar_spec *spec) {
+  return spec->input.features < 32 ? spec->input.features : 32;
+}
+
+/* A sparse batch of `rows` rows to time a chain on (either engine):
+ * sparse_nnz features spread over the input, one random label each. */
+static ar_status sparse_batch(const ar_spec *spec, long rows, ar_batch *b, ar_err *err) {
+  const int64_t nnz = sparse_nnz(spec);
+  ar_status st = ar_batch_init(b, rows, nnz, 1);
+  if (st != AR_OK)
+    return ar_errf(err, st, "out of memory for a batch of %ld rows", rows);
+  ar_rng r;
+  ar_rng_seed(&r, spec->seed, 99);
+  int64_t labels = spec->layers[spec->n_layers - 1].width;
+  b->rows = rows;
+  for (long i = 0; i <= rows; i++) {
+    b->row_ptr[i] = i * nnz;
+    b->lab_ptr[i] = i;
+  }
+  for (long i = 0; i < rows; i++) {
+    for (int64_t j = 0; j < nnz; j++) {
+      b->idx[i * nnz + j] = (int32_t)(j * (spec->input.features / nnz));
+      b->val[i * nnz + j] = (float)ar_rng_uniform(&r);
+    }
+    b->lab[i] = (int32_t)ar_rng_below(&r, (uint64_t)labels);
+  }
+  return AR_OK;
+}
+
 static ar_status measure(const ar_spec *spec, long rows, ar_commsched_graph *g,
                          double *update_s, ar_err *err) {
   ar_device *dev = NULL;
@@ -208,31 +238,14 @@ static ar_status measure(const ar_spec *spec, long rows, ar_commsched_graph *g,
   AR_CHECK(ar_device_open("host", &dopts, &dev, err));
   ar_spec local = *spec;
   local.train.batch = (int32_t)rows;
-  int64_t nnz = spec->input.features < 32 ? spec->input.features : 32;
   ar_model *m = NULL;
   ar_batch b;
   memset(&b, 0, sizeof b);
-  ar_status st = ar_model_create(dev, &local, nnz, 1, &m, err);
-  if (st == AR_OK && (st = ar_batch_init(&b, rows, nnz, 1)) != AR_OK)
-    ar_errf(err, st, "out of memory for a batch of %ld rows", rows);
-  if (st == AR_OK) {
-    ar_rng r;
-    ar_rng_seed(&r, spec->seed, 99);
-    int64_t labels = spec->layers[spec->n_layers - 1].width;
-    b.rows = rows;
-    for (long i = 0; i <= rows; i++) {
-      b.row_ptr[i] = i * nnz;
-      b.lab_ptr[i] = i;
-    }
-    for (long i = 0; i < rows; i++) {
-      for (int64_t j = 0; j < nnz; j++) {
-        b.idx[i * nnz + j] = (int32_t)(j * (spec->input.features / nnz));
-        b.val[i * nnz + j] = (float)ar_rng_uniform(&r);
-      }
-      b.lab[i] = (int32_t)ar_rng_below(&r, (uint64_t)labels);
-    }
+  ar_status st = ar_model_create(dev, &local, sparse_nnz(spec), 1, &m, err);
+  if (st == AR_OK)
+    st = sparse_batch(spec, rows, &b, err);
+  if (st == AR_OK)
     st = ar_model_load(m, &b);
-  }
   if (st == AR_OK) {
     int n = m->n_layers;
     double *best = ar_malloc((size_t)(2 * n + 2) * sizeof *best);
@@ -328,11 +341,19 @@ static ar_status measure_net(const ar_spec *spec, long rows, int servers,
   ar_commsched_op *fwd = NULL, *bwd = NULL;
   double *best = NULL;
   ar_net_param *ps = NULL;
+  /* A lowered chain (sparse input) is timed on the chain's batch. */
+  const bool sparse = spec->input.kind == AR_INPUT_SPARSE && !spec->onnx;
+  ar_batch b;
+  memset(&b, 0, sizeof b);
   ar_status st = ar_device_open("host", &dopts, &dev, err);
-  if (st == AR_OK)
+  if (st == AR_OK && sparse)
+    st = ar_net_build_sparse(&local, rows, sparse_nnz(spec), 1, &net, err);
+  else if (st == AR_OK)
     st = ar_net_build(&local, rows, &net, err);
   if (st == AR_OK)
     st = ar_net_start(net, dev, NULL, NULL, err);
+  if (st == AR_OK && sparse && (st = sparse_batch(spec, rows, &b, err)) == AR_OK)
+    st = ar_net_stage_sparse(net, &b, err);
   int N = net ? ar_net_node_count(net) : 0, P = net ? ar_net_params(net, NULL) : 0;
   if (st == AR_OK) {
     fwd = ar_calloc((size_t)N + 1, sizeof *fwd);
@@ -353,13 +374,16 @@ static ar_status measure_net(const ar_spec *spec, long rows, int servers,
     ar_job_hooks h = {timer_before, timer_after, timer_step, &k};
     ar_net_set_hooks(net, &h);
     ar_net_params(net, ps);
-    /* A zero batch: class 0 (or zero targets) for every row. */
-    size_t xel = (size_t)ar_shape_count(ar_net_input_shape(net));
-    memset(ar_net_x(net), 0, xel * ar_dtype_size(ar_net_input_dtype(net)));
-    if (spec->bce)
-      memset(ar_net_targets(net), 0, (size_t)rows * (size_t)ar_net_classes(net) * sizeof(float));
-    else
-      memset(ar_net_y(net), 0, (size_t)rows * sizeof(int64_t));
+    if (!sparse) { /* (a sparse batch is staged above) */
+      /* A zero batch: class 0 (or zero targets) for every row. */
+      size_t xel = (size_t)ar_shape_count(ar_net_input_shape(net));
+      memset(ar_net_x(net), 0, xel * ar_dtype_size(ar_net_input_dtype(net)));
+      if (spec->bce)
+        memset(ar_net_targets(net), 0,
+               (size_t)rows * (size_t)ar_net_classes(net) * sizeof(float));
+      else
+        memset(ar_net_y(net), 0, (size_t)rows * sizeof(int64_t));
+    }
     *update_s = INFINITY;
     for (int rep = 0; rep < 5 && st == AR_OK; rep++) {
       double loss, lr;
@@ -381,6 +405,7 @@ static ar_status measure_net(const ar_spec *spec, long rows, int servers,
   ar_free(ps);
   ar_free(fwd);
   ar_free(bwd);
+  ar_batch_fini(&b);
   ar_net_destroy(net);
   ar_device_close(dev);
   return st;
@@ -552,6 +577,19 @@ static int run(const sim_args *a, const ar_spec *spec) {
   return st == AR_OK ? CLI_OK : CLI_FAIL;
 }
 
+/* The engine `mpirun accelrt run` trains the job on: a chain is routed as
+ * the same job under distributed: would be (ar_chain_route; the graph
+ * engine does not yet run distributed chains, so today they stay on the
+ * chain engine and its per-layer op graph).  -1 to go on, else the exit
+ * status. */
+static int route(ar_spec *spec) {
+  const bool was = spec->distributed.enabled;
+  spec->distributed.enabled = true;
+  int rc = cli_route_chain(spec, NULL);
+  spec->distributed.enabled = was;
+  return rc;
+}
+
 int cli_simulate(int argc, char **argv) {
   sim_args a;
   int rc = parse_args(argc, argv, &a);
@@ -568,7 +606,7 @@ int cli_simulate(int argc, char **argv) {
     else
       fprintf(stderr, "%s: error: %s\n", a.job, ar_status_str(st));
     rc = st == AR_NOMEM ? CLI_FAIL : CLI_USAGE;
-  } else {
+  } else if ((rc = route(spec)) < 0) {
     rc = run(&a, spec);
   }
   ar_diags_fini(&diags);

@@ -73,6 +73,9 @@ static void usage(FILE *to) {
               "                      this text, or a command's options (accelrt COMMAND --help)\n"
               "  --version           the version\n"
               "\n"
+              "environment: ACCELRT_CHAIN_ENGINE=chain trains model.layers chains on the\n"
+              "chain engine instead of the graph engine (the default; docs/graph.md)\n"
+              "\n"
               "exit status: 0 success, 1 runtime failure, 2 usage or job-file error\n");
 }
 

@@ -102,6 +102,8 @@ struct ar_net {
   int64_t step;
   int64_t total; /* iterations of the run (the cosine schedule's length) */
   ar_trace *trace; /* borrowed, NULL: none (ar_net_set_trace) */
+  double loss_t0;  /* a detailed iteration: when the loss node's forward began
+                      (its forward and backward are one `loss` span) */
   uint64_t seed;  /* initialisation and dropout (the spec's, or the graph's options) */
   int threads;    /* the kernels are prepared for this many */
   /* A graph built by a program (net_graph.c): its inputs and outputs

@@ -22,16 +22,16 @@
 
 ar_status ar_chain_engine_env(ar_chain_engine *out, ar_err *err) {
   const char *v = getenv("ACCELRT_CHAIN_ENGINE");
-  *out = AR_CHAIN_ENGINE_CHAIN;
-  if (!v || !*v || !strcmp(v, "chain"))
+  *out = AR_CHAIN_ENGINE_GRAPH;
+  if (!v || !*v || !strcmp(v, "graph"))
     return AR_OK;
-  if (!strcmp(v, "graph")) {
-    *out = AR_CHAIN_ENGINE_GRAPH;
+  if (!strcmp(v, "chain")) {
+    *out = AR_CHAIN_ENGINE_CHAIN;
     return AR_OK;
   }
   return ar_errf(err, AR_INVALID,
-                 "ACCELRT_CHAIN_ENGINE=%s: use `chain` (the chain engine, the default) or "
-                 "`graph` (chains lowered onto the graph engine)",
+                 "ACCELRT_CHAIN_ENGINE=%s: use `graph` (chains lowered onto the graph engine, "
+                 "the default) or `chain` (the chain engine)",
                  v);
 }
 
@@ -99,14 +99,13 @@ static bool lower_one(ar_spec *s, ar_chain_engine e, FILE *notes) {
     if (no)
       fprintf(notes, "engine: chain (job '%s' stays on it: %s)\n", s->name, no);
     else if (e == AR_CHAIN_ENGINE_GRAPH)
-      fprintf(notes, "engine: graph (job '%s', a chain lowered by ACCELRT_CHAIN_ENGINE=graph)\n",
+      fprintf(notes, "engine: graph (job '%s', a chain lowered onto the graph engine)\n",
               s->name);
     else
-      fprintf(notes, "engine: chain (job '%s'; ACCELRT_CHAIN_ENGINE=graph would lower it to "
-                     "the graph engine)\n", s->name);
+      fprintf(notes, "engine: chain (job '%s', kept there by ACCELRT_CHAIN_ENGINE=chain; "
+                     "without it the chain is lowered onto the graph engine)\n", s->name);
   } else if (no && e == AR_CHAIN_ENGINE_GRAPH) {
-    ar_log(AR_LOG_INFO, "ACCELRT_CHAIN_ENGINE=graph: job '%s' stays on the chain engine: %s",
-           s->name, no);
+    ar_log(AR_LOG_INFO, "job '%s' stays on the chain engine: %s", s->name, no);
   }
   if (no || e != AR_CHAIN_ENGINE_GRAPH)
     return false;
@@ -136,9 +135,47 @@ static const char *const sgd_sfx[4] = {"w", "b", "w.velocity", "b.velocity"};
 
 enum { NAME_ROOM = 320 };
 
-ar_status ar__lower_ckpt_list(const ar_spec *s, ar__ckpt_tensors *t, ar_err *err) {
+/* The tensors a layer of the chain's checkpoint lists: its w, b and their
+ * optimizer slots, then (a sampled layer) its rows' last steps. */
+static int slots_per_layer(const ar_spec *s) {
   const int slots = s->train.optimizer == AR_OPT_ADAM ? 2 : s->train.momentum > 0 ? 1 : 0;
-  const int per = 2 + 2 * slots, n = t->n;
+  return 2 + 2 * slots;
+}
+
+/* Tensor q of layer l (q < per: the parameters and slots, q == per: the
+ * sampled layer's last steps, per + 1 and per + 2: its gradient rows,
+ * persistent but not checkpointed), named as the graph names it (graph)
+ * and as the chain does (chain). */
+static void slot_names(const ar_spec *s, int l, int q, int per, char *graph, char *chain,
+                       size_t cap) {
+  const char *const *gsfx = s->train.optimizer == AR_OPT_ADAM ? adam_sfx : sgd_sfx;
+  static const char *const g_rest[3] = {"lsh_last", "w.grad", "b.grad"};
+  static const char *const c_rest[3] = {"lsh.last", "grad.w", "grad.b"};
+  snprintf(graph, cap, "%s.%s", s->layers[l].name, q < per ? gsfx[q] : g_rest[q - per]);
+  snprintf(chain, cap, "%s.%s", s->layers[l].name, q < per ? chain_sfx[q] : c_rest[q - per]);
+}
+
+int ar_chain_lowered_slot(const ar_spec *s, const char *name, char *buf, size_t cap) {
+  const int per = slots_per_layer(s);
+  for (int l = 0, k = 0; l < s->n_layers; l++) {
+    /* The chain's plan lists a sampled layer's gradient rows between its
+     * slots and its last steps (plan.c, plan_persistent). */
+    const int i_end = per + (ar_layer_sampled(s, l, true) ? 3 : 0);
+    for (int i = 0; i < i_end; i++, k++) {
+      const int q = i < per ? i : i == i_end - 1 ? per : i + 1;
+      char g[NAME_ROOM], c[NAME_ROOM];
+      slot_names(s, l, q, per, g, c, sizeof g);
+      if (!strcmp(g, name)) {
+        snprintf(buf, cap, "%s", c);
+        return k;
+      }
+    }
+  }
+  return -1;
+}
+
+ar_status ar__lower_ckpt_list(const ar_spec *s, ar__ckpt_tensors *t, ar_err *err) {
+  const int per = slots_per_layer(s), n = t->n;
   int want_n = 0;
   for (int l = 0; l < s->n_layers; l++)
     want_n += per + (ar_layer_sampled(s, l, true) ? 1 : 0);
@@ -161,7 +198,6 @@ ar_status ar__lower_ckpt_list(const ar_spec *s, ar__ckpt_tensors *t, ar_err *err
     return ar_errf(err, AR_NOMEM, "out of memory listing the checkpoint's tensors");
   }
   char *text = (char *)(names + n);
-  const char *const *gsfx = s->train.optimizer == AR_OPT_ADAM ? adam_sfx : sgd_sfx;
   ar_status st = AR_OK;
   for (int l = 0, k = 0; l < s->n_layers && st == AR_OK; l++) {
     /* A sampled layer's rows' last steps follow its slots: the graph's
@@ -169,7 +205,8 @@ ar_status ar__lower_ckpt_list(const ar_spec *s, ar__ckpt_tensors *t, ar_err *err
     const int q_end = per + (ar_layer_sampled(s, l, true) ? 1 : 0);
     for (int q = 0; q < q_end; q++, k++) {
       char want[NAME_ROOM];
-      snprintf(want, sizeof want, "%s.%s", s->layers[l].name, q < per ? gsfx[q] : "lsh_last");
+      names[k] = text + (size_t)k * NAME_ROOM;
+      slot_names(s, l, q, per, want, names[k], NAME_ROOM);
       int j = 0;
       while (j < n && strcmp(t->names[j], want) != 0)
         j++;
@@ -178,9 +215,6 @@ ar_status ar__lower_ckpt_list(const ar_spec *s, ar__ckpt_tensors *t, ar_err *err
                      s->name, want);
         break;
       }
-      names[k] = text + (size_t)k * NAME_ROOM;
-      snprintf(names[k], NAME_ROOM, "%s.%s", s->layers[l].name,
-               q < per ? chain_sfx[q] : "lsh.last");
       ptrs[k] = t->ptrs[j];
       counts[k] = t->counts[j];
       shapes[k] = t->shapes[j];

@@ -335,11 +335,26 @@ static ar_status node_hook(ar_net *n, bool after, ar_job_phase ph, int i) {
   return fn ? fn(n->hooks.ctx, ph, i) : AR_OK;
 }
 
+/* The node computing the training loss, or -1. */
+static int loss_node(const ar_net *n) {
+  return n->loss >= 0 ? n->tensors[n->loss].producer : -1;
+}
+
+/* The loss node's span of a detailed iteration: one `loss` span from the
+ * start of its forward to the end of its backward (or of its forward when
+ * no backward step follows), as a chain's loss phase is one span (the
+ * loss and its gradient; train.c, train_layers).  Under a sampled head the
+ * head computes the loss: the span is then empty, as the chain's. */
+static void loss_span(ar_net *n, double t0) {
+  ar_trace_add_span(n->trace, AR_TRACE_STEPS, "loss", "loss", NULL, t0, ar_now(), true);
+}
+
 /* A training step's forward (detailed iterations of a trace: a span per
- * op; host ops are synchronous, so the span is the op's time), with the
- * hooks around each node when training. */
+ * op, the loss op's in the `loss` span; host ops are synchronous, so the
+ * span is the op's time), with the hooks around each node when training. */
 static ar_status forward(ar_net *n, bool training, ar_err *err) {
   bool det = training && ar_trace_detail(n->trace);
+  const int lnode = loss_node(n);
   for (int i = 0; i < n->n_nodes; i++) {
     nnode *d = &n->nodes[i];
     if (training)
@@ -347,17 +362,29 @@ static ar_status forward(ar_net *n, bool training, ar_err *err) {
     double t0 = det ? ar_now() : 0.0;
     d->args.training = training;
     d->args.seed = n->spec->seed ^ ((uint64_t)n->step * 0x9e3779b97f4a7c15ull) ^ (uint64_t)i;
-    if (training && n->smp && i == n->head)
+    if (training && n->smp && i == n->head) {
       AR_CHECK(ar__net_head_forward(n, d, err)); /* the loss rows too */
-    else if (training && d->hid1 && n->hid[d->hid1 - 1].smp)
+    } else if (training && d->hid1 && n->hid[d->hid1 - 1].smp) {
       AR_CHECK(ar__net_hid_forward(n, d, err));
-    else if (training && n->smp && (d->after_head || (ar__net_is_loss(d->op) && !d->trains)))
+    } else if (training && n->smp && (d->after_head || (ar__net_is_loss(d->op) && !d->trains))) {
+      if (det && i == lnode)
+        loss_span(n, t0);
       continue; /* computed by the sampled head */
-    else if (!training && n->n_folds && ar__net_fold_forward(n, i))
+    } else if (!training && n->n_folds && ar__net_fold_forward(n, i)) {
       ; /* a conv folded with its batch norm (net_fuse.c) */
-    else
+    } else if (training && i == lnode && d->op == AR_NN_XENT_MULTI && d->trains &&
+               d->args.gin[0].p) {
+      ; /* its backward, next, writes the loss rows with their gradient from
+           the same logits (xmulti_backward): one softmax pass, as the
+           chain's loss; the rows are read after the backward (read_loss) */
+    } else {
       ar_device_nn_forward(n->dev, training ? d->ptrain : d->peval, &d->args);
-    if (det)
+    }
+    if (det && i == lnode && d->trains)
+      n->loss_t0 = t0; /* the span ends with its backward */
+    else if (det && i == lnode)
+      loss_span(n, t0);
+    else if (det)
       ar_trace_add_span(n->trace, AR_TRACE_STEPS, "forward", "forward", d->name, t0, ar_now(),
                         true);
     if (training)
@@ -376,6 +403,7 @@ static void add_into(float *dst, const float *src, int64_t cnt, int threads) {
 static ar_status backward(ar_net *n, ar_err *err) {
   int threads = ar_device_threads(n->dev);
   bool det = ar_trace_detail(n->trace);
+  const int lnode = loss_node(n);
   for (int i = n->n_nodes - 1; i >= 0; i--) {
     nnode *d = &n->nodes[i];
     if (!d->trains)
@@ -394,7 +422,9 @@ static ar_status backward(ar_net *n, ar_err *err) {
       d->args.work = fwd_work;
     }
     ar__net_add_temps(n, d, threads);
-    if (det)
+    if (det && i == lnode)
+      loss_span(n, n->loss_t0);
+    else if (det)
       ar_trace_add_span(n->trace, AR_TRACE_STEPS, "backward", "backward", d->name, t0, ar_now(),
                         true);
     AR_CHECK(node_hook(n, true, AR_JOB_BACKWARD, i));
@@ -602,7 +632,16 @@ ar_status ar_net_resumed(ar_net *n, ar_err *err) {
   return n->started ? ar__net_head_start(n, err) : AR_OK;
 }
 ar_device *ar_net_device(const ar_net *n) { return n->dev; }
-void ar_net_set_trace(ar_net *n, ar_trace *t) { n->trace = t; }
+void ar_net_set_trace(ar_net *n, ar_trace *t) {
+  n->trace = t;
+  /* Sampled items' table rebuilds go to their own track, named as a
+   * chain's (train.c, ar_job_start). */
+  bool smp = n->smp != NULL;
+  for (int h = 0; h < n->n_hid; h++)
+    smp = smp || n->hid[h].smp != NULL;
+  if (t && smp)
+    ar_trace_track(t, AR_TRACE_LSH, "lsh tables", false);
+}
 
 int ar_net_tensors(const ar_net *n, const char **names, float **ptrs, int64_t *counts,
                    ar_shape *shapes) {

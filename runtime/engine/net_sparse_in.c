@@ -127,6 +127,17 @@ ar_status ar__net_sparse_load(ar_net *n, ar_err *err) {
   }
   nnode *loss = &n->nodes[n->tensors[n->loss].producer];
   loss->args.rows = n->rows;
+  /* A short batch's dense items compute its real rows only (their padding
+   * rows are zeros), as the chain's layers do: OpenBLAS may sum a product
+   * of 16 rows in another order than the same rows padded to 128, so the
+   * padded products rounded differently from the chain's (docs/graph.md,
+   * Sparse input). */
+  for (int i = 0; i < n->n_nodes; i++) {
+    nnode *d = &n->nodes[i];
+    const ar_shape *in = &d->args.in[0].shape;
+    if (d->op == AR_NN_DENSE && in->nd == 2 && in->d[0] == n->batch)
+      d->args.rows = n->rows < n->batch ? n->rows : 0;
+  }
   loss->args.scale = 1.0f / (float)(n->grad_rows > 0 ? n->grad_rows : n->rows > 0 ? n->rows : 1);
   return AR_OK;
 }

@@ -420,7 +420,6 @@ void ar__fmt_bytes(uint64_t bytes, char *buf, size_t n) {
 static void human(size_t bytes, char *buf, size_t n) { ar__fmt_bytes(bytes, buf, n); }
 
 void ar_plan_print(const ar_plan *plan, const ar_spec *spec, FILE *to) {
-  char h1[32], h2[32], h3[32];
   fprintf(to, "job '%s' on device %s\n", spec->name, spec->device);
   fprintf(to, "model: input %s %lld\n", spec->input.sparse ? "sparse" : "dense",
           (long long)spec->input.features);
@@ -433,7 +432,12 @@ void ar_plan_print(const ar_plan *plan, const ar_spec *spec, FILE *to) {
     in = ls->width;
   }
   fprintf(to, "parameters: %zu\n", plan->param_count);
-  fprintf(to, "memory plan (exact, from shapes; batch %d):\n", spec->train.batch);
+  ar_plan_print_memory(plan, spec->train.batch, to);
+}
+
+void ar_plan_print_memory(const ar_plan *plan, int batch, FILE *to) {
+  char h1[32], h2[32], h3[32];
+  fprintf(to, "memory plan (exact, from shapes; batch %d):\n", batch);
   for (int i = 0; i < plan->count; i++) {
     const ar_plan_entry *e = &plan->entries[i];
     human(e->bytes, h1, sizeof h1);
@@ -447,7 +451,7 @@ void ar_plan_print(const ar_plan *plan, const ar_spec *spec, FILE *to) {
           "%zu without sharing)\n", plan->ephemeral_bytes, h2, plan->ephemeral_sum_bytes);
   human(plan->host_bytes, h1, sizeof h1);
   fprintf(to, "host bytes: %zu (%s; outside the device blocks: sampled layers' hash tables, "
-          "hash functions and scratch, a dense batch's staging copy)\n", plan->host_bytes, h1);
+          "hash functions and scratch, the batch's staging copy)\n", plan->host_bytes, h1);
   human(plan->total_bytes, h3, sizeof h3);
   fprintf(to, "total: %zu (%s)\n", plan->total_bytes, h3);
 }

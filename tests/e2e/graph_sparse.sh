@@ -4,11 +4,11 @@
 # (`inputs: [input]` on its first item) and as a chain, both at seed 1 on
 # one thread: the same model, so the same losses (every metrics line) and
 # P@k to the last digit (tests/engine/test_net_sparse.c compares the
-# parameters step by step).  The splits are whole batches: a short one
-# runs padded to the planned rows through GEMMs whose rounding OpenBLAS may
-# pick by their row count (docs/graph.md).  accelrt check plans it at the data's
+# parameters step by step).  The splits are whole batches (short ones:
+# e2e.lower_chain_configs_generated).  accelrt check plans it at the data's
 # row bounds; eval reproduces the run's P@k; a resumed run ends with the
-# straight run's tensors; export and distributed: refuse it with what to do.
+# straight run's tensors; simulate times it; export and distributed: refuse
+# it with what to do.
 #   graph_sparse.sh ACCELRT SRC
 set -uo pipefail
 bin=$1
@@ -73,6 +73,14 @@ assert len(a) == len(b), (len(a), len(b))
 assert a[:16] == b[:16] and a[16:56] == b[16:56], "positions differ"
 assert a[64:-4] == b[64:-4], "tensors differ"
 PY
+
+# accelrt simulate times its nodes on a sparse batch (the lowered chain's
+# net; before, it planned the net without row bounds and stopped).
+"$bin" simulate graph.yaml --workers 2 --servers 1 --gbps 1 > sim.txt 2>&1 \
+  || { cat sim.txt; fail "simulate of a sparse graph model"; }
+for o in none random tic tac; do
+  grep -q "^$o " sim.txt || { cat sim.txt; fail "simulate printed no row for $o"; }
+done
 
 "$bin" export graph.yaml --onnx m.onnx > export.txt 2>&1 && fail "export of a sparse graph model succeeded"
 grep -q "sparse input has no ONNX form" export.txt || { cat export.txt; fail "export's message"; }

@@ -9,7 +9,8 @@
 #   delicious.yaml over the shared data when it is there) give the same
 #   metrics lines and summary under both: the same keys (the sampled
 #   layer's LAYER.lsh_* too), every value equal but the timings and the
-#   plan's ephemeral/host bytes (the graph plans its batch differently).
+#   plan's ephemeral/host bytes (the graph plans its batch differently),
+#   an epoch's short last batch included.
 #   tests/jobs/small.yaml's shape is e2e.graph_sparse's.
 # resume: a chain with a hidden LSH-sampled layer and a sampled head:
 #   the same records and checkpoints (every tensor, the rows' last steps
@@ -17,8 +18,10 @@
 #   other as on its own, ONNX export byte-equal, eval's P@k (LSH
 #   inference) equal; a dense chain under SGD with momentum (the velocity
 #   slots' names) resumes from a version 1 file.
-# route: accelrt check's engine line, what stays on the chain engine and
-#   why, a bad ACCELRT_CHAIN_ENGINE.
+# route: accelrt check's engine line (graph by default, chain under
+#   ACCELRT_CHAIN_ENGINE=chain), the lowered plan's persistent lines equal
+#   to the chain's, what stays on the chain engine and why, a bad
+#   ACCELRT_CHAIN_ENGINE.
 set -uo pipefail
 bin=$1
 src=$2
@@ -126,12 +129,22 @@ configs_generated)
     --set 'model.layers[1].sparse.mode=lsh' --set train.checkpoint_every=2
   grep -q '"out.lsh_active_mean"' g/metrics.jsonl || fail "quickstart: no sampled head"
   same_records quickstart
-  # Whole batches (1,280 points: a short batch would run padded in the
-  # graph, which OpenBLAS may round differently: docs/graph.md).
-  both "$src/configs/shared-device.yaml" --set 'jobs[0].train.iterations=6' \
-    --set 'jobs[1].train.iterations=8' --set 'jobs[1].arrival=0' \
-    --set 'jobs[0].data.generate.train_points=1280' \
-    --set 'jobs[1].data.generate.train_points=1280'
+  # Past an epoch's short last batch (700 points in batches of 128: the
+  # 6th has 60 rows; 500 in batches of 64: the 8th has 52) and short
+  # evaluation batches (200 test points): the graph runs them padded, its
+  # dense items on the real rows only, so the records and the checkpoints
+  # stay equal, byte for byte.
+  both "$src/configs/shared-device.yaml" --set 'jobs[0].train.iterations=8' \
+    --set 'jobs[1].train.iterations=10' --set 'jobs[1].arrival=0' \
+    --set 'jobs[0].data.generate.train_points=700' \
+    --set 'jobs[1].data.generate.train_points=500' \
+    --set 'jobs[0].train.checkpoint_every=4' --set 'jobs[1].train.checkpoint_every=5'
+  n=0
+  for f in c/*/checkpoint.bin; do
+    same_ckpt "$f" "g${f#c}"
+    n=$((n + 1))
+  done
+  [ "$n" = 2 ] || fail "shared-device: $n checkpoints, 2 expected"
   same_records shared-device jobs
   ;;
 configs_real)
@@ -216,8 +229,20 @@ route)
   ACCELRT_CHAIN_ENGINE=graph "$bin" check chain.yaml > check.txt || fail "check"
   grep -q "^engine: graph (job 'dc'" check.txt || { cat check.txt; fail "no graph engine line"; }
   grep -q "hidden  *sparse_dense" check.txt || fail "the lowered plan shows no sparse_dense"
-  "$bin" check chain.yaml | grep -q "^engine: chain (job 'dc'; ACCELRT_CHAIN_ENGINE=graph would" \
-    || fail "default: chain expected"
+  "$bin" check chain.yaml > d.txt || fail "check (default)"
+  grep -q "^engine: graph (job 'dc', a chain lowered" d.txt || { cat d.txt; fail "default: graph expected"; }
+  ACCELRT_CHAIN_ENGINE=chain "$bin" check chain.yaml > k.txt || fail "check (chain)"
+  grep -q "^engine: chain (job 'dc', kept there by ACCELRT_CHAIN_ENGINE=chain" k.txt \
+    || { cat k.txt; fail "ACCELRT_CHAIN_ENGINE=chain: the chain engine expected"; }
+  # The lowered plan's per-tensor lines read as the chain's: its persistent
+  # tensors under the checkpoint's names, in its order, the same bytes.
+  for f in chain lsh; do
+    "$bin" check $f.yaml > d.txt && ACCELRT_CHAIN_ENGINE=chain "$bin" check $f.yaml > k.txt \
+      || fail "check $f.yaml"
+    diff <(grep "^  persistent " d.txt) <(grep "^  persistent " k.txt) \
+      || fail "$f.yaml: the lowered plan's persistent lines differ from the chain's"
+    grep -q "^total: " d.txt || fail "$f.yaml: no total line"
+  done
   # A sampled head and a hidden sampled layer reading dense layers are
   # lowered; what stays on the chain engine, and why (check's line; run's
   # note).
@@ -245,7 +270,7 @@ route)
     || { cat wd.err; fail "run's note, once"; }
   ACCELRT_CHAIN_ENGINE=gpu "$bin" check chain.yaml > bad.txt 2>&1
   [ $? = 2 ] || fail "a bad ACCELRT_CHAIN_ENGINE: exit 2 expected"
-  grep -q "ACCELRT_CHAIN_ENGINE=gpu: use \`chain\`" bad.txt || { cat bad.txt; fail "message"; }
+  grep -q "ACCELRT_CHAIN_ENGINE=gpu: use \`graph\`" bad.txt || { cat bad.txt; fail "message"; }
   ;;
 *)
   fail "unknown case $case_"

@@ -53,10 +53,15 @@ submit_small() { "$bin" submit --socket "$sock" "$job" "${small[@]}" --set outpu
 # Memory for two persistent blocks and one and a half lanes: under pack
 # the second job shares the first one's lane (so there are switches) and a
 # third does not fit (so it waits).
+# A job's persistent block in the lanes holds what it keeps for its whole
+# life: its persistent tensors and its host memory (a graph's batch
+# staging, hash tables; ar_tenancy_admit_sizes).
 "$bin" check "$job" "${small[@]}" >"$t/check" || fail "check: $(cat "$t/check")"
 P=$(awk '/^persistent bytes:/ {print $3}' "$t/check")
+H=$(awk '/^host bytes:/ {print $3}' "$t/check")
 E=$(awk '/^ephemeral peak bytes:/ {print $4}' "$t/check")
-[ -n "$P" ] && [ -n "$E" ] || fail "no plan sizes in: $(cat "$t/check")"
+[ -n "$P" ] && [ -n "$H" ] && [ -n "$E" ] || fail "no plan sizes in: $(cat "$t/check")"
+P=$((P + H))
 r256() { echo $(( ($1 + 255) / 256 * 256 )); }
 P=$(r256 "$P")
 E=$(r256 "$E")

@@ -57,15 +57,24 @@ static ar_status dense_prepare(const ar_nn_args *a, bool training, void **state,
   return AR_OK;
 }
 
+/* The rows of a dense op's input that count: a->rows of a padded batch
+ * (its real rows; the products then have the chain's shapes, so OpenBLAS
+ * sums them in the chain's order, net_sparse_in.c), else all *all. */
+static int64_t dense_rows(const ar_nn_args *a, int64_t all) {
+  return a->rows > 0 && a->rows < all ? a->rows : all;
+}
+
 static void dense_forward(void *state, ar_nn_args *a) {
   (void)state;
   const ar_nn_attr *at = a->attr;
   const int64_t k = a->in[0].shape.d[a->in[0].shape.nd - 1];
-  const int64_t m = ar_shape_count(&a->in[0].shape) / k, n = at->out;
+  const int64_t all = ar_shape_count(&a->in[0].shape) / k, m = dense_rows(a, all), n = at->out;
   const float *x = a->in[0].p, *w = a->param[0].p;
   const float *bias = at->bias ? a->param[1].p : NULL;
   float *y = a->out[0].p;
   ar__host_sgemm(a->threads, false, true, m, n, k, 1.0f, x, k, w, k, 0.0f, y, n);
+  if (m < all) /* the padding rows: zeros */
+    memset(y + m * n, 0, (size_t)((all - m) * n) * sizeof *y);
   if (!bias && at->act == AR_ACT_NONE)
     return;
   const int nt = ar__nn_team(a, m * n);
@@ -95,7 +104,7 @@ static void dense_backward(void *state, ar_nn_args *a) {
   (void)state;
   const ar_nn_attr *at = a->attr;
   const int64_t k = a->in[0].shape.d[a->in[0].shape.nd - 1];
-  const int64_t m = ar_shape_count(&a->in[0].shape) / k, n = at->out;
+  const int64_t all = ar_shape_count(&a->in[0].shape) / k, m = dense_rows(a, all), n = at->out;
   const float *x = a->in[0].p, *w = a->param[0].p, *g = a->gout[0].p;
   if (at->act != AR_ACT_NONE) {
     AR_ASSERT(a->work && a->work_bytes >= (size_t)(m * n) * sizeof(float));
@@ -114,8 +123,12 @@ static void dense_backward(void *state, ar_nn_args *a) {
     }
     g = gz;
   }
-  if (a->gin[0].p) /* dx = gz w */
-    ar__host_sgemm(a->threads, false, false, m, k, n, 1.0f, g, n, w, k, 0.0f, a->gin[0].p, k);
+  if (a->gin[0].p) { /* dx = gz w (the padding rows: zeros) */
+    float *gx = a->gin[0].p;
+    ar__host_sgemm(a->threads, false, false, m, k, n, 1.0f, g, n, w, k, 0.0f, gx, k);
+    if (m < all)
+      memset(gx + m * k, 0, (size_t)((all - m) * k) * sizeof *gx);
+  }
   /* dw = gz^T x */
   ar__host_sgemm(a->threads, true, false, n, k, m, 1.0f, g, n, x, k, 0.0f, a->gparam[0].p, k);
   if (at->bias) {
