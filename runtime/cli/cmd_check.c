@@ -30,7 +30,7 @@ static const char *human(size_t bytes, char *buf, size_t n) {
  * records opens it), as ar_job_open computes it. */
 static ar_status plan_graph(const ar_spec *spec, bool with_test, ar_plan *plan, ar_err *err) {
   ar_net *net = NULL;
-  if (spec->input.kind == AR_INPUT_SPARSE && !spec->onnx) {
+  if (ar_spec_reads_rows(spec)) {
     /* Planned at the data's row bounds, as a chain model (the files are
      * scanned, data.generate runs in memory). */
     ar_data_stats tr, te;

@@ -134,6 +134,11 @@ struct ar_net {
    * of the batch staged now (the rest padded empty; n->batch for other
    * inputs). */
   int sx[SX_COUNT];
+  /* A lowered chain over model.input.dense (XC rows read as sparse input):
+   * batch.x (batch, features), the staged rows scattered into a dense
+   * batch as the chain's ar_model_load does; `input` names it, and item 0
+   * is a dense node.  -1 otherwise. */
+  int xd;
   int64_t max_nnz, max_labels;
   int64_t rows;
   /* The fusion pass (net_fuse.c): relus made their producers' act, and the

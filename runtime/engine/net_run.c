@@ -90,7 +90,8 @@ ar_status ar__net_workspace(ar_net *n, ar_err *err) {
     n->staging_bytes = n->tensors[n->x].bytes + n->tensors[n->y].bytes +
                        (size_t)n->batch * (4 + 5 * 4);
   else if (ar_net_sparse_input(n)) /* the CSR batch instead of x and y */
-    n->staging_bytes = ar__net_sparse_bytes(n) + (size_t)n->batch * (4 + 5 * 4);
+    n->staging_bytes = ar__net_sparse_bytes(n) + (size_t)n->batch * (4 + 5 * 4) +
+                       (n->xd >= 0 ? n->tensors[n->xd].bytes : 0); /* (net_sparse_in.c) */
   return AR_OK;
 }
 
