@@ -86,6 +86,12 @@ typedef struct ar__sbatch {
   const int64_t *lab_ptr; /* (rows + 1) */
   int64_t step;           /* iterations done: the shared negatives' stream */
   float *row_loss;        /* (rows) each row's loss, or NULL */
+  /* A hidden layer reading the sparse input instead of X (a lowered
+   * chain's first layer): row r's features idx/val[row_ptr[r] ..
+   * row_ptr[r+1]); NULL otherwise. */
+  const int64_t *row_ptr;
+  const int32_t *idx;
+  const float *val;
 } ar__sbatch;
 /* The sampled softmax output layer (SLIDE with the batch's shared
  * negatives, sampled.c): forward and loss (*loss_sum, summed over rows),
@@ -103,6 +109,11 @@ ar_status ar__sampled_hidden_forward(ar_sampled *s, const ar__sbatch *b, bool re
                                      ar_err *err);
 ar_status ar__sampled_hidden_backward(ar_sampled *s, const ar__sbatch *b, bool relu,
                                       const float *dY, ar_err *err);
+/* Every neuron of a hidden layer reading the sparse input (b->row_ptr; a
+ * layer made with all_ids) into Y (rows, neurons): the chain's evaluation
+ * of it (sampled_full), the sampled kernels with every id active. */
+ar_status ar__sampled_hidden_full(ar_sampled *s, const ar__sbatch *b, bool relu, float *Y,
+                                  ar_err *err);
 ar_status ar__sampled_step(ar_sampled *s, int64_t step, ar_err *err);
 ar_status ar__sampled_rehash(ar_sampled *s, int64_t step, ar_trace *trace, ar_err *err);
 

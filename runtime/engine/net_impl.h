@@ -137,7 +137,9 @@ struct ar_net {
   /* A lowered chain over model.input.dense (XC rows read as sparse input):
    * batch.x (batch, features), the staged rows scattered into a dense
    * batch as the chain's ar_model_load does; `input` names it, and item 0
-   * is a dense node.  -1 otherwise. */
+   * is a dense node.  Over model.input.sparse with an LSH-sampled first
+   * layer: the same tensor, never filled, the shape of that layer's dense
+   * node, which reads the CSR rows instead (net_hid.csr).  -1 otherwise. */
   int xd;
   int64_t max_nnz, max_labels;
   int64_t rows;
@@ -225,6 +227,9 @@ ar_status ar__net_head_step(ar_net *n, ar_err *err);
 enum { HH_ACTIVE = 0, HH_N, HH_OUT, HH_DOUT, HH_COUNT };
 typedef struct net_hid {
   int node, l, buf[HH_COUNT], last;
+  /* It reads the batch's sparse rows, not its dense input (a lowered
+   * chain's first layer: its input is n->xd, never filled). */
+  bool csr;
   struct ar_sampled *smp;
 } net_hid;
 /* hid_add: node (just added for item ls at path) becomes one, or AR_SPEC
@@ -244,6 +249,10 @@ void ar__net_hid_bind(ar_net *n);
 void ar__net_hid_stop(ar_net *n);
 ar_status ar__net_hid_forward(ar_net *n, const nnode *d, ar_err *err);
 ar_status ar__net_hid_backward(ar_net *n, const nnode *d, ar_err *err);
+/* Evaluation of node d when it reads the sparse rows (net_hid.csr): every
+ * neuron by the sampled kernels, as the chain evaluates it; false (nothing
+ * done) for any other node. */
+bool ar__net_hid_eval(ar_net *n, const nnode *d, ar_status *st, ar_err *err);
 ar_status ar__net_hid_step(ar_net *n, ar_err *err);
 bool ar__net_hid_param(const ar_net *n, int t);
 

@@ -63,11 +63,13 @@ const char *ar_chain_lower_refusal(const ar_spec *s, char *buf, size_t cap) {
     if (!ar_layer_sampled(s, l, true))
       continue;
     const char *nm = s->layers[l].name;
-    if (l == 0) {
-      snprintf(buf, cap, "layer %s is LSH-sampled and reads the sparse input directly (the "
-                         "graph's sampled items read a dense item)", nm);
+    if (l == 0 && s->n_layers == 1) {
+      snprintf(buf, cap, "layer %s is an LSH-sampled output layer reading the input directly "
+                         "(the graph's sampled head reads a dense item)", nm);
       return buf;
     }
+    if (l == 0) /* a hidden layer over the input: the graph's hidden sampled node */
+      continue;
     if (ar_layer_sampled(s, l - 1, true)) {
       snprintf(buf, cap, "layer %s is LSH-sampled and reads LSH-sampled layer %s (the chain "
                          "reads its active set; the graph's sampled items read a dense item)",

@@ -91,7 +91,9 @@ ar_status ar__net_workspace(ar_net *n, ar_err *err) {
                        (size_t)n->batch * (4 + 5 * 4);
   else if (ar_net_sparse_input(n)) /* the CSR batch instead of x and y */
     n->staging_bytes = ar__net_sparse_bytes(n) + (size_t)n->batch * (4 + 5 * 4) +
-                       (n->xd >= 0 ? n->tensors[n->xd].bytes : 0); /* (net_sparse_in.c) */
+                       (n->xd >= 0 && n->spec->input.kind == AR_INPUT_DENSE
+                            ? n->tensors[n->xd].bytes
+                            : 0); /* a dense batch's rows (net_sparse_in.c) */
   return AR_OK;
 }
 
@@ -341,6 +343,7 @@ static ar_status node_hook(ar_net *n, bool after, ar_job_phase ph, int i) {
  * hooks around each node when training. */
 static ar_status forward(ar_net *n, bool training, ar_err *err) {
   bool det = training && ar_trace_detail(n->trace);
+  ar_status st = AR_OK;
   for (int i = 0; i < n->n_nodes; i++) {
     nnode *d = &n->nodes[i];
     if (training)
@@ -352,6 +355,8 @@ static ar_status forward(ar_net *n, bool training, ar_err *err) {
       AR_CHECK(ar__net_head_forward(n, d, err)); /* the loss rows too */
     else if (training && d->hid1 && n->hid[d->hid1 - 1].smp)
       AR_CHECK(ar__net_hid_forward(n, d, err));
+    else if (!training && d->hid1 && ar__net_hid_eval(n, d, &st, err))
+      AR_CHECK(st); /* a sampled layer over the sparse rows: the chain's scoring */
     else if (training && n->smp && (d->after_head || (ar__net_is_loss(d->op) && !d->trains)))
       continue; /* computed by the sampled head */
     else if (!training && n->n_folds && ar__net_fold_forward(n, i))

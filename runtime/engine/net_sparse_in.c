@@ -34,14 +34,18 @@ ar_status ar__net_sparse_inputs(build_ctx *b) {
     if (n->sx[k] < 0)
       return ar_errf(b->err, AR_NOMEM, "out of memory building the graph");
   }
-  if (n->spec->input.kind != AR_INPUT_DENSE)
+  const ar_spec *s = n->spec;
+  if (s->input.kind != AR_INPUT_DENSE && !(s->lowered && ar_layer_sampled(s, 0, true)))
     /* `input` names the features (the row pointers stand for the three). */
     return ar__net_bind_name(b, "input", n->sx[SX_PTR]);
   /* A lowered chain over model.input.dense: the features as the chain
    * reads them, a dense (batch, features) tensor (ar_net_stage_sparse
    * scatters the rows into it); item 0 is a dense node, as the chain's
    * first layer (w (width, features)).  The CSR tensors above stay in
-   * the plan, unread but for the labels. */
+   * the plan, unread but for the labels.  A lowered chain's sampled first
+   * layer over model.input.sparse is a dense node too, its rows (width,
+   * features) as the chain's sampled rows; it reads the CSR tensors
+   * (net_sampled_hidden.c) and this tensor stays unfilled. */
   ar_shape xs = {2, {B, n->spec->input.features}};
   n->xd = ar__net_tensor(n, "batch.x", &xs, AR_DT_F32, T_INPUT);
   if (n->xd < 0)
@@ -126,7 +130,8 @@ ar_status ar_net_stage_sparse(ar_net *n, const ar_batch *b, ar_err *err) {
   memcpy(staged(n, SX_IDX), b->idx, (size_t)nnz * sizeof *b->idx);
   memcpy(staged(n, SX_VAL), b->val, (size_t)nnz * sizeof *b->val);
   memcpy(staged(n, SX_LAB), b->lab, (size_t)nlab * sizeof *b->lab);
-  if (n->xd >= 0) { /* the chain's scatter (ar_model_load); padding rows: 0 */
+  if (n->xd >= 0 && n->spec->input.kind == AR_INPUT_DENSE) {
+    /* the chain's scatter (ar_model_load); padding rows: 0 */
     const int64_t F = n->spec->input.features;
     float *x = staged_x(n);
     memset(x, 0, n->tensors[n->xd].bytes);
@@ -150,7 +155,7 @@ ar_status ar__net_sparse_load(ar_net *n, ar_err *err) {
     if (st != AR_OK)
       return ar_errf(err, st, "copying the batch to the device: %s", ar_device_errmsg(n->dev));
   }
-  if (n->xd >= 0) {
+  if (n->xd >= 0 && n->spec->input.kind == AR_INPUT_DENSE) {
     ar_status st = ar_device_copy_in(n->dev, n->tensors[n->xd].p, staged_x(n),
                                      n->tensors[n->xd].bytes);
     if (st != AR_OK)

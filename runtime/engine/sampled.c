@@ -911,7 +911,7 @@ ar_status ar__sampled_head_backward(ar_sampled *s, const ar__sbatch *b, ar_err *
 static ar__sbatch chain_batch(ar_model *m, int l) {
   ar__sbatch b = {m->rows, 1.0f / (float)(m->grad_rows > 0 ? m->grad_rows : m->rows),
                   l == 0 ? m->x : m->layers[l - 1].y, l > 0 ? m->layers[l - 1].dy : NULL,
-                  m->lab, m->lab_ptr, m->step, NULL};
+                  m->lab, m->lab_ptr, m->step, NULL, NULL, NULL, NULL};
   return b;
 }
 
@@ -1167,9 +1167,44 @@ static int64_t hidden_row(ar_sampled *s, const ar_lsh_input *x, int t, int64_t r
   return (int64_t)n;
 }
 
+/* Row r of b: its dense row, or its sparse features (input_of's rule for
+ * the sparse input). */
+static ar_lsh_input sbatch_row(const ar_sampled *s, const ar__sbatch *b, int64_t r) {
+  ar_lsh_input x = {NULL, NULL, NULL, 0};
+  if (b->row_ptr) {
+    const int64_t a = b->row_ptr[r], e = b->row_ptr[r + 1];
+    x.idx = (const uint32_t *)(b->idx + a); /* ids are >= 0: same bits */
+    x.val = b->val + a;
+    x.nnz = (size_t)(e - a);
+  } else {
+    x.dense = b->X + r * s->in;
+  }
+  return x;
+}
+
+ar_status ar__sampled_hidden_full(ar_sampled *s, const ar__sbatch *b, bool relu, float *Y,
+                                  ar_err *err) {
+  AR_ASSERT(s->all && b->row_ptr);
+  const ar_lsh_rows W = rows_of(s, false);
+  const ar_lsh_act act = relu ? AR_LSH_ACT_RELU : AR_LSH_ACT_NONE;
+  fail_box fb = {AR_OK, ""};
+#pragma omp parallel for num_threads(s->nt) schedule(dynamic, 4)
+  for (int64_t r = 0; r < b->rows; r++) {
+    ar_lsh_input x = sbatch_row(s, b, r);
+    ar_err e = AR_ERR_INIT;
+    ar_status st = ar_lsh_forward(&W, &x, s->all, s->neurons, act, Y + r * (int64_t)s->neurons,
+                                  &e);
+    if (st != AR_OK)
+      fail_note(&fb, st, e.msg);
+  }
+  if (fb.st != AR_OK)
+    return ar_errf(err, fb.st, "layer %s: %s", s->name, fb.msg);
+  return AR_OK;
+}
+
 ar_status ar__sampled_hidden_forward(ar_sampled *s, const ar__sbatch *b, bool relu, float *Y,
                                      ar_err *err) {
-  const int64_t rows = b->rows, in = s->in;
+  const int64_t rows = b->rows;
   const ar_lsh_act act = relu ? AR_LSH_ACT_RELU : AR_LSH_ACT_NONE;
   fail_box fb = {AR_OK, ""};
   double tq = 0, tc = 0;
@@ -1177,7 +1212,7 @@ ar_status ar__sampled_hidden_forward(ar_sampled *s, const ar__sbatch *b, bool re
   memset(Y, 0, (size_t)rows * s->neurons * sizeof(float));
 #pragma omp parallel for num_threads(s->nt) schedule(static) reduction(+ : tq, tc, asum)
   for (int64_t r = 0; r < rows; r++) {
-    ar_lsh_input x = {b->X + r * in, NULL, NULL, 0};
+    ar_lsh_input x = sbatch_row(s, b, r);
     ar_rng rng; /* the batch's shared stream, as sampled_forward's */
     ar_rng_seed3(&rng, s->spec->seed ^ 0x5a3d1e5bu, (uint64_t)b->step * 4096u + (uint64_t)s->l, 0);
     int64_t n = hidden_row(s, &x, omp_get_thread_num(), r, &rng, act, Y + r * (int64_t)s->neurons,
@@ -1202,7 +1237,7 @@ ar_status ar__sampled_hidden_backward(ar_sampled *s, const ar__sbatch *b, bool r
 #pragma omp parallel for num_threads(s->nt) schedule(static) reduction(+ : tc)
   for (int64_t r = 0; r < rows; r++) {
     double t0 = ar_now();
-    ar_lsh_input x = {b->X + r * in, NULL, NULL, 0};
+    ar_lsh_input x = sbatch_row(s, b, r);
     row_backward(s, &W, &G, act, &x, r, dY + r * (int64_t)s->neurons, b->dX ? b->dX + r * in : NULL,
                  &fb);
     tc += ar_now() - t0;

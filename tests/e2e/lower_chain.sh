@@ -23,6 +23,10 @@
 #   decays biases too, and so does its lowered graph); model.input.dense
 #   over XC data (the rows scattered into a dense batch, a dense first
 #   layer).
+# sampled_first: so, an LSH-sampled first layer reading the sparse input
+#   (the sampled kernels on the CSR rows, in training and evaluation) and
+#   one reading model.input.dense; with a sampled head too, straight and
+#   the halves' checkpoints.
 # route: accelrt check's engine line, what stays on the chain engine and
 #   why, a bad ACCELRT_CHAIN_ENGINE.
 set -uo pipefail
@@ -245,6 +249,30 @@ shapes)
   ACCELRT_CHAIN_ENGINE=graph "$bin" check dense.yaml | grep -q "hidden  *dense  *128x128" \
     || fail "dense.yaml: the lowered first layer is not a dense node"
   ;;
+sampled_first)
+  delicious_job c
+  sed -e 's/name: hidden, dense: 128, activation: relu}/name: h0, dense: 256, activation: relu, sparse: {mode: lsh}}\
+    - {name: hidden, dense: 64, activation: relu}/' chain.yaml > first.yaml
+  sed -e 's/{sparse: 500}/{dense: 500}/' first.yaml > dfirst.yaml
+  for f in first dfirst; do
+    ACCELRT_CHAIN_ENGINE=graph "$bin" check $f.yaml | grep -q "^engine: graph (job 'dc'" \
+      || fail "$f.yaml: not lowered"
+    cross $f.yaml
+  done
+  # A sampled first layer and a sampled head: the straight runs' records
+  # (h0's LAYER.lsh_* too) and the halves' checkpoints.
+  sed -e 's/softmax}/softmax, sparse: {mode: lsh, negatives: 32}}/' first.yaml > first2.yaml
+  both first2.yaml
+  grep -q '"h0.lsh_active_mean".*"out.lsh_active_mean"' g/metrics.jsonl \
+    || fail "first2.yaml: the lowered run's records lack a sampled layer's statistics"
+  same_records first2.yaml
+  both first2.yaml --set train.iterations=4
+  ACCELRT_CHAIN_ENGINE=graph "$bin" run first2.yaml --quiet --resume --set output.dir=c \
+    || fail "first2.yaml: graph resuming the chain's checkpoint"
+  ACCELRT_CHAIN_ENGINE=chain "$bin" run first2.yaml --quiet --resume --set output.dir=g \
+    || fail "first2.yaml: chain resuming the graph's"
+  same_ckpt c/checkpoint.bin g/checkpoint.bin
+  ;;
 route)
   delicious_job c
   ACCELRT_CHAIN_ENGINE=graph "$bin" check chain.yaml > check.txt || fail "check"
@@ -257,23 +285,20 @@ route)
   # note).
   ACCELRT_CHAIN_ENGINE=graph "$bin" check lsh.yaml > c.txt || { cat c.txt; fail "check lsh"; }
   grep -q "^engine: graph (job 'dc'" c.txt || { cat c.txt; fail "lsh.yaml: not lowered"; }
-  sed -e 's/\(h0, dense: 32, activation: relu\)}/\1, sparse: {mode: lsh}}/' \
-    lsh.yaml > first.yaml
   sed -e 's/dense: 64, activation: relu}/dense: 64, activation: relu, sparse: {mode: lsh}}/' \
     lsh.yaml > two.yaml
   sed -e 's/adam: {lr: 0.001}/sgd: {lr: 0.05}/' lsh.yaml > lsgd.yaml
-  for f in first:"layer h0 is LSH-sampled and reads the sparse input directly" \
-      two:"layer hidden is LSH-sampled and reads LSH-sampled layer h1" \
+  for f in two:"layer hidden is LSH-sampled and reads LSH-sampled layer h1" \
       lsgd:"layer h1 is LSH-sampled and train.optimizer is not adam"; do
     ACCELRT_CHAIN_ENGINE=graph "$bin" check "${f%%:*}.yaml" > c.txt \
       || { cat c.txt; fail "check ${f%%:*}"; }
     grep -q "^engine: chain (job 'dc' stays on it: ${f#*:}" c.txt \
       || { cat c.txt; fail "${f%%:*}: no reason"; }
   done
-  ACCELRT_CHAIN_ENGINE=graph "$bin" run first.yaml --set train.iterations=2 --quiet \
-    2> first.err || fail "run first.yaml"
-  [ "$(grep -c "stays on the chain engine: layer h0 is LSH-sampled" first.err)" = 1 ] \
-    || { cat first.err; fail "run's note, once"; }
+  ACCELRT_CHAIN_ENGINE=graph "$bin" run two.yaml --set train.iterations=2 --quiet \
+    2> two.err || fail "run two.yaml"
+  [ "$(grep -c "stays on the chain engine: layer hidden is LSH-sampled" two.err)" = 1 ] \
+    || { cat two.err; fail "run's note, once"; }
   ACCELRT_CHAIN_ENGINE=gpu "$bin" check chain.yaml > bad.txt 2>&1
   [ $? = 2 ] || fail "a bad ACCELRT_CHAIN_ENGINE: exit 2 expected"
   grep -q "ACCELRT_CHAIN_ENGINE=gpu: use \`chain\`" bad.txt || { cat bad.txt; fail "message"; }
