@@ -92,6 +92,12 @@ typedef struct ar__sbatch {
   const int64_t *row_ptr;
   const int32_t *idx;
   const float *val;
+  /* A hidden layer reading another sampled layer's active set instead of
+   * X (a lowered chain's sampled layer after a sampled layer, as the
+   * chain's input_of): row r's ids and values in from's buffers; backward
+   * writes their gradient into from's dout rows, as the chain does, and
+   * scatters it into dX at the ids.  NULL otherwise. */
+  ar_sampled *from;
 } ar__sbatch;
 /* The sampled softmax output layer (SLIDE with the batch's shared
  * negatives, sampled.c): forward and loss (*loss_sum, summed over rows),

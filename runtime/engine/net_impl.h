@@ -230,6 +230,10 @@ typedef struct net_hid {
   /* It reads the batch's sparse rows, not its dense input (a lowered
    * chain's first layer: its input is n->xd, never filled). */
   bool csr;
+  /* The hidden sampled node it reads (its index in n->hid; -1: none): a
+   * lowered chain's sampled layer after a sampled layer reads that one's
+   * active set, as the chain's does. */
+  int from;
   struct ar_sampled *smp;
 } net_hid;
 /* hid_add: node (just added for item ls at path) becomes one, or AR_SPEC

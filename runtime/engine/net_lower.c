@@ -70,9 +70,10 @@ const char *ar_chain_lower_refusal(const ar_spec *s, char *buf, size_t cap) {
     }
     if (l == 0) /* a hidden layer over the input: the graph's hidden sampled node */
       continue;
-    if (ar_layer_sampled(s, l - 1, true)) {
-      snprintf(buf, cap, "layer %s is LSH-sampled and reads LSH-sampled layer %s (the chain "
-                         "reads its active set; the graph's sampled items read a dense item)",
+    if (ar_layer_sampled(s, l - 1, true) && l + 1 == s->n_layers) {
+      snprintf(buf, cap, "layer %s is an LSH-sampled output layer reading LSH-sampled layer %s "
+                         "(the chain scores it from the active set without shared negatives; "
+                         "the graph's sampled head reads a dense item)",
                nm, s->layers[l - 1].name);
       return buf;
     }

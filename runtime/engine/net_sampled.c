@@ -284,7 +284,7 @@ static ar__sbatch head_batch(ar_net *n, const nnode *d) {
   if (ar_net_sparse_input(n)) {
     const int64_t div = n->grad_rows > 0 ? n->grad_rows : n->rows > 0 ? n->rows : 1;
     ar__sbatch b = {n->rows, 1.0f / (float)div, X, dX, tp(n, n->sx[SX_LAB]),
-                    tp(n, n->sx[SX_LPTR]), n->step, tp(n, n->loss), NULL, NULL, NULL};
+                    tp(n, n->sx[SX_LPTR]), n->step, tp(n, n->loss), NULL, NULL, NULL, NULL};
     return b;
   }
   int32_t *lab = tp(n, n->hs[HS_LAB]);
@@ -296,7 +296,7 @@ static ar__sbatch head_batch(ar_net *n, const nnode *d) {
   }
   ptr[n->batch] = n->batch;
   ar__sbatch b = {n->batch, 1.0f / (float)n->batch, X, dX, lab, ptr, n->step, tp(n, n->loss),
-                  NULL, NULL, NULL};
+                  NULL, NULL, NULL, NULL};
   return b;
 }
 

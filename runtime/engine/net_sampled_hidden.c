@@ -22,9 +22,12 @@
  *
  * Why dense with zeros and not the active set: the chain itself scatters
  * into y when a dense layer follows, and every graph op reads dense
- * tensors; a node reading the active set directly (a sampled layer after
- * a sampled layer, which the chain runs on the sparse activation) is not
- * built: ar__net_hid_add refuses it. */
+ * tensors.  A sampled node reading a sampled node (which the chain runs on
+ * the sparse activation) is built only for a lowered chain: it reads the
+ * other's active set as the chain does (net_hid.from) and hands its
+ * gradient back through the dense tensor, which the other gathers at its
+ * ids; in a written graph ar__net_hid_add refuses it.  A lowered chain's
+ * first layer over model.input.sparse reads the CSR rows (net_hid.csr). */
 #include "engine_impl.h"
 #include "net_impl.h"
 
@@ -70,7 +73,10 @@ ar_status ar__net_hid_add(build_ctx *b, const ar_layer_spec *ls, const char *pat
    * rows, as the chain's does (its dense input n->xd is a shape only). */
   const bool csr = d->in[0] == n->xd && sp->input.kind == AR_INPUT_SPARSE;
   const int in_prod = n->tensors[d->in[0]].producer;
-  if (in_prod >= 0 && n->nodes[in_prod].hid1)
+  /* A lowered chain's sampled layer after a sampled layer reads its
+   * active set, as the chain's does (the chain's input_of). */
+  const int from = in_prod >= 0 && sp->lowered ? n->nodes[in_prod].hid1 - 1 : -1;
+  if (in_prod >= 0 && n->nodes[in_prod].hid1 && from < 0)
     return ar__net_build_err(b, ls, path,
                              "sparse: an LSH-sampled item reading another one is not built in "
                              "this version (the chain reads the active set there); write the "
@@ -85,6 +91,7 @@ ar_status ar__net_hid_add(build_ctx *b, const ar_layer_spec *ls, const char *pat
   h->l = (int)(ls - sp->layers);
   h->last = -1;
   h->csr = csr;
+  h->from = from;
   for (int k = 0; k < HH_COUNT; k++)
     h->buf[k] = -1;
   d->hid1 = n->n_hid;
@@ -214,13 +221,17 @@ void ar__net_hid_stop(ar_net *n) {
 static ar__sbatch hid_batch(const ar_net *n, const nnode *d) {
   const int64_t rows = ar_net_sparse_input(n) ? n->rows : n->batch;
   ar__sbatch b = {rows, 1.0f, tp(n, d->in[0]), d->gin[0] >= 0 ? tp(n, d->gin[0]) : NULL,
-                  NULL, NULL, n->step,         NULL, NULL, NULL, NULL};
+                  NULL, NULL, n->step,         NULL, NULL, NULL, NULL, NULL};
   if (n->hid[d->hid1 - 1].csr) { /* the CSR rows (host memory: a host-only layer) */
     b.X = NULL;
     b.dX = NULL; /* the input is data */
     b.row_ptr = tp(n, n->sx[SX_PTR]);
     b.idx = tp(n, n->sx[SX_IDX]);
     b.val = tp(n, n->sx[SX_VAL]);
+  }
+  if (n->hid[d->hid1 - 1].from >= 0) { /* the previous sampled node's active set */
+    b.X = NULL;
+    b.from = n->hid[n->hid[d->hid1 - 1].from].smp;
   }
   return b;
 }

@@ -911,7 +911,7 @@ ar_status ar__sampled_head_backward(ar_sampled *s, const ar__sbatch *b, ar_err *
 static ar__sbatch chain_batch(ar_model *m, int l) {
   ar__sbatch b = {m->rows, 1.0f / (float)(m->grad_rows > 0 ? m->grad_rows : m->rows),
                   l == 0 ? m->x : m->layers[l - 1].y, l > 0 ? m->layers[l - 1].dy : NULL,
-                  m->lab, m->lab_ptr, m->step, NULL, NULL, NULL, NULL};
+                  m->lab, m->lab_ptr, m->step, NULL, NULL, NULL, NULL, NULL};
   return b;
 }
 
@@ -1171,7 +1171,12 @@ static int64_t hidden_row(ar_sampled *s, const ar_lsh_input *x, int t, int64_t r
  * the sparse input). */
 static ar_lsh_input sbatch_row(const ar_sampled *s, const ar__sbatch *b, int64_t r) {
   ar_lsh_input x = {NULL, NULL, NULL, 0};
-  if (b->row_ptr) {
+  if (b->from) {
+    const ar_sampled *p = b->from;
+    x.idx = p->active + (size_t)r * p->cap;
+    x.val = p->out + (size_t)r * p->cap;
+    x.nnz = p->n_active[r];
+  } else if (b->row_ptr) {
     const int64_t a = b->row_ptr[r], e = b->row_ptr[r + 1];
     x.idx = (const uint32_t *)(b->idx + a); /* ids are >= 0: same bits */
     x.val = b->val + a;
@@ -1232,14 +1237,20 @@ ar_status ar__sampled_hidden_backward(ar_sampled *s, const ar__sbatch *b, bool r
   const ar_lsh_act act = relu ? AR_LSH_ACT_RELU : AR_LSH_ACT_NONE;
   if (b->dX)
     memset(b->dX, 0, (size_t)rows * (size_t)in * sizeof(float));
+  ar_sampled *p = b->from;
+  if (p) /* the gradient of p's active values, as sampled_backward's */
+    memset(p->dout, 0, (size_t)rows * p->cap * sizeof(float));
   fail_box fb = {AR_OK, ""};
   double tc = 0;
 #pragma omp parallel for num_threads(s->nt) schedule(static) reduction(+ : tc)
   for (int64_t r = 0; r < rows; r++) {
     double t0 = ar_now();
     ar_lsh_input x = sbatch_row(s, b, r);
-    row_backward(s, &W, &G, act, &x, r, dY + r * (int64_t)s->neurons, b->dX ? b->dX + r * in : NULL,
-                 &fb);
+    float *dx = p ? p->dout + (size_t)r * p->cap : b->dX ? b->dX + r * in : NULL;
+    row_backward(s, &W, &G, act, &x, r, dY + r * (int64_t)s->neurons, dx, &fb);
+    if (p && b->dX) /* the graph's dense gradient: p gathers it back at its ids */
+      for (size_t k = 0; k < x.nnz; k++)
+        b->dX[r * in + x.idx[k]] = dx[k];
     tc += ar_now() - t0;
   }
   if (fb.st != AR_OK)

@@ -27,6 +27,9 @@
 #   (the sampled kernels on the CSR rows, in training and evaluation) and
 #   one reading model.input.dense; with a sampled head too, straight and
 #   the halves' checkpoints.
+# sampled_after: so, a hidden LSH-sampled layer after another (reading its
+#   active set, as the chain), the first reading a dense layer or the
+#   sparse input.
 # route: accelrt check's engine line, what stays on the chain engine and
 #   why, a bad ACCELRT_CHAIN_ENGINE.
 set -uo pipefail
@@ -138,6 +141,16 @@ cross() {
   same_records "$1"
 }
 
+# Each NAME.yaml is lowered (check's line) and crosses (above).
+lowered_cross() {
+  local f
+  for f in "$@"; do
+    ACCELRT_CHAIN_ENGINE=graph "$bin" check $f.yaml | grep -q "^engine: graph (job 'dc'" \
+      || fail "$f.yaml: not lowered"
+    cross $f.yaml
+  done
+}
+
 case $case_ in
 configs_generated)
   # quickstart's shape, sparse -> dense relu -> LSH-sampled softmax head
@@ -241,11 +254,7 @@ shapes)
   sed -e 's/adam: {lr: 0.001}/sgd: {lr: 0.05, momentum: 0.9, weight_decay: 0.01}/' \
     chain.yaml > wdsgd.yaml
   sed -e 's/{sparse: 500}/{dense: 500}/' chain.yaml > dense.yaml
-  for f in wd wdsgd dense; do
-    ACCELRT_CHAIN_ENGINE=graph "$bin" check $f.yaml | grep -q "^engine: graph (job 'dc'" \
-      || fail "$f.yaml: not lowered"
-    cross $f.yaml
-  done
+  lowered_cross wd wdsgd dense
   ACCELRT_CHAIN_ENGINE=graph "$bin" check dense.yaml | grep -q "hidden  *dense  *128x128" \
     || fail "dense.yaml: the lowered first layer is not a dense node"
   ;;
@@ -254,11 +263,7 @@ sampled_first)
   sed -e 's/name: hidden, dense: 128, activation: relu}/name: h0, dense: 256, activation: relu, sparse: {mode: lsh}}\
     - {name: hidden, dense: 64, activation: relu}/' chain.yaml > first.yaml
   sed -e 's/{sparse: 500}/{dense: 500}/' first.yaml > dfirst.yaml
-  for f in first dfirst; do
-    ACCELRT_CHAIN_ENGINE=graph "$bin" check $f.yaml | grep -q "^engine: graph (job 'dc'" \
-      || fail "$f.yaml: not lowered"
-    cross $f.yaml
-  done
+  lowered_cross first dfirst
   # A sampled first layer and a sampled head: the straight runs' records
   # (h0's LAYER.lsh_* too) and the halves' checkpoints.
   sed -e 's/softmax}/softmax, sparse: {mode: lsh, negatives: 32}}/' first.yaml > first2.yaml
@@ -273,6 +278,14 @@ sampled_first)
     || fail "first2.yaml: chain resuming the graph's"
   same_ckpt c/checkpoint.bin g/checkpoint.bin
   ;;
+sampled_after)
+  delicious_job c
+  # h0 dense, h1 and hidden sampled; then h1 over the sparse input.
+  sed -e 's/dense: 64, activation: relu}/dense: 64, activation: relu, sparse: {mode: lsh}}/' \
+    -e 's/softmax, sparse: {mode: lsh, negatives: 32}}/softmax}/' lsh.yaml > two.yaml
+  sed -e '/name: h0, dense: 32/d' two.yaml > two0.yaml
+  lowered_cross two two0
+  ;;
 route)
   delicious_job c
   ACCELRT_CHAIN_ENGINE=graph "$bin" check chain.yaml > check.txt || fail "check"
@@ -282,13 +295,13 @@ route)
     || fail "default: chain expected"
   # A sampled head and a hidden sampled layer reading dense layers are
   # lowered; what stays on the chain engine, and why (check's line; run's
-  # note).
+  # note): a sampled head after a sampled layer.
   ACCELRT_CHAIN_ENGINE=graph "$bin" check lsh.yaml > c.txt || { cat c.txt; fail "check lsh"; }
   grep -q "^engine: graph (job 'dc'" c.txt || { cat c.txt; fail "lsh.yaml: not lowered"; }
   sed -e 's/dense: 64, activation: relu}/dense: 64, activation: relu, sparse: {mode: lsh}}/' \
     lsh.yaml > two.yaml
   sed -e 's/adam: {lr: 0.001}/sgd: {lr: 0.05}/' lsh.yaml > lsgd.yaml
-  for f in two:"layer hidden is LSH-sampled and reads LSH-sampled layer h1" \
+  for f in two:"layer out is an LSH-sampled output layer reading LSH-sampled layer hidden" \
       lsgd:"layer h1 is LSH-sampled and train.optimizer is not adam"; do
     ACCELRT_CHAIN_ENGINE=graph "$bin" check "${f%%:*}.yaml" > c.txt \
       || { cat c.txt; fail "check ${f%%:*}"; }
@@ -297,7 +310,7 @@ route)
   done
   ACCELRT_CHAIN_ENGINE=graph "$bin" run two.yaml --set train.iterations=2 --quiet \
     2> two.err || fail "run two.yaml"
-  [ "$(grep -c "stays on the chain engine: layer hidden is LSH-sampled" two.err)" = 1 ] \
+  [ "$(grep -c "stays on the chain engine: layer out is an LSH-sampled output" two.err)" = 1 ] \
     || { cat two.err; fail "run's note, once"; }
   ACCELRT_CHAIN_ENGINE=gpu "$bin" check chain.yaml > bad.txt 2>&1
   [ $? = 2 ] || fail "a bad ACCELRT_CHAIN_ENGINE: exit 2 expected"
