@@ -119,6 +119,9 @@ struct ar_net {
    * once started. */
   int head, head_l, hs[HS_COUNT], head_last;
   struct ar_sampled *smp;
+  /* The training batch's summed row losses as the head adds them (in
+   * double, as the chain's; the loss tensor holds them as floats). */
+  double head_loss_sum;
   /* Hidden LSH-sampled dense nodes (net_sampled_hidden.c), in graph order. */
   int n_hid;
   struct net_hid *hid; /* (n_hid) */

@@ -546,6 +546,8 @@ static ar_status read_loss(ar_net *n, double *loss, ar_err *err) {
   double sum = 0;
   for (int64_t r = 0; r < n->batch; r++) /* padding rows: 0 */
     sum += rows[r];
+  if (n->smp && n->spec && n->spec->lowered) /* a chain's sampled head: its sum of the */
+    sum = n->head_loss_sum;                    /* rows' double losses, as the chain's */
   const int64_t real = ar_net_sparse_input(n) ? n->rows : n->batch;
   *loss = sum / (double)(real > 0 ? real : 1);
   return device_status(n, err);

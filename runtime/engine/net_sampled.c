@@ -302,12 +302,12 @@ static ar__sbatch head_batch(ar_net *n, const nnode *d) {
 
 ar_status ar__net_head_forward(ar_net *n, const nnode *d, ar_err *err) {
   ar__sbatch b = head_batch(n, d);
-  double sum = 0;
+  n->head_loss_sum = 0;
   if (b.rows < n->batch) /* padding rows: no loss */
     memset(b.row_loss + b.rows, 0, (size_t)(n->batch - b.rows) * sizeof(float));
   if (b.rows == 0)
     return AR_OK;
-  return ar__sampled_head_forward(n->smp, &b, &sum, err);
+  return ar__sampled_head_forward(n->smp, &b, &n->head_loss_sum, err);
 }
 
 ar_status ar__net_head_backward(ar_net *n, const nnode *d, ar_err *err) {
