@@ -107,10 +107,19 @@ typedef struct ar__sbatch {
 ar_status ar__sampled_head_forward(ar_sampled *s, const ar__sbatch *b, double *loss_sum,
                                    ar_err *err);
 ar_status ar__sampled_head_backward(ar_sampled *s, const ar__sbatch *b, ar_err *err);
+/* The output layer reading a sampled layer's active set or the sparse
+ * rows (b->from, b->row_ptr): the chain's per-row scoring there
+ * (sampled_forward: the labels, the retrieved ids and the row's top-up
+ * from the batch's stream, no shared negatives), its loss and the active
+ * outputs' gradients; backward is ar__sampled_hidden_backward's with no
+ * dY and no activation. */
+ar_status ar__sampled_head_rows_forward(ar_sampled *s, const ar__sbatch *b, double *loss_sum,
+                                        ar_err *err);
 /* A graph model's hidden sampled layer on a dense batch (b->X, b->dX;
  * labels unused): forward into Y (rows, neurons), each row's active
  * neurons (relu or identity) and zeros elsewhere, the chain's draws; then
- * backward from dY (rows, neurons) into the touched gradient rows and dX. */
+ * backward from dY (rows, neurons; NULL: the active outputs' gradients
+ * are in place, an output layer's) into the touched gradient rows and dX. */
 ar_status ar__sampled_hidden_forward(ar_sampled *s, const ar__sbatch *b, bool relu, float *Y,
                                      ar_err *err);
 ar_status ar__sampled_hidden_backward(ar_sampled *s, const ar__sbatch *b, bool relu,

@@ -253,7 +253,13 @@ static ar_status build_item(build_ctx *b, const ar_layer_spec *ls, const char *p
                        "item); write the model as a chain of dense items (without `inputs:`), "
                        "which samples it, or set sparse.mode to dense");
     const int prod = b->net->tensors[in[0]].producer;
-    if (prod >= 0 && b->net->nodes[prod].hid1)
+    /* A lowered chain's head reading a sampled layer's active set, or the
+     * sparse rows as the only layer (n->xd its shape only): the chain's
+     * unshared scoring (net_sampled.c, head_rows). */
+    const bool lowered = b->net->spec->lowered;
+    b->net->head_from = lowered && prod >= 0 ? b->net->nodes[prod].hid1 - 1 : -1;
+    b->net->head_csr = lowered && in[0] == b->net->xd && b->net->spec->input.kind == AR_INPUT_SPARSE;
+    if (prod >= 0 && b->net->nodes[prod].hid1 && !lowered)
       return ar__net_build_err(b, ls, path,
                        "sparse: an LSH-sampled head reading an LSH-sampled item (%s) is not "
                        "built in this version (the chain reads the active set there); write "
@@ -813,7 +819,7 @@ ar_status ar_net_build_sparse(const ar_spec *spec, int64_t batch, int64_t max_nn
   n->batch = batch;
   n->rows = batch;
   n->sx[SX_PTR] = -1;
-  n->xd = -1;
+  n->xd = n->head_from = -1;
   n->x = n->y = -1; /* sparse input: n->sx instead */
   n->max_nnz = max_nnz > 0 ? max_nnz : 1;
   n->max_labels = max_labels > 0 ? max_labels : 1;

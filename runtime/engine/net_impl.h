@@ -122,6 +122,12 @@ struct ar_net {
   /* The training batch's summed row losses as the head adds them (in
    * double, as the chain's; the loss tensor holds them as floats). */
   double head_loss_sum;
+  /* A lowered chain's head that reads hidden sampled node head_from's
+   * active set (index in hid; -1: none), or the sparse rows (head_csr: a
+   * one-layer chain): it scores as the chain's sampled_forward does there,
+   * without shared negatives (net_sampled.c). */
+  int head_from;
+  bool head_csr;
   /* Hidden LSH-sampled dense nodes (net_sampled_hidden.c), in graph order. */
   int n_hid;
   struct net_hid *hid; /* (n_hid) */
@@ -260,6 +266,9 @@ ar_status ar__net_hid_backward(ar_net *n, const nnode *d, ar_err *err);
  * neuron by the sampled kernels, as the chain evaluates it; false (nothing
  * done) for any other node. */
 bool ar__net_hid_eval(ar_net *n, const nnode *d, ar_status *st, ar_err *err);
+/* The same for the head of a one-layer chain over the sparse rows
+ * (ar_net.head_csr). */
+bool ar__net_head_eval(ar_net *n, const nnode *d, ar_status *st, ar_err *err);
 ar_status ar__net_hid_step(ar_net *n, ar_err *err);
 bool ar__net_hid_param(const ar_net *n, int t);
 

@@ -63,20 +63,6 @@ const char *ar_chain_lower_refusal(const ar_spec *s, char *buf, size_t cap) {
     if (!ar_layer_sampled(s, l, true))
       continue;
     const char *nm = s->layers[l].name;
-    if (l == 0 && s->n_layers == 1) {
-      snprintf(buf, cap, "layer %s is an LSH-sampled output layer reading the input directly "
-                         "(the graph's sampled head reads a dense item)", nm);
-      return buf;
-    }
-    if (l == 0) /* a hidden layer over the input: the graph's hidden sampled node */
-      continue;
-    if (ar_layer_sampled(s, l - 1, true) && l + 1 == s->n_layers) {
-      snprintf(buf, cap, "layer %s is an LSH-sampled output layer reading LSH-sampled layer %s "
-                         "(the chain scores it from the active set without shared negatives; "
-                         "the graph's sampled head reads a dense item)",
-               nm, s->layers[l - 1].name);
-      return buf;
-    }
     if (s->train.optimizer != AR_OPT_ADAM) {
       snprintf(buf, cap, "layer %s is LSH-sampled and train.optimizer is not adam (neither "
                          "engine trains a sampled layer without sparse Adam)", nm);

@@ -357,6 +357,8 @@ static ar_status forward(ar_net *n, bool training, ar_err *err) {
       AR_CHECK(ar__net_hid_forward(n, d, err));
     else if (!training && d->hid1 && ar__net_hid_eval(n, d, &st, err))
       AR_CHECK(st); /* a sampled layer over the sparse rows: the chain's scoring */
+    else if (!training && i == n->head && ar__net_head_eval(n, d, &st, err))
+      AR_CHECK(st);
     else if (training && n->smp && (d->after_head || (ar__net_is_loss(d->op) && !d->trains)))
       continue; /* computed by the sampled head */
     else if (!training && n->n_folds && ar__net_fold_forward(n, i))

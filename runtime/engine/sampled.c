@@ -1207,6 +1207,63 @@ ar_status ar__sampled_hidden_full(ar_sampled *s, const ar__sbatch *b, bool relu,
   return AR_OK;
 }
 
+ar_status ar__sampled_head_rows_forward(ar_sampled *s, const ar__sbatch *b, double *loss_sum,
+                                        ar_err *err) {
+  const ar_lsh_rows W = rows_of(s, false);
+  const uint32_t Lt = ar_lsh_hash_L(s->hash);
+  fail_box fb = {AR_OK, ""};
+  double tq = 0, tc = 0, lsum = 0;
+  int64_t asum = 0;
+#pragma omp parallel for num_threads(s->nt) schedule(static) reduction(+ : tq, tc, lsum, asum)
+  for (int64_t r = 0; r < b->rows; r++) {
+    const int t = omp_get_thread_num();
+    uint32_t *active = s->active + (size_t)r * s->cap, *buckets = s->buckets + (size_t)t * Lt;
+    float *out = s->out + (size_t)r * s->cap, *dout = s->dout + (size_t)r * s->cap;
+    ar_lsh_input x = sbatch_row(s, b, r);
+    const uint32_t *lab = (const uint32_t *)(b->lab + b->lab_ptr[r]);
+    const size_t nlab = (size_t)(b->lab_ptr[r + 1] - b->lab_ptr[r]);
+    ar_rng rng; /* the batch's shared stream, as sampled_forward's */
+    ar_rng_seed3(&rng, s->spec->seed ^ 0x5a3d1e5bu, (uint64_t)b->step * 4096u + (uint64_t)s->l, 0);
+    double t0 = ar_now();
+    size_t n = 0;
+    ar_status st = hash_input(s, &x, s->scratch[t], buckets);
+    if (st == AR_OK)
+      st = ar_lsh_sample(s->tables, buckets, &s->so, lab, nlab, s->scratch[t], &rng, active,
+                         s->cap, &n);
+    if (st != AR_OK) {
+      fail_note(&fb, st, ar_lsh_scratch_errmsg(s->scratch[t]));
+      continue;
+    }
+    double t1 = ar_now();
+    ar_err e = AR_ERR_INIT;
+    double loss = 0;
+    st = ar_lsh_forward(&W, &x, active, n, AR_LSH_ACT_NONE, out, &e);
+    if (st == AR_OK && nlab > 0) {
+      st = ar_lsh_softmax_active(out, active, n, lab, nlab, dout, &loss, &e);
+      for (size_t i = 0; i < n; i++)
+        dout[i] *= b->inv_rows; /* the batch loss is the mean over rows */
+      lsum += loss;
+    } else if (st == AR_OK) {
+      memset(dout, 0, n * sizeof(float)); /* no labels: no loss */
+    }
+    if (st != AR_OK) {
+      fail_note(&fb, st, e.msg);
+      continue;
+    }
+    if (b->row_loss)
+      b->row_loss[r] = (float)loss;
+    s->n_active[r] = (uint32_t)n;
+    asum += (int64_t)n;
+    tq += t1 - t0;
+    tc += ar_now() - t1;
+  }
+  if (fb.st != AR_OK)
+    return ar_errf(err, fb.st, "layer %s: %s", s->name, fb.msg);
+  count_forward(s, tq, tc, asum, b->rows);
+  *loss_sum = lsum;
+  return AR_OK;
+}
+
 ar_status ar__sampled_hidden_forward(ar_sampled *s, const ar__sbatch *b, bool relu, float *Y,
                                      ar_err *err) {
   const int64_t rows = b->rows;
@@ -1247,7 +1304,7 @@ ar_status ar__sampled_hidden_backward(ar_sampled *s, const ar__sbatch *b, bool r
     double t0 = ar_now();
     ar_lsh_input x = sbatch_row(s, b, r);
     float *dx = p ? p->dout + (size_t)r * p->cap : b->dX ? b->dX + r * in : NULL;
-    row_backward(s, &W, &G, act, &x, r, dY + r * (int64_t)s->neurons, dx, &fb);
+    row_backward(s, &W, &G, act, &x, r, dY ? dY + r * (int64_t)s->neurons : NULL, dx, &fb);
     if (p && b->dX) /* the graph's dense gradient: p gathers it back at its ids */
       for (size_t k = 0; k < x.nnz; k++)
         b->dX[r * in + x.idx[k]] = dx[k];
