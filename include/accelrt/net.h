@@ -247,7 +247,8 @@ ar_status ar_net_infer(ar_net *n, const void *const *in, void *const *out, ar_er
  * A job file's chain (model.layers without `inputs:`, over model.input.
  * sparse) is the graph the graph engine builds when ar_spec.graph is set:
  * item 0 reads the sparse input (op sparse_dense, w (features, width) as
- * the chain's first layer), each later item the previous one (op dense,
+ * the chain's first layer; over model.input.dense the rows scattered into
+ * a dense batch and op dense, as the chain's), each later item the previous one (op dense,
  * w (width, inputs) as the chain's), the last item's activation the loss
  * (xent_multi).  Parameters are named as the chain's ("LAYER.w",
  * "LAYER.b"); the optimizer's slots "LAYER.w.adam_m" / ".adam_v" /
@@ -278,6 +279,11 @@ int ar_chain_route(ar_spec *spec, ar_chain_engine e, FILE *notes);
  * ("LAYER.state1.w", "LAYER.lsh.last", "LAYER.grad.w") in buf (cap bytes),
  * or -1, buf untouched, when the chain has no such tensor. */
 int ar_chain_lowered_slot(const ar_spec *spec, const char *name, char *buf, size_t cap);
+/* Whether spec's model reads XC or LibSVM rows in batches (ar_reader, the
+ * net built by ar_net_build_sparse): model.input.sparse, or a lowered
+ * chain's model.input.dense (its rows scattered into a dense batch as the
+ * chain does). */
+bool ar_spec_reads_rows(const ar_spec *spec);
 
 #ifdef __cplusplus
 }

@@ -87,7 +87,7 @@ static ar_status print_lowered(const ar_spec *spec, const ar_plan *plan, ar_err 
  * records opens it), as ar_job_open computes it. */
 static ar_status plan_graph(const ar_spec *spec, bool with_test, ar_plan *plan, ar_err *err) {
   ar_net *net = NULL;
-  if (spec->input.kind == AR_INPUT_SPARSE && !spec->onnx) {
+  if (ar_spec_reads_rows(spec)) {
     /* Planned at the data's row bounds, as a chain model (the files are
      * scanned, data.generate runs in memory). */
     ar_data_stats tr, te;

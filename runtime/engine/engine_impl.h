@@ -86,6 +86,18 @@ typedef struct ar__sbatch {
   const int64_t *lab_ptr; /* (rows + 1) */
   int64_t step;           /* iterations done: the shared negatives' stream */
   float *row_loss;        /* (rows) each row's loss, or NULL */
+  /* A hidden layer reading the sparse input instead of X (a lowered
+   * chain's first layer): row r's features idx/val[row_ptr[r] ..
+   * row_ptr[r+1]); NULL otherwise. */
+  const int64_t *row_ptr;
+  const int32_t *idx;
+  const float *val;
+  /* A hidden layer reading another sampled layer's active set instead of
+   * X (a lowered chain's sampled layer after a sampled layer, as the
+   * chain's input_of): row r's ids and values in from's buffers; backward
+   * writes their gradient into from's dout rows, as the chain does, and
+   * scatters it into dX at the ids.  NULL otherwise. */
+  ar_sampled *from;
 } ar__sbatch;
 /* The sampled softmax output layer (SLIDE with the batch's shared
  * negatives, sampled.c): forward and loss (*loss_sum, summed over rows),
@@ -95,14 +107,28 @@ typedef struct ar__sbatch {
 ar_status ar__sampled_head_forward(ar_sampled *s, const ar__sbatch *b, double *loss_sum,
                                    ar_err *err);
 ar_status ar__sampled_head_backward(ar_sampled *s, const ar__sbatch *b, ar_err *err);
+/* The output layer reading a sampled layer's active set or the sparse
+ * rows (b->from, b->row_ptr): the chain's per-row scoring there
+ * (sampled_forward: the labels, the retrieved ids and the row's top-up
+ * from the batch's stream, no shared negatives), its loss and the active
+ * outputs' gradients; backward is ar__sampled_hidden_backward's with no
+ * dY and no activation. */
+ar_status ar__sampled_head_rows_forward(ar_sampled *s, const ar__sbatch *b, double *loss_sum,
+                                        ar_err *err);
 /* A graph model's hidden sampled layer on a dense batch (b->X, b->dX;
  * labels unused): forward into Y (rows, neurons), each row's active
  * neurons (relu or identity) and zeros elsewhere, the chain's draws; then
- * backward from dY (rows, neurons) into the touched gradient rows and dX. */
+ * backward from dY (rows, neurons; NULL: the active outputs' gradients
+ * are in place, an output layer's) into the touched gradient rows and dX. */
 ar_status ar__sampled_hidden_forward(ar_sampled *s, const ar__sbatch *b, bool relu, float *Y,
                                      ar_err *err);
 ar_status ar__sampled_hidden_backward(ar_sampled *s, const ar__sbatch *b, bool relu,
                                       const float *dY, ar_err *err);
+/* Every neuron of a hidden layer reading the sparse input (b->row_ptr; a
+ * layer made with all_ids) into Y (rows, neurons): the chain's evaluation
+ * of it (sampled_full), the sampled kernels with every id active. */
+ar_status ar__sampled_hidden_full(ar_sampled *s, const ar__sbatch *b, bool relu, float *Y,
+                                  ar_err *err);
 ar_status ar__sampled_step(ar_sampled *s, int64_t step, ar_err *err);
 ar_status ar__sampled_rehash(ar_sampled *s, int64_t step, ar_trace *trace, ar_err *err);
 

@@ -89,8 +89,11 @@ ar_status ar_eval_checkpoint(const ar_spec *spec, const char *ckpt, int64_t max_
                              int reps, const ar_eval_opts *opts, ar_eval_report *out,
                              ar_err *err) {
   /* A lowered chain with a sampled output layer: its checkpoint is the
-   * chain's file, evaluated as the chain does (LSH inference, --lsh-*). */
-  if (spec->lowered && ar_layer_sampled(spec, spec->n_layers - 1, true)) {
+   * chain's file, evaluated as the chain does (LSH inference, --lsh-*).
+   * So is one whose sampled first layer reads the sparse input (the
+   * graph scores it only in a training net, net_sampled_hidden.c). */
+  if (spec->lowered && (ar_layer_sampled(spec, spec->n_layers - 1, true) ||
+                        (ar_layer_sampled(spec, 0, true) && spec->input.kind == AR_INPUT_SPARSE))) {
     ar_spec chain = *spec;
     chain.graph = chain.lowered = false;
     return ar_eval_checkpoint(&chain, ckpt, max_points, reps, opts, out, err);

@@ -159,8 +159,11 @@ static ar_status add_node(build_ctx *b, const ar_layer_spec *ls, const char *pat
     p->init = d->sig.param_init[i];
     p->std = d->sig.param_std[i];
     /* Biases and normalisation parameters (1-D) never decay: the issue's
-     * default, and what a tuned PyTorch recipe does. */
-    p->decay = d->sig.param_decay[i] && d->sig.param[i].nd > 1;
+     * default, and what a tuned PyTorch recipe does.  A lowered chain's
+     * biases decay as the chain's do (ar_model_step_layer: the same L2
+     * penalty on every tensor; docs/graph.md, "Lowered chains"). */
+    p->decay = d->sig.param_decay[i] &&
+               (d->sig.param[i].nd > 1 || (n->spec && n->spec->lowered));
     p->producer = id;
     p->relu = attr->act == AR_ACT_RELU;
   }
@@ -250,7 +253,13 @@ static ar_status build_item(build_ctx *b, const ar_layer_spec *ls, const char *p
                        "item); write the model as a chain of dense items (without `inputs:`), "
                        "which samples it, or set sparse.mode to dense");
     const int prod = b->net->tensors[in[0]].producer;
-    if (prod >= 0 && b->net->nodes[prod].hid1)
+    /* A lowered chain's head reading a sampled layer's active set, or the
+     * sparse rows as the only layer (n->xd its shape only): the chain's
+     * unshared scoring (net_sampled.c, head_rows). */
+    const bool lowered = b->net->spec->lowered;
+    b->net->head_from = lowered && prod >= 0 ? b->net->nodes[prod].hid1 - 1 : -1;
+    b->net->head_csr = lowered && in[0] == b->net->xd && b->net->spec->input.kind == AR_INPUT_SPARSE;
+    if (prod >= 0 && b->net->nodes[prod].hid1 && !lowered)
       return ar__net_build_err(b, ls, path,
                        "sparse: an LSH-sampled head reading an LSH-sampled item (%s) is not "
                        "built in this version (the chain reads the active set there); write "
@@ -306,7 +315,7 @@ static ar_status build_sparse(build_ctx *b) {
   ar_net *n = b->net;
   const ar_spec *s = n->spec;
   AR_CHECK(ar__net_sparse_inputs(b));
-  int cur = n->sx[SX_PTR];
+  int cur = n->xd >= 0 ? n->xd : n->sx[SX_PTR]; /* xd: a lowered chain's dense input */
   AR_CHECK(build_items(b, s->layers, s->n_layers, "model.layers", "", -1, &cur, true));
   AR_CHECK(set_logits(b, cur));
   ar_nn_attr xa;
@@ -333,7 +342,7 @@ static ar_status build_graph(build_ctx *b) {
     xs.nd = 2;
     xs.d[1] = s->input.features;
     xt = AR_DT_I64;
-  } else if (s->input.kind == AR_INPUT_DENSE) {
+  } else if (s->input.kind == AR_INPUT_DENSE && !ar_spec_reads_rows(s)) {
     xs.nd = 2;
     xs.d[1] = s->input.features;
   } else {
@@ -793,7 +802,7 @@ ar_status ar_net_build(const ar_spec *spec, int64_t batch, ar_net **out, ar_err 
   *out = NULL;
   if (spec->onnx)
     return ar_net_build_onnx(spec, batch, NULL, out, err);
-  if (spec->input.kind == AR_INPUT_SPARSE)
+  if (ar_spec_reads_rows(spec))
     return ar_errf(err, AR_SPEC, "%s: error: model.input: a graph model over sparse input is "
                    "planned with its data's row bounds; this tool does not read them (a bug: "
                    "it should call ar_net_build_sparse)", spec->file ? spec->file : "<string>");
@@ -810,6 +819,7 @@ ar_status ar_net_build_sparse(const ar_spec *spec, int64_t batch, int64_t max_nn
   n->batch = batch;
   n->rows = batch;
   n->sx[SX_PTR] = -1;
+  n->xd = n->head_from = -1;
   n->x = n->y = -1; /* sparse input: n->sx instead */
   n->max_nnz = max_nnz > 0 ? max_nnz : 1;
   n->max_labels = max_labels > 0 ? max_labels : 1;

@@ -59,7 +59,8 @@ static int readers(const ar_net *n, int t, int *who) {
 /* Whether tensor t may disappear or change producer: no graph output, the
  * logits, the batch, or the loss. */
 static bool internal(const ar_net *n, int t) {
-  return !n->tensors[t].keep && t != n->logits && t != n->loss && t != n->x && t != n->y;
+  return !n->tensors[t].keep && t != n->logits && t != n->loss && t != n->x && t != n->y &&
+         t != n->xd;
 }
 
 static void shift(int *v, int t) {
@@ -86,7 +87,7 @@ static void drop_tensor(ar_net *n, int t) {
     for (int k = 0; k < d->sig.n_aux; k++)
       shift(&d->aux[k], t);
   }
-  int *one[] = {&n->x, &n->y, &n->logits, &n->loss, &n->head_last};
+  int *one[] = {&n->x, &n->y, &n->xd, &n->logits, &n->loss, &n->head_last};
   for (size_t k = 0; k < sizeof one / sizeof one[0]; k++)
     shift(one[k], t);
   for (int k = 0; k < HS_COUNT; k++)

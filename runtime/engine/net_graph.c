@@ -120,6 +120,7 @@ ar_status ar_net_build_graph(const ar_nn_graph *g, const ar_net_graph_opts *opts
   n->batch = 1;
   n->x = n->y = n->logits = n->loss = n->head = -1;
   n->sx[SX_PTR] = -1; /* not sparse input */
+  n->xd = n->head_from = -1;
   n->seed = o.seed;
   n->threads = o.threads > 0 ? o.threads : 1;
   return ar__net_done(n, build(n, g, err), false, out, err);
@@ -191,6 +192,7 @@ ar_status ar_net_build_graph_train(const ar_nn_graph *g, const ar_spec *spec, ar
   n->batch = x->shape.d[0];
   n->x = n->y = n->logits = n->loss = n->head = -1;
   n->sx[SX_PTR] = -1; /* not sparse input */
+  n->xd = n->head_from = -1;
   n->seed = spec->seed;
   n->threads = ar_job_threads(spec);
   ar_status st = build(n, g, err);

@@ -121,6 +121,15 @@ struct ar_net {
    * once started. */
   int head, head_l, hs[HS_COUNT], head_last;
   struct ar_sampled *smp;
+  /* The training batch's summed row losses as the head adds them (in
+   * double, as the chain's; the loss tensor holds them as floats). */
+  double head_loss_sum;
+  /* A lowered chain's head that reads hidden sampled node head_from's
+   * active set (index in hid; -1: none), or the sparse rows (head_csr: a
+   * one-layer chain): it scores as the chain's sampled_forward does there,
+   * without shared negatives (net_sampled.c). */
+  int head_from;
+  bool head_csr;
   /* Hidden LSH-sampled dense nodes (net_sampled_hidden.c), in graph order. */
   int n_hid;
   struct net_hid *hid; /* (n_hid) */
@@ -136,6 +145,13 @@ struct ar_net {
    * of the batch staged now (the rest padded empty; n->batch for other
    * inputs). */
   int sx[SX_COUNT];
+  /* A lowered chain over model.input.dense (XC rows read as sparse input):
+   * batch.x (batch, features), the staged rows scattered into a dense
+   * batch as the chain's ar_model_load does; `input` names it, and item 0
+   * is a dense node.  Over model.input.sparse with an LSH-sampled first
+   * layer: the same tensor, never filled, the shape of that layer's dense
+   * node, which reads the CSR rows instead (net_hid.csr).  -1 otherwise. */
+  int xd;
   int64_t max_nnz, max_labels;
   int64_t rows;
   /* The fusion pass (net_fuse.c): relus made their producers' act, and the
@@ -222,6 +238,13 @@ ar_status ar__net_head_step(ar_net *n, ar_err *err);
 enum { HH_ACTIVE = 0, HH_N, HH_OUT, HH_DOUT, HH_COUNT };
 typedef struct net_hid {
   int node, l, buf[HH_COUNT], last;
+  /* It reads the batch's sparse rows, not its dense input (a lowered
+   * chain's first layer: its input is n->xd, never filled). */
+  bool csr;
+  /* The hidden sampled node it reads (its index in n->hid; -1: none): a
+   * lowered chain's sampled layer after a sampled layer reads that one's
+   * active set, as the chain's does. */
+  int from;
   struct ar_sampled *smp;
 } net_hid;
 /* hid_add: node (just added for item ls at path) becomes one, or AR_SPEC
@@ -241,6 +264,13 @@ void ar__net_hid_bind(ar_net *n);
 void ar__net_hid_stop(ar_net *n);
 ar_status ar__net_hid_forward(ar_net *n, const nnode *d, ar_err *err);
 ar_status ar__net_hid_backward(ar_net *n, const nnode *d, ar_err *err);
+/* Evaluation of node d when it reads the sparse rows (net_hid.csr): every
+ * neuron by the sampled kernels, as the chain evaluates it; false (nothing
+ * done) for any other node. */
+bool ar__net_hid_eval(ar_net *n, const nnode *d, ar_status *st, ar_err *err);
+/* The same for the head of a one-layer chain over the sparse rows
+ * (ar_net.head_csr). */
+bool ar__net_head_eval(ar_net *n, const nnode *d, ar_status *st, ar_err *err);
 ar_status ar__net_hid_step(ar_net *n, ar_err *err);
 bool ar__net_hid_param(const ar_net *n, int t);
 

@@ -135,7 +135,7 @@ ar_status ar__netjob_copy_plan(run_ctx *c) {
 
 ar_status ar__netjob_open_data(run_ctx *c) {
   const ar_spec *s = c->spec;
-  if (s->input.kind == AR_INPUT_SPARSE && !s->onnx)
+  if (ar_spec_reads_rows(s))
     return ar__netjob_open_sparse(c);
   const char *train = s->data.train, *test = s->data.test;
   if (s->data.generate)
@@ -281,7 +281,7 @@ static void memo_put(const split_memo *key, size_t bytes) {
 
 ar_status ar_job_data_bytes(const ar_spec *spec, bool with_test, size_t *out, ar_err *err) {
   *out = 0;
-  if (!spec->graph || (spec->input.kind == AR_INPUT_SPARSE && !spec->onnx))
+  if (!spec->graph || ar_spec_reads_rows(spec))
     return AR_OK; /* read in batches by ar_reader, counted in the batch's staging */
   if (spec->data.generate) { /* open_data generates a token set */
     ar_tokens_spec ts = tokens_spec(spec);

@@ -1,5 +1,6 @@
-/* A job file's chain (model.layers of dense layers over model.input.sparse)
- * lowered onto the graph engine: which chains can be, the switch
+/* A job file's chain (model.layers of dense layers over model.input.sparse,
+ * or .dense over XC rows) lowered onto the graph engine: which chains can
+ * be, the switch
  * (ACCELRT_CHAIN_ENGINE), and the map between the two engines' tensor
  * names and orders that keeps a lowered job's checkpoints the chain's.
  *
@@ -9,7 +10,11 @@
  * width), the chain's first layer, its kernels and initial values); the
  * later items are dense (weight (width, inputs), as the chain's), and the
  * last item's activation picks xent_multi, the chain's loss
- * (net_sparse_in.c).  What is left is the checkpoint: the graph lists its
+ * (net_sparse_in.c).  Over model.input.dense the rows are scattered into
+ * a dense batch as the chain does and item 0 is a dense node.  Every
+ * parameter of a lowered chain decays under train.weight_decay, biases
+ * too, as the chain's (net.c; a written graph exempts 1-D ones).  What is
+ * left is the checkpoint: the graph lists its
  * parameters, then their optimizer slots ("L.w.adam_m"), in plan order;
  * the chain lists each layer's w, b and their slots ("L.state1.w").  A
  * lowered job writes and reads the chain's list, so either engine resumes
@@ -50,29 +55,17 @@ const char *ar_chain_lower_refusal(const ar_spec *s, char *buf, size_t cap) {
                        "have not yet run on a GPU)", s->device);
     return buf;
   }
-  if (s->input.kind != AR_INPUT_SPARSE) {
-    snprintf(buf, cap, "model.input.dense (the graph engine reads XC and LibSVM rows only "
-                       "as model.input.sparse)");
+  if (s->input.kind != AR_INPUT_SPARSE && s->input.kind != AR_INPUT_DENSE) {
+    snprintf(buf, cap, "not a chain over model.input.sparse or .dense");
     return buf;
   }
   for (int l = 0; l < s->n_layers; l++) {
     if (!ar_layer_sampled(s, l, true))
       continue;
     const char *nm = s->layers[l].name;
-    if (l == 0) {
-      snprintf(buf, cap, "layer %s is LSH-sampled and reads the sparse input directly (the "
-                         "graph's sampled items read a dense item)", nm);
-      return buf;
-    }
-    if (ar_layer_sampled(s, l - 1, true)) {
-      snprintf(buf, cap, "layer %s is LSH-sampled and reads LSH-sampled layer %s (the chain "
-                         "reads its active set; the graph's sampled items read a dense item)",
-               nm, s->layers[l - 1].name);
-      return buf;
-    }
     if (s->train.optimizer != AR_OPT_ADAM) {
-      snprintf(buf, cap, "layer %s is LSH-sampled and train.optimizer is not adam (the "
-                         "graph's sampled items train with sparse Adam only)", nm);
+      snprintf(buf, cap, "layer %s is LSH-sampled and train.optimizer is not adam (neither "
+                         "engine trains a sampled layer without sparse Adam)", nm);
       return buf;
     }
     const ar_act a = s->layers[l].act;
@@ -82,12 +75,12 @@ const char *ar_chain_lower_refusal(const ar_spec *s, char *buf, size_t cap) {
       return buf;
     }
   }
-  if (s->train.weight_decay != 0.0) {
-    snprintf(buf, cap, "train.weight_decay (the chain decays biases too, the graph engine "
-                       "does not)");
-    return buf;
-  }
   return NULL;
+}
+
+bool ar_spec_reads_rows(const ar_spec *s) {
+  return !s->onnx && (s->input.kind == AR_INPUT_SPARSE ||
+                      (s->lowered && s->input.kind == AR_INPUT_DENSE));
 }
 
 static bool lower_one(ar_spec *s, ar_chain_engine e, FILE *notes) {

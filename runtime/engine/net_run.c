@@ -90,7 +90,10 @@ ar_status ar__net_workspace(ar_net *n, ar_err *err) {
     n->staging_bytes = n->tensors[n->x].bytes + n->tensors[n->y].bytes +
                        (size_t)n->batch * (4 + 5 * 4);
   else if (ar_net_sparse_input(n)) /* the CSR batch instead of x and y */
-    n->staging_bytes = ar__net_sparse_bytes(n) + (size_t)n->batch * (4 + 5 * 4);
+    n->staging_bytes = ar__net_sparse_bytes(n) + (size_t)n->batch * (4 + 5 * 4) +
+                       (n->xd >= 0 && n->spec->input.kind == AR_INPUT_DENSE
+                            ? n->tensors[n->xd].bytes
+                            : 0); /* a dense batch's rows (net_sparse_in.c) */
   return AR_OK;
 }
 
@@ -355,6 +358,7 @@ static void loss_span(ar_net *n, double t0) {
 static ar_status forward(ar_net *n, bool training, ar_err *err) {
   bool det = training && ar_trace_detail(n->trace);
   const int lnode = loss_node(n);
+  ar_status st = AR_OK;
   for (int i = 0; i < n->n_nodes; i++) {
     nnode *d = &n->nodes[i];
     if (training)
@@ -366,6 +370,10 @@ static ar_status forward(ar_net *n, bool training, ar_err *err) {
       AR_CHECK(ar__net_head_forward(n, d, err)); /* the loss rows too */
     } else if (training && d->hid1 && n->hid[d->hid1 - 1].smp) {
       AR_CHECK(ar__net_hid_forward(n, d, err));
+    } else if (!training && d->hid1 && ar__net_hid_eval(n, d, &st, err)) {
+      AR_CHECK(st); /* a sampled layer over the sparse rows: the chain's scoring */
+    } else if (!training && i == n->head && ar__net_head_eval(n, d, &st, err)) {
+      AR_CHECK(st);
     } else if (training && n->smp && (d->after_head || (ar__net_is_loss(d->op) && !d->trains))) {
       if (det && i == lnode)
         loss_span(n, t0);
@@ -570,6 +578,8 @@ static ar_status read_loss(ar_net *n, double *loss, ar_err *err) {
   double sum = 0;
   for (int64_t r = 0; r < n->batch; r++) /* padding rows: 0 */
     sum += rows[r];
+  if (n->smp && n->spec && n->spec->lowered) /* a chain's sampled head: its sum of the */
+    sum = n->head_loss_sum;                    /* rows' double losses, as the chain's */
   const int64_t real = ar_net_sparse_input(n) ? n->rows : n->batch;
   *loss = sum / (double)(real > 0 ? real : 1);
   return device_status(n, err);

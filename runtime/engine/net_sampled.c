@@ -10,6 +10,10 @@
  * touched gradient rows and the input's gradient; the sparse Adam step
  * updates only those rows and the tables are rebuilt on the layer's
  * schedule.  Evaluation runs the node's dense op: every class is scored.
+ * A lowered chain's head that reads a sampled node's active set, or the
+ * sparse rows as the only layer, scores as the chain's sampled_forward
+ * does there (no shared negatives; ar__sampled_head_rows_forward), and
+ * the one-layer head is evaluated by the sampled kernels from the rows.
  *
  * Memory: the rows' gradients are persistent (T_SGRAD), the per-batch
  * buffers ephemeral (T_SAMP, live from the node's forward to its
@@ -248,7 +252,7 @@ ar_status ar__net_head_start(ar_net *n, ar_err *err) {
     const ntensor *b = nb ? NULL : &n->tensors[d->param[1]];
     ar__sampled_cfg c = {n->hspec, n->head_l, d->name, n->dev, head_in(n), head_out(n),
                          head_labels(n),
-                         n->step, true, false, head_ptrs(n),
+                         n->step, n->head_from < 0 && !n->head_csr, n->head_csr, head_ptrs(n),
                          tp(n, w->opt1), tp(n, w->opt2), tp(n, nb ? n->hs[HS_ZM1] : b->opt1),
                          tp(n, nb ? n->hs[HS_ZM2] : b->opt2), tp(n, n->head_last)};
     if (!c.s1w || !c.s2w)
@@ -284,7 +288,17 @@ static ar__sbatch head_batch(ar_net *n, const nnode *d) {
   if (ar_net_sparse_input(n)) {
     const int64_t div = n->grad_rows > 0 ? n->grad_rows : n->rows > 0 ? n->rows : 1;
     ar__sbatch b = {n->rows, 1.0f / (float)div, X, dX, tp(n, n->sx[SX_LAB]),
-                    tp(n, n->sx[SX_LPTR]), n->step, tp(n, n->loss)};
+                    tp(n, n->sx[SX_LPTR]), n->step, tp(n, n->loss), NULL, NULL, NULL, NULL};
+    if (n->head_csr) { /* a one-layer chain: the CSR rows (host memory) */
+      b.X = NULL;
+      b.dX = NULL;
+      b.row_ptr = tp(n, n->sx[SX_PTR]);
+      b.idx = tp(n, n->sx[SX_IDX]);
+      b.val = tp(n, n->sx[SX_VAL]);
+    } else if (n->head_from >= 0) { /* a sampled node's active set */
+      b.X = NULL;
+      b.from = n->hid[n->head_from].smp;
+    }
     return b;
   }
   int32_t *lab = tp(n, n->hs[HS_LAB]);
@@ -295,18 +309,34 @@ static ar__sbatch head_batch(ar_net *n, const nnode *d) {
     ptr[r] = r;
   }
   ptr[n->batch] = n->batch;
-  ar__sbatch b = {n->batch, 1.0f / (float)n->batch, X, dX, lab, ptr, n->step, tp(n, n->loss)};
+  ar__sbatch b = {n->batch, 1.0f / (float)n->batch, X, dX, lab, ptr, n->step, tp(n, n->loss),
+                  NULL, NULL, NULL, NULL};
   return b;
 }
 
 ar_status ar__net_head_forward(ar_net *n, const nnode *d, ar_err *err) {
   ar__sbatch b = head_batch(n, d);
-  double sum = 0;
+  n->head_loss_sum = 0;
   if (b.rows < n->batch) /* padding rows: no loss */
     memset(b.row_loss + b.rows, 0, (size_t)(n->batch - b.rows) * sizeof(float));
   if (b.rows == 0)
     return AR_OK;
-  return ar__sampled_head_forward(n->smp, &b, &sum, err);
+  if (b.from || b.row_ptr) /* the chain's unshared scoring */
+    return ar__sampled_head_rows_forward(n->smp, &b, &n->head_loss_sum, err);
+  return ar__sampled_head_forward(n->smp, &b, &n->head_loss_sum, err);
+}
+
+bool ar__net_head_eval(ar_net *n, const nnode *d, ar_status *st, ar_err *err) {
+  if (!n->head_csr || !n->smp || d != &n->nodes[n->head])
+    return false;
+  /* A one-layer chain's head over the sparse rows: every class by the
+   * sampled kernels, as the chain's sampled_full (its input n->xd is
+   * never filled). */
+  ar__sbatch b = head_batch(n, d);
+  float *Y = tp(n, d->out[0]);
+  memset(Y, 0, (size_t)(n->batch * head_out(n)) * sizeof(float)); /* padding rows: zeros */
+  *st = b.rows > 0 ? ar__sampled_hidden_full(n->smp, &b, false, Y, err) : AR_OK;
+  return true;
 }
 
 ar_status ar__net_head_backward(ar_net *n, const nnode *d, ar_err *err) {
@@ -316,6 +346,8 @@ ar_status ar__net_head_backward(ar_net *n, const nnode *d, ar_err *err) {
     memset(b.dX + b.rows * in, 0, (size_t)((n->batch - b.rows) * in) * sizeof(float));
   if (b.rows == 0)
     return AR_OK;
+  if (b.from || b.row_ptr)
+    return ar__sampled_hidden_backward(n->smp, &b, false, NULL, err);
   return ar__sampled_head_backward(n->smp, &b, err);
 }
 

@@ -22,9 +22,12 @@
  *
  * Why dense with zeros and not the active set: the chain itself scatters
  * into y when a dense layer follows, and every graph op reads dense
- * tensors; a node reading the active set directly (a sampled layer after
- * a sampled layer, which the chain runs on the sparse activation) is not
- * built: ar__net_hid_add refuses it. */
+ * tensors.  A sampled node reading a sampled node (which the chain runs on
+ * the sparse activation) is built only for a lowered chain: it reads the
+ * other's active set as the chain does (net_hid.from) and hands its
+ * gradient back through the dense tensor, which the other gathers at its
+ * ids; in a written graph ar__net_hid_add refuses it.  A lowered chain's
+ * first layer over model.input.sparse reads the CSR rows (net_hid.csr). */
 #include "engine_impl.h"
 #include "net_impl.h"
 
@@ -66,8 +69,14 @@ ar_status ar__net_hid_add(build_ctx *b, const ar_layer_spec *ls, const char *pat
                              "sparse: an LSH-sampled item trains with Adam without weight "
                              "decay (sparse Adam on the touched rows); set train.optimizer to "
                              "adam with weight_decay 0, or this item's sparse.mode to dense");
+  /* A lowered chain's first layer over model.input.sparse reads the CSR
+   * rows, as the chain's does (its dense input n->xd is a shape only). */
+  const bool csr = d->in[0] == n->xd && sp->input.kind == AR_INPUT_SPARSE;
   const int in_prod = n->tensors[d->in[0]].producer;
-  if (in_prod >= 0 && n->nodes[in_prod].hid1)
+  /* A lowered chain's sampled layer after a sampled layer reads its
+   * active set, as the chain's does (the chain's input_of). */
+  const int from = in_prod >= 0 && sp->lowered ? n->nodes[in_prod].hid1 - 1 : -1;
+  if (in_prod >= 0 && n->nodes[in_prod].hid1 && from < 0)
     return ar__net_build_err(b, ls, path,
                              "sparse: an LSH-sampled item reading another one is not built in "
                              "this version (the chain reads the active set there); write the "
@@ -81,6 +90,8 @@ ar_status ar__net_hid_add(build_ctx *b, const ar_layer_spec *ls, const char *pat
   h->node = node;
   h->l = (int)(ls - sp->layers);
   h->last = -1;
+  h->csr = csr;
+  h->from = from;
   for (int k = 0; k < HH_COUNT; k++)
     h->buf[k] = -1;
   d->hid1 = n->n_hid;
@@ -175,7 +186,7 @@ ar_status ar__net_hid_start(ar_net *n, ar_err *err) {
                            0,
                            n->step,
                            false,
-                           false,
+                           h->csr, /* every id, for the evaluation's scoring */
                            hid_ptrs(n, h),
                            tp(n, w->opt1),
                            tp(n, w->opt2),
@@ -210,8 +221,39 @@ void ar__net_hid_stop(ar_net *n) {
 static ar__sbatch hid_batch(const ar_net *n, const nnode *d) {
   const int64_t rows = ar_net_sparse_input(n) ? n->rows : n->batch;
   ar__sbatch b = {rows, 1.0f, tp(n, d->in[0]), d->gin[0] >= 0 ? tp(n, d->gin[0]) : NULL,
-                  NULL, NULL, n->step,         NULL};
+                  NULL, NULL, n->step,         NULL, NULL, NULL, NULL, NULL};
+  if (n->hid[d->hid1 - 1].csr) { /* the CSR rows (host memory: a host-only layer) */
+    b.X = NULL;
+    b.dX = NULL; /* the input is data */
+    b.row_ptr = tp(n, n->sx[SX_PTR]);
+    b.idx = tp(n, n->sx[SX_IDX]);
+    b.val = tp(n, n->sx[SX_VAL]);
+  }
+  if (n->hid[d->hid1 - 1].from >= 0) { /* the previous sampled node's active set */
+    b.X = NULL;
+    b.from = n->hid[n->hid[d->hid1 - 1].from].smp;
+  }
   return b;
+}
+
+bool ar__net_hid_eval(ar_net *n, const nnode *d, ar_status *st, ar_err *err) {
+  const net_hid *h = &n->hid[d->hid1 - 1];
+  if (!h->csr)
+    return false;
+  if (!h->smp) { /* an inference graph: its input was never filled */
+    *st = ar_errf(err, AR_STATE,
+                  "layer %s: a lowered chain's LSH-sampled first layer is evaluated by the "
+                  "chain's evaluation (a bug: it should not reach an inference graph)",
+                  d->name);
+    return true;
+  }
+  ar__sbatch b = hid_batch(n, d);
+  float *Y = tp(n, d->out[0]);
+  const int64_t width = hid_out(n, h);
+  memset(Y, 0, (size_t)(n->batch * width) * sizeof(float)); /* padding rows: zeros */
+  *st = b.rows > 0 ? ar__sampled_hidden_full(h->smp, &b, d->attr.act == AR_ACT_RELU, Y, err)
+                   : AR_OK;
+  return true;
 }
 
 ar_status ar__net_hid_forward(ar_net *n, const nnode *d, ar_err *err) {

@@ -34,8 +34,23 @@ ar_status ar__net_sparse_inputs(build_ctx *b) {
     if (n->sx[k] < 0)
       return ar_errf(b->err, AR_NOMEM, "out of memory building the graph");
   }
-  /* `input` names the features (the row pointers stand for the three). */
-  return ar__net_bind_name(b, "input", n->sx[SX_PTR]);
+  const ar_spec *s = n->spec;
+  if (s->input.kind != AR_INPUT_DENSE && !(s->lowered && ar_layer_sampled(s, 0, true)))
+    /* `input` names the features (the row pointers stand for the three). */
+    return ar__net_bind_name(b, "input", n->sx[SX_PTR]);
+  /* A lowered chain over model.input.dense: the features as the chain
+   * reads them, a dense (batch, features) tensor (ar_net_stage_sparse
+   * scatters the rows into it); item 0 is a dense node, as the chain's
+   * first layer (w (width, features)).  The CSR tensors above stay in
+   * the plan, unread but for the labels.  A lowered chain's sampled first
+   * layer over model.input.sparse is a dense node too, its rows (width,
+   * features) as the chain's sampled rows; it reads the CSR tensors
+   * (net_sampled_hidden.c) and this tensor stays unfilled. */
+  ar_shape xs = {2, {B, n->spec->input.features}};
+  n->xd = ar__net_tensor(n, "batch.x", &xs, AR_DT_F32, T_INPUT);
+  if (n->xd < 0)
+    return ar_errf(b->err, AR_NOMEM, "out of memory building the graph");
+  return ar__net_bind_name(b, "input", n->xd);
 }
 
 ar_status ar__net_sparse_item(build_ctx *b, const ar_layer_spec *ls, const char *path,
@@ -66,6 +81,12 @@ size_t ar__net_sparse_bytes(const ar_net *n) {
   for (int k = 0; k < SX_COUNT; k++)
     s += n->tensors[n->sx[k]].bytes;
   return s;
+}
+
+/* The staged dense batch (a lowered chain over model.input.dense): after
+ * the CSR tensors, the loss rows and the top 5 (net_run.c's staging). */
+static float *staged_x(const ar_net *n) {
+  return (float *)((char *)n->staging + ar__net_sparse_bytes(n) + (size_t)n->batch * (4 + 5 * 4));
 }
 
 /* The staged tensor k (host). */
@@ -109,6 +130,15 @@ ar_status ar_net_stage_sparse(ar_net *n, const ar_batch *b, ar_err *err) {
   memcpy(staged(n, SX_IDX), b->idx, (size_t)nnz * sizeof *b->idx);
   memcpy(staged(n, SX_VAL), b->val, (size_t)nnz * sizeof *b->val);
   memcpy(staged(n, SX_LAB), b->lab, (size_t)nlab * sizeof *b->lab);
+  if (n->xd >= 0 && n->spec->input.kind == AR_INPUT_DENSE) {
+    /* the chain's scatter (ar_model_load); padding rows: 0 */
+    const int64_t F = n->spec->input.features;
+    float *x = staged_x(n);
+    memset(x, 0, n->tensors[n->xd].bytes);
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t j = b->row_ptr[r]; j < b->row_ptr[r + 1]; j++)
+        x[r * F + b->idx[j]] += b->val[j];
+  }
   n->rows = rows;
   return AR_OK;
 }
@@ -122,6 +152,12 @@ ar_status ar__net_sparse_load(ar_net *n, ar_err *err) {
                                   (size_t)lptr[n->batch] * 4};
   for (int k = 0; k < SX_COUNT; k++) {
     ar_status st = ar_device_copy_in(n->dev, n->tensors[n->sx[k]].p, staged(n, k), bytes[k]);
+    if (st != AR_OK)
+      return ar_errf(err, st, "copying the batch to the device: %s", ar_device_errmsg(n->dev));
+  }
+  if (n->xd >= 0 && n->spec->input.kind == AR_INPUT_DENSE) {
+    ar_status st = ar_device_copy_in(n->dev, n->tensors[n->xd].p, staged_x(n),
+                                     n->tensors[n->xd].bytes);
     if (st != AR_OK)
       return ar_errf(err, st, "copying the batch to the device: %s", ar_device_errmsg(n->dev));
   }

@@ -911,7 +911,7 @@ ar_status ar__sampled_head_backward(ar_sampled *s, const ar__sbatch *b, ar_err *
 static ar__sbatch chain_batch(ar_model *m, int l) {
   ar__sbatch b = {m->rows, 1.0f / (float)(m->grad_rows > 0 ? m->grad_rows : m->rows),
                   l == 0 ? m->x : m->layers[l - 1].y, l > 0 ? m->layers[l - 1].dy : NULL,
-                  m->lab, m->lab_ptr, m->step, NULL};
+                  m->lab, m->lab_ptr, m->step, NULL, NULL, NULL, NULL, NULL};
   return b;
 }
 
@@ -1167,9 +1167,106 @@ static int64_t hidden_row(ar_sampled *s, const ar_lsh_input *x, int t, int64_t r
   return (int64_t)n;
 }
 
+/* Row r of b: its dense row, or its sparse features (input_of's rule for
+ * the sparse input). */
+static ar_lsh_input sbatch_row(const ar_sampled *s, const ar__sbatch *b, int64_t r) {
+  ar_lsh_input x = {NULL, NULL, NULL, 0};
+  if (b->from) {
+    const ar_sampled *p = b->from;
+    x.idx = p->active + (size_t)r * p->cap;
+    x.val = p->out + (size_t)r * p->cap;
+    x.nnz = p->n_active[r];
+  } else if (b->row_ptr) {
+    const int64_t a = b->row_ptr[r], e = b->row_ptr[r + 1];
+    x.idx = (const uint32_t *)(b->idx + a); /* ids are >= 0: same bits */
+    x.val = b->val + a;
+    x.nnz = (size_t)(e - a);
+  } else {
+    x.dense = b->X + r * s->in;
+  }
+  return x;
+}
+
+ar_status ar__sampled_hidden_full(ar_sampled *s, const ar__sbatch *b, bool relu, float *Y,
+                                  ar_err *err) {
+  AR_ASSERT(s->all && b->row_ptr);
+  const ar_lsh_rows W = rows_of(s, false);
+  const ar_lsh_act act = relu ? AR_LSH_ACT_RELU : AR_LSH_ACT_NONE;
+  fail_box fb = {AR_OK, ""};
+#pragma omp parallel for num_threads(s->nt) schedule(dynamic, 4)
+  for (int64_t r = 0; r < b->rows; r++) {
+    ar_lsh_input x = sbatch_row(s, b, r);
+    ar_err e = AR_ERR_INIT;
+    ar_status st = ar_lsh_forward(&W, &x, s->all, s->neurons, act, Y + r * (int64_t)s->neurons,
+                                  &e);
+    if (st != AR_OK)
+      fail_note(&fb, st, e.msg);
+  }
+  if (fb.st != AR_OK)
+    return ar_errf(err, fb.st, "layer %s: %s", s->name, fb.msg);
+  return AR_OK;
+}
+
+ar_status ar__sampled_head_rows_forward(ar_sampled *s, const ar__sbatch *b, double *loss_sum,
+                                        ar_err *err) {
+  const ar_lsh_rows W = rows_of(s, false);
+  const uint32_t Lt = ar_lsh_hash_L(s->hash);
+  fail_box fb = {AR_OK, ""};
+  double tq = 0, tc = 0, lsum = 0;
+  int64_t asum = 0;
+#pragma omp parallel for num_threads(s->nt) schedule(static) reduction(+ : tq, tc, lsum, asum)
+  for (int64_t r = 0; r < b->rows; r++) {
+    const int t = omp_get_thread_num();
+    uint32_t *active = s->active + (size_t)r * s->cap, *buckets = s->buckets + (size_t)t * Lt;
+    float *out = s->out + (size_t)r * s->cap, *dout = s->dout + (size_t)r * s->cap;
+    ar_lsh_input x = sbatch_row(s, b, r);
+    const uint32_t *lab = (const uint32_t *)(b->lab + b->lab_ptr[r]);
+    const size_t nlab = (size_t)(b->lab_ptr[r + 1] - b->lab_ptr[r]);
+    ar_rng rng; /* the batch's shared stream, as sampled_forward's */
+    ar_rng_seed3(&rng, s->spec->seed ^ 0x5a3d1e5bu, (uint64_t)b->step * 4096u + (uint64_t)s->l, 0);
+    double t0 = ar_now();
+    size_t n = 0;
+    ar_status st = hash_input(s, &x, s->scratch[t], buckets);
+    if (st == AR_OK)
+      st = ar_lsh_sample(s->tables, buckets, &s->so, lab, nlab, s->scratch[t], &rng, active,
+                         s->cap, &n);
+    if (st != AR_OK) {
+      fail_note(&fb, st, ar_lsh_scratch_errmsg(s->scratch[t]));
+      continue;
+    }
+    double t1 = ar_now();
+    ar_err e = AR_ERR_INIT;
+    double loss = 0;
+    st = ar_lsh_forward(&W, &x, active, n, AR_LSH_ACT_NONE, out, &e);
+    if (st == AR_OK && nlab > 0) {
+      st = ar_lsh_softmax_active(out, active, n, lab, nlab, dout, &loss, &e);
+      for (size_t i = 0; i < n; i++)
+        dout[i] *= b->inv_rows; /* the batch loss is the mean over rows */
+      lsum += loss;
+    } else if (st == AR_OK) {
+      memset(dout, 0, n * sizeof(float)); /* no labels: no loss */
+    }
+    if (st != AR_OK) {
+      fail_note(&fb, st, e.msg);
+      continue;
+    }
+    if (b->row_loss)
+      b->row_loss[r] = (float)loss;
+    s->n_active[r] = (uint32_t)n;
+    asum += (int64_t)n;
+    tq += t1 - t0;
+    tc += ar_now() - t1;
+  }
+  if (fb.st != AR_OK)
+    return ar_errf(err, fb.st, "layer %s: %s", s->name, fb.msg);
+  count_forward(s, tq, tc, asum, b->rows);
+  *loss_sum = lsum;
+  return AR_OK;
+}
+
 ar_status ar__sampled_hidden_forward(ar_sampled *s, const ar__sbatch *b, bool relu, float *Y,
                                      ar_err *err) {
-  const int64_t rows = b->rows, in = s->in;
+  const int64_t rows = b->rows;
   const ar_lsh_act act = relu ? AR_LSH_ACT_RELU : AR_LSH_ACT_NONE;
   fail_box fb = {AR_OK, ""};
   double tq = 0, tc = 0;
@@ -1177,7 +1274,7 @@ ar_status ar__sampled_hidden_forward(ar_sampled *s, const ar__sbatch *b, bool re
   memset(Y, 0, (size_t)rows * s->neurons * sizeof(float));
 #pragma omp parallel for num_threads(s->nt) schedule(static) reduction(+ : tq, tc, asum)
   for (int64_t r = 0; r < rows; r++) {
-    ar_lsh_input x = {b->X + r * in, NULL, NULL, 0};
+    ar_lsh_input x = sbatch_row(s, b, r);
     ar_rng rng; /* the batch's shared stream, as sampled_forward's */
     ar_rng_seed3(&rng, s->spec->seed ^ 0x5a3d1e5bu, (uint64_t)b->step * 4096u + (uint64_t)s->l, 0);
     int64_t n = hidden_row(s, &x, omp_get_thread_num(), r, &rng, act, Y + r * (int64_t)s->neurons,
@@ -1197,14 +1294,20 @@ ar_status ar__sampled_hidden_backward(ar_sampled *s, const ar__sbatch *b, bool r
   const ar_lsh_act act = relu ? AR_LSH_ACT_RELU : AR_LSH_ACT_NONE;
   if (b->dX)
     memset(b->dX, 0, (size_t)rows * (size_t)in * sizeof(float));
+  ar_sampled *p = b->from;
+  if (p) /* the gradient of p's active values, as sampled_backward's */
+    memset(p->dout, 0, (size_t)rows * p->cap * sizeof(float));
   fail_box fb = {AR_OK, ""};
   double tc = 0;
 #pragma omp parallel for num_threads(s->nt) schedule(static) reduction(+ : tc)
   for (int64_t r = 0; r < rows; r++) {
     double t0 = ar_now();
-    ar_lsh_input x = {b->X + r * in, NULL, NULL, 0};
-    row_backward(s, &W, &G, act, &x, r, dY + r * (int64_t)s->neurons, b->dX ? b->dX + r * in : NULL,
-                 &fb);
+    ar_lsh_input x = sbatch_row(s, b, r);
+    float *dx = p ? p->dout + (size_t)r * p->cap : b->dX ? b->dX + r * in : NULL;
+    row_backward(s, &W, &G, act, &x, r, dY ? dY + r * (int64_t)s->neurons : NULL, dx, &fb);
+    if (p && b->dX) /* the graph's dense gradient: p gathers it back at its ids */
+      for (size_t k = 0; k < x.nnz; k++)
+        b->dX[r * in + x.idx[k]] = dx[k];
     tc += ar_now() - t0;
   }
   if (fb.st != AR_OK)

@@ -18,6 +18,20 @@
 #   other as on its own, ONNX export byte-equal, eval's P@k (LSH
 #   inference) equal; a dense chain under SGD with momentum (the velocity
 #   slots' names) resumes from a version 1 file.
+# shapes: the chain shapes lowered later, each straight and in halves that
+#   resume the other engine's checkpoint (records and checkpoints equal):
+#   train.weight_decay under Adam and under SGD with momentum (the chain
+#   decays biases too, and so does its lowered graph); model.input.dense
+#   over XC data (the rows scattered into a dense batch, a dense first
+#   layer).
+# sampled_first: so, an LSH-sampled first layer reading the sparse input
+#   (the sampled kernels on the CSR rows, in training and evaluation) and
+#   one reading model.input.dense; with a sampled head too.
+# sampled_after: so, a hidden LSH-sampled layer after another (reading its
+#   active set, as the chain), the first reading a dense layer or the
+#   sparse input; a sampled head after them (the chain's scoring without
+#   shared negatives), and a one-layer chain, a sampled head over the
+#   sparse input.
 # route: accelrt check's engine line (graph by default, chain under
 #   ACCELRT_CHAIN_ENGINE=chain), the lowered plan's persistent lines equal
 #   to the chain's, what stays on the chain engine and why, a bad
@@ -115,6 +129,34 @@ assert len(a) == len(b), (len(a), len(b))
 assert a[:56] == b[:56], "headers differ"
 assert a[64:-4] == b[64:-4], "tensors differ"
 PY
+}
+
+# FILE (8 iterations, a checkpoint every 4), which check says is lowered,
+# under both engines: the same checkpoints after 4, each engine resumes
+# the other's to 8, and every record and the final checkpoints are equal
+# (and the records match the pattern KEYS when given).
+cross() {
+  # (check's whole output first: grep -q would close the pipe early, and
+  # pipefail would count check's SIGPIPE as a failure)
+  ACCELRT_CHAIN_ENGINE=graph "$bin" check "$1" > cross-check.txt || fail "$1: check"
+  grep -q "^engine: graph (job 'dc'" cross-check.txt || fail "$1: not lowered"
+  both "$1" --set train.iterations=4
+  same_ckpt c/checkpoint.bin g/checkpoint.bin
+  ACCELRT_CHAIN_ENGINE=graph "$bin" run "$1" --quiet --resume --set output.dir=c \
+    || fail "$1: graph resuming the chain's checkpoint"
+  ACCELRT_CHAIN_ENGINE=chain "$bin" run "$1" --quiet --resume --set output.dir=g \
+    || fail "$1: chain resuming the graph's"
+  same_ckpt c/checkpoint.bin g/checkpoint.bin
+  [ -z "${2:-}" ] || grep -q "$2" g/metrics.jsonl || fail "$1: no $2 in the records"
+  same_records "$1"
+}
+
+# Each NAME.yaml crosses (above).
+lowered_cross() {
+  local f
+  for f in "$@"; do
+    cross $f.yaml
+  done
 }
 
 case $case_ in
@@ -224,6 +266,41 @@ PY
     --set train.iterations=4 || fail "graph resuming a version 1 SGD checkpoint"
   same_ckpt c/checkpoint.bin h3/checkpoint.bin
   ;;
+shapes)
+  delicious_job c
+  sed -e 's/adam: {lr: 0.001}/adam: {lr: 0.001, weight_decay: 0.01}/' chain.yaml > wd.yaml
+  sed -e 's/adam: {lr: 0.001}/sgd: {lr: 0.05, momentum: 0.9, weight_decay: 0.01}/' \
+    chain.yaml > wdsgd.yaml
+  sed -e 's/{sparse: 500}/{dense: 500}/' chain.yaml > dense.yaml
+  lowered_cross wd wdsgd dense
+  ACCELRT_CHAIN_ENGINE=graph "$bin" check dense.yaml > dense-check.txt || fail "check dense.yaml"
+  grep -q "hidden  *dense  *128x128" dense-check.txt \
+    || fail "dense.yaml: the lowered first layer is not a dense node"
+  ;;
+sampled_first)
+  delicious_job c
+  sed -e 's/name: hidden, dense: 128, activation: relu}/name: h0, dense: 256, activation: relu, sparse: {mode: lsh}}\
+    - {name: hidden, dense: 64, activation: relu}/' chain.yaml > first.yaml
+  sed -e 's/{sparse: 500}/{dense: 500}/' first.yaml > dfirst.yaml
+  lowered_cross dfirst
+  # A sampled first layer over the sparse input and a sampled head (h0's
+  # LAYER.lsh_* in the records too; the head's loss is its rows' double
+  # sum, as the chain's).
+  sed -e 's/softmax}/softmax, sparse: {mode: lsh, negatives: 32}}/' first.yaml > first2.yaml
+  cross first2.yaml '"h0.lsh_active_mean".*"out.lsh_active_mean"'
+  ;;
+sampled_after)
+  delicious_job c
+  # h0 dense, h1 and hidden sampled; then h1 over the sparse input.
+  sed -e 's/dense: 64, activation: relu}/dense: 64, activation: relu, sparse: {mode: lsh}}/' \
+    -e 's/softmax, sparse: {mode: lsh, negatives: 32}}/softmax}/' lsh.yaml > two.yaml
+  sed -e '/name: h0, dense: 32/d' two.yaml > two0.yaml
+  sed -e 's/softmax}/softmax, sparse: {mode: lsh, negatives: 32}}/' two.yaml > twoh.yaml
+  sed -e '/name: h[01], dense: /d' -e '/name: hidden, dense: /d' twoh.yaml > one.yaml
+  lowered_cross two0
+  cross twoh.yaml '"h1.lsh_active_mean".*"hidden.lsh_active_mean".*"out.lsh_active_mean"'
+  lowered_cross one
+  ;;
 route)
   delicious_job c
   ACCELRT_CHAIN_ENGINE=graph "$bin" check chain.yaml > check.txt || fail "check"
@@ -243,31 +320,19 @@ route)
       || fail "$f.yaml: the lowered plan's persistent lines differ from the chain's"
     grep -q "^total: " d.txt || fail "$f.yaml: no total line"
   done
-  # A sampled head and a hidden sampled layer reading dense layers are
-  # lowered; what stays on the chain engine, and why (check's line; run's
-  # note).
+  # Sampled layers are lowered; what stays on the chain engine, and why
+  # (check's line; run's note, once, though the chain refuses it too): a
+  # sampled layer under SGD.
   ACCELRT_CHAIN_ENGINE=graph "$bin" check lsh.yaml > c.txt || { cat c.txt; fail "check lsh"; }
   grep -q "^engine: graph (job 'dc'" c.txt || { cat c.txt; fail "lsh.yaml: not lowered"; }
-  sed -e 's/\(h0, dense: 32, activation: relu\)}/\1, sparse: {mode: lsh}}/' \
-    lsh.yaml > first.yaml
-  sed -e 's/dense: 64, activation: relu}/dense: 64, activation: relu, sparse: {mode: lsh}}/' \
-    lsh.yaml > two.yaml
   sed -e 's/adam: {lr: 0.001}/sgd: {lr: 0.05}/' lsh.yaml > lsgd.yaml
-  sed -e 's/{sparse: 500}/{dense: 500}/' chain.yaml > dense.yaml
-  sed -e 's/adam: {lr: 0.001}/adam: {lr: 0.001, weight_decay: 0.0001}/' chain.yaml > wd.yaml
-  for f in first:"layer h0 is LSH-sampled and reads the sparse input directly" \
-      two:"layer hidden is LSH-sampled and reads LSH-sampled layer h1" \
-      lsgd:"layer h1 is LSH-sampled and train.optimizer is not adam" \
-      dense:"model.input.dense" wd:"train.weight_decay"; do
-    ACCELRT_CHAIN_ENGINE=graph "$bin" check "${f%%:*}.yaml" > c.txt \
-      || { cat c.txt; fail "check ${f%%:*}"; }
-    grep -q "^engine: chain (job 'dc' stays on it: ${f#*:}" c.txt \
-      || { cat c.txt; fail "${f%%:*}: no reason"; }
-  done
-  ACCELRT_CHAIN_ENGINE=graph "$bin" run wd.yaml --set train.iterations=2 --quiet 2> wd.err \
-    || fail "run wd.yaml"
-  [ "$(grep -c "stays on the chain engine: train.weight_decay" wd.err)" = 1 ] \
-    || { cat wd.err; fail "run's note, once"; }
+  ACCELRT_CHAIN_ENGINE=graph "$bin" check lsgd.yaml > c.txt || { cat c.txt; fail "check lsgd"; }
+  grep -q "^engine: chain (job 'dc' stays on it: layer h1 is LSH-sampled and train.optimizer" \
+    c.txt || { cat c.txt; fail "lsgd: no reason"; }
+  ACCELRT_CHAIN_ENGINE=graph "$bin" run lsgd.yaml --set train.iterations=2 --quiet 2> lsgd.err \
+    && fail "run lsgd.yaml: the chain trains no sampled layer under SGD"
+  [ "$(grep -c "stays on the chain engine: layer h1 is LSH-sampled" lsgd.err)" = 1 ] \
+    || { cat lsgd.err; fail "run's note, once"; }
   ACCELRT_CHAIN_ENGINE=gpu "$bin" check chain.yaml > bad.txt 2>&1
   [ $? = 2 ] || fail "a bad ACCELRT_CHAIN_ENGINE: exit 2 expected"
   grep -q "ACCELRT_CHAIN_ENGINE=gpu: use \`graph\`" bad.txt || { cat bad.txt; fail "message"; }
