@@ -502,7 +502,12 @@ static ar_status apply_due(ar__dist *c, int p, double now) {
     sum_grads(c, T, t);
     if (chain) {
       sum_grads(c, &c->t[t + 1], t + 1);
-      ar_model_step_layer(c->model, T->layer);
+      if (c->lowered) { /* the net's optimizer, the chain's arithmetic */
+        ar_net_opt_param(c->net, T->ntensor, c->upd_lr);
+        ar_net_opt_param(c->net, c->t[t + 1].ntensor, c->upd_lr);
+      } else {
+        ar_model_step_layer(c->model, T->layer);
+      }
     } else {
       ar_net_opt_param(c->net, T->ntensor, c->upd_lr);
     }
@@ -514,7 +519,7 @@ static ar_status apply_due(ar__dist *c, int p, double now) {
 /* Before the iteration's gradients: the optimizer's step (a graph's
  * learning rate) and the early-update counters of the own tensors. */
 static void updates_begin(ar__dist *c) {
-  if (c->graph)
+  if (c->net)
     c->upd_lr = ar_net_opt_begin(c->net);
   else
     ar_model_advance_step(c->model);

@@ -15,7 +15,9 @@
  * gradients' copy-out the layer's backward.  A graph model's hooks are per
  * node of its net (ar__dist_graph_before/after): before a node's forward
  * the parameters it is the first to read, after its backward the
- * gradients it made final (graph.c's lists). */
+ * gradients it made final (graph.c's lists).  A chain lowered onto the
+ * graph engine computes with its net but hooks as the chain: its nodes
+ * are the layers and the loss (lowered.c). */
 #define _GNU_SOURCE
 #include "dist_impl.h"
 
@@ -309,13 +311,24 @@ static ar_status timed_sync(ar__dist *c, ar_commsched_op op) {
   return AR_OK;
 }
 
+static ar_status w_before(void *ctx, ar_job_phase phase, int l) {
+  ar__dist *c = ctx;
+  if (c->lowered)
+    return ar__dist_lowered_before(c, phase, l);
+  return c->graph ? ar__dist_graph_before(c, phase, l) : ar__dist_chain_before(c, phase, l);
+}
+
+static ar_status w_after(void *ctx, ar_job_phase phase, int l) {
+  ar__dist *c = ctx;
+  if (c->lowered)
+    return ar__dist_lowered_after(c, phase, l);
+  return c->graph ? ar__dist_graph_after(c, phase, l) : ar__dist_chain_after(c, phase, l);
+}
+
 /* Before a layer's forward: its parameters (a staged layer's copy-in is
  * part of its forward op: the oracle's op times are what a layer costs
  * once its transfers are in); before the loss and a backward: the time. */
-static ar_status w_before(void *ctx, ar_job_phase phase, int l) {
-  ar__dist *c = ctx;
-  if (c->graph)
-    return ar__dist_graph_before(c, phase, l);
+ar_status ar__dist_chain_before(ar__dist *c, ar_job_phase phase, int l) {
   if (phase != AR_JOB_FORWARD) {
     c->op_t0 = ar__dist_clock(c);
     return AR_OK;
@@ -328,7 +341,7 @@ static ar_status w_before(void *ctx, ar_job_phase phase, int l) {
     double w1 = ar_now();
     if (c->tl_conv + in < w1)
       w1 = c->tl_conv + in;
-    ar_trace_add_span(c->tl, AR_TRACE_STEPS, "wait", "wait", c->model->layers[l].name, w0, w1,
+    ar_trace_add_span(c->tl, AR_TRACE_STEPS, "wait", "wait", c->spec->layers[l].name, w0, w1,
                       true);
   }
   c->op_t0 = c->staged ? in : ar__dist_clock(c);
@@ -337,10 +350,7 @@ static ar_status w_before(void *ctx, ar_job_phase phase, int l) {
 
 /* After each op its span; after a layer's backward its gradients go (a
  * staged layer's copy-out is part of its backward). */
-static ar_status w_after(void *ctx, ar_job_phase phase, int l) {
-  ar__dist *c = ctx;
-  if (c->graph)
-    return ar__dist_graph_after(c, phase, l);
+ar_status ar__dist_chain_after(ar__dist *c, ar_job_phase phase, int l) {
   if (phase == AR_JOB_FORWARD)
     return timed_sync(c, c->fwd[l]);
   if (phase == AR_JOB_LOSS)
@@ -423,8 +433,7 @@ ar_status ar__dist_worker_iteration(ar__dist *c, int64_t iter) {
   }
   const ar_ckpt_state *pos = ar_job_state(c->job);
   rep[AR__WREP_ITER] = (double)iter;
-  rep[AR__WREP_ROWS] =
-      c->graph ? (double)(c->spec->train.batch / c->W) : (double)c->model->rows;
+  rep[AR__WREP_ROWS] = (double)ar_job_last_rows(c->job);
   rep[AR__WREP_LOSS_SUM] = ar_job_last_loss_sum(c->job);
   rep[AR__WREP_EPOCH] = (double)pos->epoch;
   rep[AR__WREP_ROWS_IN_EPOCH] = (double)pos->rows_in_epoch;

@@ -184,6 +184,7 @@ struct ar_job {
   double last_train_loss;
   double last_iter_loss; /* the last iteration's mean loss (ar_job_last_loss) */
   double last_loss_sum; /* the rows this job computed in its last step */
+  int64_t last_rows;    /* their count (ar_job_last_rows) */
   ar_eval_acc last_eval;
   int64_t last_eval_iter;
   int64_t total; /* iterations the job runs */
@@ -204,6 +205,10 @@ struct ar_job {
   bool sync_layers; /* wait for each layer in detailed iterations (a GPU) */
 };
 typedef struct ar_job run_ctx;
+
+/* train.c: rows [lo, hi) of src copied into dst (a part's rows of a
+ * global batch). */
+void ar__job_slice_batch(const ar_batch *src, int64_t lo, int64_t hi, ar_batch *dst);
 
 /* net_job.c: a graph model's part of the job's life cycle. */
 ar_status ar__netjob_open_data(run_ctx *c);

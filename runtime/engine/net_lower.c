@@ -40,15 +40,20 @@ const char *ar_chain_lower_refusal(const ar_spec *s, char *buf, size_t cap) {
     snprintf(buf, cap, "not a chain of model.layers");
     return buf;
   }
-  if (s->distributed.enabled) {
-    snprintf(buf, cap, "distributed: (the graph engine's sparse input does not run under "
-                       "parameter servers yet)");
-    return buf;
-  }
   if (!ar_spec_runs_on_host(s)) {
     snprintf(buf, cap, "device %s is a GPU (the CUDA kernels of sparse_dense and xent_multi "
                        "have not yet run on a GPU)", s->device);
     return buf;
+  }
+  for (int w = 0; w < s->distributed.n_workers; w++) {
+    ar_spec one = *s;
+    one.device = s->distributed.workers[w].device;
+    if (one.device && !ar_spec_runs_on_host(&one)) {
+      snprintf(buf, cap, "distributed.workers[%d].device %s is a GPU (the CUDA kernels of "
+                         "sparse_dense and xent_multi have not yet run on a GPU)", w,
+               one.device);
+      return buf;
+    }
   }
   if (s->input.kind != AR_INPUT_SPARSE) {
     snprintf(buf, cap, "model.input.dense (the graph engine reads XC and LibSVM rows only "
@@ -59,6 +64,11 @@ const char *ar_chain_lower_refusal(const ar_spec *s, char *buf, size_t cap) {
     if (!ar_layer_sampled(s, l, true))
       continue;
     const char *nm = s->layers[l].name;
+    if (s->distributed.enabled) {
+      snprintf(buf, cap, "layer %s is LSH-sampled under distributed: (the servers' sparse Adam "
+                         "of a lowered sampled layer is not built yet)", nm);
+      return buf;
+    }
     if (l == 0) {
       snprintf(buf, cap, "layer %s is LSH-sampled and reads the sparse input directly (the "
                          "graph's sampled items read a dense item)", nm);
