@@ -456,6 +456,18 @@ ar_status ar__dist_lowered_bind(ar__dist *c);
 ar_status ar__dist_lowered_before(ar__dist *c, ar_job_phase phase, int node);
 ar_status ar__dist_lowered_after(ar__dist *c, ar_job_phase phase, int node);
 
+/* Layer l's rows sets, sampled on this rank (the lowered net's head, or
+ * the chain's layer): the gradient's touched rows, one marked, their
+ * gradients zeroed and the set cleared, rows whose parameters changed
+ * (ids NULL: all), the table rebuild due at the step, sparse Adam over
+ * the marked rows (AR_STATE with the reason). */
+const uint32_t *ar__dist_rows_touched(ar__dist *c, int l, size_t *n);
+void ar__dist_rows_mark(ar__dist *c, int l, uint32_t id);
+void ar__dist_rows_clear(ar__dist *c, int l);
+void ar__dist_rows_changed(ar__dist *c, int l, const uint32_t *ids, size_t n);
+ar_status ar__dist_rows_rehash(ar__dist *c, int l);
+ar_status ar__dist_rows_step(ar__dist *c, int l);
+
 /* ---- server.c / worker.c ---- */
 /* A chain's worker hooks around layer l (worker.c). */
 ar_status ar__dist_chain_before(ar__dist *c, ar_job_phase phase, int l);

@@ -219,7 +219,7 @@ static ar_status decide_sampling(ar__dist *c) {
     st = worker_device(c);
     bool host = strcmp(c->dev_name, "host") == 0;
     bool dense = c->widx < s->distributed.n_workers && s->distributed.workers[c->widx].dense;
-    for (int l = 0; l < n && st == AR_OK && !s->graph; l++)
+    for (int l = 0; l < n && st == AR_OK && (!s->graph || s->lowered); l++)
       mine[l] = !dense && ar_layer_sampled(s, l, host);
     /* MPI moves host memory: a GPU worker (or one told to) stages; a
      * graph model's nets live on the host. */
@@ -441,6 +441,8 @@ static ar_status make_tensors(ar__dist *c) {
       for (int i = 0; i < nm && i < 512 && c->server && T->rows && !T->bias; i++)
         if (strcmp(names[i], last) == 0)
           T->last = ptrs[i];
+      if (c->lowered && c->server && T->rows && !T->bias) /* the head's LAYER.lsh_last */
+        T->last = ar_net_head_last(c->net);
       AR_ASSERT(!c->server || !T->rows || T->bias || T->last);
     }
   }

@@ -19,8 +19,14 @@
  *    gradients of both are in, as for the chain, with the net's optimizer
  *    (ar_net_opt_param), which is the chain's arithmetic.
  *
- * Sampled layers stay on the chain engine under `distributed:` in this
- * version (net_lower.c says why). */
+ *  - an LSH-sampled head (the last layer; every worker samples it,
+ *    net_lower.c) travels as the chain's rows (rows.c): the head's rows
+ *    sets below are the same ar_sampled object the chain's layer holds,
+ *    reached through the net (ar_net_head_*), so the workers' rows, the
+ *    servers' sparse Adam and the rows' last steps are the chain's.
+ *
+ * The ar__dist_rows_* functions are the one place that picks the chain's
+ * model or the lowered net for a sampled layer's rows. */
 #define _GNU_SOURCE
 #include "dist_impl.h"
 
@@ -80,6 +86,14 @@ ar_status ar__dist_lowered_before(ar__dist *c, ar_job_phase phase, int node) {
 
 ar_status ar__dist_lowered_after(ar__dist *c, ar_job_phase phase, int node) {
   const int L = c->spec->n_layers;
+  if (phase == AR_JOB_FORWARD && node == L - 1 && ar__dist_sampled(c, c->rank, node)) {
+    /* A sampled head computes the loss in its forward, and the net skips
+     * the loss node's (its after-hook does not come): the chain's loss op
+     * is empty, at the head's end. */
+    AR_CHECK(ar__dist_chain_after(c, phase, node));
+    c->op_t0 = ar__dist_clock(c);
+    return ar__dist_chain_after(c, AR_JOB_LOSS, node);
+  }
   if (node < L)
     return ar__dist_chain_after(c, phase, node);
   if (phase == AR_JOB_FORWARD)
@@ -87,5 +101,49 @@ ar_status ar__dist_lowered_after(ar__dist *c, ar_job_phase phase, int node) {
   /* The loss node's backward (the chain computes the gradient with the
    * loss): the loss op ends here. */
   c->report[ar__wrep(c, AR__WREP_OP_END) + c->loss_op] = ar__dist_clock(c);
+  return AR_OK;
+}
+
+/* ---- a sampled layer's rows: the chain's model or the lowered net ---- */
+
+const uint32_t *ar__dist_rows_touched(ar__dist *c, int l, size_t *n) {
+  return c->lowered ? ar_net_head_grad_rows(c->net, n) : ar_model_grad_rows(c->model, l, n);
+}
+
+void ar__dist_rows_mark(ar__dist *c, int l, uint32_t id) {
+  if (c->lowered)
+    ar_net_head_grad_rows_mark(c->net, id);
+  else
+    ar_model_grad_rows_mark(c->model, l, id);
+}
+
+void ar__dist_rows_clear(ar__dist *c, int l) {
+  if (c->lowered)
+    ar_net_head_grad_rows_clear(c->net);
+  else
+    ar_model_grad_rows_clear(c->model, l);
+}
+
+void ar__dist_rows_changed(ar__dist *c, int l, const uint32_t *ids, size_t n) {
+  if (c->lowered)
+    ar_net_head_rows_changed(c->net, ids, n);
+  else
+    ar_model_rows_changed(c->model, l, ids, n);
+}
+
+ar_status ar__dist_rows_rehash(ar__dist *c, int l) {
+  if (c->lowered)
+    return ar_net_head_rehash(c->net, c->err);
+  if (ar_model_sampled_rehash(c->model, l) != AR_OK)
+    return ar_errf(c->err, AR_STATE, "worker %d: %s", c->widx, c->model->err.msg);
+  return AR_OK;
+}
+
+ar_status ar__dist_rows_step(ar__dist *c, int l) {
+  if (c->lowered)
+    return ar_net_head_sparse_step(c->net, c->err);
+  if (ar_model_sampled_step(c->model, l) != AR_OK)
+    return ar_errf(c->err, AR_STATE, "server %d: layer %s: %s", c->rank,
+                   c->model->layers[l].name, c->model->err.msg);
   return AR_OK;
 }

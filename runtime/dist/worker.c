@@ -90,7 +90,7 @@ static ar_status take_rows(ar__dist *c, int t) {
   ar__rows_view(T->msg, &r);
   ar__rows_apply(T, &r, ar__dist_param_buf(T), false);
   if (!(r.flags & AR__ROWS_RESYNC) && ar__dist_sampled(c, c->rank, T->layer))
-    ar_model_rows_changed(c->model, T->layer, r.ids, r.n);
+    ar__dist_rows_changed(c, T->layer, r.ids, r.n);
   return AR_OK;
 }
 
@@ -201,9 +201,7 @@ static ar_status wait_layer(ar__dist *c, int l, double *in) {
     AR_CHECK(ar__stage_params_in(c, l));
   /* The replica now holds step m->step's rows: the rebuild that
    * single-process training does right after that step. */
-  if (ar__dist_sampled(c, c->rank, l) && ar_model_sampled_rehash(c->model, l) != AR_OK)
-    return ar_errf(c->err, AR_STATE, "worker %d: %s", c->widx, c->model->err.msg);
-  return AR_OK;
+  return ar__dist_sampled(c, c->rank, l) ? ar__dist_rows_rehash(c, l) : AR_OK;
 }
 
 /* Posts the send of transfer t's gradient (bytes at buf). */
@@ -228,7 +226,7 @@ static ar_status send_grads(ar__dist *c, int l) {
   const uint32_t *ids = NULL;
   bool sampled = ar__dist_sampled(c, c->rank, l);
   if (sampled)
-    ids = ar_model_grad_rows(c->model, l, &n);
+    ids = ar__dist_rows_touched(c, l, &n);
   for (int t = 2 * l; t <= 2 * l + 1; t++) {
     ar__dist_tensor *T = &c->t[t];
     void *buf = ar__dist_grad_buf(T);
@@ -244,7 +242,7 @@ static ar_status send_grads(ar__dist *c, int l) {
     AR_CHECK(post_grad(c, t, buf, bytes));
   }
   if (sampled)
-    ar_model_grad_rows_clear(c->model, l);
+    ar__dist_rows_clear(c, l);
   return AR_OK;
 }
 

@@ -104,6 +104,14 @@ ar_status ar__sampled_hidden_forward(ar_sampled *s, const ar__sbatch *b, bool re
 ar_status ar__sampled_hidden_backward(ar_sampled *s, const ar__sbatch *b, bool relu,
                                       const float *dY, ar_err *err);
 ar_status ar__sampled_step(ar_sampled *s, int64_t step, ar_err *err);
+/* The rows whose gradients the last batches touched (not yet stepped), a
+ * row marked touched, those rows' gradients zeroed and the set cleared (a
+ * distributed worker, which does not step), and rows whose parameters
+ * changed elsewhere (ids NULL: every row) for the next table rebuild. */
+const uint32_t *ar__sampled_grad_rows(const ar_sampled *s, size_t *n);
+void ar__sampled_grad_rows_mark(ar_sampled *s, uint32_t id);
+void ar__sampled_grad_rows_clear(ar_sampled *s);
+void ar__sampled_rows_changed(ar_sampled *s, const uint32_t *ids, size_t n);
 ar_status ar__sampled_rehash(ar_sampled *s, int64_t step, ar_trace *trace, ar_err *err);
 
 /* The layer's statistics since the start (or the last reset of them). */

@@ -119,6 +119,8 @@ struct ar_net {
    * once started. */
   int head, head_l, hs[HS_COUNT], head_last;
   struct ar_sampled *smp;
+  double head_loss_sum; /* the last training forward's rows' losses, summed
+                           as the chain's sampled layer sums them */
   /* Hidden LSH-sampled dense nodes (net_sampled_hidden.c), in graph order. */
   int n_hid;
   struct net_hid *hid; /* (n_hid) */

@@ -301,12 +301,12 @@ static ar__sbatch head_batch(ar_net *n, const nnode *d) {
 
 ar_status ar__net_head_forward(ar_net *n, const nnode *d, ar_err *err) {
   ar__sbatch b = head_batch(n, d);
-  double sum = 0;
+  n->head_loss_sum = 0;
   if (b.rows < n->batch) /* padding rows: no loss */
     memset(b.row_loss + b.rows, 0, (size_t)(n->batch - b.rows) * sizeof(float));
   if (b.rows == 0)
     return AR_OK;
-  return ar__sampled_head_forward(n->smp, &b, &sum, err);
+  return ar__sampled_head_forward(n->smp, &b, &n->head_loss_sum, err);
 }
 
 ar_status ar__net_head_backward(ar_net *n, const nnode *d, ar_err *err) {
@@ -332,3 +332,46 @@ const char *ar__net_head_stats(const ar_net *n, ar_sampled_stats *out) {
   ar__sampled_stats(n->smp, out);
   return n->nodes[n->head].name;
 }
+
+/* ---- the head under distributed: (net.h) ---- */
+
+bool ar_net_head(const ar_net *n, int *layer) {
+  if (!n->smp)
+    return false;
+  *layer = n->head_l;
+  return true;
+}
+
+const uint32_t *ar_net_head_grad_rows(const ar_net *n, size_t *count) {
+  AR_ASSERT(n->smp);
+  return ar__sampled_grad_rows(n->smp, count);
+}
+
+void ar_net_head_grad_rows_mark(ar_net *n, uint32_t id) {
+  AR_ASSERT(n->smp);
+  ar__sampled_grad_rows_mark(n->smp, id);
+}
+
+void ar_net_head_grad_rows_clear(ar_net *n) {
+  AR_ASSERT(n->smp);
+  ar__sampled_grad_rows_clear(n->smp);
+}
+
+void ar_net_head_rows_changed(ar_net *n, const uint32_t *ids, size_t count) {
+  AR_ASSERT(n->smp);
+  ar__sampled_rows_changed(n->smp, ids, count);
+}
+
+ar_status ar_net_head_rehash(ar_net *n, ar_err *err) {
+  AR_ASSERT(n->smp);
+  return ar__sampled_rehash(n->smp, n->step, n->trace, err);
+}
+
+ar_status ar_net_head_sparse_step(ar_net *n, ar_err *err) {
+  AR_ASSERT(n->smp);
+  return ar__sampled_step(n->smp, n->step, err);
+}
+
+void *ar_net_head_last(const ar_net *n) { return tp(n, n->head_last); }
+
+double ar_net_head_loss_sum(const ar_net *n) { return n->head_loss_sum; }
