@@ -441,8 +441,8 @@ static ar_status make_tensors(ar__dist *c) {
       for (int i = 0; i < nm && i < 512 && c->server && T->rows && !T->bias; i++)
         if (strcmp(names[i], last) == 0)
           T->last = ptrs[i];
-      if (c->lowered && c->server && T->rows && !T->bias) /* the head's LAYER.lsh_last */
-        T->last = ar_net_head_last(c->net);
+      if (c->lowered && c->server && T->rows && !T->bias) /* the net's LAYER.lsh_last */
+        T->last = ar_net_sampled_last(c->net, l);
       AR_ASSERT(!c->server || !T->rows || T->bias || T->last);
     }
   }

@@ -19,11 +19,11 @@
  *    gradients of both are in, as for the chain, with the net's optimizer
  *    (ar_net_opt_param), which is the chain's arithmetic.
  *
- *  - an LSH-sampled head (the last layer; every worker samples it,
- *    net_lower.c) travels as the chain's rows (rows.c): the head's rows
- *    sets below are the same ar_sampled object the chain's layer holds,
- *    reached through the net (ar_net_head_*), so the workers' rows, the
- *    servers' sparse Adam and the rows' last steps are the chain's.
+ *  - an LSH-sampled layer (the head or a hidden one; every worker samples
+ *    it, net_lower.c) travels as the chain's rows (rows.c): its rows sets
+ *    below are the same ar_sampled object the chain's layer holds,
+ *    reached through the net (ar_net_sampled_*), so the workers' rows,
+ *    the servers' sparse Adam and the rows' last steps are the chain's.
  *
  * The ar__dist_rows_* functions are the one place that picks the chain's
  * model or the lowered net for a sampled layer's rows. */
@@ -107,33 +107,33 @@ ar_status ar__dist_lowered_after(ar__dist *c, ar_job_phase phase, int node) {
 /* ---- a sampled layer's rows: the chain's model or the lowered net ---- */
 
 const uint32_t *ar__dist_rows_touched(ar__dist *c, int l, size_t *n) {
-  return c->lowered ? ar_net_head_grad_rows(c->net, n) : ar_model_grad_rows(c->model, l, n);
+  return c->lowered ? ar_net_sampled_grad_rows(c->net, l, n) : ar_model_grad_rows(c->model, l, n);
 }
 
 void ar__dist_rows_mark(ar__dist *c, int l, uint32_t id) {
   if (c->lowered)
-    ar_net_head_grad_rows_mark(c->net, id);
+    ar_net_sampled_grad_rows_mark(c->net, l, id);
   else
     ar_model_grad_rows_mark(c->model, l, id);
 }
 
 void ar__dist_rows_clear(ar__dist *c, int l) {
   if (c->lowered)
-    ar_net_head_grad_rows_clear(c->net);
+    ar_net_sampled_grad_rows_clear(c->net, l);
   else
     ar_model_grad_rows_clear(c->model, l);
 }
 
 void ar__dist_rows_changed(ar__dist *c, int l, const uint32_t *ids, size_t n) {
   if (c->lowered)
-    ar_net_head_rows_changed(c->net, ids, n);
+    ar_net_sampled_rows_changed(c->net, l, ids, n);
   else
     ar_model_rows_changed(c->model, l, ids, n);
 }
 
 ar_status ar__dist_rows_rehash(ar__dist *c, int l) {
   if (c->lowered)
-    return ar_net_head_rehash(c->net, c->err);
+    return ar_net_sampled_rehash(c->net, l, c->err);
   if (ar_model_sampled_rehash(c->model, l) != AR_OK)
     return ar_errf(c->err, AR_STATE, "worker %d: %s", c->widx, c->model->err.msg);
   return AR_OK;
@@ -141,7 +141,7 @@ ar_status ar__dist_rows_rehash(ar__dist *c, int l) {
 
 ar_status ar__dist_rows_step(ar__dist *c, int l) {
   if (c->lowered)
-    return ar_net_head_sparse_step(c->net, c->err);
+    return ar_net_sampled_step(c->net, l, c->err);
   if (ar_model_sampled_step(c->model, l) != AR_OK)
     return ar_errf(c->err, AR_STATE, "server %d: layer %s: %s", c->rank,
                    c->model->layers[l].name, c->model->err.msg);

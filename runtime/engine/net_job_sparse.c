@@ -81,10 +81,9 @@ ar_status ar__netjob_step_sparse(run_ctx *c) {
   c->last_rows = mine->rows;
   /* A part's loss as the chain's part reports it: its mean as a float,
    * or with a sampled head the sum of its rows' losses. */
-  int head = -1;
   if (c->jo.parts == 1)
     c->last_loss_sum = loss * (double)mine->rows;
-  else if (ar_net_head(c->net, &head))
+  else if (ar_net_head_sampled(c->net))
     c->last_loss_sum = ar_net_head_loss_sum(c->net);
   else
     c->last_loss_sum = (double)(float)loss * (double)mine->rows;

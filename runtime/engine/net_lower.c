@@ -64,11 +64,6 @@ const char *ar_chain_lower_refusal(const ar_spec *s, char *buf, size_t cap) {
     if (!ar_layer_sampled(s, l, true))
       continue;
     const char *nm = s->layers[l].name;
-    if (s->distributed.enabled && l + 1 < s->n_layers) {
-      snprintf(buf, cap, "layer %s is a hidden LSH-sampled layer under distributed: (the "
-                         "graph's hidden sampled items do not travel as rows yet)", nm);
-      return buf;
-    }
     for (int w = 0; s->distributed.enabled && w < s->distributed.n_workers; w++)
       if (s->distributed.workers[w].dense) {
         snprintf(buf, cap, "layer %s is LSH-sampled and distributed.workers[%d] computes it "
