@@ -37,8 +37,8 @@
  *                summary names the staged worker;
  *   pieces       every message split into pieces of 1000 bytes (as a
  *                message over 2 GiB is split into MPI-sized ones): bit
- *                for bit the same as the plain run (60 iterations, the
- *                tables rebuilt three times);
+ *                for bit the same as the plain run (60 iterations,
+ *                several table rebuilds);
  *   lowered      the job lowered onto the graph engine (ar_chain_route,
  *                as ACCELRT_CHAIN_ENGINE=graph routes it; issue 17): the
  *                same loss, P@1, checkpoint (the sampled head's rows'
