@@ -196,6 +196,32 @@ void ar_net_set_hooks(ar_net *n, const struct ar_job_hooks *h);
  * gradient (the very code of the whole step). */
 double ar_net_opt_begin(ar_net *n);
 void ar_net_opt_param(ar_net *n, int tensor, double lr);
+/* A started net's LSH-sampled items under distributed: (runtime/dist, a
+ * chain lowered onto the graph engine), the head or a hidden item, named
+ * by the item's index in spec->layers, as ar_model_grad_rows and the
+ * others of graph.h do for a chain's sampled layer: whether item `layer`
+ * is sampled in this net; the rows its gradient holds since the last
+ * clear or step; a row marked (a server summing workers' rows); those
+ * rows' gradients zeroed and the set cleared (a worker, which does not
+ * step); rows whose parameters came from a server (ids NULL: all),
+ * re-hashed at the next rebuild; the rebuild due at the net's step;
+ * sparse Adam over the marked rows of w and b at the net's step
+ * (ar_net_opt_begin counts it; the dense parameters are
+ * ar_net_opt_param's); the rows' last update steps (u64 per row, the
+ * checkpoint's LAYER.lsh.last).  All but the first need a sampled item. */
+bool ar_net_sampled(const ar_net *n, int layer);
+const uint32_t *ar_net_sampled_grad_rows(const ar_net *n, int layer, size_t *count);
+void ar_net_sampled_grad_rows_mark(ar_net *n, int layer, uint32_t id);
+void ar_net_sampled_grad_rows_clear(ar_net *n, int layer);
+void ar_net_sampled_rows_changed(ar_net *n, int layer, const uint32_t *ids, size_t count);
+ar_status ar_net_sampled_rehash(ar_net *n, int layer, ar_err *err);
+ar_status ar_net_sampled_step(ar_net *n, int layer, ar_err *err);
+void *ar_net_sampled_last(const ar_net *n, int layer);
+/* Whether the started net has a sampled head; the last training step's
+ * loss summed over its rows as the head sums it (a double per row, the
+ * chain's sum; the loss tensor holds floats). */
+bool ar_net_head_sampled(const ar_net *n);
+double ar_net_head_loss_sum(const ar_net *n);
 
 /* ---- graphs built by a program ---------------------------------------------
  * A net from an ar_nn_graph (nn.h; the ONNX importer makes them), for

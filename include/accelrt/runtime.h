@@ -264,8 +264,11 @@ ar_status ar_job_checkpoint(ar_job *j, ar_err *err);
  * before its first), as its progress line shows it. */
 double ar_job_last_loss(const ar_job *j);
 /* A part's last step (ar_job_opts.parts): the summed losses of the rows
- * it computed (their count is ar_job_model(j)->rows). */
+ * it computed (their count is ar_job_last_rows). */
 double ar_job_last_loss_sum(const ar_job *j);
+/* The rows this process computed in its last step (a part: its slice of
+ * the global batch). */
+int64_t ar_job_last_rows(const ar_job *j);
 /* One iteration of a remote job (ar_job_opts.remote), run elsewhere. */
 typedef struct ar_job_result {
   int64_t rows;                 /* rows of the global batch */

@@ -191,9 +191,12 @@ static int refuse_finished(const ar_spec *spec, const cli_job_args *a) {
   return CLI_USAGE;
 }
 
-/* run.json: {"version", "features": [...], "argv": [...], "started"}, the
- * features as `accelrt info` lists them.  NULL when out of memory. */
-static char *run_json(void) {
+/* run.json: {"version", "features": [...], "argv": [...], "engine",
+ * "started"}, the features as `accelrt info` lists them; "engine" (a
+ * one-job file): "graph" or "chain", the engine that trains it (a
+ * model.layers chain takes the graph engine unless it stays on the chain
+ * engine, net_lower.c).  NULL when out of memory. */
+static char *run_json(const ar_spec *spec) {
   ar_sbuf b = {0};
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
@@ -213,7 +216,10 @@ static char *run_json(void) {
     ar_sbuf_printf(&b, "%s", i ? ", " : "");
     ar_sbuf_json_str(&b, cli_argv[i]);
   }
-  ar_sbuf_printf(&b, "], \"started\": %.3f}\n",
+  ar_sbuf_printf(&b, "]");
+  if (spec->n_jobs == 0)
+    ar_sbuf_printf(&b, ", \"engine\": \"%s\"", spec->graph ? "graph" : "chain");
+  ar_sbuf_printf(&b, ", \"started\": %.3f}\n",
                  (double)now.tv_sec + (double)now.tv_nsec * 1e-9);
   if (b.oom) {
     ar_sbuf_fini(&b);
@@ -257,7 +263,7 @@ int cli_run(int argc, char **argv) {
   if (rc < 0)
     rc = refuse_finished(spec, &a);
   char *description = NULL;
-  if (rc < 0 && !(description = run_json())) {
+  if (rc < 0 && !(description = run_json(spec))) {
     fprintf(stderr, "accelrt run: error: out of memory\n");
     rc = CLI_FAIL;
   }

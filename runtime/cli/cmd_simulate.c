@@ -550,7 +550,7 @@ static int run(const sim_args *a, const ar_spec *spec) {
   double update_s = 0.0;
   int from_oracle = 0;
   ar_status st;
-  if (spec->graph) {
+  if (spec->graph && !spec->lowered) { /* a lowered chain's wire is the chain's */
     st = measure_net(spec, rows, a->servers, &g, &update_s, &err);
   } else {
     st = ar_dist_op_graph(spec, a->servers, &g, &err);

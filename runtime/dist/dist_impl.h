@@ -25,7 +25,9 @@
  *                by rank 0 at the end onto one clock;
  *   graph.c      graph models (spec->graph): a transfer per parameter
  *                tensor of the net, the op graph of its DAG, the per-node
- *                lists the worker's hooks use, batch norm's statistics.
+ *                lists the worker's hooks use, batch norm's statistics;
+ *   lowered.c    chains lowered onto the graph engine (spec->lowered):
+ *                the net computes, the wire is the chain's.
  *
  * Every rank runs one ar_job (runtime/engine): the job reads the data,
  * holds the model and, on rank 0, evaluates, logs, checkpoints and writes
@@ -184,6 +186,10 @@ typedef struct ar__dist {
   /* A graph model (spec->graph, graph.c): every parameter tensor of its
    * net is a transfer; the hooks are per node. */
   bool graph;
+  /* A chain lowered onto the graph engine (spec->lowered, lowered.c): the
+   * net computes, the transfers, op graph and hooks are the chain's;
+   * graph is false. */
+  bool lowered;
   struct ar_net *net;
   int nnodes;
   int *need_at, *need;    /* (nnodes + 1, nt) per node, CSR: the transfers
@@ -441,7 +447,31 @@ int ar__dist_job_tensors(ar__dist *c, const char **names, float **ptrs, int64_t 
                          int cap);
 void ar__dist_graph_fini(ar__dist *c);
 
+/* ---- lowered.c (chains lowered onto the graph engine) ---- */
+/* Binds the chain's transfers (2l, 2l + 1) to the net's parameters of
+ * their names (again after the blocks moved); AR_STATE when the net is not
+ * the chain's. */
+ar_status ar__dist_lowered_bind(ar__dist *c);
+/* Worker hooks of a lowered chain, per node (worker.c calls them). */
+ar_status ar__dist_lowered_before(ar__dist *c, ar_job_phase phase, int node);
+ar_status ar__dist_lowered_after(ar__dist *c, ar_job_phase phase, int node);
+
+/* Layer l's rows sets, sampled on this rank (the lowered net's head, or
+ * the chain's layer): the gradient's touched rows, one marked, their
+ * gradients zeroed and the set cleared, rows whose parameters changed
+ * (ids NULL: all), the table rebuild due at the step, sparse Adam over
+ * the marked rows (AR_STATE with the reason). */
+const uint32_t *ar__dist_rows_touched(ar__dist *c, int l, size_t *n);
+void ar__dist_rows_mark(ar__dist *c, int l, uint32_t id);
+void ar__dist_rows_clear(ar__dist *c, int l);
+void ar__dist_rows_changed(ar__dist *c, int l, const uint32_t *ids, size_t n);
+ar_status ar__dist_rows_rehash(ar__dist *c, int l);
+ar_status ar__dist_rows_step(ar__dist *c, int l);
+
 /* ---- server.c / worker.c ---- */
+/* A chain's worker hooks around layer l (worker.c). */
+ar_status ar__dist_chain_before(ar__dist *c, ar_job_phase phase, int l);
+ar_status ar__dist_chain_after(ar__dist *c, ar_job_phase phase, int l);
 ar_status ar__dist_server_init(ar__dist *c);
 void ar__dist_server_fini(ar__dist *c);
 ar_status ar__dist_server_iteration(ar__dist *c, int64_t iter,

@@ -130,7 +130,8 @@ static ar_status check_roles(ar__dist *c) {
                    "distributed.workers lists %d workers but the job has %d (%d ranks, %d "
                    "server%s): shorten the list or start more ranks",
                    s->distributed.n_workers, c->W, c->size, c->S, c->S == 1 ? "" : "s");
-  c->graph = s->graph;
+  c->lowered = s->lowered;
+  c->graph = s->graph && !s->lowered;
   if (c->graph && s->train.batch % c->W != 0)
     return ar_errf(c->err, AR_SPEC,
                    "train.batch %d does not divide among the %d workers: a graph model's "
@@ -218,7 +219,7 @@ static ar_status decide_sampling(ar__dist *c) {
     st = worker_device(c);
     bool host = strcmp(c->dev_name, "host") == 0;
     bool dense = c->widx < s->distributed.n_workers && s->distributed.workers[c->widx].dense;
-    for (int l = 0; l < n && st == AR_OK && !s->graph; l++)
+    for (int l = 0; l < n && st == AR_OK && (!s->graph || s->lowered); l++)
       mine[l] = !dense && ar_layer_sampled(s, l, host);
     /* MPI moves host memory: a GPU worker (or one told to) stages; a
      * graph model's nets live on the host. */
@@ -404,41 +405,49 @@ static ar_status make_tensors(ar__dist *c) {
     AR_CHECK(ar__dist_graph_tensors(c));
     return make_slots(c);
   }
-  ar_model *m = c->model;
-  c->nt = 2 * m->n_layers;
+  const ar_spec *s = c->spec;
+  ar_model *m = c->model; /* NULL for a lowered chain: its net holds the layers */
+  c->nt = 2 * s->n_layers;
   c->t = ar_calloc((size_t)c->nt, sizeof *c->t);
   if (!c->t)
     return ar_errf(c->err, AR_NOMEM, "out of memory for the tensor table");
   const char *names[512];
   float *ptrs[512];
   int64_t counts[512];
-  int nm = ar_model_tensors(m, names, ptrs, counts, 512);
-  for (int l = 0; l < m->n_layers; l++) {
-    ar_layer *L = &m->layers[l];
+  int nm = m ? ar_model_tensors(m, names, ptrs, counts, 512) : 0;
+  for (int l = 0; l < s->n_layers; l++) {
+    const char *lname = s->layers[l].name;
+    const int64_t in = l == 0 ? s->input.features : s->layers[l - 1].width,
+                  out = s->layers[l].width;
     for (int k = 0; k < 2; k++) {
       ar__dist_tensor *T = &c->t[2 * l + k];
-      snprintf(T->name, sizeof T->name, "%s.%s", L->name, k ? "b" : "w");
+      snprintf(T->name, sizeof T->name, "%s.%s", lname, k ? "b" : "w");
       for (char *p = T->name; *p; p++)
         if (*p == ' ' || *p == '\t' || *p == '#')
           *p = '_';
       T->layer = l;
       T->bias = k == 1;
-      T->count = k ? L->out : L->in * L->out;
+      T->count = k ? out : in * out;
       T->bytes = (size_t)T->count * sizeof(float);
-      bind_tensor(T, L);
+      if (m)
+        bind_tensor(T, &m->layers[l]);
       T->rows = ar__dist_sampled(c, 0, l); /* rank 0 is a server */
-      T->nrows = (uint32_t)L->out;
-      T->row_len = k ? 1 : L->in;
+      T->nrows = (uint32_t)out;
+      T->row_len = k ? 1 : in;
       T->wire = T->rows ? ar__rows_wire(T) : T->bytes;
       c->rows_dense_bytes += T->rows ? T->bytes : 0;
       char last[96];
-      snprintf(last, sizeof last, "%s.lsh.last", L->name);
+      snprintf(last, sizeof last, "%s.lsh.last", lname);
       for (int i = 0; i < nm && i < 512 && c->server && T->rows && !T->bias; i++)
         if (strcmp(names[i], last) == 0)
           T->last = ptrs[i];
+      if (c->lowered && c->server && T->rows && !T->bias) /* the net's LAYER.lsh_last */
+        T->last = ar_net_sampled_last(c->net, l);
       AR_ASSERT(!c->server || !T->rows || T->bias || T->last);
     }
   }
+  if (c->lowered)
+    AR_CHECK(ar__dist_lowered_bind(c));
   return make_slots(c);
 }
 
@@ -446,6 +455,11 @@ void ar__dist_rebind(ar__dist *c, void *persistent, void *ephemeral) {
   ar_job_rebase(c->job, persistent, ephemeral);
   if (c->graph) {
     ar__dist_graph_bind(c);
+    return;
+  }
+  if (c->lowered) { /* the same net, moved: the names still match */
+    ar_status st = ar__dist_lowered_bind(c);
+    AR_ASSERT(st == AR_OK);
     return;
   }
   for (int t = 0; t < c->nt; t++)
@@ -488,13 +502,13 @@ static ar_status send_state(ar__dist *c) {
 static ar_status resume(ar__dist *c) {
   const ar_ckpt_state *pos = ar_job_state(c->job);
   int64_t hdr[5] = {pos->iteration, pos->epoch, pos->rows_in_epoch, pos->samples,
-                    c->graph ? ar_net_step(c->net) : c->model->step};
+                    c->net ? ar_net_step(c->net) : c->model->step};
   double train_s = pos->train_s;
   AR_CHECK(ar__dist_bcast(c, hdr, 5, MPI_INT64_T, "the checkpoint state"));
   AR_CHECK(ar__dist_bcast(c, &train_s, 1, MPI_DOUBLE, "the checkpoint state"));
   ar_ckpt_state st = {hdr[0], hdr[1], hdr[2], hdr[3], train_s};
   c->iter = st.iteration;
-  if (c->graph)
+  if (c->net)
     ar_net_set_step(c->net, hdr[4]);
   else
     ar_model_set_step(c->model, hdr[4]);

@@ -292,7 +292,7 @@ ar_status ar__dist_graph_states(ar__dist *c) {
 
 int ar__dist_job_tensors(ar__dist *c, const char **names, float **ptrs, int64_t *counts,
                          int cap) {
-  if (!c->graph)
+  if (!c->net)
     return ar_model_tensors(c->model, names, ptrs, counts, cap);
   int n = ar_net_tensors(c->net, NULL, NULL, NULL, NULL);
   if (n > cap)

@@ -156,7 +156,7 @@ ar_status ar_dist_op_graph(const ar_spec *spec, int servers, ar_commsched_graph 
 }
 
 ar_status ar__dist_graph_build(ar__dist *c) {
-  int n = c->model->n_layers;
+  int n = c->spec->n_layers;
   AR_CHECK(ar_dist_op_graph(c->spec, c->S, &c->g, c->err));
   c->fwd = ar_calloc((size_t)n, sizeof *c->fwd);
   c->bwd = ar_calloc((size_t)n, sizeof *c->bwd);

@@ -436,7 +436,7 @@ static void summary_keys(const ar__dist *c, ar_json *j) {
    * size, and the bytes that moved as rows (medians after warm-up). */
   int sampled = 0;
   for (int w = 0; w < c->W; w++)
-    for (int l = 0; l < c->model->n_layers; l++)
+    for (int l = 0; l < c->spec->n_layers; l++)
       if (ar__dist_sampled(c, c->S + w, l)) {
         sampled++;
         break;

@@ -110,7 +110,7 @@ static ar_status make_tables(ar__dist *c) {
 static ar_status make_shard(ar__dist *c) {
   c->gradoff = ar_calloc((size_t)c->nt, sizeof *c->gradoff);
   c->wireoff = ar_calloc((size_t)c->nt, sizeof *c->wireoff);
-  c->dirty = ar_calloc(c->model ? (size_t)c->model->n_layers : 1, sizeof *c->dirty);
+  c->dirty = ar_calloc((size_t)c->spec->n_layers, sizeof *c->dirty);
   if (!c->gradoff || !c->wireoff || !c->dirty)
     return ar_errf(c->err, AR_NOMEM, "out of memory for the server's bookkeeping");
   c->own_floats = 0;
@@ -176,7 +176,7 @@ void ar__dist_server_fini(ar__dist *c) {
   ar_free(c->gwire);
   ar_free(c->wireoff);
   ar_free(c->rstat);
-  for (int l = 0; c->dirty && c->model && l < c->model->n_layers; l++)
+  for (int l = 0; c->dirty && l < c->spec->n_layers; l++)
     ar_lsh_touched_destroy(c->dirty[l]);
   ar_free(c->dirty);
   ar_free(c->sreq);
@@ -434,7 +434,6 @@ static ar_status exchange(ar__dist *c, srv_iter *it, int *idx) {
  * retrieval (runtime/engine/sampled.c), so the shared negatives can
  * differ by a few ids. */
 static ar_status apply_rows(ar__dist *c, int l) {
-  ar_model *m = c->model;
   /* The touched rows are w's ids (b may come dense when that is
    * smaller); a dense w means a dense worker. */
   bool dense = false;
@@ -450,21 +449,18 @@ static ar_status apply_rows(ar__dist *c, int l) {
       ar__rows_view(grad_msg(c, w, t), &r);
       ar__rows_apply(T, &r, T->g, true);
       for (uint32_t i = 0; !dense && t == 2 * l && i < r.n; i++)
-        ar_model_grad_rows_mark(m, l, r.ids[i]);
+        ar__dist_rows_mark(c, l, r.ids[i]);
     }
   if (dense) {
     for (uint32_t i = 0; i < c->t[2 * l].nrows; i++)
-      ar_model_grad_rows_mark(m, l, i);
+      ar__dist_rows_mark(c, l, i);
     c->rows_dense_steps++;
   }
   size_t n = 0;
-  const uint32_t *ids = ar_model_grad_rows(m, l, &n);
+  const uint32_t *ids = ar__dist_rows_touched(c, l, &n);
   for (size_t i = 0; i < n; i++)
     ar_lsh_touched_mark(c->dirty[l], ids[i]);
-  if (ar_model_sampled_step(m, l) != AR_OK)
-    return ar_errf(c->err, AR_STATE, "server %d: layer %s: %s", c->rank, m->layers[l].name,
-                   m->err.msg);
-  return AR_OK;
+  return ar__dist_rows_step(c, l);
 }
 
 /* The workers' dense gradients of own tensor t summed into its gradient,
@@ -502,7 +498,12 @@ static ar_status apply_due(ar__dist *c, int p, double now) {
     sum_grads(c, T, t);
     if (chain) {
       sum_grads(c, &c->t[t + 1], t + 1);
-      ar_model_step_layer(c->model, T->layer);
+      if (c->lowered) { /* the net's optimizer, the chain's arithmetic */
+        ar_net_opt_param(c->net, T->ntensor, c->upd_lr);
+        ar_net_opt_param(c->net, c->t[t + 1].ntensor, c->upd_lr);
+      } else {
+        ar_model_step_layer(c->model, T->layer);
+      }
     } else {
       ar_net_opt_param(c->net, T->ntensor, c->upd_lr);
     }
@@ -514,7 +515,7 @@ static ar_status apply_due(ar__dist *c, int p, double now) {
 /* Before the iteration's gradients: the optimizer's step (a graph's
  * learning rate) and the early-update counters of the own tensors. */
 static void updates_begin(ar__dist *c) {
-  if (c->graph)
+  if (c->net)
     c->upd_lr = ar_net_opt_begin(c->net);
   else
     ar_model_advance_step(c->model);
@@ -648,7 +649,7 @@ static void pack_params(ar__dist *c) {
     else
       T->msg_bytes = ar__rows_pack(T, T->p, ids, n, 0, T->msg);
   }
-  for (int l = 0; c->model && l < c->model->n_layers; l++)
+  for (int l = 0; l < c->spec->n_layers; l++)
     if (c->dirty[l])
       ar_lsh_touched_clear(c->dirty[l]);
   c->resync = false;

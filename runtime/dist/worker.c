@@ -15,7 +15,9 @@
  * gradients' copy-out the layer's backward.  A graph model's hooks are per
  * node of its net (ar__dist_graph_before/after): before a node's forward
  * the parameters it is the first to read, after its backward the
- * gradients it made final (graph.c's lists). */
+ * gradients it made final (graph.c's lists).  A chain lowered onto the
+ * graph engine computes with its net but hooks as the chain: its nodes
+ * are the layers and the loss (lowered.c). */
 #define _GNU_SOURCE
 #include "dist_impl.h"
 
@@ -88,7 +90,7 @@ static ar_status take_rows(ar__dist *c, int t) {
   ar__rows_view(T->msg, &r);
   ar__rows_apply(T, &r, ar__dist_param_buf(T), false);
   if (!(r.flags & AR__ROWS_RESYNC) && ar__dist_sampled(c, c->rank, T->layer))
-    ar_model_rows_changed(c->model, T->layer, r.ids, r.n);
+    ar__dist_rows_changed(c, T->layer, r.ids, r.n);
   return AR_OK;
 }
 
@@ -199,9 +201,7 @@ static ar_status wait_layer(ar__dist *c, int l, double *in) {
     AR_CHECK(ar__stage_params_in(c, l));
   /* The replica now holds step m->step's rows: the rebuild that
    * single-process training does right after that step. */
-  if (ar__dist_sampled(c, c->rank, l) && ar_model_sampled_rehash(c->model, l) != AR_OK)
-    return ar_errf(c->err, AR_STATE, "worker %d: %s", c->widx, c->model->err.msg);
-  return AR_OK;
+  return ar__dist_sampled(c, c->rank, l) ? ar__dist_rows_rehash(c, l) : AR_OK;
 }
 
 /* Posts the send of transfer t's gradient (bytes at buf). */
@@ -226,7 +226,7 @@ static ar_status send_grads(ar__dist *c, int l) {
   const uint32_t *ids = NULL;
   bool sampled = ar__dist_sampled(c, c->rank, l);
   if (sampled)
-    ids = ar_model_grad_rows(c->model, l, &n);
+    ids = ar__dist_rows_touched(c, l, &n);
   for (int t = 2 * l; t <= 2 * l + 1; t++) {
     ar__dist_tensor *T = &c->t[t];
     void *buf = ar__dist_grad_buf(T);
@@ -242,7 +242,7 @@ static ar_status send_grads(ar__dist *c, int l) {
     AR_CHECK(post_grad(c, t, buf, bytes));
   }
   if (sampled)
-    ar_model_grad_rows_clear(c->model, l);
+    ar__dist_rows_clear(c, l);
   return AR_OK;
 }
 
@@ -309,13 +309,24 @@ static ar_status timed_sync(ar__dist *c, ar_commsched_op op) {
   return AR_OK;
 }
 
+static ar_status w_before(void *ctx, ar_job_phase phase, int l) {
+  ar__dist *c = ctx;
+  if (c->lowered)
+    return ar__dist_lowered_before(c, phase, l);
+  return c->graph ? ar__dist_graph_before(c, phase, l) : ar__dist_chain_before(c, phase, l);
+}
+
+static ar_status w_after(void *ctx, ar_job_phase phase, int l) {
+  ar__dist *c = ctx;
+  if (c->lowered)
+    return ar__dist_lowered_after(c, phase, l);
+  return c->graph ? ar__dist_graph_after(c, phase, l) : ar__dist_chain_after(c, phase, l);
+}
+
 /* Before a layer's forward: its parameters (a staged layer's copy-in is
  * part of its forward op: the oracle's op times are what a layer costs
  * once its transfers are in); before the loss and a backward: the time. */
-static ar_status w_before(void *ctx, ar_job_phase phase, int l) {
-  ar__dist *c = ctx;
-  if (c->graph)
-    return ar__dist_graph_before(c, phase, l);
+ar_status ar__dist_chain_before(ar__dist *c, ar_job_phase phase, int l) {
   if (phase != AR_JOB_FORWARD) {
     c->op_t0 = ar__dist_clock(c);
     return AR_OK;
@@ -328,7 +339,7 @@ static ar_status w_before(void *ctx, ar_job_phase phase, int l) {
     double w1 = ar_now();
     if (c->tl_conv + in < w1)
       w1 = c->tl_conv + in;
-    ar_trace_add_span(c->tl, AR_TRACE_STEPS, "wait", "wait", c->model->layers[l].name, w0, w1,
+    ar_trace_add_span(c->tl, AR_TRACE_STEPS, "wait", "wait", c->spec->layers[l].name, w0, w1,
                       true);
   }
   c->op_t0 = c->staged ? in : ar__dist_clock(c);
@@ -337,10 +348,7 @@ static ar_status w_before(void *ctx, ar_job_phase phase, int l) {
 
 /* After each op its span; after a layer's backward its gradients go (a
  * staged layer's copy-out is part of its backward). */
-static ar_status w_after(void *ctx, ar_job_phase phase, int l) {
-  ar__dist *c = ctx;
-  if (c->graph)
-    return ar__dist_graph_after(c, phase, l);
+ar_status ar__dist_chain_after(ar__dist *c, ar_job_phase phase, int l) {
   if (phase == AR_JOB_FORWARD)
     return timed_sync(c, c->fwd[l]);
   if (phase == AR_JOB_LOSS)
@@ -423,8 +431,7 @@ ar_status ar__dist_worker_iteration(ar__dist *c, int64_t iter) {
   }
   const ar_ckpt_state *pos = ar_job_state(c->job);
   rep[AR__WREP_ITER] = (double)iter;
-  rep[AR__WREP_ROWS] =
-      c->graph ? (double)(c->spec->train.batch / c->W) : (double)c->model->rows;
+  rep[AR__WREP_ROWS] = (double)ar_job_last_rows(c->job);
   rep[AR__WREP_LOSS_SUM] = ar_job_last_loss_sum(c->job);
   rep[AR__WREP_EPOCH] = (double)pos->epoch;
   rep[AR__WREP_ROWS_IN_EPOCH] = (double)pos->rows_in_epoch;

@@ -130,6 +130,14 @@ ar_status ar__sampled_hidden_backward(ar_sampled *s, const ar__sbatch *b, bool r
 ar_status ar__sampled_hidden_full(ar_sampled *s, const ar__sbatch *b, bool relu, float *Y,
                                   ar_err *err);
 ar_status ar__sampled_step(ar_sampled *s, int64_t step, ar_err *err);
+/* The rows whose gradients the last batches touched (not yet stepped), a
+ * row marked touched, those rows' gradients zeroed and the set cleared (a
+ * distributed worker, which does not step), and rows whose parameters
+ * changed elsewhere (ids NULL: every row) for the next table rebuild. */
+const uint32_t *ar__sampled_grad_rows(const ar_sampled *s, size_t *n);
+void ar__sampled_grad_rows_mark(ar_sampled *s, uint32_t id);
+void ar__sampled_grad_rows_clear(ar_sampled *s);
+void ar__sampled_rows_changed(ar_sampled *s, const uint32_t *ids, size_t n);
 ar_status ar__sampled_rehash(ar_sampled *s, int64_t step, ar_trace *trace, ar_err *err);
 
 /* The layer's statistics since the start (or the last reset of them). */
@@ -210,6 +218,7 @@ struct ar_job {
   double last_train_loss;
   double last_iter_loss; /* the last iteration's mean loss (ar_job_last_loss) */
   double last_loss_sum; /* the rows this job computed in its last step */
+  int64_t last_rows;    /* their count (ar_job_last_rows) */
   ar_eval_acc last_eval;
   int64_t last_eval_iter;
   int64_t total; /* iterations the job runs */
@@ -230,6 +239,10 @@ struct ar_job {
   bool sync_layers; /* wait for each layer in detailed iterations (a GPU) */
 };
 typedef struct ar_job run_ctx;
+
+/* train.c: rows [lo, hi) of src copied into dst (a part's rows of a
+ * global batch). */
+void ar__job_slice_batch(const ar_batch *src, int64_t lo, int64_t hi, ar_batch *dst);
 
 /* net_job.c: a graph model's part of the job's life cycle. */
 ar_status ar__netjob_open_data(run_ctx *c);

@@ -373,6 +373,7 @@ ar_status ar__netjob_step(run_ctx *c) {
   }
   c->last_lr = lr;
   c->last_loss_sum = loss * (double)rows;
+  c->last_rows = rows;
   c->batch.rows = B; /* the global batch's rows */
   return AR_OK;
 }

@@ -9,7 +9,7 @@
 
 ar_status ar__netjob_open_sparse(run_ctx *c) {
   const ar_spec *s = c->spec;
-  if (c->jo.parts > 1)
+  if (c->jo.parts > 1 && !s->lowered)
     return ar_errf(c->err, AR_UNSUPPORTED,
                    "%s: a distributed graph model over sparse input is not built in this "
                    "version; write the model as a chain of dense items (without `inputs:`)",
@@ -28,11 +28,15 @@ ar_status ar__netjob_open_sparse(run_ctx *c) {
   if (c->opts.resume)
     AR_CHECK(ar_checkpoint_check_data(&c->st, ts->points, c->ckpt_path, c->err));
   ar_job_row_bounds(ts, c->test ? ar_reader_stats(c->test) : NULL, &c->max_nnz, &c->max_labels);
-  int32_t B = s->train.batch;
-  if (ar_batch_init(&c->batch, B, c->max_nnz, c->max_labels) != AR_OK)
+  /* A part of a distributed (lowered) chain computes the chain's slice of
+   * each global batch (train.c, next_batch): at most ceil(B / parts) rows,
+   * a shorter slice padded. */
+  int32_t B = s->train.batch, rows = (int32_t)((B + c->jo.parts - 1) / c->jo.parts);
+  if (ar_batch_init(&c->batch, B, c->max_nnz, c->max_labels) != AR_OK ||
+      (c->jo.parts > 1 && ar_batch_init(&c->part, rows, c->max_nnz, c->max_labels) != AR_OK))
     return ar_errf(c->err, AR_NOMEM, "out of host memory for a batch of %d rows", B);
   c->mspec = *s;
-  AR_CHECK(ar_net_build_sparse(&c->mspec, B, c->max_nnz, c->max_labels, &c->net, c->err));
+  AR_CHECK(ar_net_build_sparse(&c->mspec, rows, c->max_nnz, c->max_labels, &c->net, c->err));
   AR_CHECK(ar__netjob_copy_plan(c));
   int64_t per_epoch = (ts->points + B - 1) / B;
   c->total = s->train.iterations;
@@ -52,11 +56,19 @@ ar_status ar__netjob_seek_sparse(run_ctx *c, bool resumed) {
 }
 
 /* The next batch as the chain reads it (a new epoch when the data ran
- * out), trained on. */
+ * out), trained on; a part trains on its slice, its gradient divided by
+ * the global batch's rows, as a chain's part (train.c, next_batch). */
 ar_status ar__netjob_step_sparse(run_ctx *c) {
   double t0 = c->trace ? ar_now() : 0.0;
   AR_CHECK(ar__job_read_batch(c));
-  ar_status st = ar_net_stage_sparse(c->net, &c->batch, c->err);
+  const ar_batch *mine = &c->batch;
+  if (c->jo.parts > 1) {
+    int64_t R = c->batch.rows, p = c->jo.part, n = c->jo.parts;
+    ar__job_slice_batch(&c->batch, R * p / n, R * (p + 1) / n, &c->part);
+    mine = &c->part;
+    ar_net_set_grad_rows(c->net, R);
+  }
+  ar_status st = ar_net_stage_sparse(c->net, mine, c->err);
   if (st != AR_OK)
     return ar_err_wrap(c->err, "iteration %lld", (long long)c->st.iteration + 1);
   if (c->trace)
@@ -66,7 +78,15 @@ ar_status ar__netjob_step_sparse(run_ctx *c) {
   if (st != AR_OK)
     return ar_err_wrap(c->err, "training");
   c->last_lr = lr;
-  c->last_loss_sum = loss * (double)c->batch.rows;
+  c->last_rows = mine->rows;
+  /* A part's loss as the chain's part reports it: its mean as a float,
+   * or with a sampled head the sum of its rows' losses. */
+  if (c->jo.parts == 1)
+    c->last_loss_sum = loss * (double)mine->rows;
+  else if (ar_net_head_sampled(c->net))
+    c->last_loss_sum = ar_net_head_loss_sum(c->net);
+  else
+    c->last_loss_sum = (double)(float)loss * (double)mine->rows;
   return AR_OK;
 }
 

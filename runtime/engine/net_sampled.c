@@ -364,3 +364,67 @@ const char *ar__net_head_stats(const ar_net *n, ar_sampled_stats *out) {
   ar__sampled_stats(n->smp, out);
   return n->nodes[n->head].name;
 }
+
+/* ---- sampled items under distributed: (net.h) ---- */
+
+/* Item `layer`'s sampled layer and its last-steps tensor (NULL, -1:
+ * none). */
+static struct ar_sampled *sampled_of(const ar_net *n, int layer, int *last) {
+  *last = -1;
+  if (n->smp && n->hspec == n->spec && n->head_l == layer) {
+    *last = n->head_last;
+    return n->smp;
+  }
+  for (int j = 0; j < n->n_hid; j++)
+    if (n->hid[j].smp && n->hid[j].l == layer) {
+      *last = n->hid[j].last;
+      return n->hid[j].smp;
+    }
+  return NULL;
+}
+
+static struct ar_sampled *must(const ar_net *n, int layer) {
+  int last;
+  struct ar_sampled *s = sampled_of(n, layer, &last);
+  AR_ASSERT(s);
+  return s;
+}
+
+bool ar_net_sampled(const ar_net *n, int layer) {
+  int last;
+  return sampled_of(n, layer, &last) != NULL;
+}
+
+const uint32_t *ar_net_sampled_grad_rows(const ar_net *n, int layer, size_t *count) {
+  return ar__sampled_grad_rows(must(n, layer), count);
+}
+
+void ar_net_sampled_grad_rows_mark(ar_net *n, int layer, uint32_t id) {
+  ar__sampled_grad_rows_mark(must(n, layer), id);
+}
+
+void ar_net_sampled_grad_rows_clear(ar_net *n, int layer) {
+  ar__sampled_grad_rows_clear(must(n, layer));
+}
+
+void ar_net_sampled_rows_changed(ar_net *n, int layer, const uint32_t *ids, size_t count) {
+  ar__sampled_rows_changed(must(n, layer), ids, count);
+}
+
+ar_status ar_net_sampled_rehash(ar_net *n, int layer, ar_err *err) {
+  return ar__sampled_rehash(must(n, layer), n->step, n->trace, err);
+}
+
+ar_status ar_net_sampled_step(ar_net *n, int layer, ar_err *err) {
+  return ar__sampled_step(must(n, layer), n->step, err);
+}
+
+void *ar_net_sampled_last(const ar_net *n, int layer) {
+  int last;
+  AR_ASSERT(sampled_of(n, layer, &last) && last >= 0);
+  return tp(n, last);
+}
+
+bool ar_net_head_sampled(const ar_net *n) { return n->smp != NULL; }
+
+double ar_net_head_loss_sum(const ar_net *n) { return n->head_loss_sum; }

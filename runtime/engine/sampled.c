@@ -948,34 +948,26 @@ ar_status ar_model_train_backward_layer(ar_model *m, int l) {
   return AR_OK;
 }
 
-const uint32_t *ar_model_grad_rows(const ar_model *m, int l, size_t *n) {
-  const ar_sampled *s = m->layers[l].smp;
-  AR_ASSERT(s);
+const uint32_t *ar__sampled_grad_rows(const ar_sampled *s, size_t *n) {
   return ar_lsh_touched_ids(s->touched, n);
 }
 
-void ar_model_grad_rows_mark(ar_model *m, int l, uint32_t id) {
-  ar_sampled *s = m->layers[l].smp;
-  AR_ASSERT(s && id < s->neurons);
+void ar__sampled_grad_rows_mark(ar_sampled *s, uint32_t id) {
+  AR_ASSERT(id < s->neurons);
   ar_lsh_touched_mark(s->touched, id);
 }
 
-void ar_model_grad_rows_clear(ar_model *m, int l) {
-  ar_layer *L = &m->layers[l];
-  ar_sampled *s = L->smp;
-  AR_ASSERT(s);
+void ar__sampled_grad_rows_clear(ar_sampled *s) {
   size_t n = 0;
   const uint32_t *ids = ar_lsh_touched_ids(s->touched, &n);
   for (size_t k = 0; k < n; k++) {
-    memset(L->gw + (size_t)ids[k] * (size_t)L->in, 0, (size_t)L->in * sizeof(float));
-    L->gb[ids[k]] = 0.0f;
+    memset(s->gw + (size_t)ids[k] * (size_t)s->in, 0, (size_t)s->in * sizeof(float));
+    s->gb[ids[k]] = 0.0f;
   }
   ar_lsh_touched_clear(s->touched);
 }
 
-void ar_model_rows_changed(ar_model *m, int l, const uint32_t *ids, size_t n) {
-  ar_sampled *s = m->layers[l].smp;
-  AR_ASSERT(s);
+void ar__sampled_rows_changed(ar_sampled *s, const uint32_t *ids, size_t n) {
   if (!ids) {
     for (uint32_t i = 0; i < s->neurons; i++)
       ar_lsh_touched_mark(s->changed, i);
@@ -983,6 +975,26 @@ void ar_model_rows_changed(ar_model *m, int l, const uint32_t *ids, size_t n) {
   }
   for (size_t k = 0; k < n; k++)
     ar_lsh_touched_mark(s->changed, ids[k]);
+}
+
+const uint32_t *ar_model_grad_rows(const ar_model *m, int l, size_t *n) {
+  AR_ASSERT(m->layers[l].smp);
+  return ar__sampled_grad_rows(m->layers[l].smp, n);
+}
+
+void ar_model_grad_rows_mark(ar_model *m, int l, uint32_t id) {
+  AR_ASSERT(m->layers[l].smp);
+  ar__sampled_grad_rows_mark(m->layers[l].smp, id);
+}
+
+void ar_model_grad_rows_clear(ar_model *m, int l) {
+  AR_ASSERT(m->layers[l].smp);
+  ar__sampled_grad_rows_clear(m->layers[l].smp);
+}
+
+void ar_model_rows_changed(ar_model *m, int l, const uint32_t *ids, size_t n) {
+  AR_ASSERT(m->layers[l].smp);
+  ar__sampled_rows_changed(m->layers[l].smp, ids, n);
 }
 
 ar_status ar__sampled_step(ar_sampled *s, int64_t step, ar_err *err) {

@@ -306,6 +306,7 @@ int64_t ar_job_iteration(const ar_job *j) { return j->st.iteration; }
 int64_t ar_job_total(const ar_job *j) { return j->total; }
 const ar_ckpt_state *ar_job_state(const ar_job *j) { return &j->st; }
 double ar_job_last_loss_sum(const ar_job *j) { return j->last_loss_sum; }
+int64_t ar_job_last_rows(const ar_job *j) { return j->last_rows; }
 double ar_job_last_loss(const ar_job *j) { return j->last_iter_loss; }
 
 /* The position c->st: checked against the training data, and a job that
@@ -393,8 +394,7 @@ void ar_job_due(const ar_job *j, int64_t iteration, bool *eval, bool *checkpoint
                 iteration % s->train.checkpoint_every == 0;
 }
 
-/* Copies rows [lo, hi) of src into dst. */
-static void slice_batch(const ar_batch *src, int64_t lo, int64_t hi, ar_batch *dst) {
+void ar__job_slice_batch(const ar_batch *src, int64_t lo, int64_t hi, ar_batch *dst) {
   int64_t f0 = src->row_ptr[lo], l0 = src->lab_ptr[lo];
   int64_t nf = src->row_ptr[hi] - f0, nl = src->lab_ptr[hi] - l0;
   dst->rows = hi - lo;
@@ -427,7 +427,7 @@ static ar_status next_batch(run_ctx *c) {
   const ar_batch *mine = &c->batch;
   if (c->jo.parts > 1) {
     int64_t R = c->batch.rows, p = c->jo.part, n = c->jo.parts;
-    slice_batch(&c->batch, R * p / n, R * (p + 1) / n, &c->part);
+    ar__job_slice_batch(&c->batch, R * p / n, R * (p + 1) / n, &c->part);
     mine = &c->part;
     /* The parts' gradients sum to the mean over the global batch. */
     c->model->grad_rows = R;
@@ -589,7 +589,7 @@ ar_status ar_job_step(ar_job *c, ar_err *err) {
   } else {
     AR_CHECK(next_batch(c));
     AR_CHECK(train_layers(c, &c->last_loss_sum));
-    rows = c->model->rows;
+    rows = c->last_rows = c->model->rows;
   }
   /* As a float, the mean every run of this job has always logged. */
   float loss = rows ? (float)(c->last_loss_sum / (double)rows) : 0.0f;

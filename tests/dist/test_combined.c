@@ -37,7 +37,13 @@
  *                summary names the staged worker;
  *   pieces       every message split into pieces of 1000 bytes (as a
  *                message over 2 GiB is split into MPI-sized ones): bit
- *                for bit the same as the plain run.
+ *                for bit the same as the plain run (60 iterations,
+ *                several table rebuilds);
+ *   lowered      the job lowered onto the graph engine (ar_chain_route,
+ *                as ACCELRT_CHAIN_ENGINE=graph routes it; issue 17): the
+ *                same loss, P@1, checkpoint (the sampled head's rows'
+ *                last steps too) and rows bytes as the chain's run (60
+ *                iterations).
  *
  * Why the tolerance: distributed and single-process SLIDE differ in the
  * order the rows' gradients are summed and in the shared random negatives
@@ -53,6 +59,7 @@
 #include <unistd.h>
 
 #include "accelrt/dist.h"
+#include "accelrt/net.h"
 #include "accelrt/runtime.h"
 #include "dist_case.h"
 
@@ -64,6 +71,11 @@
 
 /* Bytes per piece of a message for the runs (0: the default). */
 static size_t piece_bytes;
+/* The runs' jobs lowered onto the graph engine. */
+static bool lowered;
+/* Iterations instead of 3 epochs (0: the epochs): the bit-for-bit cases
+ * need no trained model. */
+static int short_run;
 
 /* Bytes the workers saw during the traced iterations: sums and counts. */
 static double bytes_sum[MAX_T];
@@ -85,7 +97,9 @@ static void on_bytes(void *ctx, int64_t it, const uint64_t *param, const uint64_
 }
 
 static ar_spec *job(const char *dir, bool distributed, const char *workers) {
-  char yaml[4096], dist[512] = "";
+  char yaml[4096], dist[512] = "", length[64] = "epochs: 3";
+  if (short_run > 0)
+    snprintf(length, sizeof length, "iterations: %d", short_run);
   if (distributed)
     snprintf(dist, sizeof dist,
              "distributed: {servers: 1, order: tac, trace_iterations: %d%s%s}\n", WARMUP,
@@ -100,9 +114,9 @@ static ar_spec *job(const char *dir, bool distributed, const char *workers) {
            " rehash: {every: 20}}\n"
            "data: {generate: {train_points: 6000, test_points: 600, features: 1000,"
            " labels: 8192, nnz: 16, labels_per_point: 2, noise: 0.2}}\n"
-           "train: {batch: 48, epochs: 3, threads: 1, optimizer: {adam: {lr: 0.003}}}\n"
+           "train: {batch: 48, %s, threads: 1, optimizer: {adam: {lr: 0.003}}}\n"
            "output: {dir: '%s'}\n%s",
-           dir, dist);
+           length, dir, dist);
   return case_parse(yaml);
 }
 
@@ -112,6 +126,8 @@ static ar_status run_dist_ex(const char *dir, const char *workers, bool stage, a
   ar_spec *spec = job(dir, true, workers);
   if (!spec)
     return AR_INVALID;
+  if (lowered)
+    CHECK(ar_chain_route(spec, AR_CHAIN_ENGINE_GRAPH, NULL) == 1, "the job was not lowered");
   ar_dist_opts o = AR_DIST_OPTS_INIT;
   o.timeout_s = 120;
   o.on_bytes = on_bytes;
@@ -217,30 +233,37 @@ static void case_staged(const char *dir, const char *workers, int stage_rank, in
   CHECK(case_same_checkpoint(pdir, sdir), "the staged run's model differs from the plain run's");
 }
 
-/* The job with every message in pieces of 1000 bytes (the rows messages
- * of out.w and out.b, up to 1 MiB, in up to 1,057 pieces, some of them
- * empty): bit for bit the plain run, and the same rows bytes moved. */
-static void case_pieces(const char *dir) {
+/* The plain run, then the same job with `what` set (*flag: pieces of
+ * 1000 bytes for every message, as a message over 2 GiB is split into
+ * MPI-sized ones, the rows messages of out.w and out.b, up to 1 MiB, in up
+ * to 1,057 pieces, some of them empty; or the job lowered onto the graph
+ * engine): bit for bit the plain run, and the same rows bytes moved. */
+static void case_against_plain(const char *dir, const char *what, void (*set)(void)) {
   char pdir[600], sdir[600];
   snprintf(pdir, sizeof pdir, "%s/plain", dir);
-  snprintf(sdir, sizeof sdir, "%s/pieces", dir);
+  snprintf(sdir, sizeof sdir, "%s/%s", dir, what);
   ar_summary p, s;
   if (run_dist(pdir, NULL, &p) != AR_OK)
     return;
   MPI_Barrier(MPI_COMM_WORLD);
-  piece_bytes = 1000;
+  set();
   if (run_dist(sdir, NULL, &s) != AR_OK || rank != 0)
     return;
-  printf("loss: plain %.9g, in pieces %.9g\n", p.loss, s.loss);
-  CHECK(memcmp(&p.loss, &s.loss, sizeof p.loss) == 0, "loss %.9g in pieces vs %.9g plain", s.loss,
+  printf("loss: plain %.9g, %s %.9g; P@1 %.2f, %.2f\n", p.loss, what, s.loss, p.p_at[0],
+         s.p_at[0]);
+  CHECK(memcmp(&p.loss, &s.loss, sizeof p.loss) == 0, "loss %.9g %s vs %.9g plain", s.loss, what,
         p.loss);
+  CHECK(p.p_at[0] == s.p_at[0], "P@1 %.4f %s vs %.4f plain", s.p_at[0], what, p.p_at[0]);
   static const char *keys[] = {"param_bytes_median", "sparse_grad_bytes_median",
                                "graph_bytes.out.w", "graph_bytes.out.b"};
   for (int k = 0; k < 4; k++)
-    CHECK(summary_num(pdir, keys[k]) == summary_num(sdir, keys[k]), "%s: %g in pieces vs %g",
-          keys[k], summary_num(sdir, keys[k]), summary_num(pdir, keys[k]));
-  CHECK(case_same_checkpoint(pdir, sdir), "the run in pieces differs from the plain run");
+    CHECK(summary_num(pdir, keys[k]) == summary_num(sdir, keys[k]), "%s: %g %s vs %g", keys[k],
+          summary_num(sdir, keys[k]), what, summary_num(pdir, keys[k]));
+  CHECK(case_same_checkpoint(pdir, sdir), "the run %s differs from the plain run", what);
 }
+
+static void set_pieces(void) { piece_bytes = 1000; }
+static void set_lowered(void) { lowered = true; }
 
 static void case_equal(const char *dir, const char *workers, int sampled) {
   char ddir[600], sdir[600];
@@ -372,8 +395,10 @@ int main(int argc, char **argv) {
     case_devices(dir);
   else if (strcmp(which, "staged") == 0)
     case_staged(dir, NULL, -1, 3, "host (staged),host (staged),host (staged)");
-  else if (strcmp(which, "pieces") == 0)
-    case_pieces(dir);
+  else if (strcmp(which, "pieces") == 0 && (short_run = 60) > 0)
+    case_against_plain(dir, "pieces", set_pieces);
+  else if (strcmp(which, "lowered") == 0 && (short_run = 60) > 0)
+    case_against_plain(dir, "lowered", set_lowered);
   else if (strcmp(which, "staged_mixed") == 0) /* rank 2 is worker 1 */
     case_staged(dir, "[{}, {sparse: dense}, {}]", 2, 1, "host,host (staged),host");
   else
