@@ -65,6 +65,9 @@ nnode *ar__net_new_node(ar_net *n) {
   nnode *x = &n->nodes[n->n_nodes++];
   memset(x, 0, sizeof *x);
   x->work[0] = x->work[1] = -1;
+  x->copy = x->copy_work = x->redo = -1;
+  for (int k = 0; k < AR_NN_MAX_IO; k++)
+    x->again[k] = -1;
   return x;
 }
 
@@ -521,10 +524,13 @@ static void lifetimes(ar_net *n) {
       live(&n->tensors[d->work[0]], f);
     if (d->work[1] >= 0)
       live(&n->tensors[d->work[1]], bw);
+    if (d->redo >= 0 && n->nodes[d->redo].copy_work >= 0)
+      live(&n->tensors[n->nodes[d->redo].copy_work], bw);
     for (int k = 0; k < d->n_in; k++) {
       live(&n->tensors[d->in[k]], f);
+      /* (A recomputed input: its copy, written at the first such step.) */
       if (d->trains && (d->sig.in_needed & (1u << k)))
-        live(&n->tensors[d->in[k]], bw);
+        live(&n->tensors[d->again[k] >= 0 ? d->again[k] : d->in[k]], bw);
       if (d->trains && d->gin[k] >= 0) {
         live(&n->tensors[d->gin[k]], bw);
         if (d->gtmp[k] >= 0)
@@ -849,6 +855,8 @@ static ar_status finish(ar_net *n, bool training, ar_err *err) {
     st = ar__net_hid_plan(n, err); /* (and every neuron of a hidden sampled item) */
   if (st == AR_OK)
     st = ar__net_workspace(n, err);
+  if (st == AR_OK && training)
+    st = ar__net_remat(n, err);
   if (st == AR_OK)
     st = make_plan(n, err);
   if (st == AR_OK) {
