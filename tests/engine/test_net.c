@@ -321,11 +321,11 @@ static void test_recompute(void **state) {
 }
 
 /* Tensors alive at the same step never share bytes; the block holds them
- * all; start allocates exactly the two blocks. */
-static void test_plan_placement_and_exactness(void **state) {
-  (void)state;
+ * all; start allocates exactly the two blocks (and a training step nothing
+ * more).  With and without recomputed batch norm outputs. */
+static void plan_placement_and_exactness(const char *yaml) {
   net_fix f;
-  fix_open(&f, CONVY);
+  fix_open(&f, yaml);
   const ar_plan *p = ar_net_plan(f.net);
   int eph = 0;
   for (int i = 0; i < p->count; i++) {
@@ -349,7 +349,17 @@ static void test_plan_placement_and_exactness(void **state) {
   /* Sharing happened: the peak is below the sum. */
   assert_true(p->ephemeral_bytes < p->ephemeral_sum_bytes);
   assert_int_equal(ar_device_bytes_in_use(f.dev), p->persistent_bytes + p->ephemeral_bytes);
+  ar_err err = AR_ERR_INIT;
+  double loss = 0, lr = 0;
+  assert_int_equal(ar_net_train(f.net, &loss, &lr, &err), AR_OK);
+  assert_int_equal(ar_device_bytes_in_use(f.dev), p->persistent_bytes + p->ephemeral_bytes);
   fix_close(&f);
+}
+
+static void test_plan_placement_and_exactness(void **state) {
+  (void)state;
+  plan_placement_and_exactness(CONVY);
+  plan_placement_and_exactness(BNCONVY);
 }
 
 /* Bytes of the ephemeral entries alive at step s; skip: leave out the
