@@ -412,7 +412,7 @@ static ar_net *resnet(ar_spec **spec, const char *env) {
  * leaves, bounded here at 2%.  The ten batch norms with a relu that a conv
  * reads are recomputed in the backward (net_remat.c): their 38.3 MiB of
  * outputs are no longer kept, and the plan is at least 30 MiB below the
- * one that keeps them (ACCELRT_RECOMPUTE=0: 151.3 MiB, 114.6 with them
+ * one that keeps them (ACCELRT_RECOMPUTE=0: 150.7 MiB, 114.1 with them
  * recomputed; 168.9 when one workspace of 18.4 MiB was held for the whole
  * iteration). */
 static void test_resnet_plan_workspace_lifetimes(void **state) {
@@ -458,6 +458,9 @@ static void test_resnet_plan_workspace_lifetimes(void **state) {
   assert_true(p->ephemeral_bytes >= alive);
   assert_true(p->ephemeral_bytes < others + most_work);
   assert_true((double)p->ephemeral_bytes <= 1.02 * (double)alive);
+  /* The placement order "busiest step first" packs it to that bound (the
+   * alignment aside; the other orders left 0.4 MiB of gaps). */
+  assert_true((double)p->ephemeral_bytes <= 1.001 * (double)alive);
   assert_true(p->ephemeral_bytes + ((size_t)30 << 20) <= e_off);
   assert_int_equal(p->persistent_bytes, ar_net_plan(off)->persistent_bytes);
   ar_net_destroy(net);
