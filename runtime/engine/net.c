@@ -65,6 +65,9 @@ nnode *ar__net_new_node(ar_net *n) {
   nnode *x = &n->nodes[n->n_nodes++];
   memset(x, 0, sizeof *x);
   x->work[0] = x->work[1] = -1;
+  x->copy = x->copy_work = x->redo = -1;
+  for (int k = 0; k < AR_NN_MAX_IO; k++)
+    x->again[k] = -1;
   return x;
 }
 
@@ -530,10 +533,13 @@ static void lifetimes(ar_net *n) {
       live(&n->tensors[d->work[0]], f);
     if (d->work[1] >= 0)
       live(&n->tensors[d->work[1]], bw);
+    if (d->redo >= 0 && n->nodes[d->redo].copy_work >= 0)
+      live(&n->tensors[n->nodes[d->redo].copy_work], bw);
     for (int k = 0; k < d->n_in; k++) {
       live(&n->tensors[d->in[k]], f);
+      /* (A recomputed input: its copy, written at the first such step.) */
       if (d->trains && (d->sig.in_needed & (1u << k)))
-        live(&n->tensors[d->in[k]], bw);
+        live(&n->tensors[d->again[k] >= 0 ? d->again[k] : d->in[k]], bw);
       if (d->trains && d->gin[k] >= 0) {
         live(&n->tensors[d->gin[k]], bw);
         if (d->gtmp[k] >= 0)
@@ -585,11 +591,15 @@ static size_t align64(size_t v) { return (v + 63) & ~(size_t)63; }
 
 /* Orders in which place() tries the tensors: largest first; longest
  * lifetime first (then largest); most bytes x steps first; earliest first
- * use first (then largest).  Ties: the lower index first (deterministic). */
-enum { ORDER_SIZE, ORDER_SPAN, ORDER_AREA, ORDER_START, N_ORDERS };
+ * use first (then largest); the tensors alive at the step with the most
+ * bytes alive first, then the rest, each group largest first (those
+ * tensors, packed from 0, are the lower bound; the rest fit around
+ * them).  Ties: the lower index first (deterministic). */
+enum { ORDER_SIZE, ORDER_SPAN, ORDER_AREA, ORDER_START, ORDER_PEAK, N_ORDERS };
 typedef struct order_ctx {
   const ntensor *t;
   int order;
+  int64_t peak_step; /* ORDER_PEAK's step */
 } order_ctx;
 
 static int by_order(const void *pa, const void *pb, void *ctx) {
@@ -602,6 +612,12 @@ static int by_order(const void *pa, const void *pb, void *ctx) {
     return sa < sb ? 1 : -1;
   if (c->order == ORDER_START && a->first != b->first)
     return a->first > b->first ? 1 : -1;
+  if (c->order == ORDER_PEAK) {
+    const bool pa = a->first <= c->peak_step && c->peak_step <= a->last;
+    const bool pb = b->first <= c->peak_step && c->peak_step <= b->last;
+    if (pa != pb)
+      return pa ? -1 : 1;
+  }
   if (c->order == ORDER_AREA) {
     ka *= sa;
     kb *= sb;
@@ -701,11 +717,26 @@ static ar_status place(ar_net *n, ar_err *err) {
   for (int i = 0; i < n->n_tensors; i++)
     if (n->tensors[i].cls == AR_MEM_EPHEMERAL)
       ord[m++] = i;
-  size_t sum = 0, peak = SIZE_MAX;
-  for (int a = 0; a < m; a++)
+  size_t sum = 0, peak = SIZE_MAX, most = 0;
+  int64_t last = 0, peak_step = 0;
+  for (int a = 0; a < m; a++) {
     sum += align64(n->tensors[ord[a]].bytes ? n->tensors[ord[a]].bytes : 1);
+    last = n->tensors[ord[a]].last > last ? n->tensors[ord[a]].last : last;
+  }
+  for (int64_t s = 0; s <= last; s++) { /* the step with the most bytes alive */
+    size_t alive = 0;
+    for (int a = 0; a < m; a++) {
+      const ntensor *t = &n->tensors[ord[a]];
+      if (t->first <= s && s <= t->last)
+        alive += align64(t->bytes ? t->bytes : 1);
+    }
+    if (alive > most) {
+      most = alive;
+      peak_step = s;
+    }
+  }
   for (int k = 0; k < 2 * N_ORDERS; k++) {
-    order_ctx c = {n->tensors, k / 2};
+    order_ctx c = {n->tensors, k / 2, peak_step};
     qsort_r(ord, (size_t)m, sizeof *ord, by_order, &c);
     size_t p = place_in_order(n->tensors, ord, m, off, k % 2);
     if (p < peak) {
@@ -859,6 +890,8 @@ static ar_status finish(ar_net *n, bool training, ar_err *err) {
     st = ar__net_hid_plan(n, err); /* (and every neuron of a hidden sampled item) */
   if (st == AR_OK)
     st = ar__net_workspace(n, err);
+  if (st == AR_OK && training)
+    st = ar__net_remat(n, err);
   if (st == AR_OK)
     st = make_plan(n, err);
   if (st == AR_OK) {

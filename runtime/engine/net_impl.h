@@ -78,6 +78,14 @@ typedef struct nnode {
    * so the plan places them by lifetime like any tensor. */
   size_t work_bytes;
   int work[2];
+  /* Recomputation (net_remat.c), -1 where none: a batch norm whose output
+   * is written again in the backward: that copy (copy) and the workspace
+   * of the step that writes it (copy_work); on a node whose backward reads
+   * such an output: the batch norm to run just before its backward (redo,
+   * on the first of them in backward order) and, per input, the copy its
+   * backward reads in place of the input (again). */
+  int copy, copy_work, redo;
+  int again[AR_NN_MAX_IO];
   ar_nn_prim *ptrain, *peval;
   ar_nn_args args;
 } nnode;
@@ -197,6 +205,14 @@ void ar__net_stop(ar_net *n);
 /* After node d's backward: its temporary gradients added into the
  * gradients they belong to (a tensor or parameter several nodes read). */
 void ar__net_add_temps(ar_net *n, const nnode *d, int threads);
+
+/* net_remat.c: batch norm outputs recomputed in the backward (docs/graph.md,
+ * "Recomputed batch norm outputs").  ar__net_remat (training, after the
+ * workspaces) picks them and adds their copies; ACCELRT_RECOMPUTE=0: none.
+ * ar__net_recompute: before node r's backward, writes the copy it is the
+ * first to read (nothing when none). */
+ar_status ar__net_remat(ar_net *n, ar_err *err);
+void ar__net_recompute(ar_net *n, const nnode *r);
 
 /* The loss ops a sampled head computes itself in training: the softmax
  * cross-entropy over one class a row, the multi-label one (sparse input). */

@@ -424,9 +424,18 @@ static ar_status backward(ar_net *n, ar_err *err) {
       AR_CHECK(ar__net_hid_backward(n, d, err));
     } else {
       /* The backward step's workspace (its own tensor in the plan). */
-      void *fwd_work = d->args.work;
+      void *fwd_work = d->args.work, *fwd_in[AR_NN_MAX_IO];
       d->args.work = d->work[1] >= 0 ? n->tensors[d->work[1]].p : NULL;
+      /* Inputs recomputed rather than kept (net_remat.c): their copies. */
+      ar__net_recompute(n, d);
+      for (int k = 0; k < d->n_in; k++) {
+        fwd_in[k] = d->args.in[k].p;
+        if (d->again[k] >= 0)
+          d->args.in[k].p = n->tensors[d->again[k]].p;
+      }
       ar_device_nn_backward(n->dev, d->ptrain, &d->args);
+      for (int k = 0; k < d->n_in; k++)
+        d->args.in[k].p = fwd_in[k];
       d->args.work = fwd_work;
     }
     ar__net_add_temps(n, d, threads);
