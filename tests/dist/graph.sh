@@ -49,7 +49,9 @@
 #   configs configs/cluster-inception.yaml and configs/cluster-resnet.yaml
 #           on a slice (6 iterations) under -np 3: their transfers (47 and
 #           65 parameter tensors), a positive comp_comm_ratio, an
-#           evaluation (77 without Debian's Fashion-MNIST).
+#           evaluation (77 without Debian's Fashion-MNIST); Inception's
+#           worker runs each block's pool branch first and TAC sends its
+#           weights first.
 set -uo pipefail
 MPIEXEC=$1 bin=$2 py=$3 src=$4 case=$5
 work=$(mktemp -d /tmp/accelrt_dgraph_XXXXXX)
@@ -454,6 +456,34 @@ assert 0 <= s["top1"] <= 100, s["top1"]
 print("  %s: %d transfers, comp_comm_ratio %.2f" % (sys.argv[1], s["transfers"], r))
 PY
   done
+  # Inception: the worker is one CPU running the items in list order, and
+  # each block lists its max pool (its longest op without parameters)
+  # first, so that it runs while the convolutions' weights arrive; listed
+  # last it ran after them (in the last block after the whole parameter
+  # stream, neither link direction busy: E 0.948).  Checked where it
+  # happens: the worker's forward spans, and the gate's TAC order on the
+  # server (the pool branch's weights before the other branches').
+  "$py" - c_inception/trace.json <<'PY' || fail "cluster-inception: the pool branches do not go first"
+import json, sys
+fwd, order = {}, {}
+for e in json.load(open(sys.argv[1]))["traceEvents"]:
+    it = e.get("args", {}).get("iteration")
+    if e.get("ph") != "X" or it is None:
+        continue
+    if e["pid"] == 2 and e.get("cat") == "forward":
+        fwd.setdefault(it, {})[e["name"].split(" ", 1)[1]] = e["ts"]
+    elif e["pid"] == 1 and e.get("cat") == "param" and "priority" in e["args"]:
+        order.setdefault((it, e["tid"]), {})[e["name"]] = e["args"]["order"]
+assert fwd and order, "no forward spans or no TAC-ordered sends in trace.json"
+for b in ("i1", "i2", "i3"):
+    later = [b + x for x in ("_1x1", "_3r", "_3x3", "_5r", "_5x5")]
+    for it, t in fwd.items():
+        assert max(t[b + "_pool"], t[b + "_pp"]) < min(t[x] for x in later), (it, b, t)
+    for key, o in order.items():
+        assert o[b + "_pp.w"] < min(o[x + ".w"] for x in later), (key, b, o)
+print("  cluster-inception: each block's pool branch first on the worker (%d iterations) "
+      "and in TAC's order (%d channels x iterations)" % (len(fwd), len(order)))
+PY
   ;;
 share)
   cat > tenants.yaml <<'YAML'
