@@ -94,10 +94,8 @@ static ar_status make_tables(ar__dist *c) {
   c->updq = ar_malloc(nt1 * sizeof *c->updq);
   c->upd_t0 = ar_malloc(nt1 * sizeof *c->upd_t0);
   c->upd_t1 = ar_malloc(nt1 * sizeof *c->upd_t1);
-  if (!c->upd_t0 || !c->upd_t1)
-    return ar_errf(c->err, AR_NOMEM, "out of memory for the server's bookkeeping");
   if (!c->gleft || !c->sendleft || !c->gdue || !c->updq || !c->pend_p || !c->spar ||
-      !c->tl_pend || !c->tl_next2)
+      !c->tl_pend || !c->tl_next2 || !c->upd_t0 || !c->upd_t1)
     return ar_errf(c->err, AR_NOMEM, "out of memory for the server's bookkeeping");
   if (!c->sreq || !c->rreq || !c->rstat || !c->s_idx || !c->sleft || !c->rleft || !c->rbytes ||
       !c->send_start || !c->delivered || !c->arrive || !c->pend_w || !c->pend_t || !c->pend_at ||
