@@ -140,7 +140,8 @@ typedef enum ar__wrep_part {
 } ar__wrep_part;
 /* A server's report: {iteration, start, update start, update end}, then
  * the parts of ar__srep_part, each W x nt (worker-major), NaN where not
- * its transfer. */
+ * its transfer; the update parts use their first nt entries, one per
+ * tensor. */
 enum {
   AR__SREP_ITER = 0,
   AR__SREP_START,
@@ -153,6 +154,10 @@ typedef enum ar__srep_part {
   AR__SREP_ARRIVE,         /* at the worker: the emulated arrival, or the
                               post time without link emulation */
   AR__SREP_DELIVERED,      /* gradient at the server */
+  AR__SREP_UPD_START,      /* (nt used) when the update of each own unit
+                              (a graph tensor, a chain layer at its w, a
+                              rows layer at its w) began, NaN for others */
+  AR__SREP_UPD_END,        /* (nt used) when it ended */
   AR__SREP_PARTS
 } ar__srep_part;
 
@@ -286,6 +291,8 @@ typedef struct ar__dist {
   size_t updq_head, updq_tail;
   double upd_lr;          /* graph: this iteration's learning rate */
   double upd0, upd1;      /* the first update's start, the last's end (clock) */
+  double *upd_t0, *upd_t1; /* (nt) each unit's update: its start and end
+                              (clock), NaN when it had none this iteration */
   double upd0_tl;         /* the first's start, ar_now() (the timeline) */
   struct ar_lsh_touched **dirty; /* (n_layers) own rows layers: rows changed
                                     since the workers last received them */

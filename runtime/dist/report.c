@@ -22,7 +22,7 @@ static size_t slot_len(const ar__dist *c) {
 ar_status ar__dist_report_init(ar__dist *c, bool resume) {
   const ar_spec *s = c->spec;
   int peers = c->W + c->S - 1;
-  size_t spans = (size_t)c->W * (2 * (size_t)c->nt + c->nops) + (size_t)c->S;
+  size_t spans = (size_t)c->W * (2 * (size_t)c->nt + c->nops) + (size_t)c->nt;
   c->oracle_path = ar_path_join(s->output.dir, "oracle.tsv");
   c->trace_path = ar_path_join(s->output.dir, "trace.tsv");
   c->reports = ar_malloc((size_t)peers * slot_len(c) * sizeof *c->reports);
@@ -200,7 +200,10 @@ static void add_span(ar_commsched_span *s, size_t *n, double a, double b) {
 /* TicTac's metrics over all workers' spans together (as the simulator
  * computes them): communication = parameters from the server's iteration
  * start to their arrival and gradients from ready to delivered;
- * computation = the workers' ops and the servers' updates. */
+ * computation = the workers' ops and the servers' updates, each update
+ * its own span (TicTac's C is computation busy time: the stretch from a
+ * server's first update to its last is mostly the server waiting for the
+ * gradients still on the link, which is communication). */
 static ar_status iteration_metrics(ar__dist *c, const double *own, ar__dist_iter_stat *out) {
   size_t nc = 0, nk = 0, nops = c->nops, nt = (size_t)c->nt;
   size_t ncomm_max = (size_t)c->W * 2 * nt;
@@ -230,8 +233,11 @@ static ar_status iteration_metrics(ar__dist *c, const double *own, ar__dist_iter
       }
     c->finish[w] = fin;
   }
-  for (int s = 0; s < c->S; s++)
-    add_span(comp, &nk, srep(c, s, own)[AR__SREP_UPD0], srep(c, s, own)[AR__SREP_UPD1]);
+  for (size_t t = 0; t < nt; t++) {
+    const double *s = srep(c, c->t[t].server, own);
+    add_span(comp, &nk, s[ar__srep(c, AR__SREP_UPD_START) + t],
+             s[ar__srep(c, AR__SREP_UPD_END) + t]);
+  }
   ar_commsched_metrics m;
   AR_CHECK(ar_commsched_metrics_compute(comm, nc, comp, nk, &m, c->err));
   out->makespan = m.makespan_s;

@@ -92,8 +92,10 @@ static ar_status make_tables(ar__dist *c) {
   c->sendleft = ar_malloc(2 * nt1 * sizeof *c->sendleft);
   c->gdue = ar_malloc(nt1 * sizeof *c->gdue);
   c->updq = ar_malloc(nt1 * sizeof *c->updq);
+  c->upd_t0 = ar_malloc(nt1 * sizeof *c->upd_t0);
+  c->upd_t1 = ar_malloc(nt1 * sizeof *c->upd_t1);
   if (!c->gleft || !c->sendleft || !c->gdue || !c->updq || !c->pend_p || !c->spar ||
-      !c->tl_pend || !c->tl_next2)
+      !c->tl_pend || !c->tl_next2 || !c->upd_t0 || !c->upd_t1)
     return ar_errf(c->err, AR_NOMEM, "out of memory for the server's bookkeeping");
   if (!c->sreq || !c->rreq || !c->rstat || !c->s_idx || !c->sleft || !c->rleft || !c->rbytes ||
       !c->send_start || !c->delivered || !c->arrive || !c->pend_w || !c->pend_t || !c->pend_at ||
@@ -101,6 +103,8 @@ static ar_status make_tables(ar__dist *c) {
     return ar_errf(c->err, AR_NOMEM, "out of memory for the server's bookkeeping");
   for (size_t i = 0; i < ws; i++)
     c->sreq[i] = c->rreq[i] = MPI_REQUEST_NULL;
+  for (size_t i = 0; i < c->srep_len; i++) /* the update parts' unused tail */
+    c->report[i] = NAN;
   return AR_OK;
 }
 
@@ -196,6 +200,8 @@ void ar__dist_server_fini(ar__dist *c) {
   ar_free(c->sendleft);
   ar_free(c->gdue);
   ar_free(c->updq);
+  ar_free(c->upd_t0);
+  ar_free(c->upd_t1);
 }
 
 typedef struct srv_iter {
@@ -490,8 +496,9 @@ static ar_status apply_due(ar__dist *c, int p, double now) {
     if (c->gdue[t] > now || left[t] > 0 || (chain && left[t + 1] > 0))
       return AR_OK;
     c->updq_head++;
+    c->upd_t0[t] = ar__dist_clock(c);
     if (isnan(c->upd0)) {
-      c->upd0 = ar__dist_clock(c);
+      c->upd0 = c->upd_t0[t];
       c->upd0_tl = c->tl ? ar_now() : 0.0;
     }
     ar__dist_tensor *T = &c->t[t];
@@ -507,7 +514,7 @@ static ar_status apply_due(ar__dist *c, int p, double now) {
     } else {
       ar_net_opt_param(c->net, T->ntensor, c->upd_lr);
     }
-    c->upd1 = ar__dist_clock(c);
+    c->upd1 = c->upd_t1[t] = ar__dist_clock(c);
   }
   return AR_OK;
 }
@@ -525,6 +532,7 @@ static void updates_begin(ar__dist *c) {
   for (int t = 0; t < c->nt; t++) {
     c->gleft[t] = c->t[t].server == c->rank ? c->W : 0;
     c->gdue[t] = -INFINITY;
+    c->upd_t0[t] = c->upd_t1[t] = NAN;
   }
 }
 
@@ -614,12 +622,13 @@ static ar_status updates_end(ar__dist *c, srv_iter *it) {
     const ar__dist_tensor *T = &c->t[t];
     if (T->server != c->rank || !T->rows || T->bias)
       continue;
+    c->upd_t0[t] = ar__dist_clock(c);
     if (isnan(c->upd0)) {
-      c->upd0 = ar__dist_clock(c);
+      c->upd0 = c->upd_t0[t];
       c->upd0_tl = c->tl ? ar_now() : 0.0;
     }
     AR_CHECK(apply_rows(c, T->layer));
-    c->upd1 = ar__dist_clock(c);
+    c->upd1 = c->upd_t1[t] = ar__dist_clock(c);
   }
   ar_device_sync(c->dev);
   if (isnan(c->upd0)) { /* a server without tensors */
@@ -759,6 +768,8 @@ ar_status ar__dist_server_iteration(ar__dist *c, int64_t iter, const ar_commsche
   memcpy(rep + ar__srep(c, AR__SREP_SEND_START), ss, wt * sizeof *rep);
   memcpy(rep + ar__srep(c, AR__SREP_ARRIVE), c->arrive + (size_t)p * wt, wt * sizeof *rep);
   memcpy(rep + ar__srep(c, AR__SREP_DELIVERED), c->delivered, wt * sizeof *rep);
+  memcpy(rep + ar__srep(c, AR__SREP_UPD_START), c->upd_t0, (size_t)c->nt * sizeof *rep);
+  memcpy(rep + ar__srep(c, AR__SREP_UPD_END), c->upd_t1, (size_t)c->nt * sizeof *rep);
   if (c->rank != 0)
     return send_report(c, rep);
   return ar__dist_reports_collect(c, iter, ar__dist_clock(c) - wall0, rep);
