@@ -68,7 +68,7 @@ static double f_unary(const char *op, double x) {
 
 static ar_status fold_unary(fold_ctx *c) {
   const ar_onnx_tensor *x = arg(c, 0);
-  AR_CHECK(ar__onnx_tensor_new(&x->shape, x->dtype, &c->out[0], c->err));
+  AR_CHECK(ar__onnx_tensor_new(c->m, &x->shape, x->dtype, &c->out[0], c->err));
   const int64_t n = ar_shape_count(&x->shape);
   const bool is_not = !strcmp(c->op, "Not");
   for (int64_t i = 0; i < n; i++) {
@@ -80,7 +80,7 @@ static ar_status fold_unary(fold_ctx *c) {
              !strcmp(c->op, "Relu") || !strcmp(c->op, "Sign")) {
       int64_t v = ar__onnx_get_i(x, i);
       v = c->op[0] == 'N'   ? (int64_t)(0u - (uint64_t)v)
-          : c->op[0] == 'A' ? (v < 0 ? -v : v)
+          : c->op[0] == 'A' ? (v < 0 ? (int64_t)(0u - (uint64_t)v) : v) /* INT64_MIN stays */
           : c->op[0] == 'R' ? (v > 0 ? v : 0)
           : c->op[0] == 'S' ? (v > 0) - (v < 0)
                             : v;
@@ -94,8 +94,8 @@ static ar_status fold_unary(fold_ctx *c) {
 }
 
 static int64_t i_pow(int64_t x, int64_t z) {
-  if (z < 0)
-    return x == 1 ? 1 : x == -1 ? ((-z) % 2 ? -1 : 1) : 0;
+  if (z < 0) /* z % 2, not -z: -INT64_MIN overflows */
+    return x == 1 ? 1 : x == -1 ? (z % 2 ? -1 : 1) : 0;
   uint64_t r = 1, b = (uint64_t)x;
   for (; z; z >>= 1, b *= b)
     if (z & 1)
@@ -123,9 +123,12 @@ static void binary_values(const char *op, bool flt, double fa, double fb, int64_
     *ir = i_pow(ia, ib);
   } else if (!strcmp(op, "Mod")) {
     *fr = fmod(fa, fb);
-    /* Python's sign rule (fmod 0): the result takes the divisor's sign. */
-    *ir = ib == 0 ? 0 : ((ia % ib) + ib) % ib;
-    if (ib < 0 && *ir > 0)
+    /* Python's sign rule (fmod 0): the result takes the divisor's sign.
+     * A divisor of -1 leaves 0 (INT64_MIN % -1 traps); a remainder of the
+     * other sign moves by the divisor, a sum of opposite signs that
+     * cannot overflow. */
+    *ir = ib == 0 || ib == -1 ? 0 : ia % ib;
+    if (*ir != 0 && (*ir < 0) != (ib < 0))
       *ir += ib;
   } else if (!strcmp(op, "Min")) {
     *fr = fa < fb || isnan(fa) ? fa : fb;
@@ -178,7 +181,7 @@ static ar_status binary(fold_ctx *c, const ar_onnx_tensor *a, const ar_onnx_tens
     return ar_errf(c->err, AR_INVALID, "inputs of types %s and %s (ONNX wants one type)",
                    ar_dtype_name(a->dtype), ar_dtype_name(b->dtype));
   const bool pred = is_predicate(c->op);
-  AR_CHECK(ar__onnx_tensor_new(&o, pred ? AR_DT_BOOL : a->dtype, out, c->err));
+  AR_CHECK(ar__onnx_tensor_new(c->m, &o, pred ? AR_DT_BOOL : a->dtype, out, c->err));
   int64_t sa[AR_NN_MAX_DIMS], sb[AR_NN_MAX_DIMS];
   ar__onnx_bc_strides(&o, &a->shape, sa);
   ar__onnx_bc_strides(&o, &b->shape, sb);
@@ -196,11 +199,18 @@ static ar_status binary(fold_ctx *c, const ar_onnx_tensor *a, const ar_onnx_tens
 }
 
 static ar_status fold_binary(fold_ctx *c) {
+  const bool variadic = !strcmp(c->op, "Min") || !strcmp(c->op, "Max") || !strcmp(c->op, "Sum");
   if (c->n_in < 2 || !arg(c, 0) || !arg(c, 1)) {
-    if (c->n_in == 1 && (!strcmp(c->op, "Min") || !strcmp(c->op, "Max") || !strcmp(c->op, "Sum")))
+    if (c->n_in == 1 && variadic)
       return fold_unary(c);
     return ar_errf(c->err, AR_INVALID, "%s needs two inputs", c->op);
   }
+  /* Only the variadic ops take more (ar__onnx_fold checked that each of
+   * theirs is given); a third input of Add and the like is an error, not
+   * an operand. */
+  if (c->n_in > 2 && !variadic)
+    return ar_errf(c->err, AR_INVALID, "%s takes two inputs, not %d; the model is invalid", c->op,
+                   c->n_in);
   const char *op = c->op;
   if (!strcmp(op, "Sum"))
     c->op = "Add";
@@ -223,7 +233,7 @@ static ar_status fold_where(fold_ctx *c) {
   if (x->dtype != y->dtype)
     return ar_errf(c->err, AR_INVALID, "x is %s and y %s", ar_dtype_name(x->dtype),
                    ar_dtype_name(y->dtype));
-  AR_CHECK(ar__onnx_tensor_new(&o2, x->dtype, &c->out[0], c->err));
+  AR_CHECK(ar__onnx_tensor_new(c->m, &o2, x->dtype, &c->out[0], c->err));
   int64_t sk[AR_NN_MAX_DIMS], sx[AR_NN_MAX_DIMS], sy[AR_NN_MAX_DIMS];
   ar__onnx_bc_strides(&o2, &k->shape, sk);
   ar__onnx_bc_strides(&o2, &x->shape, sx);
@@ -250,7 +260,7 @@ static ar_status fold_cast(fold_ctx *c) {
                    "bool)",
                    tn);
   }
-  AR_CHECK(ar__onnx_tensor_new(&x->shape, to, &c->out[0], c->err));
+  AR_CHECK(ar__onnx_tensor_new(c->m, &x->shape, to, &c->out[0], c->err));
   for (int64_t i = 0; i < ar_shape_count(&x->shape); i++)
     ar__onnx_set(&c->out[0], i, ar__onnx_get_f(x, i), ar__onnx_get_i(x, i), x->dtype == AR_DT_F32);
   return AR_OK;

@@ -12,7 +12,7 @@
 
 /* out = x's data under a new shape. */
 static ar_status same_data(fold_ctx *c, const ar_onnx_tensor *x, const ar_shape *s) {
-  AR_CHECK(ar__onnx_tensor_new(s, x->dtype, &c->out[0], c->err));
+  AR_CHECK(ar__onnx_tensor_new(c->m, s, x->dtype, &c->out[0], c->err));
   memcpy(c->out[0].data, x->data, x->bytes);
   return AR_OK;
 }
@@ -37,7 +37,7 @@ ar_status ar__onnx_fold_reshape_like(fold_ctx *c) {
   }
   AR_CHECK(same_data(c, x, &s));
   if (!strcmp(c->op, "Dropout") && c->n_out > 1) { /* inference: the mask is all true */
-    AR_CHECK(ar__onnx_tensor_new(&x->shape, AR_DT_BOOL, &c->out[1], c->err));
+    AR_CHECK(ar__onnx_tensor_new(c->m, &x->shape, AR_DT_BOOL, &c->out[1], c->err));
     memset(c->out[1].data, 1, c->out[1].bytes);
   }
   return AR_OK;
@@ -84,7 +84,7 @@ ar_status ar__onnx_fold_slice(fold_ctx *c) {
   ar_shape o = x->shape;
   for (int k = 0; k < o.nd; k++)
     o.d[k] = s.count[k];
-  AR_CHECK(ar__onnx_tensor_new(&o, x->dtype, &c->out[0], c->err));
+  AR_CHECK(ar__onnx_tensor_new(c->m, &o, x->dtype, &c->out[0], c->err));
   strided_copy(x, s.start, s.step, &c->out[0]);
   return AR_OK;
 }
@@ -107,12 +107,15 @@ ar_status ar__onnx_fold_transpose(fold_ctx *c) {
     xs[k] = acc;
     acc *= x->shape.d[k];
   }
+  bool seen[AR_NN_MAX_DIMS] = {false};
   for (int k = 0; k < nd; k++) {
-    if (perm[k] < 0 || perm[k] >= nd)
+    /* Each axis once: a repeated one would read past the data. */
+    if (perm[k] < 0 || perm[k] >= nd || seen[perm[k]])
       return ar_errf(c->err, AR_INVALID, "perm is not a permutation of 0..%d", nd - 1);
+    seen[perm[k]] = true;
     o.d[k] = x->shape.d[perm[k]];
   }
-  AR_CHECK(ar__onnx_tensor_new(&o, x->dtype, &c->out[0], c->err));
+  AR_CHECK(ar__onnx_tensor_new(c->m, &o, x->dtype, &c->out[0], c->err));
   const size_t es = ar_dtype_size(x->dtype);
   for (int64_t i = 0; i < ar_shape_count(&o); i++) {
     int64_t r = i, off = 0;
@@ -128,6 +131,8 @@ ar_status ar__onnx_fold_transpose(fold_ctx *c) {
 ar_status ar__onnx_fold_concat(fold_ctx *c) {
   const ar_onnx_tensor *x0 = arg(c, 0);
   int ax = 0;
+  if (x0->shape.nd == 0)
+    return ar_errf(c->err, AR_INVALID, "Concat of scalars (its inputs have an axis to join)");
   AR_CHECK(ar__onnx_axis(ar__onnx_attr_i(c->node, "axis", 0), x0->shape.nd, &ax, c->err));
   ar_shape o = x0->shape;
   o.d[ax] = 0;
@@ -140,7 +145,7 @@ ar_status ar__onnx_fold_concat(fold_ctx *c) {
         return ar_errf(c->err, AR_INVALID, "inputs differ in dims other than the axis");
     o.d[ax] += x->shape.d[ax];
   }
-  AR_CHECK(ar__onnx_tensor_new(&o, x0->dtype, &c->out[0], c->err));
+  AR_CHECK(ar__onnx_tensor_new(c->m, &o, x0->dtype, &c->out[0], c->err));
   int64_t outer = 1, inner = 1;
   for (int k = 0; k < ax; k++)
     outer *= o.d[k];
@@ -161,6 +166,8 @@ ar_status ar__onnx_fold_concat(fold_ctx *c) {
 ar_status ar__onnx_fold_gather(fold_ctx *c) {
   const ar_onnx_tensor *x = arg(c, 0), *idx = arg(c, 1);
   int ax = 0;
+  if (x->shape.nd == 0)
+    return ar_errf(c->err, AR_INVALID, "Gather from a scalar (the data needs an axis)");
   AR_CHECK(ar__onnx_axis(ar__onnx_attr_i(c->node, "axis", 0), x->shape.nd, &ax, c->err));
   if (idx->dtype != AR_DT_I64 && idx->dtype != AR_DT_I32)
     return ar_errf(c->err, AR_INVALID, "the indices are %s", ar_dtype_name(idx->dtype));
@@ -175,7 +182,7 @@ ar_status ar__onnx_fold_gather(fold_ctx *c) {
     o.d[q++] = idx->shape.d[k];
   for (int k = ax + 1; k < x->shape.nd; k++)
     o.d[q++] = x->shape.d[k];
-  AR_CHECK(ar__onnx_tensor_new(&o, x->dtype, &c->out[0], c->err));
+  AR_CHECK(ar__onnx_tensor_new(c->m, &o, x->dtype, &c->out[0], c->err));
   int64_t outer = 1, inner = 1, D = x->shape.d[ax], K = ar_shape_count(&idx->shape);
   for (int k = 0; k < ax; k++)
     outer *= x->shape.d[k];
@@ -206,7 +213,7 @@ ar_status ar__onnx_fold_expand(fold_ctx *c) {
     t.d[k] = v[k];
   if (!ar_shape_broadcast(&x->shape, &t, &o))
     return ar_errf(c->err, AR_INVALID, "the input does not broadcast to the shape");
-  AR_CHECK(ar__onnx_tensor_new(&o, x->dtype, &c->out[0], c->err));
+  AR_CHECK(ar__onnx_tensor_new(c->m, &o, x->dtype, &c->out[0], c->err));
   int64_t sx[AR_NN_MAX_DIMS];
   ar__onnx_bc_strides(&o, &x->shape, sx);
   const size_t es = ar_dtype_size(x->dtype);
@@ -234,7 +241,7 @@ ar_status ar__onnx_fold_constant_of_shape(fold_ctx *c) {
                                     c->err));
     t = val.dtype;
   }
-  ar_status st = ar__onnx_tensor_new(&s, t, &c->out[0], c->err);
+  ar_status st = ar__onnx_tensor_new(c->m, &s, t, &c->out[0], c->err);
   const size_t es = ar_dtype_size(t);
   for (int64_t i = 0; st == AR_OK && val.data && val.bytes >= es && i < ar_shape_count(&s); i++)
     memcpy((char *)c->out[0].data + i * es, val.data, es);
@@ -244,6 +251,13 @@ ar_status ar__onnx_fold_constant_of_shape(fold_ctx *c) {
 
 ar_status ar__onnx_fold_range(fold_ctx *c) {
   const ar_onnx_tensor *a = arg(c, 0), *b = arg(c, 1), *d = arg(c, 2);
+  if (ar_shape_count(&a->shape) != 1 || ar_shape_count(&b->shape) != 1 ||
+      ar_shape_count(&d->shape) != 1)
+    return ar_errf(c->err, AR_INVALID, "start, limit and delta must be single values");
+  if (a->dtype != b->dtype || a->dtype != d->dtype)
+    return ar_errf(c->err, AR_INVALID,
+                   "start, limit and delta are %s, %s and %s (ONNX wants one type)",
+                   ar_dtype_name(a->dtype), ar_dtype_name(b->dtype), ar_dtype_name(d->dtype));
   const bool flt = a->dtype == AR_DT_F32;
   double fa = ar__onnx_get_f(a, 0), fb = ar__onnx_get_f(b, 0), fd = ar__onnx_get_f(d, 0);
   if (fd == 0)
@@ -252,10 +266,13 @@ ar_status ar__onnx_fold_range(fold_ctx *c) {
   if (!(cnt <= (double)(1 << 30)))
     return ar_errf(c->err, AR_RANGE, "Range of more than 2^30 elements");
   ar_shape s = {1, {cnt > 0 ? (int64_t)cnt : 0}};
-  AR_CHECK(ar__onnx_tensor_new(&s, a->dtype, &c->out[0], c->err));
-  int64_t ia = ar__onnx_get_i(a, 0), id = ar__onnx_get_i(d, 0);
+  AR_CHECK(ar__onnx_tensor_new(c->m, &s, a->dtype, &c->out[0], c->err));
+  /* Integers step exactly, wrapping as the stored type does (the count
+   * came from doubles, so the last step may pass int64's end). */
+  const uint64_t ia = (uint64_t)ar__onnx_get_i(a, 0), id = (uint64_t)ar__onnx_get_i(d, 0);
   for (int64_t i = 0; i < s.d[0]; i++)
-    ar__onnx_set(&c->out[0], i, fa + (double)i * fd, ia + i * id, flt);
+    ar__onnx_set(&c->out[0], i, fa + (double)i * fd, flt ? 0 : (int64_t)(ia + (uint64_t)i * id),
+                 flt);
   return AR_OK;
 }
 
@@ -272,9 +289,15 @@ ar_status ar__onnx_fold_split(fold_ctx *c) {
     for (int i = 0; i < n; i++)
       sz[i] = D / n + (i < D % n ? 1 : 0);
   }
+  /* Each size within the axis before they are summed (a negative one
+   * would let a larger one read past the data; huge ones overflow). */
   int64_t at = 0;
-  for (int i = 0; i < n; i++)
+  for (int i = 0; i < n; i++) {
+    if (sz[i] < 0 || sz[i] > D)
+      return ar_errf(c->err, AR_INVALID, "split size %lld is outside the axis of %lld",
+                     (long long)sz[i], (long long)D);
     at += sz[i];
+  }
   if (n != c->n_out || at != D)
     return ar_errf(c->err, AR_INVALID, "the split sizes do not match the outputs and the axis");
   at = 0;
@@ -285,7 +308,7 @@ ar_status ar__onnx_fold_split(fold_ctx *c) {
       step[k] = 1;
     start[ax] = at;
     o.d[ax] = sz[i];
-    AR_CHECK(ar__onnx_tensor_new(&o, x->dtype, &c->out[i], c->err));
+    AR_CHECK(ar__onnx_tensor_new(c->m, &o, x->dtype, &c->out[i], c->err));
     strided_copy(x, start, step, &c->out[i]);
     at += sz[i];
   }
@@ -316,7 +339,7 @@ ar_status ar__onnx_fold_reduce(fold_ctx *c) {
     if (!red[k] || keep)
       o.d[o.nd++] = ok.d[k];
   }
-  AR_CHECK(ar__onnx_tensor_new(&o, x->dtype, &c->out[0], c->err));
+  AR_CHECK(ar__onnx_tensor_new(c->m, &o, x->dtype, &c->out[0], c->err));
   const int64_t no = ar_shape_count(&ok), nx = ar_shape_count(&x->shape);
   double *acc = ar_calloc((size_t)(no ? no : 1), sizeof *acc);
   int64_t *cnt = ar_calloc((size_t)(no ? no : 1), sizeof *cnt);
@@ -352,7 +375,7 @@ ar_status ar__onnx_fold_reduce(fold_ctx *c) {
   }
   for (int64_t i = 0; i < no; i++) {
     double v = !strcmp(op, "ReduceMean") ? acc[i] / (double)(cnt[i] ? cnt[i] : 1) : acc[i];
-    ar__onnx_set(&c->out[0], i, v, (int64_t)v, true);
+    ar__onnx_set(&c->out[0], i, v, 0, true); /* from the double, clamped: no (int64_t)v */
   }
   ar_free(acc);
   ar_free(cnt);
@@ -361,21 +384,23 @@ ar_status ar__onnx_fold_reduce(fold_ctx *c) {
 
 ar_status ar__onnx_fold_clip(fold_ctx *c) {
   const ar_onnx_tensor *x = arg(c, 0), *lo = arg(c, 1), *hi = arg(c, 2);
-  AR_CHECK(ar__onnx_tensor_new(&x->shape, x->dtype, &c->out[0], c->err));
+  if ((lo && ar_shape_count(&lo->shape) != 1) || (hi && ar_shape_count(&hi->shape) != 1))
+    return ar_errf(c->err, AR_INVALID, "min and max must be single values");
+  AR_CHECK(ar__onnx_tensor_new(c->m, &x->shape, x->dtype, &c->out[0], c->err));
   double l = lo ? ar__onnx_get_f(lo, 0) : ar__onnx_attr_f(c->node, "min", -INFINITY);
   double h = hi ? ar__onnx_get_f(hi, 0) : ar__onnx_attr_f(c->node, "max", INFINITY);
   for (int64_t i = 0; i < ar_shape_count(&x->shape); i++) {
     double v = ar__onnx_get_f(x, i);
     v = v < l ? l : v;
     v = v > h ? h : v;
-    ar__onnx_set(&c->out[0], i, v, (int64_t)v, true);
+    ar__onnx_set(&c->out[0], i, v, 0, true); /* from the double, clamped: no (int64_t)v */
   }
   return AR_OK;
 }
 
 ar_status ar__onnx_fold_size(fold_ctx *c) {
   ar_shape s = {0};
-  AR_CHECK(ar__onnx_tensor_new(&s, AR_DT_I64, &c->out[0], c->err));
+  AR_CHECK(ar__onnx_tensor_new(c->m, &s, AR_DT_I64, &c->out[0], c->err));
   ((int64_t *)c->out[0].data)[0] = ar_shape_count(&arg(c, 0)->shape);
   return AR_OK;
 }
@@ -394,7 +419,7 @@ ar_status ar__onnx_fold_tile(fold_ctx *c) {
                      (long long)rep[k], k);
     o.d[k] *= rep[k];
   }
-  AR_CHECK(ar__onnx_tensor_new(&o, x->dtype, &c->out[0], c->err));
+  AR_CHECK(ar__onnx_tensor_new(c->m, &o, x->dtype, &c->out[0], c->err));
   const size_t es = ar_dtype_size(x->dtype);
   int64_t xs[AR_NN_MAX_DIMS], acc = 1;
   for (int k = o.nd - 1; k >= 0; k--) {

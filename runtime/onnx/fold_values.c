@@ -13,11 +13,18 @@
 /* ---- elements ---------------------------------------------------------------- */
 
 /* The largest constant folding makes: a model's shape arithmetic can ask
- * for any size (ConstantOfShape, Expand, Range), the host must not try. */
+ * for any size (ConstantOfShape, Expand, Range), the host must not try.
+ * A model's own limit on a tensor (limits.max_tensor_bytes) bounds it
+ * too: a few bytes of ConstantOfShape must not make more than the file
+ * could hold, nor take longer to fold than to read. */
 #define FOLD_MAX_BYTES ((uint64_t)1 << 30)
 
-ar_status ar__onnx_tensor_new(const ar_shape *s, ar_dtype t, ar_onnx_tensor *out, ar_err *err) {
+ar_status ar__onnx_tensor_new(const ar_onnx_model *m, const ar_shape *s, ar_dtype t,
+                              ar_onnx_tensor *out, ar_err *err) {
   memset(out, 0, sizeof *out);
+  const uint64_t most = m && m->lim.max_tensor_bytes < FOLD_MAX_BYTES
+                            ? (uint64_t)m->lim.max_tensor_bytes
+                            : FOLD_MAX_BYTES;
   uint64_t count = 1;
   bool big = false, empty = false;
   for (int k = 0; k < s->nd; k++) {
@@ -25,20 +32,26 @@ ar_status ar__onnx_tensor_new(const ar_shape *s, ar_dtype t, ar_onnx_tensor *out
       return ar_errf(err, AR_INVALID, "dim %d is %lld", k, (long long)s->d[k]);
     empty |= s->d[k] == 0;
   }
-  for (int k = 0; k < s->nd && !empty && !big; k++) {
-    if (count > FOLD_MAX_BYTES / (uint64_t)s->d[k])
+  /* The non-zero dims count even in an empty tensor: the shape travels on
+   * (Shape, Flatten, Reshape multiply its dims), so their product must
+   * stay far from int64's end. */
+  for (int k = 0; k < s->nd && !big; k++) {
+    if (s->d[k] == 0)
+      continue;
+    if (count > most / (uint64_t)s->d[k])
       big = true;
     else
       count *= (uint64_t)s->d[k];
   }
-  if (empty)
-    count = 0;
-  if (big || count * ar_dtype_size(t) > FOLD_MAX_BYTES) {
+  if (big || count * ar_dtype_size(t) > most) {
     char b[64];
     return ar_errf(err, AR_RANGE,
-                   "a constant of %s elements would be made at import (more than %llu bytes)",
-                   ar_shape_str(s, b, sizeof b), (unsigned long long)FOLD_MAX_BYTES);
+                   "a constant of %s elements would be made at import (more than %llu bytes); "
+                   "the model's shape arithmetic asks for too much, or raise the tensor limit",
+                   ar_shape_str(s, b, sizeof b), (unsigned long long)most);
   }
+  if (empty)
+    count = 0;
   out->shape = *s;
   out->dtype = t;
   out->bytes = (size_t)count * ar_dtype_size(t);
@@ -271,7 +284,8 @@ ar_status ar__onnx_ints_arg(const Onnx__NodeProto *node, const ar_onnx_tensor *c
     if (c > cap)
       return ar_errf(err, AR_INVALID, "attribute %s has more than %d values", attr, cap);
     if (c >= 0) {
-      memcpy(buf, v, (size_t)c * sizeof *buf);
+      if (c > 0) /* an empty list has no array (NULL) */
+        memcpy(buf, v, (size_t)c * sizeof *buf);
       *n = c;
     }
   }

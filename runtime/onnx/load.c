@@ -114,7 +114,8 @@ const char *ar__onnx_attr_s(const Onnx__NodeProto *n, const char *name, const ch
     return def;
   /* A string attribute is bytes: a copy with a terminator. */
   size_t len = a->s.len < size - 1 ? a->s.len : size - 1;
-  memcpy(buf, a->s.data, len);
+  if (len) /* an empty string has no data (NULL) */
+    memcpy(buf, a->s.data, len);
   buf[len] = 0;
   return buf;
 }
@@ -126,6 +127,94 @@ int ar__onnx_attr_ints(const Onnx__NodeProto *n, const char *name, const int64_t
   *v = a->ints;
   return (int)(a->n_ints > 64 ? 64 : a->n_ints);
 }
+
+/* The attributes the importer reads, with the type ONNX's operators give
+ * them ("value" is Pad's float, else a Constant's or ConstantOfShape's
+ * tensor). */
+#define T_(x) ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__##x
+static const struct {
+  const char *name;
+  Onnx__AttributeProto__AttributeType type;
+} attr_types[] = {
+    {"allowzero", T_(INT)},     {"axis", T_(INT)},
+    {"ceil_mode", T_(INT)},     {"count_include_pad", T_(INT)},
+    {"end", T_(INT)},           {"group", T_(INT)},
+    {"keepdims", T_(INT)},      {"noop_with_empty_axes", T_(INT)},
+    {"spatial", T_(INT)},       {"start", T_(INT)},
+    {"storage_order", T_(INT)}, {"to", T_(INT)},
+    {"training_mode", T_(INT)}, {"transA", T_(INT)},
+    {"transB", T_(INT)},        {"value_int", T_(INT)},
+    {"alpha", T_(FLOAT)},       {"beta", T_(FLOAT)},
+    {"epsilon", T_(FLOAT)},     {"max", T_(FLOAT)},
+    {"min", T_(FLOAT)},         {"momentum", T_(FLOAT)},
+    {"ratio", T_(FLOAT)},       {"value_float", T_(FLOAT)},
+    {"auto_pad", T_(STRING)},   {"mode", T_(STRING)},
+    {"axes", T_(INTS)},         {"dilations", T_(INTS)},
+    {"ends", T_(INTS)},         {"kernel_shape", T_(INTS)},
+    {"pads", T_(INTS)},         {"perm", T_(INTS)},
+    {"shape", T_(INTS)},        {"split", T_(INTS)},
+    {"starts", T_(INTS)},       {"strides", T_(INTS)},
+    {"value_ints", T_(INTS)},   {"value_floats", T_(FLOATS)},
+};
+
+static const char *attr_type_name(Onnx__AttributeProto__AttributeType t) {
+  switch (t) {
+  case T_(FLOAT):
+    return "a float";
+  case T_(INT):
+    return "an int";
+  case T_(STRING):
+    return "a string";
+  case T_(TENSOR):
+    return "a tensor";
+  case T_(FLOATS):
+    return "a list of floats";
+  case T_(INTS):
+    return "a list of ints";
+  default:
+    return "of another type";
+  }
+}
+
+/* Whether a is of type t and carries its value (the helpers read only
+ * the field of their type: one of another type would read as absent). */
+static bool attr_is(const Onnx__AttributeProto *a, Onnx__AttributeProto__AttributeType t) {
+  if (a->type != t)
+    return false;
+  switch (t) {
+  case T_(FLOAT):
+    return a->has_f;
+  case T_(INT):
+    return a->has_i;
+  case T_(STRING):
+    return a->has_s;
+  case T_(TENSOR):
+    return a->t != NULL;
+  default: /* a list may be empty */
+    return true;
+  }
+}
+
+const char *ar__onnx_attr_mistyped(const Onnx__NodeProto *n, const char **got, const char **want) {
+  for (size_t i = 0; i < n->n_attribute; i++) {
+    const Onnx__AttributeProto *a = n->attribute[i];
+    if (!a->name)
+      continue;
+    Onnx__AttributeProto__AttributeType t = T_(UNDEFINED);
+    if (!strcmp(a->name, "value"))
+      t = !strcmp(n->op_type, "Pad") ? T_(FLOAT) : T_(TENSOR);
+    for (size_t k = 0; t == T_(UNDEFINED) && k < sizeof attr_types / sizeof attr_types[0]; k++)
+      if (!strcmp(attr_types[k].name, a->name))
+        t = attr_types[k].type;
+    if (t != T_(UNDEFINED) && !attr_is(a, t)) {
+      *got = a->type == t ? "without its value" : attr_type_name(a->type);
+      *want = attr_type_name(t);
+      return a->name;
+    }
+  }
+  return NULL;
+}
+#undef T_
 
 bool ar__onnx_pytorch_rules(const ar_onnx_model *m) {
   const char *p = m->mp->producer_name;
@@ -305,6 +394,12 @@ static ar_status check_nodes(ar_onnx_model *m, ar__onnx_map *defined, ar_err *er
     if (!n->op_type || !*n->op_type)
       return ar_errf(err, AR_INVALID, "%s: node %zu has no op_type", m->path, i);
     ar__onnx_node_str(n, (int)i, ns, sizeof ns);
+    /* Every operator has an output; the importer computes into output 0. */
+    if (n->n_output == 0)
+      return ar_errf(err, AR_INVALID,
+                     "%s: %s has no outputs (every ONNX operator has at least one); the model "
+                     "is invalid",
+                     m->path, ns);
     if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx"))
       return ar_errf(err, AR_UNSUPPORTED,
                      "%s: %s is of domain '%s'; accelrt imports ONNX's default domain only "

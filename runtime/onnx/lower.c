@@ -50,14 +50,19 @@ ar_status ar__onnx_tensor_of(ar__onnx_lower *L, ar__onnx_val *v, int *out) {
   return AR_OK;
 }
 
+const char *ar__onnx_out_base(const ar__onnx_lower *L) {
+  const Onnx__NodeProto *n = L->node;
+  if (n->n_output && n->output[0] && *n->output[0])
+    return n->output[0];
+  return n->name && *n->name ? n->name : n->op_type;
+}
+
 ar_status ar__onnx_emit(ar__onnx_lower *L, const char *part, ar_nn_op op, const ar_nn_attr *a,
                         int n_in, const int *in, const int *params, const int *states,
                         ar_nn_mode mode, int *out) {
   const Onnx__NodeProto *n = L->node;
   char name[400];
-  const char *base = n->name && *n->name                            ? n->name
-                     : n->n_output && n->output[0] && *n->output[0] ? n->output[0]
-                                                                    : n->op_type;
+  const char *base = n->name && *n->name ? n->name : ar__onnx_out_base(L);
   if (part)
     snprintf(name, sizeof name, "%.300s/%.60s%d", base, part, L->helpers++);
   else
@@ -90,6 +95,15 @@ ar_status ar__onnx_reshape_to(ar__onnx_lower *L, const char *part, int t, const 
   return AR_OK;
 }
 
+ar_status ar__onnx_const_new(ar__onnx_lower *L, const ar_shape *s, ar_dtype t,
+                             ar_onnx_tensor *out) {
+  ar_err e = AR_ERR_INIT;
+  ar_status st = ar__onnx_tensor_new(L->m, s, t, out, &e);
+  if (st != AR_OK)
+    return ar_errf(L->err, st, "%s: %s", L->node ? L->where : L->m->path, e.msg);
+  return AR_OK;
+}
+
 /* The value of output k of the current node. */
 static ar_status out_val(ar__onnx_lower *L, int k, ar__onnx_val **out) {
   const Onnx__NodeProto *n = L->node;
@@ -109,7 +123,7 @@ ar_status ar__onnx_set_out(ar__onnx_lower *L, int k, int t) {
     v->dtype = L->g->tensors[t].dtype;
     /* A graph tensor of no elements is constant too. */
     if (ar_shape_count(&v->shape) == 0) {
-      AR_CHECK(ar__onnx_tensor_new(&v->shape, v->dtype, &v->own, L->err));
+      AR_CHECK(ar__onnx_const_new(L, &v->shape, v->dtype, &v->own));
       v->c = &v->own;
     }
   }
@@ -146,6 +160,9 @@ static ar_status add_initializers(ar__onnx_lower *L) {
   return AR_OK;
 }
 
+/* The most elements a graph input may have (the nn graph's own bound). */
+#define MAX_INPUT_ELEMENTS ((uint64_t)1 << 40)
+
 static ar_status add_inputs(ar__onnx_lower *L) {
   const ar_onnx_model *m = L->m;
   for (int i = 0; i < m->n_inputs; i++) {
@@ -174,13 +191,31 @@ static ar_status add_inputs(ar__onnx_lower *L) {
         s.d[k] = io->dim[k];
       }
     }
+    if (s.nd < 0 || s.nd > AR_NN_MAX_DIMS)
+      return ar_errf(L->err, AR_UNSUPPORTED, "%s: input '%s' is given %d dims; at most %d", m->path,
+                     io->name, s.nd, AR_NN_MAX_DIMS);
+    /* The product of the dims other than 0 stays far from int64's end
+     * (an empty input's shape still travels through shape arithmetic). */
+    uint64_t count = 1;
+    for (int k = 0; k < s.nd; k++) {
+      if (s.d[k] < 0)
+        return ar_errf(L->err, AR_INVALID, "%s: input '%s' is given dim %d of %" PRId64, m->path,
+                       io->name, k, s.d[k]);
+      if (s.d[k] && count > MAX_INPUT_ELEMENTS / (uint64_t)s.d[k])
+        return ar_errf(L->err, AR_RANGE,
+                       "%s: input '%s': dim %d of %" PRId64 " makes more than 2^40 elements; "
+                       "give the input a smaller shape",
+                       m->path, io->name, k, s.d[k]);
+      if (s.d[k])
+        count *= (uint64_t)s.d[k];
+    }
     ar__onnx_val *v = NULL;
     AR_CHECK(new_val(L, io->name, &v));
     v->shape = s;
     v->dtype = io->dtype;
     v->pin = L->o->known ? L->o->known[i] : NULL;
     if (ar_shape_count(&s) == 0) { /* no elements: its value is its shape */
-      AR_CHECK(ar__onnx_tensor_new(&s, io->dtype, &v->own, L->err));
+      AR_CHECK(ar__onnx_const_new(L, &s, io->dtype, &v->own));
       v->c = &v->own;
       continue;
     }
@@ -202,11 +237,15 @@ static bool folds(const ar__onnx_lower *L, const Onnx__NodeProto *n, ar__onnx_va
   for (size_t k = 0; k < n->n_input; k++)
     if (ins[k] && ((!ins[k]->c && !ins[k]->pin) || ar__onnx_trained(L, ins[k])))
       return false;
-  /* Dropout in training mode draws a mask: never a constant. */
+  /* Dropout in training mode draws a mask: never a constant.  Its
+   * training_mode input may be known rather than constant, and may hold no
+   * single value: the lowering then says what is wrong with it. */
   if (!strcmp(n->op_type, "Dropout")) {
     if (L->o->training)
       return false;
-    if (n->n_input > 2 && ins[2] && ar__onnx_get_i(ins[2]->c, 0))
+    const ar_onnx_tensor *tm =
+        n->n_input > 2 && ins[2] ? (ins[2]->c ? ins[2]->c : ins[2]->pin) : NULL;
+    if (tm && (ar_shape_count(&tm->shape) != 1 || ar__onnx_get_i(tm, 0)))
       return false;
   }
   return true;
@@ -246,6 +285,12 @@ static ar_status walk(ar__onnx_lower *L) {
              ar__onnx_node_str(n, (int)i, ns, sizeof ns));
     if (n->n_input > 64)
       return ar__onnx_fail(L, AR_UNSUPPORTED, "%zu inputs (at most 64)", n->n_input);
+    const char *got, *want, *bad = ar__onnx_attr_mistyped(n, &got, &want);
+    if (bad)
+      return ar__onnx_fail(L, AR_INVALID,
+                           "attribute '%.100s' is %s, but ONNX defines it as %s; the model is "
+                           "invalid (export it again)",
+                           bad, got, want);
     ar__onnx_val *ins[64] = {0};
     for (size_t k = 0; k < n->n_input; k++) {
       if (!n->input[k] || !*n->input[k])

@@ -155,7 +155,7 @@ static ar_status l_conv(lower *L, val *const *in, int n_in) {
 /* out = t op c for an i64 constant c (index arithmetic in the graph). */
 static ar_status int_op(lower *L, ar_nn_op op, int t, int64_t c, int *out) {
   char nm[300];
-  snprintf(nm, sizeof nm, "%.200s/const%d", L->node->output[0], L->helpers);
+  snprintf(nm, sizeof nm, "%.200s/const%d", ar__onnx_out_base(L), L->helpers);
   ar_shape s = {0};
   int tc, in2[2], o[AR_NN_MAX_IO];
   AR_CHECK(ar_nn_graph_tensor(L->g, nm, AR_NN_T_CONST, &s, AR_DT_I64, &c, &tc, L->err));

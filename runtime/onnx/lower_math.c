@@ -38,7 +38,7 @@ static ar_status l_constant(lower *L, val *const *in, int n_in) {
     s.nd = 1;
     s.d[0] = (int64_t)cnt;
   }
-  AR_CHECK(ar__onnx_tensor_new(&s, f ? AR_DT_F32 : AR_DT_I64, &t, L->err));
+  AR_CHECK(ar__onnx_const_new(L, &s, f ? AR_DT_F32 : AR_DT_I64, &t));
   for (size_t i = 0; i < cnt; i++) {
     if (f)
       ((float *)t.data)[i] = list ? a->floats[i] : a->f;
@@ -58,7 +58,7 @@ static ar_status l_shape(lower *L, val *const *in, int n_in) {
   e = e < 0 ? 0 : e > x->nd ? x->nd : e;
   ar_shape s = {1, {e > b ? e - b : 0}};
   ar_onnx_tensor t;
-  AR_CHECK(ar__onnx_tensor_new(&s, AR_DT_I64, &t, L->err));
+  AR_CHECK(ar__onnx_const_new(L, &s, AR_DT_I64, &t));
   for (int64_t i = b; i < e; i++)
     ((int64_t *)t.data)[i - b] = x->d[i];
   return ar__onnx_set_out_const(L, 0, &t);
@@ -68,7 +68,7 @@ static ar_status l_size(lower *L, val *const *in, int n_in) {
   AR_CHECK(need(L, in, n_in, 0));
   ar_shape s = {0};
   ar_onnx_tensor t;
-  AR_CHECK(ar__onnx_tensor_new(&s, AR_DT_I64, &t, L->err));
+  AR_CHECK(ar__onnx_const_new(L, &s, AR_DT_I64, &t));
   ((int64_t *)t.data)[0] = ar_shape_count(&in[0]->shape);
   return ar__onnx_set_out_const(L, 0, &t);
 }
@@ -108,6 +108,9 @@ static ar_status l_identity(lower *L, val *const *in, int n_in) {
 static ar_status l_binary(lower *L, val *const *in, int n_in) {
   AR_CHECK(need(L, in, n_in, 0));
   AR_CHECK(need(L, in, n_in, 1));
+  if (n_in > 2)
+    return ar__onnx_fail(L, AR_INVALID, "%d inputs (%s takes two); the model is invalid", n_in,
+                         L->node->op_type);
   const char *name = L->node->op_type;
   const ar_nn_op op = !strcmp(name, "Add")   ? AR_NN_ADD
                       : !strcmp(name, "Sub") ? AR_NN_SUB
@@ -218,8 +221,15 @@ static ar_status l_expand(lower *L, val *const *in, int n_in) {
 
 /* ---- matrix products ------------------------------------------------------------- */
 
-/* t (B..., M, K) or (K): as a (rows, K) matrix when a 2-D right operand
- * lets the batch fold into the rows. */
+/* The rows of s (B..., M, K) as a (rows, K) matrix: the product of its
+ * dims but the last (not its count over K, which may be 0). */
+static int64_t lead_count(const ar_shape *s) {
+  int64_t r = 1;
+  for (int k = 0; k + 1 < s->nd; k++)
+    r *= s->d[k];
+  return r;
+}
+
 /* ---- a sampled head's weight (opts->sparse_nodes) ---------------------------- */
 
 /* How many inputs of the graph's nodes name `name`, and the last such node. */
@@ -290,8 +300,10 @@ static ar_status sparse_dense(lower *L, val *const *in, int n_in, bool gemm, boo
         (C && (!own_param(L, C, 1) || C->shape.d[0] != N ||
                ar__onnx_attr_f(n, "beta", 1.0f) != 1.0f)))
       return AR_OK;
-  } else if (n->n_output == 1 && uses(L, n->output[0], &add) == 1 &&
-             !strcmp(L->m->g->node[add]->op_type, "Add")) {
+  } else if (n->n_output == 1 && *n->output[0] && uses(L, n->output[0], &add) == 1 &&
+             !strcmp(L->m->g->node[add]->op_type, "Add") && L->m->g->node[add]->n_input == 2) {
+    /* An Add of two inputs (one of them this output): a malformed Add of
+     * one is left to its own lowering, which refuses it. */
     const Onnx__NodeProto *an = L->m->g->node[add];
     const char *other = strcmp(an->input[0], n->output[0]) ? an->input[0] : an->input[1];
     int v = ar__onnx_map_get(&L->val_of, other);
@@ -304,7 +316,7 @@ static ar_status sparse_dense(lower *L, val *const *in, int n_in, bool gemm, boo
   int t, tw, tc = -1, o[AR_NN_MAX_IO];
   AR_CHECK(tensor(L, A, &t));
   if (A->shape.nd != 2) {
-    ar_shape rows = {2, {ar_shape_count(&A->shape) / K, K}};
+    ar_shape rows = {2, {lead_count(&A->shape), K}};
     AR_CHECK(ar__onnx_reshape_to(L, "rows", t, &rows, &t));
   }
   AR_CHECK(param_t(L, B, &tw));
@@ -378,7 +390,7 @@ static ar_status l_matmul(lower *L, val *const *in, int n_in) {
   int in2[2], o[AR_NN_MAX_IO];
   if (sb.nd == 2) {
     /* (B..., M, K) x (K, N): the batch folds into the rows. */
-    ar_shape rows = {2, {ar_shape_count(&sa) / K, K}};
+    ar_shape rows = {2, {lead_count(&sa), K}};
     AR_CHECK(ar__onnx_reshape_to(L, "rows", ta, &rows, &in2[0]));
     in2[1] = tb;
   } else {

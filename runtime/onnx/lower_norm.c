@@ -93,7 +93,7 @@ static ar_status l_layernorm(lower *L, val *const *in, int n_in) {
     if (!z)
       return ar_errf(L->err, AR_NOMEM, "out of memory");
     char nm[300];
-    snprintf(nm, sizeof nm, "%.280s/zero_bias", n->output[0]);
+    snprintf(nm, sizeof nm, "%.280s/zero_bias", ar__onnx_out_base(L));
     ar_status st = ar_nn_graph_tensor(L->g, nm, AR_NN_T_CONST, &bs, AR_DT_F32, z, &p[1], L->err);
     ar_free(z);
     AR_CHECK(st);
@@ -184,7 +184,7 @@ static ar_status l_dropout(lower *L, val *const *in, int n_in) {
   if (!mask)
     return AR_OK;
   ar_onnx_tensor ones;
-  AR_CHECK(ar__onnx_tensor_new(&X->shape, AR_DT_BOOL, &ones, L->err));
+  AR_CHECK(ar__onnx_const_new(L, &X->shape, AR_DT_BOOL, &ones));
   memset(ones.data, 1, ones.bytes);
   return ar__onnx_set_out_const(L, 1, &ones);
 }

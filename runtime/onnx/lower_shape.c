@@ -70,8 +70,13 @@ static ar_status l_transpose(lower *L, val *const *in, int n_in) {
   if (n >= 0 && n != nd)
     return ar__onnx_fail(L, AR_INVALID, "perm has %d entries for %d dims", n, nd);
   ar_nn_attr a = attr0();
-  for (int k = 0; k < nd; k++)
+  for (int k = 0; k < nd; k++) {
+    /* In range before it narrows to int (the op checks for repeats). */
+    if (n >= 0 && (perm[k] < 0 || perm[k] >= nd))
+      return ar__onnx_fail(L, AR_INVALID, "perm entry %lld is outside 0..%d", (long long)perm[k],
+                           nd - 1);
     a.perm[k] = (int)(n < 0 ? nd - 1 - k : perm[k]);
+  }
   int t;
   AR_CHECK(tensor(L, X, &t));
   return emit1(L, AR_NN_TRANSPOSE, &a, 1, &t);
@@ -123,6 +128,10 @@ static ar_status l_split(lower *L, val *const *in, int n_in) {
   }
   if (n != n_out)
     return ar__onnx_fail(L, AR_INVALID, "%d split sizes for %d outputs", n, n_out);
+  for (int i = 0; i < n; i++)
+    if (a.sizes[i] < 0 || a.sizes[i] > D)
+      return ar__onnx_fail(L, AR_INVALID, "split size %lld is outside the axis of %lld",
+                           (long long)a.sizes[i], (long long)D);
   a.axis = ax;
   a.n_sizes = n;
   int t, o[AR_NN_MAX_IO];
@@ -133,6 +142,14 @@ static ar_status l_split(lower *L, val *const *in, int n_in) {
   return AR_OK;
 }
 
+/* Room for n i64 indices, a constant the import makes: held to the
+ * model's tensor limit as folding is (a Pad of 2^30 must not ask the host
+ * for 8 GiB). */
+static ar_status index_list(lower *L, int64_t n, ar_onnx_tensor *out) {
+  ar_shape s = {1, {n}};
+  return ar__onnx_const_new(L, &s, AR_DT_I64, out);
+}
+
 /* t with `idx` (constant indices) gathered along axis: slices with steps,
  * edge and reflect padding. */
 static ar_status gather_const(lower *L, const char *part, int t, int axis, const int64_t *idx,
@@ -140,7 +157,7 @@ static ar_status gather_const(lower *L, const char *part, int t, int axis, const
   ar_shape s = {1, {n}};
   int ti, in2[2], o[AR_NN_MAX_IO];
   char nm[300];
-  snprintf(nm, sizeof nm, "%.200s/%s_index%d", L->node->output[0], part, L->helpers);
+  snprintf(nm, sizeof nm, "%.200s/%s_index%d", ar__onnx_out_base(L), part, L->helpers);
   AR_CHECK(ar_nn_graph_tensor(L->g, nm, AR_NN_T_CONST, &s, AR_DT_I64, idx, &ti, L->err));
   ar_nn_attr a = attr0();
   a.axis = axis;
@@ -175,7 +192,7 @@ static ar_status l_slice(lower *L, val *const *in, int n_in) {
       for (int q = 0; q < o.nd; q++)
         o.d[q] = s.count[q];
       ar_onnx_tensor z;
-      AR_CHECK(ar__onnx_tensor_new(&o, X->dtype, &z, L->err));
+      AR_CHECK(ar__onnx_const_new(L, &o, X->dtype, &z));
       return ar__onnx_set_out_const(L, 0, &z);
     }
   }
@@ -192,13 +209,13 @@ static ar_status l_slice(lower *L, val *const *in, int n_in) {
       t = o[0];
       continue;
     }
-    int64_t *idx = ar_malloc((size_t)s.count[k] * sizeof *idx);
-    if (!idx)
-      return ar_errf(L->err, AR_NOMEM, "out of memory");
+    ar_onnx_tensor ix;
+    AR_CHECK(index_list(L, s.count[k], &ix));
+    int64_t *idx = ix.data;
     for (int64_t i = 0; i < s.count[k]; i++)
       idx[i] = s.start[k] + i * s.step[k];
     ar_status r = gather_const(L, "step", t, k, idx, s.count[k], &t);
-    ar_free(idx);
+    ar_onnx_tensor_fini(&ix);
     AR_CHECK(r);
   }
   return ar__onnx_set_out(L, 0, t);
@@ -252,9 +269,11 @@ static ar_status l_pad(lower *L, val *const *in, int n_in) {
     if (!edge && (b >= d || e >= d))
       return ar__onnx_fail(L, AR_INVALID, "reflect padding of %lld and %lld on a dim of %lld",
                            (long long)b, (long long)e, (long long)d);
-    int64_t *idx = ar_malloc((size_t)m * sizeof *idx);
-    if (!idx)
-      return ar_errf(L->err, AR_NOMEM, "out of memory");
+    if (d == 0) /* edge: no element to repeat */
+      return ar__onnx_fail(L, AR_INVALID, "edge padding of an empty dim %d", k);
+    ar_onnx_tensor ix;
+    AR_CHECK(index_list(L, m, &ix));
+    int64_t *idx = ix.data;
     for (int64_t i = 0; i < m; i++) {
       int64_t j = i - b;
       if (edge)
@@ -264,7 +283,7 @@ static ar_status l_pad(lower *L, val *const *in, int n_in) {
       idx[i] = j;
     }
     ar_status r = gather_const(L, mode, t, k, idx, m, &t);
-    ar_free(idx);
+    ar_onnx_tensor_fini(&ix);
     AR_CHECK(r);
   }
   return ar__onnx_set_out(L, 0, t);

@@ -72,6 +72,11 @@ bool ar__onnx_depth_ok(const ProtobufCMessageDescriptor *d, const uint8_t *buf, 
 /* protobuf-c's allocator over ar_malloc (tests inject failures there). */
 extern ProtobufCAllocator ar__onnx_alloc;
 
+/* The name of an attribute of n that the importer reads but that is not
+ * of the type ONNX gives it (an int axis, a string mode, ...), with what
+ * it is and should be in *got and *want; NULL when all are right. */
+const char *ar__onnx_attr_mistyped(const Onnx__NodeProto *n, const char **got, const char **want);
+
 /* Whether the model's producer trains batch normalisation by PyTorch's
  * rules (producer_name "pytorch", or "accelrt": the running variance moves
  * by the unbiased batch variance), not by ONNX's (the biased one). */
@@ -82,8 +87,12 @@ const char *ar__onnx_node_str(const Onnx__NodeProto *n, int index, char *buf, si
 
 /* ---- folding ------------------------------------------------------------------- */
 
-/* A fresh tensor of shape s and type t (zeroed data).  AR_NOMEM. */
-ar_status ar__onnx_tensor_new(const ar_shape *s, ar_dtype t, ar_onnx_tensor *out, ar_err *err);
+/* A fresh tensor of shape s and type t (zeroed data), at most m's
+ * limits.max_tensor_bytes (m NULL: 1 GiB, the most folding makes).
+ * AR_RANGE (too large, or the product of the non-zero dims too large),
+ * AR_INVALID (a negative dim), AR_NOMEM. */
+ar_status ar__onnx_tensor_new(const ar_onnx_model *m, const ar_shape *s, ar_dtype t,
+                              ar_onnx_tensor *out, ar_err *err);
 /* Element i of t as a double / an int64 (any type). */
 double ar__onnx_get_f(const ar_onnx_tensor *t, int64_t i);
 int64_t ar__onnx_get_i(const ar_onnx_tensor *t, int64_t i);
@@ -166,6 +175,9 @@ static inline bool ar__onnx_trained(const ar__onnx_lower *L, const ar__onnx_val 
 /* The graph tensor of v, made (a constant, or a parameter for a trained
  * f32 initializer) when v is constant.  AR_NOMEM. */
 ar_status ar__onnx_tensor_of(ar__onnx_lower *L, ar__onnx_val *v, int *out);
+/* What the current node's helper tensors are named after: its first
+ * output, else (a node may have none) its name, else its op. */
+const char *ar__onnx_out_base(const ar__onnx_lower *L);
 /* Adds an nn node for the current ONNX node (named after it; `part`
  * tells helpers apart).  Errors name the ONNX node. */
 ar_status ar__onnx_emit(ar__onnx_lower *L, const char *part, ar_nn_op op, const ar_nn_attr *a,
@@ -174,6 +186,10 @@ ar_status ar__onnx_emit(ar__onnx_lower *L, const char *part, ar_nn_op op, const 
 /* t reshaped to s (a RESHAPE node unless the shape is already s). */
 ar_status ar__onnx_reshape_to(ar__onnx_lower *L, const char *part, int t, const ar_shape *s,
                               int *out);
+/* A constant the lowering makes (ar__onnx_tensor_new within the model's
+ * limits), its errors naming the node (or the file, before the walk). */
+ar_status ar__onnx_const_new(ar__onnx_lower *L, const ar_shape *s, ar_dtype t,
+                             ar_onnx_tensor *out);
 /* Output k of the current node is graph tensor t / constant c (moved:
  * *c is left empty). */
 ar_status ar__onnx_set_out(ar__onnx_lower *L, int k, int t);

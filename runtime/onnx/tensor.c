@@ -205,8 +205,11 @@ ar_status ar__onnx_tensor_decode(const char *file, const char *dir, const ar_fs 
                    "with whole tensors",
                    file, what);
   const size_t es = ar_dtype_size(out->dtype);
+  /* The product of the non-zero dims is held to the limit even when a dim
+   * is 0: an empty tensor's shape still travels through shape arithmetic
+   * (Shape, Flatten, Reshape), which must not overflow. */
   uint64_t count = 1;
-  bool over = false;
+  bool over = false, empty = false;
   out->shape.nd = (int)tp->n_dims;
   for (size_t i = 0; i < tp->n_dims; i++) {
     int64_t d = tp->dims[i];
@@ -214,16 +217,20 @@ ar_status ar__onnx_tensor_decode(const char *file, const char *dir, const ar_fs 
       return ar_errf(err, AR_INVALID, "%s: %s: dim %zu is %" PRId64 "; dims are >= 0", file, what,
                      i, d);
     out->shape.d[i] = d;
-    if (d && count > UINT64_MAX / (uint64_t)d)
+    if (d == 0)
+      empty = true;
+    else if (count > UINT64_MAX / (uint64_t)d)
       over = true;
     else
       count *= (uint64_t)d;
   }
-  if ((over && count) || count > lim->max_tensor_bytes / es)
+  if (over || count > lim->max_tensor_bytes / es)
     return ar_errf(err, AR_RANGE,
                    "%s: %s: its dims make more than the %zu bytes a tensor may hold here; the "
                    "file is corrupt, or raise the limit",
                    file, what, lim->max_tensor_bytes);
+  if (empty)
+    count = 0;
   const size_t bytes = (size_t)count * es;
   out->bytes = bytes;
   out->data = ar_malloc(bytes ? bytes : 1);

@@ -7,7 +7,8 @@
  * protobuf-c sees it, opsets outside 7..17, tensors whose data does not
  * match their dims or whose type is not imported, undefined names, an op
  * that is not imported, and external data: read from the model's folder,
- * refused outside it (.., absolute, a symlink out) or short. */
+ * refused outside it (.., absolute, a symlink out) or short; and what the
+ * importer answers to the fuzzers' findings (tests/fuzz/corpus/onnx). */
 #define _GNU_SOURCE
 #include "accelrt/net.h"
 #include "accelrt/onnx.h"
@@ -546,6 +547,92 @@ static void test_tensor_file(void **state) {
   free(t.p);
 }
 
+/* ---- the fuzzers' findings --------------------------------------------------------- */
+
+/* The inputs of tests/fuzz/corpus/onnx that once crashed the importer
+ * (tests/fuzz/make_onnx_corpus.py writes them): fuzz.onnx_corpus replays
+ * them under the sanitizers; here each gives its answer.  A refusal names
+ * the file and says what is wrong (`says`); an accepted one folds to the
+ * i64 or f32 values `want` (NumPy's: abs(INT64_MIN) wraps, (-1) to an even
+ * power is 1, a float clipped from 1e30 stays 1e30).  The limits are
+ * fuzz_onnx's (16 MiB a tensor). */
+/* Range's element i from f32 9.3e18 by f32 1e12, as the fold computes it. */
+#define RANGE_AT(i) ((double)9.3e18f + (i) * (double)1e12f)
+
+typedef struct finding {
+  const char *file;
+  ar_status load, lower;
+  const char *says;
+  int n; /* values wanted, for an accepted one with a constant output */
+  double want[3];
+} finding;
+
+static const finding findings[] = {
+    {"no_output", AR_INVALID, AR_OK, "has no outputs", 0, {0}},
+    {"empty_string_attr", AR_OK, AR_INVALID, "auto_pad ''", 0, {0}},
+    {"empty_ints_attr", AR_OK, AR_INVALID, "perm has 0 entries", 0, {0}},
+    {"binary_extra_input", AR_OK, AR_INVALID, "Add takes two inputs, not 3", 0, {0}},
+    {"int_abs_min", AR_OK, AR_OK, NULL, 1, {(double)INT64_MIN}},
+    {"int_mod_min", AR_OK, AR_OK, NULL, 1, {0}},
+    {"int_pow_min", AR_OK, AR_OK, NULL, 1, {1}},
+    {"clip_huge_float", AR_OK, AR_OK, NULL, 1, {(float)(1e30 + 3.0)}},
+    {"clip_empty_min", AR_OK, AR_INVALID, "min and max must be single values", 0, {0}},
+    {"range_huge", AR_OK, AR_OK, NULL, 3, {9.3e18f, RANGE_AT(1), RANGE_AT(2)}},
+    {"dropout_empty_mode", AR_OK, AR_INVALID, "('none') is not a single value", 0, {0}},
+    {"transpose_repeat", AR_OK, AR_INVALID, "not a permutation", 0, {0}},
+    {"split_negative", AR_OK, AR_INVALID, "split size 5 is outside the axis of 2", 0, {0}},
+    {"split_huge", AR_OK, AR_INVALID, "split size 9223372036854775807 is outside", 0, {0}},
+    {"matmul_empty_k", AR_OK, AR_OK, NULL, 0, {0}},
+    {"empty_huge_dims", AR_RANGE, AR_OK, "initializer 'e'", 0, {0}},
+    {"constant_of_shape_huge", AR_OK, AR_RANGE, "would be made at import", 0, {0}},
+    {"attr_wrong_type", AR_OK, AR_INVALID, "is a float, but ONNX defines it as an int", 0, {0}},
+    {"fold_too_big", AR_OK, AR_RANGE, "16384x16384 elements would be made at import", 0, {0}},
+};
+
+static void check_finding(const finding *f) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s.onnx", FUZZ_ONNX_CORPUS, f->file);
+  printf("# %s\n", f->file);
+  ar_onnx_model *m = NULL;
+  ar_err err = AR_ERR_INIT;
+  ar_onnx_limits lim = AR_ONNX_LIMITS_INIT;
+  lim.max_tensor_bytes = (size_t)1 << 24; /* fuzz_onnx's */
+  ar_status st = ar_onnx_load(path, NULL, &lim, &m, &err);
+  assert_int_equal(st, f->load);
+  if (st != AR_OK) {
+    printf("#   %s\n", err.msg);
+    assert_non_null(strstr(err.msg, path));
+    assert_non_null(strstr(err.msg, f->says));
+    return;
+  }
+  ar_nn_graph *g = NULL;
+  st = ar_onnx_lower(m, NULL, &g, &err);
+  assert_int_equal(st, f->lower);
+  if (st != AR_OK) {
+    printf("#   %s\n", err.msg);
+    assert_non_null(strstr(err.msg, path));
+    assert_non_null(strstr(err.msg, f->says));
+  } else if (f->n) {
+    const ar_nn_gtensor *y = &g->tensors[g->outputs[0]];
+    assert_int_equal(y->kind, AR_NN_T_CONST);
+    assert_int_equal(ar_shape_count(&y->shape), f->n);
+    for (int i = 0; i < f->n; i++) {
+      if (y->dtype == AR_DT_I64)
+        assert_true(((const int64_t *)y->data)[i] == (int64_t)f->want[i]);
+      else
+        assert_true(((const float *)y->data)[i] == (float)f->want[i]);
+    }
+  }
+  ar_nn_graph_destroy(g);
+  ar_onnx_destroy(m);
+}
+
+static void test_fuzz_findings(void **state) {
+  (void)state;
+  for (size_t i = 0; i < sizeof findings / sizeof findings[0]; i++)
+    check_finding(&findings[i]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gemm_relu),
@@ -557,6 +644,7 @@ int main(void) {
       cmocka_unit_test(test_undefined_and_unsupported),
       cmocka_unit_test(test_external_data),
       cmocka_unit_test(test_tensor_file),
+      cmocka_unit_test(test_fuzz_findings),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -167,16 +167,18 @@ static ar_status split_infer(const ar_nn_attr *attr, int n_in, const ar_shape *i
   int64_t sum = 0;
   char sizes[AR_NN_MAX_IO * 24] = "";
   size_t at = 0;
-  for (int i = 0; i < attr->n_sizes; i++) {
-    sum += attr->sizes[i];
+  for (int i = 0; i < attr->n_sizes; i++)
     at += (size_t)snprintf(sizes + at, sizeof sizes - at, "%s%lld", i ? "+" : "",
                            (long long)attr->sizes[i]);
-  }
-  for (int i = 0; i < attr->n_sizes; i++)
-    if (attr->sizes[i] <= 0)
+  /* Each size checked before the sum (huge ones would overflow it). */
+  for (int i = 0; i < attr->n_sizes; i++) {
+    if (attr->sizes[i] <= 0 || attr->sizes[i] > in[0].d[ax])
       return ar_errf(err, AR_INVALID,
-                     "split of %s along axis %d into %s: size %d is not positive",
+                     "split of %s along axis %d into %s: size %d is not positive or "
+                     "exceeds the axis",
                      ar__nn_shp(&in[0], b0), attr->axis, sizes, i);
+    sum += attr->sizes[i];
+  }
   if (sum != in[0].d[ax])
     return ar_errf(err, AR_INVALID,
                    "split of %s along axis %d into %s: the sizes sum to %lld, not %lld",

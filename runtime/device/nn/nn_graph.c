@@ -52,6 +52,8 @@ void ar_nn_graph_destroy(ar_nn_graph *g) {
  * a constant, parameter or state tensor. */
 static ar_status new_tensor(ar_nn_graph *g, const char *name, ar_nn_tkind kind, const ar_shape *s,
                             ar_dtype t, const void *data, int *out, ar_err *err) {
+  /* Zeros skipped: an empty tensor's other dims are held to the bound too
+   * (they are multiplied together by shape arithmetic later). */
   uint64_t count = 1;
   for (int k = 0; k < s->nd; k++) {
     if (s->d[k] < 0 || (s->d[k] && count > MAX_ELEMENTS / (uint64_t)s->d[k])) {
@@ -59,7 +61,8 @@ static ar_status new_tensor(ar_nn_graph *g, const char *name, ar_nn_tkind kind, 
       return ar_errf(err, AR_RANGE, "tensor '%s' would be %s: more than 2^40 elements",
                      name ? name : "?", ar_shape_str(s, b, sizeof b));
     }
-    count *= (uint64_t)s->d[k];
+    if (s->d[k])
+      count *= (uint64_t)s->d[k];
   }
   if (!grow((void **)&g->tensors, &g->cap_tensors, g->n_tensors, sizeof *g->tensors))
     return ar_errf(err, AR_NOMEM, "out of memory adding tensor '%s'", name);
