@@ -240,7 +240,7 @@ resolved_rerun)
   # output.dir describes the run: job.resolved.yaml (every --set applied,
   # defaults filled in, data paths absolute) runs again from another folder
   # to the same final metrics (one thread); run.json has the version, the
-  # build features, the command line and the start time.
+  # build features, the command line, the engine and the start time.
   mkdir -p "$work/jobs" "$work/elsewhere"
   "$bin" gen-data --out "$work/data" --train-points 3000 --test-points 300 --features 2000 \
     --labels 100 > /dev/null || fail "gen-data failed"
@@ -267,7 +267,8 @@ YAML
   $py - "$work/first/run.json" "$bin" <<'PY' || fail "run.json: $(cat "$work/first/run.json")"
 import json, subprocess, sys, time
 d = json.load(open(sys.argv[1]))
-assert set(d) == {"version", "features", "argv", "started"}, d
+assert set(d) == {"version", "features", "argv", "engine", "started"}, d
+assert d["engine"] == "graph", d  # a dense chain over sparse input: lowered
 info = subprocess.run([sys.argv[2], "info"], capture_output=True, text=True).stdout
 assert d["version"] in info.splitlines()[0], d["version"]
 for f in d["features"]:  # each as `accelrt info` lists it
