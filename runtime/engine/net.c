@@ -32,6 +32,19 @@ int ar__net_tensor(ar_net *n, const char *name, const ar_shape *s_in, ar_dtype t
   const ar_shape shape = *s_in, *s = &shape;
   char nm[sizeof n->tensors[0].name];
   snprintf(nm, sizeof nm, "%.199s", name);
+  uint64_t count = 1;
+  for (int k = 0; k < s->nd; k++) { /* zeros skipped: the other dims still bounded */
+    if (s->d[k] < 0 || (s->d[k] && count > AR__NET_MAX_ELEMENTS / (uint64_t)s->d[k])) {
+      if (!n->too_big[0]) {
+        char b[96];
+        snprintf(n->too_big, sizeof n->too_big, "%s would be %s", nm,
+                 ar_shape_str(s, b, sizeof b));
+      }
+      return -1;
+    }
+    if (s->d[k])
+      count *= (uint64_t)s->d[k];
+  }
   if (n->n_tensors == n->cap_tensors) {
     int cap = n->cap_tensors ? 2 * n->cap_tensors : 64;
     ntensor *nt = ar_realloc(n->tensors, (size_t)cap * sizeof *nt);
@@ -720,7 +733,18 @@ static ar_status place(ar_net *n, ar_err *err) {
   size_t sum = 0, peak = SIZE_MAX, most = 0;
   int64_t last = 0, peak_step = 0;
   for (int a = 0; a < m; a++) {
-    sum += align64(n->tensors[ord[a]].bytes ? n->tensors[ord[a]].bytes : 1);
+    /* Every offset and every step's bytes alive are at most this sum:
+     * checked once here, they cannot leave size_t below. */
+    if (__builtin_add_overflow(sum, align64(n->tensors[ord[a]].bytes ? n->tensors[ord[a]].bytes : 1),
+                               &sum) || sum > SIZE_MAX / 4) {
+      ar_free(ord);
+      ar_free(off);
+      ar_free(best);
+      ar_free(best_ord);
+      return ar_errf(err, AR_RANGE, "the memory plan overflows: the iteration's tensors up to "
+                     "%s take more than %zu bytes; lower the widths of model.layers, the "
+                     "input's size or train.batch", n->tensors[ord[a]].name, SIZE_MAX / 4);
+    }
     last = n->tensors[ord[a]].last > last ? n->tensors[ord[a]].last : last;
   }
   for (int64_t s = 0; s <= last; s++) { /* the step with the most bytes alive */
@@ -797,7 +821,11 @@ static ar_status make_plan(ar_net *n, ar_err *err) {
     t->cls = persistent ? AR_MEM_PERSISTENT : AR_MEM_EPHEMERAL;
     if (persistent) {
       t->offset = pers;
-      pers += align64(t->bytes ? t->bytes : 1);
+      if (__builtin_add_overflow(pers, align64(t->bytes ? t->bytes : 1), &pers) ||
+          pers > SIZE_MAX / 4)
+        return ar_errf(err, AR_RANGE, "the memory plan overflows: the persistent tensors up to "
+                       "%s take more than %zu bytes; lower the widths of model.layers or the "
+                       "input's size", t->name, SIZE_MAX / 4);
       if (t->kind == T_PARAM)
         n->plan.param_count += (size_t)ar_shape_count(&t->shape);
     } else if (t->first < 0) {
@@ -866,6 +894,10 @@ ar_status ar_net_build_sparse(const ar_spec *spec, int64_t batch, int64_t max_nn
 ar_status ar__net_done(ar_net *n, ar_status st, bool training, ar_net **out, ar_err *err) {
   if (st == AR_OK)
     st = finish(n, training, err);
+  if (st != AR_OK && n->too_big[0]) /* the builder saw -1: say which and why */
+    st = ar_errf(err, AR_RANGE, "the memory plan overflows: %s, more than 2^48 elements (a "
+                 "tensor no device holds); lower the widths of model.layers, the input's "
+                 "size or train.batch", n->too_big);
   if (st != AR_OK) {
     ar_net_destroy(n);
     return st;
@@ -906,8 +938,14 @@ static ar_status finish(ar_net *n, bool training, ar_err *err) {
     st = ar__net_head_host(n, err);
     if (st == AR_OK)
       st = ar__net_hid_host(n, err);
-    n->plan.total_bytes =
-        n->plan.persistent_bytes + n->plan.ephemeral_bytes + n->plan.host_bytes;
+    if (st == AR_OK &&
+        (__builtin_add_overflow(n->plan.persistent_bytes, n->plan.ephemeral_bytes,
+                                &n->plan.total_bytes) ||
+         __builtin_add_overflow(n->plan.total_bytes, n->plan.host_bytes, &n->plan.total_bytes)))
+      st = ar_errf(err, AR_RANGE, "the memory plan overflows: %zu persistent, %zu ephemeral and "
+                   "%zu host bytes; lower the widths of model.layers, the input's size or "
+                   "train.batch", n->plan.persistent_bytes, n->plan.ephemeral_bytes,
+                   n->plan.host_bytes);
   }
   return st;
 }

@@ -91,6 +91,10 @@ typedef struct nnode {
 } nnode;
 
 struct ar_net {
+  /* The first tensor refused for its size (ar__net_tensor: more than
+   * AR__NET_MAX_ELEMENTS elements), as "NAME would be SHAPE"; its builder
+   * saw -1 and failed, and ar__net_done reports this instead. */
+  char too_big[320];
   const ar_spec *spec;
   int64_t batch, classes;
   int n_nodes, cap_nodes;
@@ -186,6 +190,13 @@ ar_status ar__net_build_err(build_ctx *b, const ar_layer_spec *ls, const char *p
                             const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* Binds an item's output name (AR_NOMEM). */
 ar_status ar__net_bind_name(build_ctx *b, const char *name, int tensor);
+/* The most elements one tensor of a net may have (2^48): far past any plan
+ * a device holds (larger ones are refused by the plan's fit against the
+ * device, which says how much it can give), and far from where a tensor's
+ * bytes leave size_t; the plan's sums are checked (make_plan, place). */
+#define AR__NET_MAX_ELEMENTS ((uint64_t)1 << 48)
+/* A new tensor (its index), or -1: out of memory, or a shape over
+ * AR__NET_MAX_ELEMENTS (n->too_big says which). */
 int ar__net_tensor(ar_net *n, const char *name, const ar_shape *s, ar_dtype t, int kind);
 /* A new zeroed node (NULL when out of memory). */
 nnode *ar__net_new_node(ar_net *n);
