@@ -1,6 +1,6 @@
-/* Shared by the graph engine's tests (test_net.c, test_net_sampled.c): a
- * job file's text parsed, edited, and built into a started model on a
- * one-thread host device. */
+/* Shared by the graph engine's tests (test_net*.c): a job file's text
+ * parsed, edited, and built into a started model on a one-thread host
+ * device; inputs filled from a seed. */
 #ifndef ACCELRT_TEST_NET_FIXTURE_H
 #define ACCELRT_TEST_NET_FIXTURE_H
 
@@ -52,6 +52,17 @@ typedef struct net_fix {
   ar_device *dev;
 } net_fix;
 
+/* A new host device of `threads` threads, unpinned. */
+static inline ar_device *net_host(int threads) {
+  ar_device_opts o = AR_DEVICE_OPTS_INIT;
+  o.threads = threads;
+  o.pin = false;
+  ar_device *dev = NULL;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_device_open("host", &o, &dev, &err), AR_OK);
+  return dev;
+}
+
 /* Parses yaml, builds its model and starts it on a new host device. */
 static inline void net_start(net_fix *f, const char *yaml) {
   ar_err err = AR_ERR_INIT;
@@ -60,14 +71,54 @@ static inline void net_start(net_fix *f, const char *yaml) {
   if (st != AR_OK)
     printf("# %s\n", err.msg);
   assert_int_equal(st, AR_OK);
-  ar_device_opts o = AR_DEVICE_OPTS_INIT;
-  o.threads = 1;
-  o.pin = false;
-  assert_int_equal(ar_device_open("host", &o, &f->dev, &err), AR_OK);
+  f->dev = net_host(1);
   st = ar_net_start(f->net, f->dev, NULL, NULL, &err);
   if (st != AR_OK)
     printf("# %s\n", err.msg);
   assert_int_equal(st, AR_OK);
+}
+
+/* The net's dense input x filled with values in [-1, 1) drawn from seed
+ * (the labels are each test's own). */
+static inline void net_fill_x(ar_net *n, unsigned seed) {
+  int64_t cnt = ar_shape_count(ar_net_input_shape(n));
+  float *x = ar_net_x(n);
+  unsigned s = seed;
+  for (int64_t i = 0; i < cnt; i++) {
+    s = s * 1103515245u + 12345u;
+    x[i] = (float)((s >> 8) & 0xffff) / 32768.0f - 1.0f;
+  }
+}
+
+/* The shape of the random sparse multi-label batches below: rows of
+ * 1..max_nnz features and 1..max_labels labels, label_step apart, except
+ * row empty_row, which has none (as XC data may have). */
+typedef struct net_sparse_shape {
+  int features, classes, max_nnz, max_labels, empty_row, label_step;
+} net_sparse_shape;
+
+/* A random batch of `rows` rows of shape sh, drawn from *seed: each row's
+ * features every third from a random first, its labels from a random
+ * first. */
+static inline void net_fill_sparse_batch(ar_batch *b, int64_t rows, unsigned *seed,
+                                         const net_sparse_shape *sh) {
+  int64_t f = 0, l = 0;
+  b->rows = rows;
+  for (int64_t r = 0; r < rows; r++) {
+    b->row_ptr[r] = f;
+    b->lab_ptr[r] = l;
+    int nf = 1 + (int)(rand_r(seed) % sh->max_nnz);
+    int nl = r == sh->empty_row ? 0 : 1 + (int)(rand_r(seed) % sh->max_labels);
+    int f0 = rand_r(seed) % sh->features, l0 = rand_r(seed) % sh->classes;
+    for (int k = 0; k < nf; k++) {
+      b->idx[f] = (f0 + 3 * k) % sh->features;
+      b->val[f++] = (float)(rand_r(seed) % 1000) / 500.0f - 0.5f;
+    }
+    for (int k = 0; k < nl; k++)
+      b->lab[l++] = (l0 + sh->label_step * k) % sh->classes;
+  }
+  b->row_ptr[rows] = f;
+  b->lab_ptr[rows] = l;
 }
 
 /* `steps` training steps on the staged batch halve its loss. */

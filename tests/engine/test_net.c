@@ -13,6 +13,7 @@
 
 #include "net_fixture.h"
 #include "net_impl.h"
+#include "net_impl_fixture.h"
 
 #include <math.h>
 #include <setjmp.h>
@@ -66,13 +67,7 @@ static void fix_open(net_fix *f, const char *yaml) {
   net_start(f, yaml);
   /* A batch: values in [-1, 1), classes 0..2. */
   const ar_shape *xs = ar_net_input_shape(f->net);
-  int64_t n = ar_shape_count(xs);
-  float *x = ar_net_x(f->net);
-  unsigned s = 77;
-  for (int64_t i = 0; i < n; i++) {
-    s = s * 1103515245u + 12345u;
-    x[i] = (float)((s >> 8) & 0xffff) / 32768.0f - 1.0f;
-  }
+  net_fill_x(f->net, 77);
   int64_t *y = ar_net_y(f->net);
   for (int64_t r = 0; r < xs->d[0]; r++)
     y[r] = r % 3;
@@ -110,16 +105,9 @@ static void check_graph_grads(const char *yaml) {
     float *g = grads[i];
     float *w = t->p;
     for (int64_t j = 0; j < cnt && j < 12; j++) {
-      float keep = w[j];
-      double up, dn;
-      w[j] = keep + 1e-3f;
-      assert_int_equal(ar__net_grad(n, &up, &err), AR_OK);
-      w[j] = keep - 1e-3f;
-      assert_int_equal(ar__net_grad(n, &dn, &err), AR_OK);
-      w[j] = keep;
-      double num = (up - dn) / 2e-3, an = g[j];
+      double num = net_central_diff(n, w, j), an = g[j];
       checked++;
-      if (fabs(num - an) > 2e-3 + 5e-2 * fmax(fabs(num), fabs(an))) {
+      if (!net_grad_close(num, an)) {
         if (bad++ < 5)
           printf("# %s[%lld]: backward %.6g, finite difference %.6g\n", t->name, (long long)j,
                  an, num);

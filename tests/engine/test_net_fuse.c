@@ -51,13 +51,7 @@ static const char *const RESY =
 
 static void stage(ar_net *n, unsigned seed) {
   const ar_shape *xs = ar_net_input_shape(n);
-  int64_t cnt = ar_shape_count(xs);
-  float *x = ar_net_x(n);
-  unsigned s = seed;
-  for (int64_t i = 0; i < cnt; i++) {
-    s = s * 1103515245u + 12345u;
-    x[i] = (float)((s >> 8) & 0xffff) / 32768.0f - 1.0f;
-  }
+  net_fill_x(n, seed);
   int64_t *y = ar_net_y(n);
   for (int64_t r = 0; r < xs->d[0]; r++)
     y[r] = (r + seed) % 3;

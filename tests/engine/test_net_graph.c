@@ -9,6 +9,8 @@
 #define _GNU_SOURCE
 #include "accelrt/net.h"
 
+#include "net_fixture.h"
+
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,15 +20,7 @@
 
 #include <cmocka.h>
 
-static ar_device *host(void) {
-  ar_device_opts o = AR_DEVICE_OPTS_INIT;
-  o.threads = 2;
-  o.pin = false;
-  ar_device *dev = NULL;
-  ar_err err = AR_ERR_INIT;
-  assert_int_equal(ar_device_open("host", &o, &dev, &err), AR_OK);
-  return dev;
-}
+static ar_device *host(void) { return net_host(2); }
 
 static int add_tensor(ar_nn_graph *g, const char *name, ar_nn_tkind kind, ar_shape s, ar_dtype t,
                       const void *data) {

@@ -10,6 +10,7 @@
 
 #include "net_fixture.h"
 #include "net_impl.h"
+#include "net_impl_fixture.h"
 
 #include <math.h>
 #include <setjmp.h>
@@ -47,12 +48,7 @@ static void fix_open_as(fix *f, const char *sampling, bool dense) {
   free(y0);
   net_start(f, y);
   free(y);
-  float *x = ar_net_x(f->net);
-  unsigned s = 91;
-  for (int64_t i = 0; i < 4 * 6; i++) {
-    s = s * 1103515245u + 12345u;
-    x[i] = (float)((s >> 8) & 0xffff) / 32768.0f - 1.0f;
-  }
+  net_fill_x(f->net, 91); /* 4 x 6 */
   int64_t *y2 = ar_net_y(f->net);
   for (int64_t r = 0; r < 4; r++)
     y2[r] = 7 * r + 3;
@@ -62,37 +58,10 @@ static void fix_open(fix *f, const char *sampling) { fix_open_as(f, sampling, fa
 
 #define fix_close net_close
 
-static ntensor *tensor(ar_net *n, const char *name) {
-  for (int i = 0; i < n->n_tensors; i++)
-    if (!strcmp(n->tensors[i].name, name))
-      return &n->tensors[i];
-  fail_msg("no tensor %s", name);
-  return NULL;
-}
-
-static float *copy_of(const ntensor *t) {
-  size_t b = (size_t)ar_shape_count(&t->shape) * sizeof(float);
-  float *c = malloc(b);
-  memcpy(c, t->p, b);
-  return c;
-}
-
-/* Central difference of the sampled loss in w[j]. */
-static double diff(ar_net *n, float *w, int64_t j) {
-  ar_err err = AR_ERR_INIT;
-  float keep = w[j];
-  double up, dn;
-  w[j] = keep + 1e-3f;
-  assert_int_equal(ar__net_grad(n, &up, &err), AR_OK);
-  w[j] = keep - 1e-3f;
-  assert_int_equal(ar__net_grad(n, &dn, &err), AR_OK);
-  w[j] = keep;
-  return (up - dn) / 2e-3;
-}
-
-static bool close_to(double num, double an) {
-  return fabs(num - an) <= 2e-3 + 5e-2 * fmax(fabs(num), fabs(an));
-}
+#define tensor net_tensor
+#define copy_of net_copy_of
+#define diff net_central_diff /* of the sampled loss */
+#define close_to net_grad_close
 
 /* The head's rows that some example of the batch computed (its labels,
  * retrieved and shared negatives): gradient = finite difference; every

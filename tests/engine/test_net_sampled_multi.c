@@ -16,6 +16,7 @@
 #include "engine_impl.h"
 #include "net_fixture.h"
 #include "net_impl.h"
+#include "net_impl_fixture.h"
 
 #include <math.h>
 #include <setjmp.h>
@@ -49,45 +50,16 @@ static const char *const GRAPH =
     "train: {batch: 6, iterations: 1, threads: 1, optimizer: {adam: {lr: "
     "0.02}}}\n";
 
-static ar_device *host1(void) {
-  ar_device_opts o = AR_DEVICE_OPTS_INIT;
-  o.threads = 1;
-  o.pin = false;
-  ar_device *dev = NULL;
-  ar_err err = AR_ERR_INIT;
-  assert_int_equal(ar_device_open("host", &o, &dev, &err), AR_OK);
-  return dev;
-}
+static ar_device *host1(void) { return net_host(1); }
 
 /* A random batch: 1..MAX_NNZ features and 1..MAX_LABELS distinct labels a
  * row (row 1: none, as XC data may have). */
 static void fill_batch(ar_batch *b, int64_t rows, unsigned *seed) {
-  int64_t f = 0, l = 0;
-  b->rows = rows;
-  for (int64_t r = 0; r < rows; r++) {
-    b->row_ptr[r] = f;
-    b->lab_ptr[r] = l;
-    int nf = 1 + (int)(rand_r(seed) % MAX_NNZ);
-    int nl = r == 1 ? 0 : 1 + (int)(rand_r(seed) % MAX_LABELS);
-    int f0 = rand_r(seed) % FEATURES, l0 = rand_r(seed) % CLASSES;
-    for (int k = 0; k < nf; k++) {
-      b->idx[f] = (f0 + 3 * k) % FEATURES;
-      b->val[f++] = (float)(rand_r(seed) % 1000) / 500.0f - 0.5f;
-    }
-    for (int k = 0; k < nl; k++)
-      b->lab[l++] = (l0 + 17 * k) % CLASSES;
-  }
-  b->row_ptr[rows] = f;
-  b->lab_ptr[rows] = l;
+  static const net_sparse_shape sh = {FEATURES, CLASSES, MAX_NNZ, MAX_LABELS, 1, 17};
+  net_fill_sparse_batch(b, rows, seed, &sh);
 }
 
-static ntensor *tensor(ar_net *n, const char *name) {
-  for (int i = 0; i < n->n_tensors; i++)
-    if (!strcmp(n->tensors[i].name, name))
-      return &n->tensors[i];
-  fail_msg("no tensor %s", name);
-  return NULL;
-}
+#define tensor net_tensor
 
 static char *yaml_with(const char *sampling) { return net_edit(GRAPH, "SAMPLING", sampling); }
 
@@ -301,29 +273,9 @@ static void test_same_as_chain_retrieval(void **state) {
   same_as_chain("active: 0.05, negatives: 3, correction: none, sampling: topk");
 }
 
-/* Central difference of the sampled loss in w[j]. */
-static double diff(ar_net *n, float *w, int64_t j) {
-  ar_err err = AR_ERR_INIT;
-  float keep = w[j];
-  double up, dn;
-  w[j] = keep + 1e-3f;
-  assert_int_equal(ar__net_grad(n, &up, &err), AR_OK);
-  w[j] = keep - 1e-3f;
-  assert_int_equal(ar__net_grad(n, &dn, &err), AR_OK);
-  w[j] = keep;
-  return (up - dn) / 2e-3;
-}
-
-static bool close_to(double num, double an) {
-  return fabs(num - an) <= 2e-3 + 5e-2 * fmax(fabs(num), fabs(an));
-}
-
-static float *copy_of(const ntensor *t) {
-  size_t bytes = (size_t)ar_shape_count(&t->shape) * sizeof(float);
-  float *c = malloc(bytes);
-  memcpy(c, t->p, bytes);
-  return c;
-}
+#define diff net_central_diff /* of the sampled loss */
+#define close_to net_grad_close
+#define copy_of net_copy_of
 
 /* Each row of sampled layer `name` (width rows of HIDDEN, its gradients
  * gw, gb from the first pass) against finite differences: every weight of

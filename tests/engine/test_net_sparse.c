@@ -34,35 +34,13 @@ static const char *const GRAPH =
     "data: {format: xc, train: x}\n"
     "train: {batch: 5, iterations: 1, threads: 1, optimizer: {adam: {lr: 0.01}}}\n";
 
-static ar_device *host1(void) {
-  ar_device_opts o = AR_DEVICE_OPTS_INIT;
-  o.threads = 1;
-  o.pin = false;
-  ar_device *dev = NULL;
-  ar_err err = AR_ERR_INIT;
-  assert_int_equal(ar_device_open("host", &o, &dev, &err), AR_OK);
-  return dev;
-}
+static ar_device *host1(void) { return net_host(1); }
 
 /* A random batch of `rows` rows: 1..MAX_NNZ distinct features, 1..MAX_LABELS
  * distinct labels each (row 0: no labels, as XC data may have). */
 static void fill_batch(ar_batch *b, int64_t rows, unsigned *seed) {
-  int64_t f = 0, l = 0;
-  b->rows = rows;
-  for (int64_t r = 0; r < rows; r++) {
-    b->row_ptr[r] = f;
-    b->lab_ptr[r] = l;
-    int nf = 1 + (int)(rand_r(seed) % MAX_NNZ), nl = r ? 1 + (int)(rand_r(seed) % MAX_LABELS) : 0;
-    int f0 = rand_r(seed) % FEATURES, l0 = rand_r(seed) % CLASSES;
-    for (int k = 0; k < nf; k++) {
-      b->idx[f] = (f0 + 3 * k) % FEATURES;
-      b->val[f++] = (float)(rand_r(seed) % 1000) / 500.0f - 0.5f;
-    }
-    for (int k = 0; k < nl; k++)
-      b->lab[l++] = (l0 + k) % CLASSES;
-  }
-  b->row_ptr[rows] = f;
-  b->lab_ptr[rows] = l;
+  static const net_sparse_shape sh = {FEATURES, CLASSES, MAX_NNZ, MAX_LABELS, 0, 1};
+  net_fill_sparse_batch(b, rows, seed, &sh);
 }
 
 /* The net's parameter named `name` (its values, host memory). */

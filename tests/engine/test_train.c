@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "accelrt/runtime.h"
+#include "engine_fixtures.h"
 #include "engine_scratch.h"
 
 static ar_spec *job(const char *out, int iterations) {
@@ -27,14 +28,7 @@ static ar_spec *job(const char *out, int iterations) {
            " optimizer: {adam: {lr: 0.01}}}\n"
            "output: {dir: '%s'}\n",
            iterations, out);
-  ar_spec *spec = NULL;
-  ar_diags d = {0, NULL};
-  ar_status st = ar_spec_parse(yaml, strlen(yaml), "<test>", NULL, NULL, 0, false, &spec, &d);
-  if (st != AR_OK)
-    ar_diags_print(&d, "<test>", stderr);
-  ar_diags_fini(&d);
-  assert_int_equal(st, AR_OK);
-  return spec;
+  return parse(yaml);
 }
 
 static void run_job(const char *out, int iterations, bool resume, ar_summary *s) {
@@ -54,9 +48,23 @@ static void run_job(const char *out, int iterations, bool resume, ar_summary *s)
  * the checksum must match between the two runs. */
 #define OFF_TRAIN_S (8 + 4 + 4 + 40)
 
+/* The checkpoints that runs a and b left are the same but for those. */
+static void same_checkpoints(const char *a, const char *b) {
+  char pa[340], pb[340];
+  snprintf(pa, sizeof pa, "%s/checkpoint.bin", a);
+  snprintf(pb, sizeof pb, "%s/checkpoint.bin", b);
+  size_t la, lb;
+  unsigned char *ca = slurp(pa, &la), *cb = slurp(pb, &lb);
+  assert_int_equal(la, lb);
+  assert_memory_equal(ca, cb, OFF_TRAIN_S);
+  assert_memory_equal(ca + OFF_TRAIN_S + 8, cb + OFF_TRAIN_S + 8, la - OFF_TRAIN_S - 8 - 4);
+  free(ca);
+  free(cb);
+}
+
 static void test_resume_matches_uninterrupted(void **state) {
   (void)state;
-  char a[300], b[300], pa[340], pb[340];
+  char a[300], b[300];
   snprintf(a, sizeof a, "%s/full", tmpdir);
   snprintf(b, sizeof b, "%s/split", tmpdir);
   ar_summary sa, sb1, sb2;
@@ -80,17 +88,9 @@ static void test_resume_matches_uninterrupted(void **state) {
   assert_int_equal(sa.iterations, 13);
   assert_int_equal(sb2.iterations, 13);
   assert_int_equal(sb2.samples, sa.samples);
-  snprintf(pa, sizeof pa, "%s/checkpoint.bin", a);
-  snprintf(pb, sizeof pb, "%s/checkpoint.bin", b);
-  size_t la, lb;
-  unsigned char *ca = slurp(pa, &la), *cb = slurp(pb, &lb);
-  assert_int_equal(la, lb);
-  assert_memory_equal(ca, cb, OFF_TRAIN_S);
-  assert_memory_equal(ca + OFF_TRAIN_S + 8, cb + OFF_TRAIN_S + 8, la - OFF_TRAIN_S - 8 - 4);
+  same_checkpoints(a, b);
   assert_true(sa.p_at[0] >= 0);
   assert_true(sa.p_at[0] == sb2.p_at[0]);
-  free(ca);
-  free(cb);
   /* The resumed run's metrics hold each evaluation once, in order: those
    * of the first part (4, and 5 where it stopped) and those after it. */
   char mp[340];
@@ -115,7 +115,7 @@ static void test_resume_matches_uninterrupted(void **state) {
  * the same checkpoint as ar_run. */
 static void test_job_api_in_given_blocks_with_a_move(void **state) {
   (void)state;
-  char a[300], b[300], pa[340], pb[340];
+  char a[300], b[300];
   snprintf(a, sizeof a, "%s/api_ref", tmpdir);
   snprintf(b, sizeof b, "%s/api_blocks", tmpdir);
   ar_summary sa, sb;
@@ -156,16 +156,8 @@ static void test_job_api_in_given_blocks_with_a_move(void **state) {
   free(e1);
   ar_spec_destroy(spec);
   assert_int_equal(sb.iterations, 13);
-  snprintf(pa, sizeof pa, "%s/checkpoint.bin", a);
-  snprintf(pb, sizeof pb, "%s/checkpoint.bin", b);
-  size_t la, lb;
-  unsigned char *ca = slurp(pa, &la), *cb = slurp(pb, &lb);
-  assert_int_equal(la, lb);
-  assert_memory_equal(ca, cb, OFF_TRAIN_S);
-  assert_memory_equal(ca + OFF_TRAIN_S + 8, cb + OFF_TRAIN_S + 8, la - OFF_TRAIN_S - 8 - 4);
+  same_checkpoints(a, b);
   assert_true(sa.p_at[0] == sb.p_at[0]);
-  free(ca);
-  free(cb);
 }
 
 static void test_damaged_checkpoint_refused(void **state) {

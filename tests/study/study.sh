@@ -79,8 +79,9 @@ set:
   train.iterations: 12
   train.eval_every: 6
   train.threads: 1
-  model.layers.out.dense: 2000
-  data.generate.labels: 2000
+  model.layers.hidden.dense: 32
+  model.layers.out.dense: 200
+  data.generate.labels: 200
 factors:
   train.batch: [32, 64]
   train.optimizer: [adam, sgd]
