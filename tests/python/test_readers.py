@@ -275,12 +275,17 @@ class RunOutputs(unittest.TestCase):
                              whole[:-1])
         # Killed just before the newline: the line is whole.
         self.assertEqual(accelrt.read_metrics(self.damaged(data[:-1], "m.jsonl")), whole)
-        # A damaged line that is not the last is an error naming it.
-        bad = data[:last - 10] + b"#" + data[last - 9:]
+        # A damaged line that is not the last is an error naming it, at the
+        # damaged byte: the quote opening the line's first key (a byte
+        # further in could be a digit of a timing figure, where the decoder
+        # stops one byte earlier, after "123." say, than at the damage).
+        prev = data[:last - 1].rfind(b"\n") + 1
+        self.assertEqual(data[prev:prev + 2], b'{"')
+        bad = data[:prev + 1] + b"#" + data[prev + 2:]
         with self.assertRaises(accelrt.FormatError) as e:
             accelrt.read_metrics(self.damaged(bad, "m.jsonl"))
         self.assertIn("line %d" % len(whole[:-1]), str(e.exception))
-        self.assertEqual(e.exception.offset, last - 10)
+        self.assertEqual(e.exception.offset, prev + 1)
         # A complete last line that is not JSON is not a torn one.
         with self.assertRaises(accelrt.FormatError):
             accelrt.read_metrics(self.damaged(data + b"{not json}\n", "m.jsonl"))
