@@ -123,6 +123,30 @@ dist 1 tac > d1.yaml
 dist 2 tac > d2.yaml
 sed 's/- {name: bn1, op: batchnorm, activation: relu}/- {name: bn1, op: relu}/' job.yaml > nobn.yaml
 { cat nobn.yaml; printf 'distributed: {servers: 1, order: tac, trace_iterations: 2}\n'; } > dnobn.yaml
+# A block of three branches whose max pool (no parameters) is listed after
+# the 1x1 and 3x3 branches (issue 17, docs/graph.md "Forward order").
+cat > br.yaml <<'YAML'
+name: br
+device: host
+seed: 4
+model:
+  input: {image: [1, 8, 8]}
+  layers:
+    - {name: c1, conv: 8, kernel: 3, padding: 1, bias: false}
+    - {name: bn1, op: batchnorm, activation: relu}
+    - {name: a, conv: 4, kernel: 1, activation: relu, inputs: [bn1]}
+    - {name: b, conv: 4, kernel: 3, padding: 1, activation: relu, inputs: [bn1]}
+    - {name: p, op: maxpool, kernel: 3, stride: 1, padding: 1, inputs: [bn1]}
+    - {name: pp, conv: 4, kernel: 1, activation: relu}
+    - {name: cat, op: concat, axis: 1, inputs: [a, b, pp]}
+    - {name: pool, op: global_avgpool}
+    - {name: out, dense: 4, activation: softmax}
+data: {format: npy, train: train, test: test}
+train: {batch: 32, iterations: 12, threads: 1, log_every: 1,
+        optimizer: {sgd: {lr: 0.1, momentum: 0.9}}}
+output: {dir: s_br}
+YAML
+{ cat br.yaml; printf 'distributed: {servers: 1, order: tac, trace_iterations: 2}\n'; } > dbr.yaml
 
 # losses A B TOL: B's iteration lines against A's train lines.  TOL 0:
 # the single process logs its loss as a float32, the distributed run the
@@ -214,28 +238,6 @@ YAML
   # its 1x1) right after bn1 (check prints that order); only the forward
   # moves, the backward keeps the list order, so the run is still the
   # single process's byte for byte.
-  cat > br.yaml <<'YAML'
-name: br
-device: host
-seed: 4
-model:
-  input: {image: [1, 8, 8]}
-  layers:
-    - {name: c1, conv: 8, kernel: 3, padding: 1, bias: false}
-    - {name: bn1, op: batchnorm, activation: relu}
-    - {name: a, conv: 4, kernel: 1, activation: relu, inputs: [bn1]}
-    - {name: b, conv: 4, kernel: 3, padding: 1, activation: relu, inputs: [bn1]}
-    - {name: p, op: maxpool, kernel: 3, stride: 1, padding: 1, inputs: [bn1]}
-    - {name: pp, conv: 4, kernel: 1, activation: relu}
-    - {name: cat, op: concat, axis: 1, inputs: [a, b, pp]}
-    - {name: pool, op: global_avgpool}
-    - {name: out, dense: 4, activation: softmax}
-data: {format: npy, train: train, test: test}
-train: {batch: 32, iterations: 12, threads: 1, log_every: 1,
-        optimizer: {sgd: {lr: 0.1, momentum: 0.9}}}
-output: {dir: s_br}
-YAML
-  { cat br.yaml; printf 'distributed: {servers: 1, order: tac, trace_iterations: 2}\n'; } > dbr.yaml
   "$bin" check dbr.yaml > out_c.txt 2>&1 || fail "branches: check"
   grep -q "^  forward order (distributed: .*): c1, bn1, p, pp, a, b, cat, pool, out, loss$" \
     out_c.txt || { cat out_c.txt; fail "branches: the pool does not go first"; }
@@ -333,6 +335,28 @@ PY
   grep -q "compute times: medians of 1[0-9] ops from o_link/trace.tsv" out_sim.txt ||
     { cat out_sim.txt; fail "simulate --trace: the nodes' times not read"; }
   grep -q "^tac  *[0-9]" out_sim.txt || { cat out_sim.txt; fail "simulate: no tac row"; }
+  # The simulator runs the worker's forward order (docs/graph.md "Forward
+  # order"), also for a file without distributed:.  Op times from an
+  # oracle: the branch block's max pool 0.5 s, every other op 1-2 ms, a
+  # 10 kbit/s link (b's 1.2 KB of weights take about 1 s): the pool runs
+  # while b's weights arrive, so the worker hardly waits beyond the stream
+  # (E near 1); run as listed, after b, it would follow the stream (E 0.57).
+  for x in c1 bn1 a b pp cat pool out loss; do
+    printf 'fwd.%s compute 0.001\nbwd.%s compute 0.002\n' $x $x
+  done > br_oracle.tsv
+  printf 'fwd.p compute 0.5\nbwd.p compute 0.002\n' >> br_oracle.tsv
+  for f in br dbr; do
+    "$bin" simulate $f.yaml --workers 1 --servers 1 --gbps 0.00001 --oracle br_oracle.tsv \
+      --json > sim_$f.txt 2>&1 || { cat sim_$f.txt; fail "simulate $f.yaml"; }
+  done
+  "$py" - sim_br.txt sim_dbr.txt <<'PY' || fail "simulate: the pool does not run while b's weights arrive"
+import json, sys
+a, b = ({p["order"]: p for p in map(json.loads, open(f))}["tac"] for f in sys.argv[1:3])
+print("  simulate, tac: E %.3f, makespan %.3f s (no distributed:) and %.3f s"
+      % (a["efficiency"], a["makespan_s"], b["makespan_s"]))
+assert a["efficiency"] > 0.9, a
+assert abs(a["makespan_s"] - b["makespan_s"]) < 1e-3 * b["makespan_s"], (a, b)
+PY
   ;;
 overlap)
   # Iterations overlap at the server: a parameter updated for iteration i
