@@ -125,27 +125,17 @@ sed 's/- {name: bn1, op: batchnorm, activation: relu}/- {name: bn1, op: relu}/' 
 { cat nobn.yaml; printf 'distributed: {servers: 1, order: tac, trace_iterations: 2}\n'; } > dnobn.yaml
 # A block of three branches whose max pool (no parameters) is listed after
 # the 1x1 and 3x3 branches (issue 17, docs/graph.md "Forward order").
-cat > br.yaml <<'YAML'
-name: br
-device: host
-seed: 4
-model:
-  input: {image: [1, 8, 8]}
-  layers:
-    - {name: c1, conv: 8, kernel: 3, padding: 1, bias: false}
-    - {name: bn1, op: batchnorm, activation: relu}
+"$py" - <<'PY' || fail "could not write br.yaml"
+t = open("job.yaml").read()  # its c2 .. r replaced by the block
+a, b = t.index("    - {name: c2,"), t.index("    - {name: pool,")
+open("br.yaml", "w").write(t[:a].replace("name: gcnn", "name: br") + """\
     - {name: a, conv: 4, kernel: 1, activation: relu, inputs: [bn1]}
     - {name: b, conv: 4, kernel: 3, padding: 1, activation: relu, inputs: [bn1]}
     - {name: p, op: maxpool, kernel: 3, stride: 1, padding: 1, inputs: [bn1]}
     - {name: pp, conv: 4, kernel: 1, activation: relu}
     - {name: cat, op: concat, axis: 1, inputs: [a, b, pp]}
-    - {name: pool, op: global_avgpool}
-    - {name: out, dense: 4, activation: softmax}
-data: {format: npy, train: train, test: test}
-train: {batch: 32, iterations: 12, threads: 1, log_every: 1,
-        optimizer: {sgd: {lr: 0.1, momentum: 0.9}}}
-output: {dir: s_br}
-YAML
+""" + t[b:])
+PY
 { cat br.yaml; printf 'distributed: {servers: 1, order: tac, trace_iterations: 2}\n'; } > dbr.yaml
 
 # losses A B TOL: B's iteration lines against A's train lines.  TOL 0:
@@ -241,7 +231,8 @@ YAML
   "$bin" check dbr.yaml > out_c.txt 2>&1 || fail "branches: check"
   grep -q "^  forward order (distributed: .*): c1, bn1, p, pp, a, b, cat, pool, out, loss$" \
     out_c.txt || { cat out_c.txt; fail "branches: the pool does not go first"; }
-  "$bin" run br.yaml --quiet > out_s.txt 2>&1 || fail "branches: single process"
+  "$bin" run br.yaml --quiet --set output.dir=s_br > out_s.txt 2>&1 ||
+    fail "branches: single process"
   mpi 2 run dbr.yaml --quiet --set output.dir=d_br > out_d.txt 2>&1 || fail "branches: -np 2"
   losses s_br/metrics.jsonl d_br/metrics.jsonl 0 || fail "branches: losses differ"
   same s_br/checkpoint.bin d_br/checkpoint.bin || fail "branches: checkpoints differ"
