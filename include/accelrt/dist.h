@@ -171,7 +171,7 @@ ar_status ar_dist_op_graph(const ar_spec *spec, int servers,
  *   ops 0..P-1: recv of each trainable parameter, in ar_net_params order
  *     (the transfer ids), each on the server with the fewest bytes so far,
  *     largest parameters first (ties: lower id, lower server);
- *   ops P..P+N-1: fwd of node i (forward order);
+ *   ops P..P+N-1: fwd of node i (list order);
  *   then bwd of each node that trains, in backward order (last node
  *     first).
  * Edges: recv p -> fwd of every node reading p, and -> bwd of the node
@@ -179,9 +179,10 @@ ar_status ar_dist_op_graph(const ar_spec *spec, int servers,
  * simulator's "gradient ready"); fwd of a producer -> fwd of its
  * consumers; fwd i -> bwd i; bwd j -> bwd i for every training node j
  * that reads an output of i; and the worker's execution order (one CPU,
- * nodes in list order, backward last first): fwd i -> fwd i + 1, the last
- * fwd -> every bwd, bwd of each training node -> bwd of the next one
- * down, so parallel branches follow one another as they run.  fwd and
+ * the forward in ar_net_forward_order, the backward in list order last
+ * first): fwd of each node -> fwd of the next in that order, the last fwd
+ * -> every bwd, bwd of each training node -> bwd of the next one down, so
+ * parallel branches follow one another as they run.  fwd and
  * bwd (room for the nodes; may be NULL) get each node's op ids
  * (AR_COMMSCHED_NONE: a node that does not train has no bwd). */
 struct ar_net;

@@ -152,7 +152,10 @@ void ar_net_set_trace(ar_net *n, ar_trace *t);
 /* ---- a graph model trained by parameter servers (runtime/dist) -----------
  * A worker computes part of each global batch with its net and sends the
  * gradients of its parameters; the servers sum them and step the same
- * optimizer per parameter.  Nodes are numbered in forward order. */
+ * optimizer per parameter.  Nodes are numbered in list order, a
+ * topological order the backward runs last first; the forward runs them in
+ * ar_net_forward_order, which under distributed: moves ready nodes that
+ * wait for no parameter first (docs/graph.md, "Forward order"). */
 typedef struct ar_net_param {
   const char *name;
   ar_shape shape;
@@ -172,6 +175,9 @@ int ar_net_params(const ar_net *n, ar_net_param *out);
  * addresses, floats (arrays may be NULL: the count). */
 int ar_net_states(const ar_net *n, const char **names, float **ptrs, int64_t *counts);
 int ar_net_node_count(const ar_net *n);
+/* The forward order: order[s] is the node whose forward runs s-th (order
+ * may be NULL; room for ar_net_node_count).  Returns the node count. */
+int ar_net_forward_order(const ar_net *n, int *order);
 const char *ar_net_node_name(const ar_net *n, int node);
 /* Whether the node's backward runs (a training node). */
 bool ar_net_node_trains(const ar_net *n, int node);

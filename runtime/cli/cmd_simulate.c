@@ -337,6 +337,10 @@ static ar_status measure_net(const ar_spec *spec, long rows, int servers,
   dopts.threads = 1;
   ar_spec local = *spec;
   local.train.threads = 1;
+  /* The worker's net: its forward order is the distributed one (ready
+   * nodes that wait for no parameter first, docs/graph.md "Forward
+   * order") also for a file without a distributed: section. */
+  local.distributed.enabled = true;
   ar_net *net = NULL;
   ar_commsched_op *fwd = NULL, *bwd = NULL;
   double *best = NULL;

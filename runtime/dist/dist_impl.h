@@ -197,6 +197,8 @@ typedef struct ar__dist {
   bool lowered;
   struct ar_net *net;
   int nnodes;
+  int first_node;         /* the node whose forward runs first
+                             (ar_net_forward_order) */
   int *need_at, *need;    /* (nnodes + 1, nt) per node, CSR: the transfers
                              its forward waits for (first readers) */
   int *ready_at, *ready;  /* (nnodes + 1, nt) per node: the gradients final

@@ -4,7 +4,10 @@
  * servers by bytes; the op graph commsched orders is the net's DAG (a
  * fwd op per node, a bwd op per training node, a recv per parameter, see
  * ar_dist_net_op_graph) with the worker's execution order added (one CPU,
- * the nodes in list order: parallel branches follow one another); the workers' hooks are per node (worker.c): a
+ * the nodes one at a time, parallel branches one after another: the
+ * forward in ar_net_forward_order, ready nodes that wait for no parameter
+ * first, the backward in list order last first); the workers' hooks are
+ * per node (worker.c): a
  * parameter is waited for before the forward of its first reader and its
  * gradient sent after that reader's backward, the last contribution to
  * it.  The servers step with the net's own optimizer, one parameter at a
@@ -36,8 +39,10 @@ static ar_status edge(ar_commsched_graph *g, ar_commsched_op a, ar_commsched_op 
   return ar_commsched_graph_add_edge(g, a, b, err);
 }
 
-static ar_status add_net_ops(const ar_net *net, const ar_net_param *ps, int P,
-                             const uint32_t *chan, ar_commsched_op *fwd, ar_commsched_op *bwd,
+/* The recvs (op p: transfer p) and the forward ops (fwd[i]: node i, ops
+ * in list order), with the net's edges and the worker's forward order. */
+static ar_status add_fwd_ops(const ar_net *net, const ar_net_param *ps, int P,
+                             const uint32_t *chan, const int *order, ar_commsched_op *fwd,
                              ar_commsched_graph *g, ar_err *err) {
   int N = ar_net_node_count(net);
   char name[240];
@@ -53,21 +58,41 @@ static ar_status add_net_ops(const ar_net *net, const ar_net_param *ps, int P,
   for (int i = 0; i < N; i++) {
     op_name(name, sizeof name, "fwd.", ar_net_node_name(net, i));
     AR_CHECK(ar_commsched_graph_add_compute(g, name, 1e-4, &fwd[i], err));
+  }
+  for (int s = 0; s < N; s++) {
+    const int i = order[s];
     int nd = ar_net_node_inputs(net, i, deps, 64);
     for (int k = 0; k < nd; k++)
       AR_CHECK(edge(g, fwd[deps[k]], fwd[i], deps, k, deps[k], err));
-    /* The worker is one CPU running the nodes in list order: the branches
-     * of a block that the DAG leaves parallel run one after another, so
-     * the order is an edge too (without it TAC may send a later branch's
-     * parameters first, and the worker waits for the one it runs). */
-    if (i > 0)
-      AR_CHECK(edge(g, fwd[i - 1], fwd[i], deps, nd, i - 1, err));
+    /* The worker is one CPU running the nodes in the forward order: the
+     * branches of a block that the DAG leaves parallel run one after
+     * another, so the order is an edge too (without it TAC may send a
+     * later branch's parameters first, and the worker waits for the one
+     * it runs). */
+    if (s > 0)
+      AR_CHECK(edge(g, fwd[order[s - 1]], fwd[i], deps, nd, order[s - 1], err));
     int np = ar_net_node_params(net, i, prm, 64);
     for (int k = 0; k < np; k++)
       for (int p = 0; p < P; p++)
         if (ps[p].tensor == prm[k])
           AR_CHECK(edge(g, (ar_commsched_op)p, fwd[i], prm, k, prm[k], err));
   }
+  return AR_OK;
+}
+
+static ar_status add_net_ops(const ar_net *net, const ar_net_param *ps, int P,
+                             const uint32_t *chan, ar_commsched_op *fwd, ar_commsched_op *bwd,
+                             ar_commsched_graph *g, ar_err *err) {
+  int N = ar_net_node_count(net);
+  char name[240];
+  int deps[64];
+  int *order = ar_calloc((size_t)N, sizeof *order);
+  if (!order)
+    return ar_errf(err, AR_NOMEM, "out of memory for the op graph");
+  ar_net_forward_order(net, order);
+  ar_status st = add_fwd_ops(net, ps, P, chan, order, fwd, g, err);
+  ar_free(order);
+  AR_CHECK(st);
   for (int i = N - 1; i >= 0; i--) {
     bwd[i] = AR_COMMSCHED_NONE;
     if (!ar_net_node_trains(net, i))
@@ -193,6 +218,12 @@ void ar__dist_graph_bind(ar__dist *c) {
 ar_status ar__dist_graph_tensors(ar__dist *c) {
   c->net = ar_job_net(c->job);
   c->nnodes = ar_net_node_count(c->net);
+  int *order = ar_calloc((size_t)c->nnodes + 1, sizeof *order);
+  if (!order)
+    return ar_errf(c->err, AR_NOMEM, "out of memory for the tensor table");
+  ar_net_forward_order(c->net, order);
+  c->first_node = order[0];
+  ar_free(order);
   c->nt = ar_net_params(c->net, NULL);
   if (c->nt < 1)
     return ar_errf(c->err, AR_SPEC, "the model has no trainable parameters to distribute");

@@ -370,7 +370,7 @@ ar_status ar__dist_graph_before(ar__dist *c, ar_job_phase phase, int node) {
     c->op_t0 = ar__dist_clock(c);
     return AR_OK;
   }
-  if (node == 0)
+  if (node == c->first_node) /* the forward order's first */
     c->report[AR__WREP_T0] = ar__dist_clock(c);
   int lo = c->need_at[node], hi = c->need_at[node + 1];
   if (hi > lo) {

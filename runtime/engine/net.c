@@ -521,7 +521,8 @@ static void live(ntensor *t, int64_t step) {
     t->last = step;
 }
 
-/* Steps: forward of node i is i, backward of node i is 2N-1-i, the
+/* Steps: forward of node i is its place in the forward order (i but
+ * under distributed:, net_order.c), backward of node i is 2N-1-i, the
  * optimizer 2N. */
 static void lifetimes(ar_net *n) {
   int64_t N = n->n_nodes, end = 2 * N;
@@ -540,7 +541,7 @@ static void lifetimes(ar_net *n) {
   live(&n->tensors[n->topk], end);
   for (int i = 0; i < N; i++) {
     nnode *d = &n->nodes[i];
-    int64_t f = i, bw = 2 * N - 1 - i;
+    int64_t f = ar__net_fstep(n, i), bw = 2 * N - 1 - i;
     /* A kernel's workspace: only while its forward or backward runs. */
     if (d->work[0] >= 0)
       live(&n->tensors[d->work[0]], f);
@@ -584,10 +585,10 @@ static void lifetimes(ar_net *n) {
   /* A sampled head's buffers: from its forward to its backward; it writes
    * the loss rows in its forward. */
   if (n->head >= 0 && n->loss >= 0)
-    live(&n->tensors[n->loss], n->head);
+    live(&n->tensors[n->loss], ar__net_fstep(n, n->head));
   for (int k = 0; n->head >= 0 && k < HS_COUNT; k++)
     if (n->hs[k] >= 0) {
-      live(&n->tensors[n->hs[k]], n->head);
+      live(&n->tensors[n->hs[k]], ar__net_fstep(n, n->head));
       live(&n->tensors[n->hs[k]], 2 * N - 1 - n->head);
     }
   ar__net_hid_lifetimes(n, live);
@@ -921,6 +922,8 @@ static ar_status finish(ar_net *n, bool training, ar_err *err) {
   if (st == AR_OK && training)
     st = ar__net_hid_plan(n, err); /* (and every neuron of a hidden sampled item) */
   if (st == AR_OK)
+    st = ar__net_order(n, err);
+  if (st == AR_OK)
     st = ar__net_workspace(n, err);
   if (st == AR_OK && training)
     st = ar__net_remat(n, err);
@@ -974,6 +977,7 @@ void ar_net_print(const ar_net *n, FILE *to) {
             ar_shape_str(&n->tensors[d->out[0]].shape, sh, sizeof sh), params,
             d->sig.flops / 1e6);
   }
+  ar__net_order_print(n, to);
   ar__net_fuse_print(n, to);
 }
 
@@ -985,6 +989,8 @@ void ar_net_destroy(ar_net *n) {
   for (int i = 0; i < n->n_tensors; i++)
     ar_free(n->tensors[i].init_data);
   ar_free(n->nodes);
+  ar_free(n->order);
+  ar_free(n->fstep);
   ar_free(n->hid);
   ar_free(n->tensors);
   ar_free(n->inputs);

@@ -220,10 +220,11 @@ static void live_at(ntensor *t, int64_t step) {
 void ar__net_fuse_lifetimes(ar_net *n) {
   for (int k = 0; k < n->n_folds; k++) {
     const struct net_fold *f = &n->folds[k];
-    live_at(&n->tensors[f->wf], f->conv);
-    live_at(&n->tensors[f->bf], f->conv);
+    const int64_t step = ar__net_fstep(n, f->conv);
+    live_at(&n->tensors[f->wf], step);
+    live_at(&n->tensors[f->bf], step);
     /* The folded conv writes the batch norm's output at its own step. */
-    live_at(&n->tensors[n->nodes[f->bn].out[0]], f->conv);
+    live_at(&n->tensors[n->nodes[f->bn].out[0]], step);
   }
 }
 

@@ -171,6 +171,10 @@ struct ar_net {
   int fused_relus, n_folds;
   bool fuse_off; /* ACCELRT_FUSE=0 when it was built */
   struct net_fold *folds;
+  /* The forward order (net_order.c): order[s] the node whose forward is
+   * step s, fstep[i] node i's step; the list order but under
+   * distributed: (NULL before ar__net_order: the list order). */
+  int *order, *fstep; /* (n_nodes) */
 };
 
 typedef struct named {
@@ -216,6 +220,18 @@ void ar__net_stop(ar_net *n);
 /* After node d's backward: its temporary gradients added into the
  * gradients they belong to (a tensor or parameter several nodes read). */
 void ar__net_add_temps(ar_net *n, const nnode *d, int threads);
+
+/* net_order.c: the forward order (docs/graph.md, "Forward order"), set
+ * once the graph is final (after the gradients: a parameter nothing
+ * differentiates is no transfer); AR_NOMEM.  _print: check's line naming
+ * the order where it is not the list's. */
+ar_status ar__net_order(ar_net *n, ar_err *err);
+void ar__net_order_print(const ar_net *n, FILE *to);
+/* Node i's forward step in the plan's lifetimes (its backward's is
+ * 2N-1-i: the backward runs in list order, last first). */
+static inline int64_t ar__net_fstep(const ar_net *n, int i) {
+  return n->fstep ? n->fstep[i] : i;
+}
 
 /* net_remat.c: batch norm outputs recomputed in the backward (docs/graph.md,
  * "Recomputed batch norm outputs").  ar__net_remat (training, after the

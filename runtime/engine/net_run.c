@@ -354,12 +354,14 @@ static void loss_span(ar_net *n, double t0) {
 
 /* A training step's forward (detailed iterations of a trace: a span per
  * op, the loss op's in the `loss` span; host ops are synchronous, so the
- * span is the op's time), with the hooks around each node when training. */
+ * span is the op's time), with the hooks around each node when training.
+ * The nodes run in the forward order (net_order.c). */
 static ar_status forward(ar_net *n, bool training, ar_err *err) {
   bool det = training && ar_trace_detail(n->trace);
   const int lnode = loss_node(n);
   ar_status st = AR_OK;
-  for (int i = 0; i < n->n_nodes; i++) {
+  for (int s = 0; s < n->n_nodes; s++) {
+    const int i = n->order ? n->order[s] : s;
     nnode *d = &n->nodes[i];
     if (training)
       AR_CHECK(node_hook(n, false, AR_JOB_FORWARD, i));
@@ -744,14 +746,17 @@ int ar_net_params(const ar_net *n, ar_net_param *out) {
       q->g = n->tensors[t->grad].p;
       q->s1 = t->opt1 >= 0 ? n->tensors[t->opt1].p : NULL;
       q->s2 = t->opt2 >= 0 ? n->tensors[t->opt2].p : NULL;
-      /* The first reader goes forward first and backward last: its
+      /* The first reader in the forward order (net_order.c) waits for it;
+       * the first listed reader that trains goes backward last: its
        * backward (writing or adding the last part) makes the gradient
        * final. */
       q->first = q->ready = -1;
-      for (int j = 0; j < n->n_nodes && q->first < 0; j++)
+      for (int s = 0; s < n->n_nodes && q->first < 0; s++) {
+        const int j = n->order ? n->order[s] : s;
         for (int k = 0; k < n->nodes[j].sig.n_param; k++)
           if (n->nodes[j].param[k] == i)
             q->first = j;
+      }
       for (int j = 0; j < n->n_nodes && q->ready < 0; j++)
         for (int k = 0; k < n->nodes[j].sig.n_param; k++)
           if (n->nodes[j].param[k] == i && n->nodes[j].trains)

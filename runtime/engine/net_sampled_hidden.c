@@ -136,7 +136,7 @@ void ar__net_hid_lifetimes(ar_net *n, void (*live)(ntensor *, int64_t)) {
   for (int j = 0; j < n->n_hid; j++)
     for (int k = 0; k < HH_COUNT; k++)
       if (n->hid[j].buf[k] >= 0) {
-        live(&n->tensors[n->hid[j].buf[k]], n->hid[j].node);
+        live(&n->tensors[n->hid[j].buf[k]], ar__net_fstep(n, n->hid[j].node));
         live(&n->tensors[n->hid[j].buf[k]], 2 * n->n_nodes - 1 - n->hid[j].node);
       }
 }

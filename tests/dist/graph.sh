@@ -51,7 +51,7 @@
 #           65 parameter tensors), a positive comp_comm_ratio, an
 #           evaluation (77 without Debian's Fashion-MNIST); Inception's
 #           worker runs each block's pool branch first and TAC sends its
-#           weights first.
+#           weights first, also when the file lists the pool branches last.
 set -uo pipefail
 MPIEXEC=$1 bin=$2 py=$3 src=$4 case=$5
 work=$(mktemp -d /tmp/accelrt_dgraph_XXXXXX)
@@ -123,6 +123,20 @@ dist 1 tac > d1.yaml
 dist 2 tac > d2.yaml
 sed 's/- {name: bn1, op: batchnorm, activation: relu}/- {name: bn1, op: relu}/' job.yaml > nobn.yaml
 { cat nobn.yaml; printf 'distributed: {servers: 1, order: tac, trace_iterations: 2}\n'; } > dnobn.yaml
+# A block of three branches whose max pool (no parameters) is listed after
+# the 1x1 and 3x3 branches (issue 17, docs/graph.md "Forward order").
+"$py" - <<'PY' || fail "could not write br.yaml"
+t = open("job.yaml").read()  # its c2 .. r replaced by the block
+a, b = t.index("    - {name: c2,"), t.index("    - {name: pool,")
+open("br.yaml", "w").write(t[:a].replace("name: gcnn", "name: br") + """\
+    - {name: a, conv: 4, kernel: 1, activation: relu, inputs: [bn1]}
+    - {name: b, conv: 4, kernel: 3, padding: 1, activation: relu, inputs: [bn1]}
+    - {name: p, op: maxpool, kernel: 3, stride: 1, padding: 1, inputs: [bn1]}
+    - {name: pp, conv: 4, kernel: 1, activation: relu}
+    - {name: cat, op: concat, axis: 1, inputs: [a, b, pp]}
+""" + t[b:])
+PY
+{ cat br.yaml; printf 'distributed: {servers: 1, order: tac, trace_iterations: 2}\n'; } > dbr.yaml
 
 # losses A B TOL: B's iteration lines against A's train lines.  TOL 0:
 # the single process logs its loss as a float32, the distributed run the
@@ -209,6 +223,20 @@ YAML
   losses s_tok/metrics.jsonl d_tok/metrics.jsonl 0 || fail "tokens: losses differ"
   same s_tok/checkpoint.bin d_tok/checkpoint.bin || fail "tokens: checkpoints differ"
   echo "attention: -np 3 (2 servers) equals one process"
+  # Branches (issue 17): the max pool, listed after the 1x1 and 3x3
+  # branches, waits for no parameter, so the worker's forward runs it (and
+  # its 1x1) right after bn1 (check prints that order); only the forward
+  # moves, the backward keeps the list order, so the run is still the
+  # single process's byte for byte.
+  "$bin" check dbr.yaml > out_c.txt 2>&1 || fail "branches: check"
+  grep -q "^  forward order (distributed: .*): c1, bn1, p, pp, a, b, cat, pool, out, loss$" \
+    out_c.txt || { cat out_c.txt; fail "branches: the pool does not go first"; }
+  "$bin" run br.yaml --quiet --set output.dir=s_br > out_s.txt 2>&1 ||
+    fail "branches: single process"
+  mpi 2 run dbr.yaml --quiet --set output.dir=d_br > out_d.txt 2>&1 || fail "branches: -np 2"
+  losses s_br/metrics.jsonl d_br/metrics.jsonl 0 || fail "branches: losses differ"
+  same s_br/checkpoint.bin d_br/checkpoint.bin || fail "branches: checkpoints differ"
+  echo "branches, the pool moved first: -np 2 equals one process"
   # Two workers, no batch norm: within floating-point rounding.
   "$bin" run nobn.yaml --quiet --set output.dir=s_nobn > out_s.txt 2>&1 || fail "no-bn single"
   mpi 3 run dnobn.yaml --quiet --set output.dir=d_nobn > out_d.txt 2>&1 || fail "no-bn -np 3"
@@ -298,6 +326,28 @@ PY
   grep -q "compute times: medians of 1[0-9] ops from o_link/trace.tsv" out_sim.txt ||
     { cat out_sim.txt; fail "simulate --trace: the nodes' times not read"; }
   grep -q "^tac  *[0-9]" out_sim.txt || { cat out_sim.txt; fail "simulate: no tac row"; }
+  # The simulator runs the worker's forward order (docs/graph.md "Forward
+  # order"), also for a file without distributed:.  Op times from an
+  # oracle: the branch block's max pool 0.5 s, every other op 1-2 ms, a
+  # 10 kbit/s link (b's 1.2 KB of weights take about 1 s): the pool runs
+  # while b's weights arrive, so the worker hardly waits beyond the stream
+  # (E near 1); run as listed, after b, it would follow the stream (E 0.57).
+  for x in c1 bn1 a b pp cat pool out loss; do
+    printf 'fwd.%s compute 0.001\nbwd.%s compute 0.002\n' $x $x
+  done > br_oracle.tsv
+  printf 'fwd.p compute 0.5\nbwd.p compute 0.002\n' >> br_oracle.tsv
+  for f in br dbr; do
+    "$bin" simulate $f.yaml --workers 1 --servers 1 --gbps 0.00001 --oracle br_oracle.tsv \
+      --json > sim_$f.txt 2>&1 || { cat sim_$f.txt; fail "simulate $f.yaml"; }
+  done
+  "$py" - sim_br.txt sim_dbr.txt <<'PY' || fail "simulate: the pool does not run while b's weights arrive"
+import json, sys
+a, b = ({p["order"]: p for p in map(json.loads, open(f))}["tac"] for f in sys.argv[1:3])
+print("  simulate, tac: E %.3f, makespan %.3f s (no distributed:) and %.3f s"
+      % (a["efficiency"], a["makespan_s"], b["makespan_s"]))
+assert a["efficiency"] > 0.9, a
+assert abs(a["makespan_s"] - b["makespan_s"]) < 1e-3 * b["makespan_s"], (a, b)
+PY
   ;;
 overlap)
   # Iterations overlap at the server: a parameter updated for iteration i
@@ -440,11 +490,34 @@ YAML
 configs)
   fm=/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
   [ -r "$fm" ] || { echo "skipped: $fm is not installed (dataset-fashion-mnist)"; exit 77; }
-  for cfg in inception:47 resnet:65; do
+  # The Inception file with each block's pool branch (pool, 1x1) moved
+  # after its 5x5: the same network (the concat keeps its inputs' order).
+  "$py" - "$src/configs/cluster-inception.yaml" cluster-inception_last.yaml <<'PY' ||
+import re, sys
+lines, out, j = open(sys.argv[1]).read().split("\n"), [], 0
+while j < len(lines):
+    m = re.match(r"\s*- \{name: (i\d)_pool,", lines[j])
+    if not m:
+        out.append(lines[j])
+        j += 1
+        continue
+    branch, j = lines[j:j + 2], j + 2
+    while "name: %s_5x5" % m.group(1) not in lines[j]:
+        out.append(lines[j])
+        j += 1
+    out += [lines[j]] + branch
+    j += 1
+assert len(out) == len(lines) and out != lines
+open(sys.argv[2], "w").write("\n".join(out))
+PY
+    fail "could not write the pool-last Inception file"
+  cp "$src/configs/cluster-inception.yaml" cluster-inception.yaml
+  cp "$src/configs/cluster-resnet.yaml" cluster-resnet.yaml
+  for cfg in inception:47 resnet:65 inception_last:47; do
     name=${cfg%:*} want=${cfg#*:}
-    mpi 3 run "$src/configs/cluster-$name.yaml" --quiet --set output.dir=c_$name \
+    mpi 3 run cluster-$name.yaml --quiet --set output.dir=c_$name \
       --set train.iterations=6 --set train.eval_points=256 --set distributed.trace_iterations=2 \
-      > out_c.txt 2>&1 || fail "configs/cluster-$name.yaml under -np 3"
+      > out_c.txt 2>&1 || fail "cluster-$name.yaml under -np 3"
     "$py" - c_$name/summary.json "$want" <<'PY' || fail "cluster-$name: summary"
 import json, math, sys
 s = json.load(open(sys.argv[1]))
@@ -456,14 +529,18 @@ assert 0 <= s["top1"] <= 100, s["top1"]
 print("  %s: %d transfers, comp_comm_ratio %.2f" % (sys.argv[1], s["transfers"], r))
 PY
   done
-  # Inception: the worker is one CPU running the items in list order, and
-  # each block lists its max pool (its longest op without parameters)
-  # first, so that it runs while the convolutions' weights arrive; listed
-  # last it ran after them (in the last block after the whole parameter
-  # stream, neither link direction busy: E 0.948).  Checked where it
-  # happens: the worker's forward spans, and the gate's TAC order on the
-  # server (the pool branch's weights before the other branches').
-  "$py" - c_inception/trace.json <<'PY' || fail "cluster-inception: the pool branches do not go first"
+  # Inception: the worker is one CPU running the nodes one at a time, and
+  # each block's max pool (its longest op without parameters) must run
+  # while the convolutions' weights arrive; run as listed last it ran
+  # after them (in the last block after the whole parameter stream,
+  # neither link direction busy: E 0.948).  The file lists the pool
+  # branches first; the worker's forward order (ready nodes that wait for
+  # no parameter first, then the branch it began) runs them first however
+  # they are listed.  Checked where it happens: the worker's forward
+  # spans, and the gate's TAC order on the server (the pool branch's
+  # weights before the other branches').
+  for name in inception inception_last; do
+  "$py" - c_$name/trace.json $name <<'PY' || fail "cluster-$name: the pool branches do not go first"
 import json, sys
 fwd, order = {}, {}
 for e in json.load(open(sys.argv[1]))["traceEvents"]:
@@ -481,9 +558,10 @@ for b in ("i1", "i2", "i3"):
         assert max(t[b + "_pool"], t[b + "_pp"]) < min(t[x] for x in later), (it, b, t)
     for key, o in order.items():
         assert o[b + "_pp.w"] < min(o[x + ".w"] for x in later), (key, b, o)
-print("  cluster-inception: each block's pool branch first on the worker (%d iterations) "
-      "and in TAC's order (%d channels x iterations)" % (len(fwd), len(order)))
+print("  cluster-%s: each block's pool branch first on the worker (%d iterations) "
+      "and in TAC's order (%d channels x iterations)" % (sys.argv[2], len(fwd), len(order)))
 PY
+  done
   ;;
 share)
   cat > tenants.yaml <<'YAML'

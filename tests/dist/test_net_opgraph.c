@@ -16,7 +16,12 @@
  *     a transfer before one on its channel whose first reader must run
  *     earlier (a strict ancestor in the DAG);
  *   - the parameters are sharded over two servers within the largest
- *     tensor's bytes of each other. */
+ *     tensor's bytes of each other;
+ *   - under distributed: the worker's forward runs the max pool, listed
+ *     after two branches, right after the stem (it waits for no
+ *     parameter), then its 1x1 and the other branches; the op graph's
+ *     worker order, the first readers and TAC's order follow that order,
+ *     and one process keeps the list order. */
 #define _GNU_SOURCE
 #include "accelrt/commsched.h"
 #include "accelrt/dist.h"
@@ -91,10 +96,10 @@ static bool has_edge(const fixture *f, ar_commsched_op a, ar_commsched_op b) {
   return false;
 }
 
-static void build(fixture *f, int servers) {
+static void build_text(fixture *f, const char *text, int servers) {
   memset(f, 0, sizeof *f);
   ar_diags d;
-  ar_status st = ar_spec_parse(INCEPTION, strlen(INCEPTION), "br.yaml", NULL, NULL, 0, false,
+  ar_status st = ar_spec_parse(text, strlen(text), "br.yaml", NULL, NULL, 0, false,
                                &f->spec, &d);
   if (st != AR_OK)
     ar_diags_print(&d, "br.yaml", stdout);
@@ -127,6 +132,8 @@ static void build(fixture *f, int servers) {
           if (f->reach[k * n + j])
             f->reach[i * n + j] = 1;
 }
+
+static void build(fixture *f, int servers) { build_text(f, INCEPTION, servers); }
 
 static void teardown_f(fixture *f) {
   ar_commsched_graph_destroy(f->g);
@@ -259,11 +266,93 @@ static void test_shards(void **state) {
   teardown_f(&f);
 }
 
+/* The worker's forward order under distributed: (issue 17).  The block
+ * lists its max pool after the 1x1 and 3x3 branches; the pool reads only
+ * the stem and no parameter, so the worker runs it right after the stem,
+ * then its 1x1 (the branch goes on), then the branches whose weights it
+ * would otherwise wait for first.  Without the reorder the pool runs after
+ * b2 and its weights, as listed. */
+static void test_ready_first(void **state) {
+  (void)state;
+  fixture one, f;
+  build(&one, 1);
+  int N = one.N, *order = calloc((size_t)N, sizeof *order);
+  /* One process: the list order. */
+  assert_int_equal(ar_net_forward_order(one.net, order), N);
+  for (int s = 0; s < N; s++)
+    assert_int_equal(order[s], s);
+  teardown_f(&one);
+  char text[4096];
+  snprintf(text, sizeof text, "%sdistributed: {servers: 1, order: tac}\n", INCEPTION);
+  build_text(&f, text, 1);
+  assert_int_equal(ar_net_forward_order(f.net, order), N);
+  int *step = calloc((size_t)N, sizeof *step);
+  for (int s = 0; s < N; s++)
+    step[order[s]] = s;
+  const char *want[] = {"stem", "p", "p1", "a1", "b1", "b2", "c5", "cat", "bn", "pool", "out"};
+  for (int s = 0; s < 11; s++)
+    assert_string_equal(ar_net_node_name(f.net, order[s]), want[s]);
+  assert_int_equal(order[N - 1], N - 1); /* the loss last */
+  size_t n = f.nops;
+  for (int i = 0; i < N; i++) { /* topological */
+    int deps[16];
+    int nd = ar_net_node_inputs(f.net, i, deps, 16);
+    for (int k = 0; k < nd; k++)
+      assert_true(step[deps[k]] < step[i]);
+  }
+  /* The op graph carries the worker's order: each forward reaches the
+   * next, and b2 (listed before the pool) never reaches the pool. */
+  for (int s = 1; s < N; s++)
+    assert_true(has_edge(&f, f.fwd[order[s - 1]], f.fwd[order[s]]));
+  assert_true(f.reach[f.fwd[node_of(&f, "p1")] * n + f.fwd[node_of(&f, "b2")]]);
+  assert_false(f.reach[f.fwd[node_of(&f, "b2")] * n + f.fwd[node_of(&f, "p")]]);
+  /* A parameter's first reader is the earliest in the forward order; the
+   * gradient is final after the backward of its first listed reader
+   * (backward keeps the list order). */
+  for (int p = 0; p < f.P; p++)
+    for (int i = 0; i < N; i++)
+      if (reads(&f, i, f.ps[p].tensor)) {
+        assert_true(step[i] >= step[f.ps[p].first]);
+        assert_true(has_edge(&f, (ar_commsched_op)p, f.fwd[i]));
+        if (ar_net_node_trains(f.net, i))
+          assert_true(i >= f.ps[p].ready);
+      }
+  /* TAC sends in the worker's order (one server: one channel): every
+   * receive before the first consumer of any later one; p1's weights
+   * come before the 1x1 and 3x3 branches' they were listed after. */
+  ar_commsched_schedule_opts so = AR_COMMSCHED_SCHEDULE_OPTS_INIT;
+  so.order = AR_COMMSCHED_ORDER_TAC;
+  ar_commsched_schedule *s = NULL;
+  ar_err err = AR_ERR_INIT;
+  assert_int_equal(ar_commsched_schedule_create(f.g, &so, &s, &err), AR_OK);
+  for (int p = 0; p < f.P; p++)
+    for (int q = 0; q < f.P; q++)
+      if (step[f.ps[q].first] < step[f.ps[p].first])
+        assert_true(ar_commsched_schedule_find(s, (uint32_t)q)->priority <
+                    ar_commsched_schedule_find(s, (uint32_t)p)->priority);
+  int p1w = -1;
+  for (int p = 0; p < f.P; p++)
+    if (strcmp(f.ps[p].name, "p1.w") == 0)
+      p1w = p;
+  assert_true(p1w >= 0);
+  for (int p = 0; p < f.P; p++)
+    if (strncmp(f.ps[p].name, "a1.", 3) == 0 || strncmp(f.ps[p].name, "b1.", 3) == 0 ||
+        strncmp(f.ps[p].name, "b2.", 3) == 0 ||
+        strncmp(f.ps[p].name, "c5.", 3) == 0)
+      assert_true(ar_commsched_schedule_find(s, (uint32_t)p1w)->priority <
+                  ar_commsched_schedule_find(s, (uint32_t)p)->priority);
+  ar_commsched_schedule_destroy(s);
+  free(order);
+  free(step);
+  teardown_f(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_structure),
       cmocka_unit_test(test_orders),
       cmocka_unit_test(test_shards),
+      cmocka_unit_test(test_ready_first),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
