@@ -372,7 +372,7 @@ cuda)
   # step's training loss must follow the host's run of the same job (same
   # seed, same batches).  Skipped without a CUDA device; the Fashion jobs
   # without Debian's dataset-fashion-mnist.
-  "$bin" info 2>/dev/null | grep -q '^cuda:0:' || { echo "no CUDA device: skipped"; exit 77; }
+  grep -q '^cuda:0:' <<<"$("$bin" info 2>/dev/null)" || { echo "no CUDA device: skipped"; exit 77; }
   cd "$work" || exit 1
   ran=0
   # tokens-sparse: the transformer with sparse embedding gradients.
