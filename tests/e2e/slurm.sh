@@ -189,7 +189,11 @@ timeout 120 srun -n 3 accelrt run "$t/b.yaml" --quiet > "$t/b.out" 2>&1 || fail 
 # that the signal always comes mid-run; while the requeued job waits for
 # its begin time (Slurm delays a requeued start), its iterations are cut
 # to 20 past the checkpoint (a resume may change train.iterations) and
-# the start is moved to now.
+# the start is moved to now, but not within the second of the requeue:
+# slurmd revoked the stopped start's credential at that second and refuses
+# any credential made in it or before (it compares whole seconds), so a
+# start allocated that soon fails with "Job credential revoked" (seen once
+# at load 35: requeued at 10:25:12.24, allocated again at 12.77).
 job c 10000000
 jid=$(cd "$t" && sbatch --parsable --output="$t/c.out" "$script" "$t/c.yaml") || fail "sbatch: $jid"
 has_iterations() { [ -f "$t/c/metrics.jsonl" ] && [ "$(iteration_lines "$t/c/metrics.jsonl")" -ge 5 ]; }
@@ -198,6 +202,7 @@ scancel --batch --signal=TERM "$jid" || fail "scancel --batch --signal=TERM fail
 job_state() { scontrol show job "$jid" 2>/dev/null | grep -o 'JobState=[A-Z]*'; }
 requeued() { [ "$(job_state)" = JobState=PENDING ]; }
 until_ok "job c to be requeued" requeued
+requeued_at=$(date +%s)
 grep -q "requeueing job $jid" "$t/c.out" || fail "the script did not requeue"
 n=$(sed -n "s/.*interrupted at iteration \([0-9]*\), every rank with it.*/\1/p" "$t/c.out")
 [ -n "$n" ] || fail "no rank wrote 'interrupted at iteration N'"
@@ -208,6 +213,7 @@ grep -q '"interrupted": true' "$t/c/summary.json" || fail "the summary does not 
 [ "$(json_num "$t/c/summary.json" iterations)" = "$n" ] || fail "summary: $(cat "$t/c/summary.json")"
 want=$((n + 20))
 sed -i "s/iterations: 10000000/iterations: $want/" "$t/c.yaml"
+while [ "$(date +%s)" -le $((requeued_at + 1)) ]; do sleep 0.1; done
 scontrol update JobId="$jid" StartTime=now || fail "scontrol update StartTime=now failed"
 finished() { [[ "$(job_state)" =~ ^JobState=(COMPLETED|FAILED|CANCELLED)$ ]]; }
 until_ok "the requeued job c to end" finished
