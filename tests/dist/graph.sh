@@ -436,7 +436,7 @@ resume)
   [ "$(lines)" -ge 20 ] || { kill -KILL $mp; fail "SIGTERM: the job did not train"; }
   worker=
   for p in $(ps -o pid= --ppid "$mp"); do
-    tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=2 && worker=$p
+    grep -qxz OMPI_COMM_WORLD_RANK=2 "/proc/$p/environ" 2>/dev/null && worker=$p
   done
   [ -n "$worker" ] || { kill -KILL $mp; fail "SIGTERM: cannot find rank 2"; }
   kill -TERM "$worker"

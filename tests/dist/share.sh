@@ -68,6 +68,8 @@ for pol in ("fair", "fifo", "staged"):
         assert jobs[f"cluster.worker{w}"]["iterations"] == 8, jobs
         assert jobs["tenant-a"]["iterations"] == 12 and jobs["tenant-b"]["iterations"] == 16
         me, a = jobs[f"cluster.worker{w}"], jobs["tenant-a"]
+        print("  %s worker%d: tenant-a queued %.3f s, the worker's job %.3f s (%.2f)"
+              % (pol, w, a["queue_s"], me["jct_s"], a["queue_s"] / me["jct_s"]))
         if pol != "fifo":  # fair: one lane, turns between the worker's iterations
             assert a["lane"] == me["lane"] and a["queue_s"] < me["jct_s"], jobs
         else:  # fifo: the tenants wait for the worker to finish

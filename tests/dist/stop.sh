@@ -26,7 +26,9 @@ for _ in $(seq 1200); do [ "$(lines)" -ge 20 ] && break; sleep 0.1; done
 [ "$(lines)" -ge 20 ] || fail "the job did not train"
 worker=
 for p in $(ps -o pid= --ppid "$mp"); do
-  tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=2 && worker=$p
+  # -z reads the NUL-separated entries in place: tr piped into grep -q
+  # could die of SIGPIPE at the match, and pipefail then missed the rank.
+  grep -qxz OMPI_COMM_WORLD_RANK=2 "/proc/$p/environ" 2>/dev/null && worker=$p
 done
 [ -n "$worker" ] || fail "cannot find rank 2 among mpiexec's children"
 kill -TERM "$worker"

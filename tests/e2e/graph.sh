@@ -129,12 +129,14 @@ recsys)
   # configs/recsys-slide.yaml (fields -> embedding, the fields side by side
   # and their bag -> relu MLP -> LSH-sampled softmax) on a 500-item slice of
   # its generated set, 2 epochs: it learns far above chance (0.2%; measured
-  # 98% top-1) with the output layer sampled, not scored whole.
+  # 98% top-1) with the output layer sampled, not scored whole.  One thread:
+  # on two the sampled layer's updates interleave differently each run, and
+  # the bound would hold on a figure that moves.
   cd "$work" || exit 1
   "$bin" run "$src/configs/recsys-slide.yaml" --quiet --set model.layers.out.dense=500 \
     --set data.generate.labels=500 --set data.generate.train_points=9600 \
     --set data.generate.test_points=500 --set train.batch=64 --set train.epochs=2 \
-    --set train.threads=2 --set train.eval_points=500 --set train.optimizer.adam.lr=0.003 \
+    --set train.threads=1 --set train.eval_points=500 --set train.optimizer.adam.lr=0.003 \
     --set output.dir=rec || fail "training configs/recsys-slide.yaml on a slice"
   python3 - <<'PY' || fail "the recommendation model did not learn"
 import json
@@ -151,8 +153,11 @@ sampled_small)
   # retrieve the same few classes for every input; the batch's uniformly
   # drawn negatives (sparse.negatives, default at least 256) with the log-Q
   # correction must bring top-1 within 4 points of the dense head's after
-  # the same 200 iterations at the same seed (measured: dense 25.0, sampled
-  # 25.5; retrieval alone, `negatives: 0, correction: none`, 7.0).
+  # the same 200 iterations at the same seed (measured: dense 11.4, sampled
+  # 21.5, the same in three runs; on two threads the sampled head's updates
+  # interleave differently each run: 21.7-22.4 in three).  One thread, so
+  # that both figures repeat.  (An earlier build measured dense 25.0,
+  # sampled 25.5; retrieval alone, `negatives: 0, correction: none`, 7.0.)
   "$bin" gen-data --out "$work/tok" --shape tokens --seq 8 --vocab 36 --labels 1000 \
     --train-points 12800 --test-points 1000 --seed 5 >/dev/null || fail "gen-data --labels 1000"
   cat > "$work/s.yaml" <<YAML
@@ -175,7 +180,7 @@ model:
       activation: softmax
       sparse: {mode: lsh, active: 0.05}
 data: {format: npy, train: tok/train, test: tok/test}
-train: {batch: 64, iterations: 200, optimizer: {adam: {lr: 0.005}}, threads: 2}
+train: {batch: 64, iterations: 200, optimizer: {adam: {lr: 0.005}}, threads: 1}
 output: {dir: out}
 YAML
   cd "$work" || exit 1
@@ -224,7 +229,8 @@ sampled)
   # token set whose class is written as two digits at positions 1-2: the
   # plan lists its tables, training lowers the loss and reaches well above
   # chance (2%), evaluation scores every class, and a resume rebuilds the
-  # tables from the checkpoint's rows (they are not stored).
+  # tables from the checkpoint's rows (they are not stored).  One thread:
+  # the bounds then hold on figures that repeat run to run.
   "$bin" gen-data --out "$work/tok" --shape tokens --seq 8 --vocab 12 --labels 50 \
     --train-points 4096 --test-points 512 --seed 5 >/dev/null || fail "gen-data --labels 50"
   python3 - "$work/tok/train/y.npy" <<'PY' || fail "gen-data --labels 50 wrote other classes"
@@ -254,7 +260,7 @@ model:
       sparse: {mode: lsh, hash: srp, K: 3, L: 8, active: 0.2, rehash: {every: 20, growth: 1.2}}
 data: {format: npy, train: tok/train, test: tok/test}
 train: {batch: 32, iterations: 200, optimizer: {adam: {lr: 0.005}}, log_every: 25,
-        checkpoint_every: 100, threads: 2}
+        checkpoint_every: 100, threads: 1}
 output: {dir: out}
 YAML
   cd "$work" || exit 1
@@ -265,8 +271,9 @@ YAML
 import json
 lines = [json.loads(l) for l in open("out/metrics.jsonl")]
 train = [l["train_loss"] for l in lines if l.get("kind") == "train"]
-assert len(train) >= 4 and train[-1] < 0.5 * train[0], train
 s = json.load(open("out/summary.json"))
+print(f"# train loss {train[0]:.6f} -> {train[-1]:.6f}, top-1 {s['top1']}")
+assert len(train) >= 4 and train[-1] < 0.5 * train[0], train
 assert s["top1"] > 20, s["top1"]  # chance is 2
 # a budget of 10 of 50 classes (active 0.2) plus the label: far from all 50
 assert 5 <= s["out.lsh_active_mean"] <= 25, s["out.lsh_active_mean"]
@@ -372,7 +379,7 @@ cuda)
   # step's training loss must follow the host's run of the same job (same
   # seed, same batches).  Skipped without a CUDA device; the Fashion jobs
   # without Debian's dataset-fashion-mnist.
-  "$bin" info 2>/dev/null | grep -q '^cuda:0:' || { echo "no CUDA device: skipped"; exit 77; }
+  grep -q '^cuda:0:' <<<"$("$bin" info 2>/dev/null)" || { echo "no CUDA device: skipped"; exit 77; }
   cd "$work" || exit 1
   ran=0
   # tokens-sparse: the transformer with sparse embedding gradients.

@@ -32,7 +32,10 @@ for p in munged slurmctld slurmd sbatch srun scancel scontrol sinfo squeue; do
 done
 ls /usr/lib/*/slurm-wlm/mpi_pmix*.so >/dev/null 2>&1 ||
   need "Slurm's PMIx plugin (mpi_pmix.so, package slurm-wlm-basic-plugins) missing"
-ompi_info --parsable 2>/dev/null | grep -q '^mca:pmix:ext' ||
+# Captured first: ompi_info piped into grep -q dies of SIGPIPE when grep
+# exits at its match, and pipefail would then skip the test by chance.
+ompi=$(ompi_info --parsable 2>/dev/null)
+grep -q '^mca:pmix:ext' <<<"$ompi" ||
   need "Open MPI has no external PMIx (ompi_info lists no pmix ext component)"
 
 t=$(mktemp -d /tmp/accelrt-slurm-XXXXXX)
@@ -55,7 +58,7 @@ stop_all() {
   done
   unset SLURM_CONF # so that the scan's own commands do not match
   for e in /proc/[0-9]*/environ; do
-    { tr '\0' '\n' < "$e"; } 2>/dev/null | grep -qxF "SLURM_CONF=$t/slurm.conf" || continue
+    grep -qxzF "SLURM_CONF=$t/slurm.conf" "$e" 2>/dev/null || continue
     p=${e#/proc/}; p=${p%/environ}
     [ "$p" != $$ ] && [ "$p" != "$BASHPID" ] && kill -KILL "$p" 2>/dev/null
   done
@@ -186,14 +189,20 @@ timeout 120 srun -n 3 accelrt run "$t/b.yaml" --quiet > "$t/b.out" 2>&1 || fail 
 # that the signal always comes mid-run; while the requeued job waits for
 # its begin time (Slurm delays a requeued start), its iterations are cut
 # to 20 past the checkpoint (a resume may change train.iterations) and
-# the start is moved to now.
+# the start is moved to now, but not within the second of the requeue:
+# slurmd revoked the stopped start's credential at that second and refuses
+# any credential made in it or before (it compares whole seconds), so a
+# start allocated that soon fails with "Job credential revoked" (seen once
+# at load 35: requeued at 10:25:12.24, allocated again at 12.77).
 job c 10000000
 jid=$(cd "$t" && sbatch --parsable --output="$t/c.out" "$script" "$t/c.yaml") || fail "sbatch: $jid"
 has_iterations() { [ -f "$t/c/metrics.jsonl" ] && [ "$(iteration_lines "$t/c/metrics.jsonl")" -ge 5 ]; }
 until_ok "job c to train" has_iterations
 scancel --batch --signal=TERM "$jid" || fail "scancel --batch --signal=TERM failed"
-requeued() { scontrol show job "$jid" 2>/dev/null | grep -q "JobState=PENDING"; }
+job_state() { scontrol show job "$jid" 2>/dev/null | grep -o 'JobState=[A-Z]*'; }
+requeued() { [ "$(job_state)" = JobState=PENDING ]; }
 until_ok "job c to be requeued" requeued
+requeued_at=$(date +%s)
 grep -q "requeueing job $jid" "$t/c.out" || fail "the script did not requeue"
 n=$(sed -n "s/.*interrupted at iteration \([0-9]*\), every rank with it.*/\1/p" "$t/c.out")
 [ -n "$n" ] || fail "no rank wrote 'interrupted at iteration N'"
@@ -204,11 +213,11 @@ grep -q '"interrupted": true' "$t/c/summary.json" || fail "the summary does not 
 [ "$(json_num "$t/c/summary.json" iterations)" = "$n" ] || fail "summary: $(cat "$t/c/summary.json")"
 want=$((n + 20))
 sed -i "s/iterations: 10000000/iterations: $want/" "$t/c.yaml"
+while [ "$(date +%s)" -le $((requeued_at + 1)) ]; do sleep 0.1; done
 scontrol update JobId="$jid" StartTime=now || fail "scontrol update StartTime=now failed"
-finished() { scontrol show job "$jid" 2>/dev/null | grep -Eq "JobState=(COMPLETED|FAILED|CANCELLED)"; }
+finished() { [[ "$(job_state)" =~ ^JobState=(COMPLETED|FAILED|CANCELLED)$ ]]; }
 until_ok "the requeued job c to end" finished
-scontrol show job "$jid" | grep -q "JobState=COMPLETED" ||
-  fail "the requeued job: $(scontrol show job "$jid" | grep -o 'JobState=[A-Z]*')"
+[ "$(job_state)" = JobState=COMPLETED ] || fail "the requeued job: $(job_state)"
 grep -q "resumed from $t/c/checkpoint.bin at iteration $n " "$t/c.out" ||
   fail "the requeued start did not resume at iteration $n"
 [ "$(json_num "$t/c/summary.json" iterations)" = "$want" ] || fail "resumed: $(cat "$t/c/summary.json")"

@@ -37,6 +37,33 @@ static void check_no_idle_fit(const ar_lanes *l, const char *policy,
   }
 }
 
+enum { MIX_STEPS = 120 };
+
+/* fifo's order, from the test's own record of the arrivals: a job is
+ * admitted only when no job still waiting comes before it (earlier arrival,
+ * or the same arrival and a lower id), whatever the sizes: a later job
+ * that fits never passes an earlier one that does not yet fit.  `was` holds
+ * the states before this step, for jobs 1..n_before. */
+static void check_fifo_order(const ar_lanes *l, const double *arrival,
+                             const ar_lanes_job_state *was, ar_lanes_job_id n_before,
+                             ar_lanes_job_id n, uint64_t seed, int step) {
+  for (ar_lanes_job_id id = 1; id <= n; id++) {
+    bool queued_before = id > n_before || was[id - 1] == AR_LANES_QUEUED;
+    if (!queued_before || info(l, id).state != AR_LANES_ADMITTED)
+      continue;
+    for (ar_lanes_job_id w = 1; w <= n; w++) {
+      if (w == id || info(l, w).state != AR_LANES_QUEUED)
+        continue;
+      if (arrival[w - 1] < arrival[id - 1] ||
+          (arrival[w - 1] == arrival[id - 1] && w < id))
+        fail_msg("fifo, seed %llu, step %d: job %llu (arrival %g) admitted while job %llu "
+                 "(arrival %g) waits", (unsigned long long)seed, step,
+                 (unsigned long long)id, arrival[id - 1], (unsigned long long)w,
+                 arrival[w - 1]);
+    }
+  }
+}
+
 /* Random submit/finish/cancel/pick/iteration/defrag sequences. */
 static void run_mix(const char *policy, uint64_t seed) {
   ar_rng r;
@@ -45,7 +72,13 @@ static void run_mix(const char *policy, uint64_t seed) {
   ar_lanes *l = make(policy, cap);
   ar_lanes_job_id n = 0;
   char name[32];
-  for (int step = 0; step < 120; step++) {
+  const bool fifo = strcmp(policy, "fifo") == 0;
+  double arrival[MIX_STEPS];
+  ar_lanes_job_state was[MIX_STEPS];
+  for (int step = 0; step < MIX_STEPS; step++) {
+    const ar_lanes_job_id n_before = n;
+    for (ar_lanes_job_id id = 1; id <= n; id++)
+      was[id - 1] = info(l, id).state;
     uint64_t op = ar_rng_below(&r, 100);
     if (op < 35 || n == 0) {
       /* Sizes up to half the arena, unaligned, some tiny. */
@@ -62,6 +95,7 @@ static void run_mix(const char *policy, uint64_t seed) {
       ar_lanes_job_id id;
       assert_int_equal(ar_lanes_submit(l, &d, &id), AR_OK);
       assert_int_equal(id, ++n);
+      arrival[id - 1] = d.arrival;
     } else if (op < 55) { /* finish or cancel a random job */
       ar_lanes_job_id id = 1 + ar_rng_below(&r, n);
       ar_lanes_job_info ji = info(l, id);
@@ -102,8 +136,10 @@ static void run_mix(const char *policy, uint64_t seed) {
     check_safety(l, n);
     ar_lanes_usage u;
     ar_lanes_usage_get(l, &u);
-    if (strcmp(policy, "fifo") == 0)
+    if (fifo) {
       assert_true(u.admitted <= 1);
+      check_fifo_order(l, arrival, was, n_before, n, seed, step);
+    }
     if (!ar_lanes_fragmented(l))
       check_no_idle_fit(l, policy, n);
   }
@@ -226,6 +262,36 @@ static void test_fifo_one_at_a_time_in_arrival_order(void **state) {
   ar_lanes_destroy(l);
 }
 
+/* fifo never lets a later job pass: submitted out of arrival order, with
+ * equal arrivals (then by submission) and a large job at the head that does
+ * not fit beside the running one while the small ones behind it would, the
+ * jobs are admitted exactly in arrival order.  The handle keeps its waiting
+ * jobs in no particular order (a departure moves the last into its slot),
+ * so taking them as stored would pass this order's second step. */
+static void test_fifo_never_overtakes(void **state) {
+  (void)state;
+  ar_lanes *l = make("fifo", 100 * MiB);
+  const ar_lanes_job_id a = submit(l, "a", MiB, MiB, 5, 0);
+  const ar_lanes_job_id e = submit(l, "e", MiB, MiB, 5, 9);
+  const ar_lanes_job_id c = submit(l, "c", MiB, MiB, 5, 5);
+  const ar_lanes_job_id d = submit(l, "d", MiB, MiB, 5, 5);
+  const ar_lanes_job_id b = submit(l, "b", 80 * MiB, 19 * MiB, 5, 3);
+  const ar_lanes_job_id order[] = {a, b, c, d, e};
+  const char *names = "abcde";
+  for (size_t k = 0; k < 5; k++) {
+    for (size_t i = 0; i < 5; i++) {
+      ar_lanes_job_state want =
+          i < k ? AR_LANES_FINISHED : i == k ? AR_LANES_ADMITTED : AR_LANES_QUEUED;
+      if (info(l, order[i]).state != want)
+        fail_msg("after %zu job(s) finished, job %c is in state %d, want %d", k, names[i],
+                 (int)info(l, order[i]).state, (int)want);
+    }
+    check_ok(l);
+    assert_int_equal(ar_lanes_finish(l, order[k]), AR_OK);
+  }
+  ar_lanes_destroy(l);
+}
+
 /* ar_lanes_fits_alone answers, without a handle, what submitting the job
  * to a fresh handle of the same options answers; at the edges (exactly the
  * capacity, one byte over, sizes rounded to the alignment) and at random,
@@ -333,6 +399,7 @@ int main(void) {
       cmocka_unit_test(test_pack_best_fit),
       cmocka_unit_test(test_shared_first),
       cmocka_unit_test(test_fifo_one_at_a_time_in_arrival_order),
+      cmocka_unit_test(test_fifo_never_overtakes),
       cmocka_unit_test(test_fits_alone_matches_submit),
       cmocka_unit_test(test_bad_input),
       cmocka_unit_test(test_oom),

@@ -94,7 +94,7 @@ YAML
   o=$work/runs/studies/qs
   [ "$(rows "$o/runs.csv")" = 8 ] || fail "runs.csv: $(cat "$o/runs.csv")"
   [ "$(grep -c ',ok,' "$o/runs.csv")" = 8 ] || fail "not every run ok: $(cat "$o/runs.csv")"
-  head -1 "$o/runs.csv" | grep -q '^run,cell,replicate,order,train.batch,train.optimizer,samples_per_s,status,wall_s,started_unix,note$' \
+  grep -q '^run,cell,replicate,order,train.batch,train.optimizer,samples_per_s,status,wall_s,started_unix,note$' <<<"$(head -1 "$o/runs.csv")" \
     || fail "header: $(head -1 "$o/runs.csv")"
   for t in ',train.batch,A,1,' ',train.optimizer,B,1,' ',train.batch x train.optimizer,AB,2,'; do
     grep -q "^effect$t" "$o/effects.csv" || fail "effects.csv lacks $t: $(cat "$o/effects.csv")"
@@ -235,7 +235,7 @@ YAML
   o=$work/out
   [ "$(rows "$o/runs.csv")" = 8 ] || fail "runs.csv: $(cat "$o/runs.csv")"
   [ "$(grep -c ',ok,' "$o/runs.csv")" = 8 ] || fail "not every run ok: $(cat "$o/runs.csv")"
-  head -1 "$o/runs.csv" | grep -q '^run,cell,replicate,order,model.layers.out.sparse.mode,model.layers.out.dense+data.generate.labels,inference_samples_per_s,status,' \
+  grep -q '^run,cell,replicate,order,model.layers.out.sparse.mode,model.layers.out.dense+data.generate.labels,inference_samples_per_s,status,' <<<"$(head -1 "$o/runs.csv")" \
     || fail "header: $(head -1 "$o/runs.csv")"
   [ "$(grep -c "\] $second " "$work/stdout")" = 1 ] || fail "the half-done run $second was not redone: $(cat "$work/stdout")"
   for d in "$o"/runs/*; do
@@ -268,7 +268,7 @@ replicates: 2
 output: $work/out2
 YAML
   "$bin" study "$work/s2.yaml" > "$work/stdout2" 2> "$work/stderr2" || fail "study exited $?: $(cat "$work/stderr2")"
-  head -1 "$work/out2/runs.csv" | grep -q ',train.batch,eval.p_at_1,status,' || fail "header: $(head -1 "$work/out2/runs.csv")"
+  grep -q ',train.batch,eval.p_at_1,status,' <<<"$(head -1 "$work/out2/runs.csv")" || fail "header: $(head -1 "$work/out2/runs.csv")"
   [ "$(grep -c ',ok,' "$work/out2/runs.csv")" = 4 ] || fail "runs: $(cat "$work/out2/runs.csv")"
   ;;
 bad_study)
@@ -363,7 +363,7 @@ log_scale)
   "$bin" study "$work/study.yaml" > "$work/stdout" 2> "$work/stderr" || fail "study exited $?: $(cat "$work/stderr")"
   o=$work/out
   [ "$(grep -c ',ok,' "$o/runs.csv")" = 8 ] || fail "runs: $(cat "$o/runs.csv")"
-  head -1 "$o/effects.csv" | grep -qx 'kind,term,letters,order,level,estimate,se,ci_low,ci_high,verdict,confounded_with,sentence,scale,ratio,ratio_ci_low,ratio_ci_high' \
+  grep -qx 'kind,term,letters,order,level,estimate,se,ci_low,ci_high,verdict,confounded_with,sentence,scale,ratio,ratio_ci_low,ratio_ci_high' <<<"$(head -1 "$o/effects.csv")" \
     || fail "effects.csv header: $(head -1 "$o/effects.csv")"
   grep -q '^effect,train.batch,A,1,.*multiplies samples_per_s by [0-9.]*x (95% CI [0-9.]*x to [0-9.]*x).*,log,[0-9.e+-]*,[0-9.e+-]*,[0-9.e+-]*$' "$o/effects.csv" \
     || fail "main effect as a ratio: $(cat "$o/effects.csv")"
@@ -389,7 +389,7 @@ log_scale)
   # The same runs on the linear scale: the old columns only, the zero kept.
   sed -i '/^scale: log$/d' "$work/study.yaml"
   "$bin" study "$work/study.yaml" --analyze > "$work/stdout3" 2>&1 || fail "linear analyze: $(cat "$work/stdout3")"
-  head -1 "$o/effects.csv" | grep -qx 'kind,term,letters,order,level,estimate,se,ci_low,ci_high,verdict,confounded_with,sentence' \
+  grep -qx 'kind,term,letters,order,level,estimate,se,ci_low,ci_high,verdict,confounded_with,sentence' <<<"$(head -1 "$o/effects.csv")" \
     || fail "linear effects.csv header: $(head -1 "$o/effects.csv")"
   grep -qF "8 of 8 runs gave samples_per_s" "$work/stdout3" || fail "$(cat "$work/stdout3")"
   # A bad scale.
@@ -501,7 +501,7 @@ SH
   #    (and only then), so that it runs as root on a small machine without
   #    the environment's permission.
   want="mpiexec -n 3 (the default mpiexec)"
-  if mpiexec --version 2>&1 | grep -Eq "Open MPI|OpenRTE"; then
+  if grep -Eq "Open MPI|OpenRTE" <<<"$(mpiexec --version 2>&1)"; then
     want="mpiexec --oversubscribe -n 3 (the default: Open MPI's"
     [ "$(id -u)" = 0 ] && want="mpiexec --oversubscribe --allow-run-as-root -n 3 (the default: Open MPI's"
   fi
@@ -567,7 +567,7 @@ YAML
   "$bin" study "$work/m/study.yaml" > "$work/stdout" 2> "$work/stderr" || fail "study exited $?: $(cat "$work/stderr")"
   o=$work/out
   [ "$(grep -c ',ok,' "$o/runs.csv")" = 12 ] || fail "runs: $(cat "$o/runs.csv")"
-  head -1 "$o/runs.csv" | grep -q '^run,cell,replicate,order,base,alongside,samples_per_s,status,' \
+  grep -q '^run,cell,replicate,order,base,alongside,samples_per_s,status,' <<<"$(head -1 "$o/runs.csv")" \
     || fail "header: $(head -1 "$o/runs.csv")"
   for d in "$o"/runs/*; do
     c=$(basename "$d")

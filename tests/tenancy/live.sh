@@ -80,7 +80,7 @@ grows() {
 }
 until_ok grows
 "$bin" ps --socket "$sock" >"$t/ps.txt"
-head -1 "$t/ps.txt" | grep -qE '^ID +USER +STATE +ITERATION +LOSS +SAMPLES/S +ETA +MEMORY +LANE +NAME$' ||
+grep -qE '^ID +USER +STATE +ITERATION +LOSS +SAMPLES/S +ETA +MEMORY +LANE +NAME$' <<<"$(head -1 "$t/ps.txt")" ||
   fail "ps header: $(cat "$t/ps.txt")"
 awk -v id="$A" '$1 == id && $3 == "running" && $4 ~ /^[0-9]+\/100000000$/ &&
   $5 ~ /^[0-9.]+$/ && $6 ~ /^[0-9.]+$/ && $7 ~ /:/ && $8 ~ /^[0-9.]+[KMG]?i?B\+[0-9.]+[KMG]?i?B$/ &&

@@ -243,9 +243,10 @@ rss1=$(rss)
 [ "$rss1" -lt $((rss0 + 65536)) ] || fail "the server grew from $rss0 to $rss1 KiB"
 # Every refused job ended (none pending), and of the 17 refused or done so
 # far, only the last 6 are kept (in memory and in the state folder).
-"$bin" ps --socket "$sock" | grep -q pending && fail "a job is left pending"
-[ "$("$bin" ps --socket "$sock" | grep -c nobody)" -eq 6 ] || fail "--keep-ended 6 kept $(
-  "$bin" ps --socket "$sock" | grep -c nobody) jobs"
+"$bin" ps --socket "$sock" >"$t/ps.txt" || fail "ps exited $?"
+grep -q pending "$t/ps.txt" && fail "a job is left pending: $(cat "$t/ps.txt")"
+[ "$(grep -c nobody "$t/ps.txt")" -eq 6 ] || fail "--keep-ended 6 kept $(
+  grep -c nobody "$t/ps.txt") jobs"
 [ "$(ls "$st/jobs" | wc -l)" -eq 6 ] || fail "the state keeps $(ls "$st/jobs" | wc -l) jobs"
 
 # ---- connections -------------------------------------------------------------------
@@ -311,8 +312,8 @@ chown -R -h nobody "$t/nob/runs/b"
 J=$(as_nobody "$bin" submit --socket "$sock" "$t/pub/job.yaml" --set output.dir=runs/b)
 until_state "$J" failed
 [ "$(cat "$t/victim")" = precious ] || fail "the victim was written through a planted link"
-as_nobody "$bin" logs --socket "$sock" "$J" | grep -q "symbolic link" || fail "planted link: $(
-  as_nobody "$bin" logs --socket "$sock" "$J")"
+as_nobody "$bin" logs --socket "$sock" "$J" >"$t/logJ" || fail "logs J exited $?"
+grep -q "symbolic link" "$t/logJ" || fail "planted link: $(cat "$t/logJ")"
 # accelrt run: the same planted links, as root, in a folder another user
 # controls.
 mkdir -p "$t/nob/runs/c"
@@ -385,8 +386,8 @@ cp "$t/pub/job.yaml" "$st/jobs/999/job.yaml"
 chmod -R go-w "$st/jobs/999"
 start again
 until_state "$R" failed
-"$bin" logs --socket "$sock" "$R" | grep -q "checksum" || fail "corrupt checkpoint: $(
-  "$bin" logs --socket "$sock" "$R")"
+"$bin" logs --socket "$sock" "$R" >"$t/logR" || fail "logs R exited $?"
+grep -q "checksum" "$t/logR" || fail "corrupt checkpoint: $(cat "$t/logR")"
 grep -q "job 999: its journal entry is not trusted" "$t/serve-again.log" ||
   fail "the forged entry was not refused"
 [ ! -e /tmp/forged ] || fail "the forged job ran"

@@ -52,13 +52,14 @@ as_nobody "$bin" logs --socket "$sock" "$A" >/dev/null 2>&1 && fail "nobody read
 [ "$(state_of "$A")" = running ] || fail "root's job was touched: $(state_of "$A")"
 as_nobody "$bin" cancel --socket "$sock" "$B" >/dev/null || fail "nobody cannot cancel its job"
 until_state "$B" cancelled
-as_nobody "$bin" logs --socket "$sock" "$B" | grep -q "cancel requested by uid 65534" ||
-  fail "nobody's log"
+as_nobody "$bin" logs --socket "$sock" "$B" >"$t/logB" || fail "logs B exited $?"
+grep -q "cancel requested by uid 65534" "$t/logB" || fail "nobody's log: $(cat "$t/logB")"
 
 # 2. Garbage: refused and logged; the server still answers.
 python3 "$garbage" "$sock" >/dev/null || fail "garbage client"
 grep -q "rejected" "$t/serve.log" || fail "garbage was not logged"
-"$bin" ps --socket "$sock" | grep -qE "^$A " || fail "the server stopped answering"
+"$bin" ps --socket "$sock" >"$t/ps.after" && grep -qE "^$A " "$t/ps.after" ||
+  fail "the server stopped answering"
 kill -0 "$spid" || fail "the server died"
 
 # 3. Crash: C queues behind A; A has a checkpoint; SIGKILL; restart.
@@ -77,11 +78,12 @@ open(sys.argv[2], "wb").write(b)' "$t/outA/checkpoint.bin" "$t/outD/checkpoint.b
 start
 [ "$(state_of "$C")" = queued ] || fail "after the restart C is $(state_of "$C"), not queued"
 [ "$(state_of "$D")" = failed ] || fail "D, with a damaged checkpoint, is $(state_of "$D")"
-"$bin" logs --socket "$sock" "$D" | grep -q "checksum" ||
-  fail "D's log does not say why: $("$bin" logs --socket "$sock" "$D")"
+"$bin" logs --socket "$sock" "$D" >"$t/logD" || fail "logs D exited $?"
+grep -q "checksum" "$t/logD" || fail "D's log does not say why: $(cat "$t/logD")"
 until_state "$A" running
-"$bin" logs --socket "$sock" "$A" | grep -q "resuming from $t/outA/checkpoint.bin" ||
-  fail "A did not resume from its checkpoint: $("$bin" logs --socket "$sock" "$A")"
+"$bin" logs --socket "$sock" "$A" >"$t/logA" || fail "logs A exited $?"
+grep -qF "resuming from $t/outA/checkpoint.bin" "$t/logA" ||
+  fail "A did not resume from its checkpoint: $(cat "$t/logA")"
 "$bin" cancel --socket "$sock" "$A" >/dev/null
 
 # 4. logs -f follows C to its end.
