@@ -11,8 +11,9 @@
 #     as trace.tsv records it, moves with the timing under either engine
 #     (chain runs differ among themselves too), so it is not compared;
 #   - -np 4: 2 servers (the shards gathered for the checkpoint) under TIC,
-#     2 workers taking uneven slices (16 and 17 of 33 rows); -np 3: 1
-#     server under TAC with a sampled layer (22 and 23 of 45 rows);
+#     2 workers taking uneven slices (16 and 17 of 33 rows); -np 2: one
+#     worker; -np 3: 1 server under TAC with a sampled layer (22 and 23 of
+#     45 rows);
 #   - the chain's checkpoint of 4 iterations resumed by the lowered job to
 #     8 ends where the chain's 8 straight iterations end;
 #   - an LSH-sampled head (issue 17), and a hidden sampled layer: the
@@ -96,6 +97,8 @@ PY
 }
 
 both tic 4 job.yaml --set distributed.servers=2 --set distributed.order=tic
+# One worker (-np 2): its loss is the chain's too, not its mean in double.
+both one 2 job.yaml
 # An LSH-sampled head (issue 17): its tensors travel as rows, the server
 # applies sparse Adam to the rows the workers touched, the tables rebuild
 # every 3 steps; the workers take 22 and 23 of 45 rows.
