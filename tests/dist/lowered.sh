@@ -38,6 +38,7 @@
 #                 one worker computes dense;
 #   sampled_first a sampled first layer reading the sparse input (its rows
 #                 (width, features)), then a sampled hidden layer after it;
+#                 accelrt simulate times the first;
 #   sampled_after a sampled head after a sampled hidden layer.
 # The batches are whole (330 training and 66 test points, batch 33; 450
 # and 90, batch 45): a short batch runs padded on the graph engine, after
@@ -211,6 +212,11 @@ sampled_first)
   both first3 3 first.yaml
   grep -q '"sampled_workers": 2' first3-graph/summary.json || fail "first3: h1 was not sampled"
   both first2 2 first.yaml
+  # simulate times the job (the sampled first layer on its per-sample
+  # kernels: timed dense, its missing dense input failed an assertion).
+  "$bin" simulate first.yaml --workers 2 --servers 1 --gbps 1 > sim.txt 2>&1 ||
+    { rc=$?; cat sim.txt >&2; fail "simulate: exit $rc"; }
+  grep -q "^tac " sim.txt || { cat sim.txt >&2; fail "simulate printed no row for tac"; }
   sed -e "s/{name: h2, dense: 24, activation: relu}/$h2/" first.yaml > first_h2.yaml
   lowered first_h2.yaml
   both first_h2_3 3 first_h2.yaml
