@@ -60,6 +60,15 @@ const char *ar_chain_lower_refusal(const ar_spec *s, char *buf, size_t cap) {
       return buf;
     }
   }
+  /* Staging is a GPU worker's path (runtime/dist/stage.c), which the
+   * chain engine takes; ACCELRT_DIST_STAGE=1 puts host workers on it, so
+   * their chain stays there too (a lowered net is never staged). */
+  const char *stage = getenv("ACCELRT_DIST_STAGE");
+  if (s->distributed.enabled && stage && !strcmp(stage, "1")) {
+    snprintf(buf, cap, "ACCELRT_DIST_STAGE=1 (the workers stage their tensors as GPU workers "
+                       "do, on the chain engine)");
+    return buf;
+  }
   if (s->input.kind != AR_INPUT_SPARSE && s->input.kind != AR_INPUT_DENSE) {
     snprintf(buf, cap, "not a chain over model.input.sparse or .dense");
     return buf;
