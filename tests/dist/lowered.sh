@@ -124,6 +124,14 @@ lowered() {
   grep -q "^engine: graph (job '[a-z]*', a chain lowered onto the graph engine)" \
     "check-$job.txt" || { cat "check-$job.txt" >&2; fail "check $job: not lowered"; }
 }
+# pair NAME JOB ARGS...: check lowers JOB; both engines under -np 3 (into
+# NAME3-ENGINE/) and -np 2 (NAME2-ENGINE/).
+pair() {
+  local name=$1 job=$2; shift 2
+  lowered "$job" "$@"
+  both "${name}3" 3 "$job" "$@"
+  both "${name}2" 2 "$job" "$@"
+}
 # sampled NAME WIDTH ACTIVATION ACTIVE: an LSH-sampled layer's item.
 sampled() {
   echo "{name: $1, dense: $2, activation: $3, sparse: {mode: lsh, active: $4, rehash: {every: 3}}}"
@@ -179,25 +187,16 @@ PY
   ;;
 dense_input)
   sed -e 's/input: {sparse: 600}/input: {dense: 600}/' job.yaml > din.yaml
-  lowered din.yaml
-  both din3 3 din.yaml
-  both din2 2 din.yaml
+  pair din din.yaml
   ;;
 decay)
-  sgd=(--set 'train.optimizer={sgd: {lr: 0.05, momentum: 0.9, weight_decay: 0.05}}')
-  adam=(--set 'train.optimizer={adam: {lr: 0.01, weight_decay: 0.05}}')
-  lowered job.yaml "${adam[@]}"
-  both adam3 3 job.yaml "${adam[@]}"
-  both adam2 2 job.yaml "${adam[@]}"
-  both sgd3 3 job.yaml "${sgd[@]}"
-  both sgd2 2 job.yaml "${sgd[@]}"
+  pair adam job.yaml --set 'train.optimizer={adam: {lr: 0.01, weight_decay: 0.05}}'
+  pair sgd job.yaml --set 'train.optimizer={sgd: {lr: 0.05, momentum: 0.9, weight_decay: 0.05}}'
   ;;
 dense_worker)
   sed -e "s/{name: h2, dense: 24, activation: relu}/$h2/" job.yaml > hid.yaml
-  lowered hid.yaml "${dense_worker[@]}"
-  both hid3 3 hid.yaml "${dense_worker[@]}"
+  pair hid hid.yaml "${dense_worker[@]}"
   grep -q '"rows_dense_steps": 8' hid3-graph/summary.json || fail "hid3: no dense worker's rows"
-  both hid2 2 hid.yaml "${dense_worker[@]}"
   lowered head.yaml "${dense_worker[@]}"
   both head3 3 head.yaml "${dense_worker[@]}"
   grep -q '"sampled_workers": 1' head3-graph/summary.json || fail "head3: not one sampling worker"
@@ -208,26 +207,20 @@ dense_worker)
   ;;
 sampled_first)
   sed -e "s/{name: h1, dense: 40, activation: relu}/$h1/" job.yaml > first.yaml
-  lowered first.yaml
-  both first3 3 first.yaml
+  pair first first.yaml
   grep -q '"sampled_workers": 2' first3-graph/summary.json || fail "first3: h1 was not sampled"
-  both first2 2 first.yaml
   # simulate times the job (the sampled first layer on its per-sample
   # kernels: timed dense, its missing dense input failed an assertion).
   "$bin" simulate first.yaml --workers 2 --servers 1 --gbps 1 > sim.txt 2>&1 ||
     { rc=$?; cat sim.txt >&2; fail "simulate: exit $rc"; }
   grep -q "^tac " sim.txt || { cat sim.txt >&2; fail "simulate printed no row for tac"; }
   sed -e "s/{name: h2, dense: 24, activation: relu}/$h2/" first.yaml > first_h2.yaml
-  lowered first_h2.yaml
-  both first_h2_3 3 first_h2.yaml
-  both first_h2_2 2 first_h2.yaml
+  pair first_h2_ first_h2.yaml
   ;;
 sampled_after)
   sed -e "s/{name: h2, dense: 24, activation: relu}/$h2/" head.yaml > after.yaml
-  lowered after.yaml
-  both after3 3 after.yaml
+  pair after after.yaml
   grep -q '"sampled_workers": 2' after3-graph/summary.json || fail "after3: not sampled"
-  both after2 2 after.yaml
   ;;
 *)
   fail "unknown case '$case'"
