@@ -230,6 +230,13 @@ static ar_status sparse_batch(const ar_spec *spec, long rows, ar_batch *b, ar_er
   return AR_OK;
 }
 
+/* A sampled first layer over the sparse input has no dense input to
+ * multiply ((out, in) rows, no x): it is timed on its per-sample kernels,
+ * as its worker trains it.  Other layers are timed dense. */
+static bool per_sample(const ar_model *m, int l) {
+  return l == 0 && m->layers[0].smp && !m->x;
+}
+
 static ar_status measure(const ar_spec *spec, long rows, ar_commsched_graph *g,
                          double *update_s, ar_err *err) {
   ar_device *dev = NULL;
@@ -254,10 +261,13 @@ static ar_status measure(const ar_spec *spec, long rows, ar_commsched_graph *g,
     } else {
       for (int i = 0; i < 2 * n + 2; i++)
         best[i] = INFINITY;
-      for (int rep = 0; rep < 5; rep++) {
-        for (int l = 0; l < n; l++) {
+      for (int rep = 0; rep < 5 && st == AR_OK; rep++) {
+        for (int l = 0; l < n && st == AR_OK; l++) {
           double t0 = ar_now();
-          ar_model_forward_layer(m, l);
+          if (per_sample(m, l))
+            st = ar_model_train_forward_layer(m, l, &(double){0.0});
+          else
+            ar_model_forward_layer(m, l);
           ar_device_sync(dev);
           best[l] = fmin(best[l], ar_now() - t0);
         }
@@ -265,9 +275,12 @@ static ar_status measure(const ar_spec *spec, long rows, ar_commsched_graph *g,
         ar_model_loss(m, true);
         ar_device_sync(dev);
         best[2 * n] = fmin(best[2 * n], ar_now() - t0);
-        for (int l = n - 1; l >= 0; l--) {
+        for (int l = n - 1; l >= 0 && st == AR_OK; l--) {
           t0 = ar_now();
-          ar_model_backward_layer(m, l);
+          if (per_sample(m, l))
+            st = ar_model_train_backward_layer(m, l);
+          else
+            ar_model_backward_layer(m, l);
           ar_device_sync(dev);
           best[n + l] = fmin(best[n + l], ar_now() - t0);
         }
@@ -278,6 +291,8 @@ static ar_status measure(const ar_spec *spec, long rows, ar_commsched_graph *g,
         ar_device_sync(dev);
         best[2 * n + 1] = fmin(best[2 * n + 1], ar_now() - t0);
       }
+      if (st != AR_OK)
+        st = ar_errf(err, st, "timing the job's layers: %s", m->err.msg);
       /* Op ids as ar_dist_op_graph lays them out. */
       for (int l = 0; l < n && st == AR_OK; l++) {
         st = ar_commsched_graph_set_time(g, ar_dist_op_fwd(n, l), best[l], err);

@@ -19,8 +19,11 @@
  *    gradients of both are in, as for the chain, with the net's optimizer
  *    (ar_net_opt_param), which is the chain's arithmetic.
  *
- *  - an LSH-sampled layer (the head or a hidden one; every worker samples
- *    it, net_lower.c) travels as the chain's rows (rows.c): its rows sets
+ *  - an LSH-sampled layer (the head, a hidden one, the first) travels as
+ *    the chain's rows (rows.c; a worker that distributed.workers has
+ *    compute it dense holds a dense node of the same (width, inputs)
+ *    layout and sends whole gradients, as the chain's, unless the layer
+ *    reads the sparse input, which dist_run.c refuses): its rows sets
  *    below are the same ar_sampled object the chain's layer holds,
  *    reached through the net (ar_net_sampled_*), so the workers' rows,
  *    the servers' sparse Adam and the rows' last steps are the chain's.

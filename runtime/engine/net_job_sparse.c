@@ -80,8 +80,12 @@ ar_status ar__netjob_step_sparse(run_ctx *c) {
   c->last_lr = lr;
   c->last_rows = mine->rows;
   /* A part's loss as the chain's part reports it: its mean as a float,
-   * or with a sampled head the sum of its rows' losses. */
-  if (c->jo.parts == 1)
+   * or with a sampled head the sum of its rows' losses.  A lowered chain
+   * reports so on one part too: a distributed run's only worker is one
+   * part, and rank 0 logs the parts' sum over the rows unrounded (in
+   * double the mean times the rows moved the logged loss's last digits
+   * off the chain's). */
+  if (c->jo.parts == 1 && !c->spec->lowered)
     c->last_loss_sum = loss * (double)mine->rows;
   else if (ar_net_head_sampled(c->net))
     c->last_loss_sum = ar_net_head_loss_sum(c->net);

@@ -60,36 +60,23 @@ const char *ar_chain_lower_refusal(const ar_spec *s, char *buf, size_t cap) {
       return buf;
     }
   }
+  /* Staging is a GPU worker's path (runtime/dist/stage.c), which the
+   * chain engine takes; ACCELRT_DIST_STAGE=1 puts host workers on it, so
+   * their chain stays there too (a lowered net is never staged). */
+  const char *stage = getenv("ACCELRT_DIST_STAGE");
+  if (s->distributed.enabled && stage && !strcmp(stage, "1")) {
+    snprintf(buf, cap, "ACCELRT_DIST_STAGE=1 (the workers stage their tensors as GPU workers "
+                       "do, on the chain engine)");
+    return buf;
+  }
   if (s->input.kind != AR_INPUT_SPARSE && s->input.kind != AR_INPUT_DENSE) {
     snprintf(buf, cap, "not a chain over model.input.sparse or .dense");
-    return buf;
-  }
-  if (s->distributed.enabled && s->input.kind != AR_INPUT_SPARSE) {
-    snprintf(buf, cap, "model.input.dense under distributed: (a lowered distributed chain "
-                       "reads model.input.sparse)");
-    return buf;
-  }
-  if (s->distributed.enabled && s->train.weight_decay != 0.0) {
-    snprintf(buf, cap, "train.weight_decay under distributed: (not yet lowered: the servers' "
-                       "decay of a lowered chain's biases is untested)");
     return buf;
   }
   for (int l = 0; l < s->n_layers; l++) {
     if (!ar_layer_sampled(s, l, true))
       continue;
     const char *nm = s->layers[l].name;
-    for (int w = 0; s->distributed.enabled && w < s->distributed.n_workers; w++)
-      if (s->distributed.workers[w].dense) {
-        snprintf(buf, cap, "layer %s is LSH-sampled and distributed.workers[%d] computes it "
-                           "dense (a lowered job's workers all sample it)", nm, w);
-        return buf;
-      }
-    if (s->distributed.enabled && (l == 0 || ar_layer_sampled(s, l - 1, true))) {
-      snprintf(buf, cap, "layer %s is LSH-sampled and reads %s under distributed: (a lowered "
-                         "distributed chain's sampled layers read a dense layer)", nm,
-               l == 0 ? "the sparse input" : "an LSH-sampled layer");
-      return buf;
-    }
     if (s->train.optimizer != AR_OPT_ADAM) {
       snprintf(buf, cap, "layer %s is LSH-sampled and train.optimizer is not adam (neither "
                          "engine trains a sampled layer without sparse Adam)", nm);
