@@ -62,7 +62,7 @@ int ar__net_tensor(ar_net *n, const char *name, const ar_shape *s_in, ar_dtype t
   x->grad = -1;
   x->producer = -1;
   x->seed_index = n->n_tensors;
-  x->bytes = (size_t)ar_shape_count(s) * ar_dtype_size(t);
+  x->bytes = kind == T_SHAPE ? 0 : (size_t)ar_shape_count(s) * ar_dtype_size(t);
   return n->n_tensors++;
 }
 
@@ -729,7 +729,7 @@ static ar_status place(ar_net *n, ar_err *err) {
   }
   int m = 0;
   for (int i = 0; i < n->n_tensors; i++)
-    if (n->tensors[i].cls == AR_MEM_EPHEMERAL)
+    if (n->tensors[i].cls == AR_MEM_EPHEMERAL && n->tensors[i].kind != T_SHAPE)
       ord[m++] = i;
   size_t sum = 0, peak = SIZE_MAX, most = 0;
   int64_t last = 0, peak_step = 0;
@@ -842,6 +842,8 @@ static ar_status make_plan(ar_net *n, ar_err *err) {
     return ar_errf(err, AR_NOMEM, "out of memory planning the graph");
   for (int i = 0; i < n->n_tensors; i++) {
     const ntensor *t = &n->tensors[i];
+    if (t->kind == T_SHAPE)
+      continue; /* holds nothing */
     ar_plan_entry *e = &n->plan.entries[n->plan.count++];
     snprintf(e->name, sizeof e->name, "%.63s", t->name);
     e->cls = t->cls;

@@ -10,8 +10,11 @@
 /* T_SGRAD: a sampled head's gradient rows, persistent (zeroed row by row
  * by its sparse Adam); T_SAMP: its per-batch buffers, live from its
  * forward to its backward. */
+/* T_SHAPE: a node input that gives the node its shape and holds nothing:
+ * no bytes, no plan entry, bound to NULL (a lowered chain's batch.x under
+ * a sampled first layer, which reads the CSR rows instead). */
 enum { T_INPUT = 0, T_ACT, T_AUX, T_PARAM, T_STATE, T_GRAD, T_OPT, T_WORK, T_CONST, T_SGRAD,
-       T_SAMP };
+       T_SAMP, T_SHAPE };
 
 /* A sparse input's batch (tensors, net_sparse_in.c), in this order: the
  * features' CSR (row_ptr, idx, val) and the labels' (lab_ptr, lab). */
@@ -161,7 +164,7 @@ struct ar_net {
    * batch.x (batch, features), the staged rows scattered into a dense
    * batch as the chain's ar_model_load does; `input` names it, and item 0
    * is a dense node.  Over model.input.sparse with an LSH-sampled first
-   * layer: the same tensor, never filled, the shape of that layer's dense
+   * layer: a T_SHAPE tensor of that shape, the input of that layer's dense
    * node, which reads the CSR rows instead (net_hid.csr).  -1 otherwise. */
   int xd;
   int64_t max_nnz, max_labels;

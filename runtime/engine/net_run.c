@@ -103,7 +103,7 @@ static void bind(ar_net *n) {
   for (int i = 0; i < n->n_tensors; i++) {
     ntensor *t = &n->tensors[i];
     char *base = t->cls == AR_MEM_PERSISTENT ? n->persistent : n->ephemeral;
-    t->p = base + t->offset;
+    t->p = t->kind == T_SHAPE ? NULL : base + t->offset;
   }
   for (int i = 0; i < n->n_nodes; i++)
     fill_args(n, &n->nodes[i], true);

@@ -45,9 +45,11 @@ ar_status ar__net_sparse_inputs(build_ctx *b) {
    * the plan, unread but for the labels.  A lowered chain's sampled first
    * layer over model.input.sparse is a dense node too, its rows (width,
    * features) as the chain's sampled rows; it reads the CSR tensors
-   * (net_sampled_hidden.c) and this tensor stays unfilled. */
+   * (net_sampled_hidden.c), so its input only gives the shape (T_SHAPE:
+   * no (batch, features) floats planned). */
   ar_shape xs = {2, {B, n->spec->input.features}};
-  n->xd = ar__net_tensor(n, "batch.x", &xs, AR_DT_F32, T_INPUT);
+  n->xd = ar__net_tensor(n, "batch.x", &xs, AR_DT_F32,
+                         s->input.kind == AR_INPUT_DENSE ? T_INPUT : T_SHAPE);
   if (n->xd < 0)
     return ar_errf(b->err, AR_NOMEM, "out of memory building the graph");
   return ar__net_bind_name(b, "input", n->xd);

@@ -499,6 +499,84 @@ static void count_forward(ar_sampled *s, double tq, double tc, int64_t asum, int
   s->st.samples += rows;
 }
 
+/* The random top-up's stream of row r at step (iterations done).  In
+ * training every row of the batch draws from the same stream (r 0): the
+ * rows share their random negatives (less those they retrieved), so a
+ * step touches the retrieved rows plus one budget, not one budget per
+ * row, and the sparse update costs what the retrieval costs.  The stream
+ * does not depend on the threads. */
+static void row_stream(const ar_sampled *s, int64_t step, uint64_t r, ar_rng *rng) {
+  ar_rng_seed3(rng, s->spec->seed ^ 0x5a3d1e5bu, (uint64_t)step * 4096u + (uint64_t)s->l, r);
+}
+
+/* Row r's active set and its values, as every per-row forward computes
+ * them (SLIDE §4.1): x hashed with this thread's scratch, the tables
+ * sampled under so (the labels lab first; rng the random top-up's stream,
+ * NULL: none), the active neurons scored (act) into the row of s->out.
+ * The ids' count (in s->active's row and s->n_active[r] too), or -1 with
+ * the failure noted in fb.  Query and compute seconds add to *tq, *tc. */
+static int64_t row_forward(ar_sampled *s, const ar_lsh_input *x, int64_t r,
+                           const ar_lsh_sample_opts *so, const uint32_t *lab, size_t nlab,
+                           ar_rng *rng, ar_lsh_act act, double *tq, double *tc, fail_box *fb) {
+  const int t = omp_get_thread_num();
+  ar_lsh_scratch *scr = s->scratch[t];
+  uint32_t *buckets = s->buckets + (size_t)t * ar_lsh_hash_L(s->hash);
+  uint32_t *active = s->active + (size_t)r * s->cap;
+  const ar_lsh_rows W = rows_of(s, false);
+  double t0 = ar_now();
+  size_t n = 0;
+  ar_status st = hash_input(s, x, scr, buckets);
+  if (st == AR_OK)
+    st = ar_lsh_sample(s->tables, buckets, so, lab, nlab, scr, rng, active, s->cap, &n);
+  if (st != AR_OK) {
+    fail_note(fb, st, ar_lsh_scratch_errmsg(scr));
+    return -1;
+  }
+  double t1 = ar_now();
+  ar_err e = AR_ERR_INIT;
+  st = ar_lsh_forward(&W, x, active, n, act, s->out + (size_t)r * s->cap, &e);
+  if (st != AR_OK) {
+    fail_note(fb, st, e.msg);
+    return -1;
+  }
+  s->n_active[r] = (uint32_t)n;
+  *tq += t1 - t0;
+  *tc += ar_now() - t1;
+  return (int64_t)n;
+}
+
+/* Row r's softmax loss over its n active outputs (the labels lab first)
+ * into *loss, and their gradients into the row of s->dout, times inv_rows
+ * (the batch loss is the mean over rows); a row without labels has no
+ * loss and a zero gradient.  false with the failure noted in fb. */
+static bool row_softmax(ar_sampled *s, int64_t r, size_t n, const uint32_t *lab, size_t nlab,
+                        float inv_rows, double *loss, fail_box *fb) {
+  const uint32_t *active = s->active + (size_t)r * s->cap;
+  float *dout = s->dout + (size_t)r * s->cap;
+  *loss = 0;
+  if (nlab == 0) {
+    memset(dout, 0, n * sizeof(float)); /* no labels: no loss */
+    return true;
+  }
+  ar_err e = AR_ERR_INIT;
+  ar_status st = ar_lsh_softmax_active(s->out + (size_t)r * s->cap, active, n, lab, nlab, dout,
+                                       loss, &e);
+  for (size_t i = 0; i < n; i++)
+    dout[i] *= inv_rows;
+  if (st != AR_OK)
+    fail_note(fb, st, e.msg);
+  return st == AR_OK;
+}
+
+/* Row r's n active values into its dense row y (zeros elsewhere, set by
+ * the caller), where a dense layer reads them. */
+static void row_scatter(const ar_sampled *s, int64_t r, int64_t n, float *y) {
+  const uint32_t *active = s->active + (size_t)r * s->cap;
+  const float *out = s->out + (size_t)r * s->cap;
+  for (int64_t i = 0; i < n; i++)
+    y[active[i]] = out[i];
+}
+
 /* Forward of sampled layer l over the batch.  training: labels join the
  * output layer's active set and its softmax loss and gradient are
  * computed here (loss_rows).  *loss_sum gets the summed row losses. */
@@ -510,8 +588,6 @@ static ar_status sampled_forward(ar_model *m, int l, bool training, double *loss
   const ar_lsh_act act = lsh_act(L, last);
   const int64_t rows = m->rows;
   const float inv_rows = 1.0f / (float)(m->grad_rows > 0 ? m->grad_rows : rows);
-  const ar_lsh_rows W = rows_of(s, false);
-  const uint32_t Lt = ar_lsh_hash_L(s->hash);
   fail_box fb = {AR_OK, ""};
   double tq = 0, tc = 0, lsum = 0;
   int64_t asum = 0;
@@ -519,13 +595,7 @@ static ar_status sampled_forward(ar_model *m, int l, bool training, double *loss
     memset(L->y, 0, (size_t)rows * (size_t)L->out * sizeof(float));
 #pragma omp parallel for num_threads(s->nt) schedule(static) reduction(+ : tq, tc, lsum, asum)
   for (int64_t r = 0; r < rows; r++) {
-    const int t = omp_get_thread_num();
-    ar_lsh_scratch *scr = s->scratch[t];
-    uint32_t *buckets = s->buckets + (size_t)t * Lt;
-    uint32_t *active = s->active + (size_t)r * s->cap;
-    float *out = s->out + (size_t)r * s->cap;
     ar_lsh_input x = input_of(m, l, r, !training);
-    double t0 = ar_now();
     const uint32_t *lab = NULL;
     size_t nlab = 0;
     if (last && training) {
@@ -533,48 +603,19 @@ static ar_status sampled_forward(ar_model *m, int l, bool training, double *loss
       nlab = (size_t)(m->lab_ptr[r + 1] - m->lab_ptr[r]);
     }
     ar_rng rng;
-    /* In training every row of the batch draws its random top-up from the
-     * same stream: the rows share their random negatives (less those
-     * they retrieved), so a step touches the retrieved rows plus one
-     * budget, not one budget per row, and the sparse update costs what
-     * the retrieval costs.  The stream does not depend on the threads. */
-    ar_rng_seed3(&rng, m->spec->seed ^ 0x5a3d1e5bu, (uint64_t)m->step * 4096u + (uint64_t)l,
-                 training ? 0 : (uint64_t)r);
-    size_t n = 0;
-    ar_status st = hash_input(s, &x, scr, buckets);
-    if (st == AR_OK)
-      st = ar_lsh_sample(s->tables, buckets, training ? &s->so : &s->so_own, lab, nlab, scr, &rng,
-                         active, s->cap, &n);
-    if (st != AR_OK) {
-      fail_note(&fb, st, ar_lsh_scratch_errmsg(scr));
+    row_stream(s, m->step, training ? 0 : (uint64_t)r, &rng);
+    const int64_t n = row_forward(s, &x, r, training ? &s->so : &s->so_own, lab, nlab, &rng, act,
+                                  &tq, &tc, &fb);
+    if (n < 0)
       continue;
-    }
-    double t1 = ar_now();
-    ar_err e = AR_ERR_INIT;
-    st = ar_lsh_forward(&W, &x, active, n, act, out, &e);
-    if (st == AR_OK && last && training && nlab > 0) {
-      double loss = 0;
-      float *dout = s->dout + (size_t)r * s->cap;
-      st = ar_lsh_softmax_active(out, active, n, lab, nlab, dout, &loss, &e);
-      for (size_t i = 0; i < n; i++)
-        dout[i] *= inv_rows; /* the batch loss is the mean over rows */
-      lsum += loss;
-    } else if (st == AR_OK && last && training) {
-      memset(s->dout + (size_t)r * s->cap, 0, n * sizeof(float)); /* no labels: no loss */
-    }
-    if (st != AR_OK) {
-      fail_note(&fb, st, e.msg);
+    double t0 = ar_now(), loss = 0;
+    if (last && training && !row_softmax(s, r, (size_t)n, lab, nlab, inv_rows, &loss, &fb))
       continue;
-    }
-    s->n_active[r] = (uint32_t)n;
-    if (scatter) {
-      float *y = L->y + r * L->out;
-      for (size_t i = 0; i < n; i++)
-        y[active[i]] = out[i];
-    }
-    asum += (int64_t)n;
-    tq += t1 - t0;
-    tc += ar_now() - t1;
+    lsum += loss;
+    if (scatter)
+      row_scatter(s, r, n, L->y + r * L->out);
+    asum += n;
+    tc += ar_now() - t0;
   }
   if (fb.st != AR_OK)
     return ar_errf(&m->err, fb.st, "layer %s: %s", L->name, fb.msg);
@@ -683,8 +724,7 @@ static void draw_shared(ar_sampled *s, int64_t step, uint32_t want) {
     s->ns = s->scap;
   } else {
     ar_rng rng;
-    ar_rng_seed3(&rng, s->spec->seed ^ 0x5a3d1e5bu, (uint64_t)step * 4096u + (uint64_t)s->l,
-                 1u << 20);
+    row_stream(s, step, 1u << 20, &rng);
     while (s->ns < want) {
       uint32_t id = (uint32_t)ar_rng_below(&rng, s->neurons);
       if (s->spos[id] < 0) {
@@ -703,38 +743,17 @@ static void draw_shared(ar_sampled *s, int64_t step, uint32_t want) {
 static ar_status own_ids(ar_sampled *s, const ar__sbatch *b, double *tq_out, double *tc_out,
                          int64_t *own_out, ar_err *err) {
   const int64_t rows = b->rows, in = s->in;
-  const ar_lsh_rows W = rows_of(s, false);
-  const uint32_t Lt = ar_lsh_hash_L(s->hash);
   fail_box fb = {AR_OK, ""};
   double tq = 0, tc = 0;
   int64_t own_sum = 0;
 #pragma omp parallel for num_threads(s->nt) schedule(static) reduction(+ : tq, tc, own_sum)
   for (int64_t r = 0; r < rows; r++) {
-    const int t = omp_get_thread_num();
-    ar_lsh_scratch *scr = s->scratch[t];
-    uint32_t *buckets = s->buckets + (size_t)t * Lt;
-    uint32_t *active = s->active + (size_t)r * s->cap;
     ar_lsh_input x = {b->X + r * in, NULL, NULL, 0};
-    double t0 = ar_now();
     const uint32_t *lab = (const uint32_t *)(b->lab + b->lab_ptr[r]);
-    size_t nlab = (size_t)(b->lab_ptr[r + 1] - b->lab_ptr[r]), n = 0;
-    ar_status st = hash_input(s, &x, scr, buckets);
-    if (st == AR_OK)
-      st = ar_lsh_sample(s->tables, buckets, &s->so_own, lab, nlab, scr, NULL, active, s->cap,
-                         &n);
-    if (st != AR_OK) {
-      fail_note(&fb, st, ar_lsh_scratch_errmsg(scr));
-      continue;
-    }
-    double t1 = ar_now();
-    ar_err e = AR_ERR_INIT;
-    st = ar_lsh_forward(&W, &x, active, n, AR_LSH_ACT_NONE, s->out + (size_t)r * s->cap, &e);
-    if (st != AR_OK)
-      fail_note(&fb, st, e.msg);
-    s->n_active[r] = (uint32_t)n;
-    own_sum += (int64_t)n;
-    tq += t1 - t0;
-    tc += ar_now() - t1;
+    const size_t nlab = (size_t)(b->lab_ptr[r + 1] - b->lab_ptr[r]);
+    const int64_t n = row_forward(s, &x, r, &s->so_own, lab, nlab, NULL, AR_LSH_ACT_NONE, &tq,
+                                  &tc, &fb);
+    own_sum += n > 0 ? n : 0;
   }
   *tq_out = tq;
   *tc_out = tc;
@@ -1145,40 +1164,6 @@ ar_status ar__sampled_full(ar_model *m, int l) { return sampled_full(m, l); }
  * (the scatter into y, the gather from dy), on the graph's tensors.  The
  * per-row draws are the chain's (seed, layer, step), so a graph written
  * from a chain samples what the chain samples. */
-/* Row r of a hidden layer on a dense batch: its active set drawn as
- * sampled_forward draws it in training (rng: the batch's stream), its
- * values (act) into y (width) at their ids; the ids' count, or -1 with
- * the failure noted in fb.  Query and compute seconds add to tq, tc. */
-static int64_t hidden_row(ar_sampled *s, const ar_lsh_input *x, int t, int64_t r, ar_rng *rng,
-                          ar_lsh_act act, float *y, double *tq, double *tc, fail_box *fb) {
-  const uint32_t Lt = ar_lsh_hash_L(s->hash);
-  uint32_t *active = s->active + (size_t)r * s->cap, *buckets = s->buckets + (size_t)t * Lt;
-  float *out = s->out + (size_t)r * s->cap;
-  double t0 = ar_now();
-  size_t n = 0;
-  ar_status st = hash_input(s, x, s->scratch[t], buckets);
-  if (st == AR_OK)
-    st = ar_lsh_sample(s->tables, buckets, &s->so, NULL, 0, s->scratch[t], rng, active, s->cap, &n);
-  if (st != AR_OK) {
-    fail_note(fb, st, ar_lsh_scratch_errmsg(s->scratch[t]));
-    return -1;
-  }
-  double t1 = ar_now();
-  ar_err e = AR_ERR_INIT;
-  st = ar_lsh_forward(&(ar_lsh_rows){s->w, s->b, s->neurons, s->in, (size_t)s->in}, x, active, n,
-                      act, out, &e);
-  if (st != AR_OK) {
-    fail_note(fb, st, e.msg);
-    return -1;
-  }
-  s->n_active[r] = (uint32_t)n;
-  for (size_t i = 0; i < n; i++)
-    y[active[i]] = out[i];
-  *tq += t1 - t0;
-  *tc += ar_now() - t1;
-  return (int64_t)n;
-}
-
 /* Row r of b: its dense row, or its sparse features (input_of's rule for
  * the sparse input). */
 static ar_lsh_input sbatch_row(const ar_sampled *s, const ar__sbatch *b, int64_t r) {
@@ -1221,53 +1206,26 @@ ar_status ar__sampled_hidden_full(ar_sampled *s, const ar__sbatch *b, bool relu,
 
 ar_status ar__sampled_head_rows_forward(ar_sampled *s, const ar__sbatch *b, double *loss_sum,
                                         ar_err *err) {
-  const ar_lsh_rows W = rows_of(s, false);
-  const uint32_t Lt = ar_lsh_hash_L(s->hash);
   fail_box fb = {AR_OK, ""};
   double tq = 0, tc = 0, lsum = 0;
   int64_t asum = 0;
 #pragma omp parallel for num_threads(s->nt) schedule(static) reduction(+ : tq, tc, lsum, asum)
   for (int64_t r = 0; r < b->rows; r++) {
-    const int t = omp_get_thread_num();
-    uint32_t *active = s->active + (size_t)r * s->cap, *buckets = s->buckets + (size_t)t * Lt;
-    float *out = s->out + (size_t)r * s->cap, *dout = s->dout + (size_t)r * s->cap;
     ar_lsh_input x = sbatch_row(s, b, r);
     const uint32_t *lab = (const uint32_t *)(b->lab + b->lab_ptr[r]);
     const size_t nlab = (size_t)(b->lab_ptr[r + 1] - b->lab_ptr[r]);
     ar_rng rng; /* the batch's shared stream, as sampled_forward's */
-    ar_rng_seed3(&rng, s->spec->seed ^ 0x5a3d1e5bu, (uint64_t)b->step * 4096u + (uint64_t)s->l, 0);
-    double t0 = ar_now();
-    size_t n = 0;
-    ar_status st = hash_input(s, &x, s->scratch[t], buckets);
-    if (st == AR_OK)
-      st = ar_lsh_sample(s->tables, buckets, &s->so, lab, nlab, s->scratch[t], &rng, active,
-                         s->cap, &n);
-    if (st != AR_OK) {
-      fail_note(&fb, st, ar_lsh_scratch_errmsg(s->scratch[t]));
+    row_stream(s, b->step, 0, &rng);
+    const int64_t n = row_forward(s, &x, r, &s->so, lab, nlab, &rng, AR_LSH_ACT_NONE, &tq, &tc,
+                                  &fb);
+    double t0 = ar_now(), loss = 0;
+    if (n < 0 || !row_softmax(s, r, (size_t)n, lab, nlab, b->inv_rows, &loss, &fb))
       continue;
-    }
-    double t1 = ar_now();
-    ar_err e = AR_ERR_INIT;
-    double loss = 0;
-    st = ar_lsh_forward(&W, &x, active, n, AR_LSH_ACT_NONE, out, &e);
-    if (st == AR_OK && nlab > 0) {
-      st = ar_lsh_softmax_active(out, active, n, lab, nlab, dout, &loss, &e);
-      for (size_t i = 0; i < n; i++)
-        dout[i] *= b->inv_rows; /* the batch loss is the mean over rows */
-      lsum += loss;
-    } else if (st == AR_OK) {
-      memset(dout, 0, n * sizeof(float)); /* no labels: no loss */
-    }
-    if (st != AR_OK) {
-      fail_note(&fb, st, e.msg);
-      continue;
-    }
+    lsum += loss;
     if (b->row_loss)
       b->row_loss[r] = (float)loss;
-    s->n_active[r] = (uint32_t)n;
-    asum += (int64_t)n;
-    tq += t1 - t0;
-    tc += ar_now() - t1;
+    asum += n;
+    tc += ar_now() - t0;
   }
   if (fb.st != AR_OK)
     return ar_errf(err, fb.st, "layer %s: %s", s->name, fb.msg);
@@ -1288,9 +1246,9 @@ ar_status ar__sampled_hidden_forward(ar_sampled *s, const ar__sbatch *b, bool re
   for (int64_t r = 0; r < rows; r++) {
     ar_lsh_input x = sbatch_row(s, b, r);
     ar_rng rng; /* the batch's shared stream, as sampled_forward's */
-    ar_rng_seed3(&rng, s->spec->seed ^ 0x5a3d1e5bu, (uint64_t)b->step * 4096u + (uint64_t)s->l, 0);
-    int64_t n = hidden_row(s, &x, omp_get_thread_num(), r, &rng, act, Y + r * (int64_t)s->neurons,
-                           &tq, &tc, &fb);
+    row_stream(s, b->step, 0, &rng);
+    const int64_t n = row_forward(s, &x, r, &s->so, NULL, 0, &rng, act, &tq, &tc, &fb);
+    row_scatter(s, r, n, Y + r * (int64_t)s->neurons);
     asum += n > 0 ? n : 0;
   }
   if (fb.st != AR_OK)

@@ -25,8 +25,9 @@
 #   over XC data (the rows scattered into a dense batch, a dense first
 #   layer).
 # sampled_first: so, an LSH-sampled first layer reading the sparse input
-#   (the sampled kernels on the CSR rows, in training and evaluation) and
-#   one reading model.input.dense; with a sampled head too.
+#   (the sampled kernels on the CSR rows, in training and evaluation; its
+#   plan without a dense batch.x) and one reading model.input.dense; with
+#   a sampled head too.
 # sampled_after: so, a hidden LSH-sampled layer after another (reading its
 #   active set, as the chain), the first reading a dense layer or the
 #   sparse input; a sampled head after them (the chain's scoring without
@@ -288,6 +289,13 @@ sampled_first)
   # sum, as the chain's).
   sed -e 's/softmax}/softmax, sparse: {mode: lsh, negatives: 32}}/' first.yaml > first2.yaml
   cross first2.yaml '"h0.lsh_active_mean".*"out.lsh_active_mean"'
+  # h0 reads the CSR rows: the lowered plan holds no (batch, features)
+  # batch.x (128 x 500 floats, never filled); over model.input.dense it
+  # is the batch, planned.
+  grep -q "^  ephemeral  batch\.idx " cross-check.txt || fail "first2: no CSR batch in the plan"
+  ! grep -q " batch\.x " cross-check.txt || fail "first2: the plan holds batch.x, never filled"
+  ACCELRT_CHAIN_ENGINE=graph "$bin" check dfirst.yaml > dcheck.txt || fail "dfirst: check"
+  grep -q "^  ephemeral  batch\.x  *256000 B" dcheck.txt || fail "dfirst: no dense batch.x"
   ;;
 sampled_after)
   delicious_job c
