@@ -224,6 +224,28 @@ assert s["top1"] >= d["top1"] - 2, (s["top1"], d["top1"])
 assert s["out.lsh_active_mean"] < 1000, s  # a sample, not the whole layer
 PY
   ;;
+slide_bench)
+  # bench/lsh/graph's accuracy run (--eval-every): each side's top-1 curve
+  # from its metrics.jsonl, the samples and the training seconds of a run.
+  # --iters past one pass over the data runs them all (the job files say
+  # epochs: 1, which stopped the run after one pass: 8 iterations of 512
+  # points here); a count that is not a whole number above 0 is a usage
+  # error (2).
+  b=$src/bench/lsh/graph
+  ACCELRT_BIN=$bin "$b" --reps 1 --iters 12 --labels 2000 --threads 1 --eval-points 64 \
+    --eval-every 6 --set data.generate.train_points=512 --set data.generate.test_points=64 \
+    --out "$work/b" > "$work/b.txt" 2>&1 || { cat "$work/b.txt" >&2; fail "bench/lsh/graph --eval-every 6"; }
+  cat "$work/b.txt"
+  for side in dense lsh; do
+    grep -Eq "^    $side +6:[0-9.]+ 12:[0-9.]+\$" "$work/b.txt" || fail "no $side top-1 curve at iterations 6 and 12"
+    [ "$(json "$work/b/$side/summary.json" iterations)" = 12 ] || fail "the $side run stopped before --iters 12"
+  done
+  grep -q "12 iterations (768 samples) a run" "$work/b.txt" || fail "no samples in the table's title"
+  grep -q "train wall s  train cpu s" "$work/b.txt" || fail "no training seconds in the table"
+  ACCELRT_BIN=$bin "$b" --eval-every 0 --out "$work/b" > "$work/u.txt" 2>&1
+  [ $? -eq 2 ] || fail "--eval-every 0 did not exit 2"
+  grep -q "'0' is not a whole number above 0" "$work/u.txt" || fail "--eval-every 0: $(cat "$work/u.txt")"
+  ;;
 sampled)
   # An LSH-sampled head (the last dense item's sparse section) on a 50-class
   # token set whose class is written as two digits at positions 1-2: the
