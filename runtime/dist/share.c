@@ -28,15 +28,21 @@
  * OUT/share/worker<i>/<job>/ and the runner's records to
  * OUT/share/worker<i>/.
  *
- * distributed.share_tenants: steady (the default) wraps each co-tenant in
+ * distributed.share_tenants: steady wraps each co-tenant in
  * a job that starts it again (a fresh ar_job of the same spec, in the
  * same blocks) whenever it ran its iterations, and is done once the
  * worker ran its last iteration, so the co-tenants load the device for as
  * long as the distributed job runs, neither less (a long job would train
  * alone once they ended) nor more (a short one absorbs all their work):
  * with a fixed amount of co-tenant work, the architectures study's
- * sharing cost measured the job's length, not its family.  once: the
- * share file's jobs as they are, each run its iterations once. */
+ * sharing cost measured the job's length, not its family.  once (the
+ * default): the share file's jobs as they are, each run its iterations
+ * once.  Not the default because under fair the proxy's turn counts the
+ * worker's waits for its peers (MPI) as device time, which the co-tenants
+ * then get too before its next turn: that delays the worker, lengthening
+ * its peer's wait in turn, and with steady co-tenants nothing bounds the
+ * spiral (iterations of 0.4 1.6 4.6 13 29 s in the architectures study's
+ * transformer); once, their work runs out. */
 #define _GNU_SOURCE
 #include "dist_impl.h"
 

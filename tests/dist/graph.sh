@@ -519,7 +519,6 @@ PY
     [ $f = dnobn ] && np=3
     mpi $np run $f.yaml --quiet --set output.dir=a_$f > out_a.txt 2>&1 || fail "$f: -np $np alone"
     mpi $np run $f.yaml --quiet --set output.dir=b_$f --set distributed.share=tenants.yaml \
-      --set distributed.share_tenants=once \
       > out_b.txt 2>&1 || fail "$f: -np $np shared"
     "$py" - a_$f/metrics.jsonl b_$f/metrics.jsonl <<'PY' || fail "$f: the shared run's losses differ"
 import json, sys

@@ -10,11 +10,11 @@
 #  - a worker that stages its tensors through host buffers as a GPU worker
 #    does (ACCELRT_DIST_STAGE=1) works as a tenant too: the same loss bit
 #    for bit, the summary counting the staged workers;
-#  - distributed.share_tenants: steady (the default) keeps the co-tenants
+#  - distributed.share_tenants: steady keeps the co-tenants
 #    training for exactly the worker's job: in a 5- and a 20-iteration run
 #    every co-tenant ends (done, its outputs written) only after the
 #    worker's last iteration, restarted past its file's iterations, and
-#    runs more iterations in the longer job (under once, above, they run
+#    runs more iterations in the longer job (under once, the default, they run
 #    their 12 and 16 whatever the job's length and end long before the
 #    20-iteration job does);
 #  - a missing share file and one without jobs fail on every rank with a
@@ -58,7 +58,8 @@ run staged --set "distributed.share=$dir/fair.yaml" --set $once ||
   fail "the staged run shared under fair failed"
 unset ACCELRT_DIST_STAGE
 for n in 5 20; do
-  run steady$n --set train.iterations=$n --set "distributed.share=$dir/fair.yaml" ||
+  run steady$n --set train.iterations=$n --set "distributed.share=$dir/fair.yaml" \
+    --set distributed.share_tenants=steady ||
     fail "the $n-iteration run with steady co-tenants failed"
 done
 
@@ -88,7 +89,7 @@ for pol in ("fair", "fifo", "staged"):
             assert a["queue_s"] >= 0.9 * me["jct_s"], jobs
 print("records ok")
 
-# Steady co-tenants (the default): the load lasts as long as the job.
+# Steady co-tenants: the load lasts as long as the job.
 iters = {}
 for n in (5, 20):
     for w in (0, 1):
