@@ -141,6 +141,12 @@ typedef enum ar_order_kind {
   AR_ORDER_TAC
 } ar_order_kind;
 
+/* distributed.share_tenants (runtime/dist/share.c). */
+typedef enum ar_share_tenants {
+  AR_SHARE_ONCE = 0, /* each co-tenant runs its iterations once */
+  AR_SHARE_STEADY    /* they restart until the worker's job ends */
+} ar_share_tenants;
+
 /* data.generate: a synthetic XC dataset with planted structure written by
  * the runtime before training (see include/accelrt/data.h). */
 typedef struct ar_spec {
@@ -248,6 +254,7 @@ typedef struct ar_spec {
      * worker's host device with it through lanes (runtime/dist/share.c);
      * NULL: workers have their devices to themselves. */
     char *share_file;
+    ar_share_tenants share_tenants; /* default once */
     /* distributed.workers: settings of the first n_workers workers (the
      * others: device NULL, dense false). */
     int n_workers;

@@ -295,8 +295,11 @@ static ar_status check_distributed(const ar_spec *spec, ar_err *err) {
       st = ar_errf(err, AR_SPEC, "distributed.share: %s has no `jobs:` list",
                    spec->distributed.share_file);
     } else {
-      printf("\ndistributed.share: each worker joins the %d jobs of %s\n\n", share->n_jobs,
-             spec->distributed.share_file);
+      printf("\ndistributed.share: each worker joins the %d jobs of %s (%s)\n\n", share->n_jobs,
+             spec->distributed.share_file,
+             spec->distributed.share_tenants == AR_SHARE_ONCE
+                 ? "each run once"
+                 : "steady: each restarted until the worker's job ends");
       tenant worker = {"(the worker)", 0, 0};
       ar_tenancy_admit_sizes(&plan, &worker.admit_p, &worker.admit_e);
       st = check_jobs(share, &worker, err);

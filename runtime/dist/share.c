@@ -26,13 +26,30 @@
  * Every worker runs its own copy of the share file's jobs (one shared
  * device per worker, as on a cluster of shared GPUs); their outputs go to
  * OUT/share/worker<i>/<job>/ and the runner's records to
- * OUT/share/worker<i>/. */
+ * OUT/share/worker<i>/.
+ *
+ * distributed.share_tenants: steady wraps each co-tenant in
+ * a job that starts it again (a fresh ar_job of the same spec, in the
+ * same blocks) whenever it ran its iterations, and is done once the
+ * worker ran its last iteration, so the co-tenants load the device for as
+ * long as the distributed job runs, neither less (a long job would train
+ * alone once they ended) nor more (a short one absorbs all their work):
+ * with a fixed amount of co-tenant work, the architectures study's
+ * sharing cost measured the job's length, not its family.  once (the
+ * default): the share file's jobs as they are, each run its iterations
+ * once.  Not the default because under fair the proxy's turn counts the
+ * worker's waits for its peers (MPI) as device time, which the co-tenants
+ * then get too before its next turn: that delays the worker, lengthening
+ * its peer's wait in turn, and with steady co-tenants nothing bounds the
+ * spiral (iterations of 0.4 1.6 4.6 13 29 s in the architectures study's
+ * transformer); once, their work runs out. */
 #define _GNU_SOURCE
 #include "dist_impl.h"
 
 #include "accelrt/tenancy.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -140,6 +157,127 @@ static void p_close(void *job) { (void)job; /* the worker owns it */ }
 
 static const ar_tjob_fns proxy_fns = {p_start, p_step, p_done, p_rebase, p_finish, p_close,
                                       NULL};
+
+/* ---- a steady co-tenant (distributed.share_tenants: steady) ----
+ * The runner sees one job with no end of its own: rounds of the engine job
+ * (ar_tenancy_open_job's), each a fresh run of the tenant's spec, until
+ * the worker finished.  Its functions run where the runner calls a job's. */
+
+/* The runner's iteration count for a steady co-tenant: never reached (the
+ * job ends through done()), small enough that no count overflows. */
+#define SH_STEADY_ITERATIONS ((uint64_t)1 << 40)
+
+typedef struct steady_job {
+  ar__share *s;
+  const ar_spec *spec; /* the co-tenant's (s->spec's item) */
+  const ar_tjob_fns *fns; /* the engine job's */
+  void *inner;            /* this round's engine job; NULL after a failed restart */
+  size_t persistent, ephemeral; /* the blocks it was admitted on */
+  ar_device *dev;
+  void *pers, *eph;
+  uint64_t rounds;         /* rounds started */
+  uint64_t samples_before; /* samples of the rounds before this one */
+} steady_job;
+
+static ar_status st_start(void *job, ar_device *dev, void *p, void *e, ar_err *err) {
+  steady_job *t = job;
+  t->dev = dev;
+  t->pers = p;
+  t->eph = e;
+  t->rounds = 1;
+  return t->fns->start(t->inner, dev, p, e, err);
+}
+
+/* Ends the round that ran all its iterations (final evaluation, checkpoint,
+ * summary) and starts the next in the same blocks: the same spec plans
+ * the same sizes, checked. */
+static ar_status st_restart(steady_job *t, ar_err *err) {
+  double loss;
+  uint64_t n = 0;
+  ar_status st = t->fns->finish(t->inner, false, err);
+  if (t->fns->progress)
+    t->fns->progress(t->inner, &loss, &n);
+  t->samples_before += n;
+  t->fns->close(t->inner);
+  t->inner = NULL;
+  AR_CHECK(st);
+  ar_tjob_desc d;
+  AR_CHECK(ar_tenancy_open_job(t->spec, NULL, &d, err));
+  t->inner = d.job;
+  if (d.persistent > t->persistent || d.ephemeral > t->ephemeral)
+    return ar_errf(err, AR_STATE, "its round %llu planned %zu + %zu bytes, more than the "
+                   "%zu + %zu it was admitted on", (unsigned long long)t->rounds + 1,
+                   d.persistent, d.ephemeral, t->persistent, t->ephemeral);
+  AR_CHECK(t->fns->start(t->inner, t->dev, t->pers, t->eph, err));
+  t->rounds++;
+  return AR_OK;
+}
+
+static ar_status st_step(void *job, ar_err *err) {
+  steady_job *t = job;
+  if (!t->inner)
+    return ar_errf(err, AR_STATE, "its restart failed");
+  if (t->fns->done(t->inner))
+    AR_CHECK(st_restart(t, err));
+  return t->fns->step(t->inner, err);
+}
+
+static bool st_done(void *job) { return p_done(((steady_job *)job)->s); }
+
+static void st_rebase(void *job, void *p, void *e) {
+  steady_job *t = job;
+  if (p)
+    t->pers = p;
+  if (e)
+    t->eph = e;
+  if (t->inner)
+    t->fns->rebase(t->inner, p, e);
+}
+
+/* The worker finished (or the run stopped): the round ends where it is,
+ * as interrupted unless it had just run its last iteration. */
+static ar_status st_finish(void *job, bool interrupted, ar_err *err) {
+  steady_job *t = job;
+  if (!t->inner)
+    return AR_OK;
+  return t->fns->finish(t->inner, interrupted || !t->fns->done(t->inner), err);
+}
+
+static void st_close(void *job) {
+  steady_job *t = job;
+  if (t->inner)
+    t->fns->close(t->inner);
+  ar_free(t);
+}
+
+static void st_progress(void *job, double *loss, uint64_t *samples) {
+  steady_job *t = job;
+  uint64_t n = 0;
+  *loss = NAN;
+  if (t->inner && t->fns->progress)
+    t->fns->progress(t->inner, loss, &n);
+  *samples = t->samples_before + n;
+}
+
+static const ar_tjob_fns steady_fns = {st_start, st_step,  st_done,    st_rebase,
+                                       st_finish, st_close, st_progress};
+
+/* Wraps the engine job d describes (d->job, d->fns) into a steady one. */
+static ar_status steady_wrap(ar__share *s, const ar_spec *spec, ar_tjob_desc *d) {
+  steady_job *t = ar_calloc(1, sizeof *t);
+  if (!t)
+    return AR_NOMEM;
+  t->s = s;
+  t->spec = spec;
+  t->fns = d->fns;
+  t->inner = d->job;
+  t->persistent = d->persistent;
+  t->ephemeral = d->ephemeral;
+  d->job = t;
+  d->fns = &steady_fns;
+  d->iterations = SH_STEADY_ITERATIONS;
+  return AR_OK;
+}
 
 /* The runner's events (scheduler thread, runner lock held): the proxy
  * ended without the worker (it could not fit, the run stopped). */
@@ -296,6 +434,11 @@ ar_status ar__share_open(ar__dist *c, int threads, size_t persistent, size_t eph
     if (os != AR_OK)
       return ar_errf(c->err, os, "distributed.share: job '%s' of %s: %s", sp->jobs[i]->name,
                      c->spec->distributed.share_file, je.msg);
+    if (c->spec->distributed.share_tenants == AR_SHARE_STEADY &&
+        steady_wrap(s, sp->jobs[i], &jd) != AR_OK) {
+      jd.fns->close(jd.job);
+      return ar_errf(c->err, AR_NOMEM, "out of memory");
+    }
     if (ar_runner_add(s->runner, &jd, NULL, &je) != AR_OK) {
       jd.fns->close(jd.job);
       return ar_errf(c->err, AR_NOMEM, "%s", je.msg);
@@ -370,7 +513,9 @@ void ar__share_close(ar__dist *c, bool failed) {
     } else {
       sh_unlock(s);
     }
-    pthread_join(s->thread, NULL); /* the co-tenants run to their end */
+    /* Co-tenants run once run to their end; steady ones stop at their
+     * next iteration. */
+    pthread_join(s->thread, NULL);
   }
   ar_runner_destroy(s->runner);
   ar_spec_destroy(s->spec);

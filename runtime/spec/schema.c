@@ -679,6 +679,9 @@ static const ar_schema link_keys[] = {
 
 static const char *const worker_sparse_values[] = {"auto", "dense", NULL};
 
+/* By position: ar_share_tenants. */
+static const char *const share_tenants_values[] = {"once", "steady", NULL};
+
 static const ar_schema worker_keys[] = {
     {.key = "device",
      .type = AR_SCHEMA_DEVICE,
@@ -747,6 +750,22 @@ static const ar_schema distributed_keys[] = {
             "Every worker runs its own copy of those jobs; their outputs go "
             "to `OUTPUT/share/worker<i>/`. Relative to the job file's "
             "folder; `none` (the default) keeps each worker's device its own."},
+    {.key = "share_tenants",
+     .type = AR_SCHEMA_ENUM,
+     .values = share_tenants_values,
+     .def = "once",
+     .doc = "How long `share`'s jobs load each worker's device. `once`: "
+            "each job runs its iterations once, ending before a long job or "
+            "running on after a short one (a fixed amount of work, which "
+            "costs a short job relatively more). `steady`: as long as this "
+            "job runs: a job that ran its iterations starts again (a fresh "
+            "run of it, its outputs replaced), and when this worker's last "
+            "iteration ends each job is stopped at its next iteration "
+            "(checkpoint and summary written, `interrupted`), so the load is "
+            "the same whatever the job's length. Under `fair` a steady load "
+            "can lengthen the worker's iterations without bound: the "
+            "worker's turn counts its waits for the other ranks as device "
+            "time, which its co-tenants then get too."},
     {.key = "workers",
      .type = AR_SCHEMA_LIST,
      .kids = worker_item,

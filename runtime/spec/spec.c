@@ -1963,6 +1963,8 @@ static void convert_distributed(ctx *c, const ar_ynode *root, ar_spec *sp) {
     sp->distributed.schedule_file = resolve(c, node);
   if (get(m, ds, "share", &v, &node) && strcmp(node->text, "none") != 0)
     sp->distributed.share_file = resolve(c, node);
+  sp->distributed.share_tenants =
+      get(m, ds, "share_tenants", &v, NULL) ? (ar_share_tenants)v.e : AR_SHARE_ONCE;
   const ar_ynode *ws = m ? ar_ynode_get(m, "workers") : NULL;
   if (!ws || ws->kind != AR_YNODE_SEQ || ws->n == 0)
     return;

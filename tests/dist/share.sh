@@ -10,6 +10,13 @@
 #  - a worker that stages its tensors through host buffers as a GPU worker
 #    does (ACCELRT_DIST_STAGE=1) works as a tenant too: the same loss bit
 #    for bit, the summary counting the staged workers;
+#  - distributed.share_tenants: steady keeps the co-tenants
+#    training for exactly the worker's job: in a 5- and a 20-iteration run
+#    every co-tenant ends (done, its outputs written) only after the
+#    worker's last iteration, restarted past its file's iterations, and
+#    runs more iterations in the longer job (under once, the default, they run
+#    their 12 and 16 whatever the job's length and end long before the
+#    20-iteration job does);
 #  - a missing share file and one without jobs fail on every rank with a
 #    message naming the file, a non-zero exit, no hang.
 # usage: share.sh MPIEXEC ACCELRT SOURCE_DIR
@@ -40,13 +47,21 @@ tenants() { # POLICY
 }
 tenants fair
 tenants fifo
+once="distributed.share_tenants=once"
 run alone || fail "the unshared run failed"
-run fair --set "distributed.share=$dir/fair.yaml" || fail "the run shared under fair failed"
-run fifo --set "distributed.share=$dir/fifo.yaml" ||
+run fair --set "distributed.share=$dir/fair.yaml" --set $once ||
+  fail "the run shared under fair failed"
+run fifo --set "distributed.share=$dir/fifo.yaml" --set $once ||
   fail "the run shared under fifo failed"
 export ACCELRT_DIST_STAGE=1
-run staged --set "distributed.share=$dir/fair.yaml" || fail "the staged run shared under fair failed"
+run staged --set "distributed.share=$dir/fair.yaml" --set $once ||
+  fail "the staged run shared under fair failed"
 unset ACCELRT_DIST_STAGE
+for n in 5 20; do
+  run steady$n --set train.iterations=$n --set "distributed.share=$dir/fair.yaml" \
+    --set distributed.share_tenants=steady ||
+    fail "the $n-iteration run with steady co-tenants failed"
+done
 
 python3 - "$dir" <<'PY' || fail "records"
 import json, sys
@@ -75,6 +90,31 @@ for pol in ("fair", "fifo", "staged"):
         else:  # fifo: the tenants wait for the worker to finish
             assert a["queue_s"] >= 0.9 * me["jct_s"], jobs
 print("records ok")
+
+# Steady co-tenants: the load lasts as long as the job.
+iters = {}
+for n in (5, 20):
+    for w in (0, 1):
+        t = json.load(open(f"{d}/steady{n}/share/worker{w}/summary.json"))
+        jobs = {j["name"]: j for j in t["jobs"]}
+        me = jobs.pop(f"cluster.worker{w}")
+        assert me["status"] == "done" and me["iterations"] == n, me
+        assert set(jobs) == {"tenant-a", "tenant-b"}, jobs
+        for name, j in jobs.items():
+            # stopped cleanly, after the worker's last iteration ended
+            assert j["status"] == "done", (n, w, j)
+            assert j["arrival_s"] + j["jct_s"] >= me["arrival_s"] + me["jct_s"], (n, w, j, me)
+            last = json.load(open(f"{d}/steady{n}/share/worker{w}/{name}/summary.json"))
+            assert last["iterations"] <= (12 if name == "tenant-a" else 16), last
+            iters[n, w, name] = j["iterations"]
+for w in (0, 1):
+    short = iters[5, w, "tenant-a"] + iters[5, w, "tenant-b"]
+    long = iters[20, w, "tenant-a"] + iters[20, w, "tenant-b"]
+    # 4 times the worker's iterations: the co-tenants' scale with them
+    # (8 to 12 times here at load 10: the longer job's iterations wait
+    # longer); once they would be 28 and 28.
+    assert long >= 2 * short and long > 28, (w, short, long, iters)
+print("steady ok:", iters)
 PY
 
 run missing --set distributed.share=no-such-file.yaml && fail "a missing share file was accepted"

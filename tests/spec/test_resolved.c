@@ -180,6 +180,7 @@ static void same_spec(const ar_spec *a, const ar_spec *b) {
   SAME(distributed.max_bytes_in_flight);
   same_path(a->distributed.schedule_file, b->distributed.schedule_file, "schedule");
   same_path(a->distributed.share_file, b->distributed.share_file, "share");
+  SAME(distributed.share_tenants);
   assert_int_equal(a->distributed.n_workers, b->distributed.n_workers);
   for (int i = 0; i < a->distributed.n_workers; i++) {
     same_str(a->distributed.workers[i].device, b->distributed.workers[i].device, "worker");
