@@ -323,10 +323,13 @@ static void conv_forward(void *state, ar_nn_args *a) {
 }
 
 /* g (n) = gout where y > 0, else 0. */
-static void relu_mask(float *g, const float *gout, const float *y, int64_t n, int threads) {
+static void relu_mask(float *restrict g, const float *restrict gout, const float *restrict y, int64_t n,
+                      int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t i = 0; i < n; i++)
-    g[i] = y[i] > 0.0f ? gout[i] : 0.0f;
+  for (int64_t i = 0; i < n; i++) {
+    const float gi = gout[i]; /* loaded either way: a select, not a branch */
+    g[i] = y[i] > 0.0f ? gi : 0.0f;
+  }
 }
 
 static void conv_backward(void *state, ar_nn_args *a) {

@@ -630,10 +630,10 @@ static void unary_backward(void *state, ar_nn_args *a) {
   const int nt = ar__nn_team(a, n);
   switch (a->op) {
   case AR_NN_RELU:
-    EW_LOOP(d[i] = y[i] > 0.0f ? g[i] : 0.0f)
+    EW_LOOP(const float gi = g[i]; d[i] = y[i] > 0.0f ? gi : 0.0f)
     break;
   case AR_NN_LEAKY_RELU:
-    EW_LOOP(d[i] = x[i] > 0.0f ? g[i] : alpha * g[i])
+    EW_LOOP(const float gi = g[i]; d[i] = x[i] > 0.0f ? gi : alpha * gi)
     break;
   case AR_NN_SIGMOID:
     EW_LOOP(d[i] = g[i] * y[i] * (1.0f - y[i]))
@@ -659,7 +659,7 @@ static void unary_backward(void *state, ar_nn_args *a) {
     EW_LOOP(d[i] = -g[i])
     break;
   case AR_NN_ABS:
-    EW_LOOP(d[i] = x[i] > 0.0f ? g[i] : x[i] < 0.0f ? -g[i] : 0.0f)
+    EW_LOOP(const float gi = g[i]; d[i] = x[i] > 0.0f ? gi : x[i] < 0.0f ? -gi : 0.0f)
     break;
   case AR_NN_ERF:
     EW_LOOP(d[i] = g[i] * TWO_OVER_SQRT_PI * expf(-x[i] * x[i]))

@@ -108,18 +108,20 @@ static void dense_backward(void *state, ar_nn_args *a) {
   const float *x = a->in[0].p, *w = a->param[0].p, *g = a->gout[0].p;
   if (at->act != AR_ACT_NONE) {
     AR_ASSERT(a->work && a->work_bytes >= (size_t)(m * n) * sizeof(float));
-    const float *y = a->out[0].p;
-    float *gz = a->work;
+    const float *restrict y = a->out[0].p, *restrict gg = g;
+    float *restrict gz = a->work;
     const int64_t mn = m * n;
     const int nt = ar__nn_team(a, mn);
     if (at->act == AR_ACT_RELU) {
-#pragma omp parallel for simd schedule(static) num_threads(nt) if (nt > 1)
-      for (int64_t i = 0; i < mn; i++)
-        gz[i] = y[i] > 0.0f ? g[i] : 0.0f;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+      for (int64_t i = 0; i < mn; i++) {
+        const float gi = gg[i]; /* loaded either way: a select, not a branch */
+        gz[i] = y[i] > 0.0f ? gi : 0.0f;
+      }
     } else {
 #pragma omp parallel for simd schedule(static) num_threads(nt) if (nt > 1)
       for (int64_t i = 0; i < mn; i++)
-        gz[i] = g[i] * y[i] * (1.0f - y[i]);
+        gz[i] = gg[i] * y[i] * (1.0f - y[i]);
     }
     g = gz;
   }
