@@ -82,6 +82,14 @@ typedef struct ar_tjob_fns {
    * right after each step, so it must be cheap.  NULL: the job reports neither (progress.loss and
    * samples_per_s stay unknown). */
   void (*progress)(void *job, double *loss, uint64_t *samples);
+  /* (optional) Seconds of the last step during which the job waited for
+   * something other than its device (a distributed worker for its peers'
+   * messages), called by the worker right after each step.  The policy is
+   * charged the step's wall time less these (fair's equal device time,
+   * srtf's estimates): a wait charged as device time would hand the
+   * job's co-tenants as much again before its next turn, lengthening the
+   * waits of its peers in turn.  NULL: all of a step is device time. */
+  double (*idle_s)(void *job);
 } ar_tjob_fns;
 
 typedef struct ar_tjob_desc {
@@ -143,6 +151,8 @@ typedef struct ar_tjob_result {
   uint64_t switches;   /* iterations that followed another job's in its lane */
   double switch_ms_p50, switch_ms_p99;
   double busy_s;       /* sum of its iteration times */
+  double device_s;     /* the part of busy_s charged to the policy: less the
+                          waits it reported (ar_tjob_fns.idle_s) */
   ar_tjob_progress progress;
   char reason[256];    /* why it waits (queued) */
   char error[AR_ERR_MAX + 64]; /* failed: why */

@@ -338,6 +338,9 @@ typedef struct ar__dist {
   /* A poll sleeps at most until this time (0: no deadline): the server
    * sets it to the next paced send's due time. */
   double wake_at;
+  /* Seconds this rank slept in polls, waiting for its peers: a shared
+   * device's proxy job reports an iteration's part as not device time. */
+  double idle_s;
   /* distributed.share (share.c): this worker's device is shared with
    * other tenants' jobs through lanes; NULL otherwise. */
   ar__share *share;

@@ -115,6 +115,7 @@ ar_status ar__dist_poll(ar__dist *c, bool progressed, int peer, const char *what
   }
   struct timespec ts = {0, ns};
   nanosleep(&ts, NULL);
+  c->idle_s += ar__dist_clock(c) - now;
   return AR_OK;
 }
 

@@ -120,6 +120,7 @@ typedef struct worker {
   uint64_t stepped_samples; /* trained by this step (ar_runner_stats) */
   double t_setup, t_start, t_end, t_fin; /* start began, step began/ended,
                                             finish ended */
+  double idle;       /* of the step, waits the job reported (fns->idle_s) */
 } worker;
 
 typedef struct lane_rec {
@@ -728,11 +729,12 @@ static void job_record(ar_runner *r, tjob *j) {
                 ", \"status\": \"%s\", \"arrival_s\": %.6f, \"queue_s\": %.6f, "
                 "\"jct_s\": %.6f, \"iterations\": %llu, \"lane\": %u, \"switches\": %llu, "
                 "\"switch_latency_ms_p50\": %.4f, \"switch_latency_ms_p99\": %.4f, "
-                "\"busy_s\": %.6f, \"persistent_bytes\": %zu, \"ephemeral_bytes\": %zu",
+                "\"busy_s\": %.6f, \"device_s\": %.6f, \"persistent_bytes\": %zu, "
+                "\"ephemeral_bytes\": %zu",
                 ar_tjob_state_name(res->state), res->arrival_s, res->queue_s, res->jct_s,
                 (unsigned long long)res->iterations, (unsigned)res->lane,
                 (unsigned long long)res->switches, res->switch_ms_p50, res->switch_ms_p99,
-                res->busy_s, j->d.persistent, j->d.ephemeral);
+                res->busy_s, res->device_s, j->d.persistent, j->d.ephemeral);
   if (res->error[0]) {
     ar_sbuf_printf(&b, ", \"error\": ");
     ar_sbuf_json_str(&b, res->error);
@@ -1002,13 +1004,18 @@ static void complete(ar_runner *r, worker *w) {
   double secs = w->stepped ? w->t_end - w->t_start : 0.0;
   if (!(secs >= 0))
     secs = 0;
-  AR_ASSERT(ar_lanes_iteration_done(r->lanes, j->lid, secs) == AR_OK);
+  /* The policy is charged the device's part of the step. */
+  double dev_secs = secs - (w->idle > 0 ? w->idle : 0.0);
+  if (!(dev_secs >= 0))
+    dev_secs = 0;
+  AR_ASSERT(ar_lanes_iteration_done(r->lanes, j->lid, dev_secs) == AR_OK);
   if (w->stepped) {
     double ts = w->t_start - r->t0, te = w->t_end - r->t0;
     j->res.iterations++;
     r->iterations_total++;
     r->samples_total += w->stepped_samples;
     j->res.busy_s += secs;
+    j->res.device_s += dev_secs;
     measure_progress(r, j, w, te);
     if (j->res.first_s < 0)
       j->res.first_s = ts;
@@ -1239,6 +1246,7 @@ static void dispatch(ar_runner *r) {
     w->err.status = AR_OK;
     w->err.msg[0] = '\0';
     w->stepped = w->ended = w->started_now = w->reported = false;
+    w->idle = 0;
     w->stepped_samples = 0;
     w->state = W_BUSY;
     j->running = true;
@@ -1301,6 +1309,7 @@ static void run_task(ar_runner *r, worker *w, tjob *j) {
     w->t_start = ar_now();
     st = fns->step(j->d.job, &w->err);
     w->t_end = ar_now();
+    w->idle = fns->idle_s ? fns->idle_s(j->d.job) : 0.0;
     w->stepped = true;
     w->reported = st == AR_OK && fns->progress;
     if (w->reported) {

@@ -36,7 +36,7 @@ static void e_progress(void *job, double *loss, uint64_t *samples) {
 }
 
 static const ar_tjob_fns engine_fns = {e_start, e_step,  e_done,    e_rebase,
-                                       e_finish, e_close, e_progress};
+                                       e_finish, e_close, e_progress, NULL};
 
 void ar_tenancy_admit_sizes(const ar_plan *plan, size_t *persistent, size_t *ephemeral) {
   /* The host entries (a sampled layer's hash tables, a graph job's
@@ -114,8 +114,8 @@ static void f_close(void *job) {
     ar_free(f->message);
   ar_free(f);
 }
-static const ar_tjob_fns failed_fns = {f_start, f_step, f_done, f_rebase, f_finish, f_close,
-                                       NULL};
+static const ar_tjob_fns failed_fns = {f_start, f_step,  f_done, f_rebase,
+                                       f_finish, f_close, NULL,   NULL};
 
 ar_status ar_tenancy_failed_job(const char *name, const char *out_dir, const char *message,
                                  ar_tjob_desc *d) {

@@ -17,6 +17,8 @@
 #    runs more iterations in the longer job (under once, the default, they run
 #    their 12 and 16 whatever the job's length and end long before the
 #    20-iteration job does);
+#  - the worker's turns report its waits for its peers: fair charges it
+#    less device time than its turns took (its co-tenants all of theirs);
 #  - a missing share file and one without jobs fail on every rank with a
 #    message naming the file, a non-zero exit, no hang.
 # usage: share.sh MPIEXEC ACCELRT SOURCE_DIR
@@ -107,6 +109,18 @@ for n in (5, 20):
             last = json.load(open(f"{d}/steady{n}/share/worker{w}/{name}/summary.json"))
             assert last["iterations"] <= (12 if name == "tenant-a" else 16), last
             iters[n, w, name] = j["iterations"]
+        # The worker's waits for its peers are not charged to fair as
+        # device time (else its co-tenants get as much again, delaying it
+        # and its peers in a spiral): device_s < busy_s for it alone.
+        recs = {}
+        for line in open(f"{d}/steady{n}/share/worker{w}/metrics.jsonl"):
+            r = json.loads(line)
+            if r.get("event") == "job":
+                recs[r["name"]] = r
+        me = recs.pop(f"cluster.worker{w}")
+        assert 0 < me["device_s"] < me["busy_s"], (n, w, me)
+        for r in recs.values():
+            assert r["device_s"] == r["busy_s"], (n, w, r)
 for w in (0, 1):
     short = iters[5, w, "tenant-a"] + iters[5, w, "tenant-b"]
     long = iters[20, w, "tenant-a"] + iters[20, w, "tenant-b"]

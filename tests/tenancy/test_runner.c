@@ -41,7 +41,11 @@ typedef struct fake {
   ar_device *dev; /* the handle it was started on */
   int starts, finishes, interrupted, closes, rebases, corrupt;
   int progress_calls; /* f_progress */
+  double idle_report; /* f_idle_s: seconds of each step it says it waited */
+  uint64_t seq[32];   /* the runner-wide order of its first 32 steps */
 } fake;
+
+static atomic_ulong step_seq; /* steps of all fakes so far */
 
 /* ---- iterations at once per device handle ------------------------------ */
 
@@ -167,6 +171,8 @@ static ar_status f_step_on(fake *f, ar_err *err) {
                      f->id);
     }
   reg_del(f->id, 1);
+  if (f->done < 32)
+    f->seq[f->done] = atomic_fetch_add(&step_seq, 1);
   f->done++;
   if (f->cancel_at && f->done == f->cancel_at)
     ar_runner_cancel(f->r, f->index);
@@ -219,11 +225,13 @@ static void f_progress(void *job, double *loss, uint64_t *samples) {
   *samples = FAKE_BATCH * (uint64_t)f->done;
 }
 
-static const ar_tjob_fns fake_fns = {f_start, f_step,  f_done,    f_rebase,
-                                     f_finish, f_close, f_progress};
-/* The same job, reporting neither loss nor samples. */
-static const ar_tjob_fns silent_fns = {f_start, f_step, f_done, f_rebase, f_finish, f_close,
-                                       NULL};
+static double f_idle_s(void *job) { return ((fake *)job)->idle_report; }
+
+static const ar_tjob_fns fake_fns = {f_start,  f_step,  f_done,     f_rebase,
+                                     f_finish, f_close, f_progress, f_idle_s};
+/* The same job, reporting neither loss nor samples nor waits. */
+static const ar_tjob_fns silent_fns = {f_start,  f_step,  f_done, f_rebase,
+                                       f_finish, f_close, NULL,   NULL};
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -315,6 +323,45 @@ static void test_random_mixes(void **state) {
         assert_int_equal(f[i].closes, 1);
     }
   }
+}
+
+/* fair charges a job the device's part of its steps: one whose steps
+ * report their whole time as waits (a distributed worker's MPI waits) is
+ * charged nothing, so its lane's other job, charged its steps, gets no
+ * second turn before the first job's last (charged alike they take turns);
+ * each job's device_s is its busy time less the waits it reported. */
+static void test_fair_charges_device_time(void **state) {
+  (void)state;
+  fake f[2];
+  memset(f, 0, sizeof f);
+  ar_runner *r = make_runner("fair", 1 << 20, 1, NULL);
+  for (int i = 0; i < 2; i++) {
+    f[i] = (fake){.id = i + 1, .P = 1000, .E = 2000, .iters = 6, .spin_us = 1000};
+    add(r, &f[i], 0);
+  }
+  f[0].idle_report = 1e9; /* more than any step: charged 0 */
+  run(r);
+  ar_tjob_result a = result(r, 0), b = result(r, 1);
+  assert_int_equal(a.state, AR_TJ_DONE);
+  assert_int_equal(b.state, AR_TJ_DONE);
+  assert_int_equal(a.lane, b.lane);
+  assert_true(a.busy_s > 0 && a.device_s == 0);
+  assert_true(b.busy_s > 0 && b.device_s == b.busy_s);
+  if (!(f[1].seq[1] > f[0].seq[5]))
+    fail_msg("the job charged its steps got its second turn (step %lu) before the other's "
+             "last (step %lu)", (unsigned long)f[1].seq[1], (unsigned long)f[0].seq[5]);
+  ar_runner_destroy(r);
+
+  /* Charged alike, they take turns. */
+  memset(f, 0, sizeof f);
+  r = make_runner("fair", 1 << 20, 1, NULL);
+  for (int i = 0; i < 2; i++) {
+    f[i] = (fake){.id = i + 1, .P = 1000, .E = 2000, .iters = 6, .spin_us = 1000};
+    add(r, &f[i], 0);
+  }
+  run(r);
+  assert_true(f[1].seq[1] < f[0].seq[5]);
+  ar_runner_destroy(r);
 }
 
 /* fifo runs jobs one at a time in arrival order: each starts after the
@@ -929,6 +976,7 @@ int main(void) {
       cmocka_unit_test(test_progress),
       cmocka_unit_test(test_never_fits),     cmocka_unit_test(test_outputs),
       cmocka_unit_test(test_stats),
+      cmocka_unit_test(test_fair_charges_device_time),
       cmocka_unit_test(test_stats_resumed),
       cmocka_unit_test(test_one_device_lane_handles),
       cmocka_unit_test(test_shared_lane_handle),
