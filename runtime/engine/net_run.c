@@ -66,14 +66,18 @@ ar_status ar__net_workspace(ar_net *n, ar_err *err) {
   ar_device_close(host);
   AR_CHECK(st);
   /* Each node's workspace: a tensor for its forward step and one for its
-   * backward step (lifetimes in net.c), not one buffer for the iteration. */
+   * backward step (lifetimes in net.c), not one buffer for the iteration.
+   * A hidden LSH-sampled node trains through its sampled kernels, never the
+   * dense op's: no backward workspace; nor a forward one when it reads
+   * the CSR rows (its evaluation scores them too: ar__net_hid_eval). */
   char tn[400];
   for (int i = 0; i < n->n_nodes; i++) {
     nnode *d = &n->nodes[i];
     d->work[0] = d->work[1] = -1;
     ar_shape ws = {1, {(int64_t)d->work_bytes}};
-    for (int k = 0; k < 2 && d->work_bytes; k++) {
-      if (k == 1 && !d->trains)
+    const bool hid = d->hid1 > 0, hid_csr = hid && n->hid[d->hid1 - 1].csr;
+    for (int k = hid_csr ? 2 : 0; k < 2 && d->work_bytes; k++) {
+      if (k == 1 && (!d->trains || hid))
         break;
       snprintf(tn, sizeof tn, "%.300s.%s", d->name, k ? "work_bwd" : "work");
       int t = ar__net_tensor(n, tn, &ws, AR_DT_U8, T_WORK);

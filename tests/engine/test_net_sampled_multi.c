@@ -397,8 +397,12 @@ static void test_hidden_grads_on_active_set(void **state) {
   const ar_plan *p = ar_net_plan(n);
   assert_int_equal(ar_device_bytes_in_use(dev), p->persistent_bytes + p->ephemeral_bytes);
   bool tables = false;
-  for (int k = 0; k < p->count; k++)
+  for (int k = 0; k < p->count; k++) {
     tables |= !strcmp(p->entries[k].name, "mid.lsh.tables") && p->entries[k].bytes > 0;
+    /* It trains through its sampled kernels: no dense backward workspace. */
+    if (!strcmp(p->entries[k].name, "mid.work_bwd"))
+      fail_msg("the plan holds mid.work_bwd, %zu bytes nothing uses", p->entries[k].bytes);
+  }
   assert_true(tables);
   ar_batch b;
   assert_int_equal(ar_batch_init(&b, BATCH, MAX_NNZ, MAX_LABELS), AR_OK);
@@ -457,6 +461,10 @@ static void test_lowered_first_plan(void **state) {
     if (!strcmp(e->name, "batch.x"))
       fail_msg("the plan holds batch.x, %zu bytes: the (batch, features) input nothing fills",
                e->bytes);
+    /* Trained and evaluated on the CSR rows by its sampled kernels: no
+     * dense op's workspace. */
+    if (!strcmp(e->name, "mid.work") || !strcmp(e->name, "mid.work_bwd"))
+      fail_msg("the plan holds %s, %zu bytes nothing uses", e->name, e->bytes);
     csr |= !strcmp(e->name, "batch.idx");
     ephemeral += e->cls == AR_MEM_EPHEMERAL ? (e->bytes + 63) / 64 * 64 : 0;
   }
