@@ -762,10 +762,12 @@ static const ar_schema distributed_keys[] = {
             "run of it, its outputs replaced), and when this worker's last "
             "iteration ends each job is stopped at its next iteration "
             "(checkpoint and summary written, `interrupted`), so the load is "
-            "the same whatever the job's length. Under `fair` a steady load "
-            "can lengthen the worker's iterations without bound: the "
-            "worker's turn counts its waits for the other ranks as device "
-            "time, which its co-tenants then get too."},
+            "the same whatever the job's length. Under `fair` the worker is "
+            "charged its turns less its waits for the other ranks "
+            "(`device_s` in the share folder's `metrics.jsonl`): charged in "
+            "full, those waits went to its co-tenants too and, with a steady "
+            "load, lengthened its iterations without bound (before "
+            "2026-12-02)."},
     {.key = "workers",
      .type = AR_SCHEMA_LIST,
      .kids = worker_item,
