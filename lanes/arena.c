@@ -272,6 +272,30 @@ void ar_lanes_usage_get(const ar_lanes *l, ar_lanes_usage *out) {
   out->capacity = l->capacity;
 }
 
+void ar_lanes_free_each(const ar_lanes *l, ar_lanes_range_fn fn, void *ctx) {
+  /* Allocations are disjoint: the next one is the lowest that ends above
+   * the cursor.  O(n^2), as the fit searches. */
+  size_t at = 0;
+  for (;;) {
+    size_t lo = SIZE_MAX, hi = 0;
+    for (size_t k = 0; k < l->nlive + l->nlanes; k++) {
+      size_t s, e;
+      if (allocation(l, k, &s, &e) && e > at && s < lo) {
+        lo = s;
+        hi = e;
+      }
+    }
+    if (lo == SIZE_MAX) {
+      if (at < l->capacity)
+        fn(ctx, at, l->capacity - at);
+      return;
+    }
+    if (lo > at)
+      fn(ctx, at, lo - at);
+    at = hi;
+  }
+}
+
 int ar_lanes_fragmented(const ar_lanes *l) {
   ar_lanes_usage u;
   ar_lanes_usage_get(l, &u);

@@ -196,6 +196,12 @@ typedef struct ar_lanes_usage {
 } ar_lanes_usage;
 void ar_lanes_usage_get(const ar_lanes *lanes, ar_lanes_usage *out);
 
+/* Calls fn(ctx, offset, bytes) for every range of the arena that no
+ * persistent block and no lane holds, lowest first (what a host arena may
+ * hand back to the kernel: the runner's runtime/tenancy/runner.c). */
+typedef void (*ar_lanes_range_fn)(void *ctx, size_t offset, size_t bytes);
+void ar_lanes_free_each(const ar_lanes *lanes, ar_lanes_range_fn fn, void *ctx);
+
 /* ---- defragmentation --------------------------------------------------- */
 
 /* 1 when blocks or lanes have holes between them that ar_lanes_defrag()

@@ -36,6 +36,8 @@
  * another waits, the scheduler lets the running iterations end, compacts
  * the persistent blocks (copying their bytes) and re-packs the lanes
  * (Salus §3.3 describes this defragmentation; its code never had it).
+ * On the host the arena's free pages go back to the kernel when a job
+ * leaves and after each defragmentation (discard_free).
  *
  * Records: per job queueing time, JCT, iterations, switch latency (end of
  * one job's iteration to the start of another job's iteration in the same
@@ -54,7 +56,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 /* The trace is kept in memory and written at the end; past this size
  * iteration events are dropped (a long-lived service), counted in the
@@ -769,6 +773,27 @@ static void held_memory(ar_runner *r, tjob *j) {
       ar_lanes_lane(r->lanes, j->res.lane, &li) == AR_OK ? li.size : 0;
 }
 
+/* On the host: the whole pages of the arena that no block or lane holds
+ * go back to the kernel (their next touch reads zeros, which no block
+ * relies on).  Otherwise a departed job's block, a shrunk lane and what a
+ * defragmentation vacated stay resident while later blocks fault in pages
+ * elsewhere, and the process held up to the arena's high-water mark on
+ * top of the bytes live.  Under r->mu; no iteration touches a free byte. */
+static void discard_range(void *ctxp, size_t off, size_t bytes) {
+  ar_runner *r = ctxp;
+  const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t lo = ((uintptr_t)(r->arena + off) + page - 1) & ~(page - 1);
+  uintptr_t hi = (uintptr_t)(r->arena + off + bytes) & ~(page - 1);
+  if (hi > lo && madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0)
+    ar_log(AR_LOG_DEBUG, "lanes: madvise of %zu free bytes: %s", (size_t)(hi - lo),
+           strerror(errno));
+}
+
+static void discard_free(ar_runner *r) {
+  if (r->host)
+    ar_lanes_free_each(r->lanes, discard_range, r);
+}
+
 /* Ends a job that runs no iteration now: finishes it when started (an
  * interrupted one writes its checkpoint), closes it, gives its memory back
  * to the lanes. */
@@ -802,6 +827,7 @@ static void end_job(ar_runner *r, size_t idx, ar_tjob_state state, bool call_fin
       if (ji.state == AR_LANES_ADMITTED) {
         AR_ASSERT(ar_lanes_finish(r->lanes, j->lid) == AR_OK);
         r->departed = true;
+        discard_free(r);
       } else if (ji.state == AR_LANES_QUEUED) {
         AR_ASSERT(ar_lanes_cancel(r->lanes, j->lid) == AR_OK);
       }
@@ -1110,6 +1136,7 @@ static ar_status defragment(ar_runner *r, ar_err *err) {
     return ar_errf(err, m.st, "defragmentation: copying a persistent block failed: %s",
                    ar_device_errmsg(r->dev));
   r->defrags++;
+  discard_free(r); /* the blocks' old places, the lanes' shrunk parts */
   /* Started jobs whose block moved learn its new address. */
   for (size_t i = 0; i < r->njobs; i++) {
     tjob *j = r->jobs[i];

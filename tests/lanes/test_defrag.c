@@ -60,6 +60,46 @@ static void verify(const ar_lanes *l, const arena *a, ar_lanes_job_id n,
   }
 }
 
+/* ar_lanes_free_each: the free ranges, lowest first. */
+typedef struct franges {
+  size_t n, off[2 * MAXJOBS + 2], len[2 * MAXJOBS + 2];
+} franges;
+
+static void note_free(void *ctx, size_t off, size_t bytes) {
+  franges *f = ctx;
+  assert_true(f->n < 2 * MAXJOBS + 2);
+  f->off[f->n] = off;
+  f->len[f->n++] = bytes;
+}
+
+/* The free ranges are ascending, maximal (never touching), overlap no
+ * block or lane, and add up to what the blocks and lanes leave. */
+static void check_free(const ar_lanes *l, ar_lanes_job_id n, franges *f) {
+  f->n = 0;
+  ar_lanes_free_each(l, note_free, f);
+  ar_lanes_usage u;
+  ar_lanes_usage_get(l, &u);
+  size_t sum = 0;
+  for (size_t i = 0; i < f->n; i++) {
+    assert_true(f->len[i] > 0 && f->off[i] + f->len[i] <= u.capacity);
+    if (i > 0)
+      assert_true(f->off[i - 1] + f->len[i - 1] < f->off[i]);
+    sum += f->len[i];
+    for (ar_lanes_job_id id = 1; id <= n; id++) {
+      ar_lanes_job_info ji = info(l, id);
+      if (ji.state == AR_LANES_ADMITTED)
+        assert_true(ji.persistent_offset + ji.persistent <= f->off[i] ||
+                    f->off[i] + f->len[i] <= ji.persistent_offset);
+    }
+    for (size_t k = 0; k < ar_lanes_lane_count(l); k++) {
+      ar_lanes_lane_info li;
+      assert_int_equal(ar_lanes_lane_at(l, k, &li), AR_OK);
+      assert_true(li.offset + li.size <= f->off[i] || f->off[i] + f->len[i] <= li.offset);
+    }
+  }
+  assert_int_equal(sum, u.capacity - u.persistent_bytes - u.lane_bytes);
+}
+
 static void test_bytes_survive(void **state) {
   (void)state;
   size_t total_moves = 0;
@@ -92,6 +132,8 @@ static void test_bytes_survive(void **state) {
       }
       fill_new(l, &a, n, filled);
       check_ok(l);
+      static franges fr;
+      check_free(l, n, &fr);
     }
     verify(l, &a, n, seed);
     total_moves += a.moves;
@@ -116,6 +158,16 @@ static void test_hand_move(void **state) {
   assert_int_equal(lc.offset, 6 * MiB);
   assert_int_equal(ar_lanes_finish(l, b), AR_OK);
   assert_true(ar_lanes_fragmented(l));
+  /* b's block and lane are free, and the middle. */
+  static franges fr;
+  check_free(l, c, &fr);
+  assert_int_equal(fr.n, 3);
+  assert_int_equal(fr.off[0], MiB);
+  assert_int_equal(fr.len[0], 2 * MiB);
+  assert_int_equal(fr.off[1], 4 * MiB);
+  assert_int_equal(fr.len[1], 2 * MiB);
+  assert_int_equal(fr.off[2], 7 * MiB);
+  assert_int_equal(fr.len[2], 2 * MiB);
   arena ar = {ar_calloc(1, 10 * MiB), 0, 0};
   assert_int_equal(ar_lanes_defrag(l, move_bytes, &ar), AR_OK);
   assert_int_equal(ar.moves, 1);
@@ -125,6 +177,10 @@ static void test_hand_move(void **state) {
   assert_int_equal(ar_lanes_lane(l, info(l, c).lane, &lc), AR_OK);
   assert_int_equal(lc.offset, 8 * MiB);
   assert_false(ar_lanes_fragmented(l));
+  check_free(l, c, &fr); /* one range between the regions */
+  assert_int_equal(fr.n, 1);
+  assert_int_equal(fr.off[0], 2 * MiB);
+  assert_int_equal(fr.len[0], 6 * MiB);
   /* A second pass over a compact layout moves nothing. */
   assert_int_equal(ar_lanes_defrag(l, move_bytes, &ar), AR_OK);
   assert_int_equal(ar.moves, 1);

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "tenancy_impl.h"
@@ -43,6 +44,10 @@ typedef struct fake {
   int progress_calls; /* f_progress */
   double idle_report; /* f_idle_s: seconds of each step it says it waited */
   uint64_t seq[32];   /* the runner-wide order of its first 32 steps */
+  /* The block it had before its last rebase, and the most pages of it
+   * found resident at a later step (-1: never looked). */
+  unsigned char *old_pers;
+  long vacated_resident;
 } fake;
 
 static atomic_ulong step_seq; /* steps of all fakes so far */
@@ -153,7 +158,31 @@ static ar_status f_step(void *job, ar_err *err) {
   return st;
 }
 
+/* Resident pages of the whole pages inside [p, p + n). */
+static long resident_pages(const void *p, size_t n) {
+  const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1), hi = ((uintptr_t)p + n) & ~(page - 1);
+  if (hi <= lo)
+    return 0;
+  size_t np = (hi - lo) / page;
+  unsigned char *v = malloc(np);
+  if (!v || mincore((void *)lo, hi - lo, v) != 0) {
+    free(v);
+    return -2;
+  }
+  long k = 0;
+  for (size_t i = 0; i < np; i++)
+    k += v[i] & 1;
+  free(v);
+  return k;
+}
+
 static ar_status f_step_on(fake *f, ar_err *err) {
+  if (f->old_pers) { /* no job holds the place it left (test_host_pages_returned) */
+    long k = resident_pages(f->old_pers, f->P);
+    if (k > f->vacated_resident)
+      f->vacated_resident = k;
+  }
   for (size_t i = 0; i < f->P; i++)
     if (f->pers[i] != pattern(f->id, i)) {
       f->corrupt++;
@@ -193,6 +222,7 @@ static void f_rebase(void *job, void *p, void *e) {
   fake *f = job;
   f->rebases++;
   if (p) {
+    f->old_pers = f->pers;
     f->pers = p;
     reg_set(f->id, 0, f->pers, f->P);
   }
@@ -471,6 +501,48 @@ static void test_defrag_moves_bytes(void **state) {
     assert_true(result(r, 2).admit_s >= result(r, 0).end_s);
     ar_runner_destroy(r);
   }
+}
+
+/* On the host the arena's free pages go back to the kernel: the block a
+ * job left when it ended and the place a defragmentation moved a block
+ * from are not resident afterwards, nor is anything once every job ended
+ * (the runner keeps the arena until it is destroyed).  The arena is under
+ * the 8 MiB from which the host asks for transparent huge pages, which
+ * khugepaged could fill back in at any time. */
+static void test_host_pages_returned(void **state) {
+  (void)state;
+  const size_t MiB = 1024 * KiB;
+  fake f[2];
+  memset(f, 0, sizeof f);
+  /* A (1 MiB, short) below B (1 MiB, long); when A leaves, defrag 2
+   * compacts at once: B slides down onto A's place. */
+  ar_runner *r = make_runner("pack", 6 * MiB, 2, NULL);
+  f[0] = (fake){.id = 1, .P = MiB, .E = 256 * KiB, .iters = 2};
+  f[1] = (fake){.id = 2, .P = MiB, .E = 256 * KiB, .iters = 60, .spin_us = 200};
+  f[0].vacated_resident = f[1].vacated_resident = -1;
+  add(r, &f[0], 0);
+  add(r, &f[1], 0);
+  run(r);
+  ar_runner_summary s;
+  ar_runner_summary_get(r, &s);
+  for (int i = 0; i < 2; i++) {
+    ar_tjob_result res = result(r, (size_t)i);
+    if (res.state != AR_TJ_DONE)
+      fail_msg("job %d: %s %s", i, ar_tjob_state_name(res.state), res.error);
+    assert_int_equal(f[i].corrupt, 0);
+  }
+  assert_true(s.defrags >= 1);
+  assert_non_null(f[1].old_pers);
+  assert_true(f[1].pers + f[1].P <= f[1].old_pers); /* moved off its old place */
+  if (f[1].vacated_resident != 0)
+    fail_msg("%ld pages of the place B left stayed resident", f[1].vacated_resident);
+  for (int i = 0; i < 2; i++) {
+    long kp = resident_pages(f[i].pers, f[i].P), ke = resident_pages(f[i].eph, f[i].E);
+    if (kp != 0 || ke != 0)
+      fail_msg("job %d ended, yet %ld pages of its block and %ld of its lane are resident", i,
+               kp, ke);
+  }
+  ar_runner_destroy(r);
 }
 
 /* Cancelling: a job that cancels itself mid-way is finished as interrupted
@@ -972,6 +1044,7 @@ int main(void) {
       cmocka_unit_test(test_quantile),       cmocka_unit_test(test_random_mixes),
       cmocka_unit_test(test_fifo_order),     cmocka_unit_test(test_srtf_short_first),
       cmocka_unit_test(test_failure_alone),  cmocka_unit_test(test_defrag_moves_bytes),
+      cmocka_unit_test(test_host_pages_returned),
       cmocka_unit_test(test_cancel),         cmocka_unit_test(test_stop),
       cmocka_unit_test(test_progress),
       cmocka_unit_test(test_never_fits),     cmocka_unit_test(test_outputs),

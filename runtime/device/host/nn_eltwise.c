@@ -544,9 +544,12 @@ static ar_status clip_infer(const ar_nn_attr *attr, int n_in, const ar_shape *in
   return unary_infer(AR_NN_CLIP, n_in, in, in_dtype, sig, err);
 }
 
-/* One element-wise loop over [0, n) on the team. */
+/* One element-wise loop over [0, n) on the team.  The if clause names
+ * `parallel`: a bare if (nt > 1) on a combined parallel for simd applies to
+ * the simd construct too (OpenMP 5.0), and GCC then kept every loop of a
+ * one-thread team (every tensor under AR__NN_PAR_MIN elements) scalar. */
 #define EW_LOOP(BODY)                                                          \
-  _Pragma("omp parallel for simd schedule(static) num_threads(nt) if (nt > 1)") \
+  _Pragma("omp parallel for simd schedule(static) num_threads(nt) if (parallel: nt > 1)") \
   for (int64_t i = 0; i < n; i++) {                                            \
     BODY;                                                                      \
   }

@@ -220,7 +220,7 @@ static void dropout_forward(void *state, ar_nn_args *a) {
   float *y = a->out[0].p;
   int nt = ar__nn_team(a->threads, n);
   if (!a->training) {
-#pragma omp parallel for simd schedule(static) num_threads(nt) if (nt > 1)
+#pragma omp parallel for simd schedule(static) num_threads(nt) if (parallel: nt > 1)
     for (int64_t i = 0; i < n; i++)
       y[i] = x[i];
     return;
@@ -250,7 +250,7 @@ static void dropout_backward(void *state, ar_nn_args *a) {
   float *gx = a->gin[0].p;
   const float scale = 1.0f / (1.0f - a->attr->p);
   int nt = ar__nn_team(a->threads, n);
-#pragma omp parallel for simd schedule(static) num_threads(nt) if (nt > 1)
+#pragma omp parallel for simd schedule(static) num_threads(nt) if (parallel: nt > 1)
   for (int64_t i = 0; i < n; i++)
     gx[i] = mask[i] ? gy[i] * scale : 0.0f;
 }

@@ -119,7 +119,7 @@ static void dense_backward(void *state, ar_nn_args *a) {
         gz[i] = y[i] > 0.0f ? gi : 0.0f;
       }
     } else {
-#pragma omp parallel for simd schedule(static) num_threads(nt) if (nt > 1)
+#pragma omp parallel for simd schedule(static) num_threads(nt) if (parallel: nt > 1)
       for (int64_t i = 0; i < mn; i++)
         gz[i] = gg[i] * y[i] * (1.0f - y[i]);
     }

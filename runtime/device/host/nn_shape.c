@@ -45,7 +45,7 @@ static void copy_rows(int threads, int64_t rows, int64_t len, const float *src, 
 
 static void fill(int threads, float *x, int64_t n, float v) {
   int nt = ar__nn_team(threads, n);
-#pragma omp parallel for simd schedule(static) num_threads(nt) if (nt > 1)
+#pragma omp parallel for simd schedule(static) num_threads(nt) if (parallel: nt > 1)
   for (int64_t i = 0; i < n; i++)
     x[i] = v;
 }

@@ -86,7 +86,7 @@ static void sdense_backward(void *state, ar_nn_args *a) {
     AR_ASSERT(a->work && a->work_bytes >= (size_t)n * sizeof(float));
     float *gz = a->work;
     const float *src = g;
-#pragma omp parallel for simd schedule(static) num_threads(ar__nn_team(a, n)) if (n > AR__NN_PAR_MIN)
+#pragma omp parallel for simd schedule(static) num_threads(ar__nn_team(a, n)) if (parallel: n > AR__NN_PAR_MIN)
     for (int64_t i = 0; i < n; i++)
       gz[i] = src[i];
     ar__host_act_grad(a->dev, n, at->act, a->out[0].p, gz);
