@@ -341,6 +341,7 @@ typedef struct ar__dist {
   /* Seconds this rank slept in polls, waiting for its peers: a shared
    * device's proxy job reports an iteration's part as not device time. */
   double idle_s;
+  double linger_s; /* ACCELRT_DIST_LINGER (tests; dist_run.c) */
   /* distributed.share (share.c): this worker's device is shared with
    * other tenants' jobs through lanes; NULL otherwise. */
   ar__share *share;
