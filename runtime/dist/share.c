@@ -84,8 +84,7 @@ struct ar__share {
    * last iteration it still reads its block (worker 0's running
    * statistics to rank 0, the model's teardown), which the runner frees
    * (and, on the host, hands back to the kernel) once the proxy ends. */
-  bool holding;
-  ar_status last_st; /* the last iteration's status, reported at close */
+  bool holding; /* (only after a last iteration that succeeded) */
   bool runner_done; /* ar_runner_run returned */
   ar_status it_st;
   char why[2 * AR_ERR_MAX + 256]; /* the runner's reason when it ended the proxy */
@@ -514,7 +513,6 @@ void ar__share_end(ar__dist *c, ar_status st, bool last) {
     s->finished = true;
   if (s->state == SH_GO && last && st == AR_OK) {
     s->holding = true; /* ends in ar__share_close */
-    s->last_st = st;
   } else if (s->state == SH_GO) {
     s->it_st = st;
     s->step_idle = c->idle_s - s->idle0;
@@ -543,7 +541,7 @@ void ar__share_close(ar__dist *c, bool failed) {
       ar_runner_stop(s->runner);
     } else {
       if (s->holding && s->state == SH_GO) { /* the last turn ends now */
-        s->it_st = s->last_st;
+        s->it_st = AR_OK;
         s->step_idle = c->idle_s - s->idle0;
         s->state = SH_DONE;
         pthread_cond_broadcast(&s->cv);
