@@ -3,9 +3,10 @@
  * options, byte accounting, out-of-memory paths through the allocation
  * hook, copies, and the `accelrt info` description.
  */
-#define _POSIX_C_SOURCE 200809L /* dup, dup2, lseek, fileno */
+#define _GNU_SOURCE /* dup, dup2, lseek, fileno; sched_getaffinity, CPU_COUNT */
 #include "op_fixtures.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -79,6 +80,46 @@ static void test_open_pinned(void **state) {
   assert_int_equal(ar_device_open("host", &o, &dev, &err), AR_OK);
   assert_true(ar_device_threads(dev) >= 1);
   ar_device_close(dev);
+}
+
+/* CPUs the calling thread may run on. */
+static int thread_cpus(void) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  assert_int_equal(sched_getaffinity(0, sizeof set, &set), 0);
+  return CPU_COUNT(&set);
+}
+
+/* A team with fewer threads than the mask has cores is not pinned: the
+ * opening thread (the team's thread 0) keeps the whole mask.  Pinned, every
+ * one-thread job on a machine sat on its first core (two such jobs side
+ * by side shared core 0 and left the others idle).  A team of one thread
+ * per core is pinned: thread 0 on one core's CPUs, the mask back at close. */
+static void test_small_team_unpinned(void **state) {
+  (void)state;
+  ar_host_cpus cpus;
+  ar_host_cpus_get(&cpus);
+  if (cpus.cores < 2)
+    skip(); /* one core: every team fills it */
+  const int before = thread_cpus();
+  ar_device_opts o = AR_DEVICE_OPTS_INIT;
+  ar_device *dev = NULL;
+  ar_err err = AR_ERR_INIT;
+  o.pin = true;
+  o.threads = 1;
+  assert_int_equal(ar_device_open("host", &o, &dev, &err), AR_OK);
+  assert_int_equal(thread_cpus(), before);
+  ar_device_close(dev);
+  assert_int_equal(thread_cpus(), before);
+  o.threads = cpus.cores;
+  assert_int_equal(ar_device_open("host", &o, &dev, &err), AR_OK);
+  assert_int_equal(ar_device_threads(dev), cpus.cores);
+  const int pinned = thread_cpus();
+  assert_true(pinned >= 1);
+  assert_true(pinned < before); /* one core's CPUs of the mask */
+  assert_true(pinned <= cpus.cpus - (cpus.cores - 1));
+  ar_device_close(dev);
+  assert_int_equal(thread_cpus(), before);
 }
 
 static void test_open_invalid(void **state) {
@@ -306,6 +347,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_open_host),
       cmocka_unit_test(test_open_pinned),
+      cmocka_unit_test(test_small_team_unpinned),
       cmocka_unit_test(test_open_invalid),
       cmocka_unit_test(test_open_cuda_absent),
       cmocka_unit_test(test_open_auto),

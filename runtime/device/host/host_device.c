@@ -10,9 +10,11 @@
  * (the num_threads clause): by default ar_host_cpus' count, which follows
  * OMP_NUM_THREADS, SLURM_CPUS_PER_TASK and the affinity mask, and never
  * more than the mask's CPUs.  OpenBLAS itself is set to one thread and
- * called once per team thread.  With opts->pin, thread i of the team is
- * bound with hwloc once at open to the i-th core that has CPUs in the
- * inherited mask (to those CPUs only).  libgomp keeps the team's threads for
+ * called once per team thread.  With opts->pin and a team of one thread
+ * per core of the inherited mask, thread i of the team is bound with hwloc
+ * once at open to the i-th core that has CPUs in the mask (to those CPUs
+ * only); a smaller team stays unpinned, as one of several processes
+ * sharing the mask would otherwise stack on its first cores.  libgomp keeps the team's threads for
  * later parallel regions of the opening thread, so the binding holds for
  * every op issued from that thread; ops issued from another thread run on
  * that thread's own (unpinned) team.  At close the threads get their
@@ -66,8 +68,9 @@ static ar_status host_copy(ar_device *dev, void *dst, const void *src,
 /* Binds thread i of the calling thread's OpenMP team to the i-th core
  * that has a CPU in the inherited affinity mask (taskset, a Slurm
  * allotment), on that core's CPUs of the mask only: the team never leaves
- * the CPUs this process was given.  Falls back to unpinned threads (inside
- * the mask, as inherited) with a notice when that is not possible. */
+ * the CPUs this process was given.  Only a team of one thread per core of
+ * the mask is bound; a smaller or larger one, or one the topology cannot
+ * place, runs unpinned inside the mask (as inherited) with a notice. */
 static void pin_team(ar__host_device *h) {
   const int threads = h->base.threads;
   if (!h->topo) {
@@ -99,6 +102,24 @@ static void pin_team(ar__host_device *h) {
            "a core; threads run unpinned inside them (set train.threads <= %d to pin)",
            threads, usable, usable);
     ar_free(cores);
+    hwloc_bitmap_free(h->unpinned);
+    h->unpinned = NULL;
+    return;
+  }
+  /* A team smaller than its cores stays unpinned: it uses part of the
+   * CPUs it was given and cannot know what else runs there, and pinning
+   * thread i to the i-th core put every such process's team on the same
+   * first cores (two one-thread jobs side by side shared core 0 and left
+   * core 1 idle).  The OS places it inside the mask; `taskset` a job to
+   * its own cores to pin it. */
+  if (threads < usable) {
+    ar_log(AR_LOG_INFO,
+           "host device: %d threads on %d cores of this process's CPUs run unpinned "
+           "inside them (pinned when train.threads is %d, or under taskset)",
+           threads, usable, usable);
+    ar_free(cores);
+    hwloc_bitmap_free(h->unpinned);
+    h->unpinned = NULL;
     return;
   }
   int bound = 0, team = 0;
