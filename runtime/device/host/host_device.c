@@ -96,27 +96,23 @@ static void pin_team(ar__host_device *h) {
     if (core && hwloc_bitmap_intersects(core->cpuset, h->unpinned))
       cores[usable++] = core;
   }
-  if (!cores || threads > usable) {
-    ar_log(AR_LOG_INFO,
-           "host device: %d threads on %d cores of this process's CPUs cannot each have "
-           "a core; threads run unpinned inside them (set train.threads <= %d to pin)",
-           threads, usable, usable);
-    ar_free(cores);
-    hwloc_bitmap_free(h->unpinned);
-    h->unpinned = NULL;
-    return;
-  }
-  /* A team smaller than its cores stays unpinned: it uses part of the
+  /* A team smaller than its cores stays unpinned too: it uses part of the
    * CPUs it was given and cannot know what else runs there, and pinning
    * thread i to the i-th core put every such process's team on the same
    * first cores (two one-thread jobs side by side shared core 0 and left
    * core 1 idle).  The OS places it inside the mask; `taskset` a job to
    * its own cores to pin it. */
-  if (threads < usable) {
-    ar_log(AR_LOG_INFO,
-           "host device: %d threads on %d cores of this process's CPUs run unpinned "
-           "inside them (pinned when train.threads is %d, or under taskset)",
-           threads, usable, usable);
+  if (!cores || threads != usable) {
+    if (!cores || threads > usable)
+      ar_log(AR_LOG_INFO,
+             "host device: %d threads on %d cores of this process's CPUs cannot each "
+             "have a core; threads run unpinned inside them (set train.threads to %d "
+             "to pin)", threads, usable, usable);
+    else
+      ar_log(AR_LOG_INFO,
+             "host device: %d threads on %d cores of this process's CPUs run unpinned "
+             "inside them (pinned when train.threads is %d, or under taskset)",
+             threads, usable, usable);
     ar_free(cores);
     hwloc_bitmap_free(h->unpinned);
     h->unpinned = NULL;
