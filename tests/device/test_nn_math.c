@@ -424,6 +424,61 @@ static void test_xent_stable(void **state) {
   nn_case_fini(&c);
 }
 
+/* Rows far wider than the 7-class cases above, of a length that is no
+ * multiple of the vector lanes or the summing chunks: softmax, log_softmax
+ * and xent (its loss with and without the softmax kept, and the softmax it
+ * keeps) against double sums by hand.  The kernels take the exponentials
+ * vectorised and sum them in chunks; a lost remainder or chunk, or a
+ * wrong max, is far outside these bounds. */
+static void test_softmax_wide_rows(void **state) {
+  (void)state;
+  enum { R = 3, C = 5003 };
+  const ar_nn_op ops[] = {AR_NN_SOFTMAX, AR_NN_LOG_SOFTMAX, AR_NN_XENT};
+  for (int k = 0; k < 3; k++) {
+    spec s = ops[k] == AR_NN_XENT ? spec2(AR_NN_XENT, NN_SHAPE(R, C), NN_SHAPE(R))
+                                  : spec1(ops[k], NN_SHAPE(R, C));
+    if (ops[k] == AR_NN_XENT) {
+      s.dt[1] = AR_DT_I64;
+      s.int_hi = C;
+    }
+    nn_case c;
+    setup(&c, &s, NULL);
+    float *x = c.a.in[0].p;
+    for (int64_t i = 0; i < (int64_t)R * C; i++) /* spread over [-8, 8] */
+      x[i] = (float)((i * 7919 % 16001) - 8000) / 1000.0f;
+    x[C + 4321] = 30.0f; /* a row with one dominant class */
+    for (int tr = 0; tr < (ops[k] == AR_NN_XENT ? 2 : 1); tr++) {
+      c.a.training = tr == 0;
+      nn_case_forward(&c);
+      for (int r = 0; r < R; r++) {
+        const float *xr = x + (int64_t)r * C;
+        double m = -INFINITY, z = 0.0;
+        for (int j = 0; j < C; j++)
+          m = xr[j] > m ? xr[j] : m;
+        for (int j = 0; j < C; j++)
+          z += exp((double)xr[j] - m);
+        if (ops[k] == AR_NN_XENT) {
+          const int64_t lab = ((const int64_t *)c.a.in[1].p)[r];
+          const double want = log(z) + m - xr[lab];
+          assert_float_equal(((const float *)c.a.out[0].p)[r], want, 1e-5 * (1.0 + want));
+          if (!c.a.training)
+            continue;
+        }
+        const float *y = ops[k] == AR_NN_XENT ? c.a.aux[0].p : c.a.out[0].p;
+        for (int j = 0; j < C; j++) {
+          const double lp = (double)xr[j] - m - log(z), p = exp(lp);
+          const double got = y[(int64_t)r * C + j];
+          if (ops[k] == AR_NN_LOG_SOFTMAX)
+            assert_float_equal(got, lp, 2e-6 * (1.0 + fabs(lp)));
+          else
+            assert_float_equal(got, p, 1e-6 * p + 1e-12);
+        }
+      }
+    }
+    nn_case_fini(&c);
+  }
+}
+
 /* ---- binary, broadcasting ------------------------------------------------------- */
 
 static void test_binary_same(void **state) {
@@ -747,7 +802,7 @@ int main(void) {
       cmocka_unit_test(test_softmax),         cmocka_unit_test(test_softmax_stable),
       cmocka_unit_test(test_layernorm),       cmocka_unit_test(test_layernorm_aux),
       cmocka_unit_test(test_xent),            cmocka_unit_test(test_xent_stable),
-      cmocka_unit_test(test_bce),
+      cmocka_unit_test(test_bce),             cmocka_unit_test(test_softmax_wide_rows),
       cmocka_unit_test(test_binary_same),     cmocka_unit_test(test_binary_broadcast),
       cmocka_unit_test(test_binary_scalar),   cmocka_unit_test(test_reduce),
       cmocka_unit_test(test_errors),          cmocka_unit_test(test_needed),

@@ -474,6 +474,11 @@ static double block_sum_exp(const float *x, int64_t n, float mx, float *e,
   return total;
 }
 
+double ar__host_row_sum_exp(const float *x, int64_t n, float m, float *e) {
+  float unused;
+  return block_sum_exp(x, n, m, e, x, 0, &unused);
+}
+
 /* Blocks of the one-pass softmax: a block (8 KiB at the minimum size) is
  * loaded into L1 while its max is taken (during the previous block's
  * exponentials) and still there for its own; a row has at most

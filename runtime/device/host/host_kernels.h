@@ -59,6 +59,12 @@ void ar__host_bn_fold(ar_device *dev, int64_t out, int64_t per, const float *w,
                       const float *mean, const float *var, float eps, float *wf,
                       float *bf);
 
+/* sum_j exp(x[j] - m) over one row of n values, m >= every x[j] (the row's
+ * max), each term also stored in e[j] unless e is NULL (e may alias x):
+ * the losses' vectorised exponential (relative error below 1e-7) and
+ * chunked sum (a few 1e-7 relative over any n), for the nn ops' rows. */
+double ar__host_row_sum_exp(const float *x, int64_t n, float m, float *e);
+
 void ar__host_softmax_xent(ar_device *dev, int64_t rows, int64_t cols,
                            const float *logits, const int64_t *lab_ptr,
                            const int32_t *lab, float scale, float *grad,

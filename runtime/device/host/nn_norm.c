@@ -1,10 +1,13 @@
 /*
  * Host kernels of the row-wise nn ops over the last axis
  * (include/accelrt/nn.h): SOFTMAX, LOG_SOFTMAX, LAYERNORM, XENT and BCE.  Each
- * row is one thread's; sums over a row are taken in double, so rows of
- * thousands of classes keep float accuracy, and exponentials always see
- * x - max(x) <= 0 (no overflow for any finite input).
+ * row is one thread's; sums over a row are taken in double (softmax and
+ * xent: float lanes over short chunks, the chunks in double, as the
+ * chain's losses), so rows of thousands of classes keep float accuracy,
+ * and exponentials always see x - max(x) <= 0 (no overflow for any finite
+ * input); softmax and xent take them vectorised (ar__host_row_sum_exp).
  */
+#include "host/host_kernels.h"
 #include "host/nn_math_impl.h"
 
 #include <math.h>
@@ -60,12 +63,7 @@ static void softmax_forward(void *state, ar_nn_args *a) {
     const float *restrict xr = x + r * n;
     float *restrict yr = y + r * n;
     const float m = row_max(xr, n);
-    double sum = 0.0;
-    for (int64_t j = 0; j < n; j++) {
-      const float e = expf(xr[j] - m);
-      yr[j] = e;
-      sum += e;
-    }
+    const double sum = ar__host_row_sum_exp(xr, n, m, yr);
     if (lg) {
       /* (x - m) - log(sum), not x - (m + log(sum)): the latter rounds the
        * log-sum-exp at the magnitude of m (an ulp of 1000 is 6e-5). */
@@ -291,21 +289,13 @@ static void xent_forward(void *state, ar_nn_args *a) {
     AR_ASSERT(lab >= 0 && lab < n);
     const float *restrict xr = x + r * n;
     const float m = row_max(xr, n);
-    double sum = 0.0;
-    if (p) {
-      float *restrict pr = p + r * n;
-      for (int64_t j = 0; j < n; j++) {
-        const float e = expf(xr[j] - m);
-        pr[j] = e;
-        sum += e;
-      }
+    float *restrict pr = p ? p + r * n : NULL;
+    const double sum = ar__host_row_sum_exp(xr, n, m, pr);
+    if (pr) {
       const float inv = (float)(1.0 / sum);
 #pragma omp simd
       for (int64_t j = 0; j < n; j++)
         pr[j] *= inv;
-    } else {
-      for (int64_t j = 0; j < n; j++)
-        sum += expf(xr[j] - m);
     }
     loss[r] = (float)(log(sum) + (double)(m - xr[lab]));
   }
