@@ -472,6 +472,11 @@ void ar_lsh_adam_state(const ar_lsh_adam *a, const float **m, const float **v,
     *last = a->last;
 }
 
+/* Rows ahead of the one being updated whose lines the sparse Adam step
+ * prefetches: about the rows a core updates in the time a miss to DRAM
+ * takes (a 64-float row is 16 lines over its four arrays). */
+#define ADAM_PREFETCH 4
+
 /* beta^k for the k skipped steps, in double so long gaps lose nothing. */
 static inline float decay(float beta, uint64_t k) {
   return k ? (float)pow((double)beta, (double)k) : 1.0f;
@@ -502,13 +507,41 @@ ar_status ar_lsh_adam_step(ar_lsh_adam *a, const ar_lsh_rows *layer,
   const float isq2 = (float)(1.0 / sqrt(c2));
   const int bias = layer->b && grad->b && a->mb;
   const uint32_t in = a->in;
-  const uint32_t *ids = touched->ids;
   const long count = (long)touched->count;
+  /* Rows in ascending order, read off the bitmap (the list holds them in
+   * the order they were first marked): a batch touches thousands of rows
+   * scattered over arrays far larger than the caches, and in address
+   * order each thread's rows stream forward, which the prefetch below and
+   * the hardware's own can follow.  Every row's update is independent, so
+   * the order changes no bit. */
+  uint32_t *ids = touched->ids;
+  if (count > 1) {
+    size_t n = 0;
+    const size_t words = ((size_t)touched->neurons + 63) / 64;
+    for (size_t wi = 0; wi < words; wi++)
+      for (uint64_t b = touched->bits[wi]; b; b &= b - 1)
+        ids[n++] = (uint32_t)(wi * 64 + (size_t)__builtin_ctzll(b));
+    AR_ASSERT(n == touched->count);
+  }
   const int nt = a->o.threads > 0 ? a->o.threads : omp_get_max_threads();
   const ar__lsh_isa *isa_k = isa();
+  const size_t row_bytes = (size_t)in * sizeof(float);
 #pragma omp parallel for num_threads(nt) schedule(static) if (count > 256)
   for (long k = 0; k < count; k++) {
     const uint32_t r = ids[k];
+    if (k + ADAM_PREFETCH < count) { /* the rows a few steps ahead */
+      const size_t q = ids[k + ADAM_PREFETCH];
+      const char *pw = (const char *)(layer->w + q * layer->ld),
+                 *pg = (const char *)(grad->w + q * grad->ld),
+                 *pm = (const char *)(a->m + q * in), *pv = (const char *)(a->v + q * in);
+      for (size_t o = 0; o < row_bytes; o += 64) {
+        __builtin_prefetch(pw + o, 1);
+        __builtin_prefetch(pg + o, 1);
+        __builtin_prefetch(pm + o, 1);
+        __builtin_prefetch(pv + o, 1);
+      }
+      __builtin_prefetch(a->last + q, 1);
+    }
     const uint64_t skip = t - a->last[r] - 1;
     /* m = b1 * (b1^skip * m) + (1 - b1) g: the skipped steps' decay and
      * this step's in one factor. */

@@ -506,6 +506,87 @@ static void test_adam_reference(void **st) {
   freelayer(&L);
 }
 
+/* The step updates its rows in ascending order off the touched bitmap,
+ * with two threads once it has more than 256: rows marked in a shuffled
+ * order (as the backward marks them, by example) and the same rows marked
+ * in ascending order give the same bits in weights and moments, every
+ * marked row and no other is stepped, and rows at the ends of the bitmap
+ * (0, 63, 64, the last) are not lost. */
+static void test_adam_order(void **st) {
+  (void)st;
+  ar_rng g;
+  ar_rng_seed3(&g, 21, 0, 0);
+  enum { N = 3001, D = 19, T = 5 };
+  layer L[2], G[2];
+  ar_lsh_adam *a[2] = {NULL, NULL};
+  ar_lsh_touched *tch[2] = {NULL, NULL};
+  ar_lsh_adam_opts o = AR_LSH_ADAM_OPTS_INIT;
+  o.lr = 1e-2f;
+  o.threads = 2;
+  ar_err err = AR_ERR_INIT;
+  L[0] = mklayer(&g, N, D, 3, 1, 0.5);
+  for (int k = 0; k < 2; k++) {
+    if (k) {
+      L[1] = mklayer(&g, N, D, 3, 1, 0.5);
+      memcpy(L[1].store_w, L[0].store_w, (size_t)N * L[0].r.ld * sizeof(float));
+      memcpy(L[1].store_b, L[0].store_b, (size_t)N * sizeof(float));
+    }
+    G[k] = mkgrad(&L[k], 1);
+    assert_int_equal(ar_lsh_adam_create(N, D, 1, &o, &a[k], &err), AR_OK);
+    assert_int_equal(ar_lsh_touched_create(N, &tch[k], &err), AR_OK);
+  }
+  uint32_t ids[N];
+  for (int t = 1; t <= T; t++) {
+    size_t n = 0;
+    for (uint32_t r = 0; r < N; r++)
+      if (r == 0 || r == 63 || r == 64 || r == N - 1 || ar_rng_uniform(&g) < 0.3)
+        ids[n++] = r;
+    assert_true(n > 256);
+    for (size_t k = 0; k < n; k++) { /* the same gradient in both */
+      const uint32_t r = ids[k];
+      for (int j = 0; j < D; j++)
+        wrow(&G[0].r, r)[j] = wrow(&G[1].r, r)[j] = (float)ar_rng_normal(&g);
+      G[0].r.b[r] = G[1].r.b[r] = (float)ar_rng_normal(&g);
+      ar_lsh_touched_mark(tch[1], r); /* ascending */
+    }
+    for (size_t k = n - 1; k > 0; k--) { /* shuffled */
+      const size_t j = (size_t)(ar_rng_uniform(&g) * (double)(k + 1)) % (k + 1);
+      const uint32_t x = ids[k];
+      ids[k] = ids[j];
+      ids[j] = x;
+    }
+    for (size_t k = 0; k < n; k++)
+      ar_lsh_touched_mark(tch[0], ids[k]);
+    for (int k = 0; k < 2; k++)
+      assert_int_equal(ar_lsh_adam_step(a[k], &L[k].r, &G[k].r, tch[k], &err), AR_OK);
+    assert_memory_equal(L[0].store_w, L[1].store_w, (size_t)N * L[0].r.ld * sizeof(float));
+    assert_memory_equal(L[0].store_b, L[1].store_b, (size_t)N * sizeof(float));
+    const float *m[2], *v[2], *mb[2], *vb[2];
+    const uint64_t *last[2];
+    for (int k = 0; k < 2; k++)
+      ar_lsh_adam_state(a[k], &m[k], &v[k], &mb[k], &vb[k], &last[k]);
+    assert_memory_equal(m[0], m[1], (size_t)N * D * sizeof(float));
+    assert_memory_equal(v[0], v[1], (size_t)N * D * sizeof(float));
+    assert_memory_equal(vb[0], vb[1], (size_t)N * sizeof(float));
+    size_t stepped = 0;
+    for (uint32_t r = 0; r < N; r++) {
+      stepped += last[0][r] == (uint64_t)t;
+      assert_int_equal(last[0][r], last[1][r]);
+    }
+    assert_int_equal(stepped, n);
+    assert_int_equal(last[0][0], t);
+    assert_int_equal(last[0][63], t);
+    assert_int_equal(last[0][64], t);
+    assert_int_equal(last[0][N - 1], t);
+  }
+  for (int k = 0; k < 2; k++) {
+    ar_lsh_touched_destroy(tch[k]);
+    ar_lsh_adam_destroy(a[k]);
+    freelayer(&G[k]);
+    freelayer(&L[k]);
+  }
+}
+
 /* ---- touched set
  * --------------------------------------------------------------- */
 
@@ -601,6 +682,7 @@ int main(void) {
       cmocka_unit_test(test_all_active_is_dense),
       cmocka_unit_test(test_softmax_fd),
       cmocka_unit_test(test_adam_reference),
+      cmocka_unit_test(test_adam_order),
       cmocka_unit_test(test_touched),
       cmocka_unit_test(test_errors),
   };
