@@ -337,6 +337,7 @@ typedef struct ar_sampled_stats {
   int64_t active_sum;  /* active neurons summed over samples */
   int64_t samples;
   int64_t touched_sum; /* rows updated, summed over steps */
+  int64_t steps;       /* sparse Adam steps those rows were summed over */
   size_t tables_bytes; /* hash tables now (not reset) */
 } ar_sampled_stats;
 void ar_model_sampled_stats(const ar_model *m, int l, ar_sampled_stats *out);

@@ -1022,6 +1022,7 @@ ar_status ar__sampled_step(ar_sampled *s, int64_t step, ar_err *err) {
   size_t touched = 0;
   const uint32_t *tids = ar_lsh_touched_ids(s->touched, &touched);
   s->st.touched_sum += (int64_t)touched;
+  s->st.steps++;
   for (size_t k = 0; k < touched; k++)
     ar_lsh_touched_mark(s->changed, tids[k]);
   ar_lsh_adam_set_t(s->adam, (uint64_t)step - 1);

@@ -22,13 +22,15 @@
 /* The sampled layers' statistics since the start (or resume) of the run:
  * "LAYER.lsh_active_mean", the time split of the sampled work, rebuilds,
  * and the tables' memory. */
-static void json_sampled_one(ar_json *j, const char *n, const ar_sampled_stats *s, int64_t step) {
+static void json_sampled_one(ar_json *j, const char *n, const ar_sampled_stats *s) {
   const ar_sampled_stats st = *s;
   char key[96];
 #define KEY(what) (snprintf(key, sizeof key, "%s.lsh_%s", n, what), key)
   {
     ar_json_num(j, KEY("active_mean"), st.samples ? (double)st.active_sum / (double)st.samples : 0);
-    ar_json_num(j, KEY("touched_mean"), step ? (double)st.touched_sum / (double)step : 0);
+    /* Per step of this process: the run's step count would spread a
+     * resumed run's sum over the steps before its resume too. */
+    ar_json_num(j, KEY("touched_mean"), st.steps ? (double)st.touched_sum / (double)st.steps : 0);
     /* query and compute are summed over the threads that ran them (CPU
      * seconds); update and rehash are wall seconds of the step. */
     ar_json_num(j, KEY("query_cpu_s"), st.query_s);
@@ -52,15 +54,15 @@ static void json_sampled(ar_json *j, const run_ctx *c) {
       continue;
     ar_sampled_stats st;
     ar_model_sampled_stats(m, l, &st);
-    json_sampled_one(j, m->layers[l].name, &st, m->step);
+    json_sampled_one(j, m->layers[l].name, &st);
   }
   ar_sampled_stats st;
   const char *name;
   for (int i = 0; c->net && (name = ar__net_hid_stats(c->net, i, &st)) != NULL; i++)
-    json_sampled_one(j, name, &st, ar_net_step(c->net));
+    json_sampled_one(j, name, &st);
   name = c->net ? ar__net_head_stats(c->net, &st) : NULL;
   if (name)
-    json_sampled_one(j, name, &st, ar_net_step(c->net));
+    json_sampled_one(j, name, &st);
 }
 
 static ar_status append_line(run_ctx *c, ar_json *j) {

@@ -304,10 +304,22 @@ assert s["out.lsh_rehashes"] >= 1 and s["out.lsh_tables_bytes"] > 0, s
 PY
   "$bin" eval s.yaml > eval.txt || fail "accelrt eval of a sampled head"
   [ "$(json out/eval.json top1)" = "$(json out/summary.json top1)" ] || fail "eval top1 differs"
+  cp out/summary.json first.json
   "$bin" run s.yaml --quiet --resume --set train.iterations=240 || fail "resume of a sampled head"
   [ "$(json out/summary.json iterations)" = 240 ] || fail "resumed run did not reach 240"
   python3 -c "import json,sys; t=json.load(open('out/summary.json'))['top1']; sys.exit(0 if t > 20 else 1)" \
     || fail "the resumed run lost what it learned"
+  # The sampled statistics cover the resumed part only: rows updated per
+  # step about as before, not that part's sum over every step of the run
+  # (which read a third of it here).
+  python3 - <<'PY' || fail "the resumed run's lsh_touched_mean is not per step of its own"
+import json
+a = json.load(open("first.json"))
+b = json.load(open("out/summary.json"))
+k = [k for k in a if k.endswith(".lsh_touched_mean")][0]
+print(f"# rows updated per step: {a[k]:.1f} before the resume, {b[k]:.1f} after")
+assert 0 < a[k] <= 50 and 0.6 * a[k] <= b[k] <= 50, (a[k], b[k])
+PY
   # A sparse section on any other item, and a bad value in one, are refused
   # where they are written (exit 2, FILE:LINE:COL and the key).
   refused() { # refused NAME SED-EXPRESSION PATTERN
