@@ -56,28 +56,32 @@ static void test_open_host(void **state) {
   ar_device_close(NULL); /* no-op */
 }
 
-/* Pinning never fails the open: one thread per core pins, more threads
- * than cores run unpinned with a notice. */
-static void test_open_pinned(void **state) {
-  (void)state;
+/* A host device of `threads` threads with pinning asked for; it opens. */
+static ar_device *open_pinned(int threads) {
   ar_device_opts o = AR_DEVICE_OPTS_INIT;
   ar_device *dev = NULL;
   ar_err err = AR_ERR_INIT;
   o.pin = true;
-  o.threads = 1;
+  o.threads = threads;
   assert_int_equal(ar_device_open("host", &o, &dev, &err), AR_OK);
+  return dev;
+}
+
+/* Pinning never fails the open: one thread per core pins, more threads
+ * than cores run unpinned with a notice. */
+static void test_open_pinned(void **state) {
+  (void)state;
+  ar_device *dev = open_pinned(1);
   float x[3] = {1, 2, 3};
   ar_device_fill(dev, x, 3, 0.5f);
   assert_true(x[2] == 0.5f);
   ar_device_close(dev);
-  o.threads = 64; /* more than the CPUs of any test machine here: capped */
-  assert_int_equal(ar_device_open("host", &o, &dev, &err), AR_OK);
+  dev = open_pinned(64); /* more than the CPUs of any test machine here: capped */
   ar_host_cpus cpus;
   ar_host_cpus_get(&cpus);
   assert_int_equal(ar_device_threads(dev), cpus.cpus < 64 ? cpus.cpus : 64);
   ar_device_close(dev);
-  o.threads = 0; /* one per core, pinned */
-  assert_int_equal(ar_device_open("host", &o, &dev, &err), AR_OK);
+  dev = open_pinned(0); /* one per core, pinned */
   assert_true(ar_device_threads(dev) >= 1);
   ar_device_close(dev);
 }
@@ -102,17 +106,11 @@ static void test_small_team_unpinned(void **state) {
   if (cpus.cores < 2)
     skip(); /* one core: every team fills it */
   const int before = thread_cpus();
-  ar_device_opts o = AR_DEVICE_OPTS_INIT;
-  ar_device *dev = NULL;
-  ar_err err = AR_ERR_INIT;
-  o.pin = true;
-  o.threads = 1;
-  assert_int_equal(ar_device_open("host", &o, &dev, &err), AR_OK);
+  ar_device *dev = open_pinned(1);
   assert_int_equal(thread_cpus(), before);
   ar_device_close(dev);
   assert_int_equal(thread_cpus(), before);
-  o.threads = cpus.cores;
-  assert_int_equal(ar_device_open("host", &o, &dev, &err), AR_OK);
+  dev = open_pinned(cpus.cores);
   assert_int_equal(ar_device_threads(dev), cpus.cores);
   const int pinned = thread_cpus();
   assert_true(pinned >= 1);
