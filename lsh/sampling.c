@@ -9,6 +9,7 @@
  * Departures from SLIDE: it padded every active set with random neurons to
  * 1,000, so a layer below ~1,000 neurons was never sparse; here the floor is
  * min_active (0 by default), and random fill never repeats an id. */
+#include <math.h>
 #include <string.h>
 
 #include "lsh_impl.h"
@@ -159,4 +160,52 @@ ar_status ar_lsh_sample(const ar_lsh_tables *t, const uint32_t *buckets,
     s->cnt[s->seen[i]] = 0;
   *out_count = k;
   return AR_OK;
+}
+
+/* ---- keeping the highest outputs (sparse.rescore) ------------------------ */
+
+/* A NaN ranks below every number, so every comparison below is total. */
+static float rank_of(float v) { return v != v ? -INFINITY : v; }
+
+static void swap_pair(uint32_t *ids, float *vals, size_t a, size_t b) {
+  uint32_t t = ids[a];
+  ids[a] = ids[b];
+  ids[b] = t;
+  float v = vals[a];
+  vals[a] = vals[b];
+  vals[b] = v;
+}
+
+size_t ar_lsh_keep_top(uint32_t *ids, float *vals, size_t from, size_t n, size_t k) {
+  if (from >= n)
+    return n;
+  if (k >= n - from)
+    return n;
+  /* Quickselect with a three-way partition (many equal values, e.g. relu's
+   * zeros, cost one pass) and the median of three as pivot: afterwards the
+   * first k of [lo, hi) are the highest. */
+  size_t lo = from, hi = n, want = from + k;
+  while (hi - lo > 1) {
+    size_t mid = lo + (hi - lo) / 2;
+    float a = rank_of(vals[lo]), b = rank_of(vals[mid]), c = rank_of(vals[hi - 1]);
+    float p = a < b ? (b < c ? b : a < c ? c : a) : (a < c ? a : b < c ? c : b);
+    /* [lo, gt): > p, [gt, i): == p, [lt, hi): < p */
+    size_t gt = lo, i = lo, lt = hi;
+    while (i < lt) {
+      const float v = rank_of(vals[i]);
+      if (v > p)
+        swap_pair(ids, vals, i++, gt++);
+      else if (v < p)
+        swap_pair(ids, vals, i, --lt);
+      else
+        i++;
+    }
+    if (want <= gt)
+      hi = gt;
+    else if (want <= lt)
+      break; /* the cut falls among the values equal to p */
+    else
+      lo = lt;
+  }
+  return want;
 }

@@ -304,6 +304,14 @@ ar_status ar_lsh_sample(const ar_lsh_tables *t, const uint32_t *buckets,
                         size_t n_always, ar_lsh_scratch *s, ar_rng *rng,
                         uint32_t *out, size_t out_cap, size_t *out_count);
 
+/* Keeps the k ids with the highest values among ids[from..n) (vals[i]
+ * belongs to ids[i]): they are moved, with their values, to positions
+ * from..from+k-1 in no particular order; ids[0..from) stay where they are.
+ * Returns the count kept, min(n, from + k).  A NaN value ranks below every
+ * number.  Deterministic: the same input gives the same output.  For
+ * re-scoring a wide candidate set by its exact outputs (sparse.rescore). */
+size_t ar_lsh_keep_top(uint32_t *ids, float *vals, size_t from, size_t n, size_t k);
+
 /* ---- rehash schedule ---------------------------------------------------- */
 
 typedef struct ar_lsh_rehash_opts {

@@ -191,8 +191,72 @@ static void test_no_allocation_and_errors(void **st) {
   ar_lsh_scratch_destroy(small);
 }
 
+/* ar_lsh_keep_top against a sort: the k highest of [from, n) end up at
+ * from..from+k-1 with their own ids, the head untouched, for inputs with
+ * many ties (relu's zeros), NaNs, k at the edges and sizes that exercise
+ * the partition's recursion. */
+static int cmp_desc(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  x = x != x ? -INFINITY : x;
+  y = y != y ? -INFINITY : y;
+  return (x < y) - (x > y);
+}
+
+static void test_keep_top(void **st) {
+  (void)st;
+  enum { N = 3001 };
+  static uint32_t ids[N];
+  static float vals[N], orig[N], sorted[N];
+  ar_rng g;
+  ar_rng_seed(&g, 7, 11);
+  const size_t sizes[] = {0, 1, 2, 5, 64, 257, N};
+  for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++)
+    for (int kind = 0; kind < 3; kind++) {
+      const size_t n = sizes[si], from = n > 3 ? 3 : 0;
+      const size_t ks[] = {0, 1, n / 3, n > from ? n - from - 1 : 0, n};
+      for (size_t ki = 0; ki < 5; ki++) {
+        for (size_t i = 0; i < n; i++) {
+          const uint32_t u = (uint32_t)ar_rng_below(&g, 1000);
+          /* kind 0: distinct-ish; 1: mostly zeros (ties); 2: some NaNs */
+          vals[i] = kind == 1 && u < 700 ? 0.0f : (float)u - 500.0f;
+          if (kind == 2 && u % 17 == 0)
+            vals[i] = NAN;
+          ids[i] = (uint32_t)i; /* id = original position */
+          orig[i] = vals[i];
+        }
+        const size_t k = ks[ki];
+        const size_t got = ar_lsh_keep_top(ids, vals, from, n, k);
+        const size_t want = n < from + k ? n : from + k;
+        assert_int_equal(got, want);
+        for (size_t i = 0; i < from && i < n; i++)
+          assert_int_equal(ids[i], i);
+        /* every position holds an id with its own value, each id once */
+        static unsigned char seen[N];
+        memset(seen, 0, sizeof seen);
+        for (size_t i = 0; i < n; i++) {
+          assert_false(seen[ids[i]]);
+          seen[ids[i]] = 1;
+          assert_memory_equal(&vals[i], &orig[ids[i]], sizeof(float));
+        }
+        if (n <= from)
+          continue;
+        memcpy(sorted, orig + from, (n - from) * sizeof(float));
+        qsort(sorted, n - from, sizeof(float), cmp_desc);
+        /* the kept values, sorted, are the k highest */
+        memcpy(orig, vals + from, (got - from) * sizeof(float));
+        qsort(orig, got - from, sizeof(float), cmp_desc);
+        for (size_t i = 0; i < got - from; i++) {
+          const float a = orig[i] != orig[i] ? -INFINITY : orig[i];
+          const float b = sorted[i] != sorted[i] ? -INFINITY : sorted[i];
+          assert_true(a == b);
+        }
+      }
+    }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_keep_top),
       cmocka_unit_test_setup_teardown(test_union, setup, teardown),
       cmocka_unit_test_setup_teardown(test_topk, setup, teardown),
       cmocka_unit_test_setup_teardown(test_threshold, setup, teardown),
