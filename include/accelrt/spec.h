@@ -79,6 +79,8 @@ typedef struct ar_sparse_spec {
                            given): ar_layer_negatives' default */
   int8_t correction;    /* 1 logq, 0 none, -1 (not given): logq on a
                            graph model's head, none on a chain */
+  int32_t rescore;      /* > 1: rescore times the budget retrieved, the
+                           budget with the highest outputs kept; 0, 1: off */
   int32_t threshold;    /* sampling: threshold: tables an id must be in */
   int64_t rehash_every; /* first table rebuild after this many iterations */
   double rehash_growth; /* each gap times this */

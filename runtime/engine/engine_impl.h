@@ -130,6 +130,9 @@ ar_status ar__sampled_hidden_backward(ar_sampled *s, const ar__sbatch *b, bool r
 ar_status ar__sampled_hidden_full(ar_sampled *s, const ar__sbatch *b, bool relu, float *Y,
                                   ar_err *err);
 ar_status ar__sampled_step(ar_sampled *s, int64_t step, ar_err *err);
+/* Row r's active ids of the last forward and their outputs (logits for
+ * an output layer); their count.  For tests. */
+size_t ar__sampled_row(const ar_sampled *s, int64_t r, const uint32_t **ids, const float **out);
 /* The rows whose gradients the last batches touched (not yet stepped), a
  * row marked touched, those rows' gradients zeroed and the set cleared (a
  * distributed worker, which does not step), and rows whose parameters

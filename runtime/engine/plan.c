@@ -156,6 +156,9 @@ int64_t ar_layer_budget(const ar_spec *spec, int l) {
 
 int64_t ar_layer_active_cap(const ar_spec *spec, int l, int64_t max_labels) {
   int64_t c = ar_layer_budget(spec, l);
+  const int32_t rescore = spec->layers[l].sparse.rescore;
+  if (rescore > 1)
+    c *= rescore; /* the candidates scored before the budget is kept */
   if (l == spec->n_layers - 1)
     c += max_labels < 1 ? 1 : max_labels; /* the true labels are always active */
   return c > spec->layers[l].width ? spec->layers[l].width : c;

@@ -81,6 +81,8 @@ struct ar_sampled {
   float *sz;                /* (batch, scap) logits, then dL/dlogit */
   int32_t *spos;            /* (neurons) host: position in sids or -1 */
   ar_lsh_sample_opts so_own; /* retrieval only, no random top-up */
+  ar_lsh_sample_opts so_wide; /* so_own's rescore x budget candidates */
+  uint32_t rescore;         /* sparse.rescore > 1, else 0 */
   uint32_t *all;            /* 0..neurons-1 for full scoring of sparse inputs
                                (layer 0 behind the sparse input; else NULL) */
   ar_sampled_stats st;
@@ -312,6 +314,16 @@ ar_status ar__sampled_new(const ar__sampled_cfg *c, ar_sampled **out, ar_err *er
   s->so_own = s->so;
   s->so_own.min_active = 0;
   s->scap = (uint32_t)ar_layer_shared_cap(spec, l, c->max_labels);
+  if (sp->rescore > 1) {
+    if (!s->scap && !c->shared)
+      return ar_errf(err, AR_UNSUPPORTED, "layer %s: sparse.rescore works on an output "
+                     "layer whose input is dense (a graph model's head, a chain's output "
+                     "layer after a dense one); remove it from this layer", c->name);
+    s->rescore = (uint32_t)sp->rescore;
+    s->so_wide = s->so_own;
+    const uint64_t wide = (uint64_t)s->budget * s->rescore;
+    s->so_wide.budget = wide < s->neurons ? (uint32_t)wide : s->neurons;
+  }
   s->negatives = (uint32_t)ar_layer_negatives(spec, l);
   s->logq = sp->correction < 0 ? spec->graph && !spec->lowered : sp->correction == 1;
   if (s->scap || c->shared) {
@@ -737,8 +749,33 @@ static void draw_shared(ar_sampled *s, int64_t step, uint32_t want) {
     s->spos[s->sids[k]] = (int32_t)k;
 }
 
+/* Labels in lab[nlab] that are distinct: the sampler puts each once, first. */
+static size_t distinct_labels(const int32_t *lab, size_t nlab) {
+  size_t d = 0;
+  for (size_t i = 0; i < nlab; i++) {
+    bool again = false;
+    for (size_t q = 0; q < i; q++)
+      again |= lab[q] == lab[i];
+    d += !again;
+  }
+  return d;
+}
+
+/* sparse.rescore: of row r's n candidates (its nlab labels first, then the
+ * rescore x budget the tables ranked highest, their logits computed), the
+ * labels and the budget with the highest logits stay.  The new count. */
+static int64_t rescore_row(ar_sampled *s, int64_t r, int64_t n, const int32_t *lab,
+                           size_t nlab) {
+  const size_t fixed = distinct_labels(lab, nlab);
+  const size_t kept = ar_lsh_keep_top(s->active + (size_t)r * s->cap, s->out + (size_t)r * s->cap,
+                                      fixed, (size_t)n, s->budget);
+  s->n_active[r] = (uint32_t)kept;
+  return (int64_t)kept;
+}
+
 /* Step 1 of shared_forward: each row's own ids -- its labels, then what
- * the tables retrieve -- and their logits.  Query and compute seconds
+ * the tables retrieve (sparse.rescore: the budget with the highest logits
+ * among rescore x budget) -- and their logits.  Query and compute seconds
  * (summed over threads) and the ids' total go to *tq, *tc, *own_sum. */
 static ar_status own_ids(ar_sampled *s, const ar__sbatch *b, double *tq_out, double *tc_out,
                          int64_t *own_out, ar_err *err) {
@@ -751,8 +788,13 @@ static ar_status own_ids(ar_sampled *s, const ar__sbatch *b, double *tq_out, dou
     ar_lsh_input x = {b->X + r * in, NULL, NULL, 0};
     const uint32_t *lab = (const uint32_t *)(b->lab + b->lab_ptr[r]);
     const size_t nlab = (size_t)(b->lab_ptr[r + 1] - b->lab_ptr[r]);
-    const int64_t n = row_forward(s, &x, r, &s->so_own, lab, nlab, NULL, AR_LSH_ACT_NONE, &tq,
-                                  &tc, &fb);
+    int64_t n = row_forward(s, &x, r, s->rescore ? &s->so_wide : &s->so_own, lab, nlab, NULL,
+                            AR_LSH_ACT_NONE, &tq, &tc, &fb);
+    if (n > 0 && s->rescore) {
+      const double t0 = ar_now();
+      n = rescore_row(s, r, n, b->lab + b->lab_ptr[r], nlab);
+      tc += ar_now() - t0;
+    }
     own_sum += n > 0 ? n : 0;
   }
   *tq_out = tq;
@@ -785,15 +827,8 @@ static void shared_softmax(ar_sampled *s, const ar__sbatch *b, double *loss, int
     float *out = s->out + (size_t)r * s->cap, *dout = s->dout + (size_t)r * s->cap;
     float *z = s->sz + (size_t)r * ns;
     /* The sampler put the distinct labels first. */
-    const int32_t *lab = b->lab + b->lab_ptr[r];
-    const size_t nl_all = (size_t)(b->lab_ptr[r + 1] - b->lab_ptr[r]);
-    size_t nlab = 0;
-    for (size_t i = 0; i < nl_all; i++) {
-      bool again = false;
-      for (size_t q = 0; q < i; q++)
-        again |= lab[q] == lab[i];
-      nlab += !again;
-    }
+    const size_t nlab = distinct_labels(b->lab + b->lab_ptr[r],
+                                        (size_t)(b->lab_ptr[r + 1] - b->lab_ptr[r]));
     size_t dup = 0;
     if (corr != 0.0f)
       for (uint32_t j = 0; j < ns; j++)
@@ -965,6 +1000,12 @@ ar_status ar_model_train_backward_layer(ar_model *m, int l) {
     return sampled_backward(m, l);
   ar_model_backward_layer(m, l);
   return AR_OK;
+}
+
+size_t ar__sampled_row(const ar_sampled *s, int64_t r, const uint32_t **ids, const float **out) {
+  *ids = s->active + (size_t)r * s->cap;
+  *out = s->out + (size_t)r * s->cap;
+  return s->n_active[r];
 }
 
 const uint32_t *ar__sampled_grad_rows(const ar_sampled *s, size_t *n) {

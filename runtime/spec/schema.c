@@ -193,6 +193,15 @@ static const ar_schema sparse_keys[] = {
             "rule by default: on configs/quickstart.yaml (10,000 labels, "
             "sampled, 1 epoch) the graph default cost 4.6 points of P@1 "
             "(73.8 against 78.5)."},
+    {.key = "rescore",
+     INT_RANGE(0, 64),
+     .def = "0",
+     .doc = "An output layer on a dense input (a graph model's head): the "
+            "tables' `rescore` x budget best candidates are scored exactly and "
+            "the budget with the highest logits kept (the labels always), so "
+            "each input trains against the strongest wrong classes the tables "
+            "found rather than those found in most tables. Costs the "
+            "candidates' logits (one dot product each) per input. 0 or 1: off."},
     {.key = "threshold",
      INT_RANGE(1, 1024),
      .def = "2",

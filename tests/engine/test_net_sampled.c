@@ -2,13 +2,15 @@
  * chain's sampled output layer in sampled.c): gradients on the active set
  * against finite differences (inactive rows get none and do not move the
  * loss), the head with every neuron active against the dense head, the
- * plan's exactness with its buffers and host entries, training lowering
+ * plan's exactness with its buffers and host entries, sparse.rescore
+ * keeping the highest-scoring candidates, training lowering
  * the loss, a resume rebuilding the tables from the rows, and job-file
  * errors for sparse sections a graph model cannot take. */
 #define _GNU_SOURCE
 #include "accelrt/net.h"
 
 #include "net_fixture.h"
+#include "engine_impl.h"
 #include "net_impl.h"
 #include "net_impl_fixture.h"
 
@@ -129,6 +131,59 @@ static void test_grads_with_negatives(void **state) {
   (void)state;
   check_grads("active: 0.05, negatives: 9");
   check_grads("active: 0.05, negatives: 9, correction: none");
+}
+
+/* sparse.rescore: the gradients are those of the loss over the rows'
+ * kept ids (the kept logits travel with their ids). */
+static void test_grads_with_rescore(void **state) {
+  (void)state;
+  check_grads("active: 0.125, negatives: 9, rescore: 2");
+}
+
+/* sparse.rescore: of the rescore x budget candidates the tables rank
+ * highest, a row keeps its label and the budget with the highest logits.
+ * The twin has that wider budget and no rescore: the same tables give it
+ * the same candidates, all of them scored. */
+static void test_rescore_keeps_highest(void **state) {
+  (void)state;
+  fix w, r;
+  fix_open(&w, "active: 0.25, min_active: 0, negatives: 0");             /* 10 */
+  fix_open(&r, "active: 0.125, min_active: 0, negatives: 0, rescore: 2"); /* 5 of 10 */
+  ar_err err = AR_ERR_INIT;
+  double lw = 0, lr = 0;
+  assert_int_equal(ar__net_grad(w.net, &lw, &err), AR_OK);
+  assert_int_equal(ar__net_grad(r.net, &lr, &err), AR_OK);
+  for (int64_t row = 0; row < 4; row++) {
+    const uint32_t *iw, *ir;
+    const float *ow, *orr;
+    const size_t nw = ar__sampled_row(w.net->smp, row, &iw, &ow);
+    const size_t nr = ar__sampled_row(r.net->smp, row, &ir, &orr);
+    assert_int_equal(iw[0], 7 * row + 3); /* the label first */
+    assert_int_equal(ir[0], 7 * row + 3);
+    assert_true(ow[0] == orr[0]);          /* the same model */
+    assert_true(nw > 6);                   /* more candidates than the budget */
+    assert_int_equal(nr, 6);               /* the label and the budget */
+    bool kept[16] = {false};
+    assert_true(nw <= 16);
+    float low = INFINITY;
+    for (size_t k = 1; k < nr; k++) {
+      size_t j = 1;
+      while (j < nw && iw[j] != ir[k])
+        j++;
+      if (j == nw)
+        fail_msg("row %lld kept %u, not a candidate", (long long)row, ir[k]);
+      assert_false(kept[j]);
+      kept[j] = true;
+      assert_true(orr[k] == ow[j]); /* its own logit */
+      low = orr[k] < low ? orr[k] : low;
+    }
+    for (size_t j = 1; j < nw; j++)
+      if (!kept[j] && ow[j] > low)
+        fail_msg("row %lld dropped %u (logit %g) above a kept one (%g)", (long long)row, iw[j],
+                 ow[j], low);
+  }
+  fix_close(&w);
+  fix_close(&r);
 }
 
 /* The mean over many batches (each draws other negatives) of the sampled
@@ -332,6 +387,9 @@ static void test_errors(void **state) {
   y = edit(HEAD, "SAMPLING", "active: 2");
   expect_spec_error(y, "model.layers[2].sparse.active");
   free(y);
+  y = edit(HEAD, "SAMPLING", "rescore: 65");
+  expect_spec_error(y, "model.layers[2].sparse.rescore");
+  free(y);
   /* A sampled head reads a dense item (a sampled one: the chain reads
    * its active set, not built; test_net_sampled_multi.c). */
   y = edit(HEAD, "{name: hid, dense: 8, activation: none, inputs: [input]}",
@@ -352,6 +410,7 @@ int main(void) {
       cmocka_unit_test(test_logq_estimates_dense_loss), cmocka_unit_test(test_all_active_is_dense),
       cmocka_unit_test(test_plan),                cmocka_unit_test(test_train_and_resume),
       cmocka_unit_test(test_errors),              cmocka_unit_test(test_only_touched_rows_move),
+      cmocka_unit_test(test_grads_with_rescore),  cmocka_unit_test(test_rescore_keeps_highest),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -217,6 +217,27 @@ static void test_rebuilds_reinsert_changed_rows(void **state) {
   ar_spec_destroy(spec);
 }
 
+/* sparse.rescore needs an output layer on a dense input: on a hidden
+ * sampled layer the model is refused with what to change. */
+static void test_rescore_needs_dense_input(void **state) {
+  (void)state;
+  char yaml[2048];
+  snprintf(yaml, sizeof yaml, BASE, ", sparse: {mode: lsh, active: 0.2, rescore: 2}", "", 1);
+  ar_spec *spec = parse(yaml);
+  ar_device_opts o = AR_DEVICE_OPTS_INIT;
+  o.threads = 1;
+  ar_err err = AR_ERR_INIT;
+  ar_device *dev = NULL;
+  assert_int_equal(ar_device_open("host", &o, &dev, &err), AR_OK);
+  ar_model *m = NULL;
+  assert_int_not_equal(ar_model_create(dev, spec, 6, 3, &m, &err), AR_OK);
+  assert_null(m);
+  if (!strstr(err.msg, "layer h2: sparse.rescore works on an output layer"))
+    fail_msg("got: %s", err.msg);
+  ar_device_close(dev);
+  ar_spec_destroy(spec);
+}
+
 static void test_plan_has_sampled_tensors(void **state) {
   (void)state;
   char yaml[2048];
@@ -334,6 +355,7 @@ int main(void) {
       cmocka_unit_test(test_one_thread_repeats),
       cmocka_unit_test(test_rebuilds_reinsert_changed_rows),
       cmocka_unit_test(test_plan_has_sampled_tensors),
+      cmocka_unit_test(test_rescore_needs_dense_input),
       cmocka_unit_test(test_allocated_equals_plan),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
