@@ -15,7 +15,8 @@
  *     read and a copy.  Its rule, the one the docs state: it holds
  *     opts.events spans; "detail" spans (a layer's or op's forward and
  *     backward, a transfer) are kept only in detailed iterations
- *     (1..detail_first and every detail_every-th) and only while the
+ *     (the first detail_first the recorder sees -- 1..detail_first, or a
+ *     resumed run's first ones -- and every detail_every-th) and only while the
  *     buffer is at most three quarters full; the per-iteration spans
  *     (iteration, batch, optimizer, evaluation, checkpoint, table rebuilds)
  *     while there is room.  An iteration gets detail only when as many
@@ -95,7 +96,7 @@ enum {
 
 typedef struct ar_trace_opts {
   size_t events;        /* spans the buffer holds; 0: no recorder */
-  int64_t detail_first; /* detail in iterations 1..detail_first */
+  int64_t detail_first; /* detail in the first detail_first iterations seen */
   int64_t detail_every; /* and in every detail_every-th (0: no others) */
   int tracks;           /* tids 0..tracks-1 can be named */
 } ar_trace_opts;

@@ -35,6 +35,8 @@ struct ar_trace {
   track *tracks;     /* (o.tracks) */
   double start;
   int64_t iteration;
+  int64_t first;     /* the first iteration it saw (0: none yet): a resumed
+                        run's first ones get detail too */
   bool rule;         /* the rule details the current iteration */
   bool detail;       /* and there is room: its detail is kept */
   size_t iter_spans; /* spans of the current iteration */
@@ -134,7 +136,9 @@ void ar_trace_iteration(ar_trace *t, int64_t iteration) {
   t->iter_spans = 0;
   t->iteration = iteration;
   const ar_trace_opts *o = &t->o;
-  t->rule = iteration >= 1 && (iteration <= o->detail_first ||
+  if (t->first == 0 && iteration >= 1)
+    t->first = iteration;
+  t->rule = iteration >= 1 && (iteration - t->first < o->detail_first ||
                                (o->detail_every > 0 && iteration % o->detail_every == 0));
   /* Detail only when all the spans of the largest iteration so far would
    * still fit under the detail bound (per-iteration spans come between

@@ -108,6 +108,21 @@ static void test_detail_rule(void **state) {
   ar_trace_destroy(t);
 }
 
+/* A resumed run's recorder starts at a later iteration: its first
+ * detail_first iterations get detail as a fresh run's would (a resumed
+ * run that ends before the next detail_every-th had no detail at all). */
+static void test_detail_rule_resumed(void **state) {
+  (void)state;
+  ar_trace *t = make(100, 2, 5);
+  iterate(t, 101, 108);
+  int64_t detailed[] = {101, 102, 105};
+  for (size_t i = 0; i < 3; i++)
+    assert_int_equal(count_events(t, "forward l", detailed[i]), 3);
+  assert_int_equal(count_events(t, "forward l", 103), 0);
+  assert_int_equal(count_events(t, "forward l", 0), 9);
+  ar_trace_destroy(t);
+}
+
 static void test_bound(void **state) {
   (void)state;
   /* 20 spans, detail while under 15 and only for an iteration whose 4
@@ -224,6 +239,7 @@ static void test_write(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_writer_text),  cmocka_unit_test(test_detail_rule),
+      cmocka_unit_test(test_detail_rule_resumed),
       cmocka_unit_test(test_bound),        cmocka_unit_test(test_serial_track),
       cmocka_unit_test(test_env),          cmocka_unit_test(test_write),
   };
