@@ -167,45 +167,66 @@ ar_status ar_lsh_sample(const ar_lsh_tables *t, const uint32_t *buckets,
 /* A NaN ranks below every number, so every comparison below is total. */
 static float rank_of(float v) { return v != v ? -INFINITY : v; }
 
-static void swap_pair(uint32_t *ids, float *vals, size_t a, size_t b) {
-  uint32_t t = ids[a];
-  ids[a] = ids[b];
-  ids[b] = t;
-  float v = vals[a];
-  vals[a] = vals[b];
-  vals[b] = v;
+/* Moves the ids of [lo, hi) whose value passes (above p; equal to p when
+ * eq) to the front, with their values; returns where they end.  Branch
+ * free: each id is swapped with the first that did not pass, and the
+ * count advances by the comparison's result. */
+static size_t partition(uint32_t *ids, float *vals, size_t lo, size_t hi, float p, bool eq) {
+  size_t w = lo;
+  for (size_t i = lo; i < hi; i++) {
+    const uint32_t id = ids[i];
+    const float v = vals[i], r = rank_of(v);
+    ids[i] = ids[w];
+    vals[i] = vals[w];
+    ids[w] = id;
+    vals[w] = v;
+    w += eq ? r == p : r > p;
+  }
+  return w;
+}
+
+/* A pivot for keeping want - lo of [lo, hi): in a long range the value at
+ * that rank among 31 evenly spaced samples (the first split then lands
+ * near the cut: on a 100,000-class head's 2,000 candidates this halves
+ * the time of a median of three), else the median of three. */
+static float pivot(const float *vals, size_t lo, size_t hi, size_t want) {
+  const size_t len = hi - lo;
+  if (len <= 64) {
+    const float a = rank_of(vals[lo]), b = rank_of(vals[lo + len / 2]), c = rank_of(vals[hi - 1]);
+    return a < b ? (b < c ? b : a < c ? c : a) : (a < c ? a : b < c ? c : b);
+  }
+  enum { SAMPLES = 31 };
+  float smp[SAMPLES]; /* descending: insertion sort as they are read */
+  for (size_t i = 0; i < SAMPLES; i++) {
+    const float x = rank_of(vals[lo + (2 * i + 1) * len / (2 * SAMPLES)]);
+    size_t j = i;
+    for (; j > 0 && smp[j - 1] < x; j--)
+      smp[j] = smp[j - 1];
+    smp[j] = x;
+  }
+  const size_t r = (want - lo) * SAMPLES / len;
+  return smp[r < SAMPLES ? r : SAMPLES - 1];
 }
 
 size_t ar_lsh_keep_top(uint32_t *ids, float *vals, size_t from, size_t n, size_t k) {
-  if (from >= n)
+  if (from >= n || k >= n - from)
     return n;
-  if (k >= n - from)
-    return n;
-  /* Quickselect with a three-way partition (many equal values, e.g. relu's
-   * zeros, cost one pass) and the median of three as pivot: afterwards the
-   * first k of [lo, hi) are the highest. */
-  size_t lo = from, hi = n, want = from + k;
+  /* Quickselect: [lo, gt) above the pivot, [gt, eq) equal to it (many
+   * equal values, e.g. relu's zeros, cost one pass), the rest below; the
+   * pivot is a value of the range, so each round shrinks it. */
+  size_t lo = from, hi = n;
+  const size_t want = from + k;
   while (hi - lo > 1) {
-    size_t mid = lo + (hi - lo) / 2;
-    float a = rank_of(vals[lo]), b = rank_of(vals[mid]), c = rank_of(vals[hi - 1]);
-    float p = a < b ? (b < c ? b : a < c ? c : a) : (a < c ? a : b < c ? c : b);
-    /* [lo, gt): > p, [gt, i): == p, [lt, hi): < p */
-    size_t gt = lo, i = lo, lt = hi;
-    while (i < lt) {
-      const float v = rank_of(vals[i]);
-      if (v > p)
-        swap_pair(ids, vals, i++, gt++);
-      else if (v < p)
-        swap_pair(ids, vals, i, --lt);
-      else
-        i++;
-    }
-    if (want <= gt)
+    const float p = pivot(vals, lo, hi, want);
+    const size_t gt = partition(ids, vals, lo, hi, p, false);
+    if (want <= gt) {
       hi = gt;
-    else if (want <= lt)
+      continue;
+    }
+    const size_t eq = partition(ids, vals, gt, hi, p, true);
+    if (want <= eq)
       break; /* the cut falls among the values equal to p */
-    else
-      lo = lt;
+    lo = eq;
   }
   return want;
 }
