@@ -243,6 +243,25 @@ slide_bench)
   done
   grep -q "12 iterations (768 samples) a run" "$work/b.txt" || fail "no samples in the table's title"
   grep -q "train wall s  train cpu s" "$work/b.txt" || fail "no training seconds in the table"
+  # --from-dense/--from-lsh: each side resumed from the runs above for 4
+  # more iterations (their checkpoints copied; the sources left as they were).
+  ACCELRT_BIN=$bin "$b" --reps 1 --iters 4 --labels 2000 --threads 1 --eval-points 64 \
+    --set data.generate.train_points=512 --set data.generate.test_points=64 \
+    --from-dense "$work/b/dense" --from-lsh "$work/b/lsh" --out "$work/c" > "$work/c.txt" 2>&1 \
+    || { cat "$work/c.txt" >&2; fail "bench/lsh/graph --from-dense --from-lsh"; }
+  cat "$work/c.txt"
+  grep -q "each run resumed from a trained head: dense $work/b/dense" "$work/c.txt" || fail "no resumed line"
+  grep -q "4 iterations (256 samples) a run" "$work/c.txt" || fail "a resumed run's iterations or samples miscounted"
+  for side in dense lsh; do
+    [ "$(json "$work/c/$side/summary.json" iterations)" = 16 ] || fail "the resumed $side run did not go on from 12 to 16"
+    [ "$(json "$work/b/$side/summary.json" iterations)" = 12 ] || fail "the source $side run was changed"
+  done
+  ACCELRT_BIN=$bin "$b" --from-dense "$work/b/dense" --out "$work/c" > "$work/u.txt" 2>&1
+  [ $? -eq 2 ] || fail "--from-dense alone did not exit 2"
+  grep -q "give both --from-dense and --from-lsh" "$work/u.txt" || fail "--from-dense alone: $(cat "$work/u.txt")"
+  ACCELRT_BIN=$bin "$b" --from-dense "$work" --from-lsh "$work/b/lsh" --out "$work/c" > "$work/u.txt" 2>&1
+  [ $? -eq 2 ] || fail "--from-dense of a folder without a run did not exit 2"
+  grep -q "holds no finished run" "$work/u.txt" || fail "--from-dense without a run: $(cat "$work/u.txt")"
   ACCELRT_BIN=$bin "$b" --eval-every 0 --out "$work/b" > "$work/u.txt" 2>&1
   [ $? -eq 2 ] || fail "--eval-every 0 did not exit 2"
   grep -q "'0' is not a whole number above 0" "$work/u.txt" || fail "--eval-every 0: $(cat "$work/u.txt")"
