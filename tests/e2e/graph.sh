@@ -204,7 +204,8 @@ slide_2k)
   # (issue 17's floor).  Measured (seeds 1-3): dense 9.8, 8.0, 10.9;
   # sampled 10.6, 8.7, 9.6; without min_active (10 classes retrieved per
   # example) 2.9 at seed 1.  With L: 32 (2026-12-02; L: 16 before):
-  # dense 6.6, sampled 6.7 at seed 1 (6.8 with L: 16).
+  # dense 6.6, sampled 6.7 at seed 1 (6.8 with L: 16); with L: 50,
+  # rescore: 4 (the same day) sampled 6.4.
   cd "$work" || exit 1
   for side in dense lsh; do
     cfg=tokens-slide.yaml
