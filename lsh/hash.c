@@ -226,7 +226,7 @@ ar_status ar_lsh_hash_sparse(const ar_lsh_hash *h, const uint32_t *idx,
 size_t ar_lsh_scratch_bytes(uint32_t kl, uint32_t neurons) {
   size_t k = kl ? kl : 1, n = neurons ? neurons : 1;
   return sizeof(ar_lsh_scratch) + k * (sizeof(float) + 1 + sizeof(uint64_t) + sizeof(uint32_t)) +
-         3 * n * sizeof(uint32_t);
+         n * sizeof(uint16_t) + (2 * n + 1) * sizeof(uint32_t); /* seen: one slot past */
 }
 
 ar_status ar_lsh_scratch_create(const ar_lsh_hash *h, const ar_lsh_tables *t,
@@ -244,7 +244,7 @@ ar_status ar_lsh_scratch_create(const ar_lsh_hash *h, const ar_lsh_tables *t,
   s->mask = ar_malloc(kl * sizeof *s->mask);
   s->code = ar_malloc(kl * sizeof *s->code);
   s->cnt = ar_calloc(n, sizeof *s->cnt);
-  s->seen = ar_malloc(n * sizeof *s->seen);
+  s->seen = ar_malloc((n + 1) * sizeof *s->seen); /* the count loop's spare write */
   s->tmp = ar_malloc(n * sizeof *s->tmp);
   if (!s->acc || !s->pos || !s->mask || !s->code || !s->cnt || !s->seen ||
       !s->tmp) {

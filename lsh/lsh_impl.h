@@ -36,8 +36,9 @@ struct ar_lsh_scratch {
   uint64_t *mask;  /* (kl) WTA: positions seen in a sparse row */
   uint32_t *code;  /* (kl) codes before combining, DOPH minima */
   uint32_t n;      /* sampling capacity in neurons */
-  uint32_t *cnt;   /* (n) per neuron: tables found in, high bit = chosen */
-  uint32_t *seen;  /* (n) neurons with cnt != 0, first found first */
+  uint16_t *cnt;   /* (n) per neuron: tables found in (at most 0x7fff), high
+                   * bit = chosen; 16 bits keep a wide layer's in the L2 */
+  uint32_t *seen;  /* (n + 1) neurons with cnt != 0, first found first */
   uint32_t *tmp;   /* (n) ordering work */
 };
 

@@ -1,7 +1,7 @@
 /* Active sets from the L buckets of one input: union, top-k by frequency,
  * threshold; always-include ids; minimum and maximum counts.
  *
- * The scratch holds one word per neuron: the number of tables an id was
+ * The scratch holds a 16-bit word per neuron: the number of tables an id was
  * found in, with the high bit set once the id is chosen.  Every word set by
  * a call is in the call's output or its `seen` list and is reset before
  * returning, so a call costs O(candidates), not O(neurons).
@@ -14,7 +14,8 @@
 
 #include "lsh_impl.h"
 
-#define CHOSEN 0x80000000u
+#define CHOSEN 0x8000u
+#define MOST 0x7fffu /* counts stop here (a hand-filled bucket may repeat an id) */
 
 static void choose(ar_lsh_scratch *s, uint32_t id, uint32_t *out, size_t *k) {
   s->cnt[id] |= CHOSEN;
@@ -51,48 +52,81 @@ static ar_status sample_check(const ar_lsh_tables *t, const ar_lsh_sample_opts *
   return AR_OK;
 }
 
+/* Tables whose buckets are located before any is read: their headers'
+ * misses overlap instead of coming one after another. */
+#define BUCKET_BATCH 64
+
 /* Counting strategies (threshold, top-k): every id of the L buckets is
  * counted (s->cnt, s->seen), then up to `take` chosen by their counts.
  * Returns how many ids were seen (their counters are the caller's to
- * clear). */
+ * clear).
+ *
+ * The count loop has no data-dependent branch (whether an id is new is a
+ * coin toss to the predictor: a mispredict per id cost more than the
+ * counting): seen[nseen] is written for every id and kept when its word
+ * was 0 (seen holds one slot past the neurons for that write); a chosen
+ * id's word, and a count at MOST, keep their value. */
 static size_t count_and_choose(const ar_lsh_tables *t, const uint32_t *buckets,
                                const ar_lsh_sample_opts *o, ar_lsh_scratch *s, size_t take,
                                uint32_t *out, size_t *k) {
-  uint32_t L = ar__lsh_tables_L(t);
+  const uint32_t L = ar__lsh_tables_L(t);
+  uint16_t *cnt = s->cnt;
+  uint32_t *seen = s->seen;
   size_t nseen = 0;
-  for (uint32_t l = 0; l < L; l++) {
-    uint32_t c;
-    const uint32_t *ids = ar_lsh_tables_bucket(t, l, buckets[l], &c);
-    for (uint32_t j = 0; j < c; j++) {
-      uint32_t w = s->cnt[ids[j]];
-      if (w & CHOSEN)
-        continue;
-      if (w == 0)
-        s->seen[nseen++] = ids[j];
-      s->cnt[ids[j]] = w + 1;
-    }
+  for (uint32_t l0 = 0; l0 < L; l0 += BUCKET_BATCH) {
+    const uint32_t nl = L - l0 < BUCKET_BATCH ? L - l0 : BUCKET_BATCH;
+    const uint32_t *ids[BUCKET_BATCH];
+    uint32_t c[BUCKET_BATCH];
+    for (uint32_t l = 0; l < nl; l++)
+      ids[l] = ar_lsh_tables_bucket(t, l0 + l, buckets[l0 + l], &c[l]);
+    for (uint32_t l = 0; l < nl; l++)
+      for (uint32_t j = 0; j < c[l]; j++) {
+        const uint32_t id = ids[l][j], w = cnt[id];
+        seen[nseen] = id;
+        nseen += w == 0;
+        cnt[id] = (uint16_t)(w + (w < MOST)); /* a chosen id's word is above MOST */
+      }
   }
   if (o->strategy == AR_LSH_THRESHOLD) {
     for (size_t i = 0, got = 0; i < nseen && got < take; i++)
-      if (s->cnt[s->seen[i]] >= o->threshold) {
-        choose(s, s->seen[i], out, k);
+      if (cnt[seen[i]] >= o->threshold) {
+        choose(s, seen[i], out, k);
         got++;
       }
   } else if (take > 0 && nseen > 0) {
-    /* Stable counting sort by count, descending (counts clamp at L: a
-     * hand-filled bucket may hold an id twice). */
-    uint32_t hist[1026] = {0};
+    /* The first `room` ids by count descending, in the order they were
+     * seen among equal counts (counts clamp at L: a hand-filled bucket may
+     * hold an id twice).  An id's rank is L - count; slot rank + 1 of
+     * hist counts them, two histograms (even and odd positions) halving
+     * the chain of increments to one slot. */
+    const size_t room = take < nseen ? take : nseen;
+    uint32_t hist[2][1026] = {{0}};
     for (size_t i = 0; i < nseen; i++) {
-      uint32_t c = s->cnt[s->seen[i]];
-      hist[L - (c < L ? c : L) + 1]++;
+      const uint32_t v = cnt[seen[i]];
+      hist[i & 1][L - (v < L ? v : L) + 1]++;
     }
-    for (uint32_t c = 1; c <= L + 1; c++)
-      hist[c] += hist[c - 1];
+    /* hist[0][r + 1] becomes the ids ranked before r; the cut is the rank
+     * at which the ids ranked before it and at it reach room. */
+    uint32_t cut = L - 1;
+    size_t before = 0;
+    for (uint32_t r = 0; r < L; r++) {
+      const size_t at = (size_t)hist[0][r + 1] + hist[1][r + 1];
+      hist[0][r + 1] = (uint32_t)before;
+      if (before < room && before + at >= room)
+        cut = r;
+      before += at;
+    }
+    /* Only ids ranked at or before the cut are placed: those before it at
+     * their place, those at it after them while room is left. */
+    size_t fill = hist[0][cut + 1];
     for (size_t i = 0; i < nseen; i++) {
-      uint32_t c = s->cnt[s->seen[i]];
-      s->tmp[hist[L - (c < L ? c : L)]++] = s->seen[i];
+      const uint32_t v = cnt[seen[i]], r = L - (v < L ? v : L);
+      if (r < cut)
+        s->tmp[hist[0][r + 1]++] = seen[i];
+      else if (r == cut && fill < room)
+        s->tmp[fill++] = seen[i];
     }
-    for (size_t i = 0; i < nseen && i < take; i++)
+    for (size_t i = 0; i < room; i++)
       choose(s, s->tmp[i], out, k);
   }
   return nseen;

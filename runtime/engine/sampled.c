@@ -854,11 +854,16 @@ static void shared_softmax(ar_sampled *s, const ar__sbatch *b, double *loss, int
       mx = out[i] > mx ? out[i] : mx;
     for (uint32_t j = 0; j < ns; j++)
       mx = z[j] > mx ? z[j] : mx;
+    /* Each exponential once, kept where its gradient goes (dout, z). */
     double sum = 0.0;
-    for (size_t i = 0; i < n; i++)
-      sum += exp((double)out[i] - mx);
-    for (uint32_t j = 0; j < ns; j++)
-      sum += exp((double)z[j] - mx); /* exp(-inf) = 0 for the masked */
+    for (size_t i = 0; i < n; i++) {
+      dout[i] = expf(out[i] - mx);
+      sum += dout[i];
+    }
+    for (uint32_t j = 0; j < ns; j++) {
+      z[j] = expf(z[j] - mx); /* exp(-inf) = 0 for the masked */
+      sum += z[j];
+    }
     const double lse = log(sum) + mx, inv = 1.0 / sum;
     /* The labels come first among the own ids (always-include list). */
     double ce = 0.0;
@@ -869,9 +874,9 @@ static void shared_softmax(ar_sampled *s, const ar__sbatch *b, double *loss, int
       b->row_loss[r] = (float)(ce / (double)nlab);
     const float tgt = (float)(1.0 / (double)nlab);
     for (size_t i = 0; i < n; i++)
-      dout[i] = ((float)(exp((double)out[i] - mx) * inv) - (i < nlab ? tgt : 0.0f)) * inv_rows;
+      dout[i] = ((float)(dout[i] * inv) - (i < nlab ? tgt : 0.0f)) * inv_rows;
     for (uint32_t j = 0; j < ns; j++)
-      z[j] = (float)(exp((double)z[j] - mx) * inv) * inv_rows;
+      z[j] = (float)(z[j] * inv) * inv_rows;
   }
   *loss = lsum;
   *scored = asum;

@@ -419,13 +419,15 @@ static void test_adam_reference(void **st) {
   (void)st;
   ar_rng g;
   ar_rng_seed3(&g, 15, 0, 0);
-  enum { N = 40, D = 7, T = 15 };
+  /* T: row 1's gap (T - 2 steps) is past the step's table of decays, row
+   * 2's first one (255 steps) its last entry. */
+  enum { N = 40, D = 7, T = 300 };
   layer L = mklayer(&g, N, D, 3, 1, 0.5);
   layer G = mkgrad(&L, 2);
   ar_lsh_adam_opts o = AR_LSH_ADAM_OPTS_INIT;
   o.lr = 1e-2f;
   o.beta1 = 0.8f;
-  o.beta2 = 0.95f;
+  o.beta2 = 0.995f; /* decays over long gaps still tell apart */
   o.eps = 1e-6f;
   o.threads = 2;
   ar_lsh_adam *a = NULL;
@@ -448,9 +450,11 @@ static void test_adam_reference(void **st) {
     int touched[N];
     double gr[N][D + 1];
     for (int r = 0; r < N; r++) {
-      /* Row 0 never touched; row 1 at steps 1 and T only; others 40%. */
+      /* Row 0 never touched; row 1 at steps 1 and T only, row 2 at 1,
+       * 257 and T; others 40%. */
       touched[r] = r == 0   ? 0
                    : r == 1 ? (t == 1 || t == T)
+                   : r == 2 ? (t == 1 || t == 257 || t == T)
                             : ar_rng_uniform(&g) < 0.4;
       for (int j = 0; j <= D; j++)
         gr[r][j] = touched[r] ? ar_rng_normal(&g) : 0.0;

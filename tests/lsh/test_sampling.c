@@ -254,9 +254,114 @@ static void test_keep_top(void **st) {
     }
 }
 
+/* top-k and threshold against a reference on random tables: 70 tables (more
+ * than the sampler locates at once), 8 buckets each over 300 neurons, so
+ * counts tie a lot and the cut of a budget falls inside a run of equal
+ * counts; a few ids sit twice in a bucket (counted twice, clamped at L).
+ * The reference counts the queried buckets itself and sorts the ids it saw
+ * by count, stably (the first found first among equal counts). */
+enum { RN = 300, RL = 70 };
+
+static int by_count_desc(const void *a, const void *b, const uint32_t *cnt) {
+  const uint32_t x = ((const uint32_t *)a)[0], y = ((const uint32_t *)b)[0];
+  const uint32_t cx = cnt[x] < RL ? cnt[x] : RL, cy = cnt[y] < RL ? cnt[y] : RL;
+  return (cx < cy) - (cx > cy);
+}
+
+static void test_topk_random(void **st) {
+  (void)st;
+  ar_lsh_hash *h = mkhash(AR_LSH_SRP, 4, 1, RL, 3, 1);
+  ar_lsh_tables *t = mktables(h, RN, 4 * RN, AR_LSH_FIFO, 0, 1);
+  ar_lsh_scratch *s = mkscratch(h, t);
+  ar_rng g;
+  ar_rng_seed(&g, 5, 9);
+  uint32_t b[RL], q[RL];
+  for (uint32_t id = 0; id < RN + 6; id++) { /* the last 6: ids 0-5 again */
+    for (uint32_t l = 0; l < RL; l++)
+      b[l] = (uint32_t)ar_rng_below(&g, 8);
+    assert_int_equal(ar_lsh_tables_insert(t, id % RN, b), AR_OK);
+  }
+  for (int trial = 0; trial < 8; trial++) {
+    for (uint32_t l = 0; l < RL; l++)
+      q[l] = trial == 0 ? b[l] : (uint32_t)ar_rng_below(&g, 8); /* 0: holds id 5 twice */
+    const uint32_t always[2] = {(uint32_t)ar_rng_below(&g, RN), 7};
+    const size_t na = trial % 2 ? 2 : 0;
+    /* The reference's counts and first-found order. */
+    static uint32_t cnt[RN], seen[RN], sorted[RN];
+    memset(cnt, 0, sizeof cnt);
+    size_t nseen = 0;
+    for (uint32_t l = 0; l < RL; l++) {
+      uint32_t c;
+      const uint32_t *ids = ar_lsh_tables_bucket(t, l, q[l], &c);
+      for (uint32_t j = 0; j < c; j++) {
+        const uint32_t id = ids[j];
+        if (na && (id == always[0] || id == always[1]))
+          continue;
+        if (cnt[id]++ == 0)
+          seen[nseen++] = id;
+      }
+    }
+    memcpy(sorted, seen, nseen * sizeof *seen);
+    /* A stable insertion sort (qsort is not stable). */
+    for (size_t i = 1; i < nseen; i++)
+      for (size_t j = i; j > 0 && by_count_desc(&sorted[j - 1], &sorted[j], cnt) > 0; j--) {
+        const uint32_t x = sorted[j];
+        sorted[j] = sorted[j - 1];
+        sorted[j - 1] = x;
+      }
+    const size_t nfix = na ? (always[0] == always[1] ? 1 : 2) : 0;
+    const size_t budgets[] = {1, 7, 50, 150, RN - 1, 0};
+    for (size_t bi = 0; bi < sizeof budgets / sizeof *budgets; bi++) {
+      ar_lsh_sample_opts o = AR_LSH_SAMPLE_OPTS_INIT;
+      o.strategy = AR_LSH_TOPK;
+      o.budget = (uint32_t)budgets[bi];
+      uint32_t out[RN];
+      size_t n = 0;
+      assert_int_equal(ar_lsh_sample(t, q, &o, always, na, s, &g, out, RN, &n), AR_OK);
+      size_t take = RN - nfix;
+      if (o.budget && o.budget < take)
+        take = o.budget;
+      const size_t want = take < nseen ? take : nseen;
+      if (n != nfix + want)
+        fail_msg("trial %d budget %zu: %zu ids, want %zu", trial, budgets[bi], n, nfix + want);
+      for (size_t i = 0; i < nfix; i++)
+        assert_int_equal(out[i], always[i]);
+      for (size_t i = 0; i < want; i++)
+        if (out[nfix + i] != sorted[i])
+          fail_msg("trial %d budget %zu: id %zu is %u, want %u (count %u)", trial,
+                   budgets[bi], i, out[nfix + i], sorted[i], cnt[sorted[i]]);
+    }
+    /* threshold: the ids found in at least th tables, first found first,
+     * up to max_active. */
+    const uint32_t ths[] = {1, 9, 12, 20};
+    for (size_t ti = 0; ti < 4; ti++) {
+      ar_lsh_sample_opts o = AR_LSH_SAMPLE_OPTS_INIT;
+      o.strategy = AR_LSH_THRESHOLD;
+      o.threshold = ths[ti];
+      o.max_active = ti == 1 ? 40 : 0;
+      uint32_t out[RN];
+      size_t n = 0;
+      assert_int_equal(ar_lsh_sample(t, q, &o, always, na, s, &g, out, RN, &n), AR_OK);
+      const size_t cap = (o.max_active ? o.max_active : RN) - nfix;
+      size_t w = 0;
+      for (size_t i = 0; i < nseen && w < cap; i++)
+        if (cnt[seen[i]] >= ths[ti]) {
+          assert_true(nfix + w < n);
+          assert_int_equal(out[nfix + w], seen[i]);
+          w++;
+        }
+      assert_int_equal(n, nfix + w);
+    }
+  }
+  ar_lsh_scratch_destroy(s);
+  ar_lsh_tables_destroy(t);
+  ar_lsh_hash_destroy(h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_keep_top),
+      cmocka_unit_test(test_topk_random),
       cmocka_unit_test_setup_teardown(test_union, setup, teardown),
       cmocka_unit_test_setup_teardown(test_topk, setup, teardown),
       cmocka_unit_test_setup_teardown(test_threshold, setup, teardown),
