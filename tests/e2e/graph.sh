@@ -266,6 +266,19 @@ slide_bench)
   ACCELRT_BIN=$bin "$b" --eval-every 0 --out "$work/b" > "$work/u.txt" 2>&1
   [ $? -eq 2 ] || fail "--eval-every 0 did not exit 2"
   grep -q "'0' is not a whole number above 0" "$work/u.txt" || fail "--eval-every 0: $(cat "$work/u.txt")"
+  # --model recsys: the recommendation job file against itself with its head
+  # dense; only the lsh side's summary has the sampled layer's counters.
+  ACCELRT_BIN=$bin "$b" --model recsys --reps 1 --iters 4 --labels 500 --threads 1 --eval-points 64 \
+    --set data.generate.train_points=512 --set data.generate.test_points=64 \
+    --out "$work/r" > "$work/r.txt" 2>&1 || { cat "$work/r.txt" >&2; fail "bench/lsh/graph --model recsys"; }
+  cat "$work/r.txt"
+  grep -q "issue 17: recsys-slide (500-class head) vs its dense twin, 4 iterations (512 samples)" "$work/r.txt" \
+    || fail "no recsys-slide table"
+  grep -q "out.lsh_active_mean" "$work/r/lsh/summary.json" || fail "the recsys lsh side did not sample its head"
+  ! grep -q "out.lsh_" "$work/r/dense/summary.json" || fail "the recsys dense side sampled its head"
+  ACCELRT_BIN=$bin "$b" --model mlp --out "$work/r" > "$work/u.txt" 2>&1
+  [ $? -eq 2 ] || fail "--model mlp did not exit 2"
+  grep -q "takes tokens or recsys, got 'mlp'" "$work/u.txt" || fail "--model mlp: $(cat "$work/u.txt")"
   ;;
 sampled)
   # An LSH-sampled head (the last dense item's sparse section) on a 50-class
