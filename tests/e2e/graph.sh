@@ -127,7 +127,7 @@ PY
   ;;
 recsys)
   # configs/recsys-slide.yaml (fields -> embedding, the fields side by side
-  # and their bag -> relu MLP -> LSH-sampled softmax) on a 500-item slice of
+  # and their bag -> relu MLP -> layer norm -> LSH-sampled softmax) on a 500-item slice of
   # its generated set, 2 epochs: it learns far above chance (0.2%; measured
   # 98% top-1) with the output layer sampled, not scored whole.  One thread:
   # on two the sampled layer's updates interleave differently each run, and
