@@ -516,8 +516,9 @@ ar_status ar_lsh_adam_step(ar_lsh_adam *a, const ar_lsh_rows *layer,
   const int bias = layer->b && grad->b && a->mb;
   const uint32_t in = a->in;
   const long count = (long)touched->count;
+  /* A skip is below t: the first steps fill only that much. */
   float dec1[DECAY_TABLE], dec2[DECAY_TABLE];
-  for (uint64_t k = 0; k < DECAY_TABLE; k++) {
+  for (uint64_t k = 0; k < DECAY_TABLE && k < t; k++) {
     dec1[k] = b1 * decay(b1, k);
     dec2[k] = b2 * decay(b2, k);
   }

@@ -100,7 +100,9 @@ static size_t count_and_choose(const ar_lsh_tables *t, const uint32_t *buckets,
      * hist counts them, two histograms (even and odd positions) halving
      * the chain of increments to one slot. */
     const size_t room = take < nseen ? take : nseen;
-    uint32_t hist[2][1026] = {{0}};
+    uint32_t hist[2][1026]; /* slots 0..L: L + 1 of each cleared */
+    memset(hist[0], 0, (L + 1) * sizeof hist[0][0]);
+    memset(hist[1], 0, (L + 1) * sizeof hist[1][0]);
     for (size_t i = 0; i < nseen; i++) {
       const uint32_t v = cnt[seen[i]];
       hist[i & 1][L - (v < L ? v : L) + 1]++;
