@@ -51,7 +51,9 @@ static void test_open_host(void **state) {
   o.threads = 2;
   o.pin = false;
   assert_int_equal(ar_device_open("host", &o, &dev, &err), AR_OK);
-  assert_int_equal(ar_device_threads(dev), 2);
+  ar_host_cpus cpus;
+  ar_host_cpus_get(&cpus);
+  assert_int_equal(ar_device_threads(dev), cpus.cpus < 2 ? cpus.cpus : 2); /* capped by a 1-CPU mask */
   ar_device_close(dev);
   ar_device_close(NULL); /* no-op */
 }

@@ -169,8 +169,8 @@ ar_status ar_host_cpus_get_at(const char *root, ar_host_cpus *out) {
   }
   if (out->threads > out->cpus) {
     size_t n = strlen(out->source);
-    snprintf(out->source + n, sizeof out->source - n, ", capped at the %d CPUs of the mask",
-             out->cpus);
+    snprintf(out->source + n, sizeof out->source - n, ", capped at the %d CPU%s of the mask",
+             out->cpus, out->cpus == 1 ? "" : "s");
     out->threads = out->cpus;
   }
   return AR_OK;
