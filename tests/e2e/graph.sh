@@ -236,7 +236,7 @@ slide_bench)
   b=$src/bench/lsh/graph
   ACCELRT_BIN=$bin "$b" --reps 1 --iters 12 --labels 2000 --threads 1 --eval-points 64 \
     --eval-every 6 --set data.generate.train_points=512 --set data.generate.test_points=64 \
-    --out "$work/b" > "$work/b.txt" 2>&1 || { cat "$work/b.txt" >&2; fail "bench/lsh/graph --eval-every 6"; }
+    --set seed=3 --out "$work/b" > "$work/b.txt" 2>&1 || { cat "$work/b.txt" >&2; fail "bench/lsh/graph --eval-every 6"; }
   cat "$work/b.txt"
   for side in dense lsh; do
     grep -Eq "^    $side +6:[0-9.]+ 12:[0-9.]+\$" "$work/b.txt" || fail "no $side top-1 curve at iterations 6 and 12"
@@ -245,7 +245,8 @@ slide_bench)
   grep -q "12 iterations (768 samples) a run" "$work/b.txt" || fail "no samples in the table's title"
   grep -q "train wall s  train cpu s" "$work/b.txt" || fail "no training seconds in the table"
   # --from-dense/--from-lsh: each side resumed from the runs above for 4
-  # more iterations (their checkpoints copied; the sources left as they were).
+  # more iterations (their checkpoints copied; the sources left as they were;
+  # their jobs, seed 3 included, run again).
   ACCELRT_BIN=$bin "$b" --reps 1 --iters 4 --labels 2000 --threads 1 --eval-points 64 \
     --set data.generate.train_points=512 --set data.generate.test_points=64 \
     --from-dense "$work/b/dense" --from-lsh "$work/b/lsh" --out "$work/c" > "$work/c.txt" 2>&1 \
@@ -256,6 +257,9 @@ slide_bench)
   for side in dense lsh; do
     [ "$(json "$work/c/$side/summary.json" iterations)" = 16 ] || fail "the resumed $side run did not go on from 12 to 16"
     [ "$(json "$work/b/$side/summary.json" iterations)" = 12 ] || fail "the source $side run was changed"
+    # The resumed side runs its source's job (seed 3, its data), not the
+    # shipped file's seed 1.
+    grep -q '^seed: 3$' "$work/c/$side/job.resolved.yaml" || fail "the resumed $side run did not take its source's seed"
   done
   ACCELRT_BIN=$bin "$b" --from-dense "$work/b/dense" --out "$work/c" > "$work/u.txt" 2>&1
   [ $? -eq 2 ] || fail "--from-dense alone did not exit 2"
