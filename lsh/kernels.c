@@ -7,7 +7,8 @@
  * Departure from SLIDE: SLIDE applies Adam densely to every weight after
  * each batch (the largest cost in its optimized code's profile); here only
  * the touched rows are updated, with their moments decayed for the steps
- * they missed (see ar_lsh_adam_create in the header for the exact rule). */
+ * they missed and, with catch_up, the moves dense Adam made on those steps
+ * applied at once (see ar_lsh_adam_create in the header for the rule). */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -384,6 +385,12 @@ static ar_status check_adam(uint32_t neurons, uint32_t in,
                    "betas in [0, 1) and eps >= 0",
                    (double)opts->lr, (double)opts->beta1, (double)opts->beta2,
                    (double)opts->eps);
+  if (opts->catch_up && !((double)opts->beta1 < sqrt((double)opts->beta2)))
+    return ar_errf(err, AR_INVALID,
+                   "lsh adam: catching up skipped steps needs beta1 < sqrt(beta2) "
+                   "(beta1 %g, beta2 %g), where dense Adam's moves on them shrink; "
+                   "lower beta1 or raise beta2, or keep the lazy step",
+                   (double)opts->beta1, (double)opts->beta2);
   return AR_OK;
 }
 
@@ -485,6 +492,12 @@ static inline float decay(float beta, uint64_t k) {
   return k ? (float)pow((double)beta, (double)k) : 1.0f;
 }
 
+/* lr_t times the sum of q^j for j = 1..k: the skipped steps' moves of
+ * dense Adam as a multiple of one move with the row's moments (q < 1). */
+static inline float catch_up_step(float lr_t, double q, uint64_t k) {
+  return k ? (float)((double)lr_t * q * (1.0 - pow(q, (double)k)) / (1.0 - q)) : 0.0f;
+}
+
 /* Skips below this take their decays from a table made once a step (a
  * pow per touched row and moment was 2.5% of a 100,000-class head's
  * iteration); the same values, so the same bits. */
@@ -517,10 +530,14 @@ ar_status ar_lsh_adam_step(ar_lsh_adam *a, const ar_lsh_rows *layer,
   const uint32_t in = a->in;
   const long count = (long)touched->count;
   /* A skip is below t: the first steps fill only that much. */
-  float dec1[DECAY_TABLE], dec2[DECAY_TABLE];
+  float dec1[DECAY_TABLE], dec2[DECAY_TABLE], cu[DECAY_TABLE];
+  /* catch_up: lr_t * S_k for k skipped steps, S_k = q (1 - q^k) / (1 - q). */
+  const double q = (double)b1 / sqrt((double)b2);
+  const int catch_up = a->o.catch_up;
   for (uint64_t k = 0; k < DECAY_TABLE && k < t; k++) {
     dec1[k] = b1 * decay(b1, k);
     dec2[k] = b2 * decay(b2, k);
+    cu[k] = catch_up ? catch_up_step(lr_t, q, k) : 0.0f;
   }
   /* Rows in ascending order, read off the bitmap (the list holds them in
    * the order they were first marked): a batch touches thousands of rows
@@ -561,11 +578,17 @@ ar_status ar_lsh_adam_step(ar_lsh_adam *a, const ar_lsh_rows *layer,
      * this step's in one factor. */
     const float d1 = skip < DECAY_TABLE ? dec1[skip] : b1 * decay(b1, skip),
                 d2 = skip < DECAY_TABLE ? dec2[skip] : b2 * decay(b2, skip);
+    /* A row never updated (last 0) has no moments to move by. */
+    const float c = !catch_up || !a->last[r] ? 0.0f
+                    : skip < DECAY_TABLE     ? cu[skip]
+                                             : catch_up_step(lr_t, q, skip);
     isa_k->adam_row(layer->w + (size_t)r * layer->ld, grad->w + (size_t)r * grad->ld,
                 a->m + (size_t)r * in, a->v + (size_t)r * in, in, d1, d2, b1, b2, lr_t, isq2,
-                eps);
+                eps, c);
     if (bias) {
       const float gb = grad->b[r];
+      if (c != 0.0f)
+        layer->b[r] -= c * a->mb[r] / (sqrtf(a->vb[r]) * isq2 + eps);
       const float mj = d1 * a->mb[r] + (1.0f - b1) * gb;
       const float vj = d2 * a->vb[r] + (1.0f - b2) * gb * gb;
       a->mb[r] = mj;

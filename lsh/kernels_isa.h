@@ -100,10 +100,25 @@ static void axpy_sparse(float g, const uint32_t *restrict idx, const float *rest
 
 /* One row of the sparse Adam step (see ar_lsh_adam_create): d1, d2 fold the
  * skipped steps' decay into this step's; lr_t and isq2 the bias
- * corrections; the gradient row is zeroed for the next batch. */
+ * corrections; c (catch_up: lr_t * S_k, else 0) moves w first by the
+ * skipped steps' moves from the moments as they were; the gradient row is
+ * zeroed for the next batch. */
 static void adam_row(float *restrict w, float *restrict g, float *restrict m,
                      float *restrict v, uint32_t in, float d1, float d2, float b1, float b2,
-                     float lr_t, float isq2, float eps) {
+                     float lr_t, float isq2, float eps, float c) {
+  if (c != 0.0f) {
+#pragma omp simd
+    for (uint32_t j = 0; j < in; j++) {
+      const float gj = g[j], m0 = m[j], v0 = v[j];
+      const float mj = d1 * m0 + (1.0f - b1) * gj;
+      const float vj = d2 * v0 + (1.0f - b2) * gj * gj;
+      m[j] = mj;
+      v[j] = vj;
+      w[j] -= c * m0 / (sqrtf(v0) * isq2 + eps) + lr_t * mj / (sqrtf(vj) * isq2 + eps);
+      g[j] = 0.0f;
+    }
+    return;
+  }
 #pragma omp simd
   for (uint32_t j = 0; j < in; j++) {
     const float gj = g[j];

@@ -83,7 +83,7 @@ typedef struct ar__lsh_isa {
   void (*axpy_sparse)(float g, const uint32_t *idx, const float *val, const float *w,
                       float *gw, float *dx, size_t nnz);
   void (*adam_row)(float *w, float *g, float *m, float *v, uint32_t in, float d1, float d2,
-                   float b1, float b2, float lr_t, float isq2, float eps);
+                   float b1, float b2, float lr_t, float isq2, float eps, float c);
 } ar__lsh_isa;
 extern const ar__lsh_isa ar__lsh_isa_portable, ar__lsh_isa_avx2, ar__lsh_isa_avx512;
 

@@ -5,6 +5,7 @@
 #include "net_impl.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -292,6 +293,11 @@ static ar_status build_item(build_ctx *b, const ar_layer_spec *ls, const char *p
                        "sparse: an LSH-sampled head trains with Adam without weight decay "
                        "(sparse Adam on the touched rows); set train.optimizer to adam with "
                        "weight_decay 0, or this item's sparse.mode to dense");
+    if (ar_layer_catch_up(sp, sp->n_layers - 1) && !(sp->train.beta1 < sqrt(sp->train.beta2)))
+      return ar__net_build_err(b, ls, path,
+                       "sparse: catch_up needs Adam's beta1 < "
+                       "sqrt(beta2), here %g and %g; change the betas or set this item's "
+                       "sparse.catch_up to false", sp->train.beta1, sp->train.beta2);
     b->net->head = b->net->n_nodes - 1;
     b->net->head_l = sp->n_layers - 1;
     b->net->hspec = sp;

@@ -260,7 +260,7 @@ static ar_status schedule_to(ar_sampled *s, int64_t step, ar_err *err) {
 }
 
 /* The checks a sampled layer's training settings must pass. */
-static ar_status check_train(const ar_spec *spec, const char *name, ar_err *err) {
+static ar_status check_train(const ar_spec *spec, int l, const char *name, ar_err *err) {
   if (spec->train.optimizer != AR_OPT_ADAM)
     return ar_errf(err, AR_UNSUPPORTED, "layer %s is LSH-sampled, which trains with "
                    "Adam only; set train.optimizer to adam or the layer's sparse.mode to "
@@ -269,6 +269,12 @@ static ar_status check_train(const ar_spec *spec, const char *name, ar_err *err)
     return ar_errf(err, AR_UNSUPPORTED, "layer %s is LSH-sampled, whose sparse Adam has "
                    "no weight decay; set train.optimizer's weight_decay to 0 or the layer's "
                    "sparse.mode to dense", name);
+  if (ar_layer_catch_up(spec, l) && !(spec->train.beta1 < sqrt(spec->train.beta2)))
+    return ar_errf(err, AR_UNSUPPORTED, "layer %s: sparse.catch_up needs the Adam betas' "
+                   "beta1 < sqrt(beta2) (beta1 %g, beta2 %g: dense Adam's moves on the "
+                   "skipped steps would not shrink); lower beta1, raise beta2 or set the "
+                   "layer's sparse.catch_up to false", name, spec->train.beta1,
+                   spec->train.beta2);
   return AR_OK;
 }
 
@@ -277,7 +283,7 @@ ar_status ar__sampled_new(const ar__sampled_cfg *c, ar_sampled **out, ar_err *er
   const ar_spec *spec = c->spec;
   const int l = c->l;
   const ar_sparse_spec *sp = &spec->layers[l].sparse;
-  AR_CHECK(check_train(spec, c->name, err));
+  AR_CHECK(check_train(spec, l, c->name, err));
   if (c->neurons > UINT32_MAX || c->in > UINT32_MAX)
     return ar_errf(err, AR_RANGE, "layer %s is too large to sample", c->name);
   ar_sampled *s = ar_calloc(1, sizeof *s);
@@ -342,7 +348,8 @@ ar_status ar__sampled_new(const ar__sampled_cfg *c, ar_sampled **out, ar_err *er
       s->all[i] = i;
   }
   ar_lsh_adam_opts ao = {(float)spec->train.lr, (float)spec->train.beta1,
-                         (float)spec->train.beta2, (float)spec->train.eps, s->nt};
+                         (float)spec->train.beta2, (float)spec->train.eps, s->nt,
+                         ar_layer_catch_up(spec, l)};
   AR_CHECK(ar_lsh_adam_attach(s->neurons, s->in, &ao, c->s1w, c->s2w, c->s1b, c->s2b, s->last,
                               &s->adam, err));
   AR_CHECK(ar_lsh_touched_create(s->neurons, &s->touched, err));
@@ -360,7 +367,7 @@ ar_status ar__sampled_new(const ar__sampled_cfg *c, ar_sampled **out, ar_err *er
 ar_status ar__sampled_create(ar_model *m, int l) {
   const ar_spec *spec = m->spec;
   ar_layer *L = &m->layers[l];
-  AR_CHECK(check_train(spec, L->name, &m->err));
+  AR_CHECK(check_train(spec, l, L->name, &m->err));
   ar__sampled_cfg c = {spec, l, L->name, m->dev, L->in, L->out, m->max_labels, m->step,
                        false, l == 0 && spec->input.sparse, {0},
                        L->s1w, L->s2w, L->s1b, L->s2b,

@@ -372,6 +372,14 @@ PY
   refused badk 's/hash: srp, K: 3/hash: srp, K: 99/' "badk.yaml:16:.*model.layers\[6\].sparse.K"
   refused sgd 's/optimizer: {adam: {lr: 0.005}}/optimizer: {sgd: {lr: 0.1}}/' \
     "sgd.yaml:13:7: error: model.layers\[6\]: sparse: an LSH-sampled head trains with Adam"
+  # Betas under which dense Adam's moves on skipped steps grow: catching
+  # them up (sparse.catch_up) is refused there, the lazy step (the
+  # default) allowed.
+  refused betas 's/optimizer: {adam: {lr: 0.005}}/optimizer: {adam: {lr: 0.005, beta1: 0.99, beta2: 0.9}}/; s/hash: srp, K: 3/catch_up: true, hash: srp, K: 3/' \
+    "betas.yaml:13:7: error: model.layers\[6\]: sparse: catch_up needs .*beta1 < sqrt(beta2)"
+  sed 's/optimizer: {adam: {lr: 0.005}}/optimizer: {adam: {lr: 0.005, beta1: 0.99, beta2: 0.9}}/' \
+    s.yaml > lazy.yaml
+  "$bin" check lazy.yaml > lazy.txt 2>&1 || { cat lazy.txt; fail "lazy Adam with beta1 > sqrt(beta2) refused"; }
   ;;
 serve)
   # A graph job through accelrt serve (a user server on its own socket and

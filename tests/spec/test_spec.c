@@ -552,6 +552,7 @@ static void test_sparse_section(void **state) {
   assert_int_equal(sp->L, 50);
   assert_int_equal(sp->bucket, 128);
   assert_int_equal(sp->min_active, -1); /* fill to the budget */
+  assert_int_equal(sp->catch_up, 0);     /* lazy */
   assert_int_equal(sp->sampling, AR_SAMPLE_TOPK);
   assert_false(sp->reservoir);
   assert_int_equal(sp->rehash_every, 50);
@@ -561,7 +562,7 @@ static void test_sparse_section(void **state) {
   t = job("  input: {sparse: 100}\n  layers:\n    - dense: 10\n      sparse: "
           "{mode: lsh, hash: srp, K: 4, L: 20, bucket: 64, insert: reservoir, "
           "sampling: threshold, threshold: 3, active: 0.5, min_active: 2, "
-          "max_active: 7, rehash: {every: 9, growth: 2, new_hash_every: 40}}\n",
+          "max_active: 7, catch_up: true, rehash: {every: 9, growth: 2, new_hash_every: 40}}\n",
           DATA, TRAIN);
   s = parse_ok(t);
   sp = &s->layers[0].sparse;
@@ -579,7 +580,13 @@ static void test_sparse_section(void **state) {
   assert_int_equal(sp->rehash_every, 9);
   assert_true(sp->rehash_growth == 2.0);
   assert_int_equal(sp->new_hash_every, 40);
+  assert_int_equal(sp->catch_up, 1);
   ar_spec_destroy(s);
+  free(t);
+  t = job("  input: {sparse: 100}\n  layers:\n    - dense: 10\n      sparse: "
+          "{catch_up: sometimes}\n",
+          DATA, TRAIN);
+  expect_error(t, 1, 5, "model.layers[0].sparse.catch_up", "sometimes");
   free(t);
   t = job("  input: {sparse: 100}\n  layers:\n    - dense: 10\n      sparse: "
           "{active: 0}\n",
