@@ -7,6 +7,7 @@
 
 #include "accelrt/runtime.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -187,6 +188,46 @@ ar_status ar__study_alongside_start(const char *exe, const char *file, const cha
   }
   setpgid(*pid, *pid);
   return AR_OK;
+}
+
+/* dir/metrics.jsonl or dir/NAME/metrics.jsonl exists. */
+static bool alongside_training(const char *dir) {
+  char p[4400];
+  snprintf(p, sizeof p, "%s/metrics.jsonl", dir);
+  if (access(p, F_OK) == 0)
+    return true;
+  DIR *d = opendir(dir);
+  bool found = false;
+  for (struct dirent *e; d && !found && (e = readdir(d));) {
+    if (e->d_name[0] == '.')
+      continue;
+    snprintf(p, sizeof p, "%s/%s/metrics.jsonl", dir, e->d_name);
+    found = access(p, F_OK) == 0;
+  }
+  if (d)
+    closedir(d);
+  return found;
+}
+
+bool ar__study_alongside_wait(pid_t pid, const char *dir, const char *logp, double limit_s) {
+  const double until = ar_now() + limit_s;
+  for (;;) {
+    if (alongside_training(dir))
+      return true;
+    if (kill(-pid, 0) != 0 && errno == ESRCH)
+      return false;
+    if (ar_now() > until) {
+      FILE *f = fopen(logp, "a");
+      if (f) {
+        fprintf(f, "accelrt study: the job alongside was not training after %.0f s; the run "
+                   "starts anyway\n", limit_s);
+        fclose(f);
+      }
+      return false;
+    }
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
 }
 
 void ar__study_alongside_stop(pid_t pid, const char *logp, int *starts) {

@@ -64,6 +64,13 @@ ar_status ar__study_child_run(const char *const *argv, const char *logp, bool ap
  * start. */
 ar_status ar__study_alongside_start(const char *exe, const char *file, const char *dir,
                                     const char *logp, pid_t *pid, ar_err *err);
+/* Waits until the job alongside trains (its metrics.jsonl in dir or in a
+ * folder of dir, for a `jobs:` file's jobs, exists: a job opens it once
+ * its data is read and its model built), so that the run that follows
+ * shares the machine from its first iteration; returns false, with a line
+ * in logp, when limit_s passed first (the job still loading, or failing
+ * and started again), or at once when its group is gone. */
+bool ar__study_alongside_wait(pid_t pid, const char *dir, const char *logp, double limit_s);
 /* Stops the group of ar__study_alongside_start: SIGTERM, SIGKILL after
  * 10 s, and waits until no process of it is left.  *starts: how many
  * times the job was started (read from the log's markers). */

@@ -222,6 +222,10 @@ static ar_status run_children(const ar_study *s, one_run *x, double t0, int *wst
   ar_status st = argv ? AR_OK : ar_errf(err, AR_NOMEM, "out of memory");
   if (st == AR_OK && x->alongside && (st = ar_mkdirs(adir, err)) == AR_OK)
     st = ar__study_alongside_start(exe, x->alongside, adir, alog, &along, err);
+  /* Its start-up (data, plan) can outlast a short run's: the run waits
+   * until it trains, at most a minute. */
+  if (st == AR_OK && along > 0)
+    ar__study_alongside_wait(along, adir, alog, 60.0);
   if (st == AR_OK)
     st = ar__study_child_run(argv, x->logp, false, t0, s->timeout_s, what, wst, how, err);
   if (along > 0)

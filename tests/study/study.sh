@@ -578,7 +578,9 @@ YAML
     [ "$w" = "$want" ] || fail "$c ran '$w', not $want"
     case $c in
     *B1-*) grep -q "accelrt study: alongside, start 1" "$d/alongside/log.txt" || fail "no job alongside in $c"
-           [ -f "$d/alongside/summary.json" ] || [ -f "$d/alongside/metrics.jsonl" ] || fail "the job alongside wrote nothing in $c"
+           # The run waited until the job alongside trained.
+           [ -f "$d/alongside/metrics.jsonl" ] || fail "the job alongside wrote nothing in $c"
+           ! grep -q "was not training" "$d/alongside/log.txt" || fail "the run in $c did not wait for the job alongside"
            grep -q "^$c,.*alongside started [1-9][0-9]* time" "$o/runs.csv" || fail "no alongside note for $c: $(cat "$o/runs.csv")" ;;
     *B0-*) [ ! -e "$d/alongside" ] || fail "a job alongside in $c" ;;
     esac
