@@ -389,7 +389,7 @@ static ar_status check_adam(uint32_t neurons, uint32_t in,
     return ar_errf(err, AR_INVALID,
                    "lsh adam: catching up skipped steps needs beta1 < sqrt(beta2) "
                    "(beta1 %g, beta2 %g), where dense Adam's moves on them shrink; "
-                   "lower beta1 or raise beta2, or keep the lazy step",
+                   "lower beta1 or raise beta2, or keep the lazy step (catch_up 0)",
                    (double)opts->beta1, (double)opts->beta2);
   return AR_OK;
 }
@@ -533,7 +533,7 @@ ar_status ar_lsh_adam_step(ar_lsh_adam *a, const ar_lsh_rows *layer,
   float dec1[DECAY_TABLE], dec2[DECAY_TABLE], cu[DECAY_TABLE];
   /* catch_up: lr_t * S_k for k skipped steps, S_k = q (1 - q^k) / (1 - q). */
   const double q = (double)b1 / sqrt((double)b2);
-  const int catch_up = a->o.catch_up;
+  const int catch_up = a->o.catch_up >= t; /* this step catches up */
   for (uint64_t k = 0; k < DECAY_TABLE && k < t; k++) {
     dec1[k] = b1 * decay(b1, k);
     dec2[k] = b2 * decay(b2, k);

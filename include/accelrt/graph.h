@@ -117,9 +117,9 @@ int64_t ar_layer_shared_cap(const ar_spec *spec, int l, int64_t max_labels);
  * of the width; 0 on a chain's layer); 0 when the layer does not take that
  * path. */
 int64_t ar_layer_negatives(const ar_spec *spec, int l);
-/* Whether a sampled layer's sparse Adam catches up the steps a row missed
- * (sparse.catch_up, ar_lsh_adam_opts): only when the job says so. */
-int ar_layer_catch_up(const ar_spec *spec, int l);
+/* The iterations for which a sampled layer's sparse Adam catches up the
+ * steps a row missed (sparse.catch_up, ar_lsh_adam_opts); 0: none. */
+int64_t ar_layer_catch_up(const ar_spec *spec, int l);
 /* The default's floor (or an eighth of the width, below 2,048 neurons):
  * the loss's estimate of the softmax's normaliser needs some hundreds of
  * draws whatever the width. */

@@ -471,9 +471,10 @@ void ar_lsh_touched_clear(ar_lsh_touched *t);
 typedef struct ar_lsh_adam_opts {
   float lr, beta1, beta2, eps;
   int threads; /* rows of a step are split over OpenMP threads; 0 = default */
-  int catch_up; /* 1: a row's update first makes the moves dense Adam would
-                   have made on the steps it missed (see ar_lsh_adam_create);
-                   0: lazy, those moves are dropped */
+  uint64_t catch_up; /* steps t <= catch_up: a row's update first makes the
+                        moves dense Adam would have made on the steps it
+                        missed (see ar_lsh_adam_create); later steps, and
+                        every step with 0: lazy, those moves dropped */
 } ar_lsh_adam_opts;
 
 /* ---- instruction sets ------------------------------------------------------
@@ -495,7 +496,7 @@ ar_status ar_lsh_isa_set(ar_lsh_isa isa);
 /* The set in use: "portable", "avx2" or "avx512". */
 const char *ar_lsh_isa_name(void);
 
-/* SLIDE's settings: Adam (0.9, 0.999, 1e-8), lr 1e-4; lazy. */
+/* SLIDE's settings: Adam (0.9, 0.999, 1e-8), lr 1e-4; lazy throughout. */
 #define AR_LSH_ADAM_OPTS_INIT                                                  \
   { 1e-4f, 0.9f, 0.999f, 1e-8f, 0, 0 }
 
@@ -514,17 +515,20 @@ typedef struct ar_lsh_adam ar_lsh_adam;
  * touched step equals dense Adam's update at that step, bias correction
  * with the global t included.  On the skipped steps dense Adam would still
  * move w by its decaying momentum, by lr * beta1^j m / (sqrt(beta2^j v) +
- * eps) on the j-th.  Lazy (catch_up 0, the default): those moves are
- * dropped, the "lazy" Adam of TF's LazyAdam / PyTorch's SparseAdam for the
- * parameters, but with the moments decayed for skipped steps, which
- * SparseAdam omits.  catch_up 1: before the update above, with the row's
- * moments as of s_r (k = t-s_r-1 skipped steps, s_r > 0),
+ * eps) on the j-th.  Lazy (the default, and every step after catch_up):
+ * those moves are dropped, the "lazy" Adam of TF's LazyAdam / PyTorch's
+ * SparseAdam for the parameters, but with the moments decayed for skipped
+ * steps, which SparseAdam omits.  At a step t <= catch_up: before the
+ * update above, with the row's moments as of s_r (k = t-s_r-1 skipped
+ * steps, s_r > 0),
  *   w -= lr * S_k * (m / (1-beta1^t)) / (sqrt(v / (1-beta2^t)) + eps),
  *   S_k = q + q^2 + ... + q^k,  q = beta1 / sqrt(beta2)
  * which is the sum of dense Adam's k moves up to eps and to the skipped
  * steps' bias corrections (this step's are used): SLIDE applies Adam to
  * every weight after each batch, so this is its update at the cost of the
- * touched rows only.  It needs q < 1 (beta1 < sqrt(beta2)), where the moves
+ * touched rows only (catching up early in training and lazy after it
+ * reached a given top-1 in about half the iterations of either alone on a
+ * 100,000-class head, bench/lsh/README.md).  It needs q < 1 (beta1 < sqrt(beta2)), where the moves
  * shrink; create refuses it otherwise.  Biases follow the same rule with
  * their row's s_r.
  *
@@ -532,7 +536,7 @@ typedef struct ar_lsh_adam ar_lsh_adam;
  * keep bias moments too): m and v (neurons, in) and the step counters,
  * calloc'ed so rows never touched cost no memory.  The options are copied.
  * Returns AR_OK, AR_INVALID (shape, lr <= 0, betas outside [0, 1), eps <
- * 0, catch_up with beta1 >= sqrt(beta2)) or AR_NOMEM. */
+ * 0, catch_up > 0 with beta1 >= sqrt(beta2)) or AR_NOMEM. */
 ar_status ar_lsh_adam_create(uint32_t neurons, uint32_t in, int has_bias,
                              const ar_lsh_adam_opts *opts, ar_lsh_adam **out,
                              ar_err *err);

@@ -79,9 +79,10 @@ typedef struct ar_sparse_spec {
                            given): ar_layer_negatives' default */
   int8_t correction;    /* 1 logq, 0 none, -1 (not given): logq on a
                            graph model's head, none on a chain */
-  int8_t catch_up;      /* 1: sparse Adam makes a row's skipped steps'
-                           moves at its next update (ar_lsh_adam_opts);
-                           0 (the default): lazy */
+  int64_t catch_up;     /* sparse Adam makes a row's skipped steps'
+                           moves at its next update for the first this
+                           many iterations (ar_lsh_adam_opts); 0 (the
+                           default): lazy throughout */
   int32_t rescore;      /* > 1: rescore times the budget retrieved, the
                            budget with the highest outputs kept; 0, 1: off */
   int32_t threshold;    /* sampling: threshold: tables an id must be in */

@@ -297,7 +297,7 @@ static ar_status build_item(build_ctx *b, const ar_layer_spec *ls, const char *p
       return ar__net_build_err(b, ls, path,
                        "sparse: catch_up needs Adam's beta1 < "
                        "sqrt(beta2), here %g and %g; change the betas or set this item's "
-                       "sparse.catch_up to false", sp->train.beta1, sp->train.beta2);
+                       "sparse.catch_up to 0", sp->train.beta1, sp->train.beta2);
     b->net->head = b->net->n_nodes - 1;
     b->net->head_l = sp->n_layers - 1;
     b->net->hspec = sp;

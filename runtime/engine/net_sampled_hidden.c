@@ -75,7 +75,7 @@ ar_status ar__net_hid_add(build_ctx *b, const ar_layer_spec *ls, const char *pat
     return ar__net_build_err(b, ls, path,
                              "sparse: catch_up needs "
                              "Adam's beta1 < sqrt(beta2), here %g and %g; change the betas or "
-                             "set this item's sparse.catch_up to false",
+                             "set this item's sparse.catch_up to 0",
                              sp->train.beta1, sp->train.beta2);
   /* A lowered chain's first layer over model.input.sparse reads the CSR
    * rows, as the chain's does (its dense input n->xd is a shape only). */

@@ -190,10 +190,9 @@ int64_t ar_layer_negatives(const ar_spec *spec, int l) {
   return n > ls->width ? ls->width : n;
 }
 
-int ar_layer_catch_up(const ar_spec *spec, int l) {
-  /* Lazy unless asked, on every engine: catching up learns faster early
-   * but flattened lower on the 100,000-class token model (docs/graph.md). */
-  return spec->layers[l].sparse.catch_up == 1;
+int64_t ar_layer_catch_up(const ar_spec *spec, int l) {
+  /* Lazy unless asked, on every engine (docs/graph.md). */
+  return spec->layers[l].sparse.catch_up;
 }
 
 int64_t ar_layer_shared_cap(const ar_spec *spec, int l, int64_t max_labels) {

@@ -1331,7 +1331,7 @@ static void convert_sparse_at(ctx *c, const ar_ynode *m, const ar_schema *ss, co
                       ? (int32_t)get_int(m, ss, "negatives", &ok)
                       : -1; /* ar_layer_negatives' default */
   sp->correction = get(m, ss, "correction", &v, NULL) ? (int8_t)v.e : -1;
-  sp->catch_up = get(m, ss, "catch_up", &v, NULL) ? (int8_t)v.e : 0;
+  sp->catch_up = get_int(m, ss, "catch_up", &ok);
   sp->rescore = (int32_t)get_int(m, ss, "rescore", &ok);
   sp->threshold = (int32_t)get_int(m, ss, "threshold", &ok);
   const ar_schema *rs = kid(ss, "rehash");

@@ -375,7 +375,7 @@ PY
   # Betas under which dense Adam's moves on skipped steps grow: catching
   # them up (sparse.catch_up) is refused there, the lazy step (the
   # default) allowed.
-  refused betas 's/optimizer: {adam: {lr: 0.005}}/optimizer: {adam: {lr: 0.005, beta1: 0.99, beta2: 0.9}}/; s/hash: srp, K: 3/catch_up: true, hash: srp, K: 3/' \
+  refused betas 's/optimizer: {adam: {lr: 0.005}}/optimizer: {adam: {lr: 0.005, beta1: 0.99, beta2: 0.9}}/; s/hash: srp, K: 3/catch_up: 100, hash: srp, K: 3/' \
     "betas.yaml:13:7: error: model.layers\[6\]: sparse: catch_up needs .*beta1 < sqrt(beta2)"
   sed 's/optimizer: {adam: {lr: 0.005}}/optimizer: {adam: {lr: 0.005, beta1: 0.99, beta2: 0.9}}/' \
     s.yaml > lazy.yaml

@@ -50,7 +50,7 @@ static void run(result *r, int catch_up) {
   ar_lsh_adam_opts ao = AR_LSH_ADAM_OPTS_INIT;
   ao.lr = 0.01f;
   ao.threads = 1;
-  ao.catch_up = catch_up;
+  ao.catch_up = catch_up ? STEPS : 0;
   ar_lsh_adam *a = NULL;
   assert_int_equal(ar_lsh_adam_create(NEURONS, IN, 1, &ao, &a, &err), AR_OK);
   for (int s = 0; s < STEPS; s++) {

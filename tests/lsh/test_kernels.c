@@ -415,10 +415,13 @@ static void test_softmax_fd(void **st) {
 /* ---- sparse Adam vs a scalar reference
  * ---------------------------------------- */
 
+/* catch_up past every step of a test. */
+#define T_ALL UINT64_MAX
+
 /* The sparse step against the header's rule in double, lazy (catch_up 0)
- * or catching up the skipped steps (1): the moves summed one q^j at a time
- * here, in closed form there. */
-static void adam_reference_case(int catch_up) {
+ * or catching up the skipped steps at steps t <= catch_up: the moves
+ * summed one q^j at a time here, in closed form there. */
+static void adam_reference_case(uint64_t catch_up) {
   ar_rng g;
   ar_rng_seed3(&g, 15, 0, 0);
   /* T: row 1's gap (T - 2 steps) is past the step's table of decays, row
@@ -482,7 +485,7 @@ static void adam_reference_case(int catch_up) {
     const double b1 = o.beta1, b2 = o.beta2, q = b1 / sqrt(b2);
     for (int r = 0; r < N; r++) {
       double S = 0.0; /* q + q^2 + ... for the steps row r skipped */
-      if (catch_up && touched[r] && s_r[r] > 0)
+      if ((uint64_t)t <= catch_up && touched[r] && s_r[r] > 0)
         for (int k = 1; k <= t - s_r[r] - 1; k++)
           S += pow(q, k);
       for (int j = 0; j <= D; j++) {
@@ -539,7 +542,14 @@ static void test_adam_reference(void **st) {
 
 static void test_adam_catch_up_reference(void **st) {
   (void)st;
-  adam_reference_case(1);
+  adam_reference_case(T_ALL);
+}
+
+/* Catching up for the first 200 steps only: row 2's step 257 and the
+ * last step (rows 1 and 2 after gaps past 200) are lazy again. */
+static void test_adam_catch_up_then_lazy(void **st) {
+  (void)st;
+  adam_reference_case(200);
 }
 
 /* What catching up is for: a row that misses steps ends where dense Adam
@@ -566,7 +576,7 @@ static void test_adam_catch_up_dense(void **st) {
     ar_rng_seed3(&g, 27, 0, 0);
     L[c] = mklayer(&g, 2, D, 0, 1, 0.5);
     G[c] = mkgrad(&L[c], 0);
-    o.catch_up = c;
+    o.catch_up = c ? T : 0;
     assert_int_equal(ar_lsh_adam_create(2, D, 1, &o, &a[c], &err), AR_OK);
     assert_int_equal(ar_lsh_touched_create(2, &tch[c], &err), AR_OK);
   }
@@ -816,6 +826,7 @@ int main(void) {
       cmocka_unit_test(test_softmax_fd),
       cmocka_unit_test(test_adam_reference),
       cmocka_unit_test(test_adam_catch_up_reference),
+      cmocka_unit_test(test_adam_catch_up_then_lazy),
       cmocka_unit_test(test_adam_catch_up_dense),
       cmocka_unit_test(test_adam_order),
       cmocka_unit_test(test_touched),

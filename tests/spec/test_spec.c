@@ -562,7 +562,7 @@ static void test_sparse_section(void **state) {
   t = job("  input: {sparse: 100}\n  layers:\n    - dense: 10\n      sparse: "
           "{mode: lsh, hash: srp, K: 4, L: 20, bucket: 64, insert: reservoir, "
           "sampling: threshold, threshold: 3, active: 0.5, min_active: 2, "
-          "max_active: 7, catch_up: true, rehash: {every: 9, growth: 2, new_hash_every: 40}}\n",
+          "max_active: 7, catch_up: 2500, rehash: {every: 9, growth: 2, new_hash_every: 40}}\n",
           DATA, TRAIN);
   s = parse_ok(t);
   sp = &s->layers[0].sparse;
@@ -580,13 +580,13 @@ static void test_sparse_section(void **state) {
   assert_int_equal(sp->rehash_every, 9);
   assert_true(sp->rehash_growth == 2.0);
   assert_int_equal(sp->new_hash_every, 40);
-  assert_int_equal(sp->catch_up, 1);
+  assert_int_equal(sp->catch_up, 2500);
   ar_spec_destroy(s);
   free(t);
   t = job("  input: {sparse: 100}\n  layers:\n    - dense: 10\n      sparse: "
-          "{catch_up: sometimes}\n",
+          "{catch_up: true}\n",
           DATA, TRAIN);
-  expect_error(t, 1, 5, "model.layers[0].sparse.catch_up", "sometimes");
+  expect_error(t, 1, 5, "model.layers[0].sparse.catch_up", "true");
   free(t);
   t = job("  input: {sparse: 100}\n  layers:\n    - dense: 10\n      sparse: "
           "{active: 0}\n",
