@@ -214,7 +214,8 @@ bool ar__study_alongside_wait(pid_t pid, const char *dir, const char *logp, doub
   for (;;) {
     if (alongside_training(dir))
       return true;
-    if (kill(-pid, 0) != 0 && errno == ESRCH)
+    /* Stopped (the run that follows sees it at once), or the group gone. */
+    if (stop_signal || (kill(-pid, 0) != 0 && errno == ESRCH))
       return false;
     if (ar_now() > until) {
       FILE *f = fopen(logp, "a");

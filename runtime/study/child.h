@@ -69,7 +69,8 @@ ar_status ar__study_alongside_start(const char *exe, const char *file, const cha
  * its data is read and its model built), so that the run that follows
  * shares the machine from its first iteration; returns false, with a line
  * in logp, when limit_s passed first (the job still loading, or failing
- * and started again), or at once when its group is gone. */
+ * and started again), or at once when its group is gone or the study was
+ * asked to stop (SIGINT, SIGTERM). */
 bool ar__study_alongside_wait(pid_t pid, const char *dir, const char *logp, double limit_s);
 /* Stops the group of ar__study_alongside_start: SIGTERM, SIGKILL after
  * 10 s, and waits until no process of it is left.  *starts: how many
