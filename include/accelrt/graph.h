@@ -117,9 +117,10 @@ int64_t ar_layer_shared_cap(const ar_spec *spec, int l, int64_t max_labels);
  * of the width; 0 on a chain's layer); 0 when the layer does not take that
  * path. */
 int64_t ar_layer_negatives(const ar_spec *spec, int l);
-/* The iterations for which a sampled layer's sparse Adam catches up the
- * steps a row missed (sparse.catch_up, ar_lsh_adam_opts); 0: none. */
-int64_t ar_layer_catch_up(const ar_spec *spec, int l);
+/* A sampled layer asks its sparse Adam to catch up the steps a row missed
+ * (sparse.catch_up > 0, ar_lsh_adam_opts) under betas where dense Adam's
+ * moves on them would not shrink (beta1 >= sqrt(beta2)): refused. */
+bool ar_layer_catch_up_refused(const ar_spec *spec, int l);
 /* The default's floor (or an eighth of the width, below 2,048 neurons):
  * the loss's estimate of the softmax's normaliser needs some hundreds of
  * draws whatever the width. */

@@ -527,7 +527,7 @@ typedef struct ar_lsh_adam ar_lsh_adam;
  * steps' bias corrections (this step's are used): SLIDE applies Adam to
  * every weight after each batch, so this is its update at the cost of the
  * touched rows only (catching up early in training and lazy after it
- * reached a given top-1 in about half the iterations of either alone on a
+ * reached a given top-1 in about half the iterations lazy Adam took on a
  * 100,000-class head, bench/lsh/README.md).  It needs q < 1 (beta1 < sqrt(beta2)), where the moves
  * shrink; create refuses it otherwise.  Biases follow the same rule with
  * their row's s_r.

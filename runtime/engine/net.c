@@ -5,7 +5,6 @@
 #include "net_impl.h"
 
 #include <inttypes.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -293,7 +292,7 @@ static ar_status build_item(build_ctx *b, const ar_layer_spec *ls, const char *p
                        "sparse: an LSH-sampled head trains with Adam without weight decay "
                        "(sparse Adam on the touched rows); set train.optimizer to adam with "
                        "weight_decay 0, or this item's sparse.mode to dense");
-    if (ar_layer_catch_up(sp, sp->n_layers - 1) && !(sp->train.beta1 < sqrt(sp->train.beta2)))
+    if (ar_layer_catch_up_refused(sp, sp->n_layers - 1))
       return ar__net_build_err(b, ls, path,
                        "sparse: catch_up needs Adam's beta1 < "
                        "sqrt(beta2), here %g and %g; change the betas or set this item's "

@@ -31,7 +31,6 @@
 #include "engine_impl.h"
 #include "net_impl.h"
 
-#include <math.h>
 #include <string.h>
 
 static void *tp(const ar_net *n, int t) { return t >= 0 ? n->tensors[t].p : NULL; }
@@ -70,8 +69,7 @@ ar_status ar__net_hid_add(build_ctx *b, const ar_layer_spec *ls, const char *pat
                              "sparse: an LSH-sampled item trains with Adam without weight "
                              "decay (sparse Adam on the touched rows); set train.optimizer to "
                              "adam with weight_decay 0, or this item's sparse.mode to dense");
-  if (ar_layer_catch_up(sp, (int)(ls - sp->layers)) &&
-      !(sp->train.beta1 < sqrt(sp->train.beta2)))
+  if (ar_layer_catch_up_refused(sp, (int)(ls - sp->layers)))
     return ar__net_build_err(b, ls, path,
                              "sparse: catch_up needs "
                              "Adam's beta1 < sqrt(beta2), here %g and %g; change the betas or "

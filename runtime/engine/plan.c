@@ -190,9 +190,8 @@ int64_t ar_layer_negatives(const ar_spec *spec, int l) {
   return n > ls->width ? ls->width : n;
 }
 
-int64_t ar_layer_catch_up(const ar_spec *spec, int l) {
-  /* Lazy unless asked, on every engine (docs/graph.md). */
-  return spec->layers[l].sparse.catch_up;
+bool ar_layer_catch_up_refused(const ar_spec *spec, int l) {
+  return spec->layers[l].sparse.catch_up > 0 && !(spec->train.beta1 < sqrt(spec->train.beta2));
 }
 
 int64_t ar_layer_shared_cap(const ar_spec *spec, int l, int64_t max_labels) {

@@ -269,7 +269,7 @@ static ar_status check_train(const ar_spec *spec, int l, const char *name, ar_er
     return ar_errf(err, AR_UNSUPPORTED, "layer %s is LSH-sampled, whose sparse Adam has "
                    "no weight decay; set train.optimizer's weight_decay to 0 or the layer's "
                    "sparse.mode to dense", name);
-  if (ar_layer_catch_up(spec, l) && !(spec->train.beta1 < sqrt(spec->train.beta2)))
+  if (ar_layer_catch_up_refused(spec, l))
     return ar_errf(err, AR_UNSUPPORTED, "layer %s: sparse.catch_up needs the Adam betas' "
                    "beta1 < sqrt(beta2) (beta1 %g, beta2 %g: dense Adam's moves on the "
                    "skipped steps would not shrink); lower beta1, raise beta2 or set the "
@@ -349,7 +349,7 @@ ar_status ar__sampled_new(const ar__sampled_cfg *c, ar_sampled **out, ar_err *er
   }
   ar_lsh_adam_opts ao = {(float)spec->train.lr, (float)spec->train.beta1,
                          (float)spec->train.beta2, (float)spec->train.eps, s->nt,
-                         (uint64_t)ar_layer_catch_up(spec, l)};
+                         (uint64_t)sp->catch_up};
   AR_CHECK(ar_lsh_adam_attach(s->neurons, s->in, &ao, c->s1w, c->s2w, c->s1b, c->s2b, s->last,
                               &s->adam, err));
   AR_CHECK(ar_lsh_touched_create(s->neurons, &s->touched, err));
