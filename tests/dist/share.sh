@@ -14,7 +14,8 @@
 #    training for exactly the worker's job: in a 5- and a 20-iteration run
 #    every co-tenant ends (done, its outputs written) only after the
 #    worker's last iteration, restarted past its file's iterations, and
-#    runs more iterations in the longer job (under once, the default, they run
+#    runs at least one more iteration for each further iteration of the
+#    worker's (under once, the default, they run
 #    their 12 and 16 whatever the job's length and end long before the
 #    20-iteration job does);
 #  - the worker's turns report its waits for its peers: fair charges it
@@ -124,10 +125,13 @@ for n in (5, 20):
 for w in (0, 1):
     short = iters[5, w, "tenant-a"] + iters[5, w, "tenant-b"]
     long = iters[20, w, "tenant-a"] + iters[20, w, "tenant-b"]
-    # 4 times the worker's iterations: the co-tenants' scale with them
-    # (8 to 12 times here at load 10: the longer job's iterations wait
-    # longer); once they would be 28 and 28.
-    assert long >= 2 * short and long > 28, (w, short, long, iters)
+    # 15 more worker iterations: at least one more co-tenant iteration for
+    # each (fair gives them a turn between the worker's); once they would
+    # be 28 and 28. Not a ratio: the co-tenants also train through the
+    # worker's start-up and its waits for its peer, a part that does not
+    # grow with the job (a CI run under ASan: 71 and 137, about 49 of the
+    # 71 from that part, 4.4 an iteration from the rest).
+    assert long - short >= 15 and long > 28, (w, short, long, iters)
 print("steady ok:", iters)
 PY
 
