@@ -18,6 +18,7 @@
  * every array is sized at create or load time, so a gate used for a
  * million iterations holds exactly what it held after the first.
  */
+#include <stdbool.h>
 #include <string.h>
 
 #include "commsched_impl.h"
@@ -244,20 +245,15 @@ static void post(dest_state *d, uint32_t t) {
   d->posted_open++;
 }
 
-ar_status ar_commsched_gate_next(ar_commsched_gate *g, uint32_t dest,
-                                 uint32_t *out) {
-  if (dest >= g->o.destinations)
-    return AR_RANGE;
-  dest_state *d = &g->d[dest];
+/* The transfer next() would pop for d, or false when none may go now.
+ * Moves only the cursor past entries already gone. */
+static bool peek(const ar_commsched_gate *g, dest_state *d, uint32_t *out) {
   if (d->fifo_len > 0) {
     uint32_t t = d->fifo[d->fifo_head];
     if (!fits(g, d, d->bytes[t]))
-      return AR_NOTFOUND;
-    d->fifo_head = (d->fifo_head + 1) % g->o.transfers;
-    d->fifo_len--;
-    post(d, t);
+      return false;
     *out = t;
-    return AR_OK;
+    return true;
   }
   while (d->cursor < d->frontier) {
     uint8_t st = d->state[g->sorted[d->cursor]];
@@ -270,14 +266,38 @@ ar_status ar_commsched_gate_next(ar_commsched_gate *g, uint32_t dest,
     if (d->state[t] != ST_OFFERED)
       continue;
     if (!fits(g, d, d->bytes[t]))
-      return AR_NOTFOUND;
+      return false;
+    *out = t;
+    return true;
+  }
+  return false;
+}
+
+ar_status ar_commsched_gate_next_if(ar_commsched_gate *g, uint32_t dest,
+                                    const uint32_t *key, uint32_t want,
+                                    uint32_t *out) {
+  if (dest >= g->o.destinations)
+    return AR_RANGE;
+  dest_state *d = &g->d[dest];
+  uint32_t t;
+  if (!peek(g, d, &t) || (key && key[t] != want))
+    return AR_NOTFOUND;
+  if (d->fifo_len > 0) {
+    d->fifo_head = (d->fifo_head + 1) % g->o.transfers;
+    d->fifo_len--;
+    post(d, t);
+  } else {
     post(d, t);
     d->counter++;
     advance(g, d);
-    *out = t;
-    return AR_OK;
   }
-  return AR_NOTFOUND;
+  *out = t;
+  return AR_OK;
+}
+
+ar_status ar_commsched_gate_next(ar_commsched_gate *g, uint32_t dest,
+                                 uint32_t *out) {
+  return ar_commsched_gate_next_if(g, dest, NULL, 0, out);
 }
 
 ar_status ar_commsched_gate_release(ar_commsched_gate *g, uint32_t dest,

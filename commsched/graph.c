@@ -467,6 +467,18 @@ uint32_t ar_commsched_graph_channel(const ar_commsched_graph *g,
   return transfer < g->nrecv ? g->recvs[transfer].channel : AR_COMMSCHED_NONE;
 }
 
+ar_commsched_op ar_commsched_graph_first_use(const ar_commsched_graph *g,
+                                            uint32_t transfer) {
+  ar_commsched_op first = AR_COMMSCHED_NONE;
+  if (transfer >= g->nrecv)
+    return first;
+  ar_commsched_op r = g->recvs[transfer].op;
+  for (size_t e = 0; e < g->nedges; e++)
+    if (g->edges[2 * e] == r && g->edges[2 * e + 1] < first)
+      first = g->edges[2 * e + 1];
+  return first;
+}
+
 size_t ar_commsched_graph_edge_count(const ar_commsched_graph *g) { return g->nedges; }
 
 void ar_commsched_graph_edge(const ar_commsched_graph *g, size_t i,

@@ -20,7 +20,11 @@
  * separately: one server's out port is shared by all its workers, so the
  * server interleaves them round-robin, taking each worker's next transfer
  * from an ar_commsched_gate loaded with the schedule (the enforcement the
- * runtime uses).  Every worker has the same schedule; with order none the
+ * runtime uses), and in the same turn the transfers after it that the
+ * same op uses first (ar_commsched_gate_next_if): a layer's weight and
+ * bias reach one worker together, not each behind the other workers' copy
+ * of the one before (which made every worker wait as long as the last;
+ * the runtime's server does the same).  Every worker has the same schedule; with order none the
  * gate lists nothing and transfers go in transfer-id order, the order the
  * recvs were added (all parameters are ready at once, so "as ready" has
  * no other meaning here).  Bytes-in-flight bounds are not simulated.
@@ -138,6 +142,7 @@ typedef struct sim {
   double *uend;               /* (T) when its update ended */
   double *avail;              /* (W) when the worker's CPU is free */
   double *cdone;              /* (W) its last compute op's end */
+  uint32_t *use;              /* (T) the lowest compute op each recv feeds */
   size_t ncomm, ncomp, ncompute;
 } sim;
 
@@ -225,6 +230,7 @@ static void sim_free(sim *m) {
   ar_free(m->uend);
   ar_free(m->avail);
   ar_free(m->cdone);
+  ar_free(m->use);
 }
 
 static int sim_alloc(sim *m) {
@@ -258,7 +264,8 @@ static int sim_alloc(sim *m) {
   m->uend = ar_calloc(m->T + 1, sizeof *m->uend);
   m->avail = ar_calloc(m->W + 1, sizeof *m->avail);
   m->cdone = ar_calloc(m->W + 1, sizeof *m->cdone);
-  if (!m->offer || !m->uend || !m->avail || !m->cdone)
+  m->use = ar_malloc((m->T + 1) * sizeof *m->use);
+  if (!m->offer || !m->uend || !m->avail || !m->cdone || !m->use)
     return 0;
   return m->succ_off && m->succ && m->npred && m->arrive && m->gready &&
          m->finish && m->cnt && m->rdy && m->heap && m->dl_w && m->dl_t &&
@@ -285,10 +292,19 @@ static void build_csr(sim *m) {
     else
       m->nrpred[t]++;
   }
+  for (size_t t = 0; t < m->T; t++) {
+    ar_commsched_op r = g->recvs[t].op;
+    m->use[t] = AR_COMMSCHED_NONE;
+    for (uint32_t i = m->succ_off[r]; i < m->succ_off[r + 1]; i++)
+      if (m->succ[i] < m->use[t])
+        m->use[t] = m->succ[i];
+  }
 }
 
 /* Lists every server's parameter messages in send order: round-robin over
- * the workers, each worker's next transfer as the gate releases it. */
+ * the workers, each worker's next transfer as the gate releases it and,
+ * before the next worker's turn, those after it that feed the same op
+ * (the runtime's server does the same: runtime/dist/server.c). */
 static ar_status list_params(sim *m, const ar_commsched_schedule *s,
                              ar_err *err) {
   const ar_commsched_graph *g = m->g;
@@ -319,9 +335,17 @@ static ar_status list_params(sim *m, const ar_commsched_schedule *s,
         st = ar_commsched_gate_release(gate, w, t, err);
         if (st != AR_OK)
           goto done;
-        m->dl_w[k] = w;
-        m->dl_t[k] = t;
-        k++;
+        for (;;) {
+          m->dl_w[k] = w;
+          m->dl_t[k] = t;
+          k++;
+          uint32_t prev = t;
+          if (ar_commsched_gate_next_if(gate, w, m->use, m->use[prev], &t) != AR_OK)
+            break;
+          st = ar_commsched_gate_release(gate, w, t, err);
+          if (st != AR_OK)
+            goto done;
+        }
         progress = 1;
       }
     }

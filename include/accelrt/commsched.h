@@ -135,6 +135,13 @@ uint32_t ar_commsched_graph_transfer(const ar_commsched_graph *g,
 size_t ar_commsched_graph_bytes(const ar_commsched_graph *g, uint32_t transfer);
 uint32_t ar_commsched_graph_channel(const ar_commsched_graph *g,
                                     uint32_t transfer);
+/* The compute op with the lowest id that the transfer's recv op feeds
+ * directly: where the transfer is first used when ops were added in
+ * execution order (forward, then backward), so the transfers of one op's
+ * inputs share it.  AR_COMMSCHED_NONE for a bad id or a recv that feeds
+ * nothing.  O(edges). */
+ar_commsched_op ar_commsched_graph_first_use(const ar_commsched_graph *g,
+                                            uint32_t transfer);
 /* The edges as added: edge i (< edge_count) goes from *from to *to. */
 size_t ar_commsched_graph_edge_count(const ar_commsched_graph *g);
 void ar_commsched_graph_edge(const ar_commsched_graph *g, size_t i,
@@ -342,6 +349,17 @@ ar_status ar_commsched_gate_offer(ar_commsched_gate *gate, uint32_t dest,
 ar_status ar_commsched_gate_next(ar_commsched_gate *gate, uint32_t dest,
                                  uint32_t *out);
 
+/* ar_commsched_gate_next, but only when the transfer it would pop has
+ * key[transfer] == want (else AR_NOTFOUND and nothing changes).  A port
+ * shared by several destinations uses it to keep sending to one
+ * destination while the next transfer feeds the same op
+ * (ar_commsched_graph_first_use) before it turns to the next destination:
+ * an op's inputs then arrive together, not each behind the other
+ * destinations' copy of the one before. */
+ar_status ar_commsched_gate_next_if(ar_commsched_gate *gate, uint32_t dest,
+                                    const uint32_t *key, uint32_t want,
+                                    uint32_t *out);
+
 /* The send of a posted transfer completed: its bytes leave the in-flight
  * count.  Returns AR_OK, AR_RANGE or AR_STATE (not posted, or released). */
 ar_status ar_commsched_gate_release(ar_commsched_gate *gate, uint32_t dest,
@@ -537,7 +555,9 @@ ar_status ar_commsched_calib_apply(ar_commsched_calib *c, ar_commsched_graph *g,
  *   1. at time 0 every server offers, through an enforcement gate loaded
  *      with the schedule, each transfer of its channel (the recv's channel
  *      is its server) to every worker; it sends them round-robin over the
- *      workers, each worker's in gate order (transfer-id order for none);
+ *      workers, each worker's in gate order (transfer-id order for none),
+ *      a worker's turn taking its next transfer and those after it with
+ *      the same first use (ar_commsched_graph_first_use: an op's inputs);
  *   2. each node has one full-duplex port per direction, each a serial link
  *      of the given bandwidth: a message holds its sender's out port and
  *      its receiver's in port for bytes / bandwidth and arrives `latency`

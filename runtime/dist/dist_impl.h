@@ -271,6 +271,8 @@ typedef struct ar__dist {
   size_t expect;          /* messages each way per iteration */
   bool next_on;           /* the next iteration's sends have begun */
   size_t next_offered;    /* updq units offered to the next iteration */
+  uint8_t *noffered;      /* (nt) graph: offered to the next iteration (a
+                             node's tensors go together, see use) */
   bool vote_in;           /* stop_req completed, stop_any holds the vote */
   /* The next iteration's parameter sends completed during this one: their
    * trace spans, recorded when that iteration begins. */
@@ -288,6 +290,9 @@ typedef struct ar__dist {
   int *sendleft;          /* (2, nt) per parity: workers whose parameter
                              send is not done */
   double *gdue;           /* (nt) the last (emulated) delivery of its gradient */
+  uint32_t *use;          /* (nt) the op each tensor is first used by
+                             (ar_commsched_graph_first_use): the out port
+                             sends a worker an op's tensors in one turn */
   uint32_t *updq;         /* (nt) FIFO of update units ready (a tensor; a
                              chain layer by its w) */
   size_t updq_head, updq_tail;

@@ -92,11 +92,16 @@ static ar_status make_tables(ar__dist *c) {
   c->sendleft = ar_malloc(2 * nt1 * sizeof *c->sendleft);
   c->gdue = ar_malloc(nt1 * sizeof *c->gdue);
   c->updq = ar_malloc(nt1 * sizeof *c->updq);
+  c->use = ar_malloc(nt1 * sizeof *c->use);
+  c->noffered = ar_calloc(nt1, sizeof *c->noffered);
   c->upd_t0 = ar_malloc(nt1 * sizeof *c->upd_t0);
   c->upd_t1 = ar_malloc(nt1 * sizeof *c->upd_t1);
   if (!c->gleft || !c->sendleft || !c->gdue || !c->updq || !c->pend_p || !c->spar ||
-      !c->tl_pend || !c->tl_next2 || !c->upd_t0 || !c->upd_t1)
+      !c->tl_pend || !c->tl_next2 || !c->upd_t0 || !c->upd_t1 || !c->use ||
+      !c->noffered)
     return ar_errf(c->err, AR_NOMEM, "out of memory for the server's bookkeeping");
+  for (int t = 0; t < c->nt; t++)
+    c->use[t] = ar_commsched_graph_first_use(c->g, (uint32_t)t);
   if (!c->sreq || !c->rreq || !c->rstat || !c->s_idx || !c->sleft || !c->rleft || !c->rbytes ||
       !c->send_start || !c->delivered || !c->arrive || !c->pend_w || !c->pend_t || !c->pend_at ||
       !c->report)
@@ -200,6 +205,8 @@ void ar__dist_server_fini(ar__dist *c) {
   ar_free(c->sendleft);
   ar_free(c->gdue);
   ar_free(c->updq);
+  ar_free(c->use);
+  ar_free(c->noffered);
   ar_free(c->upd_t0);
   ar_free(c->upd_t1);
 }
@@ -216,35 +223,42 @@ static size_t msg_bytes(const ar__dist_tensor *T) { return T->rows ? T->msg_byte
 
 /* Moves every transfer gate p lets go into the FIFO, round-robin over
  * the workers (each worker's in gate order), stamping when its bytes go
- * on the emulated wire.  Without link emulation a send goes at once.
- * `next`: p is the next iteration's (its places in the trace are counted
- * apart). */
+ * on the emulated wire.  Without link emulation a send goes at once.  A
+ * worker's turn takes its next transfer and those after it that the same
+ * op uses first (a layer's w and b, a conv's weight and bias): taken one
+ * each, a worker had an op's first input early and its last only after
+ * the other workers' copies of the first, so every worker waited as long
+ * as the last (the simulator interleaves the same way).  `next`: p is
+ * the next iteration's (its places in the trace are counted apart). */
 static bool gate_to_fifo(ar__dist *c, int p, bool next) {
   bool any = false, more = true;
   size_t wt = (size_t)c->W * (size_t)c->nt;
   while (more) {
     more = false;
     for (int w = 0; w < c->W; w++) {
-      uint32_t t;
+      uint32_t t, op;
       if (ar_commsched_gate_next(c->gates[p], (uint32_t)w, &t) != AR_OK)
         continue;
       more = any = true;
-      double now = ar__dist_clock(c), at = now, start = now;
-      if (c->out_pacer) {
-        ar_commsched_pace pace;
-        ar_commsched_pacer_consume(c->out_pacer, now, msg_bytes(&c->t[t]), &pace);
-        at = pace.arrive_s;
-        start = pace.start_s;
-      }
-      size_t k = c->pend_tail++, wk = (size_t)w * (size_t)c->nt + t;
-      if (c->tl) /* the order the gate released them in, per worker */
-        c->tl_order[wk] = next ? c->tl_next2[w]++ : c->tl_next[w]++;
-      c->pend_w[k] = (uint32_t)w;
-      c->pend_t[k] = t;
-      c->pend_at[k] = at;
-      c->pend_p[k] = (uint8_t)p;
-      c->send_start[(size_t)p * wt + wk] = start;
-      c->arrive[(size_t)p * wt + wk] = at;
+      do {
+        op = c->use[t];
+        double now = ar__dist_clock(c), at = now, start = now;
+        if (c->out_pacer) {
+          ar_commsched_pace pace;
+          ar_commsched_pacer_consume(c->out_pacer, now, msg_bytes(&c->t[t]), &pace);
+          at = pace.arrive_s;
+          start = pace.start_s;
+        }
+        size_t k = c->pend_tail++, wk = (size_t)w * (size_t)c->nt + t;
+        if (c->tl) /* the order the gate released them in, per worker */
+          c->tl_order[wk] = next ? c->tl_next2[w]++ : c->tl_next[w]++;
+        c->pend_w[k] = (uint32_t)w;
+        c->pend_t[k] = t;
+        c->pend_at[k] = at;
+        c->pend_p[k] = (uint8_t)p;
+        c->send_start[(size_t)p * wt + wk] = start;
+        c->arrive[(size_t)p * wt + wk] = at;
+      } while (ar_commsched_gate_next_if(c->gates[p], (uint32_t)w, c->use, op, &t) == AR_OK);
     }
   }
   return any;
@@ -561,11 +575,36 @@ static ar_status offer(ar__dist *c, int p, int t) {
   return AR_OK;
 }
 
+/* Graph: whether every own tensor that node `use` reads first (a conv's
+ * weight and bias, a batch norm's two) has been updated this iteration. */
+static bool node_updated(const ar__dist *c, uint32_t use) {
+  for (int m = 0; m < c->nt; m++)
+    if (c->use[m] == use && c->t[m].server == c->rank && !c->t[m].rows && isnan(c->upd_t1[m]))
+      return false;
+  return true;
+}
+
+/* Offers to the next iteration (parity p) graph tensor t's node's
+ * tensors once they are all updated: the out port then sends a worker
+ * the node's inputs in one turn (gate_to_fifo), which it cannot when the
+ * first is on the wire before the second is offered. */
+static ar_status offer_node(ar__dist *c, int p, int t) {
+  if (!node_updated(c, c->use[t]))
+    return AR_OK;
+  for (int m = 0; m < c->nt; m++)
+    if (c->use[m] == c->use[t] && c->t[m].server == c->rank && !c->t[m].rows &&
+        !c->noffered[m]) {
+      c->noffered[m] = 1;
+      AR_CHECK(offer(c, p, m));
+    }
+  return AR_OK;
+}
+
 /* Overlap: once the next iteration is sure to run (ar__dist_next_certain),
- * its send side begins and every unit updated so far (a graph tensor, a
- * chain layer's two) is offered to it, in update order: its parameters
- * are final for it.  Rows tensors wait for its start (their update needs
- * every gradient). */
+ * its send side begins and every unit updated so far (a graph node's
+ * tensors, all of them updated; a chain layer's two) is offered to it, in
+ * update order: its parameters are final for it.  Rows tensors wait for
+ * its start (their update needs every gradient). */
 static ar_status next_offers(ar__dist *c, srv_iter *it) {
   if (c->updq_head == c->next_offered)
     return AR_OK;
@@ -582,14 +621,18 @@ static ar_status next_offers(ar__dist *c, srv_iter *it) {
       ar_commsched_schedule_destroy(ns);
     AR_CHECK(st);
     memset(c->tl_next2, 0, (size_t)c->W * sizeof *c->tl_next2);
+    memset(c->noffered, 0, (size_t)c->nt * sizeof *c->noffered);
     c->tl_npend = 0;
     c->next_on = true;
   }
   for (; c->next_offered < c->updq_head; c->next_offered++) {
     int t = (int)c->updq[c->next_offered];
-    AR_CHECK(offer(c, it->p ^ 1, t));
-    if (!c->graph)
+    if (c->graph) {
+      AR_CHECK(offer_node(c, it->p ^ 1, t));
+    } else {
+      AR_CHECK(offer(c, it->p ^ 1, t));
       AR_CHECK(offer(c, it->p ^ 1, t + 1));
+    }
   }
   return AR_OK;
 }

@@ -176,6 +176,42 @@ static void test_bytes_bound(void **state) {
   ar_commsched_schedule_destroy(s);
 }
 
+/* next_if pops what next would pop, only when its key matches; a miss
+ * changes nothing (the same transfer comes next), for listed transfers,
+ * bypassing ones and under the bytes bound alike. */
+static void test_next_if(void **state) {
+  (void)state;
+  ar_commsched_schedule *s = from_text("0 a 0 0\n1 b 0 1\n2 c 0 2\n");
+  ar_commsched_gate *g = new_gate(2, 4, 100, s, 0);
+  ar_err err = AR_ERR_INIT;
+  const uint32_t key[4] = {7, 7, 9, 9};
+  uint32_t t = 99;
+  for (uint32_t i = 0; i < 3; i++)
+    assert_int_equal(ar_commsched_gate_offer(g, 1, i, 40, &err), AR_OK);
+  assert_int_equal(ar_commsched_gate_next_if(g, 1, key, 9, &t), AR_NOTFOUND);
+  assert_int_equal(t, 99);
+  assert_int_equal(ar_commsched_gate_next_if(g, 1, key, 7, &t), AR_OK);
+  assert_int_equal(t, 0);
+  assert_int_equal(ar_commsched_gate_next_if(g, 1, key, 7, &t), AR_OK);
+  assert_int_equal(t, 1);
+  /* 2 has key 9, and 40 + 40 + 40 > 100 anyway. */
+  assert_int_equal(ar_commsched_gate_next_if(g, 1, key, 7, &t), AR_NOTFOUND);
+  assert_int_equal(ar_commsched_gate_next_if(g, 1, key, 9, &t), AR_NOTFOUND);
+  assert_int_equal(ar_commsched_gate_release(g, 1, 0, &err), AR_OK);
+  assert_int_equal(ar_commsched_gate_next_if(g, 1, key, 7, &t), AR_NOTFOUND);
+  assert_int_equal(ar_commsched_gate_next_if(g, 1, key, 9, &t), AR_OK);
+  assert_int_equal(t, 2);
+  /* Destination 0 untouched; an unlisted transfer (3) bypasses, keyed too. */
+  assert_int_equal(ar_commsched_gate_offer(g, 0, 3, 10, &err), AR_OK);
+  assert_int_equal(ar_commsched_gate_next_if(g, 0, key, 7, &t), AR_NOTFOUND);
+  assert_int_equal(ar_commsched_gate_next_if(g, 0, key, 9, &t), AR_OK);
+  assert_int_equal(t, 3);
+  assert_int_equal(ar_commsched_gate_next_if(g, 0, NULL, 0, &t), AR_NOTFOUND);
+  assert_int_equal(ar_commsched_gate_next_if(g, 2, key, 7, &t), AR_RANGE);
+  ar_commsched_gate_destroy(g);
+  ar_commsched_schedule_destroy(s);
+}
+
 /* A thousand iterations: the same sequence each time, the counter back at
  * zero at every start, the footprint unchanged. */
 static void test_reset_no_growth(void **state) {
@@ -329,6 +365,7 @@ int main(void) {
       cmocka_unit_test(test_order_enforced),
       cmocka_unit_test(test_bypass),
       cmocka_unit_test(test_bytes_bound),
+      cmocka_unit_test(test_next_if),
       cmocka_unit_test(test_reset_no_growth),
       cmocka_unit_test(test_absent_no_deadlock),
       cmocka_unit_test(test_random_sequences),

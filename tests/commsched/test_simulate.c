@@ -300,6 +300,62 @@ static void test_hand_order(void **state) {
   ar_commsched_graph_destroy(g);
 }
 
+/* One server's out port, two workers: an op's inputs go to one worker
+ * together before the next worker's turn.  a and b (1000 bytes, 1 s each
+ * at 1000 B/s) feed fa, c feeds fb (after fa), each op 1 s.  The port
+ * sends w0:a w0:b [0, 2], w1:a w1:b [2, 4], w0:c [4, 5], w1:c [5, 6]:
+ * worker 0 runs fa 2-3 and fb 5-6, worker 1 fa 4-5 and fb 6-7.  Taken
+ * one transfer each (w0:a, w1:a, w0:b, ...) worker 0 would have b only at
+ * 3, fa 3-4, as late as worker 1 allows.  The gradients (ready when fa,
+ * resp. fb, is done) then share the server's in port: w0's of a and b
+ * 3-5, w1's 5-7, w0's of c 7-8, w1's 8-9, the makespan 9 (one each: 10).
+ * With fa needing a and c and fb needing b, the order a b c groups
+ * nothing: one each, as before. */
+static void test_hand_port_groups(void **state) {
+  (void)state;
+  ar_commsched_graph *g = new_graph();
+  ar_err err = AR_ERR_INIT;
+  ar_commsched_op a, b, c;
+  assert_int_equal(ar_commsched_graph_add_recv(g, "a", 1000, 0, 1, &a, &err), AR_OK);
+  assert_int_equal(ar_commsched_graph_add_recv(g, "b", 1000, 0, 1, &b, &err), AR_OK);
+  assert_int_equal(ar_commsched_graph_add_recv(g, "c", 1000, 0, 1, &c, &err), AR_OK);
+  ar_commsched_op d[2] = {a, b};
+  ar_commsched_op fa = compute_op(g, "fa", 1, 2, d);
+  d[0] = fa, d[1] = c;
+  ar_commsched_op fb = compute_op(g, "fb", 1, 2, d);
+  seal(g);
+  assert_true(ar_commsched_graph_first_use(g, 0) == fa);
+  assert_true(ar_commsched_graph_first_use(g, 1) == fa);
+  assert_true(ar_commsched_graph_first_use(g, 2) == fb);
+  assert_true(ar_commsched_graph_first_use(g, 3) == AR_COMMSCHED_NONE);
+  ar_commsched_sim_opts o = AR_COMMSCHED_SIM_OPTS_INIT;
+  o.bandwidth_Bps = 1000;
+  o.workers = 2;
+  for (size_t k = 0; k < 2; k++) {
+    ar_commsched_schedule *s = k ? schedule(g, AR_COMMSCHED_ORDER_TAC, 0, 0) : NULL;
+    ar_commsched_sim_result r = run(g, s, &o);
+    assert_true(r.params_done_s == 6.0);
+    assert_true(r.compute_done_s == 7.0);
+    assert_true(r.makespan_s == 9.0);
+    ar_commsched_schedule_destroy(s);
+  }
+  ar_commsched_graph_destroy(g);
+
+  g = new_graph();
+  assert_int_equal(ar_commsched_graph_add_recv(g, "a", 1000, 0, 1, &a, &err), AR_OK);
+  assert_int_equal(ar_commsched_graph_add_recv(g, "b", 1000, 0, 1, &b, &err), AR_OK);
+  assert_int_equal(ar_commsched_graph_add_recv(g, "c", 1000, 0, 1, &c, &err), AR_OK);
+  d[0] = a, d[1] = c;
+  fa = compute_op(g, "fa", 1, 2, d);
+  d[0] = fa, d[1] = b;
+  compute_op(g, "fb", 1, 2, d);
+  seal(g);
+  /* w0:a w1:a w0:b w1:b w0:c w1:c: fa at 5-6 and 6-7, fb 6-7 and 7-8. */
+  ar_commsched_sim_result r = run(g, NULL, &o);
+  assert_true(r.params_done_s == 6.0 && r.compute_done_s == 8.0);
+  ar_commsched_graph_destroy(g);
+}
+
 /* The 20-layer model at 10 Gbit/s with two workers, where communication
  * about equals computation (bench_simulate.c): TAC and TIC beat the mean
  * of 20 random orders and are no worse than the worst one. */
@@ -548,6 +604,7 @@ int main(void) {
       cmocka_unit_test(test_hand_order),
       cmocka_unit_test(test_hand_early),
       cmocka_unit_test(test_hand_overlap),
+      cmocka_unit_test(test_hand_port_groups),
       cmocka_unit_test(test_model_orders),
       cmocka_unit_test(test_monotonic_workers),
       cmocka_unit_test(test_deterministic),

@@ -23,8 +23,10 @@
 #           net's nodes as ops), and the run's trace.json has the
 #           parameters' transfers and, in most iterations, the server's
 #           optimizer beginning before the last gradient arrived (the
-#           early update), and `accelrt simulate --trace` models the job
-#           from that trace; a batch the 2 workers cannot split is refused
+#           early update); over an emulated link the server sends a
+#           worker a node's tensors (a layer's w and b) one after the
+#           other before the next worker's, and `accelrt simulate --trace`
+#           models the job from that trace; a batch the 2 workers cannot split is refused
 #           naming both.
 #   overlap -np 2, random orders over a slow emulated link: trace.json shows
 #           a parameter of iteration i + 1 sent before iteration i's last
@@ -318,6 +320,31 @@ last, first, opt = server_spans(sys.argv[2])
 early = [i for i in opt if i in last and opt[i] < last[i]]
 print("  early updates in %d of %d iterations" % (len(early), len(opt)))
 assert len(opt) == 12 and len(early) >= len(last) // 2, (len(early), opt, last)
+PY
+  # The server's out port sends a worker a node's tensors in one turn
+  # (bn1's two, c2's two, out's two: adjacent on the wire), then the other
+  # worker's copies: taken one tensor each, worker 0 had bn1.gamma at once
+  # and bn1.beta only after worker 1's bn1.gamma.
+  "$py" - o_link/trace.tsv <<'PY' || fail "a node's tensors split on the out port"
+import sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if not l.startswith("#")]
+head, its = rows[0], {}
+for r in rows[1:]:
+    x = dict(zip(head, r))
+    if x["kind"] == "recv" and x["warmup"] == "0":  # warm-up: as ready, no schedule
+        its.setdefault(x["iteration"], []).append((float(x["wire_s"]), x["worker"], x["op"]))
+checked = 0
+for it, sends in its.items():
+    sends.sort()
+    seq = [(w, op.rsplit(".", 1)[0]) for _, w, op in sends]
+    assert len(seq) == 14, (it, seq)
+    for key in set(seq):
+        at = [i for i, k in enumerate(seq) if k == key]
+        assert at == list(range(at[0], at[0] + len(at))), (it, key, seq)
+        checked += len(at) > 1
+print("  out port: each node's tensors to a worker adjacent, %d groups in %d iterations"
+      % (checked, len(its)))
+assert checked >= 6 * len(its) and len(its) >= 3, (checked, len(its))
 PY
   # accelrt simulate models the graph job from the run's trace: the nodes'
   # compute times (fwd.*, bwd.*) set from it, a row per order.
