@@ -204,23 +204,56 @@ ar_device_opts ar_job_device_opts(const ar_spec *spec) {
   return o;
 }
 
+/* --resume goes on with the seed the run was started with, as its
+ * job.resolved.yaml (written at its start) says: another seed draws
+ * other generated data, other shuffles and other sampling, so the
+ * checkpoint would go on training on another run's data without a word.
+ * A folder whose file cannot be read or parsed (written by hand, or by
+ * an older build) is not checked. */
+static ar_status check_resume_seed(run_ctx *c) {
+  const ar_spec *spec = c->spec;
+  char *path = ar_path_join(spec->output.dir, "job.resolved.yaml");
+  if (!path)
+    return ar_errf(c->err, AR_NOMEM, "out of memory");
+  char *text = NULL;
+  size_t len = 0;
+  ar_err e = AR_ERR_INIT;
+  ar_spec *was = NULL;
+  if (ar_fs_readable(c->opts.fs, path) &&
+      ar_fs_read_all(c->opts.fs, path, AR_SPEC_MAX_BYTES, &text, &len, &e) == AR_OK)
+    (void)ar_spec_parse(text, len, path, NULL, NULL, 0, false, &was, NULL);
+  ar_free(text);
+  ar_status st = AR_OK;
+  if (was && was->seed != spec->seed)
+    st = ar_errf(c->err, AR_SPEC, "--resume: the run in '%s' was started with seed %llu (%s) but "
+                 "this job has seed %llu, which would go on with other data, shuffles and "
+                 "samples; resume with --set seed=%llu, or start afresh (--overwrite, or another "
+                 "output.dir)", spec->output.dir, (unsigned long long)was->seed, path,
+                 (unsigned long long)spec->seed, (unsigned long long)was->seed);
+  ar_spec_destroy(was);
+  ar_free(path);
+  return st;
+}
+
 /* The output paths; with opts.resume the checkpoint's position, which a
  * scheduler needs before the job has a model (srtf: the iterations left). */
 static ar_status open_outputs(run_ctx *c) {
   const ar_spec *spec = c->spec;
-  if (c->jo.records) {
-    AR_CHECK(ar_fs_mkdirs(c->opts.fs, spec->output.dir, c->err));
-    if (c->opts.overwrite)
-      AR_CHECK(ar_run_clear_outputs(c->opts.fs, spec->output.dir, c->err));
-    if (c->opts.run_json)
-      AR_CHECK(ar_run_describe(c->opts.fs, spec->output.dir, spec->resolved, c->opts.run_json,
-                               c->err));
-  }
   c->ckpt_path = ar_path_join(spec->output.dir, "checkpoint.bin");
   c->metrics_path = ar_path_join(spec->output.dir, "metrics.jsonl");
   c->summary_path = ar_path_join(spec->output.dir, "summary.json");
   if (!c->ckpt_path || !c->metrics_path || !c->summary_path)
     return ar_errf(c->err, AR_NOMEM, "out of memory");
+  if (c->jo.records) {
+    AR_CHECK(ar_fs_mkdirs(c->opts.fs, spec->output.dir, c->err));
+    if (c->opts.overwrite)
+      AR_CHECK(ar_run_clear_outputs(c->opts.fs, spec->output.dir, c->err));
+    if (c->opts.resume && ar_fs_readable(c->opts.fs, c->ckpt_path))
+      AR_CHECK(check_resume_seed(c)); /* before the file is rewritten */
+    if (c->opts.run_json)
+      AR_CHECK(ar_run_describe(c->opts.fs, spec->output.dir, spec->resolved, c->opts.run_json,
+                               c->err));
+  }
   if (c->opts.resume && !ar_fs_readable(c->opts.fs, c->ckpt_path)) {
     /* A job requeued (Slurm) before its first checkpoint: nothing to
      * continue from, so it starts over. */

@@ -191,6 +191,26 @@ resume_missing)
     "$work/err" || fail "no word of starting afresh: $(cat "$work/err")"
   [ "$(json_num "$work/out/summary.json" iterations)" = 63 ] || fail "did not train from 0 to 63"
   ;;
+resume_seed)
+  # --resume with another seed than the run's (its job.resolved.yaml) is
+  # refused, naming both seeds and the file, before anything is written:
+  # it would go on training on other generated data.  The same seed goes on.
+  small_job
+  "$bin" run "$work/job.yaml" --quiet --set train.epochs=0 --set train.iterations=45 \
+    2> "$work/err" || fail "first run: $(cat "$work/err")"
+  cp -a "$work/out" "$work/before"
+  "$bin" run "$work/job.yaml" --quiet --resume --set seed=6 --set train.epochs=0 \
+    --set train.iterations=60 2> "$work/err"; rc=$?
+  [ $rc != 0 ] || fail "--resume with seed 6 on a seed-5 run was accepted"
+  grep -q "run in '$work/out' was started with seed 5 ($work/out/job.resolved.yaml) but this job has seed 6" \
+    "$work/err" && grep -q -- "--set seed=5" "$work/err" || fail "the message: $(cat "$work/err")"
+  for f in checkpoint.bin metrics.jsonl job.resolved.yaml summary.json run.json; do
+    cmp -s "$work/before/$f" "$work/out/$f" || fail "$f changed by the refused resume"
+  done
+  "$bin" run "$work/out/job.resolved.yaml" --quiet --resume --set train.epochs=0 \
+    --set train.iterations=60 2> "$work/err" || fail "--resume with the run's seed: $(cat "$work/err")"
+  [ "$(json_num "$work/out/summary.json" iterations)" = 60 ] || fail "did not go on to 60"
+  ;;
 refuse_finished)
   # A finished run's folder is refused (exit 2, naming the folder and both
   # options) and left as it was; --overwrite removes the run's own files
