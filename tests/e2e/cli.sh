@@ -211,6 +211,31 @@ resume_seed)
     --set train.iterations=60 2> "$work/err" || fail "--resume with the run's seed: $(cat "$work/err")"
   [ "$(json_num "$work/out/summary.json" iterations)" = 60 ] || fail "did not go on to 60"
   ;;
+lsh_settings)
+  # A sampled layer's training settings that sparse Adam cannot honour are
+  # refused at the layer's item (FILE:LINE:COL, model.layers[i]), on the
+  # chain engine as on the graph engine: SGD (which keeps the job on the
+  # chain), and under ACCELRT_CHAIN_ENGINE=chain weight decay and
+  # catch_up with beta1 >= sqrt(beta2).
+  small_job
+  refused_at() { # WHAT ENGINE GREP --set...
+    local what=$1 eng=$2 want=$3; shift 3
+    ACCELRT_CHAIN_ENGINE=$eng "$bin" run "$work/job.yaml" --quiet --set train.epochs=0 \
+      --set train.iterations=2 --set 'model.layers.out.sparse={mode: lsh, catch_up: 5}' "$@" \
+      2> "$work/err" && fail "$what was accepted"
+    grep -q "^accelrt run: error: $work/job.yaml:8:7: error: model.layers\[1\]: .*$want" "$work/err" ||
+      fail "$what: $(cat "$work/err")"
+  }
+  refused_at "SGD" "" "LSH-sampled, which trains with Adam only" \
+    --set 'train.optimizer={sgd: {lr: 0.1}}'
+  refused_at "weight decay" chain "whose sparse Adam has no weight decay" \
+    --set 'train.optimizer={adam: {lr: 0.003, weight_decay: 0.01}}'
+  refused_at "catch_up with beta1 0.99, beta2 0.9" chain "beta1 < sqrt(beta2) (beta1 0.99, beta2 0.9" \
+    --set 'train.optimizer={adam: {lr: 0.003, beta1: 0.99, beta2: 0.9}}'
+  ACCELRT_CHAIN_ENGINE=chain "$bin" run "$work/job.yaml" --quiet --set train.epochs=0 \
+    --set train.iterations=2 --set 'model.layers.out.sparse={mode: lsh, catch_up: 5}' \
+    2> "$work/err" || fail "catch_up with the default betas: $(cat "$work/err")"
+  ;;
 refuse_finished)
   # A finished run's folder is refused (exit 2, naming the folder and both
   # options) and left as it was; --overwrite removes the run's own files
