@@ -18,6 +18,11 @@ void ar__fmt_bytes(uint64_t bytes, char *buf, size_t n);
  * NULL) in the model's blocks, or NULL when the plan has none. */
 void *ar__plan_ptr(ar_model *m, const char *layer, const char *what);
 
+/* The training settings a sampled layer needs (Adam, no weight decay,
+ * catch_up's betas), refused at the layer's item in the job file: checked
+ * when the chain's plan is made (so `accelrt check` refuses them too) and
+ * when the layer is (sampled.c). */
+ar_status ar__sampled_check_train(const ar_spec *spec, int l, const char *name, ar_err *err);
 /* sampled.c: the lsh options of sampled layer l fed by `in` inputs, as
  * the model makes its hash family (before its seed) and tables; K 0 takes
  * the layer's sparse.K (or the automatic one). */

@@ -224,6 +224,7 @@ static ar_status plan_build(plan_builder *pb, const ar_spec *spec, int64_t max_n
 static ar_status add_sampled_host(plan_builder *pb, const ar_spec *spec, int l, int64_t in,
                                   int64_t max_labels) {
   const char *n = spec->layers[l].name;
+  AR_CHECK(ar__sampled_check_train(spec, l, n, pb->err));
   ar__sampled_mem sb;
   AR_CHECK(ar__sampled_bytes(spec, l, in, 0, ar_plan_threads(spec),
                              ar_layer_shared_cap(spec, l, max_labels), &sb, pb->err));

@@ -279,8 +279,7 @@ static ar_status train_err(const ar_spec *spec, int l, ar_err *err, const char *
   return ar_errf(err, AR_UNSUPPORTED, "%s", msg);
 }
 
-/* The checks a sampled layer's training settings must pass. */
-static ar_status check_train(const ar_spec *spec, int l, const char *name, ar_err *err) {
+ar_status ar__sampled_check_train(const ar_spec *spec, int l, const char *name, ar_err *err) {
   if (spec->train.optimizer != AR_OPT_ADAM)
     return train_err(spec, l, err, "layer %s is LSH-sampled, which trains with Adam only; "
                      "set train.optimizer to adam or the layer's sparse.mode to dense", name);
@@ -301,7 +300,7 @@ ar_status ar__sampled_new(const ar__sampled_cfg *c, ar_sampled **out, ar_err *er
   const ar_spec *spec = c->spec;
   const int l = c->l;
   const ar_sparse_spec *sp = &spec->layers[l].sparse;
-  AR_CHECK(check_train(spec, l, c->name, err));
+  AR_CHECK(ar__sampled_check_train(spec, l, c->name, err));
   if (c->neurons > UINT32_MAX || c->in > UINT32_MAX)
     return ar_errf(err, AR_RANGE, "layer %s is too large to sample", c->name);
   ar_sampled *s = ar_calloc(1, sizeof *s);
@@ -385,7 +384,7 @@ ar_status ar__sampled_new(const ar__sampled_cfg *c, ar_sampled **out, ar_err *er
 ar_status ar__sampled_create(ar_model *m, int l) {
   const ar_spec *spec = m->spec;
   ar_layer *L = &m->layers[l];
-  AR_CHECK(check_train(spec, l, L->name, &m->err));
+  AR_CHECK(ar__sampled_check_train(spec, l, L->name, &m->err));
   ar__sampled_cfg c = {spec, l, L->name, m->dev, L->in, L->out, m->max_labels, m->step,
                        false, l == 0 && spec->input.sparse, {0},
                        L->s1w, L->s2w, L->s1b, L->s2b,

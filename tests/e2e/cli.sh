@@ -216,7 +216,7 @@ lsh_settings)
   # refused at the layer's item (FILE:LINE:COL, model.layers[i]), on the
   # chain engine as on the graph engine: SGD (which keeps the job on the
   # chain), and under ACCELRT_CHAIN_ENGINE=chain weight decay and
-  # catch_up with beta1 >= sqrt(beta2).
+  # catch_up with beta1 >= sqrt(beta2); accelrt check refuses SGD too.
   small_job
   refused_at() { # WHAT ENGINE GREP --set...
     local what=$1 eng=$2 want=$3; shift 3
@@ -235,6 +235,12 @@ lsh_settings)
   ACCELRT_CHAIN_ENGINE=chain "$bin" run "$work/job.yaml" --quiet --set train.epochs=0 \
     --set train.iterations=2 --set 'model.layers.out.sparse={mode: lsh, catch_up: 5}' \
     2> "$work/err" || fail "catch_up with the default betas: $(cat "$work/err")"
+  # accelrt check refuses what run refuses (the chain's plan checks it).
+  "$bin" check "$work/job.yaml" --set 'model.layers.out.sparse={mode: lsh}' \
+    --set 'train.optimizer={sgd: {lr: 0.1}}' > "$work/out.txt" 2> "$work/err" &&
+    fail "check accepted SGD for a sampled layer"
+  grep -q "^accelrt check: error: $work/job.yaml:8:7: error: model.layers\[1\]: .*Adam only" \
+    "$work/err" || fail "check: $(cat "$work/err")"
   ;;
 refuse_finished)
   # A finished run's folder is refused (exit 2, naming the folder and both

@@ -329,14 +329,17 @@ route)
     grep -q "^total: " d.txt || fail "$f.yaml: no total line"
   done
   # Sampled layers are lowered; what stays on the chain engine, and why
-  # (check's line; run's note, once, though the chain refuses it too): a
-  # sampled layer under SGD.
+  # (check's line; run's note, once): a sampled layer under SGD, which
+  # check and run then refuse at the layer's item.
   ACCELRT_CHAIN_ENGINE=graph "$bin" check lsh.yaml > c.txt || { cat c.txt; fail "check lsh"; }
   grep -q "^engine: graph (job 'dc'" c.txt || { cat c.txt; fail "lsh.yaml: not lowered"; }
   sed -e 's/adam: {lr: 0.001}/sgd: {lr: 0.05}/' lsh.yaml > lsgd.yaml
-  ACCELRT_CHAIN_ENGINE=graph "$bin" check lsgd.yaml > c.txt || { cat c.txt; fail "check lsgd"; }
+  ACCELRT_CHAIN_ENGINE=graph "$bin" check lsgd.yaml > c.txt 2> c.err &&
+    fail "check lsgd.yaml: the chain trains no sampled layer under SGD"
   grep -q "^engine: chain (job 'dc' stays on it: layer h1 is LSH-sampled and train.optimizer" \
     c.txt || { cat c.txt; fail "lsgd: no reason"; }
+  grep -q "lsgd.yaml:8:7: error: model.layers\[1\]: layer h1 is LSH-sampled, which trains with Adam only" \
+    c.err || { cat c.err; fail "check lsgd.yaml: the refusal"; }
   ACCELRT_CHAIN_ENGINE=graph "$bin" run lsgd.yaml --set train.iterations=2 --quiet 2> lsgd.err \
     && fail "run lsgd.yaml: the chain trains no sampled layer under SGD"
   [ "$(grep -c "stays on the chain engine: layer h1 is LSH-sampled" lsgd.err)" = 1 ] \
