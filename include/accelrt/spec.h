@@ -370,6 +370,18 @@ ar_status ar_spec_parse(const char *text, size_t len, const char *file,
 /* Frees a spec and everything in it.  NULL is a no-op. */
 void ar_spec_destroy(ar_spec *spec);
 
+/* Records an error at one of the job file's items and returns status, as
+ * ar_errf: "FILE:LINE:COL: error: PATH: MSG" when pos knows the item's
+ * place (line > 0), "FILE: error: PATH: MSG" when it does not (an item
+ * given by --set); FILE is spec->file, or "<string>" for a parsed text.
+ * The engines' refusals of a layer's settings all read this way. */
+ar_status ar_spec_item_errf(const ar_spec *spec, const ar_srcpos *pos, const char *path,
+                            ar_err *err, ar_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 6, 7)))
+#endif
+    ;
+
 /* Writes the job-file reference, generated from the schema table, as
  * Markdown.  docs/job-file.md is this output (a test keeps them equal). */
 void ar_spec_schema_markdown(FILE *to);

@@ -18,12 +18,7 @@ ar_status ar__net_build_err(build_ctx *b, const ar_layer_spec *ls, const char *p
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  const ar_spec *s = b->net->spec;
-  if (ls && ls->pos.line > 0)
-    return ar_errf(b->err, AR_SPEC, "%s:%d:%d: error: %s: %s", s->file ? s->file : "<string>",
-                   ls->pos.line, ls->pos.col, path, msg);
-  return ar_errf(b->err, AR_SPEC, "%s: error: %s: %s", s->file ? s->file : "<string>", path,
-                 msg);
+  return ar_spec_item_errf(b->net->spec, ls ? &ls->pos : NULL, path, b->err, AR_SPEC, "%s", msg);
 }
 
 int ar__net_tensor(ar_net *n, const char *name, const ar_shape *s_in, ar_dtype t, int kind) {

@@ -29,11 +29,8 @@
 
 /* A job-file error at node d's item. */
 static ar_status refuse(const ar_net *n, const nnode *d, const char *msg, ar_err *err) {
-  const char *file = n->spec->file ? n->spec->file : "<string>";
-  if (d->ls && d->ls->pos.line > 0)
-    return ar_errf(err, AR_SPEC, "%s:%d:%d: error: %s: sparse_grad: %s", file, d->ls->pos.line,
-                   d->ls->pos.col, d->path, msg);
-  return ar_errf(err, AR_SPEC, "%s: error: %s: sparse_grad: %s", file, d->path, msg);
+  return ar_spec_item_errf(n->spec, d->ls ? &d->ls->pos : NULL, d->path, err, AR_SPEC,
+                           "sparse_grad: %s", msg);
 }
 
 /* How many nodes read tensor t as a parameter. */

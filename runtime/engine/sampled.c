@@ -38,7 +38,6 @@
 
 #include <math.h>
 #include <omp.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -261,37 +260,30 @@ static ar_status schedule_to(ar_sampled *s, int64_t step, ar_err *err) {
   return AR_OK;
 }
 
-/* A sampled layer's settings refused: at its item in the job file
- * (FILE:LINE:COL: error: model.layers[l]: ...) when the spec knows where
- * that is, as a graph's items are. */
-static ar_status train_err(const ar_spec *spec, int l, ar_err *err, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static ar_status train_err(const ar_spec *spec, int l, ar_err *err, const char *fmt, ...) {
-  char msg[AR_ERR_MAX / 2];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  const ar_srcpos *at = &spec->layers[l].pos;
-  if (at->line > 0)
-    return ar_errf(err, AR_UNSUPPORTED, "%s:%d:%d: error: model.layers[%d]: %s",
-                   spec->file ? spec->file : "<string>", at->line, at->col, l, msg);
-  return ar_errf(err, AR_UNSUPPORTED, "%s", msg);
-}
-
+/* A sampled layer's settings refused at its item in the job file
+ * (FILE:LINE:COL: error: model.layers[l]: ...), as a graph's items are. */
 ar_status ar__sampled_check_train(const ar_spec *spec, int l, const char *name, ar_err *err) {
+  char path[32];
+  snprintf(path, sizeof path, "model.layers[%d]", l);
+  const ar_srcpos *at = &spec->layers[l].pos;
   if (spec->train.optimizer != AR_OPT_ADAM)
-    return train_err(spec, l, err, "layer %s is LSH-sampled, which trains with Adam only; "
-                     "set train.optimizer to adam or the layer's sparse.mode to dense", name);
+    return ar_spec_item_errf(spec, at, path, err, AR_UNSUPPORTED,
+                             "layer %s is LSH-sampled, which trains with Adam only; set "
+                             "train.optimizer to adam or the layer's sparse.mode to dense",
+                             name);
   if (spec->train.weight_decay > 0)
-    return train_err(spec, l, err, "layer %s is LSH-sampled, whose sparse Adam has no "
-                     "weight decay; set train.optimizer's weight_decay to 0 or the layer's "
-                     "sparse.mode to dense", name);
+    return ar_spec_item_errf(spec, at, path, err, AR_UNSUPPORTED,
+                             "layer %s is LSH-sampled, whose sparse Adam has no weight decay; "
+                             "set train.optimizer's weight_decay to 0 or the layer's "
+                             "sparse.mode to dense",
+                             name);
   if (ar_layer_catch_up_refused(spec, l))
-    return train_err(spec, l, err, "layer %s: sparse.catch_up needs the Adam betas' beta1 < "
-                     "sqrt(beta2) (beta1 %g, beta2 %g: dense Adam's moves on the skipped "
-                     "steps would not shrink); lower beta1, raise beta2 or set the layer's "
-                     "sparse.catch_up to 0", name, spec->train.beta1, spec->train.beta2);
+    return ar_spec_item_errf(spec, at, path, err, AR_UNSUPPORTED,
+                             "layer %s: sparse.catch_up needs the Adam betas' beta1 < "
+                             "sqrt(beta2) (beta1 %g, beta2 %g: dense Adam's moves on the "
+                             "skipped steps would not shrink); lower beta1, raise beta2 or set "
+                             "the layer's sparse.catch_up to 0",
+                             name, spec->train.beta1, spec->train.beta2);
   return AR_OK;
 }
 
