@@ -293,6 +293,8 @@ typedef struct ar__dist {
   uint32_t *use;          /* (nt) the op each tensor is first used by
                              (ar_commsched_graph_first_use): the out port
                              sends a worker an op's tensors in one turn */
+  int *node_next;         /* (nt) own dense tensors: the next with the same
+                             use, a ring (a tensor alone: itself) */
   uint32_t *updq;         /* (nt) FIFO of update units ready (a tensor; a
                              chain layer by its w) */
   size_t updq_head, updq_tail;

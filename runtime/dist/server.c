@@ -62,6 +62,11 @@ static ar_status make_gate(ar__dist *c) {
   return ar_commsched_pacer_create(&lo, now, &c->in_pacer, c->err);
 }
 
+/* Whether tensor t is a dense one this server owns (steps and sends whole). */
+static bool own_dense(const ar__dist *c, int t) {
+  return c->t[t].server == c->rank && !c->t[t].rows;
+}
+
 /* The per-iteration tables, made once: per (worker, transfer) and per
  * (worker, piece). */
 static ar_status make_tables(ar__dist *c) {
@@ -94,14 +99,33 @@ static ar_status make_tables(ar__dist *c) {
   c->updq = ar_malloc(nt1 * sizeof *c->updq);
   c->use = ar_malloc(nt1 * sizeof *c->use);
   c->noffered = ar_calloc(nt1, sizeof *c->noffered);
+  c->node_next = ar_malloc(nt1 * sizeof *c->node_next);
   c->upd_t0 = ar_malloc(nt1 * sizeof *c->upd_t0);
   c->upd_t1 = ar_malloc(nt1 * sizeof *c->upd_t1);
   if (!c->gleft || !c->sendleft || !c->gdue || !c->updq || !c->pend_p || !c->spar ||
       !c->tl_pend || !c->tl_next2 || !c->upd_t0 || !c->upd_t1 || !c->use ||
-      !c->noffered)
+      !c->noffered || !c->node_next)
     return ar_errf(c->err, AR_NOMEM, "out of memory for the server's bookkeeping");
   for (int t = 0; t < c->nt; t++)
     c->use[t] = ar_commsched_graph_first_use(c->g, (uint32_t)t);
+  /* Each own dense tensor's ring of those its first op also reads first
+   * (offer_node walks it); quadratic once, not per iteration. */
+  for (int t = 0; t < c->nt; t++) {
+    c->node_next[t] = t;
+    if (!own_dense(c, t))
+      continue;
+    for (int m = t + 1; m < c->nt; m++)
+      if (own_dense(c, m) && c->use[m] == c->use[t]) {
+        c->node_next[t] = m;
+        break;
+      }
+    if (c->node_next[t] == t) /* the last: back to the first */
+      for (int m = 0; m < t; m++)
+        if (own_dense(c, m) && c->use[m] == c->use[t]) {
+          c->node_next[t] = m;
+          break;
+        }
+  }
   if (!c->sreq || !c->rreq || !c->rstat || !c->s_idx || !c->sleft || !c->rleft || !c->rbytes ||
       !c->send_start || !c->delivered || !c->arrive || !c->pend_w || !c->pend_t || !c->pend_at ||
       !c->report)
@@ -206,6 +230,7 @@ void ar__dist_server_fini(ar__dist *c) {
   ar_free(c->gdue);
   ar_free(c->updq);
   ar_free(c->use);
+  ar_free(c->node_next);
   ar_free(c->noffered);
   ar_free(c->upd_t0);
   ar_free(c->upd_t1);
@@ -575,12 +600,16 @@ static ar_status offer(ar__dist *c, int p, int t) {
   return AR_OK;
 }
 
-/* Graph: whether every own tensor that node `use` reads first (a conv's
- * weight and bias, a batch norm's two) has been updated this iteration. */
-static bool node_updated(const ar__dist *c, uint32_t use) {
-  for (int m = 0; m < c->nt; m++)
-    if (c->use[m] == use && c->t[m].server == c->rank && !c->t[m].rows && isnan(c->upd_t1[m]))
+/* Graph: whether every own tensor that t's first op reads first (a
+ * conv's weight and bias, a batch norm's two) has been updated this
+ * iteration: t's ring (node_next). */
+static bool node_updated(const ar__dist *c, int t) {
+  int m = t;
+  do {
+    if (isnan(c->upd_t1[m]))
       return false;
+    m = c->node_next[m];
+  } while (m != t);
   return true;
 }
 
@@ -589,14 +618,16 @@ static bool node_updated(const ar__dist *c, uint32_t use) {
  * the node's inputs in one turn (gate_to_fifo), which it cannot when the
  * first is on the wire before the second is offered. */
 static ar_status offer_node(ar__dist *c, int p, int t) {
-  if (!node_updated(c, c->use[t]))
+  if (!node_updated(c, t))
     return AR_OK;
-  for (int m = 0; m < c->nt; m++)
-    if (c->use[m] == c->use[t] && c->t[m].server == c->rank && !c->t[m].rows &&
-        !c->noffered[m]) {
+  int m = t;
+  do {
+    if (!c->noffered[m]) {
       c->noffered[m] = 1;
       AR_CHECK(offer(c, p, m));
     }
+    m = c->node_next[m];
+  } while (m != t);
   return AR_OK;
 }
 
