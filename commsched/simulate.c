@@ -66,13 +66,18 @@
  * Calibration (message_s, byte_s, compute_scale; the ideal model has 0,
  * 0, 1).  A real runtime pays per message: the receiver matches it and
  * copies it (MPI over shared memory copies at the receiver) before the
- * data is usable.  So every arrival costs its receiver message_s + bytes x
- * byte_s of CPU.  A worker is one CPU: it takes its arrivals in arrival
- * order, only between compute ops (the runtime's worker polls before each
- * layer), and before the next op when both are due; an op that could run
- * now does not wait for a later arrival.  A parameter is "in" when its
- * copy is done, and its comm span ends there.  A server takes its
- * gradients in arrival order (its in port already orders them).  Compute
+ * data is usable, and a receiver waiting for a message sleeps between
+ * polls (and, on a shared machine, waits for a core when it wakes).  So
+ * every arrival costs its receiver bytes x byte_s, and message_s more
+ * when it was waiting, not busy, when the message came (the calibration
+ * fits message_s on such waits).  A worker is one CPU: it takes its
+ * arrivals in arrival order, only between compute ops (the runtime's
+ * worker polls before each layer), and before the next op when both are
+ * due; an op that could run now does not wait for a later arrival.  A
+ * parameter is "in" when its copy is done, and its comm span ends there.
+ * A server takes its gradients in arrival order (its in port already
+ * orders them), busy while it takes one (its updates do not count as busy
+ * here).  Compute
  * ops of workers last time_s x compute_scale (workers time-sharing
  * cores); copies and the update are not scaled (their costs are measured
  * under the same sharing).  With zero costs a copy takes no time and an
@@ -150,9 +155,11 @@ static double xfer_s(const sim *m, size_t bytes) {
   return isinf(m->o.bandwidth_Bps) ? 0.0 : (double)bytes / m->o.bandwidth_Bps;
 }
 
-/* The receiver's CPU cost of one message (0 in the ideal model). */
-static double msg_s(const sim *m, size_t bytes) {
-  return m->o.message_s + (double)bytes * m->o.byte_s;
+/* What taking one message in costs its receiver (0 in the ideal model):
+ * the copy, and message_s before it when the receiver was waiting for
+ * something to arrive (asleep between polls) rather than busy. */
+static double take_s(const sim *m, size_t bytes, bool waiting) {
+  return (waiting ? m->o.message_s : 0.0) + (double)bytes * m->o.byte_s;
 }
 
 static ar_status check_opts(const ar_commsched_graph *g,
@@ -472,7 +479,7 @@ static double sim_compute(sim *m, size_t w) {
     if (ci < m->T && (ac <= now || (!op_now && ac <= rc))) {
       /* The next arrival: the worker takes it in (no cost: at once). */
       uint32_t t = m->keys[ci++].t;
-      double cost = msg_s(m, g->recvs[t].bytes), have = ac;
+      double cost = take_s(m, g->recvs[t].bytes, ac > now), have = ac;
       if (cost > 0.0) {
         have = (ac > now ? ac : now) + cost;
         now = have;
@@ -561,7 +568,7 @@ static double sim_grads(sim *m) {
     double arr = done + m->o.latency_s;
     /* Arrivals at one server come in commit order (its in port is
      * serial), so its CPU takes them first come, first served. */
-    double cost = msg_s(m, g->recvs[t].bytes);
+    double cost = take_s(m, g->recvs[t].bytes, arr > m->cpu_free[srv]);
     if (cost > 0.0) {
       arr = (arr > m->cpu_free[srv] ? arr : m->cpu_free[srv]) + cost;
       m->cpu_free[srv] = arr;

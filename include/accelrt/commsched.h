@@ -498,8 +498,8 @@ double ar_commsched_pacer_tokens(const ar_commsched_pacer *p, double now_s);
  * A real run's trace calibrates the simulator (ar_commsched_simulate): each
  * compute op takes its median time over the traced iterations (so the
  * time-sharing of the cores and whatever else ran is in it), and the
- * per-message cost a receiver pays (message_s + bytes x byte_s, see
- * ar_commsched_sim_opts) is the least-squares fit of time = a + bytes x b
+ * per-message cost a waiting receiver pays (message_s + bytes x byte_s,
+ * see ar_commsched_sim_opts) is the least-squares fit of time = a + bytes x b
  * over the transfers the worker was idle for: from the link's delivery to
  * the worker having the tensor, with no compute op of that worker running
  * in between.  The intercept is the median residual, not the mean, so
@@ -567,7 +567,8 @@ ar_status ar_commsched_calib_apply(ar_commsched_calib *c, ar_commsched_graph *g,
  *   3. each worker runs its compute ops one at a time, each when its
  *      predecessors are done and its recvs have arrived, earliest-ready
  *      first (ties by op id); with message_s / byte_s each arrival first
- *      costs the worker that much CPU, taken between its compute ops;
+ *      costs the worker its copy, and message_s before it when the worker
+ *      was waiting when it came, taken between its compute ops;
  *   4. the gradient of a transfer (as many bytes as the parameter) is sent
  *      back when every compute op that consumes the recv directly has
  *      finished (at its arrival if none does), in the order gradients
@@ -606,12 +607,18 @@ typedef struct ar_commsched_sim_opts {
   double latency_s;     /* per message, >= 0, finite */
   double update_s;      /* each server's update after the barrier, >= 0 */
   /* Calibration terms for a real runtime (all 0 / 1: the ideal model).
-   * Every message costs its receiver message_s + bytes x byte_s of CPU
-   * after it arrived (matching and copying it: MPI's per-message software
-   * cost and the receiver's memory copy); a worker does these one at a
-   * time between its compute ops (it notices arrivals only between ops,
-   * and does them before the next op), a server in arrival order.  A
-   * message is "in" when that is done.  compute_scale multiplies every
+   * Every message costs its receiver bytes x byte_s after it arrived (the
+   * receiver's copy), and message_s before that when the receiver was
+   * waiting when it came, not busy: a waiting runtime sleeps between
+   * polls, and on a shared machine waits for a core when it wakes, while
+   * a busy one takes the message as soon as it is between ops (the
+   * calibration fits message_s on exactly such idle waits).  A worker
+   * takes arrivals one at a time between its compute ops (it notices
+   * them only between ops, and takes them before the next op), a server
+   * in arrival order.  A message is "in" when that is done.  Before
+   * 2026-12 every message paid message_s: with its tensors arriving while
+   * a worker computes (TAC), that overcharged the calibrated Inception by
+   * 12-42% (bench/tictac/README.md).  compute_scale multiplies every
    * worker compute op's time (e.g. workers / cores when more workers than
    * cores share a machine); the update is not scaled. */
   double message_s;     /* >= 0, finite */

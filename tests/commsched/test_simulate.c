@@ -495,16 +495,18 @@ static void test_errors(void **state) {
 
 /* The calibration terms, worked by hand on a two-layer chain: recv a, b
  * (1024 B each, 1024 B/s, so a arrives at 1 s and b at 2 s), fwd1 (2 s)
- * needs a, fwd2 (1 s) needs b and fwd1.  Each message costs its receiver
- * 0.25 s + 1024 x 2^-12 s = 0.5 s.
+ * needs a, fwd2 (1 s) needs b and fwd1.  Taking a message in costs its
+ * receiver 1024 x 2^-12 = 0.25 s of copy, and 0.25 s (message_s) more
+ * when it was waiting for it (asleep between polls), not busy.
  *   ideal:  fwd1 1-3, fwd2 3-4; gradient a ready 3, at the server 4; b
  *           ready 4, at 5: makespan 5.
- *   costs:  copy a 1-1.5, fwd1 1.5-3.5 (b arrived at 2 but waits for the
- *           op to end: the worker notices between ops), copy b 3.5-4,
- *           fwd2 4-5; gradient a 3.5 -> 4.5 + 0.5 = 5, b 5 -> 6 + 0.5 =
- *           6.5: makespan 6.5.
- *   scale 2 as well: copy a 1-1.5, fwd1 1.5-5.5, copy b 5.5-6, fwd2 6-8;
- *           gradient a 5.5 -> 7, b 8 -> 9.5: makespan 9.5. */
+ *   costs:  a comes to a waiting worker: 1-1.5; fwd1 1.5-3.5 (b arrived
+ *           at 2 but waits for the op to end: the worker notices between
+ *           ops, awake: the copy only), b 3.5-3.75, fwd2 3.75-4.75;
+ *           gradient a 3.5 -> 4.5 + 0.5 = 5 (the server was waiting),
+ *           b 4.75 -> 5.75 + 0.5 = 6.25: makespan 6.25.
+ *   scale 2 as well: a 1-1.5, fwd1 1.5-5.5, b 5.5-5.75, fwd2 5.75-7.75;
+ *           gradient a 5.5 -> 7, b 7.75 -> 9.25: makespan 9.25. */
 static void test_calibration_terms(void **state) {
   (void)state;
   ar_commsched_graph *g = new_graph();
@@ -527,14 +529,14 @@ static void test_calibration_terms(void **state) {
   o.byte_s = 1.0 / 4096.0;
   r = run(g, NULL, &o);
   assert_true(r.params_done_s == 2.0); /* the link's arrival, not the copy */
-  assert_true(r.compute_done_s == 5.0);
-  assert_true(r.barrier_s == 6.5);
-  assert_true(r.makespan_s == 6.5);
+  assert_true(r.compute_done_s == 4.75);
+  assert_true(r.barrier_s == 6.25);
+  assert_true(r.makespan_s == 6.25);
   assert_true(r.metrics.comp_busy_s == 3.0); /* copies are not compute */
   o.compute_scale = 2.0;
   r = run(g, NULL, &o);
-  assert_true(r.compute_done_s == 8.0);
-  assert_true(r.makespan_s == 9.5);
+  assert_true(r.compute_done_s == 7.75);
+  assert_true(r.makespan_s == 9.25);
   assert_true(r.metrics.comp_busy_s == 6.0);
   /* Bad values are refused with a message. */
   o.compute_scale = 0.0;
