@@ -19,7 +19,8 @@
  * every distributed run): compute ops take their median time over the
  * run's iterations after warm-up (so the time-sharing of the cores and
  * whatever else ran is in them), and the per-message cost the simulator
- * charges each receiver (commsched.h: message_s + bytes x byte_s) is the
+ * charges a receiver (commsched.h: bytes x byte_s, plus message_s when it
+ * was waiting for the message rather than busy) is the
  * least-squares fit of time = a + bytes / rate over the traced transfers
  * the worker was idle for: from the link's delivery to the worker having
  * the tensor; every op is then scaled by the trace's sum of mean op times
