@@ -18,6 +18,7 @@
 #include "accelrt/device.h" /* ar_act */
 #include "accelrt/nn.h"     /* ar_nn_attr: graph models' items */
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -381,6 +382,10 @@ ar_status ar_spec_item_errf(const ar_spec *spec, const ar_srcpos *pos, const cha
     __attribute__((format(printf, 6, 7)))
 #endif
     ;
+/* The same with the message's arguments as a va_list (for callers that
+ * take their own format, as the graph builder's error helper does). */
+ar_status ar_spec_item_verrf(const ar_spec *spec, const ar_srcpos *pos, const char *path,
+                             ar_err *err, ar_status status, const char *fmt, va_list ap);
 
 /* Writes the job-file reference, generated from the schema table, as
  * Markdown.  docs/job-file.md is this output (a test keeps them equal). */

@@ -112,19 +112,13 @@ static ar_status make_tables(ar__dist *c) {
    * (offer_node walks it); quadratic once, not per iteration. */
   for (int t = 0; t < c->nt; t++) {
     c->node_next[t] = t;
-    if (!own_dense(c, t))
-      continue;
-    for (int m = t + 1; m < c->nt; m++)
+    for (int k = 1; k < c->nt && own_dense(c, t); k++) { /* after t, wrapping round */
+      int m = (t + k) % c->nt;
       if (own_dense(c, m) && c->use[m] == c->use[t]) {
         c->node_next[t] = m;
         break;
       }
-    if (c->node_next[t] == t) /* the last: back to the first */
-      for (int m = 0; m < t; m++)
-        if (own_dense(c, m) && c->use[m] == c->use[t]) {
-          c->node_next[t] = m;
-          break;
-        }
+    }
   }
   if (!c->sreq || !c->rreq || !c->rstat || !c->s_idx || !c->sleft || !c->rleft || !c->rbytes ||
       !c->send_start || !c->delivered || !c->arrive || !c->pend_w || !c->pend_t || !c->pend_at ||

@@ -13,12 +13,12 @@
 
 ar_status ar__net_build_err(build_ctx *b, const ar_layer_spec *ls, const char *path,
                             const char *fmt, ...) {
-  char msg[AR_ERR_MAX / 2];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  ar_status st = ar_spec_item_verrf(b->net->spec, ls ? &ls->pos : NULL, path, b->err, AR_SPEC,
+                                    fmt, ap);
   va_end(ap);
-  return ar_spec_item_errf(b->net->spec, ls ? &ls->pos : NULL, path, b->err, AR_SPEC, "%s", msg);
+  return st;
 }
 
 int ar__net_tensor(ar_net *n, const char *name, const ar_shape *s_in, ar_dtype t, int kind) {

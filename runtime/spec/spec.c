@@ -2207,17 +2207,23 @@ static void free_layers(ar_layer_spec *ls, int n) {
   ar_free(ls);
 }
 
-ar_status ar_spec_item_errf(const ar_spec *spec, const ar_srcpos *pos, const char *path,
-                            ar_err *err, ar_status status, const char *fmt, ...) {
+ar_status ar_spec_item_verrf(const ar_spec *spec, const ar_srcpos *pos, const char *path,
+                             ar_err *err, ar_status status, const char *fmt, va_list ap) {
   char msg[AR_ERR_MAX / 2];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
   const char *file = spec && spec->file ? spec->file : "<string>";
   if (pos && pos->line > 0)
     return ar_errf(err, status, "%s:%d:%d: error: %s: %s", file, pos->line, pos->col, path, msg);
   return ar_errf(err, status, "%s: error: %s: %s", file, path, msg);
+}
+
+ar_status ar_spec_item_errf(const ar_spec *spec, const ar_srcpos *pos, const char *path,
+                            ar_err *err, ar_status status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  ar_status st = ar_spec_item_verrf(spec, pos, path, err, status, fmt, ap);
+  va_end(ap);
+  return st;
 }
 
 void ar_spec_destroy(ar_spec *sp) {
